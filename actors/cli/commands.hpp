@@ -1,0 +1,17 @@
+#pragma once
+// The subcommands of `illm`; each registers its options and runs from its callback. A failure is
+// reported once on stderr and ends the process with a non-zero status (CLI::RuntimeError).
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace illm::cli {
+
+/// `illm generate`: one request on the real model, optionally over several KV pools.
+void add_generate_command(CLI::App& app);
+
+/// Prints `message` to stderr as an error and throws CLI::RuntimeError(code).
+[[noreturn]] void fail(const std::string& message, int code = 1);
+
+}  // namespace illm::cli

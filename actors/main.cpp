@@ -1,0 +1,24 @@
+// illm: the command line of infinite-llm.
+
+#include <fmt/format.h>
+
+#include "actors/cli/commands.hpp"
+#include "gpu/backend_registry.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"infinite-llm: LLM serving with attention and KV cache decoupled across instances"};
+  app.require_subcommand(0, 1);
+  app.set_version_flag("--version",
+                       fmt::format("illm 0.1.0 (backends: {})", fmt::join(illm::gpu::compiled_backends(), ", ")));
+  illm::cli::add_generate_command(app);
+  try {
+    app.parse(argc, argv);
+    if (app.get_subcommands().empty()) {
+      fmt::print("{}", app.help());
+      return 2;
+    }
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return 0;
+}

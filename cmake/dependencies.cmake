@@ -1,0 +1,39 @@
+# Imported targets for every dependency, named illm::<dep>. Debian 12 packages provide all of them
+# (deploy/install-deps.sh installs them); CAF 0.17 ships no CMake config, so its targets are made here.
+
+find_package(Threads REQUIRED)
+find_package(fmt REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(nlohmann_json REQUIRED)
+
+# OpenBLAS: its config gives variables only.
+find_package(OpenBLAS REQUIRED CONFIG)
+add_library(illm::openblas INTERFACE IMPORTED)
+target_include_directories(illm::openblas INTERFACE ${OpenBLAS_INCLUDE_DIRS})
+target_link_libraries(illm::openblas INTERFACE ${OpenBLAS_LIBRARIES})
+
+# CAF 0.17 (libcaf-dev): headers under caf/, libraries caf_core and caf_io.
+find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
+find_library(CAF_CORE_LIBRARY caf_core REQUIRED)
+find_library(CAF_IO_LIBRARY caf_io REQUIRED)
+add_library(illm::caf_core UNKNOWN IMPORTED)
+set_target_properties(illm::caf_core PROPERTIES
+  IMPORTED_LOCATION ${CAF_CORE_LIBRARY}
+  INTERFACE_INCLUDE_DIRECTORIES ${CAF_INCLUDE_DIR}
+  INTERFACE_LINK_LIBRARIES Threads::Threads)
+add_library(illm::caf_io UNKNOWN IMPORTED)
+set_target_properties(illm::caf_io PROPERTIES
+  IMPORTED_LOCATION ${CAF_IO_LIBRARY}
+  INTERFACE_LINK_LIBRARIES illm::caf_core)
+
+# UCX 1.13: Debian's config defines ucx::ucp.
+if(ILLM_ENABLE_UCX)
+  find_package(ucx REQUIRED CONFIG)
+  add_library(illm::ucx INTERFACE IMPORTED)
+  target_link_libraries(illm::ucx INTERFACE ucx::ucp ucx::ucs)
+endif()
+
+if(ILLM_BUILD_TESTS)
+  find_package(doctest REQUIRED)
+  include(doctest)
+endif()

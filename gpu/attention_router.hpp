@@ -1,0 +1,39 @@
+#pragma once
+// The seam of DistAttention: the engine computes MicroAttention over the blocks in its own pool and
+// asks an attention_router for the partials of blocks that other pools hold, then merges them all.
+
+#include <cstdint>
+#include <span>
+
+#include "gpu/status.hpp"
+
+namespace illm::gpu {
+
+/// One remote MicroAttention: the queries of one sequence for one layer against the blocks that one
+/// holder keeps. Pointers are host memory; the router writes the outputs before finish() returns.
+struct remote_attention_job {
+  uint64_t seq_id = 0;
+  int layer = 0;
+  uint32_t holder = 0;                  ///< pool id of the instance holding the blocks
+  std::span<const uint32_t> blocks;     ///< physical block ids in the holder's pool
+  std::span<const int32_t> block_pos;   ///< position of each block's first token
+  const float* q = nullptr;             ///< [n_q][n_heads][head_dim], token rows q_ld apart
+  size_t q_ld = 0;
+  const int32_t* q_pos = nullptr;       ///< [n_q]
+  int n_q = 0;
+  float* m = nullptr;                   ///< out [n_q][n_heads]
+  float* e = nullptr;                   ///< out [n_q][n_heads]
+  float* ma = nullptr;                  ///< out [n_q][n_heads][head_dim]
+};
+
+/// Delivers remote MicroAttention jobs to the holders of the blocks and collects their partials.
+class attention_router {
+ public:
+  virtual ~attention_router() = default;
+  /// Starts every job of one layer; returns without waiting where holders are remote.
+  virtual status begin(std::span<const remote_attention_job> jobs) = 0;
+  /// Waits until every job of the last begin() has written its outputs.
+  virtual status finish() = 0;
+};
+
+}  // namespace illm::gpu

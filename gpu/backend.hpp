@@ -1,0 +1,137 @@
+#pragma once
+// The backend interface (ggml style): device memory and the kernels the engine is made of. Every
+// pointer argument is device memory of this backend (host memory for cpu); sizes and strides are
+// explicit, in elements; each tensor's layout is written beside it. `cpu` is the reference that
+// every other backend is compared with.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "gpu/status.hpp"
+
+namespace illm::gpu {
+
+/// Tokens per KV block: the unit of allocation, placement and migration.
+inline constexpr int kv_block_tokens = 16;
+
+/// Element types of weights and KV blocks.
+enum class dtype : uint8_t { f32, f16, bf16 };
+
+inline size_t dtype_bytes(dtype t) { return t == dtype::f32 ? 4 : 2; }
+const char* to_string(dtype t);
+
+/// One layer of a KV pool as attention reads or writes it. Block b's K run for kv head h (16 tokens x
+/// head_dim, contiguous) starts at base + b * block_stride + k_offset + h * head_stride; V likewise.
+struct kv_layer_view {
+  void* base = nullptr;
+  dtype type = dtype::f32;
+  size_t block_stride = 0;  ///< elements between consecutive blocks
+  size_t k_offset = 0;      ///< elements from a block's start to this layer's K of head 0
+  size_t v_offset = 0;      ///< elements from a block's start to this layer's V of head 0
+  size_t head_stride = 0;   ///< elements between two heads' runs
+};
+
+/// Head counts of an attention call; the softmax scale is 1/sqrt(head_dim).
+struct attention_shape {
+  int n_heads = 0;     ///< query heads
+  int n_kv_heads = 0;  ///< key/value heads, dividing n_heads
+  int head_dim = 0;
+};
+
+/// How to pick a token from logits.
+struct sampling_params {
+  float temperature = 0.0f;  ///< 0: greedy (argmax)
+  float top_p = 1.0f;        ///< nucleus mass kept when sampling
+};
+
+/// Device memory and kernels. Calls may be asynchronous on a device; synchronize() waits.
+class backend {
+ public:
+  virtual ~backend() = default;
+
+  /// "cpu", "cuda", ...
+  virtual std::string name() const = 0;
+  /// True when device pointers are host pointers (no copies needed to read them).
+  virtual bool host_memory() const = 0;
+
+  /// Device memory, aligned for any kernel; nullptr when there is not enough.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* p) = 0;
+  virtual status upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual status download(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual status copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual status synchronize() = 0;
+
+  /// y = x * w^T (+ y when accumulate).
+  /// x [m][k] rows ldx apart; w [n][k] rows ldw apart, of type w_type; y [m][n] rows ldy apart.
+  virtual status gemm(const float* x, size_t ldx, int m, int k, const void* w, dtype w_type, size_t ldw, int n,
+                      float* y, size_t ldy, bool accumulate) = 0;
+
+  /// y = x / rms(x) * weight per row. x [m][n] rows ldx apart; weight [n]; y [m][n] rows ldy apart.
+  virtual status rmsnorm(const float* x, size_t ldx, const float* weight, int m, int n, float eps, float* y,
+                         size_t ldy) = 0;
+
+  /// cos and sin of pos * theta^(-2i / head_dim) per token and pair i, computed in fp64 so that every
+  /// position, far beyond the training context, is exact. pos [m]; table [m][head_dim / 2][2: cos, sin].
+  virtual status rope_table(const int32_t* pos, int m, int head_dim, float theta, float* table) = 0;
+
+  /// Rotates the adjacent pairs (2i, 2i+1) of every head in place by the table's angles.
+  /// x [m][n_heads][head_dim] rows ld apart; table [m][head_dim / 2][2] from rope_table.
+  virtual status rope(float* x, size_t ld, int m, int n_heads, int head_dim, const float* table) = 0;
+
+  /// out = silu(gate) * up. gate, up [m][n] rows ld_in apart; out [m][n] rows ld_out apart.
+  virtual status silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out,
+                          size_t ld_out) = 0;
+
+  /// out[i] = table[tokens[i]]. tokens [m]; table [vocab][dim]; out [m][dim] rows ld_out apart.
+  virtual status embed(const int32_t* tokens, int m, const float* table, int dim, float* out, size_t ld_out) = 0;
+
+  /// dst[i] = src[rows[i]]. src rows ld_src apart; rows [n]; dst [n][width] rows ld_dst apart.
+  virtual status gather_rows(const float* src, size_t ld_src, const int32_t* rows, int n, int width, float* dst,
+                             size_t ld_dst) = 0;
+
+  /// Writes K and V of m tokens into their slots. k, v [m][n_kv_heads][head_dim] rows ld apart;
+  /// slots [m]: block * 16 + offset within the block.
+  virtual status store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,
+                          const kv_layer_view& dst, const uint32_t* slots) = 0;
+
+  /// MicroAttention: the partial attention of n_q query tokens over the given blocks.
+  /// q [n_q][n_heads][head_dim] rows q_ld apart; q_pos [n_q]: a query sees keys at positions <= its own.
+  /// blocks [n_blocks]: physical ids in kv; block_pos [n_blocks]: position of each block's first token.
+  /// Out: m, e [n_q][n_heads] (max score, exp-sum; -inf and 0 when no key is seen);
+  /// ma [n_q][n_heads][head_dim] (exp-weighted sum of V, not normalised).
+  virtual status micro_attention(const attention_shape& shape, const float* q, size_t q_ld, const int32_t* q_pos,
+                                 int n_q, const kv_layer_view& kv, const uint32_t* blocks, const int32_t* block_pos,
+                                 int n_blocks, float* m, float* e, float* ma) = 0;
+
+  /// Merges n_parts partials into the attention output.
+  /// m, e [n_parts][n_rows]; ma [n_parts][n_rows][head_dim] with n_rows = n_q * n_heads;
+  /// out [n_q][n_heads][head_dim] rows out_ld apart.
+  virtual status merge(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads,
+                       int head_dim, float* out, size_t out_ld) = 0;
+
+  /// Picks one token per row. logits [n][vocab] rows ld apart; params [n]; rng [n] (host memory,
+  /// advanced in place); out [n] (host memory).
+  virtual status sample(const float* logits, size_t ld, int n, int vocab, const sampling_params* params,
+                        uint64_t* rng, int32_t* out) = 0;
+};
+
+/// Frees device memory with the backend that allocated it.
+struct device_deleter {
+  backend* device = nullptr;
+  void operator()(void* p) const {
+    if (p) device->deallocate(p);
+  }
+};
+
+/// Owned device memory.
+using device_ptr = std::unique_ptr<void, device_deleter>;
+
+/// Allocates `bytes` on `device`, or returns an empty pointer.
+inline device_ptr make_device_buffer(backend& device, size_t bytes) {
+  return device_ptr(device.allocate(bytes), device_deleter{&device});
+}
+
+}  // namespace illm::gpu

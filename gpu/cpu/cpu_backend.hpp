@@ -1,0 +1,65 @@
+#pragma once
+// The cpu backend: OpenBLAS for large products, vectorised kernels for the decode path, attention and
+// merge, all split over a fork-join pool of the engine's share of cores. Reference mode runs plain
+// loops instead, for checking the fast kernels.
+
+#include <memory>
+#include <vector>
+
+#include "gpu/backend.hpp"
+#include "gpu/cpu/kernels.hpp"
+#include "gpu/cpu/thread_pool.hpp"
+
+namespace illm::gpu::cpu {
+
+/// Which kernels the cpu backend runs.
+enum class cpu_mode { fast, reference };
+
+/// The cpu backend; device memory is host memory.
+class cpu_backend final : public backend {
+ public:
+  explicit cpu_backend(int n_threads, cpu_mode mode = cpu_mode::fast);
+
+  std::string name() const override { return mode_ == cpu_mode::fast ? "cpu" : "cpu-reference"; }
+  bool host_memory() const override { return true; }
+  int threads() const { return pool_.size(); }
+  thread_pool& pool() { return pool_; }
+
+  void* allocate(size_t bytes) override;
+  void deallocate(void* p) override;
+  status upload(void* dst, const void* host_src, size_t bytes) override;
+  status download(void* host_dst, const void* src, size_t bytes) override;
+  status copy(void* dst, const void* src, size_t bytes) override;
+  status synchronize() override { return status::ok(); }
+
+  status gemm(const float* x, size_t ldx, int m, int k, const void* w, dtype w_type, size_t ldw, int n, float* y,
+              size_t ldy, bool accumulate) override;
+  status rmsnorm(const float* x, size_t ldx, const float* weight, int m, int n, float eps, float* y,
+                 size_t ldy) override;
+  status rope_table(const int32_t* pos, int m, int head_dim, float theta, float* table) override;
+  status rope(float* x, size_t ld, int m, int n_heads, int head_dim, const float* table) override;
+  status silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out, size_t ld_out) override;
+  status embed(const int32_t* tokens, int m, const float* table, int dim, float* out, size_t ld_out) override;
+  status gather_rows(const float* src, size_t ld_src, const int32_t* rows, int n, int width, float* dst,
+                     size_t ld_dst) override;
+  status store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,
+                  const kv_layer_view& dst, const uint32_t* slots) override;
+  status micro_attention(const attention_shape& shape, const float* q, size_t q_ld, const int32_t* q_pos, int n_q,
+                         const kv_layer_view& kv, const uint32_t* blocks, const int32_t* block_pos, int n_blocks,
+                         float* m, float* e, float* ma) override;
+  status merge(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads, int head_dim,
+               float* out, size_t out_ld) override;
+  status sample(const float* logits, size_t ld, int n, int vocab, const sampling_params* params, uint64_t* rng,
+                int32_t* out) override;
+
+ private:
+  /// Splits attention into (kv head, token tile, block split) items over the pool.
+  void attend_split(const attention_args& a, float* m, float* e, float* ma);
+
+  cpu_mode mode_;
+  thread_pool pool_;
+  std::vector<attention_scratch> scratch_;  // one per thread
+  std::vector<float> split_partials_;       // partials of split-KV items before they are combined
+};
+
+}  // namespace illm::gpu::cpu

@@ -1,0 +1,281 @@
+#include "gpu/engine.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+namespace illm::gpu {
+
+result<std::unique_ptr<engine>> engine::create(std::shared_ptr<const model_weights> weights, backend& device,
+                                               const engine_options& options) {
+  if (!device.host_memory())
+    return status{status_code::unsupported,
+                  fmt::format("the engine needs a backend with host-visible memory; {} has none", device.name())};
+  if (options.max_batch_tokens <= 0 || options.max_batch_seqs <= 0)
+    return status{status_code::invalid_argument, "engine limits must be positive"};
+  std::unique_ptr<engine> e(new engine());
+  e->weights_ = std::move(weights);
+  e->device_ = &device;
+  e->options_ = options;
+  ILLM_RETURN_IF_ERROR(e->prepare_weights());
+  return e;
+}
+
+kv_layout engine::pool_layout() const {
+  const model_config& c = config();
+  return {c.n_layers, c.n_kv_heads, c.head_dim(), dtype::f32};
+}
+
+const float* engine::device_tensor(const float* host, size_t n) {
+  if (device_->host_memory()) return host;
+  device_ptr buffer = make_device_buffer(*device_, n * sizeof(float));
+  if (!buffer || !device_->upload(buffer.get(), host, n * sizeof(float)).is_ok()) return nullptr;
+  owned_.push_back(std::move(buffer));
+  return static_cast<const float*>(owned_.back().get());
+}
+
+status engine::prepare_weights() {
+  const model_config& c = config();
+  const size_t d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, vocab = c.vocab_size;
+  const size_t m = size_t(options_.max_batch_tokens), s = size_t(options_.max_batch_seqs);
+  auto buffer = [this](size_t floats) -> float* {
+    device_ptr p = make_device_buffer(*device_, floats * sizeof(float));
+    if (!p) return nullptr;
+    owned_.push_back(std::move(p));
+    return static_cast<float*>(owned_.back().get());
+  };
+  // Projections that read the same input are packed into one matrix: one product instead of three.
+  std::vector<float> packed;
+  auto pack = [&](std::initializer_list<std::pair<const float*, size_t>> parts) -> const float* {
+    packed.clear();
+    for (auto [p, n] : parts) packed.insert(packed.end(), p, p + n);
+    float* dst = buffer(packed.size());
+    if (!dst || !device_->upload(dst, packed.data(), packed.size() * sizeof(float)).is_ok()) return nullptr;
+    return dst;
+  };
+  for (int l = 0; l < c.n_layers; ++l) {
+    const layer_weights& w = weights_->layer(l);
+    layer_tensors t{};
+    t.rms_att = device_tensor(w.rms_att, d);
+    t.wqkv = pack({{w.wq, d * d}, {w.wk, kv * d}, {w.wv, kv * d}});
+    t.wo = device_tensor(w.wo, d * d);
+    t.rms_ffn = device_tensor(w.rms_ffn, d);
+    t.w13 = pack({{w.w1, h * d}, {w.w3, h * d}});
+    t.w2 = device_tensor(w.w2, d * h);
+    if (!t.rms_att || !t.wqkv || !t.wo || !t.rms_ffn || !t.w13 || !t.w2)
+      return {status_code::out_of_memory, fmt::format("cannot place layer {} on {}", l, device_->name())};
+    layers_.push_back(t);
+  }
+  embedding_ = device_tensor(weights_->token_embedding(), vocab * d);
+  rms_final_ = device_tensor(weights_->rms_final(), d);
+  classifier_ = weights_->shared_classifier() ? embedding_ : device_tensor(weights_->classifier(), vocab * d);
+  x_ = buffer(m * d);
+  xb_ = buffer(m * d);
+  qkv_ = buffer(m * (d + 2 * kv));
+  att_ = buffer(m * d);
+  h13_ = buffer(m * 2 * h);
+  hb_ = buffer(m * h);
+  rope_ = buffer(m * c.head_dim());
+  logits_ = buffer(s * vocab);
+  if (!embedding_ || !rms_final_ || !classifier_ || !x_ || !xb_ || !qkv_ || !att_ || !h13_ || !hb_ || !rope_ ||
+      !logits_)
+    return {status_code::out_of_memory, fmt::format("cannot allocate the engine's buffers on {}", device_->name())};
+  return status::ok();
+}
+
+status engine::plan(std::span<const batch_entry> batch, const kv_pools& pools) {
+  const model_config& c = config();
+  tokens_.clear();
+  pos_.clear();
+  slots_.clear();
+  slot_pools_.clear();
+  sample_rows_.clear();
+  plans_.assign(batch.size(), {});
+  if (int(batch.size()) > options_.max_batch_seqs)
+    return {status_code::invalid_argument,
+            fmt::format("batch of {} sequences exceeds the engine's {}", batch.size(), options_.max_batch_seqs)};
+  size_t partial_floats = 0;
+  const size_t row_floats = size_t(c.n_heads) * (2 + c.head_dim());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const batch_entry& b = batch[i];
+    const int64_t end = int64_t(b.pos0) + b.n_tokens;
+    if (b.n_tokens <= 0 || b.pos0 < 0 || !b.table || b.table->size() < blocks_for_tokens(end))
+      return {status_code::invalid_argument,
+              fmt::format("sequence {}: {} tokens at position {} need {} blocks, its table has {}", b.seq_id,
+                          b.n_tokens, b.pos0, blocks_for_tokens(end), b.table ? b.table->size() : 0)};
+    if (int(tokens_.size()) + b.n_tokens > options_.max_batch_tokens)
+      return {status_code::invalid_argument,
+              fmt::format("batch exceeds the engine's {} tokens per step", options_.max_batch_tokens)};
+    plans_[i].row0 = int(tokens_.size());
+    for (int t = 0; t < b.n_tokens; ++t) {
+      const int32_t token = b.tokens[t], pos = b.pos0 + t;
+      if (token < 0 || token >= c.vocab_size)
+        return {status_code::invalid_argument, fmt::format("sequence {}: token id {} outside the vocabulary",
+                                                           b.seq_id, token)};
+      const block_ref& ref = (*b.table)[size_t(pos / kv_block_tokens)];
+      if (ref.pool >= pools.by_id.size() || !pools.by_id[ref.pool])
+        return {status_code::invalid_argument,
+                fmt::format("sequence {}: position {} is in pool {}, which this engine cannot write", b.seq_id, pos,
+                            ref.pool)};
+      tokens_.push_back(token);
+      pos_.push_back(pos);
+      slots_.push_back(ref.block * kv_block_tokens + uint32_t(pos % kv_block_tokens));
+      slot_pools_.push_back(ref.pool);
+    }
+    if (b.sample) sample_rows_.push_back(int32_t(tokens_.size()) - 1);
+    // Group the blocks the entry's queries can see by the pool that holds them, local first.
+    auto& groups = plans_[i].groups;
+    for (uint32_t blk = 0; blk < blocks_for_tokens(end); ++blk) {
+      const block_ref& ref = (*b.table)[blk];
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const block_group& g) { return g.pool == ref.pool; });
+      if (it == groups.end()) {
+        groups.push_back({ref.pool, {}, {}});
+        it = groups.end() - 1;
+      }
+      it->blocks.push_back(ref.block);
+      it->block_pos.push_back(int32_t(blk) * kv_block_tokens);
+    }
+    std::stable_partition(groups.begin(), groups.end(), [&](const block_group& g) { return g.pool == pools.local; });
+    plans_[i].partial_offset = partial_floats;
+    partial_floats += groups.size() * size_t(b.n_tokens) * row_floats;
+  }
+  if (partial_floats > partials_floats_) {
+    partials_ = make_device_buffer(*device_, partial_floats * sizeof(float));
+    if (!partials_) return {status_code::out_of_memory, "cannot allocate attention partials"};
+    partials_floats_ = partial_floats;
+  }
+  return status::ok();
+}
+
+status engine::store_new_kv(int layer, std::span<const batch_entry> batch, const kv_pools& pools) {
+  const model_config& c = config();
+  const size_t ld = size_t(c.dim) + 2 * c.kv_dim();
+  const float* k = qkv_ + c.dim;
+  const float* v = k + c.kv_dim();
+  // Consecutive rows that go to the same pool are written in one call.
+  for (size_t r0 = 0; r0 < slots_.size();) {
+    size_t r1 = r0 + 1;
+    while (r1 < slots_.size() && slot_pools_[r1] == slot_pools_[r0]) ++r1;
+    const kv_pool& pool = *pools.by_id[slot_pools_[r0]];
+    ILLM_RETURN_IF_ERROR(device_->store_kv(k + r0 * ld, v + r0 * ld, ld, int(r1 - r0), c.n_kv_heads, c.head_dim(),
+                                           pool.layer_view(layer), slots_.data() + r0));
+    r0 = r1;
+  }
+  return status::ok();
+}
+
+status engine::attention(int layer, std::span<const batch_entry> batch, const kv_pools& pools,
+                         attention_router* router) {
+  const model_config& c = config();
+  const int hd = c.head_dim();
+  const size_t ld = size_t(c.dim) + 2 * c.kv_dim();
+  const attention_shape shape{c.n_heads, c.n_kv_heads, hd};
+  float* partials = static_cast<float*>(partials_.get());
+  // Partials of entry i, group g: m [n_q][n_heads], e [n_q][n_heads], ma [n_q][n_heads][hd], stacked
+  // per kind over the groups as backend::merge reads them.
+  auto part = [&](size_t i, size_t g) {
+    const size_t n_rows = size_t(batch[i].n_tokens) * c.n_heads, n_groups = plans_[i].groups.size();
+    float* base = partials + plans_[i].partial_offset;
+    return std::array<float*, 3>{base + g * n_rows, base + (n_groups + g) * n_rows,
+                                 base + 2 * n_groups * n_rows + g * n_rows * hd};
+  };
+  jobs_.clear();
+  for (size_t i = 0; i < batch.size(); ++i)
+    for (size_t g = 0; g < plans_[i].groups.size(); ++g) {
+      const block_group& group = plans_[i].groups[g];
+      if (group.pool == pools.local) continue;
+      auto [m, e, ma] = part(i, g);
+      jobs_.push_back({batch[i].seq_id, layer, group.pool, group.blocks, group.block_pos,
+                       qkv_ + size_t(plans_[i].row0) * ld, ld, pos_.data() + plans_[i].row0, batch[i].n_tokens, m, e,
+                       ma});
+    }
+  if (!jobs_.empty()) {
+    if (!router)
+      return {status_code::invalid_argument,
+              fmt::format("sequence {} has blocks in pool {} but the engine has no attention router", jobs_[0].seq_id,
+                          jobs_[0].holder)};
+    ILLM_RETURN_IF_ERROR(router->begin(jobs_));
+  }
+  // Local MicroAttention runs while the remote jobs are under way.
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const auto& groups = plans_[i].groups;
+    if (groups.empty() || groups[0].pool != pools.local) continue;
+    auto [m, e, ma] = part(i, 0);
+    ILLM_RETURN_IF_ERROR(device_->micro_attention(
+        shape, qkv_ + size_t(plans_[i].row0) * ld, ld, pos_.data() + plans_[i].row0, batch[i].n_tokens,
+        pools.by_id[pools.local]->layer_view(layer), groups[0].blocks.data(), groups[0].block_pos.data(),
+        int(groups[0].blocks.size()), m, e, ma));
+  }
+  if (!jobs_.empty()) ILLM_RETURN_IF_ERROR(router->finish());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    auto [m, e, ma] = part(i, 0);
+    ILLM_RETURN_IF_ERROR(device_->merge(m, e, ma, int(plans_[i].groups.size()), batch[i].n_tokens, c.n_heads, hd,
+                                        att_ + size_t(plans_[i].row0) * c.dim, size_t(c.dim)));
+  }
+  stats_.remote_jobs += jobs_.size();
+  return status::ok();
+}
+
+status engine::classify(std::span<const batch_entry> batch) {
+  const model_config& c = config();
+  const int n = int(sample_rows_.size());
+  stats_.sampled = n;
+  if (n == 0) return status::ok();
+  // Logits only for the rows that sample: the classifier is the largest matrix of a small model.
+  ILLM_RETURN_IF_ERROR(device_->gather_rows(x_, size_t(c.dim), sample_rows_.data(), n, c.dim, xb_, size_t(c.dim)));
+  ILLM_RETURN_IF_ERROR(device_->rmsnorm(xb_, size_t(c.dim), rms_final_, n, c.dim, c.norm_eps, xb_, size_t(c.dim)));
+  ILLM_RETURN_IF_ERROR(device_->gemm(xb_, size_t(c.dim), n, c.dim, classifier_, dtype::f32, size_t(c.dim),
+                                     c.vocab_size, logits_, size_t(c.vocab_size), false));
+  return status::ok();
+}
+
+status engine::sample(std::span<const sampling_params> params, std::span<uint64_t> rng, std::span<int32_t> out) {
+  if (params.size() != size_t(stats_.sampled) || rng.size() != params.size() || out.size() != params.size())
+    return {status_code::invalid_argument, fmt::format("{} sampled rows, {} sampling parameters", stats_.sampled,
+                                                       params.size())};
+  return device_->sample(logits_, size_t(config().vocab_size), stats_.sampled, config().vocab_size, params.data(),
+                         rng.data(), out.data());
+}
+
+status engine::copy_logits(int i, float* host) const {
+  if (i < 0 || i >= stats_.sampled)
+    return {status_code::invalid_argument, fmt::format("no sampled row {} in the last step", i)};
+  const size_t vocab = size_t(config().vocab_size);
+  return device_->download(host, logits_ + size_t(i) * vocab, vocab * sizeof(float));
+}
+
+status engine::step(std::span<const batch_entry> batch, const kv_pools& pools, attention_router* router) {
+  const model_config& c = config();
+  stats_ = {};
+  ILLM_RETURN_IF_ERROR(plan(batch, pools));
+  const int m = int(tokens_.size());
+  if (m == 0) return status::ok();
+  if (pools.local >= pools.by_id.size() || !pools.by_id[pools.local])
+    return {status_code::invalid_argument, "the engine's local pool is missing"};
+  const size_t d = c.dim, ld_qkv = d + 2 * c.kv_dim(), h = c.hidden_dim;
+  const int hd = c.head_dim();
+  ILLM_RETURN_IF_ERROR(device_->embed(tokens_.data(), m, embedding_, c.dim, x_, d));
+  ILLM_RETURN_IF_ERROR(device_->rope_table(pos_.data(), m, hd, c.rope_theta, rope_));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const layer_tensors& w = layers_[size_t(l)];
+    ILLM_RETURN_IF_ERROR(device_->rmsnorm(x_, d, w.rms_att, m, c.dim, c.norm_eps, xb_, d));
+    ILLM_RETURN_IF_ERROR(device_->gemm(xb_, d, m, c.dim, w.wqkv, dtype::f32, d, int(ld_qkv), qkv_, ld_qkv, false));
+    ILLM_RETURN_IF_ERROR(device_->rope(qkv_, ld_qkv, m, c.n_heads, hd, rope_));
+    ILLM_RETURN_IF_ERROR(device_->rope(qkv_ + d, ld_qkv, m, c.n_kv_heads, hd, rope_));
+    ILLM_RETURN_IF_ERROR(store_new_kv(l, batch, pools));
+    ILLM_RETURN_IF_ERROR(attention(l, batch, pools, router));
+    ILLM_RETURN_IF_ERROR(device_->gemm(att_, d, m, c.dim, w.wo, dtype::f32, d, c.dim, x_, d, true));
+    ILLM_RETURN_IF_ERROR(device_->rmsnorm(x_, d, w.rms_ffn, m, c.dim, c.norm_eps, xb_, d));
+    ILLM_RETURN_IF_ERROR(device_->gemm(xb_, d, m, c.dim, w.w13, dtype::f32, d, int(2 * h), h13_, 2 * h, false));
+    ILLM_RETURN_IF_ERROR(device_->silu_mul(h13_, h13_ + h, 2 * h, m, int(h), hb_, h));
+    ILLM_RETURN_IF_ERROR(device_->gemm(hb_, h, m, int(h), w.w2, dtype::f32, h, c.dim, x_, d, true));
+  }
+  stats_.tokens = m;
+  for (const entry_plan& p : plans_) stats_.partials.push_back(int(p.groups.size()));
+  return classify(batch);
+}
+
+}  // namespace illm::gpu

@@ -1,0 +1,126 @@
+#pragma once
+// The engine: one forward step of continuous batching over a mixed batch (prefill chunks and decode
+// tokens of many sequences). Each layer's attention is MicroAttention over the sequence's blocks in
+// the local pool, plus partials of blocks held elsewhere through an attention_router, merged.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "gpu/attention_router.hpp"
+#include "gpu/backend.hpp"
+#include "gpu/kv_pool.hpp"
+#include "gpu/weights.hpp"
+
+namespace illm::gpu {
+
+/// One sequence's share of a step: n_tokens tokens at positions pos0, pos0 + 1, ...
+struct batch_entry {
+  uint64_t seq_id = 0;
+  const int32_t* tokens = nullptr;  ///< host memory
+  int n_tokens = 0;
+  int32_t pos0 = 0;
+  const block_table* table = nullptr;  ///< covers positions [0, pos0 + n_tokens)
+  bool sample = false;                 ///< produce logits for the last token
+};
+
+/// The pools a step may touch, by pool id: the local one is attended here; others are attended
+/// through the router. KV of new tokens is written to whichever pool their block is in, which must
+/// be present (in a cluster only local blocks are ever written).
+struct kv_pools {
+  std::vector<kv_pool*> by_id;
+  uint32_t local = 0;
+};
+
+/// Limits fixed when the engine is created (its buffers are sized by them).
+struct engine_options {
+  int max_batch_tokens = 512;  ///< tokens per step (prefill chunk + decode tokens)
+  int max_batch_seqs = 256;    ///< sequences per step
+};
+
+/// What the last step did, for reports and tests.
+struct step_stats {
+  int tokens = 0;
+  int sampled = 0;
+  std::vector<int> partials;  ///< per batch entry: partials merged per layer (pools holding its blocks)
+  uint64_t remote_jobs = 0;   ///< remote MicroAttention jobs, all layers
+};
+
+/// Runs a model on a backend.
+class engine {
+ public:
+  /// Prepares the weights on `device` (packed projections); `weights` must outlive the engine.
+  static result<std::unique_ptr<engine>> create(std::shared_ptr<const model_weights> weights, backend& device,
+                                                const engine_options& options);
+
+  /// One forward pass over `batch`; the entries with sample set get logits, in batch order.
+  status step(std::span<const batch_entry> batch, const kv_pools& pools, attention_router* router);
+
+  /// Picks a token for each sampled entry of the last step.
+  status sample(std::span<const sampling_params> params, std::span<uint64_t> rng, std::span<int32_t> out);
+  /// Copies the logits [vocab] of the i-th sampled entry of the last step to host memory.
+  status copy_logits(int i, float* host) const;
+  const step_stats& last_stats() const { return stats_; }
+
+  const model_config& config() const { return weights_->config(); }
+  const engine_options& options() const { return options_; }
+  backend& device() { return *device_; }
+  /// The block layout of pools this engine reads and writes.
+  kv_layout pool_layout() const;
+
+ private:
+  struct layer_tensors {
+    const float* rms_att;
+    const float* wqkv;  // [dim + 2 kv_dim][dim]: wq, wk, wv rows
+    const float* wo;
+    const float* rms_ffn;
+    const float* w13;   // [2 hidden][dim]: w1 (gate) rows, then w3 (up) rows
+    const float* w2;
+  };
+  /// A sequence's blocks in one pool, for one step.
+  struct block_group {
+    uint32_t pool;
+    std::vector<uint32_t> blocks;
+    std::vector<int32_t> block_pos;
+  };
+  /// Per batch entry: its rows in the step and its blocks grouped by pool.
+  struct entry_plan {
+    int row0 = 0;
+    std::vector<block_group> groups;  // local group first when present
+    size_t partial_offset = 0;        // floats into the partials buffer
+  };
+
+  engine() = default;
+  status prepare_weights();
+  const float* device_tensor(const float* host, size_t n);
+  status plan(std::span<const batch_entry> batch, const kv_pools& pools);
+  status attention(int layer, std::span<const batch_entry> batch, const kv_pools& pools, attention_router* router);
+  status store_new_kv(int layer, std::span<const batch_entry> batch, const kv_pools& pools);
+  status classify(std::span<const batch_entry> batch);
+
+  std::shared_ptr<const model_weights> weights_;
+  backend* device_ = nullptr;
+  engine_options options_;
+  std::vector<device_ptr> owned_;  // device copies of weights and the activation buffers
+  std::vector<layer_tensors> layers_;
+  const float* embedding_ = nullptr;
+  const float* rms_final_ = nullptr;
+  const float* classifier_ = nullptr;
+
+  // Activations, [max_batch_tokens][width] each.
+  float *x_ = nullptr, *xb_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *h13_ = nullptr, *hb_ = nullptr;
+  float* rope_ = nullptr;
+  float* logits_ = nullptr;
+  device_ptr partials_;
+  size_t partials_floats_ = 0;
+
+  // Per-step host-side plan.
+  std::vector<int32_t> tokens_, pos_, sample_rows_;
+  std::vector<uint32_t> slots_, slot_pools_;
+  std::vector<entry_plan> plans_;
+  std::vector<remote_attention_job> jobs_;
+  step_stats stats_;
+};
+
+}  // namespace illm::gpu

@@ -1,0 +1,90 @@
+#include "gpu/kv_pool.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace illm::gpu {
+
+result<kv_pool> kv_pool::create(backend& device, const kv_layout& layout, uint32_t n_blocks) {
+  if (layout.n_layers <= 0 || layout.n_kv_heads <= 0 || layout.head_dim <= 0 || n_blocks == 0)
+    return status{status_code::invalid_argument,
+                  fmt::format("KV pool needs a positive shape and block count (got {} blocks)", n_blocks)};
+  kv_pool pool;
+  pool.device_ = &device;
+  pool.layout_ = layout;
+  const size_t bytes = size_t(n_blocks) * layout.block_bytes();
+  pool.base_ = device.allocate(bytes);
+  if (!pool.base_)
+    return status{status_code::out_of_memory,
+                  fmt::format("cannot allocate a KV pool of {} blocks ({:.1f} MiB)", n_blocks, bytes / 1048576.0)};
+  pool.owners_.resize(n_blocks);
+  pool.used_.assign(n_blocks, false);
+  pool.free_list_.resize(n_blocks);
+  // Lowest block ids are handed out first.
+  for (uint32_t b = 0; b < n_blocks; ++b) pool.free_list_[b] = n_blocks - 1 - b;
+  return pool;
+}
+
+kv_pool::kv_pool(kv_pool&& o) noexcept { *this = std::move(o); }
+
+kv_pool& kv_pool::operator=(kv_pool&& o) noexcept {
+  if (this != &o) {
+    if (base_) device_->deallocate(base_);
+    device_ = std::exchange(o.device_, nullptr);
+    layout_ = o.layout_;
+    base_ = std::exchange(o.base_, nullptr);
+    free_list_ = std::move(o.free_list_);
+    owners_ = std::move(o.owners_);
+    used_ = std::move(o.used_);
+  }
+  return *this;
+}
+
+kv_pool::~kv_pool() {
+  if (base_) device_->deallocate(base_);
+}
+
+result<uint32_t> kv_pool::allocate(const block_owner& owner) {
+  if (free_list_.empty())
+    return status{status_code::out_of_blocks, fmt::format("KV pool full ({} blocks in use)", total_blocks())};
+  const uint32_t b = free_list_.back();
+  free_list_.pop_back();
+  used_[b] = true;
+  owners_[b] = owner;
+  return b;
+}
+
+status kv_pool::release(uint32_t block) {
+  if (block >= total_blocks())
+    return {status_code::invalid_argument, fmt::format("release of block {} outside the pool", block)};
+  if (!used_[block]) return {status_code::invalid_argument, fmt::format("release of free block {}", block)};
+  used_[block] = false;
+  owners_[block] = {};
+  free_list_.push_back(block);
+  return status::ok();
+}
+
+uint32_t kv_pool::blocks_of(uint64_t request) const {
+  uint32_t n = 0;
+  for (uint32_t b = 0; b < total_blocks(); ++b) n += used_[b] && owners_[b].request == request;
+  return n;
+}
+
+status kv_pool::check() const {
+  std::vector<bool> seen(total_blocks(), false);
+  for (uint32_t b : free_list_) {
+    if (b >= total_blocks()) return {status_code::internal, fmt::format("free list holds block {} outside the pool", b)};
+    if (seen[b]) return {status_code::internal, fmt::format("block {} is on the free list twice", b)};
+    if (used_[b]) return {status_code::internal, fmt::format("block {} is both used and free", b)};
+    seen[b] = true;
+  }
+  const auto used = uint32_t(std::count(used_.begin(), used_.end(), true));
+  if (used + free_blocks() != total_blocks())
+    return {status_code::internal,
+            fmt::format("{} used + {} free != {} blocks", used, free_blocks(), total_blocks())};
+  return status::ok();
+}
+
+}  // namespace illm::gpu

@@ -1,0 +1,103 @@
+#pragma once
+// The KV block pool: a fixed arena of equal blocks allocated once, a free list, an owner per block,
+// and accounting that can be checked. A block holds 16 tokens of K and V for every layer.
+
+#include <cstdint>
+#include <vector>
+
+#include "gpu/backend.hpp"
+#include "gpu/status.hpp"
+
+namespace illm::gpu {
+
+/// Blocks needed for `tokens` tokens.
+inline uint32_t blocks_for_tokens(int64_t tokens) {
+  return uint32_t((tokens + kv_block_tokens - 1) / kv_block_tokens);
+}
+
+/// Element layout of one block: [n_layers][2: K, V][n_kv_heads][16 tokens][head_dim], so one layer's
+/// K (or V) of a head is one contiguous run and a whole block is one contiguous copy.
+struct kv_layout {
+  int n_layers = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  dtype type = dtype::f32;
+
+  /// Elements between two heads' runs (16 x head_dim).
+  size_t head_stride() const { return size_t(kv_block_tokens) * head_dim; }
+  /// Elements of one block.
+  size_t block_elements() const { return size_t(n_layers) * 2 * n_kv_heads * head_stride(); }
+  size_t block_bytes() const { return block_elements() * dtype_bytes(type); }
+  /// Element offset of the K run of (layer, head 0) inside a block; V follows n_kv_heads runs later.
+  size_t k_offset(int layer) const { return size_t(layer) * 2 * n_kv_heads * head_stride(); }
+  size_t v_offset(int layer) const { return k_offset(layer) + size_t(n_kv_heads) * head_stride(); }
+};
+
+/// Who a block belongs to: the request, and the instance that owns the request (for hosted blocks).
+struct block_owner {
+  uint64_t request = 0;
+  uint32_t instance = 0;
+  bool operator==(const block_owner&) const = default;
+};
+
+/// A fixed arena of KV blocks in one backend's memory.
+class kv_pool {
+ public:
+  /// Allocates `n_blocks` blocks at once on `device`; nothing is allocated afterwards.
+  static result<kv_pool> create(backend& device, const kv_layout& layout, uint32_t n_blocks);
+  kv_pool(kv_pool&&) noexcept;
+  kv_pool& operator=(kv_pool&&) noexcept;
+  ~kv_pool();
+
+  /// Takes a free block for `owner`; out_of_blocks when none is left.
+  result<uint32_t> allocate(const block_owner& owner);
+  /// Returns a block to the free list; releasing a free or unknown block is an error.
+  status release(uint32_t block);
+
+  uint32_t total_blocks() const { return uint32_t(owners_.size()); }
+  uint32_t free_blocks() const { return uint32_t(free_list_.size()); }
+  uint32_t used_blocks() const { return total_blocks() - free_blocks(); }
+  bool is_used(uint32_t block) const { return used_[block]; }
+  const block_owner& owner(uint32_t block) const { return owners_[block]; }
+  /// Blocks held for `request`.
+  uint32_t blocks_of(uint64_t request) const;
+
+  const kv_layout& layout() const { return layout_; }
+  /// Base of the arena (device memory); block b starts at base + b * block_elements().
+  void* base() const { return base_; }
+  /// Typed view of the arena for fp32 pools.
+  float* base_f32() const { return static_cast<float*>(base_); }
+  void* block_data(uint32_t block) const {
+    return static_cast<char*>(base_) + size_t(block) * layout_.block_bytes();
+  }
+
+  /// The view attention and store_kv take of one layer of this pool.
+  kv_layer_view layer_view(int layer) const {
+    return {base_, layout_.type, layout_.block_elements(), layout_.k_offset(layer), layout_.v_offset(layer),
+            layout_.head_stride()};
+  }
+
+  /// Verifies the accounting: every block is either on the free list once or used, never both.
+  status check() const;
+
+ private:
+  kv_pool() = default;
+  backend* device_ = nullptr;
+  kv_layout layout_;
+  void* base_ = nullptr;
+  std::vector<uint32_t> free_list_;
+  std::vector<block_owner> owners_;
+  std::vector<bool> used_;
+};
+
+/// Where one logical block of a request lives.
+struct block_ref {
+  uint32_t pool = 0;   ///< pool (instance) id
+  uint32_t block = 0;  ///< physical block in that pool
+  bool operator==(const block_ref&) const = default;
+};
+
+/// A request's block table: logical block i holds positions [16 i, 16 i + 16).
+using block_table = std::vector<block_ref>;
+
+}  // namespace illm::gpu

@@ -1,0 +1,68 @@
+#include "gpu/model_config.hpp"
+
+#include <array>
+
+#include <fmt/format.h>
+
+namespace illm::gpu {
+
+uint64_t model_config::parameter_count(bool shared_classifier) const {
+  const uint64_t d = dim, h = hidden_dim, kv = kv_dim(), v = vocab_size;
+  const uint64_t per_layer = 2 * d + d * d * 2 + 2 * d * kv + 3 * d * h;
+  return v * d + n_layers * per_layer + d + (shared_classifier ? 0 : v * d);
+}
+
+status model_config::validate() const {
+  auto bad = [](std::string what) { return status{status_code::corrupt_model, std::move(what)}; };
+  if (dim <= 0 || hidden_dim <= 0 || n_layers <= 0 || n_heads <= 0 || n_kv_heads <= 0 ||
+      vocab_size <= 0 || max_seq <= 0)
+    return bad(fmt::format("non-positive dimension (dim {}, hidden_dim {}, n_layers {}, n_heads {}, "
+                           "n_kv_heads {}, vocab_size {}, max_seq {})",
+                           dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, max_seq));
+  if (dim % n_heads != 0) return bad(fmt::format("dim {} is not a multiple of n_heads {}", dim, n_heads));
+  if (n_heads % n_kv_heads != 0)
+    return bad(fmt::format("n_heads {} is not a multiple of n_kv_heads {}", n_heads, n_kv_heads));
+  if (head_dim() % 2 != 0) return bad(fmt::format("head_dim {} is odd (RoPE rotates pairs)", head_dim()));
+  if (dim > (1 << 16) || hidden_dim > (1 << 18) || n_layers > 1024 || vocab_size > (1 << 22) ||
+      head_dim() > 512)
+    return bad(fmt::format("implausible shape (dim {}, hidden_dim {}, n_layers {}, vocab_size {})", dim,
+                           hidden_dim, n_layers, vocab_size));
+  if (!(rope_theta > 0.0f) || !(norm_eps > 0.0f))
+    return bad("rope_theta and norm_eps must be positive");
+  return status::ok();
+}
+
+namespace {
+
+struct named_config {
+  const char* name;
+  model_config config;
+};
+
+// dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, max_seq, rope_theta, norm_eps
+constexpr std::array<named_config, 7> presets{{
+    {"stories15m", {288, 768, 6, 6, 6, 32000, 256, 10000.0f, 1e-5f}},
+    {"llama2-7b", {4096, 11008, 32, 32, 32, 32000, 4096, 10000.0f, 1e-5f}},
+    {"llama2-13b", {5120, 13824, 40, 40, 40, 32000, 4096, 10000.0f, 1e-5f}},
+    {"llama2-70b", {8192, 28672, 80, 64, 8, 32000, 4096, 10000.0f, 1e-5f}},
+    {"llama3-8b", {4096, 14336, 32, 32, 8, 128256, 8192, 500000.0f, 1e-5f}},
+    {"tiny", {64, 160, 2, 4, 4, 512, 128, 10000.0f, 1e-5f}},
+    {"tiny-gqa", {128, 256, 3, 8, 2, 1000, 128, 10000.0f, 1e-5f}},
+}};
+
+}  // namespace
+
+result<model_config> preset_config(std::string_view name) {
+  for (const auto& p : presets)
+    if (name == p.name) return p.config;
+  return status{status_code::invalid_argument,
+                fmt::format("unknown model shape '{}' (known: {})", name, fmt::join(preset_names(), ", "))};
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : presets) names.emplace_back(p.name);
+  return names;
+}
+
+}  // namespace illm::gpu

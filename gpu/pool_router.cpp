@@ -1,0 +1,25 @@
+#include "gpu/pool_router.hpp"
+
+#include <fmt/format.h>
+
+namespace illm::gpu {
+
+pool_router::pool_router(backend& device, const kv_pools& pools, const attention_shape& shape)
+    : device_(device), pools_(pools), shape_(shape) {}
+
+status pool_router::begin(std::span<const remote_attention_job> jobs) {
+  for (const remote_attention_job& job : jobs) {
+    if (job.holder >= pools_.by_id.size() || !pools_.by_id[job.holder])
+      return {status_code::invalid_argument, fmt::format("no pool {} to attend", job.holder)};
+    const kv_layer_view view = pools_.by_id[job.holder]->layer_view(job.layer);
+    ILLM_RETURN_IF_ERROR(device_.micro_attention(shape_, job.q, job.q_ld, job.q_pos, job.n_q, view, job.blocks.data(),
+                                                 job.block_pos.data(), int(job.blocks.size()), job.m, job.e, job.ma));
+    const uint64_t rows = uint64_t(job.n_q) * shape_.n_heads;
+    query_bytes_ += rows * shape_.head_dim * sizeof(float) + job.n_q * sizeof(int32_t);
+    partial_bytes_ += rows * (2 + shape_.head_dim) * sizeof(float);
+    ++jobs_;
+  }
+  return status::ok();
+}
+
+}  // namespace illm::gpu

@@ -1,0 +1,153 @@
+#include "gpu/tokenizer.hpp"
+
+#include <cstdio>
+#include <memory>
+#include <queue>
+
+#include <fmt/format.h>
+
+namespace illm::gpu {
+
+namespace {
+
+status corrupt(const std::string& path, const std::string& what) {
+  return {status_code::corrupt_model, fmt::format("tokenizer file {}: {}", path, what)};
+}
+
+/// Length of the UTF-8 sequence starting at s[i], or 1 for a byte that does not start a valid one.
+size_t utf8_length(std::string_view s, size_t i) {
+  const auto lead = static_cast<unsigned char>(s[i]);
+  const size_t n = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xe ? 3 : (lead >> 3) == 0x1e ? 4 : 1;
+  if (i + n > s.size()) return 1;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 1;
+  return n;
+}
+
+/// One symbol of the text during BPE: a run of bytes with the token that covers it.
+struct symbol {
+  int32_t id;
+  uint32_t start, length;
+  int32_t prev, next;  // neighbours in the list; -1 at the ends
+  bool mergeable;      // byte-fallback symbols never merge
+};
+
+/// A candidate merge of two neighbours; stale when either side changed after it was queued.
+struct candidate {
+  float score;
+  uint32_t left_start;
+  int32_t left, right, merged_id;
+  uint32_t total_length;
+  bool operator<(const candidate& o) const {  // max-heap: best score, then leftmost
+    if (score != o.score) return score < o.score;
+    return left_start > o.left_start;
+  }
+};
+
+}  // namespace
+
+result<tokenizer> tokenizer::load(const std::string& path, int vocab_size) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) return status{status_code::io_error, fmt::format("tokenizer file {}: cannot open", path)};
+  int32_t max_length = 0;
+  if (std::fread(&max_length, sizeof max_length, 1, f.get()) != 1) return corrupt(path, "no header");
+  if (max_length <= 0 || max_length > 4096) return corrupt(path, fmt::format("bad max token length {}", max_length));
+  tokenizer t;
+  t.pieces_.reserve(vocab_size);
+  t.scores_.reserve(vocab_size);
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    float score = 0;
+    int32_t length = 0;
+    if (std::fread(&score, sizeof score, 1, f.get()) != 1 || std::fread(&length, sizeof length, 1, f.get()) != 1)
+      return corrupt(path, fmt::format("truncated: {} pieces, the model's vocabulary has {}", id, vocab_size));
+    if (length < 0 || length > max_length)
+      return corrupt(path, fmt::format("piece {} has length {} (max {})", id, length, max_length));
+    std::string piece(size_t(length), '\0');
+    if (length > 0 && std::fread(piece.data(), 1, size_t(length), f.get()) != size_t(length))
+      return corrupt(path, fmt::format("truncated inside piece {}", id));
+    t.pieces_.push_back(std::move(piece));
+    t.scores_.push_back(score);
+  }
+  if (std::fgetc(f.get()) != EOF)
+    return corrupt(path, fmt::format("oversized: data after the {} pieces of the model's vocabulary", vocab_size));
+  t.has_byte_tokens_ = vocab_size >= 259;
+  for (int32_t id = 0; id < vocab_size; ++id)
+    if (!t.is_byte_token(id)) t.ids_.emplace(t.pieces_[id], id);  // first id wins on a duplicate
+  return t;
+}
+
+int32_t tokenizer::lookup(std::string_view piece) const {
+  auto it = ids_.find(piece);
+  return it == ids_.end() ? -1 : it->second;
+}
+
+std::vector<int32_t> tokenizer::encode(std::string_view raw, bool add_bos) const {
+  std::vector<int32_t> out;
+  if (add_bos) out.push_back(token_bos);
+  if (raw.empty()) return out;
+  std::string text = " ";  // SentencePiece's dummy prefix
+  text.append(raw);
+
+  // Initial symbols: one per UTF-8 character that is a piece, else one per byte (byte fallback).
+  std::vector<symbol> symbols;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = utf8_length(text, i);
+    const int32_t id = lookup(std::string_view(text).substr(i, n));
+    if (id >= 0) {
+      symbols.push_back({id, uint32_t(i), uint32_t(n), 0, 0, true});
+    } else {
+      for (size_t k = 0; k < n; ++k)
+        symbols.push_back({int32_t(static_cast<unsigned char>(text[i + k])) + 3, uint32_t(i + k), 1, 0, 0, false});
+    }
+    i += n;
+  }
+  for (size_t k = 0; k < symbols.size(); ++k) {
+    symbols[k].prev = int32_t(k) - 1;
+    symbols[k].next = k + 1 < symbols.size() ? int32_t(k + 1) : -1;
+  }
+
+  // Merge the best-scoring neighbour pair (leftmost on ties) until no pair forms a piece.
+  std::priority_queue<candidate> queue;
+  auto consider = [&](int32_t left, int32_t right) {
+    if (left < 0 || right < 0 || !symbols[left].mergeable || !symbols[right].mergeable) return;
+    const uint32_t total = symbols[left].length + symbols[right].length;
+    const int32_t id = lookup(std::string_view(text).substr(symbols[left].start, total));
+    if (id >= 0) queue.push({scores_[id], symbols[left].start, left, right, id, total});
+  };
+  for (size_t k = 0; k + 1 < symbols.size(); ++k) consider(int32_t(k), int32_t(k + 1));
+  while (!queue.empty()) {
+    const candidate c = queue.top();
+    queue.pop();
+    symbol& l = symbols[c.left];
+    symbol& r = symbols[c.right];
+    if (l.length == 0 || r.length == 0 || l.next != c.right || l.length + r.length != c.total_length) continue;
+    l.id = c.merged_id;
+    l.length = c.total_length;
+    l.next = r.next;
+    if (r.next >= 0) symbols[r.next].prev = c.left;
+    r.length = 0;
+    consider(l.prev, c.left);
+    consider(c.left, l.next);
+  }
+  for (int32_t k = 0; k >= 0; k = symbols[k].next) out.push_back(symbols[k].id);
+  return out;
+}
+
+std::string tokenizer::decode(int32_t prev, int32_t token) const {
+  if (token < 0 || token >= vocab_size()) return {};
+  if (is_byte_token(token)) return std::string(1, char(token - 3));
+  std::string_view piece = pieces_[token];
+  if (prev == token_bos && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
+  return std::string(piece);
+}
+
+std::string tokenizer::decode(std::span<const int32_t> tokens, int32_t prev) const {
+  std::string out;
+  for (int32_t t : tokens) {
+    out += decode(prev, t);
+    prev = t;
+  }
+  return out;
+}
+
+}  // namespace illm::gpu

@@ -1,0 +1,51 @@
+#pragma once
+// Helpers shared by the engine tests: the real model, the golden data, and greedy runs of an engine
+// over K in-process pools with the logits of every step.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "gpu/attention_router.hpp"
+#include "gpu/backend.hpp"
+#include "gpu/model_files.hpp"
+
+namespace illm::test {
+
+/// stories15M, loaded once; fails the calling test (with the fix) when the files are absent.
+const gpu::loaded_model& real_model();
+
+/// tests/data/golden/stories15M-greedy.json.
+const nlohmann::json& golden();
+
+/// A cpu backend with two threads (fast kernels), shared by the tests.
+gpu::backend& cpu_device();
+
+/// Wraps the router that a greedy run uses, e.g. to tamper with partials.
+using router_decorator = std::function<std::unique_ptr<gpu::attention_router>(gpu::attention_router& inner)>;
+
+/// A greedy run: generated ids and the logits [vocab] at every step.
+struct greedy_run {
+  std::vector<int32_t> ids;
+  std::vector<std::vector<float>> logits;
+};
+
+/// Options of run_greedy.
+struct greedy_options {
+  int pools = 1;            ///< KV pools the blocks are spread over
+  int chunk = 512;          ///< prefill tokens per step
+  uint64_t seed = 7;        ///< spreads the blocks
+  bool keep_logits = false;
+  router_decorator decorate;
+  gpu::backend* device = nullptr;  ///< default: cpu_device()
+};
+
+/// Runs `prompt` greedily for `n_new` tokens (no stop at EOS) through the engine step by step.
+greedy_run run_greedy(std::shared_ptr<const gpu::model_weights> weights, const std::vector<int32_t>& prompt,
+                      int n_new, const greedy_options& options);
+
+}  // namespace illm::test

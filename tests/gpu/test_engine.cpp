@@ -1,0 +1,201 @@
+// The engine's batching and distribution rules: chunked prefill, continuous batching of several
+// sequences and K pools all give the ids of one sequence alone in one pool (real model and a synthetic
+// GQA model), dropping one pool's partial changes the output (the partials are really used), and
+// generation stops where it should.
+#include <cmath>
+
+#include "gpu/batcher.hpp"
+#include "gpu/generate.hpp"
+#include "gpu/pool_router.hpp"
+#include "tests/gpu/support.hpp"
+
+using namespace illm;
+
+namespace {
+
+/// Drops the partials of one pool: as if its holder had answered "no keys".
+class dropping_router final : public gpu::attention_router {
+ public:
+  dropping_router(gpu::attention_router& inner, uint32_t dropped, int n_heads)
+      : inner_(inner), dropped_(dropped), n_heads_(n_heads) {}
+  gpu::status begin(std::span<const gpu::remote_attention_job> jobs) override {
+    jobs_.assign(jobs.begin(), jobs.end());
+    return inner_.begin(jobs);
+  }
+  gpu::status finish() override {
+    ILLM_RETURN_IF_ERROR(inner_.finish());
+    for (const auto& job : jobs_)
+      if (job.holder == dropped_) {
+        ++dropped_jobs;
+        std::fill(job.e, job.e + size_t(job.n_q) * n_heads_, 0.0f);
+      }
+    return gpu::status::ok();
+  }
+  int dropped_jobs = 0;
+
+ private:
+  gpu::attention_router& inner_;
+  uint32_t dropped_;
+  int n_heads_;
+  std::vector<gpu::remote_attention_job> jobs_;
+};
+
+std::vector<int32_t> license_prompt() {
+  return test::golden()["cases"].back()["prompt_token_ids"].get<std::vector<int32_t>>();
+}
+
+std::shared_ptr<const gpu::model_weights> synthetic_gqa() {
+  static auto w = std::make_shared<const gpu::model_weights>(
+      gpu::synthetic_weights(gpu::preset_config("tiny-gqa").value(), 5).value());
+  return w;
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("dropping one pool's partial changes the output") {
+    const auto& model = test::real_model();
+    const auto prompt = license_prompt();
+    test::greedy_options options;
+    options.pools = 3;
+    const auto intact = test::run_greedy(model.weights, prompt, 16, options);
+    dropping_router* dropper = nullptr;
+    options.decorate = [&](gpu::attention_router& inner) {
+      auto r = std::make_unique<dropping_router>(inner, 1, model.weights->config().n_heads);
+      dropper = r.get();
+      return r;
+    };
+    const auto damaged = test::run_greedy(model.weights, prompt, 16, options);
+    REQUIRE(dropper != nullptr);
+    CHECK(dropper->dropped_jobs > 0);
+    CHECK(damaged.ids != intact.ids);
+  }
+
+  TEST_CASE("chunked prefill gives the ids of a single prefill") {
+    const auto& model = test::real_model();
+    const auto prompt = license_prompt();
+    const auto whole = test::run_greedy(model.weights, prompt, 12, {});
+    for (int chunk : {1, 7, 16, 100}) {
+      test::greedy_options options;
+      options.chunk = chunk;
+      CHECK_MESSAGE(test::run_greedy(model.weights, prompt, 12, options).ids == whole.ids, "chunk ", chunk);
+    }
+  }
+
+  TEST_CASE("a synthetic GQA model gives the same ids over several pools and chunks") {
+    const std::vector<int32_t> prompt = {1, 17, 300, 42, 999, 5, 77, 123, 456, 789, 11, 12, 13, 14, 15, 16, 17, 18,
+                                         19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35};
+    const auto one = test::run_greedy(synthetic_gqa(), prompt, 40, {});
+    for (int pools : {2, 5}) {
+      test::greedy_options options;
+      options.pools = pools;
+      options.chunk = 9;
+      CHECK(test::run_greedy(synthetic_gqa(), prompt, 40, options).ids == one.ids);
+    }
+  }
+
+  TEST_CASE("continuous batching gives each sequence its ids alone") {
+    const auto& model = test::real_model();
+    gpu::backend& device = test::cpu_device();
+    auto eng = gpu::engine::create(model.weights, device, {64, 8}).value();
+    auto pool = gpu::kv_pool::create(device, eng->pool_layout(), 256).value();
+    gpu::kv_pools view{{&pool}, 0};
+    gpu::spread_block_source source({&pool}, 1);
+    gpu::batcher runner(*eng, source, {64, 8});
+    std::vector<std::shared_ptr<gpu::sequence>> seqs;
+    const auto& cases = test::golden()["cases"];
+    for (size_t i = 0; i < cases.size(); ++i) {
+      auto s = std::make_shared<gpu::sequence>();
+      s->id = i + 1;
+      s->tokens = cases[i]["prompt_token_ids"].get<std::vector<int32_t>>();
+      s->n_prompt = int(s->tokens.size());
+      s->max_new_tokens = 20;
+      s->ignore_eos = true;
+      seqs.push_back(s);
+    }
+    // Sequences arrive while others run: two at first, one more every other step.
+    size_t added = 0;
+    for (int step = 0; !runner.idle() || added < seqs.size(); ++step) {
+      while (added < seqs.size() && added < 2 + size_t(step / 2)) runner.add(seqs[added++]);
+      REQUIRE(runner.step(view, nullptr).is_ok());
+    }
+    CHECK(runner.take_finished().size() == seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const auto prompt = std::vector<int32_t>(seqs[i]->tokens.begin(), seqs[i]->tokens.begin() + seqs[i]->n_prompt);
+      const auto expected = test::run_greedy(model.weights, prompt, 20, {}).ids;
+      const std::vector<int32_t> got(seqs[i]->tokens.begin() + seqs[i]->n_prompt, seqs[i]->tokens.end());
+      CHECK_MESSAGE(got == expected, "sequence ", i);
+      CHECK(seqs[i]->finish == gpu::finish_reason::length);
+    }
+    CHECK(pool.used_blocks() == 0);
+    CHECK(pool.check().is_ok());
+  }
+
+  TEST_CASE("a full pool preempts the newest sequence and recomputes it") {
+    const auto& model = test::real_model();
+    gpu::backend& device = test::cpu_device();
+    auto eng = gpu::engine::create(model.weights, device, {64, 4}).value();
+    auto pool = gpu::kv_pool::create(device, eng->pool_layout(), 6).value();  // 96 tokens for three sequences
+    gpu::kv_pools view{{&pool}, 0};
+    gpu::spread_block_source source({&pool}, 1);
+    gpu::batcher runner(*eng, source, {64, 4});
+    std::vector<std::shared_ptr<gpu::sequence>> seqs;
+    for (int i = 0; i < 3; ++i) {
+      auto s = std::make_shared<gpu::sequence>();
+      s->id = uint64_t(i + 1);
+      s->tokens = test::golden()["cases"][size_t(i)]["prompt_token_ids"].get<std::vector<int32_t>>();
+      s->n_prompt = int(s->tokens.size());
+      s->max_new_tokens = 36;
+      s->ignore_eos = true;
+      runner.add(s);
+      seqs.push_back(s);
+    }
+    while (!runner.idle()) REQUIRE(runner.step(view, nullptr).is_ok());
+    int preempted = 0;
+    for (const auto& s : seqs) {
+      preempted += s->preemptions;
+      const std::vector<int32_t> prompt(s->tokens.begin(), s->tokens.begin() + s->n_prompt);
+      const std::vector<int32_t> got(s->tokens.begin() + s->n_prompt, s->tokens.end());
+      CHECK(got == test::run_greedy(model.weights, prompt, 36, {}).ids);
+    }
+    CHECK(preempted > 0);
+    CHECK(pool.used_blocks() == 0);
+  }
+
+  TEST_CASE("a sequence larger than the pool ends with an error, not a hang") {
+    const auto& model = test::real_model();
+    gpu::backend& device = test::cpu_device();
+    auto eng = gpu::engine::create(model.weights, device, {64, 1}).value();
+    auto pool = gpu::kv_pool::create(device, eng->pool_layout(), 2).value();
+    gpu::kv_pools view{{&pool}, 0};
+    gpu::spread_block_source source({&pool}, 1);
+    gpu::batcher runner(*eng, source, {64, 1});
+    auto s = std::make_shared<gpu::sequence>();
+    s->tokens = license_prompt();
+    s->n_prompt = int(s->tokens.size());
+    s->max_new_tokens = 4;
+    runner.add(s);
+    for (int i = 0; i < 100 && !runner.idle(); ++i) REQUIRE(runner.step(view, nullptr).is_ok());
+    CHECK(runner.idle());
+    CHECK(s->finish == gpu::finish_reason::error);
+    CHECK(pool.used_blocks() == 0);
+  }
+
+  TEST_CASE("generation stops at BOS or EOS unless told to ignore them") {
+    const auto& model = test::real_model();
+    gpu::generate_options options;
+    options.prompt_ids = model.vocab->encode("Once upon a time", true);
+    options.max_tokens = 400;
+    auto stopped = gpu::generate(model, test::cpu_device(), options);
+    REQUIRE(stopped.is_ok());
+    CHECK(stopped->finish == gpu::finish_reason::stop);
+    CHECK(stopped->token_ids.size() < 400);
+    options.ignore_eos = true;
+    options.max_tokens = int(stopped->token_ids.size()) + 5;
+    auto ignored = gpu::generate(model, test::cpu_device(), options);
+    REQUIRE(ignored.is_ok());
+    CHECK(ignored->finish == gpu::finish_reason::length);
+    CHECK(ignored->token_ids.size() == stopped->token_ids.size() + 5);
+    CHECK(std::equal(stopped->token_ids.begin(), stopped->token_ids.end(), ignored->token_ids.begin()));
+  }
+}

@@ -1,0 +1,57 @@
+// The KV pool: the block byte layout of the design, allocation until exhaustion, release errors, and
+// accounting that check() verifies.
+#include "gpu/kv_pool.hpp"
+#include "tests/gpu/support.hpp"
+
+using namespace illm;
+
+TEST_SUITE("gpu") {
+  TEST_CASE("kv block layout is [layers][K, V][kv heads][16 tokens][head_dim]") {
+    const gpu::kv_layout l{6, 6, 48, gpu::dtype::f32};
+    CHECK(l.head_stride() == 16 * 48);
+    CHECK(l.block_elements() == 6 * 2 * 6 * 16 * 48);
+    CHECK(l.block_bytes() == 6 * 2 * 6 * 16 * 48 * 4);
+    CHECK(l.k_offset(0) == 0);
+    CHECK(l.v_offset(0) == 6 * 16 * 48);
+    CHECK(l.k_offset(1) == 2 * 6 * 16 * 48);
+    CHECK(l.v_offset(5) + 6 * l.head_stride() == l.block_elements());
+    const gpu::kv_layout half{32, 32, 128, gpu::dtype::f16};
+    CHECK(half.block_bytes() == 32 * 2 * 32 * 16 * 128 * 2);
+  }
+
+  TEST_CASE("kv pool hands out every block once and accounts for them") {
+    auto made = gpu::kv_pool::create(test::cpu_device(), {2, 2, 32, gpu::dtype::f32}, 8);
+    REQUIRE(made.is_ok());
+    gpu::kv_pool& pool = made.value();
+    std::vector<uint32_t> got;
+    for (int i = 0; i < 8; ++i) {
+      auto b = pool.allocate({uint64_t(i % 2), 3});
+      REQUIRE(b.is_ok());
+      got.push_back(b.value());
+    }
+    std::sort(got.begin(), got.end());
+    CHECK(std::unique(got.begin(), got.end()) == got.end());
+    CHECK(pool.free_blocks() == 0);
+    auto full = pool.allocate({9, 0});
+    REQUIRE_FALSE(full.is_ok());
+    CHECK(full.error().code() == gpu::status_code::out_of_blocks);
+    CHECK(pool.blocks_of(1) == 4);
+    CHECK(pool.owner(got[0]).instance == 3);
+    CHECK(pool.check().is_ok());
+    CHECK(pool.release(got[0]).is_ok());
+    CHECK_FALSE(pool.release(got[0]).is_ok());  // already free
+    CHECK_FALSE(pool.release(8).is_ok());       // outside the pool
+    CHECK(pool.free_blocks() == 1);
+    CHECK(pool.check().is_ok());
+    for (size_t i = 1; i < got.size(); ++i) CHECK(pool.release(got[i]).is_ok());
+    CHECK(pool.used_blocks() == 0);
+    CHECK(pool.check().is_ok());
+  }
+
+  TEST_CASE("kv pool blocks are contiguous in one arena") {
+    auto pool = gpu::kv_pool::create(test::cpu_device(), {1, 1, 16, gpu::dtype::f32}, 4).value();
+    const auto* base = static_cast<const char*>(pool.base());
+    CHECK(static_cast<const char*>(pool.block_data(3)) - base == 3 * 16 * 16 * 2 * 4);
+    CHECK_FALSE(gpu::kv_pool::create(test::cpu_device(), {1, 1, 16, gpu::dtype::f32}, 0).is_ok());
+  }
+}

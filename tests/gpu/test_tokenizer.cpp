@@ -1,0 +1,64 @@
+// The tokenizer against the outside oracle: every golden prompt encodes to the golden ids, a ","
+// is 29892 (not the byte token 47), and byte tokens decode to single bytes.
+#include <cstdio>
+#include <filesystem>
+
+#include "gpu/model_files.hpp"
+#include "tests/gpu/support.hpp"
+
+using namespace illm;
+
+TEST_SUITE("gpu") {
+  TEST_CASE("tokenizer encodes every golden prompt to the golden ids") {
+    const auto& vocab = *test::real_model().vocab;
+    for (const auto& c : test::golden()["cases"]) {
+      const auto ids = vocab.encode(c["prompt"].get<std::string>(), true);
+      CHECK_MESSAGE(ids == c["prompt_token_ids"].get<std::vector<int32_t>>(), c["prompt"].get<std::string>());
+    }
+  }
+
+  TEST_CASE("tokenizer prefers pieces to the byte tokens that repeat them") {
+    const auto& vocab = *test::real_model().vocab;
+    const auto ids = vocab.encode("day, a", false);
+    CHECK(std::find(ids.begin(), ids.end(), 29892) != ids.end());
+    CHECK(std::find(ids.begin(), ids.end(), 47) == ids.end());  // the byte token that spells "," too
+  }
+
+  TEST_CASE("tokenizer falls back to bytes and decodes them as single bytes") {
+    const auto& vocab = *test::real_model().vocab;
+    const std::string text = "a\x01z";
+    const auto ids = vocab.encode(text, false);
+    CHECK(std::find(ids.begin(), ids.end(), 0x01 + 3) != ids.end());
+    CHECK(vocab.decode(ids, 0) == " " + text);
+    // Ids 131..258 are stored as UTF-8 of U+0080..U+00FF but stand for the single byte id - 3.
+    CHECK(vocab.decode(0, 0xe9 + 3) == std::string(1, char(0xe9)));
+    const std::string accented = "caf\xc3\xa9 \xe2\x82\xac";  // "café €"
+    CHECK(vocab.decode(vocab.encode(accented, false), 0) == " " + accented);
+  }
+
+  TEST_CASE("tokenizer decodes the golden continuations") {
+    const auto& vocab = *test::real_model().vocab;
+    const auto& c = test::golden()["cases"][0];
+    const auto ids = c["output_token_ids"].get<std::vector<int32_t>>();
+    CHECK(vocab.decode(ids, c["prompt_token_ids"].back().get<int32_t>()) == c["output_text"].get<std::string>());
+    CHECK(vocab.decode(gpu::token_bos, 9038) == "Once");  // a piece after BOS loses its space
+  }
+
+  TEST_CASE("tokenizer rejects truncated and oversized files") {
+    const auto paths = gpu::resolve_model("stories15M");
+    REQUIRE(paths.is_ok());
+    const auto size = std::filesystem::file_size(paths->tokenizer);
+    const std::string cut = std::filesystem::temp_directory_path() / "illm_tokenizer_cut.bin";
+    std::filesystem::copy_file(paths->tokenizer, cut, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::resize_file(cut, size - 3);
+    auto truncated = gpu::tokenizer::load(cut, 32000);
+    REQUIRE_FALSE(truncated.is_ok());
+    CHECK(truncated.error().message().find("truncated") != std::string::npos);
+    std::filesystem::resize_file(cut, size + 5);
+    auto oversized = gpu::tokenizer::load(cut, 32000);
+    REQUIRE_FALSE(oversized.is_ok());
+    CHECK(oversized.error().message().find("oversized") != std::string::npos);
+    CHECK_FALSE(gpu::tokenizer::load("/nonexistent/tokenizer.bin", 32000).is_ok());
+    std::filesystem::remove(cut);
+  }
+}
