@@ -1,7 +1,7 @@
 #include "gpu/weights.hpp"
 
 #include <cmath>
-#include <new>
+#include <algorithm>
 
 #include <fmt/format.h>
 
@@ -14,11 +14,12 @@ result<model_weights> model_weights::allocate(const model_config& config, bool s
   w.shared_classifier_ = shared_classifier;
   w.size_ = config.parameter_count(shared_classifier);
   w.body_size_ = w.size_ - (shared_classifier ? 0 : uint64_t(config.vocab_size) * config.dim);
-  w.storage_.reset(new (std::nothrow) float[w.size_]());
+  w.storage_.reset(static_cast<float*>(host_alloc(w.size_ * sizeof(float))));
   if (!w.storage_)
     return status{status_code::out_of_memory,
                   fmt::format("cannot allocate {:.1f} GiB of weights", w.size_ * 4.0 / (1u << 30))};
 
+  std::fill_n(w.storage_.get(), w.size_, 0.0f);
   w.layers_.resize(config.n_layers);
   std::vector<tensor_view> views = w.tensors();
   size_t next = 0;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/host_memory.hpp"
 #include "gpu/model_config.hpp"
 #include "gpu/status.hpp"
 
@@ -59,7 +60,7 @@ class model_weights {
  private:
   model_config config_;
   bool shared_classifier_ = true;
-  std::unique_ptr<float[]> storage_;
+  host_array<float> storage_;
   uint64_t size_ = 0;
   uint64_t body_size_ = 0;
   const float* token_embedding_ = nullptr;

@@ -1,7 +1,5 @@
 #include "gpu/cpu/cpu_backend.hpp"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -9,13 +7,13 @@
 #include <cblas.h>
 #include <fmt/format.h>
 
+#include "gpu/host_memory.hpp"
 #include "gpu/sampler.hpp"
 
 namespace illm::gpu::cpu {
 
 namespace {
 
-constexpr size_t huge_page_bytes = size_t(2) << 20;
 /// Below this many floats of work an op runs on the calling thread: waking the pool costs more.
 constexpr int64_t parallel_threshold = 1 << 14;
 
@@ -27,16 +25,9 @@ cpu_backend::cpu_backend(int n_threads, cpu_mode mode)
   openblas_set_num_threads(1);
 }
 
-void* cpu_backend::allocate(size_t bytes) {
-  const size_t alignment = bytes >= huge_page_bytes ? huge_page_bytes : 64;
-  void* p = nullptr;
-  if (posix_memalign(&p, alignment, std::max<size_t>(bytes, 64)) != 0) return nullptr;
-  // Large arenas (KV pools, weights) stream through the TLB: ask for huge pages.
-  if (alignment == huge_page_bytes) madvise(p, bytes, MADV_HUGEPAGE);
-  return p;
-}
+void* cpu_backend::allocate(size_t bytes) { return host_alloc(bytes); }
 
-void cpu_backend::deallocate(void* p) { std::free(p); }
+void cpu_backend::deallocate(void* p) { host_free(p); }
 
 status cpu_backend::upload(void* dst, const void* host_src, size_t bytes) {
   std::memcpy(dst, host_src, bytes);
@@ -63,9 +54,9 @@ status cpu_backend::gemm(const float* x, size_t ldx, int m, int k, const void* w
       gemm_reference(x, ldx, m, k, w, ldw, int(j0), int(j1), y, ldy, accumulate);
     });
   } else if (m <= 4) {
-    // Decode: weight rows stream once; column slices keep each thread on its own rows.
-    pool_.parallel_for((n + 3) / 4, [&](int64_t g0, int64_t g1) {
-      gemv(x, ldx, m, k, w, ldw, int(g0 * 4), int(std::min<int64_t>(g1 * 4, n)), y, ldy, accumulate);
+    // Decode: each thread streams its own slice of weight rows once.
+    pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
+      gemv(x, ldx, m, k, w, ldw, int(j0), int(j1), y, ldy, accumulate);
     });
   } else if (n / pool_.size() >= 64) {
     pool_.parallel_for((n + 15) / 16, [&](int64_t g0, int64_t g1) {

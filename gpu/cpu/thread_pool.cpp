@@ -28,13 +28,17 @@ thread_pool::~thread_pool() {
   for (auto& w : workers_) w.join();
 }
 
+void thread_pool::claim_items(int thread) {
+  for (int64_t i = next_item_.fetch_add(1); i < job_items_; i = next_item_.fetch_add(1)) (*job_)(i, thread);
+}
+
 void thread_pool::worker_loop(int thread) {
   uint64_t seen = 0;
   for (;;) {
-    uint64_t current = generation_.load(std::memory_order_acquire);
+    uint64_t current = generation_.load();
     for (int i = 0; current == seen && i < spin_iterations; ++i) {
       cpu_relax();
-      current = generation_.load(std::memory_order_acquire);
+      current = generation_.load();
     }
     if (current == seen) {
       sleepers_.fetch_add(1);
@@ -44,39 +48,40 @@ void thread_pool::worker_loop(int thread) {
     }
     seen = current;
     if (stop_.load()) return;
-    (*job_)(thread, size());
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    active_.fetch_add(1);
+    if (open_.load()) claim_items(thread);  // a job that already closed is left alone
+    active_.fetch_sub(1);
   }
-}
-
-void thread_pool::run(const std::function<void(int, int)>& fn) {
-  if (workers_.empty()) {
-    fn(0, 1);
-    return;
-  }
-  job_ = &fn;
-  pending_.store(int(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1);
-  if (sleepers_.load() > 0) generation_.notify_all();
-  fn(0, size());
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
-}
-
-void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  if (n <= 0) return;
-  run([&](int t, int nt) {
-    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
-    if (begin < end) fn(begin, end);
-  });
 }
 
 void thread_pool::parallel_for_dynamic(int64_t n, const std::function<void(int64_t, int)>& fn) {
   if (n <= 0) return;
-  std::atomic<int64_t> next{0};
-  run([&](int t, int) {
-    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
-         i = next.fetch_add(1, std::memory_order_relaxed))
-      fn(i, t);
+  if (workers_.empty() || n == 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i, 0);
+    return;
+  }
+  job_ = &fn;
+  job_items_ = n;
+  next_item_.store(0);
+  open_.store(true);
+  generation_.fetch_add(1);
+  if (sleepers_.load() > 0) generation_.notify_all();
+  claim_items(0);
+  open_.store(false);
+  // Workers that entered may still be finishing their last item.
+  for (int spins = 0; active_.load() != 0; ++spins) {
+    if (spins < spin_iterations)
+      cpu_relax();
+    else
+      std::this_thread::yield();
+  }
+}
+
+void thread_pool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  const int64_t chunk = std::max<int64_t>(1, (n + 4 * size() - 1) / (4 * size()));
+  parallel_for_dynamic((n + chunk - 1) / chunk, [&](int64_t item, int) {
+    fn(item * chunk, std::min(n, (item + 1) * chunk));
   });
 }
 
