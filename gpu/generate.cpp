@@ -83,7 +83,7 @@ result<generate_result> generate(const loaded_model& model, backend& device, con
   auto first_token = start;
   while (!runner.idle()) {
     ILLM_RETURN_IF_ERROR(runner.step(view, &router));
-    if (out.prefill_s == 0 && seq->n_cached >= seq->n_prompt) {
+    if (out.prefill_s == 0 && (seq->n_generated() > 0 || seq->finished())) {
       first_token = clock::now();
       out.prefill_s = std::chrono::duration<double>(first_token - start).count();
     }

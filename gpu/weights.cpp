@@ -19,7 +19,6 @@ result<model_weights> model_weights::allocate(const model_config& config, bool s
     return status{status_code::out_of_memory,
                   fmt::format("cannot allocate {:.1f} GiB of weights", w.size_ * 4.0 / (1u << 30))};
 
-  std::fill_n(w.storage_.get(), w.size_, 0.0f);
   w.layers_.resize(config.n_layers);
   std::vector<tensor_view> views = w.tensors();
   size_t next = 0;

@@ -37,7 +37,7 @@ struct tensor_view {
 /// A model's weights in one fp32 buffer.
 class model_weights {
  public:
-  /// Allocates zeroed storage for `config` and points every tensor into it.
+  /// Allocates storage for `config` (not initialised) and points every tensor into it.
   static result<model_weights> allocate(const model_config& config, bool shared_classifier);
 
   const model_config& config() const { return config_; }

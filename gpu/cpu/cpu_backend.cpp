@@ -164,7 +164,7 @@ status cpu_backend::micro_attention(const attention_shape& shape, const float* q
 
 void cpu_backend::attend_split(const attention_args& a, float* m, float* e, float* ma) {
   const int group = a.shape.n_heads / a.shape.n_kv_heads, hd = a.shape.head_dim;
-  const int tile = std::max(1, 16 / group);
+  const int tile = std::max(1, tile_rows / group);
   const int n_tiles = (a.n_q + tile - 1) / tile;
   const int64_t base_items = int64_t(a.shape.n_kv_heads) * n_tiles;
   // Few heads and tokens but a long context (decode): split the blocks too (FlashDecoding), and

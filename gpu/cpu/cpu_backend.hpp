@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gpu/backend.hpp"
+#include "gpu/cpu/attention.hpp"
 #include "gpu/cpu/kernels.hpp"
 #include "gpu/cpu/thread_pool.hpp"
 

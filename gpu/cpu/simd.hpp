@@ -5,6 +5,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace illm::gpu::cpu {
 
 /// 16 floats.
@@ -21,11 +25,24 @@ inline f32x16 load16(const float* p) {
 }
 inline void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
 inline f32x16 splat16(float x) { return f32x16{} + x; }
-/// Loads n < 16 floats, zero in the other lanes.
+/// Loads the first n <= 16 floats, zero in the other lanes; reads nothing past p + n.
 inline f32x16 load_partial16(const float* p, int n) {
+#if defined(__AVX512F__)
+  return f32x16(_mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), p));
+#else
   f32x16 v{};
   std::memcpy(&v, p, sizeof(float) * size_t(n));
   return v;
+#endif
+}
+
+/// Stores the first n <= 16 lanes; writes nothing past p + n.
+inline void store_partial16(float* p, f32x16 v, int n) {
+#if defined(__AVX512F__)
+  _mm512_mask_storeu_ps(p, __mmask16((1u << n) - 1), __m512(v));
+#else
+  std::memcpy(p, &v, sizeof(float) * size_t(n));
+#endif
 }
 
 /// 8 and 4 floats, for the halving reductions.
