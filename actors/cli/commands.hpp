@@ -11,6 +11,10 @@ namespace illm::cli {
 /// `illm generate`: one request on the real model, optionally over several KV pools.
 void add_generate_command(CLI::App& app);
 
+/// `illm bench engine`: decode and prefill throughput, MicroAttention bandwidth, DistAttention against
+/// its alternatives, as a table or one JSON object.
+void add_bench_command(CLI::App& app);
+
 /// Prints `message` to stderr as an error and throws CLI::RuntimeError(code).
 [[noreturn]] void fail(const std::string& message, int code = 1);
 

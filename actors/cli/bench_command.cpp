@@ -1,0 +1,175 @@
+// `illm bench engine`: runs gpu::run_bench_engine once and prints its figures side by side, as a
+// table or as one JSON object. It measures; it asserts nothing about speed.
+
+#include <chrono>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "actors/cli/commands.hpp"
+#include "gpu/bench_engine.hpp"
+
+namespace illm::cli {
+
+namespace {
+
+struct bench_flags {
+  std::string model = "stories15M";
+  int threads = 2;
+  bool json = false;
+};
+
+/// Bytes in binary units, e.g. "96.8 KiB", "1.50 GiB".
+std::string human_bytes(uint64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  if (bytes < (uint64_t(1) << 20)) return fmt::format("{:.1f} KiB", double(bytes) / 1024);
+  if (bytes < (uint64_t(1) << 30)) return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20));
+  return fmt::format("{:.2f} GiB", double(bytes) / (1 << 30));
+}
+
+double gb_per_second(double bytes_per_second) {
+  return bytes_per_second / 1e9;
+}
+
+double memory_ratio(const gpu::bench_engine_result& r, const gpu::attention_bandwidth_figure& f) {
+  const double memory = r.memory.bytes_per_second();
+  return memory > 0 ? f.bytes_per_second() / memory : 0.0;
+}
+
+nlohmann::json method_json(const gpu::attention_method_figure& f) {
+  return {{"steps", f.steps},
+          {"seconds", f.seconds},
+          {"seconds_per_step", f.seconds_per_step()},
+          {"bytes_moved", f.bytes_moved},
+          {"bytes_per_step", f.bytes_per_step()}};
+}
+
+nlohmann::json result_json(const gpu::bench_engine_result& r) {
+  nlohmann::json j;
+  j["backend"] = r.backend;
+  j["threads"] = r.threads;
+  j["seconds"] = r.seconds;
+  j["model"] = r.model;
+  j["decode_prompt_tokens"] = r.decode_prompt_tokens;
+  for (const auto& d : r.decode)
+    j["decode"].push_back({{"batch", d.batch},
+                           {"steps", d.steps},
+                           {"tokens", d.tokens},
+                           {"seconds", d.seconds},
+                           {"tokens_per_second", d.tokens_per_second()}});
+  j["prefill"] = {{"tokens", r.prefill.tokens},
+                  {"runs", r.prefill.runs},
+                  {"best_seconds", r.prefill.best_seconds},
+                  {"tokens_per_second", r.prefill.tokens_per_second()}};
+  j["attention_layer"] = {{"preset", r.attention_model}, {"n_heads", r.n_heads}, {"n_kv_heads", r.n_kv_heads},
+                          {"head_dim", r.head_dim},      {"kv_dtype", "f32"},    {"n_layers", 1}};
+  j["memory"] = {{"buffer_bytes", r.memory.buffer_bytes},
+                 {"threads", r.memory.threads},
+                 {"passes", r.memory.passes},
+                 {"best_seconds", r.memory.best_seconds},
+                 {"bytes_per_second", r.memory.bytes_per_second()}};
+  for (const auto& a : r.attention)
+    j["micro_attention"].push_back({{"context_tokens", a.context_tokens},
+                                    {"calls", a.calls},
+                                    {"bytes_per_call", a.bytes_per_call},
+                                    {"seconds", a.seconds},
+                                    {"seconds_per_call", a.seconds_per_call()},
+                                    {"bytes_per_second", a.bytes_per_second()},
+                                    {"ratio_to_memory_bandwidth", memory_ratio(r, a)}});
+  j["dist_attention"]["pools"] = r.pools;
+  j["dist_attention"]["note"] = "per layer and decode step; the pools run one after another in one process";
+  for (const auto& d : r.dist)
+    j["dist_attention"]["contexts"].push_back({{"context_tokens", d.context_tokens},
+                                               {"dist_attention", method_json(d.dist_attention)},
+                                               {"head_split", method_json(d.head_split)},
+                                               {"move_kv", method_json(d.move_kv)},
+                                               {"move_kv_over_dist_bytes", d.move_kv_over_dist_bytes()},
+                                               {"max_abs_difference", d.max_abs_difference}});
+  return j;
+}
+
+void print_decode(const gpu::bench_engine_result& r) {
+  fmt::print("a. Decode with continuous batching ({}, {}-token prompts, greedy, EOS ignored)\n", r.model,
+             r.decode_prompt_tokens);
+  fmt::print("   {:>6} {:>6} {:>7} {:>9} {:>10}\n", "batch", "steps", "tokens", "seconds", "tok/s");
+  for (const auto& d : r.decode)
+    fmt::print("   {:>6} {:>6} {:>7} {:>9.3f} {:>10.1f}\n", d.batch, d.steps, d.tokens, d.seconds,
+               d.tokens_per_second());
+  fmt::print("   prefill: one {}-token prompt in one step, best of {} fresh runs: {:.3f} s, {:.1f} tok/s\n\n",
+             r.prefill.tokens, r.prefill.runs, r.prefill.best_seconds, r.prefill.tokens_per_second());
+}
+
+void print_bandwidth(const gpu::bench_engine_result& r) {
+  fmt::print("b. MicroAttention effective bandwidth, one decode query per call (K and V bytes of the seen tokens)\n");
+  fmt::print("   {} layer: {} heads, {} kv heads, head_dim {}, f32 KV\n", r.attention_model, r.n_heads, r.n_kv_heads,
+             r.head_dim);
+  fmt::print("   memory read bandwidth: vectorised sum over {} on {} thread{}, best of {} passes: {:.2f} GB/s\n",
+             human_bytes(r.memory.buffer_bytes), r.memory.threads, r.memory.threads == 1 ? "" : "s", r.memory.passes,
+             gb_per_second(r.memory.bytes_per_second()));
+  fmt::print("   {:>8} {:>6} {:>12} {:>10} {:>8} {:>10}\n", "context", "calls", "KV read/call", "ms/call", "GB/s",
+             "of memory");
+  for (const auto& a : r.attention)
+    fmt::print("   {:>8} {:>6} {:>12} {:>10.3f} {:>8.2f} {:>9.1f}%\n", a.context_tokens, a.calls,
+               human_bytes(a.bytes_per_call), a.seconds_per_call() * 1e3, gb_per_second(a.bytes_per_second()),
+               memory_ratio(r, a) * 100);
+  fmt::print("\n");
+}
+
+void print_dist(const gpu::bench_engine_result& r) {
+  fmt::print("c. DistAttention vs the alternatives of Fig. 11 ({} pools, {} layer, one decode query)\n", r.pools,
+             r.attention_model);
+  fmt::print("   times are per layer and decode step; the {} pools run one after another in this process\n", r.pools);
+  fmt::print("   (no network); bytes moved are counted per message between pools\n");
+  fmt::print("   {:>8} | {:>21} | {:>21} | {:>21} | {:>14} {:>9}\n", "", "DistAttention", "split by heads",
+             "move KV to owner", "bytes moved", "max");
+  fmt::print("   {:>8} | {:>8} {:>12} | {:>8} {:>12} | {:>8} {:>12} | {:>14} {:>9}\n", "context", "ms/step",
+             "moved/step", "ms/step", "moved/step", "ms/step", "moved/step", "move KV/Dist", "|diff|");
+  for (const auto& d : r.dist)
+    fmt::print("   {:>8} | {:>8.3f} {:>12} | {:>8.3f} {:>12} | {:>8.3f} {:>12} | {:>13.0f}x {:>9.1e}\n",
+               d.context_tokens, d.dist_attention.seconds_per_step() * 1e3,
+               human_bytes(d.dist_attention.bytes_per_step()), d.head_split.seconds_per_step() * 1e3,
+               human_bytes(d.head_split.bytes_per_step()), d.move_kv.seconds_per_step() * 1e3,
+               human_bytes(d.move_kv.bytes_per_step()), d.move_kv_over_dist_bytes(), d.max_abs_difference);
+}
+
+void run_bench_engine(const bench_flags& f) {
+  gpu::bench_engine_options options;
+  options.model = f.model;
+  options.threads = f.threads;
+  const auto start = std::chrono::steady_clock::now();
+  if (!f.json)
+    options.progress = [start](std::string_view what) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      fmt::print(stderr, "bench: {:5.1f} s: {}\n", seconds, what);
+    };
+  auto out = gpu::run_bench_engine(options);
+  if (!out.is_ok()) fail(out.error().message());
+  const gpu::bench_engine_result& r = out.value();
+  if (f.json) {
+    std::cout << result_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return;
+  }
+  fmt::print("illm bench engine: {} backend, threads {}, {:.1f} s in all\n\n", r.backend, r.threads, r.seconds);
+  print_decode(r);
+  print_bandwidth(r);
+  print_dist(r);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks (measure only; they assert nothing about speed)");
+  bench->require_subcommand(1);
+  auto flags = std::make_shared<bench_flags>();
+  CLI::App* engine = bench->add_subcommand(
+      "engine", "Decode/prefill throughput, MicroAttention bandwidth, DistAttention vs its alternatives");
+  engine->add_option("--model", flags->model, "Model of the decode and prefill figures")->capture_default_str();
+  engine->add_option("--threads", flags->threads, "CPU threads (the memory bandwidth sum uses as many)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  engine->add_flag("--json", flags->json, "Print one JSON object");
+  engine->callback([flags] { run_bench_engine(*flags); });
+}
+
+}  // namespace illm::cli
