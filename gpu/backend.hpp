@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "gpu/status.hpp"
@@ -38,6 +39,24 @@ struct attention_shape {
   int n_heads = 0;     ///< query heads
   int n_kv_heads = 0;  ///< key/value heads, dividing n_heads
   int head_dim = 0;
+};
+
+/// One MicroAttention: the partial attention of n_q query tokens over some blocks of a pool.
+/// q [n_q][n_heads][head_dim] rows q_ld apart; q_pos [n_q]: a query sees keys at positions <= its own.
+/// blocks [n_blocks]: physical ids in the pool; block_pos [n_blocks]: position of each block's first token.
+/// Out: m, e [n_q][n_heads] (max score, exp-sum; -inf and 0 when no key is seen);
+/// ma [n_q][n_heads][head_dim] (exp-weighted sum of V, not normalised).
+struct attention_job {
+  const float* q = nullptr;
+  size_t q_ld = 0;
+  const int32_t* q_pos = nullptr;
+  int n_q = 0;
+  const uint32_t* blocks = nullptr;
+  const int32_t* block_pos = nullptr;
+  int n_blocks = 0;
+  float* m = nullptr;
+  float* e = nullptr;
+  float* ma = nullptr;
 };
 
 /// How to pick a token from logits.
@@ -97,14 +116,18 @@ class backend {
   virtual status store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,
                           const kv_layer_view& dst, const uint32_t* slots) = 0;
 
-  /// MicroAttention: the partial attention of n_q query tokens over the given blocks.
-  /// q [n_q][n_heads][head_dim] rows q_ld apart; q_pos [n_q]: a query sees keys at positions <= its own.
-  /// blocks [n_blocks]: physical ids in kv; block_pos [n_blocks]: position of each block's first token.
-  /// Out: m, e [n_q][n_heads] (max score, exp-sum; -inf and 0 when no key is seen);
-  /// ma [n_q][n_heads][head_dim] (exp-weighted sum of V, not normalised).
-  virtual status micro_attention(const attention_shape& shape, const float* q, size_t q_ld, const int32_t* q_pos,
-                                 int n_q, const kv_layer_view& kv, const uint32_t* blocks, const int32_t* block_pos,
-                                 int n_blocks, float* m, float* e, float* ma) = 0;
+  /// MicroAttention of a batch of jobs over one pool layer (each job: one sequence's queries against
+  /// its blocks in this pool), run together so that the device is busy even when every job is small.
+  virtual status micro_attention_batch(const attention_shape& shape, const kv_layer_view& kv,
+                                       std::span<const attention_job> jobs) = 0;
+
+  /// MicroAttention of one job (see attention_job for the layouts).
+  status micro_attention(const attention_shape& shape, const float* q, size_t q_ld, const int32_t* q_pos, int n_q,
+                         const kv_layer_view& kv, const uint32_t* blocks, const int32_t* block_pos, int n_blocks,
+                         float* m, float* e, float* ma) {
+    const attention_job job{q, q_ld, q_pos, n_q, blocks, block_pos, n_blocks, m, e, ma};
+    return micro_attention_batch(shape, kv, {&job, 1});
+  }
 
   /// Merges n_parts partials into the attention output.
   /// m, e [n_parts][n_rows]; ma [n_parts][n_rows][head_dim] with n_rows = n_q * n_heads;

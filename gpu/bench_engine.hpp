@@ -57,10 +57,12 @@ struct attention_bandwidth_figure {
   int calls = 0;                ///< timed calls, consecutive ones over different blocks
   uint64_t bytes_per_call = 0;  ///< K and V bytes of the tokens the query sees, counted per block
   double seconds = 0;           ///< all timed calls
+  double best_seconds = 0;      ///< the fastest call
   /// Mean wall time of one call.
   double seconds_per_call() const { return calls > 0 ? seconds / calls : 0.0; }
-  /// K and V bytes read per second over the timed calls.
-  double bytes_per_second() const { return seconds > 0 ? double(bytes_per_call) * calls / seconds : 0.0; }
+  /// K and V bytes read per second in the fastest call: the same statistic as the memory figure's
+  /// (its best pass), so that their ratio compares like with like on a noisy machine.
+  double bytes_per_second() const { return best_seconds > 0 ? double(bytes_per_call) / best_seconds : 0.0; }
 };
 
 /// One way of computing a decode step's attention over the pools.

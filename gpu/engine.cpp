@@ -199,16 +199,19 @@ status engine::attention(int layer, std::span<const batch_entry> batch, const kv
                           jobs_[0].holder)};
     ILLM_RETURN_IF_ERROR(router->begin(jobs_));
   }
-  // Local MicroAttention runs while the remote jobs are under way.
+  // Local MicroAttention of every sequence, in one batch, runs while the remote jobs are under way.
+  local_jobs_.clear();
   for (size_t i = 0; i < batch.size(); ++i) {
     const auto& groups = plans_[i].groups;
     if (groups.empty() || groups[0].pool != pools.local) continue;
     auto [m, e, ma] = part(i, 0);
-    ILLM_RETURN_IF_ERROR(device_->micro_attention(
-        shape, qkv_ + size_t(plans_[i].row0) * ld, ld, pos_.data() + plans_[i].row0, batch[i].n_tokens,
-        pools.by_id[pools.local]->layer_view(layer), groups[0].blocks.data(), groups[0].block_pos.data(),
-        int(groups[0].blocks.size()), m, e, ma));
+    local_jobs_.push_back({qkv_ + size_t(plans_[i].row0) * ld, ld, pos_.data() + plans_[i].row0, batch[i].n_tokens,
+                           groups[0].blocks.data(), groups[0].block_pos.data(), int(groups[0].blocks.size()), m, e,
+                           ma});
   }
+  if (!local_jobs_.empty())
+    ILLM_RETURN_IF_ERROR(
+        device_->micro_attention_batch(shape, pools.by_id[pools.local]->layer_view(layer), local_jobs_));
   if (!jobs_.empty()) ILLM_RETURN_IF_ERROR(router->finish());
   for (size_t i = 0; i < batch.size(); ++i) {
     auto [m, e, ma] = part(i, 0);

@@ -120,6 +120,7 @@ class engine {
   std::vector<uint32_t> slots_, slot_pools_;
   std::vector<entry_plan> plans_;
   std::vector<remote_attention_job> jobs_;
+  std::vector<attention_job> local_jobs_;
   step_stats stats_;
 };
 

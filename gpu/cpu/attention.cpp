@@ -38,54 +38,80 @@ inline void scale_add_span(float* acc, float scale, const float* p, int p_stride
 }
 
 /// acc[0, hd) = acc * scale + sum over t < n of p[t * p_stride] * v[t] (V rows hd apart), in spans of
-/// up to four vectors kept in registers while the keys go by.
+/// up to eight vectors kept in registers while the keys go by; with head_dim <= 128 each V row is read
+/// once, straight through.
 inline void scale_add_values(float* acc, float scale, const float* p, int p_stride, int n, const float* v, int hd) {
-  for (int d0 = 0; d0 < hd; d0 += 4 * lanes) {
-    const int width = std::min(4 * lanes, hd - d0);
+  for (int d0 = 0; d0 < hd; d0 += 8 * lanes) {
+    const int width = std::min(8 * lanes, hd - d0);
     const int nv = (width + lanes - 1) / lanes, tail = width - (nv - 1) * lanes;
     switch (nv) {
       case 1: scale_add_span<1>(acc + d0, scale, p, p_stride, n, v + d0, hd, tail); break;
       case 2: scale_add_span<2>(acc + d0, scale, p, p_stride, n, v + d0, hd, tail); break;
       case 3: scale_add_span<3>(acc + d0, scale, p, p_stride, n, v + d0, hd, tail); break;
-      default: scale_add_span<4>(acc + d0, scale, p, p_stride, n, v + d0, hd, tail); break;
+      case 4: scale_add_span<4>(acc + d0, scale, p, p_stride, n, v + d0, hd, tail); break;
+      case 5: scale_add_span<5>(acc + d0, scale, p, p_stride, n, v + d0, hd, tail); break;
+      case 6: scale_add_span<6>(acc + d0, scale, p, p_stride, n, v + d0, hd, tail); break;
+      case 7: scale_add_span<7>(acc + d0, scale, p, p_stride, n, v + d0, hd, tail); break;
+      default: scale_add_span<8>(acc + d0, scale, p, p_stride, n, v + d0, hd, tail); break;
     }
   }
 }
 
-inline float dot(const float* a, const float* b, int n) {
-  f32x16 acc{};
-  int d = 0;
-  for (; d + lanes <= n; d += lanes) acc += load16(a + d) * load16(b + d);
-  if (d < n) acc += load_partial16(a + d, n - d) * load_partial16(b + d, n - d);
-  return reduce_add(acc);
+/// scores[t] = scale * q . k[t] for keys t < n (K rows hd apart). Keys are read one after another:
+/// interleaving several rows looks faster on paper but breaks the hardware prefetcher's stream
+/// (measured here: a third of the bandwidth). Two accumulators shorten the FMA chain.
+inline void key_dots(const float* q, const float* k, int n, int hd, float scale, float* scores) {
+  for (int t = 0; t < n; ++t) {
+    const float* kt = k + size_t(t) * hd;
+    f32x16 even{}, odd{};
+    int d = 0;
+    for (; d + 2 * lanes <= hd; d += 2 * lanes) {
+      even += load16(q + d) * load16(kt + d);
+      odd += load16(q + d + lanes) * load16(kt + d + lanes);
+    }
+    for (; d < hd; d += lanes) {
+      const int width = std::min(lanes, hd - d);
+      even += load_partial16(q + d, width) * load_partial16(kt + d, width);
+    }
+    scores[t] = reduce_add(even + odd) * scale;
+  }
 }
 
-/// Softmax state of up to 16 rows: the running total and the chunk being accumulated.
+/// Softmax state of a set of query rows: the running total and the chunk being accumulated, plus the
+/// lanes path's transposed queries and key weights.
 struct tile_state {
   int rows, hd;
-  float *total_m, *total_e, *chunk_m, *chunk_e;  // [16] each
+  float *total_m, *total_e, *chunk_m, *chunk_e;  // [padded rows] each
   float *total_acc, *chunk_acc;                  // [rows][hd] each
   float *q_t, *p;                                // [hd][16] scaled queries by lane; [16 keys][16 rows]
+  float *row_weights, *row_correction;           // decode path: [rows][16] key weights, [rows] rescale
+  int* row_keys;                                 // decode path: [rows] keys seen in the current block
 
   tile_state(attention_scratch& s, int rows_, int hd_) : rows(rows_), hd(hd_) {
-    s.floats.resize(4 * size_t(lanes) + 2 * size_t(tile_rows) * hd + size_t(hd) * lanes + size_t(lanes) * lanes);
+    const size_t padded = (size_t(rows) + lanes - 1) / lanes * lanes;
+    s.floats.resize(4 * padded + 2 * size_t(rows) * hd + size_t(hd) * lanes + size_t(lanes) * lanes +
+                    size_t(rows) * (lanes + 2));
     float* f = s.floats.data();
     total_m = f;
-    total_e = f + lanes;
-    chunk_m = f + 2 * lanes;
-    chunk_e = f + 3 * lanes;
-    total_acc = f + 4 * lanes;
-    chunk_acc = total_acc + size_t(tile_rows) * hd;
-    q_t = chunk_acc + size_t(tile_rows) * hd;
+    total_e = f + padded;
+    chunk_m = f + 2 * padded;
+    chunk_e = f + 3 * padded;
+    total_acc = f + 4 * padded;
+    chunk_acc = total_acc + size_t(rows) * hd;
+    q_t = chunk_acc + size_t(rows) * hd;
     p = q_t + size_t(hd) * lanes;
-    std::fill(total_m, total_m + lanes, neg_inf);
-    std::fill(total_e, total_e + lanes, 0.0f);
+    row_weights = p + size_t(lanes) * lanes;
+    row_correction = row_weights + size_t(rows) * lanes;
+    row_keys = reinterpret_cast<int*>(row_correction + rows);  // a float slot per int
+    std::fill(total_m, total_m + padded, neg_inf);
+    std::fill(total_e, total_e + padded, 0.0f);
     std::fill(total_acc, total_acc + size_t(rows) * hd, 0.0f);
   }
 
   void start_chunk() {
-    std::fill(chunk_m, chunk_m + lanes, neg_inf);
-    std::fill(chunk_e, chunk_e + lanes, 0.0f);
+    const size_t padded = (size_t(rows) + lanes - 1) / lanes * lanes;
+    std::fill(chunk_m, chunk_m + padded, neg_inf);
+    std::fill(chunk_e, chunk_e + padded, 0.0f);
     std::fill(chunk_acc, chunk_acc + size_t(rows) * hd, 0.0f);
   }
 
@@ -102,47 +128,66 @@ struct tile_state {
       total_m[r] = top;
     }
   }
+
+  /// Writes row r's partial as output row `row`.
+  void write(int r, size_t row, const partial_out& out) const {
+    out.m[row] = total_m[r];
+    out.e[row] = total_e[r];
+    std::copy(total_acc + size_t(r) * hd, total_acc + size_t(r + 1) * hd, out.ma + row * hd);
+  }
 };
 
-/// Where row r of a tile lives: its query token and head.
+/// Where row r of a lanes tile lives: its query token and head.
 struct row_map {
   int t0, group, kv_head, r0;
   int token(int r) const { return t0 + (r0 + r) / group; }
   int head(int r) const { return kv_head * group + (r0 + r) % group; }
 };
 
-/// Few rows (decode): each row's 16 scores are dot products over head_dim.
-void accumulate_rows(const attention_args& a, const row_map& map, int b0, int b1, tile_state& st) {
-  const int hd = st.hd;
+/// Few query tokens (decode): every head of tokens [t0, t1), block by block. Within a block the K runs
+/// of all heads are one contiguous region and the V runs another, so each block is read as two straight
+/// streams: first every head's scores from K, then every head's values from V. The hardware prefetcher
+/// follows that at full bandwidth (alternating K and V runs head by head, it does not).
+/// Row r = (t - t0) * n_heads + head.
+void accumulate_blocks(const attention_args& a, int t0, int t1, int b0, int b1, tile_state& st) {
+  const int group = a.shape.n_heads / a.shape.n_kv_heads, hd = st.hd;
   const float scale = 1.0f / std::sqrt(float(hd));
   int max_pos = 0;
-  for (int r = 0; r < st.rows; ++r) max_pos = std::max(max_pos, a.q_pos[map.token(r)]);
+  for (int t = t0; t < t1; ++t) max_pos = std::max(max_pos, a.q_pos[t]);
+  float* weights = st.row_weights;  // [rows][16]: this block's exp(score - max) per row
   for (int c0 = b0; c0 < b1; c0 += chunk_blocks) {
     st.start_chunk();
     for (int b = c0; b < std::min(b1, c0 + chunk_blocks); ++b) {
       const int32_t pos0 = a.block_pos[b];
       if (pos0 > max_pos) continue;
-      const float* k = kv_run(a.kv, a.blocks[b], a.kv.k_offset, map.kv_head);
-      const float* v = kv_run(a.kv, a.blocks[b], a.kv.v_offset, map.kv_head);
-      if (b + 1 < b1) {
-        __builtin_prefetch(kv_run(a.kv, a.blocks[b + 1], a.kv.k_offset, map.kv_head));
-        __builtin_prefetch(kv_run(a.kv, a.blocks[b + 1], a.kv.v_offset, map.kv_head));
+      for (int kv_head = 0; kv_head < a.shape.n_kv_heads; ++kv_head) {
+        const float* k = kv_run(a.kv, a.blocks[b], a.kv.k_offset, kv_head);
+        for (int t = t0; t < t1; ++t)
+          for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+            const int r = (t - t0) * a.shape.n_heads + h;
+            const int n_valid = std::min(kv_block_tokens, a.q_pos[t] - pos0 + 1);
+            float scores[lanes];
+            std::fill(scores, scores + lanes, neg_inf);
+            if (n_valid > 0) key_dots(a.q + size_t(t) * a.q_ld + size_t(h) * hd, k, n_valid, hd, scale, scores);
+            const f32x16 s = load16(scores);
+            const float top = n_valid > 0 ? std::max(st.chunk_m[r], reduce_max(s)) : st.chunk_m[r];
+            st.row_correction[r] = st.chunk_e[r] == 0.0f ? 0.0f : std::exp(st.chunk_m[r] - top);
+            const f32x16 p = n_valid > 0 ? exp16(s - top) : f32x16{};
+            store16(weights + size_t(r) * lanes, p);
+            st.chunk_e[r] = st.chunk_e[r] * st.row_correction[r] + reduce_add(p);
+            st.chunk_m[r] = top;
+            st.row_keys[r] = std::max(0, n_valid);
+          }
       }
-      for (int r = 0; r < st.rows; ++r) {
-        const int n_valid = std::min(kv_block_tokens, a.q_pos[map.token(r)] - pos0 + 1);
-        if (n_valid <= 0) continue;
-        const float* q = a.q + size_t(map.token(r)) * a.q_ld + size_t(map.head(r)) * hd;
-        float scores[lanes];
-        std::fill(scores, scores + lanes, neg_inf);
-        for (int t = 0; t < n_valid; ++t) scores[t] = dot(q, k + size_t(t) * hd, hd) * scale;
-        const f32x16 s = load16(scores);
-        const float top = std::max(st.chunk_m[r], reduce_max(s));
-        const float correction = st.chunk_e[r] == 0.0f ? 0.0f : std::exp(st.chunk_m[r] - top);
-        const f32x16 p = exp16(s - top);
-        store16(st.p, p);
-        st.chunk_e[r] = st.chunk_e[r] * correction + reduce_add(p);
-        st.chunk_m[r] = top;
-        scale_add_values(st.chunk_acc + size_t(r) * hd, correction, st.p, 1, n_valid, v, hd);
+      for (int kv_head = 0; kv_head < a.shape.n_kv_heads; ++kv_head) {
+        const float* v = kv_run(a.kv, a.blocks[b], a.kv.v_offset, kv_head);
+        for (int t = t0; t < t1; ++t)
+          for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+            const int r = (t - t0) * a.shape.n_heads + h;
+            if (st.row_keys[r] > 0)
+              scale_add_values(st.chunk_acc + size_t(r) * hd, st.row_correction[r], weights + size_t(r) * lanes, 1,
+                               st.row_keys[r], v, hd);
+          }
       }
     }
     st.fold_chunk();
@@ -222,22 +267,22 @@ void accumulate_lanes(const attention_args& a, const row_map& map, int b0, int b
 
 void attend_tile(const attention_args& a, int kv_head, int t0, int t1, int b0, int b1, const partial_out& out,
                  attention_scratch& scratch) {
-  const int group = a.shape.n_heads / a.shape.n_kv_heads, hd = a.shape.head_dim;
+  const int group = a.shape.n_heads / a.shape.n_kv_heads;
   const int rows = (t1 - t0) * group;
   for (int r0 = 0; r0 < rows; r0 += tile_rows) {
     const row_map map{t0, group, kv_head, r0};
-    tile_state st(scratch, std::min(tile_rows, rows - r0), hd);
-    if (st.rows >= 4)
-      accumulate_lanes(a, map, b0, b1, st);
-    else
-      accumulate_rows(a, map, b0, b1, st);
-    for (int r = 0; r < st.rows; ++r) {
-      const size_t row = size_t(map.token(r)) * a.shape.n_heads + map.head(r);
-      out.m[row] = st.total_m[r];
-      out.e[row] = st.total_e[r];
-      std::copy(st.total_acc + size_t(r) * hd, st.total_acc + size_t(r + 1) * hd, out.ma + row * hd);
-    }
+    tile_state st(scratch, std::min(tile_rows, rows - r0), a.shape.head_dim);
+    accumulate_lanes(a, map, b0, b1, st);
+    for (int r = 0; r < st.rows; ++r) st.write(r, size_t(map.token(r)) * a.shape.n_heads + map.head(r), out);
   }
+}
+
+void attend_blocks(const attention_args& a, int t0, int t1, int b0, int b1, const partial_out& out,
+                   attention_scratch& scratch) {
+  const int rows = (t1 - t0) * a.shape.n_heads;
+  tile_state st(scratch, rows, a.shape.head_dim);
+  accumulate_blocks(a, t0, t1, b0, b1, st);
+  for (int r = 0; r < rows; ++r) st.write(r, size_t(t0) * a.shape.n_heads + r, out);
 }
 
 void attend_reference(const attention_args& a, int kv_head, int t0, int t1, const partial_out& out) {

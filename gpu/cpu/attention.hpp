@@ -35,14 +35,23 @@ struct partial_out {
   float* ma = nullptr;
 };
 
-/// Query rows (tokens x heads of one kv head) that one tile covers at most.
+/// Query rows (tokens x heads of one kv head) that a prefill tile holds in the lanes of a vector.
 inline constexpr int tile_rows = 16;
 
-/// Partial attention of the query heads of `kv_head` for tokens [t0, t1) over blocks [b0, b1);
-/// (t1 - t0) * n_heads / n_kv_heads <= tile_rows. Blocks are accumulated in chunks folded into the
-/// running total, so rounding grows with the depth of the chunking, not the context length.
+/// Query tokens up to which a call takes the decode path (attend_blocks).
+inline constexpr int decode_tokens_max = 3;
+
+/// Prefill path: the partial attention of the query heads of `kv_head` for tokens [t0, t1) over blocks
+/// [b0, b1), sixteen query rows per vector, so that each key loaded serves all of them. Blocks are
+/// accumulated in chunks folded into the running total, so rounding grows with the depth of the
+/// chunking, not the context length.
 void attend_tile(const attention_args& a, int kv_head, int t0, int t1, int b0, int b1, const partial_out& out,
                  attention_scratch& scratch);
+
+/// Decode path: the partial attention of every head of tokens [t0, t1) over blocks [b0, b1), each block
+/// read whole, in storage order (memory bandwidth decides decode at long context).
+void attend_blocks(const attention_args& a, int t0, int t1, int b0, int b1, const partial_out& out,
+                   attention_scratch& scratch);
 
 /// The same partial by the textbook two-pass softmax, one row at a time (reference mode).
 void attend_reference(const attention_args& a, int kv_head, int t0, int t1, const partial_out& out);

@@ -58,6 +58,13 @@ status cpu_backend::gemm(const float* x, size_t ldx, int m, int k, const void* w
     pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
       gemv(x, ldx, m, k, w, ldw, int(j0), int(j1), y, ldy, accumulate);
     });
+  } else if (m <= skinny_rows_max) {
+    const int mp = (m + 15) / 16 * 16;
+    transposed_.resize(size_t(k) * mp);
+    transpose_rows(x, ldx, m, k, transposed_.data(), mp);
+    pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
+      gemm_skinny(transposed_.data(), mp, m, k, w, ldw, int(j0), int(j1), y, ldy, accumulate);
+    });
   } else if (n / pool_.size() >= 64) {
     pool_.parallel_for((n + 15) / 16, [&](int64_t g0, int64_t g1) {
       const int j0 = int(g0 * 16), j1 = int(std::min<int64_t>(g1 * 16, n));
@@ -144,57 +151,98 @@ status cpu_backend::store_kv(const float* k, const float* v, size_t ld, int m, i
   return status::ok();
 }
 
-status cpu_backend::micro_attention(const attention_shape& shape, const float* q, size_t q_ld, const int32_t* q_pos,
-                                    int n_q, const kv_layer_view& kv, const uint32_t* blocks,
-                                    const int32_t* block_pos, int n_blocks, float* m, float* e, float* ma) {
+std::vector<cpu_backend::attention_item> cpu_backend::plan_attention(const attention_shape& shape,
+                                                                     std::span<const attention_job> jobs) {
+  const int group = shape.n_heads / shape.n_kv_heads;
+  const int tile = std::max(1, tile_rows / group);
+  auto base_items = [&](const attention_job& j) -> int64_t {
+    return j.n_q <= decode_tokens_max ? 1 : int64_t(shape.n_kv_heads) * ((j.n_q + tile - 1) / tile);
+  };
+  int64_t total = 0;
+  for (const attention_job& j : jobs) total += base_items(j);
+  // Too few items to keep every thread busy: split long jobs by blocks, at least 8 blocks per split.
+  const int64_t want = 4 * int64_t(pool_.size());
+  std::vector<attention_item> items;
+  for (int ji = 0; ji < int(jobs.size()); ++ji) {
+    const attention_job& j = jobs[size_t(ji)];
+    const int64_t base = base_items(j);
+    int splits = 1;
+    if (total < want) splits = int(std::clamp<int64_t>((want + total - 1) / total, 1, std::max(1, j.n_blocks / 8)));
+    for (int64_t i = 0; i < base; ++i)
+      for (int s = 0; s < splits; ++s) {
+        if (j.n_q <= decode_tokens_max) {
+          items.push_back({ji, -1, 0, j.n_q, s, splits});
+        } else {
+          const int t0 = int(i / shape.n_kv_heads) * tile;
+          items.push_back({ji, int(i % shape.n_kv_heads), t0, std::min(j.n_q, t0 + tile), s, splits});
+        }
+      }
+  }
+  return items;
+}
+
+status cpu_backend::micro_attention_batch(const attention_shape& shape, const kv_layer_view& kv,
+                                          std::span<const attention_job> jobs) {
   if (kv.type != dtype::f32)
     return {status_code::unsupported, fmt::format("cpu attention reads f32 KV, not {}", to_string(kv.type))};
   if (shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0)
     return {status_code::invalid_argument, "n_heads must be a multiple of n_kv_heads"};
-  const attention_args a{shape, q, q_ld, q_pos, n_q, kv, blocks, block_pos, n_blocks};
+  auto args = [&](const attention_job& j) {
+    return attention_args{shape, j.q, j.q_ld, j.q_pos, j.n_q, kv, j.blocks, j.block_pos, j.n_blocks};
+  };
   if (mode_ == cpu_mode::reference) {
-    pool_.parallel_for_dynamic(shape.n_kv_heads, [&](int64_t h, int) {
-      attend_reference(a, int(h), 0, n_q, {m, e, ma});
+    pool_.parallel_for_dynamic(int64_t(jobs.size()) * shape.n_kv_heads, [&](int64_t item, int) {
+      const attention_job& j = jobs[size_t(item / shape.n_kv_heads)];
+      attend_reference(args(j), int(item % shape.n_kv_heads), 0, j.n_q, {j.m, j.e, j.ma});
     });
-  } else {
-    attend_split(a, m, e, ma);
+    return status::ok();
+  }
+  const std::vector<attention_item> items = plan_attention(shape, jobs);
+  // Split jobs write one partial per split into scratch, combined afterwards; the others write directly.
+  const int hd = shape.head_dim;
+  split_offsets_.assign(jobs.size(), 0);
+  size_t scratch_floats = 0;
+  for (const attention_item& it : items)
+    if (it.splits > 1 && split_offsets_[size_t(it.job)] == 0) {
+      split_offsets_[size_t(it.job)] = scratch_floats + 1;  // +1: 0 means "not split"
+      scratch_floats += size_t(it.splits) * size_t(jobs[size_t(it.job)].n_q) * shape.n_heads * (2 + hd);
+    }
+  split_partials_.resize(scratch_floats);
+  auto split_parts = [&](int job, int splits) -> partial_out {
+    const size_t rows = size_t(jobs[size_t(job)].n_q) * shape.n_heads;
+    float* base = split_partials_.data() + split_offsets_[size_t(job)] - 1;
+    return {base, base + splits * rows, base + 2 * splits * rows};
+  };
+  auto item_out = [&](const attention_item& it) -> partial_out {
+    const attention_job& j = jobs[size_t(it.job)];
+    if (it.splits == 1) return {j.m, j.e, j.ma};
+    const size_t rows = size_t(j.n_q) * shape.n_heads;
+    const partial_out parts = split_parts(it.job, it.splits);
+    return {parts.m + it.split * rows, parts.e + it.split * rows, parts.ma + it.split * rows * hd};
+  };
+  pool_.parallel_for_dynamic(int64_t(items.size()), [&](int64_t i, int thread) {
+    const attention_item& it = items[size_t(i)];
+    const attention_job& j = jobs[size_t(it.job)];
+    const int b0 = int(int64_t(j.n_blocks) * it.split / it.splits);
+    const int b1 = int(int64_t(j.n_blocks) * (it.split + 1) / it.splits);
+    if (it.kv_head < 0)
+      attend_blocks(args(j), it.t0, it.t1, b0, b1, item_out(it), scratch_[size_t(thread)]);
+    else
+      attend_tile(args(j), it.kv_head, it.t0, it.t1, b0, b1, item_out(it), scratch_[size_t(thread)]);
+  });
+  for (size_t ji = 0; ji < jobs.size(); ++ji) {
+    if (split_offsets_[ji] == 0) continue;
+    const attention_job& j = jobs[ji];
+    const int splits = std::find_if(items.begin(), items.end(), [&](const attention_item& it) {
+                         return it.job == int(ji);
+                       })->splits;
+    const int rows = j.n_q * shape.n_heads;
+    const partial_out parts = split_parts(int(ji), splits);
+    pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+      combine_rows(parts.m, parts.e, parts.ma, splits, rows, hd, int(r0), int(r1), {j.m, j.e, j.ma});
+    });
   }
   return status::ok();
-}
-
-void cpu_backend::attend_split(const attention_args& a, float* m, float* e, float* ma) {
-  const int group = a.shape.n_heads / a.shape.n_kv_heads, hd = a.shape.head_dim;
-  const int tile = std::max(1, tile_rows / group);
-  const int n_tiles = (a.n_q + tile - 1) / tile;
-  const int64_t base_items = int64_t(a.shape.n_kv_heads) * n_tiles;
-  // Few heads and tokens but a long context (decode): split the blocks too (FlashDecoding), and
-  // combine the splits' partials afterwards.
-  const int want = 4 * pool_.size();
-  int splits = 1;
-  if (base_items < want && a.n_blocks >= 64)
-    splits = int(std::min<int64_t>((want + base_items - 1) / base_items, a.n_blocks / 32));
-  auto run_item = [&](int64_t item, int thread, int split, const partial_out& out) {
-    const int kv_head = int(item % a.shape.n_kv_heads), t0 = int(item / a.shape.n_kv_heads) * tile;
-    const int b0 = int(int64_t(a.n_blocks) * split / splits), b1 = int(int64_t(a.n_blocks) * (split + 1) / splits);
-    attend_tile(a, kv_head, t0, std::min(a.n_q, t0 + tile), b0, b1, out, scratch_[size_t(thread)]);
-  };
-  if (splits == 1) {
-    pool_.parallel_for_dynamic(base_items, [&](int64_t item, int thread) { run_item(item, thread, 0, {m, e, ma}); });
-    return;
-  }
-  const size_t rows = size_t(a.n_q) * a.shape.n_heads;
-  split_partials_.resize(size_t(splits) * rows * (2 + hd));
-  float* part_m = split_partials_.data();
-  float* part_e = part_m + size_t(splits) * rows;
-  float* part_ma = part_e + size_t(splits) * rows;
-  pool_.parallel_for_dynamic(base_items * splits, [&](int64_t item, int thread) {
-    const int split = int(item % splits);
-    run_item(item / splits, thread, split,
-             {part_m + split * rows, part_e + split * rows, part_ma + split * rows * hd});
-  });
-  pool_.parallel_for(int64_t(rows), [&](int64_t r0, int64_t r1) {
-    combine_rows(part_m, part_e, part_ma, splits, int(rows), hd, int(r0), int(r1), {m, e, ma});
-  });
 }
 
 status cpu_backend::merge(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads,

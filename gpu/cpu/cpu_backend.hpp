@@ -45,22 +45,28 @@ class cpu_backend final : public backend {
                      size_t ld_dst) override;
   status store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,
                   const kv_layer_view& dst, const uint32_t* slots) override;
-  status micro_attention(const attention_shape& shape, const float* q, size_t q_ld, const int32_t* q_pos, int n_q,
-                         const kv_layer_view& kv, const uint32_t* blocks, const int32_t* block_pos, int n_blocks,
-                         float* m, float* e, float* ma) override;
+  status micro_attention_batch(const attention_shape& shape, const kv_layer_view& kv,
+                               std::span<const attention_job> jobs) override;
   status merge(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads, int head_dim,
                float* out, size_t out_ld) override;
   status sample(const float* logits, size_t ld, int n, int vocab, const sampling_params* params, uint64_t* rng,
                 int32_t* out) override;
 
  private:
-  /// Splits attention into (kv head, token tile, block split) items over the pool.
-  void attend_split(const attention_args& a, float* m, float* e, float* ma);
+  /// One unit of attention work: a job's decode rows or one prefill tile, over a range of its blocks.
+  struct attention_item {
+    int job, kv_head, t0, t1, split, splits;
+  };
+  /// Cuts the jobs into items: decode jobs by block ranges, prefill jobs by (kv head, token tile),
+  /// and long jobs further by block ranges (FlashDecoding) when there are too few items for the pool.
+  std::vector<attention_item> plan_attention(const attention_shape& shape, std::span<const attention_job> jobs);
 
   cpu_mode mode_;
   thread_pool pool_;
   std::vector<attention_scratch> scratch_;  // one per thread
+  std::vector<float> transposed_;           // the rows of a skinny product, transposed
   std::vector<float> split_partials_;       // partials of split-KV items before they are combined
+  std::vector<size_t> split_offsets_;       // per job: where its split partials start
 };
 
 }  // namespace illm::gpu::cpu

@@ -62,6 +62,62 @@ void gemv(const float* x, size_t ldx, int m, int k, const float* w, size_t ldw, 
   }
 }
 
+void transpose_rows(const float* x, size_t ldx, int m, int k, float* xt, int mp) {
+  for (int d = 0; d < k; ++d) {
+    float* row = xt + size_t(d) * mp;
+    for (int i = 0; i < m; ++i) row[i] = x[size_t(i) * ldx + d];
+    for (int i = m; i < mp; ++i) row[i] = 0.0f;
+  }
+}
+
+namespace {
+
+/// JB weight rows against MV vectors of x rows (transposed): each step over k broadcasts one weight per
+/// row and reuses the loaded x vectors JB times; no horizontal sums.
+template <int MV, int JB>
+void skinny_block(const float* xt, int mp, int m, int k, const float* w, size_t ldw, int j, float* y, size_t ldy,
+                  bool accumulate) {
+  f32x16 acc[JB][MV] = {};
+  const float* wr = w + size_t(j) * ldw;
+  for (int d = 0; d < k; ++d) {
+    f32x16 xv[MV];
+    for (int v = 0; v < MV; ++v) xv[v] = load16(xt + size_t(d) * mp + v * lanes);
+    for (int r = 0; r < JB; ++r) {
+      const float wv = wr[size_t(r) * ldw + d];
+      for (int v = 0; v < MV; ++v) acc[r][v] += wv * xv[v];
+    }
+  }
+  for (int r = 0; r < JB; ++r) {
+    float column[MV * lanes];
+    for (int v = 0; v < MV; ++v) store16(column + v * lanes, acc[r][v]);
+    for (int i = 0; i < m; ++i) {
+      float& out = y[size_t(i) * ldy + j + r];
+      out = (accumulate ? out : 0.0f) + column[i];
+    }
+  }
+}
+
+template <int MV>
+void skinny_columns(const float* xt, int mp, int m, int k, const float* w, size_t ldw, int j0, int j1, float* y,
+                    size_t ldy, bool accumulate) {
+  constexpr int jb = MV <= 2 ? 8 : 4;  // enough independent accumulators to cover the FMA latency
+  int j = j0;
+  for (; j + jb <= j1; j += jb) skinny_block<MV, jb>(xt, mp, m, k, w, ldw, j, y, ldy, accumulate);
+  for (; j < j1; ++j) skinny_block<MV, 1>(xt, mp, m, k, w, ldw, j, y, ldy, accumulate);
+}
+
+}  // namespace
+
+void gemm_skinny(const float* xt, int mp, int m, int k, const float* w, size_t ldw, int j0, int j1, float* y,
+                 size_t ldy, bool accumulate) {
+  switch (mp / lanes) {
+    case 1: skinny_columns<1>(xt, mp, m, k, w, ldw, j0, j1, y, ldy, accumulate); break;
+    case 2: skinny_columns<2>(xt, mp, m, k, w, ldw, j0, j1, y, ldy, accumulate); break;
+    case 3: skinny_columns<3>(xt, mp, m, k, w, ldw, j0, j1, y, ldy, accumulate); break;
+    default: skinny_columns<4>(xt, mp, m, k, w, ldw, j0, j1, y, ldy, accumulate); break;
+  }
+}
+
 void gemm_reference(const float* x, size_t ldx, int m, int k, const float* w, size_t ldw, int j0, int j1, float* y,
                     size_t ldy, bool accumulate) {
   for (int i = 0; i < m; ++i)

@@ -14,6 +14,19 @@ namespace illm::gpu::cpu {
 void gemv(const float* x, size_t ldx, int m, int k, const float* w, size_t ldw, int j0, int j1, float* y, size_t ldy,
           bool accumulate);
 
+/// Rows of up to skinny_rows_max tokens: x [m][k] transposed into xt [k][mp], mp = m rounded up to 16,
+/// zero-padded.
+void transpose_rows(const float* x, size_t ldx, int m, int k, float* xt, int mp);
+
+/// Most rows of x that gemm_skinny takes.
+inline constexpr int skinny_rows_max = 64;
+
+/// y[i][j] (+)= dot(x[i], w[j]) for i < m and j in [j0, j1), from the transposed xt (transpose_rows):
+/// the product of a decode batch (a few dozen rows) and a weight matrix without the packing that a
+/// general GEMM does per call (which, at this shape, costs as much as the product).
+void gemm_skinny(const float* xt, int mp, int m, int k, const float* w, size_t ldw, int j0, int j1, float* y,
+                 size_t ldy, bool accumulate);
+
 /// The same product through plain loops, for reference mode.
 void gemm_reference(const float* x, size_t ldx, int m, int k, const float* w, size_t ldw, int j0, int j1, float* y,
                     size_t ldy, bool accumulate);
