@@ -19,7 +19,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // Help and version exit 0; a usage error exits 2, a failed command (CLI::RuntimeError) its own code.
+    const int code = app.exit(e);
+    return code == 0 || dynamic_cast<const CLI::RuntimeError*>(&e) ? code : 2;
   }
   return 0;
 }
