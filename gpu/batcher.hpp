@@ -2,11 +2,17 @@
 // Continuous batching over one engine: every step takes one decode token from each running sequence
 // and fills the rest of the token budget with prefill chunks, first come first served. A sequence
 // keeps every token it has (prompt and generated), so it can always be rebuilt: when blocks run out,
-// the newest sequence is preempted by recompute (its blocks freed, its KV computed again later).
+// the newest sequence is preempted by recompute (its blocks freed, its KV computed again later), or,
+// where the caller can find blocks elsewhere, the short sequence waits for them.
+//
+// A step is planned (plan), run on the engine (by whoever owns it), then completed (complete) with
+// the sampled tokens; step() does all three in place.
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,7 +21,7 @@
 namespace illm::gpu {
 
 /// Why a sequence stopped.
-enum class finish_reason { none, length, stop, error };
+enum class finish_reason { none, length, stop, cancelled, error };
 const char* to_string(finish_reason r);
 
 /// A request as the engine sees it.
@@ -32,10 +38,12 @@ struct sequence {
   finish_reason finish = finish_reason::none;
   std::string error;            ///< why, when finish is error
   int preemptions = 0;
-  std::vector<int> partials_per_layer;  ///< pools its attention merged, per step (for reports)
+  int partials_per_layer = 0;   ///< pools its attention merged at its last step
 
   int n_generated() const { return int(tokens.size()) - n_prompt; }
   bool finished() const { return finish != finish_reason::none; }
+  /// Logical blocks whose 16 tokens all have KV (only those may move).
+  uint32_t full_blocks() const { return uint32_t(n_cached / kv_block_tokens); }
 };
 
 /// Hands out blocks for sequences' new tokens and takes them back.
@@ -47,27 +55,60 @@ class block_source {
   virtual status release(const block_ref& ref) = 0;
 };
 
-/// Limits of a batcher.
+/// What a batcher does when a sequence needs blocks that its source cannot give.
+enum class shortage_action {
+  preempt,  ///< free the newest other sequence's blocks (it is recomputed later)
+  wait,     ///< leave the sequence out of this step; blocks are being found elsewhere
+};
+
+/// Limits and policies of a batcher.
 struct batcher_options {
   int max_batch_tokens = 512;  ///< token budget per step
   int max_batch_seqs = 256;    ///< sequences per step
+  /// Asked when `seq` is `blocks_short` blocks short; default: preempt.
+  std::function<shortage_action(const sequence& seq, uint32_t blocks_short)> on_shortage;
+};
+
+/// One planned step: engine entries and, parallel to them, the sequences and their sampling state.
+struct step_plan {
+  std::vector<batch_entry> entries;
+  std::vector<sequence*> sequences;
+  std::vector<sampling_params> params;  ///< one per sampled entry, in entry order
+  std::vector<uint64_t> rng;            ///< one per sampled entry; advanced by sampling
+  std::vector<int32_t> sampled;         ///< filled by whoever runs the step
+  std::vector<int> partials;            ///< per entry: partials merged per layer (engine stats)
+  int decode_tokens = 0;
+  bool empty() const { return entries.empty(); }
 };
 
 /// Runs sequences to completion on an engine, one step at a time.
 class batcher {
  public:
-  batcher(engine& e, block_source& blocks, const batcher_options& options);
+  batcher(engine& e, block_source& blocks, batcher_options options);
 
   /// Queues a sequence; it runs from the next step on.
   void add(std::shared_ptr<sequence> seq);
-  /// One step: plan, allocate blocks, run the engine, sample, retire finished sequences.
+  /// Marks a sequence cancelled; it is retired (its blocks released) at the next plan or complete.
+  bool cancel(uint64_t id);
+
+  /// Plans the next step: picks the tokens, gives them blocks (preempting or waiting when short) and
+  /// retires finished sequences. An empty plan means nothing can run now.
+  status plan(step_plan& out);
+  /// Runs a plan on the engine and samples its tokens (what a worker does).
+  static status execute(engine& e, step_plan& plan, const kv_pools& pools, attention_router* router);
+  /// Applies a run plan: appends the sampled tokens, finishes and retires sequences.
+  void complete(step_plan& plan);
+  /// plan + execute + complete on this batcher's engine.
   status step(const kv_pools& pools, attention_router* router);
+
   /// True when no sequence is waiting or running.
   bool idle() const { return active_.empty(); }
+  /// Sequences not yet finished, oldest first.
+  const std::deque<std::shared_ptr<sequence>>& active() const { return active_; }
   /// Sequences that finished since the last call.
   std::vector<std::shared_ptr<sequence>> take_finished();
 
-  /// Tokens processed by the last step (prefill and decode), and how many were decode tokens.
+  /// Tokens processed by the last completed step, and how many were decode tokens.
   int last_step_tokens() const { return last_tokens_; }
   int last_step_decodes() const { return last_decodes_; }
 
@@ -76,12 +117,11 @@ class batcher {
     sequence* seq;
     int n_tokens;
   };
-  std::vector<planned> plan() const;
-  /// Gives every planned sequence the blocks its tokens need, preempting the newest when short.
+  std::vector<planned> pick() const;
+  /// Gives every planned sequence the blocks its tokens need, per the shortage policy.
   status reserve_blocks(std::vector<planned>& batch);
   status release_all(sequence& seq);
   void preempt(sequence& seq);
-  void finish(sequence& seq, finish_reason why, std::string error = {});
   void retire();
 
   engine& engine_;

@@ -92,7 +92,7 @@ result<generate_result> generate(const loaded_model& model, backend& device, con
   if (seq->finish == finish_reason::error) return status{status_code::out_of_blocks, seq->error};
   out.finish = seq->finish;
   out.token_ids.assign(seq->tokens.begin() + seq->n_prompt, seq->tokens.end());
-  out.partials_per_layer = seq->partials_per_layer.empty() ? 0 : seq->partials_per_layer.back();
+  out.partials_per_layer = seq->partials_per_layer;
   out.blocks_per_pool = source.peak_used();
   out.query_bytes = router.query_bytes();
   out.partial_bytes = router.partial_bytes();

@@ -12,6 +12,8 @@ result<kv_pool> kv_pool::create(backend& device, const kv_layout& layout, uint32
     return status{status_code::invalid_argument,
                   fmt::format("KV pool needs a positive shape and block count (got {} blocks)", n_blocks)};
   kv_pool pool;
+  pool.mutex_ = std::make_unique<std::mutex>();
+  pool.total_ = n_blocks;
   pool.device_ = &device;
   pool.layout_ = layout;
   const size_t bytes = size_t(n_blocks) * layout.block_bytes();
@@ -32,6 +34,8 @@ kv_pool::kv_pool(kv_pool&& o) noexcept { *this = std::move(o); }
 kv_pool& kv_pool::operator=(kv_pool&& o) noexcept {
   if (this != &o) {
     if (base_) device_->deallocate(base_);
+    mutex_ = std::move(o.mutex_);
+    total_ = std::exchange(o.total_, 0);
     device_ = std::exchange(o.device_, nullptr);
     layout_ = o.layout_;
     base_ = std::exchange(o.base_, nullptr);
@@ -47,6 +51,7 @@ kv_pool::~kv_pool() {
 }
 
 result<uint32_t> kv_pool::allocate(const block_owner& owner) {
+  std::lock_guard lock(*mutex_);
   if (free_list_.empty())
     return status{status_code::out_of_blocks, fmt::format("KV pool full ({} blocks in use)", total_blocks())};
   const uint32_t b = free_list_.back();
@@ -56,7 +61,38 @@ result<uint32_t> kv_pool::allocate(const block_owner& owner) {
   return b;
 }
 
+result<std::vector<uint32_t>> kv_pool::allocate_many(const block_owner& owner, uint32_t n) {
+  std::lock_guard lock(*mutex_);
+  if (free_list_.size() < n)
+    return status{status_code::out_of_blocks, fmt::format("{} blocks asked, {} free", n, free_list_.size())};
+  std::vector<uint32_t> blocks;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t b = free_list_.back();
+    free_list_.pop_back();
+    used_[b] = true;
+    owners_[b] = owner;
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
+uint32_t kv_pool::free_blocks() const {
+  std::lock_guard lock(*mutex_);
+  return uint32_t(free_list_.size());
+}
+
+bool kv_pool::is_used(uint32_t block) const {
+  std::lock_guard lock(*mutex_);
+  return block < total_ && used_[block];
+}
+
+block_owner kv_pool::owner(uint32_t block) const {
+  std::lock_guard lock(*mutex_);
+  return block < total_ && used_[block] ? owners_[block] : block_owner{};
+}
+
 status kv_pool::release(uint32_t block) {
+  std::lock_guard lock(*mutex_);
   if (block >= total_blocks())
     return {status_code::invalid_argument, fmt::format("release of block {} outside the pool", block)};
   if (!used_[block]) return {status_code::invalid_argument, fmt::format("release of free block {}", block)};
@@ -67,12 +103,14 @@ status kv_pool::release(uint32_t block) {
 }
 
 uint32_t kv_pool::blocks_of(uint64_t request) const {
+  std::lock_guard lock(*mutex_);
   uint32_t n = 0;
   for (uint32_t b = 0; b < total_blocks(); ++b) n += used_[b] && owners_[b].request == request;
   return n;
 }
 
 status kv_pool::check() const {
+  std::lock_guard lock(*mutex_);
   std::vector<bool> seen(total_blocks(), false);
   for (uint32_t b : free_list_) {
     if (b >= total_blocks()) return {status_code::internal, fmt::format("free list holds block {} outside the pool", b)};
@@ -81,9 +119,9 @@ status kv_pool::check() const {
     seen[b] = true;
   }
   const auto used = uint32_t(std::count(used_.begin(), used_.end(), true));
-  if (used + free_blocks() != total_blocks())
+  if (used + free_list_.size() != total_blocks())
     return {status_code::internal,
-            fmt::format("{} used + {} free != {} blocks", used, free_blocks(), total_blocks())};
+            fmt::format("{} used + {} free != {} blocks", used, free_list_.size(), total_blocks())};
   return status::ok();
 }
 

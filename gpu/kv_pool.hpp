@@ -3,6 +3,8 @@
 // and accounting that can be checked. A block holds 16 tokens of K and V for every layer.
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "gpu/backend.hpp"
@@ -40,7 +42,9 @@ struct block_owner {
   bool operator==(const block_owner&) const = default;
 };
 
-/// A fixed arena of KV blocks in one backend's memory.
+/// A fixed arena of KV blocks in one backend's memory. The accounting is thread-safe (an instance's
+/// engine, manager and attention server share the pool); block contents are coordinated by the
+/// protocol (a block is written only by its owner, and only until it is full).
 class kv_pool {
  public:
   /// Allocates `n_blocks` blocks at once on `device`; nothing is allocated afterwards.
@@ -54,11 +58,15 @@ class kv_pool {
   /// Returns a block to the free list; releasing a free or unknown block is an error.
   status release(uint32_t block);
 
-  uint32_t total_blocks() const { return uint32_t(owners_.size()); }
-  uint32_t free_blocks() const { return uint32_t(free_list_.size()); }
+  /// Takes `n` free blocks for `owner` at once, or none (out_of_blocks) when fewer are free.
+  result<std::vector<uint32_t>> allocate_many(const block_owner& owner, uint32_t n);
+
+  uint32_t total_blocks() const { return total_; }
+  uint32_t free_blocks() const;
   uint32_t used_blocks() const { return total_blocks() - free_blocks(); }
-  bool is_used(uint32_t block) const { return used_[block]; }
-  const block_owner& owner(uint32_t block) const { return owners_[block]; }
+  bool is_used(uint32_t block) const;
+  /// The owner of a used block (a default owner for a free one).
+  block_owner owner(uint32_t block) const;
   /// Blocks held for `request`.
   uint32_t blocks_of(uint64_t request) const;
 
@@ -82,6 +90,8 @@ class kv_pool {
 
  private:
   kv_pool() = default;
+  std::unique_ptr<std::mutex> mutex_;
+  uint32_t total_ = 0;
   backend* device_ = nullptr;
   kv_layout layout_;
   void* base_ = nullptr;
