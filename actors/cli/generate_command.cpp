@@ -1,7 +1,10 @@
 // `illm generate`: prompt in, continuation out, through the DistAttention path over --kv-pools pools.
 
+#include <chrono>
 #include <fstream>
+#include <future>
 #include <iostream>
+#include <mutex>
 #include <random>
 #include <sstream>
 
@@ -9,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/cli/commands.hpp"
+#include "actors/cluster.hpp"
 #include "gpu/backend_registry.hpp"
 #include "gpu/generate.hpp"
 
@@ -31,6 +35,8 @@ struct generate_flags {
   int64_t seed = -1;
   bool ignore_eos = false;
   int kv_pools = 1;
+  int instances = 0;  // 0: no cluster, the single-process DistAttention path over kv_pools
+  uint32_t kv_blocks_per_instance = 0;
   int threads = 0;
   int max_batch_tokens = 512;
   std::string backend = "auto";
@@ -46,41 +52,29 @@ std::string read_prompt(const generate_flags& f) {
   return s.str();
 }
 
-void run_generate(const generate_flags& f) {
-  if (!f.prompt.empty() && !f.prompt_file.empty()) fail("give --prompt or --prompt-file, not both", 2);
-  const std::string prompt = read_prompt(f);
-  auto model = gpu::load_model(f.model);
-  if (!model.is_ok()) fail(model.error().message());
-  auto device = gpu::make_backend(f.backend, f.threads);
-  if (!device.is_ok()) fail(device.error().message());
+/// What both paths report.
+struct generation_report {
+  std::vector<int32_t> prompt_ids, token_ids;
+  std::string finish_reason;
+  uint64_t seed = 0;
+  double prefill_s = 0, decode_s = 0;
+  nlohmann::json extra;  ///< path-specific fields
+};
 
-  gpu::generate_options options;
-  options.prompt_ids = model->vocab->encode(prompt, true);
-  options.max_tokens = f.max_tokens;
-  options.sampling = {f.temperature, f.top_p};
-  options.seed = f.seed >= 0 ? uint64_t(f.seed) : std::random_device{}();
-  options.ignore_eos = f.ignore_eos;
-  options.kv_pools = f.kv_pools;
-  options.max_batch_tokens = f.max_batch_tokens;
-  auto out = gpu::generate(model.value(), *device.value(), options);
-  if (!out.is_ok()) fail(out.error().message());
-
-  const std::string text = model->vocab->decode(out->token_ids, options.prompt_ids.back());
-  const int n_prompt = int(options.prompt_ids.size()), n_gen = int(out->token_ids.size());
-  const double prefill_tok_s = out->prefill_s > 0 ? n_prompt / out->prefill_s : 0.0;
-  const double decode_tok_s = out->decode_s > 0 && n_gen > 1 ? (n_gen - 1) / out->decode_s : 0.0;
+void print_report(const generate_flags& f, const gpu::loaded_model& model, const std::string& prompt,
+                  const generation_report& r) {
+  const std::string text = model.vocab->decode(r.token_ids, r.prompt_ids.back());
+  const int n_prompt = int(r.prompt_ids.size()), n_gen = int(r.token_ids.size());
+  const double prefill_tok_s = r.prefill_s > 0 ? n_prompt / r.prefill_s : 0.0;
+  const double decode_tok_s = r.decode_s > 0 && n_gen > 1 ? (n_gen - 1) / r.decode_s : 0.0;
   if (f.json) {
-    nlohmann::json j;
-    j["model"] = model->name;
+    nlohmann::json j = r.extra;
+    j["model"] = model.name;
     j["text"] = text;
-    j["prompt_token_ids"] = options.prompt_ids;
-    j["token_ids"] = out->token_ids;
-    j["finish_reason"] = gpu::to_string(out->finish);
-    j["seed"] = options.seed;
-    j["kv_pools"] = f.kv_pools;
-    j["blocks_per_pool"] = out->blocks_per_pool;
-    j["partials_merged_per_layer"] = out->partials_per_layer;
-    j["attention_bytes"] = {{"queries", out->query_bytes}, {"partials", out->partial_bytes}};
+    j["prompt_token_ids"] = r.prompt_ids;
+    j["token_ids"] = r.token_ids;
+    j["finish_reason"] = r.finish_reason;
+    j["seed"] = r.seed;
     j["stats"] = {{"prompt_tokens", n_prompt},
                   {"generated_tokens", n_gen},
                   {"prefill_tok_s", prefill_tok_s},
@@ -89,8 +83,106 @@ void run_generate(const generate_flags& f) {
     return;
   }
   std::cout << prompt << text << "\n";
-  fmt::print("[prompt tokens {}, generated tokens {}, prefill {:.1f} tok/s, decode {:.1f} tok/s, kv pools {}]\n",
-             n_prompt, n_gen, prefill_tok_s, decode_tok_s, f.kv_pools);
+  fmt::print("[prompt tokens {}, generated tokens {}, prefill {:.1f} tok/s, decode {:.1f} tok/s]\n", n_prompt, n_gen,
+             prefill_tok_s, decode_tok_s);
+}
+
+generation_report run_pools(const generate_flags& f, const gpu::loaded_model& model, gpu::generate_options options) {
+  auto device = gpu::make_backend(f.backend, f.threads);
+  if (!device.is_ok()) fail(device.error().message());
+  options.kv_pools = f.kv_pools;
+  auto out = gpu::generate(model, *device.value(), options);
+  if (!out.is_ok()) fail(out.error().message());
+  generation_report r{options.prompt_ids, out->token_ids, gpu::to_string(out->finish), options.seed,
+                      out->prefill_s, out->decode_s, {}};
+  r.extra["kv_pools"] = f.kv_pools;
+  r.extra["blocks_per_pool"] = out->blocks_per_pool;
+  r.extra["partials_merged_per_layer"] = out->partials_per_layer;
+  r.extra["attention_bytes"] = {{"queries", out->query_bytes}, {"partials", out->partial_bytes}};
+  return r;
+}
+
+/// The request on an embedded cluster of --instances instances, through the actors and the protocol.
+generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& model,
+                              const gpu::generate_options& options) {
+  actors::cluster_options co;
+  co.instances = f.instances;
+  co.kv_blocks_per_instance =
+      f.kv_blocks_per_instance
+          ? f.kv_blocks_per_instance
+          : gpu::blocks_for_tokens(int64_t(options.prompt_ids.size()) + options.max_tokens) + 1;
+  co.threads_per_instance = f.threads;
+  co.max_batch_tokens = f.max_batch_tokens;
+  auto started = actors::cluster::start(model.weights, co);
+  if (!started.is_ok()) fail(started.error().message());
+  actors::cluster& c = *started.value();
+
+  using clock = std::chrono::steady_clock;
+  std::mutex mutex;
+  std::vector<int32_t> tokens;
+  clock::time_point first_token{};
+  std::promise<actors::request_finished> finished;
+  const auto start = clock::now();
+  actors::generate_params params{options.prompt_ids, options.max_tokens, options.sampling.temperature,
+                                 options.sampling.top_p, options.seed, options.ignore_eos};
+  c.submit(params, {[&](int32_t token) {
+                      std::lock_guard lock(mutex);
+                      if (tokens.empty()) first_token = clock::now();
+                      tokens.push_back(token);
+                    },
+                    [&](const actors::request_finished& end) { finished.set_value(end); }});
+  const actors::request_finished end = finished.get_future().get();
+  const auto stop = clock::now();
+  if (end.reason == "error") fail("the request failed: " + end.error);
+
+  generation_report r{options.prompt_ids, tokens, end.reason, options.seed, 0, 0, {}};
+  if (!tokens.empty()) {
+    r.prefill_s = std::chrono::duration<double>(first_token - start).count();
+    r.decode_s = std::chrono::duration<double>(stop - first_token).count();
+  }
+  r.extra["instances"] = f.instances;
+  r.extra["kv_blocks_per_instance"] = co.kv_blocks_per_instance;
+  std::map<uint32_t, uint32_t> blocks;
+  for (const auto& e : end.placement) blocks[e.inst_id] += e.num_blocks;
+  for (int i = 0; i < f.instances; ++i) r.extra["blocks_per_instance"].push_back(blocks[uint32_t(i)]);
+  r.extra["preemptions"] = end.preemptions;
+  r.extra["moves"] = nlohmann::json::array();
+  r.extra["refusals"] = nlohmann::json::array();
+  for (const auto& m : c.moves()) {
+    nlohmann::json j = {{"move_id", m.id}, {"request", m.req_id}, {"source", m.src_inst},
+                        {"destination", m.dst_inst}, {"blocks", m.blocks}, {"loan", m.self_initiated}};
+    if (m.ok) {
+      r.extra["moves"].push_back(j);
+    } else {
+      j["reason"] = m.reason;
+      r.extra["refusals"].push_back(j);
+    }
+  }
+  c.shutdown();
+  for (const auto& inst : c.instances())
+    if (!inst.accounting.is_ok() || inst.free_blocks != inst.total_blocks)
+      fail(fmt::format("instance {} pool accounting after the run: {} of {} blocks free ({})", inst.id,
+                       inst.free_blocks, inst.total_blocks, inst.accounting.message()));
+  return r;
+}
+
+void run_generate(const generate_flags& f) {
+  if (!f.prompt.empty() && !f.prompt_file.empty()) fail("give --prompt or --prompt-file, not both", 2);
+  if (f.instances > 0 && f.kv_pools > 1) fail("give --instances or --kv-pools, not both", 2);
+  const std::string prompt = read_prompt(f);
+  auto model = gpu::load_model(f.model);
+  if (!model.is_ok()) fail(model.error().message());
+
+  gpu::generate_options options;
+  options.prompt_ids = model->vocab->encode(prompt, true);
+  options.max_tokens = f.max_tokens;
+  options.sampling = {f.temperature, f.top_p};
+  options.seed = f.seed >= 0 ? uint64_t(f.seed) : std::random_device{}();
+  options.ignore_eos = f.ignore_eos;
+  options.max_batch_tokens = f.max_batch_tokens;
+  const generation_report r = f.instances > 0 ? run_cluster(f, model.value(), options)
+                                              : run_pools(f, model.value(), options);
+  print_report(f, model.value(), prompt, r);
 }
 
 }  // namespace
@@ -115,7 +207,14 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--kv-pools", flags->kv_pools, "Spread the KV blocks over this many pools")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--instances", flags->instances,
+                  "Run on an embedded cluster of this many instances (gManager, rManagers, actors)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--kv-blocks-per-instance", flags->kv_blocks_per_instance,
+                  "KV blocks (16 tokens each) of every instance's pool (default: the whole request)")
+      ->check(CLI::Range(2u, 1u << 24));
+  cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores; per instance with --instances)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--max-batch-tokens", flags->max_batch_tokens, "Tokens per step (prefill chunk)")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();

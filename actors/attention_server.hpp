@@ -1,0 +1,27 @@
+#pragma once
+// The attention server of an instance: it answers other instances' remote MicroAttention over the
+// blocks this instance hosts for them. It runs on its own thread with its own kernels, apart from the
+// worker, so that two instances that lend to each other never wait on each other's step.
+
+#include <memory>
+
+#include "actors/messages.hpp"
+#include "gpu/backend.hpp"
+#include "gpu/kv_pool.hpp"
+#include "transport/transport.hpp"
+
+namespace illm::actors {
+
+/// What an attention server needs.
+struct attention_server_config {
+  std::shared_ptr<gpu::kv_pool> pool;
+  std::shared_ptr<gpu::backend> device;  ///< its own, not the worker's
+  gpu::attention_shape shape;
+  int n_layers = 0;
+  std::shared_ptr<transport::data_plane> plane;
+};
+
+/// Spawns a detached attention server; feed it the data plane's attend messages (incoming_attend).
+caf::actor spawn_attention_server(caf::actor_system& sys, attention_server_config config);
+
+}  // namespace illm::actors

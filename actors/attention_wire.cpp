@@ -1,0 +1,130 @@
+#include "actors/attention_wire.hpp"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace illm::actors {
+
+namespace {
+
+constexpr uint32_t attend_magic = 0x41544e44;    // "ATND"
+constexpr uint32_t partials_magic = 0x50525453;  // "PRTS"
+constexpr uint64_t max_array = uint64_t(1) << 28;  // elements; far above any real payload
+
+class writer {
+ public:
+  template <class T>
+  void value(const T& v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    out_.insert(out_.end(), p, p + sizeof(T));
+  }
+  template <class T>
+  void array(const std::vector<T>& v) {
+    value(uint64_t(v.size()));
+    const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+    out_.insert(out_.end(), p, p + v.size() * sizeof(T));
+  }
+  void text(const std::string& s) {
+    value(uint64_t(s.size()));
+    out_.insert(out_.end(), s.begin(), s.end());
+  }
+  std::vector<uint8_t> take() { return std::move(out_); }
+
+ private:
+  std::vector<uint8_t> out_;
+};
+
+class reader {
+ public:
+  explicit reader(const std::vector<uint8_t>& in) : in_(in) {}
+  template <class T>
+  bool value(T& v) {
+    if (in_.size() - at_ < sizeof(T)) return false;
+    std::memcpy(&v, in_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return true;
+  }
+  template <class T>
+  bool array(std::vector<T>& v) {
+    uint64_t n = 0;
+    if (!value(n) || n > max_array || (in_.size() - at_) / sizeof(T) < n) return false;
+    v.resize(n);
+    std::memcpy(v.data(), in_.data() + at_, n * sizeof(T));
+    at_ += n * sizeof(T);
+    return true;
+  }
+  bool text(std::string& s) {
+    uint64_t n = 0;
+    if (!value(n) || n > in_.size() - at_) return false;
+    s.assign(reinterpret_cast<const char*>(in_.data() + at_), n);
+    at_ += n;
+    return true;
+  }
+  bool at_end() const { return at_ == in_.size(); }
+
+ private:
+  const std::vector<uint8_t>& in_;
+  size_t at_ = 0;
+};
+
+gpu::status corrupt(const char* what) {
+  return {gpu::status_code::invalid_argument, fmt::format("malformed {} payload from a peer", what)};
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode(const attend& a) {
+  writer w;
+  w.value(attend_magic);
+  w.value(a.tag);
+  w.value(a.req_id);
+  w.value(a.owner);
+  w.value(a.layer);
+  w.value(a.n_q);
+  w.array(a.q);
+  w.array(a.q_pos);
+  w.array(a.blocks);
+  w.array(a.block_pos);
+  return w.take();
+}
+
+std::vector<uint8_t> encode(const partials& p) {
+  writer w;
+  w.value(partials_magic);
+  w.value(p.tag);
+  w.value(uint8_t(p.ok));
+  w.text(p.error);
+  w.array(p.m);
+  w.array(p.e);
+  w.array(p.ma);
+  return w.take();
+}
+
+gpu::result<attend> decode_attend(const std::vector<uint8_t>& bytes) {
+  reader r(bytes);
+  attend a;
+  uint32_t magic = 0;
+  if (!r.value(magic) || magic != attend_magic || !r.value(a.tag) || !r.value(a.req_id) || !r.value(a.owner) ||
+      !r.value(a.layer) || !r.value(a.n_q) || !r.array(a.q) || !r.array(a.q_pos) || !r.array(a.blocks) ||
+      !r.array(a.block_pos) || !r.at_end())
+    return corrupt("attend");
+  if (a.n_q <= 0 || a.q_pos.size() != size_t(a.n_q) || a.q.size() % size_t(a.n_q) != 0 ||
+      a.blocks.size() != a.block_pos.size() || a.layer < 0)
+    return corrupt("attend");
+  return a;
+}
+
+gpu::result<partials> decode_partials(const std::vector<uint8_t>& bytes) {
+  reader r(bytes);
+  partials p;
+  uint32_t magic = 0;
+  uint8_t ok = 0;
+  if (!r.value(magic) || magic != partials_magic || !r.value(p.tag) || !r.value(ok) || !r.text(p.error) ||
+      !r.array(p.m) || !r.array(p.e) || !r.array(p.ma) || !r.at_end() || p.m.size() != p.e.size())
+    return corrupt("partials");
+  p.ok = ok != 0;
+  return p;
+}
+
+}  // namespace illm::actors

@@ -1,0 +1,44 @@
+#pragma once
+// The remote-attention payloads and their wire format. An owner sends `attend` (its queries and the
+// ids of blocks a holder keeps for it) and gets `partials` (m, e, MA per query row) back, through the
+// transport's attend and partials channels. The format is little-endian fields and raw arrays, with
+// every length checked on decode: a malformed payload from a peer is an error, never a crash.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpu/status.hpp"
+
+namespace illm::actors {
+
+/// Owner -> holder: MicroAttention of n_q queries over blocks kept for req_id.
+struct attend {
+  uint64_t tag = 0;  ///< matches the answer to the request
+  uint64_t req_id = 0;
+  uint32_t owner = 0;
+  int32_t layer = 0;
+  int32_t n_q = 0;
+  std::vector<float> q;  ///< [n_q][n_heads][head_dim]
+  std::vector<int32_t> q_pos;
+  std::vector<uint32_t> blocks;
+  std::vector<int32_t> block_pos;
+};
+
+/// Holder -> owner: the partial (m, e, MA) per query row, or why there is none.
+struct partials {
+  uint64_t tag = 0;
+  bool ok = false;
+  std::string error;
+  std::vector<float> m, e, ma;
+};
+
+/// Encodes for the transport.
+std::vector<uint8_t> encode(const attend& a);
+std::vector<uint8_t> encode(const partials& p);
+
+/// Decodes a payload; a short, long or inconsistent one is a corrupt-payload error.
+gpu::result<attend> decode_attend(const std::vector<uint8_t>& bytes);
+gpu::result<partials> decode_partials(const std::vector<uint8_t>& bytes);
+
+}  // namespace illm::actors

@@ -1,0 +1,99 @@
+#pragma once
+// An embedded cluster: a gManager and N instances (each with its rManager, worker, attention server,
+// engine, KV pool and data-plane endpoint) in one process, on the real actors and protocol, and the
+// C++ API to submit requests to it and receive their tokens as a stream (for the HTTP front end and
+// `illm generate --instances N`).
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "actors/event_log.hpp"
+#include "actors/messages.hpp"
+#include "actors/placement/types.hpp"
+#include "actors/request.hpp"
+#include "gpu/weights.hpp"
+#include "transport/transport.hpp"
+
+namespace illm::actors {
+
+/// How to build an embedded cluster.
+struct cluster_options {
+  int instances = 2;
+  uint32_t kv_blocks_per_instance = 256;
+  int threads_per_instance = 0;  ///< 0: cores / instances, at least one
+  int max_batch_tokens = 512;
+  int max_batch_seqs = 64;
+  std::chrono::milliseconds heartbeat_period{20};
+  std::chrono::milliseconds policy_period{50};
+  std::chrono::milliseconds lease{2000};
+  std::chrono::milliseconds attention_timeout{30000};
+  placement::policy policy;  ///< empty: the simple policy
+};
+
+/// A request as a client gives it.
+struct generate_params {
+  std::vector<int32_t> prompt;  ///< BOS first
+  int32_t max_tokens = 64;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  bool ignore_eos = false;
+};
+
+/// One instance's pool and data-plane traffic, for reports and tests.
+struct instance_report {
+  instance_id id = 0;
+  uint32_t total_blocks = 0;
+  uint32_t free_blocks = 0;
+  gpu::status accounting;  ///< the pool's own consistency check
+  transport::traffic traffic;
+};
+
+/// A running embedded cluster.
+class cluster {
+ public:
+  /// Builds and starts the cluster; returns once every instance has joined the gManager.
+  static gpu::result<std::unique_ptr<cluster>> start(std::shared_ptr<const gpu::model_weights> weights,
+                                                     const cluster_options& options);
+  ~cluster();
+  cluster(const cluster&) = delete;
+  cluster& operator=(const cluster&) = delete;
+
+  /// Submits a request to the instance with the most free blocks; the callbacks run on an actor
+  /// thread, tokens in order, then on_finished exactly once. Returns the request's id.
+  request_id submit(const generate_params& params, request_callbacks callbacks);
+  /// Stops a request (its on_finished reports "cancelled").
+  void cancel(request_id id);
+
+  /// Pools and traffic of every instance.
+  std::vector<instance_report> instances() const;
+  /// Every move so far with its outcome.
+  std::vector<move_report> moves() const { return events_->moves(); }
+  /// The gManager's current view.
+  cluster_view view();
+  int size() const;
+
+  /// Stops every actor (in-flight requests end as cancelled) and waits for them.
+  void shutdown();
+
+ private:
+  struct node;
+  cluster();
+  gpu::status build(std::shared_ptr<const gpu::model_weights> weights, const cluster_options& options);
+
+  std::vector<std::unique_ptr<node>> nodes_;
+  std::shared_ptr<event_log> events_;
+  std::mutex requests_mutex_;
+  std::map<request_id, caf::actor> requests_;
+  std::atomic<request_id> next_request_{1};
+  caf::actor gmanager_;
+  std::unique_ptr<caf::actor_system_config> config_;
+  std::unique_ptr<caf::actor_system> system_;  // destroyed first: its actors use the nodes
+  bool stopped_ = false;
+};
+
+}  // namespace illm::actors

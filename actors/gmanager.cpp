@@ -1,0 +1,128 @@
+#include "actors/gmanager.hpp"
+
+#include <map>
+
+namespace illm::actors {
+
+namespace {
+
+/// One member as the gManager knows it.
+struct member {
+  caf::actor rmanager;
+  caf::actor instance;
+  instance_stats stats;
+  std::vector<request_placement_entry> placement;
+  uint64_t last_seq = 0;
+  caf::actor_clock::time_point last_heard;
+  bool draining = false;
+};
+
+}  // namespace
+
+struct gmanager_state {
+  gmanager_config config;
+  std::map<instance_id, member> members;
+  uint64_t epoch = 0;
+  uint64_t next_move = 1;
+  static inline const char* name = "gmanager";
+};
+
+namespace {
+
+using self_ptr = caf::stateful_actor<gmanager_state>*;
+
+bool alive(self_ptr self, const member& m) {
+  return self->clock().now() - m.last_heard <= self->state.config.heartbeat_timeout;
+}
+
+cluster_view view_of(self_ptr self) {
+  cluster_view v;
+  v.epoch = self->state.epoch;
+  for (const auto& [id, m] : self->state.members)
+    if (alive(self, m))
+      v.instances.push_back({id, m.stats.total_blocks, m.stats.free_blocks, m.draining || m.stats.draining, m.rmanager,
+                             m.instance});
+  return v;
+}
+
+void run_policy(self_ptr self) {
+  auto& st = self->state;
+  self->delayed_send(self, st.config.policy_period, policy_tick_atom::value);
+  if (!st.config.policy) return;
+  std::vector<placement::instance_snapshot> snapshot;
+  for (const auto& [id, m] : st.members)
+    if (alive(self, m)) {
+      placement::instance_snapshot s{id, m.stats, m.placement};
+      s.stats.draining = s.stats.draining || m.draining;
+      snapshot.push_back(std::move(s));
+    }
+  for (const placement::move_order& o : st.config.policy(snapshot)) {
+    auto src = st.members.find(o.src);
+    if (src == st.members.end() || !st.members.count(o.dst) || o.num_blocks == 0) continue;
+    self->send(src->second.rmanager, move_kvcache{st.next_move++, o.req, o.num_blocks, o.dst});
+  }
+}
+
+cluster_view on_join(self_ptr self, const join_cluster& j) {
+  auto& st = self->state;
+  member& m = st.members[j.inst_id];
+  if (m.rmanager != j.rmanager) self->monitor(j.rmanager);
+  m.rmanager = j.rmanager;
+  if (j.instance) m.instance = j.instance;
+  m.stats = j.stats;
+  m.last_heard = self->clock().now();
+  ++st.epoch;
+  return view_of(self);
+}
+
+cluster_view on_heartbeat(self_ptr self, heartbeat& hb) {
+  auto& st = self->state;
+  auto it = st.members.find(hb.inst_id);
+  if (it != st.members.end() && hb.seq > it->second.last_seq) {  // a duplicate or late one changes nothing
+    it->second.last_seq = hb.seq;
+    it->second.stats = hb.stats;
+    it->second.placement = std::move(hb.placement);
+    it->second.last_heard = self->clock().now();
+    ++st.epoch;
+  }
+  return view_of(self);
+}
+
+}  // namespace
+
+caf::behavior gmanager_behavior(self_ptr self, gmanager_config config) {
+  self->state.config = std::move(config);
+  self->set_down_handler([=](const caf::down_msg& down) {
+    auto& members = self->state.members;
+    for (auto it = members.begin(); it != members.end(); ++it)
+      if (it->second.rmanager.address() == down.source) {
+        members.erase(it);
+        ++self->state.epoch;
+        break;
+      }
+  });
+  self->send(self, policy_tick_atom::value);
+  return {
+      [=](const join_cluster& j) { return on_join(self, j); },
+      [=](heartbeat& hb) { return on_heartbeat(self, hb); },
+      [=](policy_tick_atom) { run_policy(self); },
+      [=](const move_report&) {},  // outcomes are in the event log; a refused move is ordered again later
+      [=](const drain_instance& d) {
+        auto it = self->state.members.find(d.inst_id);
+        if (it == self->state.members.end()) return;
+        it->second.draining = true;
+        self->send(it->second.rmanager, d);
+        ++self->state.epoch;
+      },
+      [=](const leave_cluster& l) {
+        if (self->state.members.erase(l.inst_id)) ++self->state.epoch;
+      },
+      [=](view_atom) { return view_of(self); },
+  };
+}
+
+caf::actor spawn_gmanager(caf::actor_system& sys, gmanager_config config) {
+  return sys.spawn(gmanager_behavior, std::move(config));
+}
+
+}  // namespace illm::actors

@@ -1,0 +1,355 @@
+#include "actors/instance.hpp"
+
+#include <algorithm>
+#include <deque>
+#include <functional>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "gpu/batcher.hpp"
+
+namespace illm::actors {
+
+namespace {
+
+/// New tokens always go to local blocks; blocks elsewhere are released by the rManager per request.
+class local_blocks final : public gpu::block_source {
+ public:
+  local_blocks(std::shared_ptr<gpu::kv_pool> pool, instance_id id) : pool_(std::move(pool)), id_(id) {}
+  gpu::result<gpu::block_ref> allocate(const gpu::sequence& seq, uint32_t) override {
+    auto block = pool_->allocate({seq.id, id_});
+    if (!block.is_ok()) return block.error();
+    return gpu::block_ref{id_, block.value()};
+  }
+  gpu::status release(const gpu::block_ref& ref) override {
+    return ref.pool == id_ ? pool_->release(ref.block) : gpu::status::ok();
+  }
+
+ private:
+  std::shared_ptr<gpu::kv_pool> pool_;
+  instance_id id_;
+};
+
+/// A request while it runs here.
+struct running_request {
+  caf::actor client;
+  std::shared_ptr<gpu::sequence> seq;
+  size_t tokens_sent = 0;  // generated tokens already streamed
+  std::vector<request_placement_entry> placement;
+};
+
+/// Blocks picked for a move, until it ends.
+struct picked_blocks {
+  request_id req = 0;
+  std::vector<uint32_t> logical, physical;
+};
+
+}  // namespace
+
+struct instance_state {
+  instance_config config;
+  std::unique_ptr<local_blocks> blocks;
+  std::unique_ptr<gpu::batcher> batcher;
+  std::map<request_id, running_request> requests;
+  std::deque<generate_request> waiting;
+  std::deque<uint64_t> waiting_since;  // views_received when each waiting request arrived
+  uint64_t views_received = 0;
+  std::map<move_id, picked_blocks> picks;
+  std::set<std::pair<request_id, uint32_t>> moving;  // (request, logical block) being moved
+  std::shared_ptr<gpu::step_plan> in_flight;
+  std::vector<std::function<void()>> after_step;  // table changes held while a step runs
+  cluster_view view;
+  bool have_view = false;
+  bool loan_pending = false;
+  bool loans_refused = false;  // until the next view: the last loan found no room
+  static inline const char* name = "instance";
+};
+
+namespace {
+
+using self_ptr = caf::stateful_actor<instance_state>*;
+
+std::vector<request_placement_entry> placement_of(const gpu::sequence& seq, instance_id self_id) {
+  std::map<uint32_t, uint32_t> per_pool;
+  for (const gpu::block_ref& ref : seq.table) ++per_pool[ref.pool];
+  std::vector<request_placement_entry> out;
+  for (const auto& [pool, n] : per_pool) out.push_back({seq.id, pool, n, pool == self_id});
+  return out;
+}
+
+void publish_placement(self_ptr self) {
+  auto& st = self->state;
+  placement_update update;
+  for (const auto& s : st.batcher->active())
+    for (const auto& e : placement_of(*s, st.config.id)) update.placement.push_back(e);
+  update.batch_size = uint32_t(st.batcher->active().size());
+  update.waiting = uint32_t(st.waiting.size());
+  self->send(st.config.rmanager, std::move(update));
+}
+
+bool others_have_free(const instance_state& st) {
+  return std::any_of(st.view.instances.begin(), st.view.instances.end(), [&](const instance_view& i) {
+    return i.inst_id != st.config.id && !i.draining && i.free_blocks > 0;
+  });
+}
+
+/// Blocks a request needs for its prompt and all its tokens.
+uint32_t blocks_needed(size_t prompt, int32_t max_tokens) { return gpu::blocks_for_tokens(int64_t(prompt) + max_tokens); }
+
+/// Tells the clients of finished sequences and releases their blocks elsewhere.
+void notify_finished(self_ptr self) {
+  auto& st = self->state;
+  for (const auto& seq : st.batcher->take_finished()) {
+    auto it = st.requests.find(seq->id);
+    if (it == st.requests.end()) continue;
+    for (int32_t i = int32_t(it->second.tokens_sent); i < seq->n_generated(); ++i)
+      self->send(it->second.client, token_event{seq->id, seq->tokens[size_t(seq->n_prompt + i)]});
+    self->send(it->second.client, request_finished{seq->id, gpu::to_string(seq->finish), seq->error,
+                                                   seq->preemptions, it->second.placement});
+    self->send(st.config.rmanager, request_released{seq->id});
+    for (auto m = st.moving.begin(); m != st.moving.end();) m = m->first == seq->id ? st.moving.erase(m) : std::next(m);
+    st.requests.erase(it);
+  }
+}
+
+void refuse(self_ptr self, const generate_request& r, std::string why) {
+  self->send(r.client, request_finished{r.id, "error", std::move(why), 0, {}});
+}
+
+/// Moves waiting requests into the batch while the cluster has room for them.
+void admit(self_ptr self) {
+  auto& st = self->state;
+  uint32_t capacity = st.config.pool->total_blocks(), available = st.config.pool->free_blocks();
+  if (st.have_view) {
+    capacity = 0;
+    for (const auto& i : st.view.instances) capacity += i.total_blocks;
+    available = st.view.free_blocks();
+  }
+  uint32_t promised = 0;  // blocks the running sequences will still take
+  for (const auto& s : st.batcher->active())
+    promised += std::max<int64_t>(0, int64_t(blocks_needed(s->tokens.size(), s->max_new_tokens - s->n_generated())) -
+                                         int64_t(s->table.size()));
+  while (!st.waiting.empty() && int(st.batcher->active().size()) < st.config.max_batch_seqs) {
+    const generate_request& r = st.waiting.front();
+    const uint32_t need = blocks_needed(r.prompt.size(), r.max_tokens);
+    // Too big for the whole cluster, as a view newer than the request shows (members may have joined).
+    if (need > capacity && st.views_received > st.waiting_since.front()) {
+      refuse(self, r, fmt::format("the request needs {} KV blocks; the cluster has {}", need, capacity));
+      st.waiting.pop_front();
+      st.waiting_since.pop_front();
+      continue;
+    }
+    if (need > capacity) break;
+    if (need + promised > available && !st.batcher->idle()) break;  // first come first served: wait
+    auto seq = std::make_shared<gpu::sequence>();
+    seq->id = r.id;
+    seq->tokens = r.prompt;
+    seq->n_prompt = int(r.prompt.size());
+    seq->sampling = {r.temperature, r.top_p};
+    seq->rng = r.seed;
+    seq->max_new_tokens = r.max_tokens;
+    seq->ignore_eos = r.ignore_eos;
+    st.requests[r.id] = {r.client, seq, 0, {}};
+    st.batcher->add(seq);
+    promised += need;
+    st.waiting.pop_front();
+    st.waiting_since.pop_front();
+  }
+}
+
+void on_step_done(self_ptr self, step_done& done);
+
+/// Plans and starts the next step unless one is running.
+void maybe_step(self_ptr self) {
+  auto& st = self->state;
+  if (st.in_flight) return;
+  admit(self);
+  auto plan = std::make_shared<gpu::step_plan>();
+  if (gpu::status s = st.batcher->plan(*plan); !s.is_ok()) {
+    for (const auto& seq : st.batcher->active()) {
+      seq->finish = gpu::finish_reason::error;
+      seq->error = s.message();
+    }
+    (void)st.batcher->plan(*plan);  // retires them
+  }
+  notify_finished(self);
+  if (plan->empty()) {
+    publish_placement(self);
+    return;
+  }
+  st.in_flight = plan;
+  self->request(st.config.worker, caf::infinite, run_step{plan})
+      .then([=](step_done& done) { on_step_done(self, done); },
+            [=](const caf::error& err) {
+              step_done failed{plan, "the worker failed: " + self->system().render(err)};
+              on_step_done(self, failed);
+            });
+}
+
+void on_step_done(self_ptr self, step_done& done) {
+  auto& st = self->state;
+  gpu::step_plan& plan = *done.plan;
+  if (!done.error.empty()) {
+    for (gpu::sequence* s : plan.sequences) {
+      s->finish = gpu::finish_reason::error;
+      s->error = done.error;
+    }
+    plan.sampled.assign(plan.params.size(), 0);
+  }
+  for (gpu::sequence* s : plan.sequences)  // before complete() frees the finished ones' blocks
+    if (auto it = st.requests.find(s->id); it != st.requests.end()) it->second.placement = placement_of(*s, st.config.id);
+  st.batcher->complete(plan);
+  st.in_flight = nullptr;
+  for (gpu::sequence* s : plan.sequences) {
+    auto it = st.requests.find(s->id);
+    if (it == st.requests.end() || s->finished()) continue;
+    for (; int32_t(it->second.tokens_sent) < s->n_generated(); ++it->second.tokens_sent)
+      self->send(it->second.client,
+                 token_event{s->id, s->tokens[size_t(s->n_prompt) + it->second.tokens_sent]});
+  }
+  for (auto& change : std::exchange(st.after_step, {})) change();
+  notify_finished(self);
+  publish_placement(self);
+  maybe_step(self);
+}
+
+gpu::batcher_options batch_options(self_ptr self) {
+  gpu::batcher_options o;
+  o.max_batch_tokens = self->state.config.max_batch_tokens;
+  o.max_batch_seqs = self->state.config.max_batch_seqs;
+  o.on_shortage = [self](const gpu::sequence& seq, uint32_t short_by) {
+    auto& st = self->state;
+    if (st.loan_pending) return gpu::shortage_action::wait;
+    if (st.loans_refused || !others_have_free(st)) return gpu::shortage_action::preempt;
+    st.loan_pending = true;
+    self->send(st.config.rmanager, need_blocks{seq.id, std::max(short_by, st.config.min_loan_blocks)});
+    return gpu::shortage_action::wait;
+  };
+  return o;
+}
+
+/// Chooses up to max full local blocks to move, oldest first, from req (or the longest request).
+block_pick pick(self_ptr self, const pick_blocks& ask) {
+  auto& st = self->state;
+  auto candidates = [&](const gpu::sequence& s) {
+    std::vector<uint32_t> out;
+    for (uint32_t i = 0; i < s.full_blocks() && i < s.table.size() && out.size() < ask.max_blocks; ++i)
+      if (s.table[i].pool == st.config.id && !st.moving.count({s.id, i})) out.push_back(i);
+    return out;
+  };
+  const gpu::sequence* chosen = nullptr;
+  if (auto it = st.requests.find(ask.req_id); it != st.requests.end() && !it->second.seq->finished() &&
+                                              !candidates(*it->second.seq).empty())
+    chosen = it->second.seq.get();
+  for (const auto& s : st.batcher->active())  // else the request with the most movable blocks
+    if (!chosen || (!s->finished() && candidates(*s).size() > candidates(*chosen).size())) chosen = s.get();
+  block_pick out{ask.id, chosen ? chosen->id : ask.req_id, {}, {}};
+  if (!chosen) return out;
+  for (uint32_t i : candidates(*chosen)) {
+    out.logical.push_back(i);
+    out.physical.push_back(chosen->table[i].block);
+    st.moving.insert({chosen->id, i});
+  }
+  st.picks[ask.id] = {out.req_id, out.logical, out.physical};
+  return out;
+}
+
+void unmark(self_ptr self, move_id id) {
+  auto& st = self->state;
+  auto it = st.picks.find(id);
+  if (it == st.picks.end()) return;
+  for (uint32_t i : it->second.logical) st.moving.erase({it->second.req, i});
+  st.picks.erase(it);
+}
+
+/// Switches the moved blocks to their new place and frees the local copies (between steps).
+bool switch_blocks(self_ptr self, const blocks_moved& m) {
+  auto& st = self->state;
+  auto pick_it = st.picks.find(m.id);
+  auto req_it = st.requests.find(m.req_id);
+  bool ok = pick_it != st.picks.end() && req_it != st.requests.end() && !req_it->second.seq->finished() &&
+            m.logical == pick_it->second.logical && m.dst_blocks.size() == m.logical.size();
+  gpu::sequence* seq = ok ? req_it->second.seq.get() : nullptr;
+  for (size_t k = 0; ok && k < m.logical.size(); ++k)  // the table still holds the copies we moved
+    ok = m.logical[k] < seq->table.size() &&
+         seq->table[m.logical[k]] == gpu::block_ref{st.config.id, pick_it->second.physical[k]};
+  if (ok) {
+    for (size_t k = 0; k < m.logical.size(); ++k) {
+      seq->table[m.logical[k]] = {m.dst_inst, m.dst_blocks[k]};
+      (void)st.config.pool->release(pick_it->second.physical[k]);
+    }
+  }
+  unmark(self, m.id);
+  return ok;
+}
+
+}  // namespace
+
+caf::behavior instance_behavior(self_ptr self, instance_config config) {
+  auto& st = self->state;
+  st.config = std::move(config);
+  st.blocks = std::make_unique<local_blocks>(st.config.pool, st.config.id);
+  st.batcher = std::make_unique<gpu::batcher>(*st.config.engine, *st.blocks, batch_options(self));
+  return {
+      [=](generate_request& r) {
+        auto& st = self->state;
+        if (r.prompt.empty() || r.max_tokens < 0) return refuse(self, r, "empty prompt or negative max tokens");
+        if (st.requests.count(r.id) ||
+            std::any_of(st.waiting.begin(), st.waiting.end(), [&](const auto& w) { return w.id == r.id; }))
+          return;  // a duplicate: the first copy answers
+        if (st.waiting.size() >= st.config.max_waiting) return refuse(self, r, "too many queued requests");
+        st.waiting.push_back(std::move(r));
+        st.waiting_since.push_back(st.views_received);
+        maybe_step(self);
+      },
+      [=](const cancel_request& c) {
+        auto& st = self->state;
+        auto w = std::find_if(st.waiting.begin(), st.waiting.end(), [&](const auto& r) { return r.id == c.req_id; });
+        if (w != st.waiting.end()) {
+          self->send(w->client, request_finished{c.req_id, "cancelled", {}, 0, {}});
+          st.waiting_since.erase(st.waiting_since.begin() + (w - st.waiting.begin()));
+          st.waiting.erase(w);
+          return;
+        }
+        if (st.batcher->cancel(c.req_id)) maybe_step(self);
+      },
+      [=](cluster_view& v) {
+        auto& st = self->state;
+        st.view = std::move(v);
+        st.have_view = true;
+        ++st.views_received;
+        st.loans_refused = false;
+        maybe_step(self);
+      },
+      [=](const loan_result& r) {
+        auto& st = self->state;
+        st.loan_pending = false;
+        if (!r.ok) st.loans_refused = true;
+        maybe_step(self);
+      },
+      [=](const pick_blocks& ask) { return pick(self, ask); },
+      [=](const blocks_moved& m) -> caf::result<bool> {
+        auto& st = self->state;
+        if (!st.in_flight) {
+          const bool ok = switch_blocks(self, m);
+          maybe_step(self);
+          return ok;
+        }
+        auto promise = self->make_response_promise<bool>();
+        st.after_step.push_back([=]() mutable { promise.deliver(switch_blocks(self, m)); });
+        return promise;
+      },
+      [=](const move_abandoned& m) { unmark(self, m.id); },
+      [=](caf::get_atom) {  // for reports: requests running and waiting
+        return std::make_pair(uint32_t(self->state.batcher->active().size()), uint32_t(self->state.waiting.size()));
+      },
+  };
+}
+
+caf::actor spawn_instance(caf::actor_system& sys, instance_config config) {
+  return sys.spawn(instance_behavior, std::move(config));
+}
+
+}  // namespace illm::actors

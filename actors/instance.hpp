@@ -1,0 +1,31 @@
+#pragma once
+// An instance: one model replica with its own KV pool and batch. It admits requests against the
+// cluster's free blocks (its rManager's latest view), runs continuous batching (its worker executes
+// each step), streams tokens to the request actors, and keeps every request's block table. When its
+// pool is full, a sequence waits while the rManager borrows room elsewhere (moving full blocks out);
+// only when no instance has a free block is a sequence preempted and recomputed later.
+
+#include <memory>
+
+#include "actors/messages.hpp"
+#include "gpu/engine.hpp"
+
+namespace illm::actors {
+
+/// What an instance needs.
+struct instance_config {
+  instance_id id = 0;
+  std::shared_ptr<gpu::engine> engine;  ///< its limits size the batches; the worker runs it
+  std::shared_ptr<gpu::kv_pool> pool;
+  caf::actor worker;
+  caf::actor rmanager;
+  int max_batch_tokens = 512;
+  int max_batch_seqs = 64;
+  uint32_t max_waiting = 1024;   ///< queued requests beyond this are refused
+  uint32_t min_loan_blocks = 8;  ///< a loan asks for at least this many blocks
+};
+
+/// Spawns an instance (on the scheduler: its handlers never block).
+caf::actor spawn_instance(caf::actor_system& sys, instance_config config);
+
+}  // namespace illm::actors

@@ -1,0 +1,96 @@
+#include "actors/remote_router.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "actors/attention_wire.hpp"
+
+namespace illm::actors {
+
+remote_router::remote_router(std::shared_ptr<transport::data_plane> plane, int n_heads, int head_dim,
+                             std::chrono::milliseconds timeout)
+    : plane_(std::move(plane)), n_heads_(n_heads), head_dim_(head_dim), timeout_(timeout) {}
+
+gpu::status remote_router::begin(std::span<const gpu::remote_attention_job> jobs) {
+  {
+    std::lock_guard lock(mutex_);
+    pending_.clear();
+    outstanding_ = jobs.size();
+    first_error_ = gpu::status::ok();
+  }
+  for (const gpu::remote_attention_job& job : jobs) {
+    attend a;
+    a.req_id = job.seq_id;
+    a.owner = plane_->self();
+    a.layer = job.layer;
+    a.n_q = job.n_q;
+    const size_t row = size_t(n_heads_) * head_dim_;
+    a.q.resize(size_t(job.n_q) * row);
+    for (int t = 0; t < job.n_q; ++t) std::copy_n(job.q + size_t(t) * job.q_ld, row, a.q.data() + size_t(t) * row);
+    a.q_pos.assign(job.q_pos, job.q_pos + job.n_q);
+    a.blocks.assign(job.blocks.begin(), job.blocks.end());
+    a.block_pos.assign(job.block_pos.begin(), job.block_pos.end());
+    {
+      std::lock_guard lock(mutex_);
+      a.tag = next_tag_++;
+      pending_[a.tag] = {job, false};
+    }
+    const uint64_t tag = a.tag;
+    const std::vector<uint8_t> payload = encode(a);
+    plane_->send(job.holder, transport::channel::attend, payload, [this, tag](gpu::status s) {
+      if (!s.is_ok()) fail(tag, s);
+    });
+  }
+  return gpu::status::ok();
+}
+
+void remote_router::fail(uint64_t tag, gpu::status why) {
+  std::lock_guard lock(mutex_);
+  auto it = pending_.find(tag);
+  if (it == pending_.end() || it->second.done) return;
+  it->second.done = true;
+  --outstanding_;
+  if (first_error_.is_ok())
+    first_error_ = {why.code(), fmt::format("remote attention at instance {}: {}", it->second.job.holder,
+                                            why.message())};
+  answered_.notify_all();
+}
+
+void remote_router::on_partials(transport::peer_id from, std::vector<uint8_t> payload) {
+  auto decoded = decode_partials(payload);
+  if (!decoded.is_ok()) return;  // nothing to match it to; the step times out on the missing answer
+  const partials& p = decoded.value();
+  std::lock_guard lock(mutex_);
+  auto it = pending_.find(p.tag);
+  if (it == pending_.end() || it->second.done || it->second.job.holder != from) return;  // late or foreign
+  const gpu::remote_attention_job& job = it->second.job;
+  const size_t rows = size_t(job.n_q) * n_heads_;
+  it->second.done = true;
+  --outstanding_;
+  if (!p.ok || p.m.size() != rows || p.ma.size() != rows * head_dim_) {
+    if (first_error_.is_ok())
+      first_error_ = {gpu::status_code::backend_error,
+                      fmt::format("instance {} could not attend request {}: {}", from, job.seq_id,
+                                  p.ok ? "answer of the wrong size" : p.error)};
+  } else {
+    std::copy(p.m.begin(), p.m.end(), job.m);
+    std::copy(p.e.begin(), p.e.end(), job.e);
+    std::copy(p.ma.begin(), p.ma.end(), job.ma);
+  }
+  answered_.notify_all();
+}
+
+gpu::status remote_router::finish() {
+  std::unique_lock lock(mutex_);
+  if (!answered_.wait_for(lock, timeout_, [this] { return outstanding_ == 0; })) {
+    for (auto& [tag, p] : pending_)
+      if (!p.done)
+        return {gpu::status_code::io_error, fmt::format("instance {} did not answer remote attention for request {} "
+                                                        "within {} ms",
+                                                        p.job.holder, p.job.seq_id, timeout_.count())};
+  }
+  return first_error_;
+}
+
+}  // namespace illm::actors

@@ -1,0 +1,50 @@
+#pragma once
+// The attention_router of an instance in a cluster: remote MicroAttention jobs go to the holders'
+// attention servers as `attend` messages on the data plane, and the engine's worker waits for their
+// `partials`. Only queries and partials travel; the blocks stay where they are.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "gpu/attention_router.hpp"
+#include "transport/transport.hpp"
+
+namespace illm::actors {
+
+/// Sends attend messages and collects partials for one engine (one step's layer at a time).
+class remote_router final : public gpu::attention_router {
+ public:
+  /// `n_heads` and `head_dim` size the answers; a holder that does not answer within `timeout` fails the step.
+  remote_router(std::shared_ptr<transport::data_plane> plane, int n_heads, int head_dim,
+                std::chrono::milliseconds timeout);
+
+  gpu::status begin(std::span<const gpu::remote_attention_job> jobs) override;
+  gpu::status finish() override;
+
+  /// Transport handler of the partials channel: an answer from a holder.
+  void on_partials(transport::peer_id from, std::vector<uint8_t> payload);
+
+ private:
+  struct pending {
+    gpu::remote_attention_job job;
+    bool done = false;
+  };
+  void fail(uint64_t tag, gpu::status why);
+
+  std::shared_ptr<transport::data_plane> plane_;
+  int n_heads_, head_dim_;
+  std::chrono::milliseconds timeout_;
+  std::mutex mutex_;
+  std::condition_variable answered_;
+  std::map<uint64_t, pending> pending_;
+  size_t outstanding_ = 0;
+  gpu::status first_error_;
+  uint64_t next_tag_ = 1;
+};
+
+}  // namespace illm::actors

@@ -1,0 +1,23 @@
+#pragma once
+// A request actor: one per client request. It holds the prompt and every generated token (so the
+// request can always be rebuilt), hands the request to an instance, streams its tokens to the client
+// and ends it exactly once, on completion, error or cancellation.
+
+#include <functional>
+
+#include "actors/messages.hpp"
+
+namespace illm::actors {
+
+/// How a request actor reaches its client (called on the actor's thread, in order).
+struct request_callbacks {
+  std::function<void(int32_t token)> on_token;
+  std::function<void(const request_finished& end)> on_finished;
+};
+
+/// Spawns a request actor that submits `request` to `instance` (request.client is set to itself).
+/// Send it cancel_request to stop the request.
+caf::actor spawn_request(caf::actor_system& sys, generate_request request, caf::actor instance,
+                         request_callbacks callbacks);
+
+}  // namespace illm::actors

@@ -1,0 +1,393 @@
+#include "actors/rmanager.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+namespace illm::actors {
+
+namespace {
+
+/// A move this instance executes as the source.
+struct outgoing_move {
+  request_id req = 0;
+  instance_id dst = 0;
+  caf::actor dst_rmanager;
+  uint32_t asked = 0;
+  bool self_initiated = false;
+  bool cancelled = false;  // the request ended meanwhile: give everything back
+  block_pick picked;
+  move_reservation reservation;
+  uint32_t copies_left = 0;
+};
+
+/// A reservation this instance granted as the destination.
+struct incoming_move {
+  enum class state { reserved, committed, given_back, expired };
+  request_id req = 0;
+  instance_id src = 0;
+  std::vector<uint32_t> blocks;
+  state stage = state::reserved;
+};
+
+/// Blocks kept here for another instance's request.
+struct hosted_request {
+  instance_id owner = 0;
+  std::vector<uint32_t> blocks;
+};
+
+}  // namespace
+
+struct rmanager_state {
+  rmanager_config config;
+  caf::actor instance;
+  cluster_view view;
+  uint64_t heartbeat_seq = 0;
+  placement_update placement;
+  std::map<move_id, outgoing_move> outgoing;
+  std::map<move_id, incoming_move> incoming;
+  std::map<request_id, hosted_request> hosted;
+  std::map<request_id, std::map<instance_id, uint32_t>> lent;  // this instance's requests' blocks elsewhere
+  bool loan_in_flight = false;
+  bool draining = false;
+  uint64_t next_move = 1;
+  static inline const char* name = "rmanager";
+
+  instance_stats stats() const {
+    instance_stats s;
+    s.total_blocks = config.pool->total_blocks();
+    s.free_blocks = config.pool->free_blocks();
+    for (const auto& [req, h] : hosted) s.hosted_blocks += uint32_t(h.blocks.size());
+    for (const auto& [req, holders] : lent)
+      for (const auto& [inst, n] : holders) s.borrowed_blocks += n;
+    s.batch_size = placement.batch_size;
+    s.waiting = placement.waiting;
+    s.draining = draining;
+    return s;
+  }
+};
+
+namespace {
+
+using self_ptr = caf::stateful_actor<rmanager_state>*;
+
+const instance_view* find_instance(const cluster_view& view, instance_id id) {
+  auto it = std::find_if(view.instances.begin(), view.instances.end(),
+                         [&](const instance_view& i) { return i.inst_id == id; });
+  return it == view.instances.end() ? nullptr : &*it;
+}
+
+// ---- the source side of a move ---------------------------------------------------------------------------
+
+/// Ends a move: reports it, undoes what it held, and answers a pending loan.
+void finish_move(self_ptr self, move_id id, bool ok, std::string reason) {
+  auto& st = self->state;
+  auto it = st.outgoing.find(id);
+  if (it == st.outgoing.end()) return;
+  outgoing_move move = std::move(it->second);
+  st.outgoing.erase(it);
+  if (!ok) {
+    if (move.reservation.granted) self->send(move.dst_rmanager, abort_move{id});
+    if (!move.picked.logical.empty())
+      self->send(st.instance, move_abandoned{id, move.picked.req_id, move.picked.logical});
+  }
+  const move_report report{id,      move.picked.req_id ? move.picked.req_id : move.req,
+                           st.config.id, move.dst, uint32_t(move.picked.logical.size()), ok,
+                           move.self_initiated, std::move(reason)};
+  if (st.config.events) st.config.events->record(report);
+  if (st.config.gmanager) self->send(st.config.gmanager, report);
+  if (move.self_initiated) {
+    st.loan_in_flight = false;
+    self->send(st.instance, loan_result{ok, report.reason});
+  }
+}
+
+/// The copy is visible at the destination: commit, then switch the owner's table.
+void commit(self_ptr self, move_id id) {
+  auto& move = self->state.outgoing.at(id);
+  self->request(move.dst_rmanager, self->state.config.answer_timeout,
+                commit_move{id, move.picked.req_id, self->state.config.id})
+      .then(
+          [=](const commit_result& r) {
+            auto it = self->state.outgoing.find(id);
+            if (it == self->state.outgoing.end()) return;
+            if (!r.committed) return finish_move(self, id, false, "commit refused: " + r.reason);
+            outgoing_move& m = it->second;
+            if (m.cancelled) {
+              self->send(m.dst_rmanager, abort_move{id});
+              m.reservation.granted = false;  // already given back
+              return finish_move(self, id, false, "the request ended during the move");
+            }
+            self->request(self->state.instance, caf::infinite,
+                          blocks_moved{id, m.picked.req_id, m.dst, m.picked.logical, m.reservation.blocks})
+                .then([=](bool switched) {
+                  auto jt = self->state.outgoing.find(id);
+                  if (jt == self->state.outgoing.end()) return;
+                  if (!switched) {
+                    self->send(jt->second.dst_rmanager, abort_move{id});
+                    jt->second.reservation.granted = false;
+                    jt->second.picked.logical.clear();  // nothing to unmark: the request is gone
+                    return finish_move(self, id, false, "the request ended during the move");
+                  }
+                  self->state.lent[jt->second.picked.req_id][jt->second.dst] +=
+                      uint32_t(jt->second.picked.logical.size());
+                  finish_move(self, id, true, {});
+                });
+          },
+          [=](const caf::error& err) { finish_move(self, id, false, "no commit answer: " + self->system().render(err)); });
+}
+
+/// Puts every picked block into the reserved blocks, then flushes.
+void copy_blocks(self_ptr self, move_id id) {
+  auto& st = self->state;
+  outgoing_move& move = st.outgoing.at(id);
+  const transport::remote_region region{move.reservation.region_address, move.reservation.region_bytes,
+                                        move.reservation.region_key};
+  move.copies_left = uint32_t(move.picked.physical.size());
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  for (size_t i = 0; i < move.picked.physical.size(); ++i) {
+    const uint64_t remote = move.reservation.region_address + move.reservation.blocks[i] * move.reservation.block_bytes;
+    st.config.plane->put(move.dst, st.config.pool->block_data(move.picked.physical[i]), move.reservation.block_bytes,
+                         region, remote, [me, id](gpu::status s) {
+                           caf::anon_send(me, transfer_done{id, s.is_ok(), s.message()});
+                         });
+  }
+}
+
+/// A put or the flush of a move completed.
+void on_transfer(self_ptr self, const transfer_done& done) {
+  auto& st = self->state;
+  auto it = st.outgoing.find(done.id);
+  if (it == st.outgoing.end()) return;  // the move already ended
+  if (!done.ok) return finish_move(self, done.id, false, "copy failed: " + done.error);
+  outgoing_move& move = it->second;
+  if (move.copies_left == 0) return commit(self, done.id);  // this was the flush
+  if (--move.copies_left > 0) return;
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  const move_id id = done.id;
+  st.config.plane->flush(move.dst, [me, id](gpu::status s) {
+    caf::anon_send(me, transfer_done{id, s.is_ok(), s.message()});
+  });
+}
+
+/// The instance chose the blocks: reserve room at the destination.
+void reserve(self_ptr self, move_id id, block_pick pick) {
+  auto& st = self->state;
+  auto it = st.outgoing.find(id);
+  if (it == st.outgoing.end()) return;
+  it->second.picked = std::move(pick);
+  if (it->second.picked.logical.empty()) return finish_move(self, id, false, "no full local block to move");
+  self->request(it->second.dst_rmanager, st.config.answer_timeout,
+                try_move_kvcache{id, it->second.picked.req_id, uint32_t(it->second.picked.logical.size()), st.config.id})
+      .then(
+          [=](move_reservation& r) {
+            auto jt = self->state.outgoing.find(id);
+            if (jt == self->state.outgoing.end()) return;
+            if (!r.granted) return finish_move(self, id, false, "refused by instance " + std::to_string(r.dst_inst) +
+                                                                    ": " + r.reason);
+            if (r.blocks.size() != jt->second.picked.logical.size() ||
+                r.block_bytes != self->state.config.pool->layout().block_bytes()) {
+              jt->second.reservation = std::move(r);
+              return finish_move(self, id, false, "reservation does not match the request");
+            }
+            jt->second.reservation = std::move(r);
+            if (jt->second.cancelled) return finish_move(self, id, false, "the request ended during the move");
+            copy_blocks(self, id);
+          },
+          [=](const caf::error& err) {
+            finish_move(self, id, false, "no answer to try_move: " + self->system().render(err));
+          });
+}
+
+/// Starts a move of up to num_blocks of req's full local blocks to dst.
+void start_move(self_ptr self, move_id id, request_id req, uint32_t num_blocks, instance_id dst, bool loan) {
+  auto& st = self->state;
+  if (st.outgoing.count(id)) return;  // a duplicate order
+  outgoing_move move;
+  move.req = req;
+  move.dst = dst;
+  move.asked = num_blocks;
+  move.self_initiated = loan;
+  const instance_view* target = find_instance(st.view, dst);
+  st.outgoing.emplace(id, std::move(move));
+  if (!target || !target->rmanager || dst == st.config.id || !st.instance)
+    return finish_move(self, id, false, fmt::format("instance {} is not a destination", dst));
+  st.outgoing[id].dst_rmanager = target->rmanager;
+  self->request(st.instance, caf::infinite, pick_blocks{id, req, num_blocks})
+      .then([=](block_pick& pick) { reserve(self, id, std::move(pick)); },
+            [=](const caf::error& err) { finish_move(self, id, false, "instance did not pick blocks"); });
+}
+
+/// The instance is short of blocks: lend to the instance with the most free blocks in the latest view.
+void start_loan(self_ptr self, const need_blocks& need) {
+  auto& st = self->state;
+  if (st.loan_in_flight) return;  // the pending loan answers
+  const instance_view* best = nullptr;
+  for (const instance_view& i : st.view.instances)
+    if (i.inst_id != st.config.id && !i.draining && i.free_blocks > 0 && (!best || i.free_blocks > best->free_blocks))
+      best = &i;
+  if (!best) {
+    self->send(st.instance, loan_result{false, "no instance has a free block"});
+    return;
+  }
+  st.loan_in_flight = true;
+  const move_id id = (uint64_t(st.config.id) + 1) << 40 | st.next_move++;
+  start_move(self, id, need.req_id, std::min(need.num_blocks, best->free_blocks), best->inst_id, true);
+}
+
+// ---- the destination side ---------------------------------------------------------------------------------
+
+move_reservation grant(self_ptr self, const try_move_kvcache& ask) {
+  auto& st = self->state;
+  move_reservation r;
+  r.id = ask.id;
+  r.dst_inst = st.config.id;
+  if (auto it = st.incoming.find(ask.id); it != st.incoming.end()) {  // a duplicate: the same answer
+    r.granted = it->second.stage == incoming_move::state::reserved || it->second.stage == incoming_move::state::committed;
+    r.blocks = it->second.blocks;
+    if (!r.granted) r.reason = "this move was already given back or expired";
+  } else if (st.draining) {
+    r.reason = "draining";
+  } else if (ask.num_blocks == 0) {
+    r.reason = "no block asked";
+  } else if (auto blocks = st.config.pool->allocate_many({ask.req_id, ask.src_inst}, ask.num_blocks); blocks.is_ok()) {
+    r.granted = true;
+    r.blocks = blocks.value();
+    st.incoming[ask.id] = {ask.req_id, ask.src_inst, r.blocks, incoming_move::state::reserved};
+    self->delayed_send(self, st.config.lease, lease_check_atom::value, ask.id);
+  } else {
+    r.reason = fmt::format("{} blocks asked, {} free", ask.num_blocks, st.config.pool->free_blocks());
+  }
+  r.free_blocks = st.config.pool->free_blocks();
+  if (r.granted) {
+    r.region_address = st.config.region.address;
+    r.region_bytes = st.config.region.bytes;
+    r.region_key = st.config.region.packed_key;
+    r.block_bytes = st.config.pool->layout().block_bytes();
+    r.lease_ms = st.config.lease.count();
+  }
+  return r;
+}
+
+void give_back(self_ptr self, incoming_move& move, incoming_move::state why) {
+  for (uint32_t b : move.blocks) (void)self->state.config.pool->release(b);
+  if (move.stage == incoming_move::state::committed) {
+    auto& hosted = self->state.hosted[move.req].blocks;
+    for (uint32_t b : move.blocks) hosted.erase(std::remove(hosted.begin(), hosted.end(), b), hosted.end());
+    if (hosted.empty()) self->state.hosted.erase(move.req);
+  }
+  move.stage = why;
+}
+
+commit_result accept_commit(self_ptr self, const commit_move& c) {
+  auto& st = self->state;
+  auto it = st.incoming.find(c.id);
+  if (it == st.incoming.end()) return {c.id, false, "unknown move"};
+  incoming_move& move = it->second;
+  switch (move.stage) {
+    case incoming_move::state::committed: return {c.id, true, {}};  // a duplicate
+    case incoming_move::state::expired: return {c.id, false, "the lease expired"};
+    case incoming_move::state::given_back: return {c.id, false, "the move was aborted"};
+    case incoming_move::state::reserved: break;
+  }
+  move.stage = incoming_move::state::committed;
+  hosted_request& h = st.hosted[move.req];
+  h.owner = move.src;
+  h.blocks.insert(h.blocks.end(), move.blocks.begin(), move.blocks.end());
+  return {c.id, true, {}};
+}
+
+/// Frees every block kept for req (owner's request ended).
+void release_hosted(self_ptr self, const release_blocks& r) {
+  auto& st = self->state;
+  auto it = st.hosted.find(r.req_id);
+  if (it == st.hosted.end() || it->second.owner != r.owner) return;  // nothing, or a duplicate
+  for (uint32_t b : it->second.blocks) (void)st.config.pool->release(b);
+  st.hosted.erase(it);
+  for (auto& [id, move] : st.incoming)
+    if (move.req == r.req_id && move.stage == incoming_move::state::committed) move.stage = incoming_move::state::given_back;
+}
+
+/// This instance's request ended: free its blocks elsewhere and stop its moves.
+void release_everywhere(self_ptr self, request_id req) {
+  auto& st = self->state;
+  if (auto it = st.lent.find(req); it != st.lent.end()) {
+    for (const auto& [holder, n] : it->second)
+      if (const instance_view* v = find_instance(st.view, holder); v && v->rmanager)
+        self->send(v->rmanager, release_blocks{req, st.config.id});
+    st.lent.erase(it);
+  }
+  for (auto& [id, move] : st.outgoing)
+    if (move.req == req || move.picked.req_id == req) move.cancelled = true;
+}
+
+// ---- heartbeat ------------------------------------------------------------------------------------------------
+
+void send_heartbeat(self_ptr self) {
+  auto& st = self->state;
+  self->delayed_send(self, st.config.heartbeat_period, heartbeat_tick_atom::value);
+  if (!st.config.gmanager) return;
+  heartbeat hb{st.config.id, ++st.heartbeat_seq, st.stats(), st.placement.placement};
+  self->request(st.config.gmanager, st.config.answer_timeout, std::move(hb))
+      .then(
+          [=](cluster_view& v) {
+            if (v.epoch < self->state.view.epoch) return;  // a late answer
+            self->state.view = std::move(v);
+            if (self->state.instance) self->send(self->state.instance, self->state.view);
+          },
+          [=](const caf::error&) {});  // the next period tries again; instances keep serving meanwhile
+}
+
+}  // namespace
+
+caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
+  self->state.config = std::move(config);
+  auto& st = self->state;
+  if (st.config.gmanager) {
+    self->request(st.config.gmanager, st.config.answer_timeout,
+                  join_cluster{st.config.id, caf::actor_cast<caf::actor>(self), caf::actor{}, st.stats()})
+        .then([=](cluster_view& v) { self->state.view = std::move(v); }, [=](const caf::error&) {});
+  }
+  self->send(self, heartbeat_tick_atom::value);
+  return {
+      [=](attach_atom, caf::actor instance) {
+        self->state.instance = std::move(instance);
+        if (self->state.config.gmanager)
+          self->send(self->state.config.gmanager,
+                     join_cluster{self->state.config.id, caf::actor_cast<caf::actor>(self), self->state.instance,
+                                  self->state.stats()});
+      },
+      [=](heartbeat_tick_atom) { send_heartbeat(self); },
+      [=](const move_kvcache& m) { start_move(self, m.id, m.req_id, m.num_blocks, m.dst_inst, false); },
+      [=](const need_blocks& n) { start_loan(self, n); },
+      [=](const transfer_done& d) { on_transfer(self, d); },
+      [=](const try_move_kvcache& t) { return grant(self, t); },
+      [=](const commit_move& c) { return accept_commit(self, c); },
+      [=](const abort_move& a) {
+        auto it = self->state.incoming.find(a.id);
+        if (it != self->state.incoming.end() && (it->second.stage == incoming_move::state::reserved ||
+                                                 it->second.stage == incoming_move::state::committed))
+          give_back(self, it->second, incoming_move::state::given_back);
+      },
+      [=](lease_check_atom, move_id id) {
+        auto it = self->state.incoming.find(id);
+        if (it != self->state.incoming.end() && it->second.stage == incoming_move::state::reserved)
+          give_back(self, it->second, incoming_move::state::expired);
+      },
+      [=](const release_blocks& r) { release_hosted(self, r); },
+      [=](const drain_instance&) { self->state.draining = true; },
+      [=](const request_released& r) { release_everywhere(self, r.req_id); },
+      [=](placement_update& p) { self->state.placement = std::move(p); },
+      [=](cluster_view& v) {
+        if (v.epoch >= self->state.view.epoch) self->state.view = std::move(v);
+      },
+      [=](caf::get_atom) { return self->state.stats(); },
+  };
+}
+
+caf::actor spawn_rmanager(caf::actor_system& sys, rmanager_config config) {
+  return sys.spawn(rmanager_behavior, std::move(config));
+}
+
+}  // namespace illm::actors

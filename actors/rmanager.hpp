@@ -1,0 +1,39 @@
+#pragma once
+// The rManager of an instance: block accounting, a heartbeat to the gManager every period, the moves
+// it executes (ordered by the gManager, or a loan it asks for itself when its pool is full), and the
+// reservations it grants to other instances, first come first served against the blocks free at that
+// moment, as leases that expire when the source never commits. Every message is idempotent by its id.
+//
+// A move, at the source: pick the request's oldest full local blocks (the instance marks them),
+// try_move_kvcache at the destination, put each block into the reserved memory over the data plane,
+// flush, commit_move, then tell the instance to switch its block table and free the local copies.
+// A move that fails at any point leaves the request on its old blocks.
+
+#include <chrono>
+#include <memory>
+
+#include "actors/event_log.hpp"
+#include "actors/messages.hpp"
+#include "gpu/kv_pool.hpp"
+#include "transport/transport.hpp"
+
+namespace illm::actors {
+
+/// What an rManager needs.
+struct rmanager_config {
+  instance_id id = 0;
+  std::shared_ptr<gpu::kv_pool> pool;
+  std::shared_ptr<transport::data_plane> plane;
+  transport::remote_region region;  ///< the pool's registered memory
+  caf::actor gmanager;
+  std::shared_ptr<event_log> events;
+  std::chrono::milliseconds heartbeat_period{50};
+  std::chrono::milliseconds lease{2000};         ///< how long a granted reservation waits for its commit
+  std::chrono::milliseconds answer_timeout{5000};  ///< how long to wait for a peer's answer
+};
+
+/// Spawns an rManager; it joins the gManager at once. Its instance is attached afterwards with
+/// (attach_atom, instance).
+caf::actor spawn_rmanager(caf::actor_system& sys, rmanager_config config);
+
+}  // namespace illm::actors

@@ -1,0 +1,26 @@
+#include "actors/worker.hpp"
+
+#include "gpu/batcher.hpp"
+
+namespace illm::actors {
+
+namespace {
+
+caf::behavior worker_behavior(caf::event_based_actor*, worker_config config) {
+  auto cfg = std::make_shared<worker_config>(std::move(config));
+  return {
+      [cfg](run_step& job) {
+        const gpu::status s = gpu::batcher::execute(*cfg->engine, *job.plan, cfg->pools, cfg->router.get());
+        return step_done{std::move(job.plan), s.is_ok() ? std::string{} : s.message()};
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_worker(caf::actor_system& sys, worker_config config, bool detached) {
+  if (detached) return sys.spawn<caf::detached>(worker_behavior, std::move(config));
+  return sys.spawn(worker_behavior, std::move(config));
+}
+
+}  // namespace illm::actors
