@@ -6,35 +6,29 @@ namespace illm::actors {
 
 namespace {
 
-/// Checks an attend request against the pool: shape, layer and ownership of every block.
-gpu::status check_request(const attention_server_config& c, const attend& a, instance_id from) {
-  const size_t row = size_t(c.shape.n_heads) * c.shape.head_dim;
-  if (a.layer >= c.n_layers || a.q.size() != size_t(a.n_q) * row)
-    return {gpu::status_code::invalid_argument, "attend does not match this model's shape"};
-  for (uint32_t b : a.blocks) {
-    const gpu::block_owner owner = c.pool->owner(b);
-    if (!c.pool->is_used(b) || owner.request != a.req_id || owner.instance != from)
-      return {gpu::status_code::invalid_argument,
-              fmt::format("block {} is not kept here for request {} of instance {}", b, a.req_id, from)};
-  }
-  return gpu::status::ok();
-}
-
 partials answer(const attention_server_config& c, const attend& a, instance_id from) {
   partials p;
   p.tag = a.tag;
-  if (gpu::status s = check_request(c, a, from); !s.is_ok()) {
-    p.error = s.message();
+  const size_t row = size_t(c.shape.n_heads) * c.shape.head_dim;
+  if (a.layer >= c.n_layers || a.q.size() != size_t(a.n_q) * row) {
+    p.error = "attend does not match this model's shape";
     return p;
   }
+  const std::optional<hosted_blocks::blocks> found = c.hosted->find(from, a.req_id, a.num_blocks);
+  if (!found) {
+    p.error = fmt::format("instance {} keeps no {} blocks of request {} for instance {}", c.plane->self(),
+                          a.num_blocks, a.req_id, from);
+    return p;
+  }
+  const hosted_blocks::blocks& held = *found;
   const size_t rows = size_t(a.n_q) * c.shape.n_heads;
   p.m.resize(rows);
   p.e.resize(rows);
   p.ma.resize(rows * c.shape.head_dim);
-  const gpu::status s = c.device->micro_attention(c.shape, a.q.data(), size_t(c.shape.n_heads) * c.shape.head_dim,
-                                                  a.q_pos.data(), a.n_q, c.pool->layer_view(a.layer), a.blocks.data(),
-                                                  a.block_pos.data(), int(a.blocks.size()), p.m.data(), p.e.data(),
-                                                  p.ma.data());
+  const gpu::status s = c.device->micro_attention(c.shape, a.q.data(), row, a.q_pos.data(), a.n_q,
+                                                  c.pool->layer_view(a.layer), held.physical.data(),
+                                                  held.first_token.data(), int(held.physical.size()), p.m.data(),
+                                                  p.e.data(), p.ma.data());
   p.ok = s.is_ok();
   if (!p.ok) p.error = s.message();
   return p;

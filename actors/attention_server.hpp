@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "actors/hosted_blocks.hpp"
 #include "actors/messages.hpp"
 #include "gpu/backend.hpp"
 #include "gpu/kv_pool.hpp"
@@ -15,7 +16,8 @@ namespace illm::actors {
 /// What an attention server needs.
 struct attention_server_config {
   std::shared_ptr<gpu::kv_pool> pool;
-  std::shared_ptr<gpu::backend> device;  ///< its own, not the worker's
+  std::shared_ptr<hosted_blocks> hosted;  ///< what the rManager keeps here for whom
+  std::shared_ptr<gpu::backend> device;   ///< its own, not the worker's
   gpu::attention_shape shape;
   int n_layers = 0;
   std::shared_ptr<transport::data_plane> plane;

@@ -12,17 +12,17 @@
 
 namespace illm::actors {
 
-/// Owner -> holder: MicroAttention of n_q queries over blocks kept for req_id.
+/// Owner -> holder: MicroAttention of n_q queries over every block the holder keeps for req_id (the
+/// holder knows which: only the queries travel, whatever the context length).
 struct attend {
   uint64_t tag = 0;  ///< matches the answer to the request
   uint64_t req_id = 0;
   uint32_t owner = 0;
   int32_t layer = 0;
   int32_t n_q = 0;
-  std::vector<float> q;  ///< [n_q][n_heads][head_dim]
+  uint32_t num_blocks = 0;  ///< blocks the owner's table places there (checked by the holder)
+  std::vector<float> q;     ///< [n_q][n_heads][head_dim]
   std::vector<int32_t> q_pos;
-  std::vector<uint32_t> blocks;
-  std::vector<int32_t> block_pos;
 };
 
 /// Holder -> owner: the partial (m, e, MA) per query row, or why there is none.

@@ -102,7 +102,9 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
     if (!region.is_ok()) return region.error();
 
     n->router = std::make_shared<remote_router>(n->endpoint, mc.n_heads, mc.head_dim(), options.attention_timeout);
-    n->attention_server = spawn_attention_server(*system_, {n->pool, n->attention_device, shape, mc.n_layers, n->endpoint});
+    auto hosted = std::make_shared<hosted_blocks>();
+    n->attention_server =
+        spawn_attention_server(*system_, {n->pool, hosted, n->attention_device, shape, mc.n_layers, n->endpoint});
     caf::actor server = n->attention_server;
     n->endpoint->on_message(transport::channel::attend, [server](transport::peer_id from, std::vector<uint8_t> bytes) {
       caf::anon_send(server, incoming_attend{from, std::move(bytes)});
@@ -115,6 +117,7 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
     rmanager_config rcfg;
     rcfg.id = n->id;
     rcfg.pool = n->pool;
+    rcfg.hosted = hosted;
     rcfg.plane = n->endpoint;
     rcfg.region = region.value();
     rcfg.gmanager = gmanager_;

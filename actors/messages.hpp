@@ -67,12 +67,13 @@ struct move_reservation {
   int64_t lease_ms = 0;
 };
 
-/// source -> destination after the copy: the reserved blocks now hold req_id's KV (answer: commit_result,
-/// refused when the lease is over).
+/// source -> destination after the copy: the reserved blocks now hold req_id's KV at these logical
+/// places (answer: commit_result, refused when the lease is over).
 struct commit_move {
   move_id id = 0;
   request_id req_id = 0;
   instance_id src_inst = 0;
+  std::vector<uint32_t> logical;  ///< one per reserved block, in the reservation's order
 };
 
 /// The answer to commit_move.
@@ -310,7 +311,7 @@ typename Inspector::result_type inspect(Inspector& f, move_reservation& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, commit_move& x) {
-  return f(caf::meta::type_name("commit_move"), x.id, x.req_id, x.src_inst);
+  return f(caf::meta::type_name("commit_move"), x.id, x.req_id, x.src_inst, x.logical);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, commit_result& x) {
@@ -352,8 +353,7 @@ typename Inspector::result_type inspect(Inspector& f, leave_cluster& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, attend& x) {
-  return f(caf::meta::type_name("attend"), x.tag, x.req_id, x.owner, x.layer, x.n_q, x.q, x.q_pos, x.blocks,
-           x.block_pos);
+  return f(caf::meta::type_name("attend"), x.tag, x.req_id, x.owner, x.layer, x.n_q, x.num_blocks, x.q, x.q_pos);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, partials& x) {

@@ -29,8 +29,7 @@ gpu::status remote_router::begin(std::span<const gpu::remote_attention_job> jobs
     a.q.resize(size_t(job.n_q) * row);
     for (int t = 0; t < job.n_q; ++t) std::copy_n(job.q + size_t(t) * job.q_ld, row, a.q.data() + size_t(t) * row);
     a.q_pos.assign(job.q_pos, job.q_pos + job.n_q);
-    a.blocks.assign(job.blocks.begin(), job.blocks.end());
-    a.block_pos.assign(job.block_pos.begin(), job.block_pos.end());
+    a.num_blocks = uint32_t(job.blocks.size());
     {
       std::lock_guard lock(mutex_);
       a.tag = next_tag_++;

@@ -31,12 +31,6 @@ struct incoming_move {
   state stage = state::reserved;
 };
 
-/// Blocks kept here for another instance's request.
-struct hosted_request {
-  instance_id owner = 0;
-  std::vector<uint32_t> blocks;
-};
-
 }  // namespace
 
 struct rmanager_state {
@@ -47,7 +41,6 @@ struct rmanager_state {
   placement_update placement;
   std::map<move_id, outgoing_move> outgoing;
   std::map<move_id, incoming_move> incoming;
-  std::map<request_id, hosted_request> hosted;
   std::map<request_id, std::map<instance_id, uint32_t>> lent;  // this instance's requests' blocks elsewhere
   bool loan_in_flight = false;
   bool draining = false;
@@ -58,7 +51,7 @@ struct rmanager_state {
     instance_stats s;
     s.total_blocks = config.pool->total_blocks();
     s.free_blocks = config.pool->free_blocks();
-    for (const auto& [req, h] : hosted) s.hosted_blocks += uint32_t(h.blocks.size());
+    s.hosted_blocks = config.hosted->count();
     for (const auto& [req, holders] : lent)
       for (const auto& [inst, n] : holders) s.borrowed_blocks += n;
     s.batch_size = placement.batch_size;
@@ -107,7 +100,7 @@ void finish_move(self_ptr self, move_id id, bool ok, std::string reason) {
 void commit(self_ptr self, move_id id) {
   auto& move = self->state.outgoing.at(id);
   self->request(move.dst_rmanager, self->state.config.answer_timeout,
-                commit_move{id, move.picked.req_id, self->state.config.id})
+                commit_move{id, move.picked.req_id, self->state.config.id, move.picked.logical})
       .then(
           [=](const commit_result& r) {
             auto it = self->state.outgoing.find(id);
@@ -271,12 +264,8 @@ move_reservation grant(self_ptr self, const try_move_kvcache& ask) {
 }
 
 void give_back(self_ptr self, incoming_move& move, incoming_move::state why) {
+  if (move.stage == incoming_move::state::committed) self->state.config.hosted->remove_blocks(move.src, move.req, move.blocks);
   for (uint32_t b : move.blocks) (void)self->state.config.pool->release(b);
-  if (move.stage == incoming_move::state::committed) {
-    auto& hosted = self->state.hosted[move.req].blocks;
-    for (uint32_t b : move.blocks) hosted.erase(std::remove(hosted.begin(), hosted.end(), b), hosted.end());
-    if (hosted.empty()) self->state.hosted.erase(move.req);
-  }
   move.stage = why;
 }
 
@@ -291,22 +280,20 @@ commit_result accept_commit(self_ptr self, const commit_move& c) {
     case incoming_move::state::given_back: return {c.id, false, "the move was aborted"};
     case incoming_move::state::reserved: break;
   }
+  if (c.logical.size() != move.blocks.size() || c.src_inst != move.src) return {c.id, false, "commit does not match"};
   move.stage = incoming_move::state::committed;
-  hosted_request& h = st.hosted[move.req];
-  h.owner = move.src;
-  h.blocks.insert(h.blocks.end(), move.blocks.begin(), move.blocks.end());
+  st.config.hosted->add(move.src, move.req, c.logical, move.blocks);
   return {c.id, true, {}};
 }
 
 /// Frees every block kept for req (owner's request ended).
 void release_hosted(self_ptr self, const release_blocks& r) {
   auto& st = self->state;
-  auto it = st.hosted.find(r.req_id);
-  if (it == st.hosted.end() || it->second.owner != r.owner) return;  // nothing, or a duplicate
-  for (uint32_t b : it->second.blocks) (void)st.config.pool->release(b);
-  st.hosted.erase(it);
+  for (uint32_t b : st.config.hosted->remove_request(r.owner, r.req_id))  // empty for a duplicate
+    (void)st.config.pool->release(b);
   for (auto& [id, move] : st.incoming)
-    if (move.req == r.req_id && move.stage == incoming_move::state::committed) move.stage = incoming_move::state::given_back;
+    if (move.req == r.req_id && move.src == r.owner && move.stage == incoming_move::state::committed)
+      move.stage = incoming_move::state::given_back;
 }
 
 /// This instance's request ended: free its blocks elsewhere and stop its moves.

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "actors/event_log.hpp"
+#include "actors/hosted_blocks.hpp"
 #include "actors/messages.hpp"
 #include "gpu/kv_pool.hpp"
 #include "transport/transport.hpp"
@@ -23,6 +24,7 @@ namespace illm::actors {
 struct rmanager_config {
   instance_id id = 0;
   std::shared_ptr<gpu::kv_pool> pool;
+  std::shared_ptr<hosted_blocks> hosted;  ///< shared with the attention server
   std::shared_ptr<transport::data_plane> plane;
   transport::remote_region region;  ///< the pool's registered memory
   caf::actor gmanager;

@@ -1,0 +1,66 @@
+#include "actors/hosted_blocks.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace illm::actors {
+
+namespace {
+constexpr int32_t tokens_per_block = 16;
+}
+
+void hosted_blocks::add(uint32_t owner, uint64_t req, const std::vector<uint32_t>& logical,
+                        const std::vector<uint32_t>& physical) {
+  std::lock_guard lock(mutex_);
+  by_request_[{owner, req}].push_back({logical, physical});
+}
+
+std::vector<uint32_t> hosted_blocks::remove_request(uint32_t owner, uint64_t req) {
+  std::lock_guard lock(mutex_);
+  std::vector<uint32_t> out;
+  auto it = by_request_.find({owner, req});
+  if (it == by_request_.end()) return out;
+  for (const move_blocks& m : it->second) out.insert(out.end(), m.physical.begin(), m.physical.end());
+  by_request_.erase(it);
+  return out;
+}
+
+void hosted_blocks::remove_blocks(uint32_t owner, uint64_t req, const std::vector<uint32_t>& physical) {
+  std::lock_guard lock(mutex_);
+  auto it = by_request_.find({owner, req});
+  if (it == by_request_.end()) return;
+  auto& moves = it->second;
+  moves.erase(std::remove_if(moves.begin(), moves.end(), [&](const move_blocks& m) { return m.physical == physical; }),
+              moves.end());
+  if (moves.empty()) by_request_.erase(it);
+}
+
+std::optional<hosted_blocks::blocks> hosted_blocks::find(uint32_t owner, uint64_t req, uint32_t count) const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::pair<uint32_t, uint32_t>> chosen;  // (logical, physical)
+  if (count == 0) return blocks{};
+  auto it = by_request_.find({owner, req});
+  if (it == by_request_.end()) return std::nullopt;
+  for (const move_blocks& m : it->second) {
+    for (size_t i = 0; i < m.logical.size(); ++i) chosen.emplace_back(m.logical[i], m.physical[i]);
+    if (chosen.size() >= count) break;
+  }
+  if (chosen.size() != count) return std::nullopt;
+  std::sort(chosen.begin(), chosen.end());
+  blocks out;
+  for (const auto& [logical, physical] : chosen) {
+    out.physical.push_back(physical);
+    out.first_token.push_back(int32_t(logical) * tokens_per_block);
+  }
+  return out;
+}
+
+uint32_t hosted_blocks::count() const {
+  std::lock_guard lock(mutex_);
+  uint32_t n = 0;
+  for (const auto& [key, moves] : by_request_)
+    for (const move_blocks& m : moves) n += uint32_t(m.physical.size());
+  return n;
+}
+
+}  // namespace illm::actors

@@ -1,0 +1,214 @@
+// Embedded clusters on the real model: a request about three times one instance's pool completes,
+// its blocks spread by moves (loans of a full owner, or the gManager's orders) with the token ids of
+// one instance with enough memory; concurrent requests of mixed lengths get their ids alone and leave
+// every pool as it started; remote attention moves only queries and partials, the same bytes per
+// decode step at 1K and at 3K tokens of context.
+#include <doctest/doctest.h>
+
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "actors/cluster.hpp"
+#include "gpu/backend_registry.hpp"
+#include "gpu/generate.hpp"
+
+using namespace illm;
+using namespace illm::actors;
+using namespace std::chrono_literals;
+
+namespace {
+
+const gpu::loaded_model& model() {
+  static const auto loaded = gpu::load_model("stories15M");
+  if (!loaded.is_ok()) FAIL("stories15M is needed: run deploy/fetch-model.sh (", loaded.error().message(), ")");
+  return loaded.value();
+}
+
+/// A prompt of about n tokens: a license text repeated, BOS first.
+std::vector<int32_t> long_prompt(size_t n) {
+  const std::string text =
+      "The intent of this document is to state the conditions under which a Package may be copied, such that the "
+      "Copyright Holder maintains some semblance of artistic control over the development of the package, while "
+      "giving the users of the package the right to use and distribute the Package in a more-or-less customary "
+      "fashion, plus the right to make reasonable modifications. ";
+  std::string all;
+  while (model().vocab->encode(all, true).size() < n) all += text;
+  auto ids = model().vocab->encode(all, true);
+  ids.resize(n);
+  return ids;
+}
+
+/// Greedy ids of a request alone on one pool with room for all of it.
+std::vector<int32_t> alone(const std::vector<int32_t>& prompt, int max_tokens) {
+  auto device = gpu::make_backend("cpu", 2);
+  REQUIRE(device.is_ok());
+  gpu::generate_options o;
+  o.prompt_ids = prompt;
+  o.max_tokens = max_tokens;
+  o.ignore_eos = true;
+  auto out = gpu::generate(model(), *device.value(), o);
+  REQUIRE(out.is_ok());
+  return out->token_ids;
+}
+
+/// A finished request as the cluster reported it.
+struct outcome {
+  std::vector<int32_t> tokens;
+  request_finished end;
+  size_t attention_bytes_at_token[64] = {};  // data-plane attention bytes when each token arrived
+};
+
+/// Attention bytes (attend and partials messages) sent by every instance so far.
+uint64_t attention_bytes(cluster& c) {
+  uint64_t n = 0;
+  for (const auto& i : c.instances())
+    n += i.traffic.message_bytes[uint8_t(transport::channel::attend)] +
+         i.traffic.message_bytes[uint8_t(transport::channel::partials)];
+  return n;
+}
+
+/// Submits requests together and waits for all of them.
+std::vector<outcome> run_all(cluster& c, const std::vector<generate_params>& requests) {
+  std::vector<outcome> out(requests.size());
+  std::mutex mutex;
+  std::condition_variable done;
+  size_t finished = 0;
+  for (size_t i = 0; i < requests.size(); ++i)
+    c.submit(requests[i], {[&, i](int32_t token) {
+                             std::lock_guard lock(mutex);
+                             if (out[i].tokens.size() < 64) out[i].attention_bytes_at_token[out[i].tokens.size()] =
+                                                              attention_bytes(c);
+                             out[i].tokens.push_back(token);
+                           },
+                           [&, i](const request_finished& end) {
+                             std::lock_guard lock(mutex);
+                             out[i].end = end;
+                             ++finished;
+                             done.notify_all();
+                           }});
+  std::unique_lock lock(mutex);
+  REQUIRE(done.wait_for(lock, 600s, [&] { return finished == requests.size(); }));
+  return out;
+}
+
+size_t instances_holding(const request_finished& end) {
+  std::map<instance_id, uint32_t> blocks;
+  for (const auto& e : end.placement) blocks[e.inst_id] += e.num_blocks;
+  return blocks.size();
+}
+
+void check_pools_back_to_start(cluster& c) {
+  for (const auto& i : c.instances()) {
+    CHECK_MESSAGE(i.accounting.is_ok(), i.accounting.message());
+    CHECK_MESSAGE(i.free_blocks == i.total_blocks, "instance ", i.id, ": ", i.free_blocks, " of ", i.total_blocks,
+                  " blocks free");
+  }
+}
+
+generate_params greedy(std::vector<int32_t> prompt, int max_tokens) {
+  return {std::move(prompt), max_tokens, 0.0f, 1.0f, 0, true};
+}
+
+}  // namespace
+
+TEST_SUITE("actors") {
+  TEST_CASE("a request three times one pool completes on loans with the ids of one instance") {
+    const auto prompt = long_prompt(2900);
+    cluster_options o;
+    o.instances = 4;
+    o.kv_blocks_per_instance = 64;
+    o.policy_period = 3600s;  // the gManager stays out: only the full owner's own loans move blocks
+    auto c = cluster::start(model().weights, o);
+    REQUIRE(c.is_ok());
+    const auto got = run_all(*c.value(), {greedy(prompt, 32)});
+    REQUIRE(got[0].end.reason == "length");
+    CHECK(got[0].tokens == alone(prompt, 32));
+    CHECK(instances_holding(got[0].end) >= 3);
+    const auto moves = c.value()->moves();
+    REQUIRE_FALSE(moves.empty());
+    for (const auto& m : moves)
+      if (m.ok) CHECK(m.self_initiated);
+    c.value()->shutdown();
+    check_pools_back_to_start(*c.value());
+  }
+
+  TEST_CASE("the gManager's moves spread a long request with the ids of one instance") {
+    const auto prompt = long_prompt(2900);
+    cluster_options o;
+    o.instances = 4;
+    o.kv_blocks_per_instance = 64;
+    o.policy_period = 20ms;
+    auto c = cluster::start(model().weights, o);
+    REQUIRE(c.is_ok());
+    const auto got = run_all(*c.value(), {greedy(prompt, 16)});
+    REQUIRE(got[0].end.reason == "length");
+    CHECK(got[0].tokens == alone(prompt, 16));
+    CHECK(instances_holding(got[0].end) >= 3);
+    const auto moves = c.value()->moves();
+    CHECK(std::any_of(moves.begin(), moves.end(), [](const move_report& m) { return m.ok && !m.self_initiated; }));
+    c.value()->shutdown();
+    check_pools_back_to_start(*c.value());
+  }
+
+  TEST_CASE("concurrent requests of mixed lengths get their ids alone and leave the pools as they were") {
+    std::vector<generate_params> requests;
+    for (const char* p : {"Once upon a time", "Tom and Jane went to the park", "The little dog", "Lily and Ben",
+                          "One day, a big bird"})
+      requests.push_back(greedy(model().vocab->encode(p, true), 24));
+    requests.push_back(greedy(long_prompt(1300), 16));  // 82 blocks: more than any one pool
+    cluster_options o;
+    o.instances = 3;
+    o.kv_blocks_per_instance = 64;
+    auto c = cluster::start(model().weights, o);
+    REQUIRE(c.is_ok());
+    const auto got = run_all(*c.value(), requests);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      REQUIRE_MESSAGE(got[i].end.reason == "length", got[i].end.error);
+      CHECK_MESSAGE(got[i].tokens == alone(requests[i].prompt, requests[i].max_tokens), "request ", i);
+    }
+    CHECK(instances_holding(got.back().end) >= 2);
+    c.value()->shutdown();
+    check_pools_back_to_start(*c.value());
+  }
+
+  TEST_CASE("remote attention sends the same bytes per decode step at 1K and at 3K tokens") {
+    // Once per request, move all but its last four blocks to the other instance: one remote holder.
+    auto moved = std::make_shared<std::set<request_id>>();
+    auto policy = [moved](const std::vector<placement::instance_snapshot>& cluster) {
+      std::vector<placement::move_order> orders;
+      for (const auto& s : cluster)
+        for (const auto& e : s.placement)
+          if (e.local && e.num_blocks >= 16 && !moved->count(e.req_id)) {
+            moved->insert(e.req_id);
+            orders.push_back({e.req_id, s.id, s.id == 0 ? 1u : 0u, e.num_blocks - 4});
+          }
+      return orders;
+    };
+    std::map<int, double> bytes_per_step;
+    for (int context : {1000, 3000}) {
+      cluster_options o;
+      o.instances = 2;
+      o.kv_blocks_per_instance = 160;
+      o.policy_period = 10ms;
+      o.policy = policy;
+      auto c = cluster::start(model().weights, o);
+      REQUIRE(c.is_ok());
+      const auto got = run_all(*c.value(), {greedy(long_prompt(size_t(context)), 24)});
+      REQUIRE(got[0].end.reason == "length");
+      REQUIRE(instances_holding(got[0].end) == 2);
+      // Steady decode: tokens 8 to 23, after any move settled.
+      bytes_per_step[context] =
+          double(got[0].attention_bytes_at_token[23] - got[0].attention_bytes_at_token[8]) / 15.0;
+      c.value()->shutdown();
+      check_pools_back_to_start(*c.value());
+    }
+    MESSAGE("attention bytes per decode step: 1K ", bytes_per_step[1000], ", 3K ", bytes_per_step[3000]);
+    CHECK(bytes_per_step[1000] > 0);
+    CHECK(bytes_per_step[1000] == bytes_per_step[3000]);
+    // Queries and partials of one holder, six layers: a few KiB, nothing like the KV.
+    CHECK(bytes_per_step[3000] < 32 * 1024);
+  }
+}

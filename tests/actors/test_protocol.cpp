@@ -1,0 +1,353 @@
+// The paper's protocol on CAF's deterministic scheduler, message by message and on a virtual clock:
+// refusals against stale views, first come first served reservations, leases that expire, duplicate
+// and late messages, and moves that fail halfway, each leaving the blocks where they belong.
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+#include <doctest/doctest.h>
+
+#include "actors/gmanager.hpp"
+#include "actors/rmanager.hpp"
+#include "gpu/cpu/cpu_backend.hpp"
+#include "transport/inproc/inproc.hpp"
+
+using namespace illm;
+using namespace illm::actors;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// What a stand-in instance saw.
+struct instance_log {
+  std::map<request_id, std::vector<uint32_t>> blocks;  // request -> its local physical blocks, logical order
+  std::vector<blocks_moved> switched;
+  std::vector<move_abandoned> abandoned;
+  std::vector<loan_result> loans;
+};
+
+/// A stand-in instance: picks its requests' blocks oldest first and records what the rManager tells it.
+caf::behavior fake_instance(caf::event_based_actor*, std::shared_ptr<instance_log> log) {
+  return {
+      [log](const pick_blocks& ask) {
+        block_pick out{ask.id, ask.req_id, {}, {}};
+        const auto& blocks = log->blocks[ask.req_id];
+        for (uint32_t i = 0; i < blocks.size() && out.logical.size() < ask.max_blocks; ++i) {
+          out.logical.push_back(i);
+          out.physical.push_back(blocks[i]);
+        }
+        return out;
+      },
+      [log](const blocks_moved& m) {
+        log->switched.push_back(m);
+        return true;
+      },
+      [log](const move_abandoned& m) { log->abandoned.push_back(m); },
+      [log](const loan_result& r) { log->loans.push_back(r); },
+      [](const cluster_view&) {},
+  };
+}
+
+/// A data plane whose puts can be held back or made to fail, around an in-process endpoint.
+class controlled_plane final : public transport::data_plane {
+ public:
+  explicit controlled_plane(std::shared_ptr<transport::data_plane> inner) : inner_(std::move(inner)) {}
+  transport::peer_id self() const override { return inner_->self(); }
+  gpu::result<transport::remote_region> register_memory(void* base, uint64_t bytes) override {
+    return inner_->register_memory(base, bytes);
+  }
+  void put(transport::peer_id peer, const void* local, uint64_t bytes, const transport::remote_region& region,
+           uint64_t address, transport::completion done) override {
+    if (fail_puts_after >= 0 && puts_ >= fail_puts_after) return done({gpu::status_code::io_error, "link down"});
+    ++puts_;
+    if (hold) {
+      held.push_back([=, this] { inner_->put(peer, local, bytes, region, address, done); });
+      return;
+    }
+    inner_->put(peer, local, bytes, region, address, std::move(done));
+  }
+  void flush(transport::peer_id peer, transport::completion done) override { inner_->flush(peer, std::move(done)); }
+  void send(transport::peer_id peer, transport::channel ch, std::span<const uint8_t> payload,
+            transport::completion done) override {
+    inner_->send(peer, ch, payload, std::move(done));
+  }
+  void on_message(transport::channel ch, transport::message_handler h) override { inner_->on_message(ch, std::move(h)); }
+  transport::traffic counters() const override { return inner_->counters(); }
+
+  bool hold = false;         ///< keep puts until release_held()
+  int fail_puts_after = -1;  ///< fail every put after this many
+  std::vector<std::function<void()>> held;
+  void release_held() {
+    for (auto& f : std::exchange(held, {})) f();
+  }
+
+ private:
+  std::shared_ptr<transport::data_plane> inner_;
+  int puts_ = 0;
+};
+
+/// Orders the moves a test queues, on the next policy tick.
+struct scripted_orders {
+  std::vector<placement::move_order> next;
+  placement::policy policy() {
+    return [this](const std::vector<placement::instance_snapshot>&) { return std::exchange(next, {}); };
+  }
+};
+
+/// A gManager and n rManagers with small pools and stand-in instances on the test coordinator.
+struct protocol_fixture {
+  static constexpr uint32_t pool_blocks = 8;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::scheduler::test_coordinator* sched = nullptr;
+  gpu::cpu::cpu_backend device{1};
+  std::shared_ptr<transport::inproc_fabric> fabric = std::make_shared<transport::inproc_fabric>();
+  std::shared_ptr<event_log> events = std::make_shared<event_log>();
+  scripted_orders orders;
+  caf::actor gmanager;
+  std::vector<std::shared_ptr<gpu::kv_pool>> pools;
+  std::vector<std::shared_ptr<controlled_plane>> planes;
+  std::vector<std::shared_ptr<instance_log>> logs;
+  std::vector<caf::actor> rmanagers, instances;
+
+  explicit protocol_fixture(int n) {
+    register_messages(cfg);
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    sys = std::make_unique<caf::actor_system>(cfg);
+    sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
+    gmanager = spawn_gmanager(*sys, {10ms, orders.policy(), 1000ms});
+    for (int i = 0; i < n; ++i) add_instance(instance_id(i));
+    settle();
+  }
+
+  ~protocol_fixture() {
+    for (auto& a : rmanagers) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    for (auto& a : instances) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(gmanager, caf::exit_reason::user_shutdown);
+    sched->run();
+  }
+
+  void add_instance(instance_id id) {
+    auto pool = std::make_shared<gpu::kv_pool>(gpu::kv_pool::create(device, {1, 1, 4, gpu::dtype::f32}, pool_blocks).value());
+    auto plane = std::make_shared<controlled_plane>(fabric->connect(id).value());
+    auto region = plane->register_memory(pool->base(), uint64_t(pool_blocks) * pool->layout().block_bytes()).value();
+    auto log = std::make_shared<instance_log>();
+    rmanager_config rc;
+    rc.id = id;
+    rc.pool = pool;
+    rc.hosted = std::make_shared<hosted_blocks>();
+    rc.plane = plane;
+    rc.region = region;
+    rc.gmanager = gmanager;
+    rc.events = events;
+    rc.heartbeat_period = 10ms;
+    rc.lease = 100ms;
+    rc.answer_timeout = 1000ms;
+    auto rm = spawn_rmanager(*sys, rc);
+    auto inst = sys->spawn(fake_instance, log);
+    caf::anon_send(rm, attach_atom::value, inst);
+    pools.push_back(pool);
+    planes.push_back(plane);
+    logs.push_back(log);
+    rmanagers.push_back(rm);
+    instances.push_back(inst);
+  }
+
+  /// Delivers everything, then lets `d` of virtual time pass (timers, heartbeats), twice.
+  void settle(caf::timespan d = 25ms) {
+    for (int i = 0; i < 2; ++i) {
+      sched->run();
+      sched->clock().advance_time(d);
+      sched->run();
+    }
+  }
+
+  /// Gives request `req` of instance `inst` n local blocks (as a running request would have).
+  void give_blocks(size_t inst, request_id req, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i)
+      logs[inst]->blocks[req].push_back(pools[inst]->allocate({req, instance_id(inst)}).value());
+  }
+};
+
+size_t count_ok(const std::vector<move_report>& moves) {
+  return size_t(std::count_if(moves.begin(), moves.end(), [](const move_report& m) { return m.ok; }));
+}
+
+}  // namespace
+
+TEST_SUITE("actors") {
+  TEST_CASE("a move copies the blocks, commits, and switches the owner's table") {
+    protocol_fixture f(2);
+    f.give_blocks(0, 7, 4);
+    auto* src = static_cast<float*>(f.pools[0]->block_data(f.logs[0]->blocks[7][0]));
+    src[0] = 42.0f;
+    f.orders.next.push_back({7, 0, 1, 3});
+    f.settle();
+    REQUIRE(f.logs[0]->switched.size() == 1);
+    const blocks_moved& m = f.logs[0]->switched[0];
+    CHECK(m.logical == std::vector<uint32_t>{0, 1, 2});
+    CHECK(f.pools[1]->blocks_of(7) == 3);
+    CHECK(f.pools[1]->owner(m.dst_blocks[0]) == gpu::block_owner{7, 0});
+    CHECK(static_cast<float*>(f.pools[1]->block_data(m.dst_blocks[0]))[0] == 42.0f);
+    CHECK(count_ok(f.events->moves()) == 1);
+  }
+
+  TEST_CASE("try_move is refused when the destination filled up since the view, and a later order succeeds") {
+    protocol_fixture f(2);
+    f.give_blocks(0, 7, 4);
+    // Instance 1 fills up after the gManager's view last showed it empty.
+    std::vector<uint32_t> taken;
+    for (uint32_t i = 0; i < protocol_fixture::pool_blocks; ++i) taken.push_back(f.pools[1]->allocate({99, 1}).value());
+    f.orders.next.push_back({7, 0, 1, 2});
+    f.sched->run();
+    f.sched->clock().advance_time(10ms);  // the policy tick sends the order
+    f.sched->run();
+    auto moves = f.events->moves();
+    REQUIRE(moves.size() == 1);
+    CHECK_FALSE(moves[0].ok);
+    CHECK(moves[0].reason.find("refused") != std::string::npos);
+    CHECK(f.logs[0]->switched.empty());
+    REQUIRE(f.logs[0]->abandoned.size() == 1);  // the request keeps reading its own blocks
+    CHECK(f.pools[0]->blocks_of(7) == 4);
+    // Room again: the gManager's next instruction moves the blocks.
+    for (uint32_t b : taken) REQUIRE(f.pools[1]->release(b).is_ok());
+    f.orders.next.push_back({7, 0, 1, 2});
+    f.settle();
+    CHECK(count_ok(f.events->moves()) == 1);
+    CHECK(f.pools[1]->blocks_of(7) == 2);
+  }
+
+  TEST_CASE("two sources racing for the last blocks: first come first served") {
+    protocol_fixture f(3);
+    f.give_blocks(0, 1, 6);
+    f.give_blocks(2, 2, 6);
+    for (uint32_t i = 0; i < protocol_fixture::pool_blocks - 4; ++i) (void)f.pools[1]->allocate({99, 1});
+    f.orders.next = {{1, 0, 1, 4}, {2, 2, 1, 4}};  // both want instance 1's last 4 blocks
+    f.settle();
+    const auto moves = f.events->moves();
+    REQUIRE(moves.size() == 2);
+    CHECK(count_ok(moves) == 1);
+    const move_report& refused = moves[0].ok ? moves[1] : moves[0];
+    CHECK(refused.reason.find("4 blocks asked, 0 free") != std::string::npos);
+    CHECK(f.pools[1]->free_blocks() == 0);
+    CHECK(f.pools[1]->check().is_ok());
+  }
+
+  TEST_CASE("a reservation expires when the source never commits") {
+    protocol_fixture f(2);
+    f.give_blocks(0, 7, 4);
+    f.planes[0]->hold = true;  // the copy never completes
+    f.orders.next.push_back({7, 0, 1, 4});
+    f.sched->run();
+    f.sched->clock().advance_time(10ms);
+    f.sched->run();
+    CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks - 4);  // reserved
+    f.sched->clock().advance_time(150ms);  // past the lease
+    f.sched->run();
+    CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);  // given back
+    // The copy finishes late: the commit is refused and the request stays on its blocks.
+    f.planes[0]->hold = false;
+    f.planes[0]->release_held();
+    f.settle();
+    const auto moves = f.events->moves();
+    REQUIRE(moves.size() == 1);
+    CHECK_FALSE(moves[0].ok);
+    CHECK(moves[0].reason.find("lease expired") != std::string::npos);
+    CHECK(f.logs[0]->switched.empty());
+    CHECK(f.pools[0]->blocks_of(7) == 4);
+    CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);
+  }
+
+  TEST_CASE("a move that fails halfway leaves the request reading its old blocks") {
+    protocol_fixture f(2);
+    f.give_blocks(0, 7, 4);
+    f.planes[0]->fail_puts_after = 2;  // the link drops after two of four blocks
+    f.orders.next.push_back({7, 0, 1, 4});
+    f.settle();
+    const auto moves = f.events->moves();
+    REQUIRE(moves.size() == 1);
+    CHECK_FALSE(moves[0].ok);
+    CHECK(moves[0].reason.find("copy failed") != std::string::npos);
+    CHECK(f.logs[0]->switched.empty());
+    REQUIRE(f.logs[0]->abandoned.size() == 1);
+    CHECK(f.pools[0]->blocks_of(7) == 4);
+    CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);  // the reservation was aborted
+  }
+
+  TEST_CASE("duplicate and late messages change nothing") {
+    protocol_fixture f(2);
+    caf::actor dst = f.rmanagers[1];
+    std::vector<move_reservation> answers;
+    std::vector<commit_result> commits;
+    auto client = f.sys->spawn([&](caf::event_based_actor* self) -> caf::behavior {
+      for (int i = 0; i < 2; ++i)
+        self->request(dst, caf::infinite, try_move_kvcache{500, 7, 3, 0}).then([&](move_reservation& r) {
+          answers.push_back(r);
+        });
+      return {[&, self](caf::ok_atom) {
+        for (int i = 0; i < 2; ++i)
+          self->request(dst, caf::infinite, commit_move{500, 7, 0, {0, 1, 2}}).then([&](commit_result& c) {
+            commits.push_back(c);
+          });
+      }};
+    });
+    f.sched->run();
+    REQUIRE(answers.size() == 2);
+    CHECK(answers[0].granted);
+    CHECK(answers[1].blocks == answers[0].blocks);  // the same reservation, not a second one
+    CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks - 3);
+    caf::anon_send(client, caf::ok_atom::value);
+    f.sched->run();
+    REQUIRE(commits.size() == 2);
+    CHECK(commits[0].committed);
+    CHECK(commits[1].committed);
+    CHECK(f.pools[1]->blocks_of(7) == 3);
+    // A late expiry timer and duplicate releases and aborts are no-ops after the first.
+    f.sched->clock().advance_time(150ms);
+    f.sched->run();
+    CHECK(f.pools[1]->blocks_of(7) == 3);  // committed blocks outlive the lease
+    for (int i = 0; i < 2; ++i) caf::anon_send(dst, release_blocks{7, 0});
+    for (int i = 0; i < 2; ++i) caf::anon_send(dst, abort_move{500});
+    f.sched->run();
+    CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);
+    CHECK(f.pools[1]->check().is_ok());
+    caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+  }
+
+  TEST_CASE("a stale heartbeat does not change the gManager's view") {
+    protocol_fixture f(1);
+    caf::actor gm = f.gmanager;
+    std::vector<cluster_view> views;
+    auto client = f.sys->spawn([&](caf::event_based_actor* self) -> caf::behavior {
+      instance_stats fresh;
+      fresh.total_blocks = 8;
+      fresh.free_blocks = 3;
+      instance_stats stale = fresh;
+      stale.free_blocks = 8;
+      self->request(gm, caf::infinite, heartbeat{0, 1000000, fresh, {}}).then([&](cluster_view& v) { views.push_back(v); });
+      self->request(gm, caf::infinite, heartbeat{0, 999999, stale, {}}).then([&](cluster_view& v) { views.push_back(v); });
+      return {[](caf::ok_atom) {}};
+    });
+    f.sched->run();
+    REQUIRE(views.size() == 2);
+    REQUIRE(views[1].instances.size() == 1);
+    CHECK(views[1].instances[0].free_blocks == 3);
+    caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+  }
+
+  TEST_CASE("an rManager short of blocks borrows from the instance with the most free blocks") {
+    protocol_fixture f(3);
+    f.give_blocks(0, 7, 6);
+    for (int i = 0; i < 5; ++i) (void)f.pools[1]->allocate({99, 1});  // instance 2 has the most room
+    f.settle();  // heartbeats carry the new free counts into the rManagers' views
+    caf::anon_send(f.rmanagers[0], need_blocks{7, 4});
+    f.settle();
+    REQUIRE(f.logs[0]->loans.size() == 1);
+    CHECK(f.logs[0]->loans[0].ok);
+    REQUIRE(f.logs[0]->switched.size() == 1);
+    CHECK(f.logs[0]->switched[0].dst_inst == 2);
+    CHECK(f.pools[2]->blocks_of(7) == 4);
+    const auto moves = f.events->moves();
+    REQUIRE(moves.size() == 1);
+    CHECK(moves[0].self_initiated);
+  }
+}
