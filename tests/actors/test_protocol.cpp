@@ -175,7 +175,7 @@ size_t count_ok(const std::vector<move_report>& moves) {
 }  // namespace
 
 TEST_SUITE("actors") {
-  TEST_CASE("a move copies the blocks, commits, and switches the owner's table") {
+  TEST_CASE("a move copies the blocks then commits then switches the owner table") {
     protocol_fixture f(2);
     f.give_blocks(0, 7, 4);
     auto* src = static_cast<float*>(f.pools[0]->block_data(f.logs[0]->blocks[7][0]));
@@ -191,7 +191,7 @@ TEST_SUITE("actors") {
     CHECK(count_ok(f.events->moves()) == 1);
   }
 
-  TEST_CASE("try_move is refused when the destination filled up since the view, and a later order succeeds") {
+  TEST_CASE("try_move is refused when the destination filled up since the view and a later order succeeds") {
     protocol_fixture f(2);
     f.give_blocks(0, 7, 4);
     // Instance 1 fills up after the gManager's view last showed it empty.

@@ -158,7 +158,7 @@ TEST_SUITE("gpu") {
     CHECK(pool.used_blocks() == 0);
   }
 
-  TEST_CASE("a sequence larger than the pool ends with an error, not a hang") {
+  TEST_CASE("a sequence larger than the pool ends with an error and no hang") {
     const auto& model = test::real_model();
     gpu::backend& device = test::cpu_device();
     auto eng = gpu::engine::create(model.weights, device, {64, 1}).value();

@@ -80,7 +80,7 @@ TEST_SUITE("gpu") {
     CHECK_MESSAGE(worst <= 1e-4, "worst difference ", worst);
   }
 
-  TEST_CASE("spreading the blocks over 2, 3 and 7 pools keeps the greedy ids") {
+  TEST_CASE("spreading the blocks over 2 or 3 or 7 pools keeps the greedy ids") {
     const auto& model = test::real_model();
     for (const auto& c : test::golden()["cases"]) {
       const auto prompt = c["prompt_token_ids"].get<std::vector<int32_t>>();

@@ -6,7 +6,7 @@
 using namespace illm;
 
 TEST_SUITE("gpu") {
-  TEST_CASE("kv block layout is [layers][K, V][kv heads][16 tokens][head_dim]") {
+  TEST_CASE("kv block layout is layers then K and V then kv heads then 16 tokens then head_dim") {
     const gpu::kv_layout l{6, 6, 48, gpu::dtype::f32};
     CHECK(l.head_stride() == 16 * 48);
     CHECK(l.block_elements() == 6 * 2 * 6 * 16 * 48);
