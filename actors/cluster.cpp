@@ -197,6 +197,17 @@ std::vector<instance_report> cluster::instances() const {
   return out;
 }
 
+bool cluster::wait_pools_free(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto pools = instances();
+    if (std::all_of(pools.begin(), pools.end(), [](const auto& i) { return i.free_blocks == i.total_blocks; }))
+      return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 void cluster::shutdown() {
   if (stopped_ || !system_) return;
   stopped_ = true;

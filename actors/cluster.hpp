@@ -77,6 +77,10 @@ class cluster {
   cluster_view view();
   int size() const;
 
+  /// Waits until every pool is back to all blocks free (releases are asynchronous: after a request
+  /// ends, its holders free their blocks a moment later); false on timeout.
+  bool wait_pools_free(std::chrono::milliseconds timeout);
+
   /// Stops every actor (in-flight requests end as cancelled) and waits for them.
   void shutdown();
 

@@ -158,6 +158,7 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
       r.extra["refusals"].push_back(j);
     }
   }
+  c.wait_pools_free(std::chrono::seconds(10));
   c.shutdown();
   for (const auto& inst : c.instances())
     if (!inst.accounting.is_ok() || inst.free_blocks != inst.total_blocks)

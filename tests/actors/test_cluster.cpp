@@ -101,6 +101,7 @@ size_t instances_holding(const request_finished& end) {
 }
 
 void check_pools_back_to_start(cluster& c) {
+  CHECK(c.wait_pools_free(10s));  // holders free a finished request's blocks a moment after it ends
   for (const auto& i : c.instances()) {
     CHECK_MESSAGE(i.accounting.is_ok(), i.accounting.message());
     CHECK_MESSAGE(i.free_blocks == i.total_blocks, "instance ", i.id, ": ", i.free_blocks, " of ", i.total_blocks,
@@ -131,8 +132,8 @@ TEST_SUITE("actors") {
     REQUIRE_FALSE(moves.empty());
     for (const auto& m : moves)
       if (m.ok) CHECK(m.self_initiated);
-    c.value()->shutdown();
     check_pools_back_to_start(*c.value());
+    c.value()->shutdown();
   }
 
   TEST_CASE("the gManager's moves spread a long request with the ids of one instance") {
@@ -149,8 +150,8 @@ TEST_SUITE("actors") {
     CHECK(instances_holding(got[0].end) >= 3);
     const auto moves = c.value()->moves();
     CHECK(std::any_of(moves.begin(), moves.end(), [](const move_report& m) { return m.ok && !m.self_initiated; }));
-    c.value()->shutdown();
     check_pools_back_to_start(*c.value());
+    c.value()->shutdown();
   }
 
   TEST_CASE("concurrent requests of mixed lengths get their ids alone and leave the pools as they were") {
@@ -170,8 +171,8 @@ TEST_SUITE("actors") {
       CHECK_MESSAGE(got[i].tokens == alone(requests[i].prompt, requests[i].max_tokens), "request ", i);
     }
     CHECK(instances_holding(got.back().end) >= 2);
-    c.value()->shutdown();
     check_pools_back_to_start(*c.value());
+    c.value()->shutdown();
   }
 
   TEST_CASE("remote attention sends the same bytes per decode step at 1K and at 3K tokens") {
@@ -202,8 +203,8 @@ TEST_SUITE("actors") {
       // Steady decode: tokens 8 to 23, after any move settled.
       bytes_per_step[context] =
           double(got[0].attention_bytes_at_token[23] - got[0].attention_bytes_at_token[8]) / 15.0;
-      c.value()->shutdown();
       check_pools_back_to_start(*c.value());
+      c.value()->shutdown();
     }
     MESSAGE("attention bytes per decode step: 1K ", bytes_per_step[1000], ", 3K ", bytes_per_step[3000]);
     CHECK(bytes_per_step[1000] > 0);
