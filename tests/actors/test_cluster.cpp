@@ -213,3 +213,52 @@ TEST_SUITE("actors") {
     CHECK(bytes_per_step[3000] < 32 * 1024);
   }
 }
+
+TEST_SUITE("actors") {
+  TEST_CASE("a request cancelled mid-stream ends once as cancelled and frees its blocks") {
+    cluster_options o;
+    o.instances = 2;
+    o.kv_blocks_per_instance = 32;
+    auto c = cluster::start(model().weights, o);
+    REQUIRE(c.is_ok());
+    cluster& cl = *c.value();
+    std::mutex mutex;
+    std::vector<int32_t> tokens;
+    std::promise<request_finished> finished;
+    int endings = 0;
+    request_id id = 0;
+    id = cl.submit(greedy(long_prompt(300), 400), {[&](int32_t t) {
+                                                     std::lock_guard lock(mutex);
+                                                     tokens.push_back(t);
+                                                     if (tokens.size() == 5) cl.cancel(id);
+                                                   },
+                                                   [&](const request_finished& end) {
+                                                     std::lock_guard lock(mutex);
+                                                     if (++endings == 1) finished.set_value(end);
+                                                   }});
+    const request_finished end = finished.get_future().get();
+    CHECK(end.reason == "cancelled");
+    {
+      std::lock_guard lock(mutex);
+      CHECK(tokens.size() >= 5);
+      CHECK(tokens.size() < 400);
+    }
+    check_pools_back_to_start(cl);
+    cl.shutdown();
+    CHECK(endings == 1);
+  }
+
+  TEST_CASE("a request that cannot be served is refused with a reason") {
+    cluster_options o;
+    o.instances = 2;
+    o.kv_blocks_per_instance = 8;
+    auto c = cluster::start(model().weights, o);
+    REQUIRE(c.is_ok());
+    const auto got = run_all(*c.value(), {greedy({}, 4), greedy(long_prompt(400), 4)});
+    CHECK(got[0].end.reason == "error");
+    CHECK(got[0].end.error.find("empty prompt") != std::string::npos);
+    CHECK(got[1].end.reason == "error");
+    CHECK(got[1].end.error.find("the cluster has 16") != std::string::npos);
+    c.value()->shutdown();
+  }
+}
