@@ -22,6 +22,7 @@ struct member {
 struct gmanager_state {
   gmanager_config config;
   std::map<instance_id, member> members;
+  std::map<move_id, std::pair<instance_id, caf::actor_clock::time_point>> ordered;  // orders not yet reported
   uint64_t epoch = 0;
   uint64_t next_move = 1;
   static inline const char* name = "gmanager";
@@ -56,10 +57,19 @@ void run_policy(self_ptr self) {
       s.stats.draining = s.stats.draining || m.draining;
       snapshot.push_back(std::move(s));
     }
+  // One order at a time per source: the next waits for the report of the last (or for it to be lost).
+  const auto now = self->clock().now();
+  for (auto it = st.ordered.begin(); it != st.ordered.end();)
+    it = now - it->second.second > st.config.heartbeat_timeout ? st.ordered.erase(it) : std::next(it);
+  auto busy = [&](instance_id src) {
+    return std::any_of(st.ordered.begin(), st.ordered.end(), [&](const auto& o) { return o.second.first == src; });
+  };
   for (const placement::move_order& o : st.config.policy(snapshot)) {
     auto src = st.members.find(o.src);
-    if (src == st.members.end() || !st.members.count(o.dst) || o.num_blocks == 0) continue;
-    self->send(src->second.rmanager, move_kvcache{st.next_move++, o.req, o.num_blocks, o.dst});
+    if (src == st.members.end() || !st.members.count(o.dst) || o.num_blocks == 0 || busy(o.src)) continue;
+    const move_id id = st.next_move++;
+    st.ordered[id] = {o.src, now};
+    self->send(src->second.rmanager, move_kvcache{id, o.req, o.num_blocks, o.dst});
   }
 }
 
@@ -106,7 +116,7 @@ caf::behavior gmanager_behavior(self_ptr self, gmanager_config config) {
       [=](const join_cluster& j) { return on_join(self, j); },
       [=](heartbeat& hb) { return on_heartbeat(self, hb); },
       [=](policy_tick_atom) { run_policy(self); },
-      [=](const move_report&) {},  // outcomes are in the event log; a refused move is ordered again later
+      [=](const move_report& r) { self->state.ordered.erase(r.id); },  // a refused move is ordered again later
       [=](const drain_instance& d) {
         auto it = self->state.members.find(d.inst_id);
         if (it == self->state.members.end()) return;
