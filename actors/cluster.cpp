@@ -74,6 +74,7 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
   gcfg.policy_period = options.policy_period;
   gcfg.policy = options.policy ? options.policy : placement::policy(placement::simple_policy);
   gcfg.heartbeat_timeout = std::max(options.heartbeat_period * 20, std::chrono::milliseconds(1000));
+  gcfg.metrics = options.metrics;
   gmanager_ = spawn_gmanager(*system_, gcfg);
 
   auto fabric = std::make_shared<transport::inproc_fabric>();
@@ -101,7 +102,10 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
                                                uint64_t(n->pool->total_blocks()) * n->pool->layout().block_bytes());
     if (!region.is_ok()) return region.error();
 
-    n->router = std::make_shared<remote_router>(n->endpoint, mc.n_heads, mc.head_dim(), options.attention_timeout);
+    metrics::histogram* latency =
+        options.metrics ? &options.metrics->remote_attention_latency.with({std::to_string(n->id)}) : nullptr;
+    n->router =
+        std::make_shared<remote_router>(n->endpoint, mc.n_heads, mc.head_dim(), options.attention_timeout, latency);
     auto hosted = std::make_shared<hosted_blocks>();
     n->attention_server =
         spawn_attention_server(*system_, {n->pool, hosted, n->attention_device, shape, mc.n_layers, n->endpoint});
@@ -124,6 +128,7 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
     rcfg.events = events_;
     rcfg.heartbeat_period = options.heartbeat_period;
     rcfg.lease = options.lease;
+    rcfg.metrics = options.metrics;
     n->rmanager = spawn_rmanager(*system_, rcfg);
 
     worker_config wcfg;
@@ -143,6 +148,7 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
     icfg.rmanager = n->rmanager;
     icfg.max_batch_tokens = options.max_batch_tokens;
     icfg.max_batch_seqs = options.max_batch_seqs;
+    icfg.metrics = options.metrics;
     n->instance = spawn_instance(*system_, icfg);
     caf::anon_send(n->rmanager, attach_atom::value, n->instance);
     nodes_.push_back(std::move(n));
@@ -188,6 +194,11 @@ request_id cluster::submit(const generate_params& params, request_callbacks call
 void cluster::cancel(request_id id) {
   std::lock_guard lock(requests_mutex_);
   if (auto it = requests_.find(id); it != requests_.end()) caf::anon_send(it->second, cancel_request{id});
+}
+
+void cluster::cancel_all() {
+  std::lock_guard lock(requests_mutex_);
+  for (auto& [id, r] : requests_) caf::anon_send(r, cancel_request{id});
 }
 
 std::vector<instance_report> cluster::instances() const {

@@ -13,6 +13,7 @@
 
 #include "actors/event_log.hpp"
 #include "actors/messages.hpp"
+#include "actors/metrics/runtime_metrics.hpp"
 #include "actors/placement/types.hpp"
 #include "actors/request.hpp"
 #include "gpu/weights.hpp"
@@ -32,6 +33,7 @@ struct cluster_options {
   std::chrono::milliseconds lease{2000};
   std::chrono::milliseconds attention_timeout{30000};
   placement::policy policy;  ///< empty: the simple policy
+  std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional: where the actors report
 };
 
 /// A request as a client gives it.
@@ -68,6 +70,8 @@ class cluster {
   request_id submit(const generate_params& params, request_callbacks callbacks);
   /// Stops a request (its on_finished reports "cancelled").
   void cancel(request_id id);
+  /// Stops every request in flight.
+  void cancel_all();
 
   /// Pools and traffic of every instance.
   std::vector<instance_report> instances() const;

@@ -46,9 +46,22 @@ cluster_view view_of(self_ptr self) {
   return v;
 }
 
+void update_membership_metrics(self_ptr self) {
+  auto* m = self->state.config.metrics.get();
+  if (!m) return;
+  int alive_count = 0;
+  for (const auto& [id, member] : self->state.members) {
+    m->heartbeat_age.with({std::to_string(id)})
+        .set(std::chrono::duration<double>(self->clock().now() - member.last_heard).count());
+    alive_count += alive(self, member);
+  }
+  m->instances_alive.with().set(alive_count);
+}
+
 void run_policy(self_ptr self) {
   auto& st = self->state;
   self->delayed_send(self, st.config.policy_period, policy_tick_atom::value);
+  update_membership_metrics(self);
   if (!st.config.policy) return;
   std::vector<placement::instance_snapshot> snapshot;
   for (const auto& [id, m] : st.members)

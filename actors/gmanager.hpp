@@ -8,6 +8,7 @@
 
 #include "actors/event_log.hpp"
 #include "actors/messages.hpp"
+#include "actors/metrics/runtime_metrics.hpp"
 #include "actors/placement/types.hpp"
 
 namespace illm::actors {
@@ -18,6 +19,7 @@ struct gmanager_config {
   placement::policy policy;  ///< decides the moves each period
   /// An instance whose heartbeat is older than this is left out of the view and the policy.
   std::chrono::milliseconds heartbeat_timeout{2000};
+  std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
 };
 
 /// Spawns a gManager.

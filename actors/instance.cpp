@@ -86,6 +86,11 @@ void publish_placement(self_ptr self) {
     for (const auto& e : placement_of(*s, st.config.id)) update.placement.push_back(e);
   update.batch_size = uint32_t(st.batcher->active().size());
   update.waiting = uint32_t(st.waiting.size());
+  if (auto* m = st.config.metrics.get()) {
+    const metrics::label_values instance{std::to_string(st.config.id)};
+    m->requests_running.with(instance).set(update.batch_size);
+    m->requests_waiting.with(instance).set(update.waiting);
+  }
   self->send(st.config.rmanager, std::move(update));
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "actors/messages.hpp"
+#include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/engine.hpp"
 
 namespace illm::actors {
@@ -23,6 +24,7 @@ struct instance_config {
   int max_batch_seqs = 64;
   uint32_t max_waiting = 1024;   ///< queued requests beyond this are refused
   uint32_t min_loan_blocks = 8;  ///< a loan asks for at least this many blocks
+  std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
 };
 
 /// Spawns an instance (on the scheduler: its handlers never block).

@@ -9,8 +9,8 @@
 namespace illm::actors {
 
 remote_router::remote_router(std::shared_ptr<transport::data_plane> plane, int n_heads, int head_dim,
-                             std::chrono::milliseconds timeout)
-    : plane_(std::move(plane)), n_heads_(n_heads), head_dim_(head_dim), timeout_(timeout) {}
+                             std::chrono::milliseconds timeout, metrics::histogram* latency)
+    : plane_(std::move(plane)), n_heads_(n_heads), head_dim_(head_dim), timeout_(timeout), latency_(latency) {}
 
 gpu::status remote_router::begin(std::span<const gpu::remote_attention_job> jobs) {
   {
@@ -18,6 +18,7 @@ gpu::status remote_router::begin(std::span<const gpu::remote_attention_job> jobs
     pending_.clear();
     outstanding_ = jobs.size();
     first_error_ = gpu::status::ok();
+    started_ = std::chrono::steady_clock::now();
   }
   for (const gpu::remote_attention_job& job : jobs) {
     attend a;
@@ -82,7 +83,10 @@ void remote_router::on_partials(transport::peer_id from, std::vector<uint8_t> pa
 
 gpu::status remote_router::finish() {
   std::unique_lock lock(mutex_);
-  if (!answered_.wait_for(lock, timeout_, [this] { return outstanding_ == 0; })) {
+  const bool answered = answered_.wait_for(lock, timeout_, [this] { return outstanding_ == 0; });
+  if (latency_ && !pending_.empty())
+    latency_->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+  if (!answered) {
     for (auto& [tag, p] : pending_)
       if (!p.done)
         return {gpu::status_code::io_error, fmt::format("instance {} did not answer remote attention for request {} "

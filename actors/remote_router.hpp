@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "actors/metrics/metrics.hpp"
 #include "gpu/attention_router.hpp"
 #include "transport/transport.hpp"
 
@@ -21,7 +22,7 @@ class remote_router final : public gpu::attention_router {
  public:
   /// `n_heads` and `head_dim` size the answers; a holder that does not answer within `timeout` fails the step.
   remote_router(std::shared_ptr<transport::data_plane> plane, int n_heads, int head_dim,
-                std::chrono::milliseconds timeout);
+                std::chrono::milliseconds timeout, metrics::histogram* latency = nullptr);
 
   gpu::status begin(std::span<const gpu::remote_attention_job> jobs) override;
   gpu::status finish() override;
@@ -45,6 +46,8 @@ class remote_router final : public gpu::attention_router {
   size_t outstanding_ = 0;
   gpu::status first_error_;
   uint64_t next_tag_ = 1;
+  metrics::histogram* latency_;  // waits for partials, per layer
+  std::chrono::steady_clock::time_point started_;
 };
 
 }  // namespace illm::actors

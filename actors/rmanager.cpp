@@ -88,6 +88,15 @@ void finish_move(self_ptr self, move_id id, bool ok, std::string reason) {
   const move_report report{id,      move.picked.req_id ? move.picked.req_id : move.req,
                            st.config.id, move.dst, uint32_t(move.picked.logical.size()), ok,
                            move.self_initiated, std::move(reason)};
+  if (auto* m = st.config.metrics.get()) {
+    const metrics::label_values instance{std::to_string(st.config.id)};
+    if (ok)
+      m->move_bytes.with(instance).add(double(report.blocks) * double(st.config.pool->layout().block_bytes()));
+    else if (report.reason.rfind("refused", 0) == 0)
+      m->moves_refused.with(instance).add();
+    else
+      m->moves_failed.with(instance).add();
+  }
   if (st.config.events) st.config.events->record(report);
   if (st.config.gmanager) self->send(st.config.gmanager, report);
   if (move.self_initiated) {
@@ -207,6 +216,7 @@ void start_move(self_ptr self, move_id id, request_id req, uint32_t num_blocks, 
   if (!target || !target->rmanager || dst == st.config.id || !st.instance)
     return finish_move(self, id, false, fmt::format("instance {} is not a destination", dst));
   st.outgoing[id].dst_rmanager = target->rmanager;
+  if (auto* m = st.config.metrics.get()) m->moves_started.with({std::to_string(st.config.id)}).add();
   self->request(st.instance, caf::infinite, pick_blocks{id, req, num_blocks})
       .then([=](block_pick& pick) { reserve(self, id, std::move(pick)); },
             [=](const caf::error& err) { finish_move(self, id, false, "instance did not pick blocks"); });
@@ -283,6 +293,7 @@ commit_result accept_commit(self_ptr self, const commit_move& c) {
   if (c.logical.size() != move.blocks.size() || c.src_inst != move.src) return {c.id, false, "commit does not match"};
   move.stage = incoming_move::state::committed;
   st.config.hosted->add(move.src, move.req, c.logical, move.blocks);
+  if (auto* m = st.config.metrics.get()) m->blocks_lent.with({std::to_string(st.config.id)}).add(double(move.blocks.size()));
   return {c.id, true, {}};
 }
 
@@ -316,6 +327,11 @@ void send_heartbeat(self_ptr self) {
   self->delayed_send(self, st.config.heartbeat_period, heartbeat_tick_atom::value);
   if (!st.config.gmanager) return;
   heartbeat hb{st.config.id, ++st.heartbeat_seq, st.stats(), st.placement.placement};
+  if (auto* m = st.config.metrics.get()) {
+    const metrics::label_values instance{std::to_string(st.config.id)};
+    m->blocks_hosted.with(instance).set(hb.stats.hosted_blocks);
+    m->blocks_borrowed.with(instance).set(hb.stats.borrowed_blocks);
+  }
   self->request(st.config.gmanager, st.config.answer_timeout, std::move(hb))
       .then(
           [=](cluster_view& v) {

@@ -15,6 +15,7 @@
 #include "actors/event_log.hpp"
 #include "actors/hosted_blocks.hpp"
 #include "actors/messages.hpp"
+#include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/kv_pool.hpp"
 #include "transport/transport.hpp"
 
@@ -29,6 +30,7 @@ struct rmanager_config {
   transport::remote_region region;  ///< the pool's registered memory
   caf::actor gmanager;
   std::shared_ptr<event_log> events;
+  std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
   std::chrono::milliseconds heartbeat_period{50};
   std::chrono::milliseconds lease{2000};         ///< how long a granted reservation waits for its commit
   std::chrono::milliseconds answer_timeout{5000};  ///< how long to wait for a peer's answer

@@ -15,6 +15,9 @@ void add_generate_command(CLI::App& app);
 /// its alternatives, as a table or one JSON object.
 void add_bench_command(CLI::App& app);
 
+/// `illm serve`: the embedded cluster behind the OpenAI-compatible HTTP API.
+void add_serve_command(CLI::App& app);
+
 /// Prints `message` to stderr as an error and throws CLI::RuntimeError(code).
 [[noreturn]] void fail(const std::string& message, int code = 1);
 

@@ -1,0 +1,122 @@
+// `illm serve`: the embedded cluster behind the OpenAI-compatible HTTP API, until SIGINT or SIGTERM.
+
+#include <csignal>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "actors/cli/commands.hpp"
+#include "actors/frontend/serve_config.hpp"
+#include "actors/frontend/service.hpp"
+#include "gpu/model_files.hpp"
+
+namespace illm::cli {
+
+namespace {
+
+/// Flags given on the command line; each overrides the config file.
+struct serve_flags {
+  std::string config;
+  std::string model, host, metrics_prefix;
+  int port = -1, instances = 0, threads = -1, max_requests = 0;
+  uint32_t kv_blocks = 0;
+  std::vector<std::string> api_keys;
+};
+
+actors::frontend::serve_config resolve(const serve_flags& f) {
+  actors::frontend::serve_config c;
+  if (!f.config.empty()) {
+    auto loaded = actors::frontend::load_serve_config(f.config);
+    if (!loaded.is_ok()) fail(loaded.error().message(), 2);
+    c = loaded.value();
+  }
+  if (!f.model.empty()) c.model = f.model;
+  if (!f.host.empty()) c.host = f.host;
+  if (f.port >= 0) c.port = uint16_t(f.port);
+  if (f.instances > 0) c.instances = f.instances;
+  if (f.kv_blocks > 0) c.kv_blocks_per_instance = f.kv_blocks;
+  if (f.threads >= 0) c.threads_per_instance = f.threads;
+  if (f.max_requests > 0) c.service.max_requests_in_flight = f.max_requests;
+  if (!f.api_keys.empty()) c.service.api_keys = f.api_keys;
+  if (!f.metrics_prefix.empty()) c.metrics_prefix = f.metrics_prefix;
+  return c;
+}
+
+void run_serve(const serve_flags& flags) {
+  const actors::frontend::serve_config c = resolve(flags);
+  // Every thread started from here on leaves SIGINT and SIGTERM to this one, which waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto model = gpu::load_model(c.model);
+  if (!model.is_ok()) fail(model.error().message());
+  auto registry = std::make_shared<actors::metrics::registry>();
+  auto metrics = std::make_shared<actors::metrics::runtime_metrics>(*registry, c.metrics_prefix);
+  actors::cluster_options co;
+  co.instances = c.instances;
+  co.kv_blocks_per_instance = c.kv_blocks_per_instance;
+  co.threads_per_instance = c.threads_per_instance;
+  co.max_batch_tokens = c.max_batch_tokens;
+  co.max_batch_seqs = c.max_batch_seqs;
+  co.heartbeat_period = std::chrono::milliseconds(c.heartbeat_ms);
+  co.policy_period = std::chrono::milliseconds(c.policy_ms);
+  co.metrics = metrics;
+  auto started = actors::cluster::start(model->weights, co);
+  if (!started.is_ok()) fail(started.error().message());
+  actors::cluster& cl = *started.value();
+  registry->add_sampled_gauge(c.metrics_prefix + "kv_cache_usage_perc", "Fraction of an instance's KV blocks in use.", {"instance"},
+                              [&cl] {
+                                std::vector<std::pair<actors::metrics::label_values, double>> out;
+                                for (const auto& i : cl.instances())
+                                  out.push_back({{std::to_string(i.id)},
+                                                 i.total_blocks ? 1.0 - double(i.free_blocks) / i.total_blocks : 0.0});
+                                return out;
+                              });
+  actors::frontend::service_options so = c.service;
+  so.model_name = model->name;
+  actors::frontend::service svc(cl, model->vocab, registry, metrics, so);
+  if (gpu::status s = svc.start(c.host, c.port); !s.is_ok()) fail(s.message());
+  fmt::print("illm serve: {} on {} instances ({} KV blocks each) at http://{}:{}\n", model->name, c.instances,
+             c.kv_blocks_per_instance, c.host, svc.port());
+  std::fflush(stdout);
+
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  fmt::print("illm serve: {} received: finishing {} requests (up to {} s)\n", signal == SIGINT ? "SIGINT" : "SIGTERM",
+             svc.in_flight(), c.shutdown_grace_s);
+  std::fflush(stdout);
+  svc.drain(std::chrono::seconds(c.shutdown_grace_s));
+  cl.wait_pools_free(std::chrono::seconds(5));
+  cl.shutdown();
+  fmt::print("illm serve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto flags = std::make_shared<serve_flags>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API from an embedded cluster");
+  cmd->footer("Configuration file keys (JSON object):\n" + actors::frontend::serve_config_keys());
+  cmd->add_option("--config", flags->config, "JSON configuration file (flags override it)");
+  cmd->add_option("--model", flags->model, "Model name (in $ILLM_MODELS) or path (default stories15M)");
+  cmd->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
+  cmd->add_option("--port", flags->port, "Port (default 8000; 0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--instances", flags->instances, "Instances of the embedded cluster (default 2)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--kv-blocks-per-instance", flags->kv_blocks, "KV blocks of 16 tokens per instance (default 1024)")
+      ->check(CLI::Range(2u, 1u << 24));
+  cmd->add_option("--threads", flags->threads, "CPU threads per instance (0: cores / instances)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--max-requests", flags->max_requests, "Requests served at once; more get 429 (default 64)")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--metrics-prefix", flags->metrics_prefix,
+                  "Metric name prefix: illm: (default, as vLLM's vllm:) or illm_ (promtool's linter wants no ':')")
+      ->check(CLI::IsMember({"illm:", "illm_"}));
+  cmd->add_option("--api-key", flags->api_keys, "Accepted Bearer key (repeatable; default: none needed)");
+  cmd->callback([flags] { run_serve(*flags); });
+}
+
+}  // namespace illm::cli

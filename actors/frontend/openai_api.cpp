@@ -1,0 +1,351 @@
+#include "actors/frontend/openai_api.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace illm::actors::frontend {
+
+namespace {
+
+using json = nlohmann::json;
+
+api_error bad(std::string message, std::string param = {}, std::string code = {}) {
+  return make_error(400, std::move(message), "invalid_request_error", std::move(param), std::move(code));
+}
+
+const std::set<std::string>& allowed_fields(endpoint kind) {
+  static const std::set<std::string> completions = {
+      "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "logprobs", "echo",
+      "stop", "presence_penalty", "frequency_penalty", "best_of", "logit_bias", "user", "suffix", "seed", "ignore_eos"};
+  static const std::set<std::string> chat = {
+      "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stream",
+      "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
+      "user", "seed", "response_format", "tools", "tool_choice", "parallel_tool_calls", "store", "metadata",
+      "ignore_eos"};
+  return kind == endpoint::completions ? completions : chat;
+}
+
+/// A field that this server lacks is accepted only at the value that means "off".
+std::optional<api_error> check_neutral(const json& body) {
+  auto is_zero = [](const json& v) { return v.is_null() || (v.is_number() && v.get<double>() == 0.0); };
+  auto field = [&](const char* name) -> const json* { return body.contains(name) ? &body.at(name) : nullptr; };
+  if (const json* v = field("n"); v && !v->is_null() && !(v->is_number_integer() && v->get<int64_t>() == 1))
+    return bad("only n = 1 is supported", "n");
+  if (const json* v = field("best_of"); v && !v->is_null() && !(v->is_number_integer() && v->get<int64_t>() == 1))
+    return bad("only best_of = 1 is supported", "best_of");
+  for (const char* name : {"presence_penalty", "frequency_penalty"})
+    if (const json* v = field(name); v && !is_zero(*v)) return bad(fmt::format("{} is not supported", name), name);
+  if (const json* v = field("logprobs"); v && !v->is_null() && !(v->is_boolean() && !v->get<bool>()) && !is_zero(*v))
+    return bad("logprobs are not supported", "logprobs");
+  if (const json* v = field("top_logprobs"); v && !is_zero(*v)) return bad("top_logprobs are not supported", "top_logprobs");
+  if (const json* v = field("echo"); v && !v->is_null() && !(v->is_boolean() && !v->get<bool>()))
+    return bad("echo is not supported", "echo");
+  if (const json* v = field("suffix"); v && !v->is_null()) return bad("suffix is not supported", "suffix");
+  if (const json* v = field("logit_bias"); v && !v->is_null() && !(v->is_object() && v->empty()))
+    return bad("logit_bias is not supported", "logit_bias");
+  if (const json* v = field("tools"); v && !v->is_null() && !(v->is_array() && v->empty()))
+    return bad("tools are not supported", "tools");
+  if (const json* v = field("tool_choice"); v && !v->is_null() && *v != "none")
+    return bad("tool_choice is not supported", "tool_choice");
+  if (const json* v = field("response_format");
+      v && !v->is_null() && !(v->is_object() && v->value("type", json()) == "text"))
+    return bad("only response_format {\"type\": \"text\"} is supported", "response_format");
+  for (const char* name : {"user"})
+    if (const json* v = field(name); v && !v->is_null() && !v->is_string())
+      return bad(fmt::format("'{}' must be a string", name), name);
+  for (const char* name : {"parallel_tool_calls", "store"})
+    if (const json* v = field(name); v && !v->is_null() && !v->is_boolean())
+      return bad(fmt::format("'{}' must be a boolean", name), name);
+  if (const json* v = field("metadata"); v && !v->is_null() && !v->is_object())
+    return bad("'metadata' must be an object", "metadata");
+  return std::nullopt;
+}
+
+/// Reads an optional number in [lo, hi] into out.
+std::optional<api_error> read_number(const json& body, const char* name, double lo, double hi, bool lo_open,
+                                     float& out) {
+  if (!body.contains(name) || body.at(name).is_null()) return std::nullopt;
+  const json& v = body.at(name);
+  if (!v.is_number()) return bad(fmt::format("'{}' must be a number", name), name);
+  const double x = v.get<double>();
+  if (x > hi || x < lo || (lo_open && x == lo))
+    return bad(fmt::format("'{}' must be {} {} and at most {}", name, lo_open ? "above" : "at least", lo, hi), name);
+  out = float(x);
+  return std::nullopt;
+}
+
+std::optional<api_error> read_max_tokens(const json& body, const api_limits& limits, completion_request& r) {
+  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+    if (!body.contains(name) || body.at(name).is_null()) continue;
+    const json& v = body.at(name);
+    if (!v.is_number_integer()) return bad(fmt::format("'{}' must be an integer", name), name);
+    const int64_t n = v.get<int64_t>();
+    if (n < 1 || n > limits.max_tokens)
+      return bad(fmt::format("'{}' must be between 1 and {}", name, limits.max_tokens), name);
+    r.max_tokens = int(n);
+  }
+  return std::nullopt;
+}
+
+std::optional<api_error> read_stop(const json& body, const api_limits& limits, completion_request& r) {
+  if (!body.contains("stop") || body.at("stop").is_null()) return std::nullopt;
+  const json& v = body.at("stop");
+  std::vector<json> items = v.is_array() ? std::vector<json>(v.begin(), v.end()) : std::vector<json>{v};
+  if (int(items.size()) > limits.max_stop)
+    return bad(fmt::format("at most {} stop sequences", limits.max_stop), "stop");
+  for (const json& s : items) {
+    if (!s.is_string() || s.get<std::string>().empty())
+      return bad("'stop' must be a non-empty string or a list of them", "stop");
+    r.stop.push_back(s.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+std::optional<api_error> read_stream(const json& body, completion_request& r) {
+  if (body.contains("stream") && !body.at("stream").is_null()) {
+    if (!body.at("stream").is_boolean()) return bad("'stream' must be a boolean", "stream");
+    r.stream = body.at("stream").get<bool>();
+  }
+  if (body.contains("stream_options") && !body.at("stream_options").is_null()) {
+    const json& o = body.at("stream_options");
+    if (!o.is_object()) return bad("'stream_options' must be an object", "stream_options");
+    if (!r.stream) return bad("stream_options is only allowed with stream", "stream_options");
+    for (const auto& [key, value] : o.items()) {
+      if (key != "include_usage") return bad(fmt::format("unknown stream option '{}'", key), "stream_options");
+      if (!value.is_boolean()) return bad("'include_usage' must be a boolean", "stream_options");
+      r.include_usage = value.get<bool>();
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<api_error> read_prompt(const json& body, const gpu::tokenizer& vocab, completion_request& r) {
+  if (!body.contains("prompt")) return bad("you must provide a prompt", "prompt");
+  const json& p = body.at("prompt");
+  if (p.is_string()) {
+    if (p.get<std::string>().empty()) return bad("the prompt is empty", "prompt");
+    r.prompt_ids = vocab.encode(p.get<std::string>(), true);
+    return std::nullopt;
+  }
+  if (p.is_array() && p.size() == 1 && p[0].is_string()) return read_prompt(json{{"prompt", p[0]}}, vocab, r);
+  if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& t) { return t.is_number_integer(); })) {
+    for (const json& t : p) {
+      const int64_t id = t.get<int64_t>();
+      if (id < 0 || id >= vocab.vocab_size())
+        return bad(fmt::format("token id {} is outside the vocabulary (0..{})", id, vocab.vocab_size() - 1), "prompt");
+      r.prompt_ids.push_back(int32_t(id));
+    }
+    return std::nullopt;
+  }
+  if (p.is_array() && p.empty()) return bad("the prompt is empty", "prompt");
+  return bad("'prompt' must be a string or a list of token ids (one prompt per request)", "prompt");
+}
+
+/// Chat messages become one text: their contents, one per line (this model has no chat template).
+std::optional<api_error> read_messages(const json& body, const gpu::tokenizer& vocab, completion_request& r) {
+  if (!body.contains("messages")) return bad("you must provide messages", "messages");
+  const json& m = body.at("messages");
+  if (!m.is_array() || m.empty()) return bad("'messages' must be a non-empty list", "messages");
+  static const std::set<std::string> roles = {"system", "developer", "user", "assistant"};
+  std::string text;
+  for (const json& msg : m) {
+    if (!msg.is_object() || !msg.contains("role") || !msg.at("role").is_string() ||
+        !roles.count(msg.at("role").get<std::string>()))
+      return bad("every message needs a role: system, developer, user or assistant", "messages");
+    for (const auto& [key, value] : msg.items())
+      if (key != "role" && key != "content" && key != "name")
+        return bad(fmt::format("unknown message field '{}'", key), "messages");
+    const json content = msg.value("content", json());
+    std::string piece;
+    if (content.is_string()) {
+      piece = content.get<std::string>();
+    } else if (content.is_array()) {
+      for (const json& part : content) {
+        if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
+            !part.at("text").is_string())
+          return bad("only text content parts are supported", "messages");
+        piece += part.at("text").get<std::string>();
+      }
+    } else {
+      return bad("a message's content must be a string or a list of text parts", "messages");
+    }
+    if (!piece.empty()) text += (text.empty() ? "" : "\n") + piece;
+  }
+  if (text.empty()) return bad("the messages have no text", "messages");
+  r.prompt_ids = vocab.encode(text, true);
+  return std::nullopt;
+}
+
+std::optional<api_error> read_request(endpoint kind, const json& body, const gpu::tokenizer& vocab,
+                                      const api_limits& limits, const std::string& served_model,
+                                      completion_request& r) {
+  if (!body.is_object()) return bad("the request body must be a JSON object");
+  for (const auto& [key, value] : body.items())
+    if (!allowed_fields(kind).count(key)) return bad(fmt::format("Unrecognized request argument supplied: {}", key), key);
+  if (!body.contains("model") || !body.at("model").is_string())
+    return bad("you must provide a model parameter (a string)", "model");
+  r.model = body.at("model").get<std::string>();
+  if (r.model != served_model)
+    return make_error(404, fmt::format("The model `{}` does not exist (this server serves `{}`)", r.model, served_model),
+                      "invalid_request_error", "model", "model_not_found");
+  if (auto e = check_neutral(body)) return e;
+  r.max_tokens = kind == endpoint::completions ? 16 : limits.default_max_tokens;
+  if (auto e = read_max_tokens(body, limits, r)) return e;
+  if (auto e = read_number(body, "temperature", 0.0, 2.0, false, r.temperature)) return e;
+  if (auto e = read_number(body, "top_p", 0.0, 1.0, true, r.top_p)) return e;
+  if (body.contains("seed") && !body.at("seed").is_null()) {
+    if (!body.at("seed").is_number_integer()) return bad("'seed' must be an integer", "seed");
+    r.seed = uint64_t(body.at("seed").get<int64_t>());
+  }
+  if (body.contains("ignore_eos") && !body.at("ignore_eos").is_null()) {
+    if (!body.at("ignore_eos").is_boolean()) return bad("'ignore_eos' must be a boolean", "ignore_eos");
+    r.ignore_eos = body.at("ignore_eos").get<bool>();
+  }
+  if (auto e = read_stop(body, limits, r)) return e;
+  if (auto e = read_stream(body, r)) return e;
+  if (auto e = kind == endpoint::completions ? read_prompt(body, vocab, r) : read_messages(body, vocab, r)) return e;
+  if (int(r.prompt_ids.size()) > limits.max_prompt_tokens)
+    return bad(fmt::format("the prompt has {} tokens, more than the limit of {}", r.prompt_ids.size(),
+                           limits.max_prompt_tokens),
+               kind == endpoint::completions ? "prompt" : "messages", "context_length_exceeded");
+  return std::nullopt;
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json usage(const completion_result& r) {
+  return {{"prompt_tokens", r.prompt_tokens},
+          {"completion_tokens", r.completion_tokens},
+          {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+}
+
+json finish(const std::string& reason) { return reason.empty() ? json() : json(reason); }
+
+/// Length of the longest prefix of s made of whole UTF-8 characters (a cut sequence at the end is left out).
+size_t whole_utf8_prefix(const std::string& s, size_t limit) {
+  size_t end = std::min(limit, s.size());
+  size_t i = end;
+  int continuation = 0;
+  while (i > 0 && continuation < 3 && (static_cast<unsigned char>(s[i - 1]) & 0xc0) == 0x80) {
+    --i;
+    ++continuation;
+  }
+  if (i == 0) return end;
+  const auto lead = static_cast<unsigned char>(s[i - 1]);
+  const int length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xe ? 3 : (lead >> 3) == 0x1e ? 4 : 1;
+  return continuation + 1 < length && i - 1 + length > end ? i - 1 : end;
+}
+
+}  // namespace
+
+std::variant<completion_request, api_error> parse_request(endpoint kind, std::string_view body,
+                                                          const gpu::tokenizer& vocab, const api_limits& limits,
+                                                          const std::string& served_model) {
+  if (body.size() > limits.max_body_bytes)
+    return make_error(413, fmt::format("the request body is larger than {} bytes", limits.max_body_bytes));
+  json parsed;
+  try {
+    parsed = json::parse(body);
+  } catch (const json::exception& e) {
+    return bad(fmt::format("the request body is not valid JSON (or not valid UTF-8): {}", e.what()));
+  }
+  completion_request r;
+  r.kind = kind;
+  if (auto e = read_request(kind, parsed, vocab, limits, served_model, r)) return *e;
+  return r;
+}
+
+std::string error_body(const api_error& e) {
+  return dump({{"error",
+                {{"message", e.message},
+                 {"type", e.type},
+                 {"param", e.param.empty() ? json() : json(e.param)},
+                 {"code", e.code.empty() ? json() : json(e.code)}}}});
+}
+
+std::string response_body(const completion_request& r, const std::string& id, int64_t created,
+                          const completion_result& result) {
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", result.finish_reason}};
+  if (r.kind == endpoint::completions)
+    choice["text"] = result.text;
+  else
+    choice["message"] = {{"role", "assistant"}, {"content", result.text}};
+  return dump({{"id", id},
+               {"object", r.kind == endpoint::completions ? "text_completion" : "chat.completion"},
+               {"created", created},
+               {"model", r.model},
+               {"choices", json::array({choice})},
+               {"usage", usage(result)}});
+}
+
+std::string stream_chunk(const completion_request& r, const std::string& id, int64_t created, const std::string& text,
+                         const std::string& finish_reason, bool first) {
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish(finish_reason)}};
+  if (r.kind == endpoint::completions) {
+    choice["text"] = text;
+  } else {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || (first && finish_reason.empty())) delta["content"] = text;
+    choice["delta"] = delta;
+  }
+  return "data: " +
+         dump({{"id", id},
+               {"object", r.kind == endpoint::completions ? "text_completion" : "chat.completion.chunk"},
+               {"created", created},
+               {"model", r.model},
+               {"choices", json::array({choice})}}) +
+         "\n\n";
+}
+
+std::string stream_usage(const completion_request& r, const std::string& id, int64_t created,
+                         const completion_result& result) {
+  return "data: " +
+         dump({{"id", id},
+               {"object", r.kind == endpoint::completions ? "text_completion" : "chat.completion.chunk"},
+               {"created", created},
+               {"model", r.model},
+               {"choices", json::array()},
+               {"usage", usage(result)}}) +
+         "\n\n";
+}
+
+std::string models_body(const std::string& model, int64_t created) {
+  return dump({{"object", "list"},
+               {"data", json::array({{{"id", model}, {"object", "model"}, {"created", created},
+                                      {"owned_by", "infinite-llm"}}})}});
+}
+
+text_stream::text_stream(const gpu::tokenizer& vocab, int32_t last_prompt_token, std::vector<std::string> stop)
+    : vocab_(vocab), prev_(last_prompt_token), stop_(std::move(stop)) {}
+
+std::string text_stream::push(int32_t token) {
+  if (stopped_) return {};
+  pending_ += vocab_.decode(prev_, token);
+  prev_ = token;
+  size_t first_stop = std::string::npos, longest = 0;
+  for (const std::string& s : stop_) {
+    first_stop = std::min(first_stop, pending_.find(s));
+    longest = std::max(longest, s.size());
+  }
+  if (first_stop != std::string::npos) {
+    stopped_ = true;
+    std::string out = pending_.substr(0, first_stop);
+    pending_.clear();
+    return out;
+  }
+  // Hold back what could be the start of a stop string, and a cut UTF-8 character.
+  const size_t held = longest ? longest - 1 : 0;
+  const size_t safe = pending_.size() >= held ? pending_.size() - held : 0;
+  const size_t release = whole_utf8_prefix(pending_, safe);
+  std::string out = pending_.substr(0, release);
+  pending_.erase(0, release);
+  return out;
+}
+
+std::string text_stream::finish() { return std::exchange(pending_, {}); }
+
+}  // namespace illm::actors::frontend

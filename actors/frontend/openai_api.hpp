@@ -1,0 +1,111 @@
+#pragma once
+// The OpenAI-compatible request and response formats: parsing and checking a completion or chat
+// completion request (every field's type and range; unknown fields refused, as OpenAI does; features
+// this server lacks accepted only at their neutral values), and building the response bodies, the
+// streamed chunks and the error bodies. No I/O here: the HTTP service calls it.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "gpu/tokenizer.hpp"
+
+namespace illm::actors::frontend {
+
+/// Which API a request came to.
+enum class endpoint { completions, chat_completions };
+
+/// Limits on what a request may ask.
+struct api_limits {
+  size_t max_body_bytes = size_t(1) << 20;
+  int max_prompt_tokens = 4096;
+  int max_tokens = 2048;       ///< largest max_tokens accepted
+  int default_max_tokens = 256;  ///< when a chat request gives none (completions default to 16, as OpenAI)
+  int max_stop = 4;
+};
+
+/// An error as OpenAI reports it: HTTP status and the body's fields.
+struct api_error {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  ///< empty: null
+  std::string code;   ///< empty: null
+};
+
+/// Makes an api_error.
+inline api_error make_error(int status, std::string message, std::string type = "invalid_request_error",
+                            std::string param = {}, std::string code = {}) {
+  return {status, std::move(message), std::move(type), std::move(param), std::move(code)};
+}
+
+/// A checked request, ready to run.
+struct completion_request {
+  endpoint kind = endpoint::completions;
+  std::string model;
+  std::vector<int32_t> prompt_ids;  ///< BOS first for text prompts; token arrays as given
+  int max_tokens = 16;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  ///< stream_options.include_usage
+  bool ignore_eos = false;     ///< extension (as vLLM): keep going past the model's end of text
+};
+
+/// Parses and checks a request body for `kind`; `served_model` is the only model id accepted.
+std::variant<completion_request, api_error> parse_request(endpoint kind, std::string_view body,
+                                                          const gpu::tokenizer& vocab, const api_limits& limits,
+                                                          const std::string& served_model);
+
+/// The JSON body of an error.
+std::string error_body(const api_error& e);
+
+/// What a finished generation reports.
+struct completion_result {
+  std::string text;
+  std::string finish_reason;  ///< "length" or "stop"
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+/// The JSON body of a non-streamed response.
+std::string response_body(const completion_request& r, const std::string& id, int64_t created,
+                          const completion_result& result);
+
+/// One server-sent event carrying a streamed piece of text (finish_reason empty while running).
+std::string stream_chunk(const completion_request& r, const std::string& id, int64_t created, const std::string& text,
+                         const std::string& finish_reason, bool first);
+
+/// The usage event a stream sends last when stream_options.include_usage is set.
+std::string stream_usage(const completion_request& r, const std::string& id, int64_t created,
+                         const completion_result& result);
+
+/// The body of GET /v1/models.
+std::string models_body(const std::string& model, int64_t created);
+
+/// Text decoded from generated tokens, released only in whole UTF-8 characters, and cut at the first
+/// stop string (text that could still become a stop string is held back).
+class text_stream {
+ public:
+  text_stream(const gpu::tokenizer& vocab, int32_t last_prompt_token, std::vector<std::string> stop);
+  /// Adds a token; returns the text that can be released now.
+  std::string push(int32_t token);
+  /// Everything held back, at the end of the generation.
+  std::string finish();
+  /// True once a stop string has appeared (the request should end).
+  bool stopped() const { return stopped_; }
+
+ private:
+  const gpu::tokenizer& vocab_;
+  int32_t prev_;
+  std::vector<std::string> stop_;
+  std::string pending_;  // decoded, not yet released
+  bool stopped_ = false;
+};
+
+}  // namespace illm::actors::frontend

@@ -1,0 +1,36 @@
+#pragma once
+// The configuration of `illm serve`: every setting has a flag and a key in a JSON file; flags given
+// on the command line override the file. An unknown key or a value of the wrong type is an error
+// that names it.
+
+#include <cstdint>
+#include <string>
+
+#include "actors/frontend/service.hpp"
+
+namespace illm::actors::frontend {
+
+/// Everything `illm serve` needs.
+struct serve_config {
+  std::string model = "stories15M";
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;
+  int instances = 2;
+  uint32_t kv_blocks_per_instance = 1024;
+  int threads_per_instance = 0;  ///< 0: cores / instances
+  int max_batch_tokens = 512;
+  int max_batch_seqs = 64;
+  int heartbeat_ms = 50;
+  int policy_ms = 100;
+  int shutdown_grace_s = 10;
+  std::string metrics_prefix = "illm:";  ///< or "illm_"
+  service_options service;
+};
+
+/// Reads a JSON configuration file over the defaults.
+gpu::result<serve_config> load_serve_config(const std::string& path);
+
+/// The keys a configuration file may hold, with their meaning (for --help and the README).
+std::string serve_config_keys();
+
+}  // namespace illm::actors::frontend

@@ -1,0 +1,210 @@
+#include "actors/frontend/service.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "gpu/backend.hpp"
+
+namespace illm::actors::frontend {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+/// What a request's callbacks hand to the thread that answers the client.
+struct event_channel {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<int32_t> tokens;
+  std::optional<request_finished> end;
+};
+
+/// Counts a request in flight while it lives.
+class in_flight_guard {
+ public:
+  explicit in_flight_guard(std::atomic<int>& n) : n_(n) { ++n_; }
+  ~in_flight_guard() { --n_; }
+
+ private:
+  std::atomic<int>& n_;
+};
+
+constexpr const char* json_type = "application/json";
+
+}  // namespace
+
+service::service(cluster& c, std::shared_ptr<const gpu::tokenizer> vocab, std::shared_ptr<metrics::registry> registry,
+                 std::shared_ptr<metrics::runtime_metrics> metrics, service_options options)
+    : cluster_(c),
+      vocab_(std::move(vocab)),
+      registry_(std::move(registry)),
+      metrics_(std::move(metrics)),
+      options_(std::move(options)),
+      started_(unix_now()) {
+  for (const auto& i : cluster_.instances()) capacity_tokens_ += i.total_blocks * uint32_t(gpu::kv_block_tokens);
+  http_.route("/health", [this](const http_request&, http_reply& reply) {
+    const cluster_view v = cluster_.view();
+    const bool ok = !draining_ && int(v.instances.size()) == cluster_.size();
+    reply.send(ok ? 200 : 503, json_type,
+               fmt::format(R"({{"status":"{}","instances":{}}})", ok ? "ok" : "unavailable", v.instances.size()));
+  });
+  http_.route("/metrics", [this](const http_request&, http_reply& reply) {
+    reply.send(200, "text/plain; version=0.0.4; charset=utf-8", registry_->expose());
+  });
+  http_.route("/v1/models", [this](const http_request& req, http_reply& reply) {
+    if (!authorized(req, reply)) return;
+    reply.send(200, json_type, models_body(options_.model_name, started_));
+  });
+  http_.route("/v1/completions", [this](const http_request& req, http_reply& reply) {
+    generate(endpoint::completions, req, reply);
+  });
+  http_.route("/v1/chat/completions", [this](const http_request& req, http_reply& reply) {
+    generate(endpoint::chat_completions, req, reply);
+  });
+}
+
+service::~service() { http_.stop(); }
+
+gpu::status service::start(const std::string& host, uint16_t port) {
+  return http_.start(host, port, options_.http_threads, options_.limits.max_body_bytes);
+}
+
+void service::refuse(http_reply& reply, const api_error& e, const std::string& reason) {
+  if (metrics_) metrics_->request_refused.with({reason}).add();
+  reply.send(e.status, json_type, error_body(e));
+}
+
+bool service::authorized(const http_request& req, http_reply& reply) {
+  if (options_.api_keys.empty()) return true;
+  auto it = req.headers.find("authorization");
+  const std::string given = it == req.headers.end() ? "" : it->second;
+  for (const std::string& key : options_.api_keys)
+    if (given == "Bearer " + key) return true;
+  refuse(reply, make_error(401, given.empty() ? "missing API key (Authorization: Bearer <key>)" : "incorrect API key",
+                           "invalid_request_error", "", "invalid_api_key"),
+         "unauthorized");
+  return false;
+}
+
+void service::generate(endpoint kind, const http_request& req, http_reply& reply) {
+  if (req.method != "POST") return refuse(reply, make_error(405, "use POST"), "method");
+  if (draining_) return refuse(reply, make_error(503, "the server is shutting down", "server_error"), "draining");
+  if (!authorized(req, reply)) return;
+  if (req.body_too_large)
+    return refuse(reply, make_error(413, fmt::format("the request body is larger than {} bytes", options_.limits.max_body_bytes)),
+                  "too_large");
+  auto parsed = parse_request(kind, req.body, *vocab_, options_.limits, options_.model_name);
+  if (auto* e = std::get_if<api_error>(&parsed)) return refuse(reply, *e, "invalid");
+  completion_request r = std::get<completion_request>(std::move(parsed));
+  if (r.prompt_ids.size() + size_t(r.max_tokens) > capacity_tokens_)
+    return refuse(reply, make_error(400, fmt::format("prompt and max_tokens need {} tokens of KV; the cluster holds {}",
+                                    r.prompt_ids.size() + size_t(r.max_tokens), capacity_tokens_),
+                              "invalid_request_error", "max_tokens", "context_length_exceeded"),
+                  "too_long");
+  in_flight_guard guard(in_flight_);
+  if (in_flight_.load() > options_.max_requests_in_flight)
+    return refuse(reply, make_error(429, "too many requests in flight; retry later", "rate_limit_error", "", "rate_limit_exceeded"),
+                  "busy");
+
+  const auto arrived = clock::now();
+  const std::string id = fmt::format("{}-{}", kind == endpoint::completions ? "cmpl" : "chatcmpl", next_id_++);
+  const int64_t created = unix_now();
+  auto channel = std::make_shared<event_channel>();
+  const generate_params params{r.prompt_ids, r.max_tokens, r.temperature, r.top_p,
+                               r.seed.value_or(std::hash<std::string>{}(id)), r.ignore_eos};
+  const request_id cluster_id = cluster_.submit(params, {[channel](int32_t token) {
+                                                          std::lock_guard lock(channel->mutex);
+                                                          channel->tokens.push_back(token);
+                                                          channel->changed.notify_all();
+                                                        },
+                                                        [channel](const request_finished& end) {
+                                                          std::lock_guard lock(channel->mutex);
+                                                          channel->end = end;
+                                                          channel->changed.notify_all();
+                                                        }});
+  if (metrics_) metrics_->prompt_tokens.with().add(double(r.prompt_ids.size()));
+
+  text_stream text(*vocab_, r.prompt_ids.back(), r.stop);
+  completion_result result;
+  result.prompt_tokens = int(r.prompt_ids.size());
+  bool first_chunk = true, client_gone = false, cancelled_by_us = false;
+  if (r.stream && !reply.start_stream("text/event-stream")) client_gone = true;
+  std::optional<clock::time_point> last_token;
+  std::optional<request_finished> end;
+  while (!end) {
+    std::deque<int32_t> tokens;
+    {
+      std::unique_lock lock(channel->mutex);
+      channel->changed.wait_for(lock, std::chrono::seconds(1),
+                                [&] { return !channel->tokens.empty() || channel->end.has_value(); });
+      tokens.swap(channel->tokens);
+      if (tokens.empty()) end = channel->end;
+    }
+    if (tokens.empty() && !end && r.stream && !client_gone)
+      client_gone = !reply.write(": keep-alive\n\n");  // notices a client that left while we wait
+    for (int32_t token : tokens) {
+      const auto now = clock::now();
+      if (metrics_) {
+        if (last_token)
+          metrics_->inter_token_latency.with().observe(std::chrono::duration<double>(now - *last_token).count());
+        else
+          metrics_->time_to_first_token.with().observe(std::chrono::duration<double>(now - arrived).count());
+        metrics_->generation_tokens.with().add();
+      }
+      last_token = now;
+      ++result.completion_tokens;
+      const std::string piece = text.push(token);
+      result.text += piece;
+      if (r.stream && !client_gone && !piece.empty()) {
+        client_gone = !reply.write(stream_chunk(r, id, created, piece, "", first_chunk));
+        first_chunk = false;
+      }
+      if (text.stopped() && !cancelled_by_us) {
+        cancelled_by_us = true;
+        cluster_.cancel(cluster_id);
+      }
+    }
+    if (client_gone && !cancelled_by_us) {
+      cancelled_by_us = true;
+      cluster_.cancel(cluster_id);  // frees its blocks; the end event follows
+    }
+  }
+  const std::string rest = text.stopped() ? "" : text.finish();
+  result.text += rest;
+  result.finish_reason = text.stopped() || end->reason == "stop" ? "stop" : "length";
+  const std::string outcome = client_gone ? "abort" : end->reason == "error" ? "error" : result.finish_reason;
+  if (metrics_) {
+    metrics_->request_success.with({outcome}).add();
+    metrics_->e2e_latency.with().observe(std::chrono::duration<double>(clock::now() - arrived).count());
+  }
+  if (client_gone) return;
+  if (end->reason == "error" && result.completion_tokens == 0 && !r.stream)
+    return reply.send(500, json_type, error_body(make_error(500, "generation failed: " + end->error, "server_error")));
+  if (!r.stream) return reply.send(200, json_type, response_body(r, id, created, result));
+  if (end->reason == "error")
+    reply.write("data: " + error_body(make_error(500, "generation failed: " + end->error, "server_error")) + "\n\n");
+  reply.write(stream_chunk(r, id, created, rest, result.finish_reason, first_chunk));
+  if (r.include_usage) reply.write(stream_usage(r, id, created, result));
+  reply.write("data: [DONE]\n\n");
+  reply.end_stream();
+}
+
+void service::drain(std::chrono::milliseconds grace) {
+  draining_ = true;
+  const auto deadline = clock::now() + grace;
+  while (in_flight_.load() > 0 && clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  cluster_.cancel_all();
+  while (in_flight_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  http_.stop();
+}
+
+}  // namespace illm::actors::frontend

@@ -1,0 +1,66 @@
+#pragma once
+// The HTTP front end of a cluster: the OpenAI-compatible API (completions and chat completions, whole
+// or streamed as server-sent events), models, health and Prometheus metrics, with optional API keys
+// and limits on body size, prompt length, max_tokens and requests in flight. A client that goes away
+// mid-stream has its request cancelled (and its blocks freed).
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/cluster.hpp"
+#include "actors/frontend/http_server.hpp"
+#include "actors/frontend/openai_api.hpp"
+#include "actors/metrics/runtime_metrics.hpp"
+#include "gpu/tokenizer.hpp"
+
+namespace illm::actors::frontend {
+
+/// How the service behaves.
+struct service_options {
+  std::string model_name;             ///< the id clients must ask for
+  std::vector<std::string> api_keys;  ///< empty: no key needed
+  api_limits limits;
+  int max_requests_in_flight = 64;  ///< beyond: 429
+  int http_threads = 80;
+};
+
+/// The front end; routes requests of a running cluster.
+class service {
+ public:
+  service(cluster& c, std::shared_ptr<const gpu::tokenizer> vocab, std::shared_ptr<metrics::registry> registry,
+          std::shared_ptr<metrics::runtime_metrics> metrics, service_options options);
+  ~service();
+
+  /// Listens on host:port.
+  gpu::status start(const std::string& host, uint16_t port);
+  uint16_t port() const { return http_.port(); }
+
+  /// Stops taking requests (503), lets the running ones finish for up to `grace`, cancels the rest,
+  /// then stops listening.
+  void drain(std::chrono::milliseconds grace);
+
+  /// Requests being served now.
+  int in_flight() const { return in_flight_.load(); }
+
+ private:
+  void generate(endpoint kind, const http_request& req, http_reply& reply);
+  bool authorized(const http_request& req, http_reply& reply);
+  void refuse(http_reply& reply, const api_error& e, const std::string& reason);
+
+  cluster& cluster_;
+  std::shared_ptr<const gpu::tokenizer> vocab_;
+  std::shared_ptr<metrics::registry> registry_;
+  std::shared_ptr<metrics::runtime_metrics> metrics_;
+  service_options options_;
+  http_server http_;
+  std::atomic<int> in_flight_{0};
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_id_{1};
+  const int64_t started_ = 0;
+  uint32_t capacity_tokens_ = 0;  // all instances' pools
+};
+
+}  // namespace illm::actors::frontend

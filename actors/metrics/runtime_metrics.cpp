@@ -1,0 +1,41 @@
+#include "actors/metrics/runtime_metrics.hpp"
+
+namespace illm::actors::metrics {
+
+runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
+    : prompt_tokens(r.add_counter(prefix + "prompt_tokens_total", "Prompt tokens processed.")),
+      generation_tokens(r.add_counter(prefix + "generation_tokens_total", "Generation tokens produced.")),
+      request_success(r.add_counter(prefix + "request_success_total", "Requests that ended, by finish reason.",
+                                    {"finished_reason"})),
+      request_refused(r.add_counter(prefix + "request_refused_total", "Requests refused before running, by reason.",
+                                    {"reason"})),
+      time_to_first_token(r.add_histogram(prefix + "time_to_first_token_seconds", "Time to the first token.",
+                                          latency_buckets())),
+      inter_token_latency(r.add_histogram(prefix + "inter_token_latency_seconds", "Time between two streamed tokens.",
+                                          latency_buckets())),
+      e2e_latency(r.add_histogram(prefix + "e2e_request_latency_seconds", "Time from arrival to the last token.",
+                                  latency_buckets())),
+      requests_running(r.add_gauge(prefix + "num_requests_running", "Requests in an instance's batch.", {"instance"})),
+      requests_waiting(r.add_gauge(prefix + "num_requests_waiting", "Requests queued at an instance.", {"instance"})),
+      blocks_hosted(r.add_gauge(prefix + "kv_blocks_hosted", "KV blocks of other instances' requests kept here.",
+                                {"instance"})),
+      blocks_borrowed(r.add_gauge(prefix + "kv_blocks_borrowed", "KV blocks of this instance's requests kept elsewhere.",
+                                  {"instance"})),
+      blocks_lent(r.add_counter(prefix + "kv_blocks_lent_total", "KV blocks this instance took in for others.",
+                                {"instance"})),
+      moves_started(r.add_counter(prefix + "kv_moves_started_total", "KV block moves started, by source instance.",
+                                  {"instance"})),
+      moves_refused(r.add_counter(prefix + "kv_moves_refused_total",
+                                  "KV block moves the destination refused, by source instance.", {"instance"})),
+      moves_failed(r.add_counter(prefix + "kv_moves_failed_total",
+                                 "KV block moves that failed otherwise, by source instance.", {"instance"})),
+      move_bytes(r.add_counter(prefix + "kv_move_bytes_total", "KV bytes moved between instances, by source instance.",
+                               {"instance"})),
+      remote_attention_latency(r.add_histogram(prefix + "remote_attention_latency_seconds",
+                                               "Wait for the partials of remote holders, per layer.",
+                                               latency_buckets(), {"instance"})),
+      heartbeat_age(r.add_gauge(prefix + "heartbeat_age_seconds", "Age of an instance's last heartbeat at the gManager.",
+                                {"instance"})),
+      instances_alive(r.add_gauge(prefix + "instances_alive", "Instances with a recent heartbeat.")) {}
+
+}  // namespace illm::actors::metrics

@@ -1,0 +1,47 @@
+#pragma once
+// The metrics of the runtime, under the `illm:` prefix. Names follow vLLM's where the meaning is the
+// same (requests running and waiting, KV cache usage, prompt and generation tokens, TTFT, inter-token
+// and end-to-end latency); the rest are this system's own: blocks hosted and borrowed per instance,
+// blocks lent, moves started / refused / failed, bytes moved, remote attention latency, heartbeat age,
+// instances alive. Labels stay low-cardinality (instance, reason; never a request id).
+
+#include <memory>
+#include <string>
+
+#include "actors/metrics/metrics.hpp"
+
+namespace illm::actors::metrics {
+
+/// The runtime's metric families on one registry.
+struct runtime_metrics {
+  /// Registers every family on `r`; names start with `prefix`: "illm:" as vLLM's "vllm:", or "illm_",
+  /// which promtool's linter accepts (it keeps ':' for recording rules).
+  explicit runtime_metrics(registry& r, const std::string& prefix = "illm:");
+
+  // Requests (the front end).
+  family<counter>& prompt_tokens;      ///< illm:prompt_tokens_total
+  family<counter>& generation_tokens;  ///< illm:generation_tokens_total
+  family<counter>& request_success;    ///< illm:request_success_total{finished_reason}
+  family<counter>& request_refused;    ///< illm:request_refused_total{reason}
+  family<histogram>& time_to_first_token;  ///< illm:time_to_first_token_seconds
+  family<histogram>& inter_token_latency;  ///< illm:inter_token_latency_seconds
+  family<histogram>& e2e_latency;          ///< illm:e2e_request_latency_seconds
+
+  // Instances.
+  family<gauge>& requests_running;  ///< illm:num_requests_running{instance}
+  family<gauge>& requests_waiting;  ///< illm:num_requests_waiting{instance}
+  family<gauge>& blocks_hosted;     ///< illm:kv_blocks_hosted{instance}: other instances' blocks kept here
+  family<gauge>& blocks_borrowed;   ///< illm:kv_blocks_borrowed{instance}: its requests' blocks elsewhere
+  family<counter>& blocks_lent;     ///< illm:kv_blocks_lent_total{instance}: blocks it took in for others
+  family<counter>& moves_started;   ///< illm:kv_moves_started_total{instance} (as the source)
+  family<counter>& moves_refused;   ///< illm:kv_moves_refused_total{instance}
+  family<counter>& moves_failed;    ///< illm:kv_moves_failed_total{instance}
+  family<counter>& move_bytes;      ///< illm:kv_move_bytes_total{instance}
+  family<histogram>& remote_attention_latency;  ///< illm:remote_attention_latency_seconds{instance}
+
+  // Membership (the gManager).
+  family<gauge>& heartbeat_age;    ///< illm:heartbeat_age_seconds{instance}
+  family<gauge>& instances_alive;  ///< illm:instances_alive
+};
+
+}  // namespace illm::actors::metrics
