@@ -1,13 +1,19 @@
 // `illm bench engine`: runs gpu::run_bench_engine once and prints its figures side by side, as a
 // table or as one JSON object. It measures; it asserts nothing about speed.
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <iostream>
+#include <mutex>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "actors/cli/commands.hpp"
+#include "actors/frontend/trace_replay.hpp"
 #include "gpu/bench_engine.hpp"
 
 namespace illm::cli {
@@ -159,9 +165,120 @@ void run_bench_engine(const bench_flags& f) {
 
 }  // namespace
 
+namespace {
+
+/// Flags of `illm bench --url`: a trace replayed against a server.
+struct replay_flags {
+  actors::frontend::replay_options options;
+  std::string trace;
+  std::string csv = "illm-bench.csv";
+  bool json = false;
+};
+
+void write_csv(const std::string& path, const actors::frontend::replay_result& r) {
+  std::ofstream out(path);
+  if (!out) fail(fmt::format("cannot write {}", path));
+  out << "index,scheduled_s,sent_s,prompt_tokens,max_tokens,output_tokens,ttft_s,mean_itl_s,e2e_s,status,error\n";
+  for (const auto& q : r.requests) {
+    double itl = 0;
+    for (double x : q.itl_s) itl += x;
+    std::string error = q.error;
+    std::replace(error.begin(), error.end(), ',', ';');
+    std::replace(error.begin(), error.end(), '\n', ' ');
+    out << fmt::format("{},{:.6f},{:.6f},{},{},{},{:.6f},{:.6f},{:.6f},{},{}\n", q.index, q.scheduled_s, q.sent_s,
+                       q.prompt_tokens, q.max_tokens, q.output_tokens, q.ttft_s,
+                       q.itl_s.empty() ? 0.0 : itl / double(q.itl_s.size()), q.e2e_s, q.status, error);
+  }
+}
+
+void run_replay(const replay_flags& f) {
+  if (f.options.url.empty() || f.trace.empty()) fail("give --url and --trace (or a subcommand: engine)", 2);
+  auto trace = actors::frontend::read_trace(f.trace);
+  if (!trace.is_ok()) fail(trace.error().message());
+  const bool tty = isatty(STDERR_FILENO) && !f.json;
+  std::mutex print;
+  auto progress = [&](size_t done, size_t failed, size_t total) {
+    if (!tty) return;
+    std::lock_guard lock(print);
+    const int width = 40, filled = int(width * done / std::max<size_t>(1, total));
+    fmt::print(stderr, "\r[{}{}] {}/{} done, {} failed", std::string(size_t(filled), '#'),
+               std::string(size_t(width - filled), '.'), done, total, failed);
+    std::fflush(stderr);
+  };
+  auto result = actors::frontend::replay(trace.value(), f.options, progress);
+  if (tty) fmt::print(stderr, "\n");
+  if (!result.is_ok()) fail(result.error().message());
+  const auto& r = result.value();
+  write_csv(f.csv, r);
+
+  std::vector<double> ttft, itl, e2e;
+  size_t completed = 0, output_tokens = 0;
+  for (const auto& q : r.requests) {
+    if (!q.ok()) continue;
+    ++completed;
+    output_tokens += size_t(q.output_tokens);
+    if (q.ttft_s >= 0) ttft.push_back(q.ttft_s);
+    itl.insert(itl.end(), q.itl_s.begin(), q.itl_s.end());
+    e2e.push_back(q.e2e_s);
+  }
+  const double duration = std::max(r.duration_s, 1e-9);
+  using actors::frontend::percentile;
+  auto triple = [](const std::vector<double>& v) {
+    return nlohmann::json{{"p50", percentile(v, 50)}, {"p90", percentile(v, 90)}, {"p99", percentile(v, 99)}};
+  };
+  if (f.json) {
+    nlohmann::json j = {{"url", f.options.url},
+                        {"trace", f.trace},
+                        {"rate_scale", f.options.rate_scale},
+                        {"requests", r.requests.size()},
+                        {"completed", completed},
+                        {"failed", r.requests.size() - completed},
+                        {"duration_s", r.duration_s},
+                        {"requests_per_s", double(completed) / duration},
+                        {"output_tokens", output_tokens},
+                        {"output_tokens_per_s", double(output_tokens) / duration},
+                        {"ttft_s", triple(ttft)},
+                        {"itl_s", triple(itl)},
+                        {"e2e_s", triple(e2e)},
+                        {"csv", f.csv}};
+    std::cout << j.dump() << "\n";
+    return;
+  }
+  fmt::print("illm bench: {} requests from {} (arrivals x{}), {} completed, {} failed, {:.1f} s\n", r.requests.size(),
+             f.trace, f.options.rate_scale, completed, r.requests.size() - completed, r.duration_s);
+  fmt::print("throughput: {:.2f} req/s, {:.1f} output tok/s\n", double(completed) / duration,
+             double(output_tokens) / duration);
+  fmt::print("{:>10} {:>10} {:>10} {:>10}\n", "seconds", "p50", "p90", "p99");
+  for (const auto& [name, v] : {std::pair{"TTFT", &ttft}, std::pair{"ITL", &itl}, std::pair{"E2E", &e2e}})
+    fmt::print("{:>10} {:>10.4f} {:>10.4f} {:>10.4f}\n", name, percentile(*v, 50), percentile(*v, 90),
+               percentile(*v, 99));
+  fmt::print("per-request results: {}\n", f.csv);
+}
+
+}  // namespace
+
 void add_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (measure only; they assert nothing about speed)");
-  bench->require_subcommand(1);
+  bench->require_subcommand(0, 1);
+  auto replay = std::make_shared<replay_flags>();
+  bench->add_option("--url", replay->options.url, "Replay a trace against this server (http://host:port)");
+  bench->add_option("--trace", replay->trace, "Trace CSV: arrival_s,input_tokens,output_tokens");
+  bench->add_option("--rate-scale", replay->options.rate_scale, "Arrivals come this many times faster")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench->add_option("--limit", replay->options.limit, "Replay only the first N requests");
+  bench->add_option("--max-input-tokens", replay->options.max_input_tokens, "Clamp prompts to this many tokens")
+      ->check(CLI::Range(0, 1 << 24));
+  bench->add_option("--max-output-tokens", replay->options.max_output_tokens, "Clamp outputs to this many tokens")
+      ->check(CLI::Range(0, 1 << 24));
+  bench->add_option("--model", replay->options.model, "Model id to ask for")->capture_default_str();
+  bench->add_option("--api-key", replay->options.api_key, "Bearer key");
+  bench->add_option("--csv", replay->csv, "Per-request results")->capture_default_str();
+  bench->add_flag("--json", replay->json, "Print one JSON object");
+  bench->callback([bench, replay] {
+    if (bench->get_subcommands().empty()) run_replay(*replay);
+  });
+
   auto flags = std::make_shared<bench_flags>();
   CLI::App* engine = bench->add_subcommand(
       "engine", "Decode/prefill throughput, MicroAttention bandwidth, DistAttention vs its alternatives");

@@ -66,7 +66,7 @@ gpu::status http_server::start(const std::string& host, uint16_t port, int threa
   max_body_bytes_ = max_body_bytes;
   const std::string ports = fmt::format("{}:{}", host, port), thread_count = std::to_string(std::max(1, threads));
   const char* options[] = {"listening_ports", ports.c_str(), "num_threads", thread_count.c_str(),
-                           "request_timeout_ms", "60000", "enable_keep_alive", "yes", nullptr};
+                           "request_timeout_ms", "60000", "enable_keep_alive", "yes", "tcp_nodelay", "1", nullptr};
   mg_callbacks callbacks{};
   context_ = mg_start(&callbacks, this, options);
   if (!context_)

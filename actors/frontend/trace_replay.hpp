@@ -1,0 +1,69 @@
+#pragma once
+// `illm bench --url`: replays a request trace against an OpenAI-compatible server, open loop (each
+// request is sent at its arrival time, scaled, whether or not earlier ones have finished), with
+// prompts of the trace's token counts (random token ids) and max_tokens of its output counts,
+// streamed; it measures time to first token, inter-token latency and end-to-end latency.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpu/status.hpp"
+
+namespace illm::actors::frontend {
+
+/// One row of a trace: arrival_s,input_tokens,output_tokens.
+struct trace_row {
+  double arrival_s = 0;
+  int input_tokens = 0;
+  int output_tokens = 0;
+};
+
+/// Reads a trace CSV (header line first); a malformed line is an error naming it.
+gpu::result<std::vector<trace_row>> read_trace(const std::string& path);
+
+/// How to replay.
+struct replay_options {
+  std::string url;             ///< http://host:port
+  std::string model = "stories15M";
+  std::string api_key;         ///< sent as Bearer when set
+  double rate_scale = 1.0;     ///< arrivals come this many times faster
+  size_t limit = 0;            ///< first N rows (0: all)
+  int max_input_tokens = 0;    ///< clamp prompts (0: as in the trace)
+  int max_output_tokens = 0;   ///< clamp outputs (0: as in the trace)
+  int vocab_size = 32000;      ///< random prompt token ids are below this
+  uint64_t seed = 1;
+  double timeout_s = 600;      ///< per request
+};
+
+/// What one request did.
+struct request_outcome {
+  size_t index = 0;
+  double scheduled_s = 0;  ///< arrival, scaled, from the start
+  double sent_s = 0;
+  int prompt_tokens = 0;
+  int max_tokens = 0;
+  int output_tokens = 0;  ///< from the usage the server reported
+  double ttft_s = -1;     ///< to the first text; -1 when none came
+  double e2e_s = -1;
+  std::vector<double> itl_s;  ///< between streamed pieces
+  int status = 0;             ///< HTTP status (0: no answer)
+  std::string error;
+  bool ok() const { return status == 200 && error.empty(); }
+};
+
+/// The whole run.
+struct replay_result {
+  std::vector<request_outcome> requests;
+  double duration_s = 0;  ///< first send to last completion
+};
+
+/// Replays; `progress(done, failed, total)` is called as requests end (from worker threads).
+gpu::result<replay_result> replay(const std::vector<trace_row>& trace, const replay_options& options,
+                                  const std::function<void(size_t, size_t, size_t)>& progress);
+
+/// p-th percentile (0..100) with linear interpolation, as numpy's default; NaN when empty.
+double percentile(std::vector<double> values, double p);
+
+}  // namespace illm::actors::frontend
