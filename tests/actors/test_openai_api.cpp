@@ -1,0 +1,134 @@
+// The OpenAI request checks: every malformed, mistyped, unknown or out-of-range field is a 4xx with an
+// OpenAI-style error naming the parameter; valid requests (text, token ids, chat messages) become the
+// right prompt; streamed text is released in whole UTF-8 characters and cut at stop strings.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/frontend/openai_api.hpp"
+#include "gpu/model_files.hpp"
+
+using namespace illm;
+using namespace illm::actors::frontend;
+
+namespace {
+
+const gpu::tokenizer& vocab() {
+  static const auto model = gpu::load_model("stories15M");
+  if (!model.is_ok()) FAIL("stories15M is needed: run deploy/fetch-model.sh");
+  return *model->vocab;
+}
+
+api_error error_of(endpoint kind, const std::string& body, api_limits limits = {}) {
+  auto r = parse_request(kind, body, vocab(), limits, "stories15M");
+  REQUIRE_MESSAGE(std::holds_alternative<api_error>(r), body);
+  return std::get<api_error>(r);
+}
+
+completion_request ok(endpoint kind, const std::string& body) {
+  auto r = parse_request(kind, body, vocab(), {}, "stories15M");
+  if (auto* e = std::get_if<api_error>(&r)) FAIL(body, " -> ", e->message);
+  return std::get<completion_request>(r);
+}
+
+}  // namespace
+
+TEST_SUITE("actors") {
+  TEST_CASE("bad requests get 4xx errors that name the parameter") {
+    const auto c = endpoint::completions;
+    CHECK(error_of(c, "{not json").status == 400);
+    CHECK(error_of(c, "[1,2]").message.find("object") != std::string::npos);
+    CHECK(error_of(c, "{\"model\":\"stories15M\",\"prompt\":\"\\xff\\xfe\"}").status == 400);  // not UTF-8
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","bogus":1})").param == "bogus");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":""})").param == "prompt");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":[]})").param == "prompt");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":[1, 99999]})").param == "prompt");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":42})").param == "prompt");
+    CHECK(error_of(c, R"({"prompt":"hi"})").param == "model");
+    const api_error wrong_model = error_of(c, R"({"model":"gpt-4","prompt":"hi"})");
+    CHECK(wrong_model.status == 404);
+    CHECK(wrong_model.code == "model_not_found");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","max_tokens":-1})").param == "max_tokens");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","max_tokens":100000000})").param == "max_tokens");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","max_tokens":"5"})").param == "max_tokens");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","max_tokens":1.5})").param == "max_tokens");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","temperature":3})").param == "temperature");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","top_p":0})").param == "top_p");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","stream":"yes"})").param == "stream");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","stream_options":{"include_usage":true}})").param ==
+          "stream_options");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","n":2})").param == "n");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","stop":["a","b","c","d","e"]})").param == "stop");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","stop":[""]})").param == "stop");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","seed":"x"})").param == "seed");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","presence_penalty":0.5})").param == "presence_penalty");
+    api_limits small;
+    small.max_prompt_tokens = 3;
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"Once upon a time"})", small).code == "context_length_exceeded");
+    small.max_body_bytes = 10;
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"Once upon a time"})", small).status == 413);
+    const auto chat = endpoint::chat_completions;
+    CHECK(error_of(chat, R"({"model":"stories15M","messages":[]})").param == "messages");
+    CHECK(error_of(chat, R"({"model":"stories15M","messages":[{"role":"robot","content":"x"}]})").param == "messages");
+    CHECK(error_of(chat, R"({"model":"stories15M","messages":[{"role":"user","content":5}]})").param == "messages");
+    CHECK(error_of(chat, R"({"model":"stories15M","messages":[{"role":"user","content":"x"}],"prompt":"x"})").param ==
+          "prompt");
+  }
+
+  TEST_CASE("valid requests become prompts and options") {
+    const completion_request text = ok(endpoint::completions, R"({"model":"stories15M","prompt":"Once upon a time",
+        "max_tokens":7,"temperature":0,"top_p":0.5,"seed":3,"stop":"\n","stream":true,
+        "stream_options":{"include_usage":true},"n":1,"logprobs":null,"user":"u","ignore_eos":true})");
+    CHECK(text.prompt_ids == std::vector<int32_t>{1, 9038, 2501, 263, 931});
+    CHECK(text.max_tokens == 7);
+    CHECK(text.temperature == 0.0f);
+    CHECK(text.top_p == 0.5f);
+    CHECK(text.seed == 3u);
+    CHECK(text.stop == std::vector<std::string>{"\n"});
+    CHECK(text.stream);
+    CHECK(text.include_usage);
+    CHECK(text.ignore_eos);
+    CHECK(ok(endpoint::completions, R"({"model":"stories15M","prompt":[1,9038,2501]})").prompt_ids ==
+          std::vector<int32_t>{1, 9038, 2501});
+    CHECK(ok(endpoint::completions, R"({"model":"stories15M","prompt":"hi"})").max_tokens == 16);  // OpenAI's default
+    const completion_request chat = ok(endpoint::chat_completions, R"({"model":"stories15M","messages":[
+        {"role":"system","content":"Once upon"},{"role":"user","content":[{"type":"text","text":"a time"}]}],
+        "max_completion_tokens":9})");
+    CHECK(chat.prompt_ids == vocab().encode("Once upon\na time", true));
+    CHECK(chat.max_tokens == 9);
+  }
+
+  TEST_CASE("bodies follow the OpenAI shapes") {
+    const completion_request r = ok(endpoint::chat_completions, R"({"model":"stories15M","messages":[{"role":"user","content":"x"}]})");
+    const auto body = nlohmann::json::parse(response_body(r, "chatcmpl-1", 7, {"hello", "stop", 3, 1}));
+    CHECK(body["object"] == "chat.completion");
+    CHECK(body["choices"][0]["message"]["content"] == "hello");
+    CHECK(body["usage"]["total_tokens"] == 4);
+    const std::string first = stream_chunk(r, "chatcmpl-1", 7, "he", "", true);
+    CHECK(first.rfind("data: ", 0) == 0);
+    CHECK(first.substr(first.size() - 2) == "\n\n");
+    const auto chunk = nlohmann::json::parse(first.substr(6));
+    CHECK(chunk["choices"][0]["delta"]["role"] == "assistant");
+    CHECK(chunk["choices"][0]["finish_reason"].is_null());
+    const auto e = nlohmann::json::parse(error_body(make_error(429, "busy", "rate_limit_error")));
+    CHECK(e["error"]["message"] == "busy");
+    CHECK(e["error"]["param"].is_null());
+  }
+
+  TEST_CASE("streamed text is released in whole characters and cut at a stop string") {
+    // Byte tokens 3 + 0xe2, 0x82, 0xac spell a euro sign over three tokens.
+    text_stream euro(vocab(), 1, {});
+    CHECK(euro.push(3 + 0xe2).empty());
+    CHECK(euro.push(3 + 0x82).empty());
+    CHECK(euro.push(3 + 0xac) == "\xe2\x82\xac");
+    const std::vector<int32_t> ids = vocab().encode("She said the end. Then more.", false);
+    text_stream stopped(vocab(), 1, {" end."});
+    std::string out;
+    for (int32_t t : ids) {
+      out += stopped.push(t);
+      if (stopped.stopped()) break;
+    }
+    CHECK(stopped.stopped());
+    CHECK(out == "She said the");
+  }
+}
