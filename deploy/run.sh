@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The run command: installs the dependencies, fetches the model, builds, then runs the main job: the
-# real model generating text through the DistAttention path (the request's KV blocks spread over
-# several pools, each layer's attention merged from one partial per pool).
+# embedded default of `illm serve` (a gManager and its instances in one process, on the real model)
+# behind the OpenAI-compatible API on 127.0.0.1:8000. It shows how to call the service with a
+# completion and a streamed chat completion, then serves until Ctrl-C (or SIGTERM), which drains it.
+# Extra arguments go to `illm serve` (e.g. --port 9000 --instances 4 --config deploy/configs/serve.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,27 +12,31 @@ deploy/fetch-model.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j2
 
-# A long prompt (a story told over and over, about 1300 tokens) for a cluster whose instances hold 48
-# blocks (768 tokens) each: the request can only run by borrowing blocks from the other instances.
-prompt_file="$(mktemp)"
-trap 'rm -f "$prompt_file"' EXIT
-for _ in $(seq 24); do
-  echo "Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine."
-  echo "One day, she saw a big, red ball in the sky. It was the sun! She thought it was so pretty."
-done > "$prompt_file"
+port=8000
+args=("$@")
+for ((i = 0; i < ${#args[@]}; ++i)); do
+  if [ "${args[$i]}" = "--port" ] && [ $((i + 1)) -lt ${#args[@]} ]; then port="${args[$((i + 1))]}"; fi
+done
+
+build/illm serve --port "$port" "${args[@]}" &
+server=$!
+trap 'kill -TERM "$server" 2>/dev/null; wait "$server"' INT TERM
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+  kill -0 "$server" 2>/dev/null || { wait "$server"; exit 1; }
+  sleep 0.1
+done
+
 echo
-echo "== build/illm generate --instances 3 --kv-blocks-per-instance 48 --prompt-file <1300-token story> --max-tokens 40 --temperature 0 --json"
-build/illm generate --model stories15M --prompt-file "$prompt_file" --max-tokens 40 --temperature 0 \
-  --instances 3 --kv-blocks-per-instance 48 --json |
-  python3 -c 'import json, sys
-r = json.load(sys.stdin)
-print("continuation:", r["text"].strip())
-print("stats:", r["stats"])
-print("blocks per instance at the end:", r["blocks_per_instance"])
-for m in r["moves"]: print("move {move_id}: {blocks} blocks, instance {source} -> {destination}".format(**m), "(a loan)" if m["loan"] else "(gManager)")
-for m in r["refusals"]: print("refused {move_id}: instance {source} -> {destination}: {reason}".format(**m))'
+echo "== curl http://127.0.0.1:$port/v1/completions"
+curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model": "stories15M", "prompt": "Once upon a time", "max_tokens": 60, "temperature": 0}'
 echo
-echo "== build/illm generate --prompt \"Once upon a time\" --max-tokens 60 --temperature 0 --kv-pools 3"
-build/illm generate --model stories15M --prompt "Once upon a time" --max-tokens 60 --temperature 0 --kv-pools 3
 echo
-echo "More: build/illm generate --help, build/illm bench engine"
+echo "== curl -N http://127.0.0.1:$port/v1/chat/completions (stream)"
+curl -sN "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model": "stories15M", "messages": [{"role": "user", "content": "Lily and Ben"}], "max_tokens": 24, "stream": true}'
+echo
+echo "Serving on http://127.0.0.1:$port (OpenAI API under /v1, /health, /metrics). Ctrl-C stops it."
+echo "Replay a trace against it: build/illm bench --url http://127.0.0.1:$port --trace tests/data/traces/azure2023_conv.csv --limit 50 --max-input-tokens 256"
+wait "$server"

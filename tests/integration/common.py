@@ -1,0 +1,132 @@
+"""Helpers of the integration tests: start and stop `illm serve` (and other servers) on loopback,
+and talk HTTP to them. Every process a test starts is stopped when the test ends."""
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout_s, what):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            if predicate():
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def request(port, method, path, body=None, headers=None, timeout=120):
+    """One HTTP request; returns (status, parsed JSON or text)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    payload = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
+    conn.request(method, path, payload, {"Content-Type": "application/json", **(headers or {})})
+    response = conn.getresponse()
+    data = response.read().decode("utf-8", "replace")
+    conn.close()
+    try:
+        return response.status, json.loads(data)
+    except ValueError:
+        return response.status, data
+
+
+def stream_events(port, path, body, headers=None, timeout=120):
+    """A streamed request: yields the data of each server-sent event as it arrives."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json", **(headers or {})})
+    response = conn.getresponse()
+    assert response.status == 200, (response.status, response.read())
+    buffer = b""
+    while True:
+        chunk = response.read1(65536)
+        if not chunk:
+            return
+        buffer += chunk
+        while b"\n\n" in buffer:
+            event, buffer = buffer.split(b"\n\n", 1)
+            if event.startswith(b"data: "):
+                yield event[6:].decode()
+
+
+class Server:
+    """`illm serve` on a free loopback port, stopped (SIGTERM, then SIGKILL) on exit."""
+
+    def __init__(self, illm, *args, port=None):
+        self.port = port or free_port()
+        self.log = tempfile.NamedTemporaryFile(prefix="illm-serve-", suffix=".log", delete=False)
+        self.process = subprocess.Popen([illm, "serve", "--host", "127.0.0.1", "--port", str(self.port), *args],
+                                        stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: request(self.port, "GET", "/health", timeout=2)[0] == 200, 60, "illm serve /health")
+        except AssertionError:
+            self.stop()
+            raise
+
+    def stop(self, grace_s=30):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def output(self):
+        with open(self.log.name, errors="replace") as f:
+            return f.read()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        if exc[0] is not None:
+            sys.stderr.write(self.output())
+        os.unlink(self.log.name)
+
+
+def metric(text, name, labels=None):
+    """The value of a series in a Prometheus text exposition (0 when absent)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        series, value = line.rsplit(" ", 1)
+        if series.split("{")[0] != name:
+            continue
+        if labels and not all(f'{k}="{v}"' in series for k, v in labels.items()):
+            continue
+        total += float(value)
+    return total
+
+
+@contextlib.contextmanager
+def process(args, **kwargs):
+    """A background process, killed on exit."""
+    p = subprocess.Popen(args, **kwargs)
+    try:
+        yield p
+    finally:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()

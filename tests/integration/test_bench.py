@@ -1,0 +1,46 @@
+"""`illm bench` replays the Azure conversation trace (scaled to fit this machine) against `illm serve`:
+every request completes, and it reports throughput and TTFT / inter-token / end-to-end percentiles,
+with one CSV row per request."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from common import Server
+
+ILLM, REPO = sys.argv[1], sys.argv[2]
+LIMIT = 24
+
+
+def main():
+    trace = os.path.join(REPO, "tests/data/traces/azure2023_conv.csv")
+    out = tempfile.NamedTemporaryFile(suffix=".csv", delete=False)
+    out.close()
+    try:
+        with Server(ILLM, "--instances", "2", "--kv-blocks-per-instance", "512") as s:
+            result = subprocess.run([ILLM, "bench", "--url", f"http://127.0.0.1:{s.port}", "--trace", trace,
+                                     "--limit", str(LIMIT), "--rate-scale", "2", "--max-input-tokens", "256",
+                                     "--max-output-tokens", "48", "--csv", out.name, "--json"],
+                                    capture_output=True, text=True, timeout=600)
+            assert result.returncode == 0, result.stdout + result.stderr
+            report = json.loads(result.stdout)
+        print(json.dumps(report))
+        assert report["requests"] == LIMIT and report["completed"] == LIMIT and report["failed"] == 0, report
+        assert report["output_tokens_per_s"] > 0 and report["requests_per_s"] > 0, report
+        for key in ("ttft_s", "itl_s", "e2e_s"):
+            p = report[key]
+            assert 0 < p["p50"] <= p["p90"] <= p["p99"], (key, p)
+        with open(out.name) as f:
+            rows = list(csv.DictReader(f))
+        assert len(rows) == LIMIT and all(r["status"] == "200" for r in rows), rows[:3]
+        assert all(int(r["output_tokens"]) == int(r["max_tokens"]) for r in rows), rows[:3]
+    finally:
+        os.unlink(out.name)
+    print("test_bench: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
