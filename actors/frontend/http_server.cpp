@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -84,7 +85,10 @@ void http_server::stop() {
 }
 
 int http_server::dispatch(mg_connection* conn, void* self) {
-  static_cast<http_server*>(self)->serve(conn);
+  // civetweb's threads have small stacks (Debian's build sets about 100 KiB); handlers use the actor
+  // system and JSON, so each request runs on a thread of its own with the default stack.
+  std::thread worker([conn, self] { static_cast<http_server*>(self)->serve(conn); });
+  worker.join();
   return 1;
 }
 

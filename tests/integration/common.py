@@ -75,6 +75,7 @@ class Server:
             wait_until(lambda: request(self.port, "GET", "/health", timeout=2)[0] == 200, 60, "illm serve /health")
         except AssertionError:
             self.stop()
+            sys.stderr.write(f"illm serve exited with {self.process.returncode}:\n{self.output()}\n")
             raise
 
     def stop(self, grace_s=30):
