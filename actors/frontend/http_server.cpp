@@ -14,6 +14,14 @@ namespace illm::actors::frontend {
 namespace {
 
 std::once_flag library_once;
+std::mutex last_error_mutex;
+std::string last_error;  // civetweb's last complaint, for the error that mg_start's failure gives
+
+int remember_error(const mg_connection*, const char* message) {
+  std::lock_guard lock(last_error_mutex);
+  last_error = message ? message : "";
+  return 1;
+}
 
 const char* reason_phrase(int status) {
   switch (status) {
@@ -69,9 +77,12 @@ gpu::status http_server::start(const std::string& host, uint16_t port, int threa
   const char* options[] = {"listening_ports", ports.c_str(), "num_threads", thread_count.c_str(),
                            "request_timeout_ms", "60000", "enable_keep_alive", "yes", "tcp_nodelay", "1", nullptr};
   mg_callbacks callbacks{};
+  callbacks.log_message = &remember_error;
   context_ = mg_start(&callbacks, this, options);
-  if (!context_)
-    return {gpu::status_code::io_error, fmt::format("cannot listen on {} (in use, or not an address here?)", ports)};
+  if (!context_) {
+    std::lock_guard lock(last_error_mutex);
+    return {gpu::status_code::io_error, fmt::format("cannot serve on {}: {}", ports, last_error)};
+  }
   mg_set_request_handler(context_, "/", &http_server::dispatch, this);
   mg_server_port bound[4];
   const int n = mg_get_server_ports(context_, 4, bound);
