@@ -79,6 +79,9 @@ std::vector<request_placement_entry> placement_of(const gpu::sequence& seq, inst
   return out;
 }
 
+/// Blocks a request needs for its prompt and all its tokens.
+uint32_t blocks_needed(size_t prompt, int32_t max_tokens) { return gpu::blocks_for_tokens(int64_t(prompt) + max_tokens); }
+
 void publish_placement(self_ptr self) {
   auto& st = self->state;
   placement_update update;
@@ -86,6 +89,7 @@ void publish_placement(self_ptr self) {
     for (const auto& e : placement_of(*s, st.config.id)) update.placement.push_back(e);
   update.batch_size = uint32_t(st.batcher->active().size());
   update.waiting = uint32_t(st.waiting.size());
+  for (const auto& r : st.waiting) update.waiting_blocks += blocks_needed(r.prompt.size(), r.max_tokens);
   if (auto* m = st.config.metrics.get()) {
     const metrics::label_values instance{std::to_string(st.config.id)};
     m->requests_running.with(instance).set(update.batch_size);
@@ -100,8 +104,6 @@ bool others_have_free(const instance_state& st) {
   });
 }
 
-/// Blocks a request needs for its prompt and all its tokens.
-uint32_t blocks_needed(size_t prompt, int32_t max_tokens) { return gpu::blocks_for_tokens(int64_t(prompt) + max_tokens); }
 
 /// Tells the clients of finished sequences and releases their blocks elsewhere.
 void notify_finished(self_ptr self) {

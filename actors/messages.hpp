@@ -205,6 +205,7 @@ struct placement_update {
   std::vector<request_placement_entry> placement;
   uint32_t batch_size = 0;
   uint32_t waiting = 0;
+  uint32_t waiting_blocks = 0;
 };
 
 /// The data plane's completion of a move's copy, turned into a message for the rManager.
@@ -290,7 +291,7 @@ typename Inspector::result_type inspect(Inspector& f, request_placement_entry& x
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, instance_stats& x) {
   return f(caf::meta::type_name("instance_stats"), x.total_blocks, x.free_blocks, x.hosted_blocks,
-           x.borrowed_blocks, x.batch_size, x.waiting, x.draining);
+           x.borrowed_blocks, x.batch_size, x.waiting, x.waiting_blocks, x.draining);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, heartbeat& x) {
@@ -397,7 +398,7 @@ typename Inspector::result_type inspect(Inspector& f, request_released& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, placement_update& x) {
-  return f(caf::meta::type_name("placement_update"), x.placement, x.batch_size, x.waiting);
+  return f(caf::meta::type_name("placement_update"), x.placement, x.batch_size, x.waiting, x.waiting_blocks);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {

@@ -56,6 +56,7 @@ struct rmanager_state {
       for (const auto& [inst, n] : holders) s.borrowed_blocks += n;
     s.batch_size = placement.batch_size;
     s.waiting = placement.waiting;
+    s.waiting_blocks = placement.waiting_blocks;
     s.draining = draining;
     return s;
   }

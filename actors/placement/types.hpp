@@ -27,6 +27,7 @@ struct instance_stats {
   uint32_t borrowed_blocks = 0;  ///< blocks of this instance's requests kept elsewhere
   uint32_t batch_size = 0;       ///< running sequences
   uint32_t waiting = 0;          ///< queued requests
+  uint32_t waiting_blocks = 0;   ///< blocks the queued requests need (prompt and max tokens)
   bool draining = false;
 };
 

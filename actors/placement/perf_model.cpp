@@ -1,0 +1,207 @@
+#include "actors/placement/perf_model.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "gpu/model_config.hpp"
+
+namespace illm::actors::placement {
+
+double dense_time(const profile& p, double beta) {
+  const auto& pts = p.dense_s;
+  if (pts.empty()) return 0.0;
+  if (pts.size() == 1 || beta <= pts.front().first) return pts.front().second * std::max(beta, 0.0) / pts.front().first;
+  for (size_t i = 1; i < pts.size(); ++i)
+    if (beta <= pts[i].first || i + 1 == pts.size()) {
+      const auto [x0, y0] = pts[i - 1];
+      const auto [x1, y1] = pts[i];
+      return y0 + (y1 - y0) * (beta - x0) / (x1 - x0);  // beyond the last point: its slope
+    }
+  return pts.back().second;
+}
+
+double dense_throughput(const profile& p, double beta) {
+  const double t = dense_time(p, beta);
+  return t > 0 ? beta / t : 0.0;
+}
+
+double layer_time(const profile& p, double beta, double kv_tokens) {
+  return dense_time(p, beta) + std::max(0.0, kv_tokens) / p.attention_tokens_per_s;
+}
+
+double debtor_layer_time(const profile& p, double beta, double kv_tokens, double lent_tokens) {
+  return layer_time(p, beta, kv_tokens) - lent_tokens / p.attention_tokens_per_s;
+}
+
+double creditor_layer_time(const profile& p, double beta, double kv_tokens, double hosted_tokens) {
+  return layer_time(p, beta, kv_tokens) + hosted_tokens / p.attention_tokens_per_s;
+}
+
+double step_time(const profile& p, double beta, double kv_tokens, double sampled) {
+  return p.step_overhead_s + sampled * p.sampled_row_s + p.n_layers * layer_time(p, beta, kv_tokens);
+}
+
+double instance_tps(const profile& p, double beta, double kv_tokens) {
+  if (beta <= 0) return 0.0;
+  return beta / step_time(p, beta, kv_tokens, beta);
+}
+
+double cluster_tps(const profile& p, const std::vector<std::pair<double, double>>& instances) {
+  double sum = 0;
+  for (const auto& [beta, kv] : instances) sum += instance_tps(p, beta, kv);
+  return sum;
+}
+
+std::string to_json(const profile& p) {
+  nlohmann::json dense = nlohmann::json::array();
+  for (const auto& [tokens, seconds] : p.dense_s) dense.push_back({{"tokens", tokens}, {"seconds", seconds}});
+  return nlohmann::json{{"name", p.name},
+                        {"model", p.model},
+                        {"n_layers", p.n_layers},
+                        {"gpus", p.gpus},
+                        {"dense_seconds_per_layer", dense},
+                        {"attention_tokens_per_s", p.attention_tokens_per_s},
+                        {"step_overhead_s", p.step_overhead_s},
+                        {"sampled_row_s", p.sampled_row_s},
+                        {"kv_bytes_per_token", p.kv_bytes_per_token},
+                        {"kv_capacity_tokens", p.kv_capacity_tokens}}
+      .dump(2);
+}
+
+gpu::result<profile> profile_from_json(const std::string& text) {
+  auto bad = [](const std::string& what) {
+    return gpu::status{gpu::status_code::invalid_argument, "profile: " + what};
+  };
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+  profile p;
+  try {
+    p.name = j.value("name", "");
+    p.model = j.value("model", "");
+    p.n_layers = j.at("n_layers").get<int>();
+    p.gpus = j.value("gpus", 1);
+    for (const auto& point : j.at("dense_seconds_per_layer"))
+      p.dense_s.emplace_back(point.at("tokens").get<double>(), point.at("seconds").get<double>());
+    p.attention_tokens_per_s = j.at("attention_tokens_per_s").get<double>();
+    p.step_overhead_s = j.value("step_overhead_s", 0.0);
+    p.sampled_row_s = j.value("sampled_row_s", 0.0);
+    p.kv_bytes_per_token = j.value("kv_bytes_per_token", uint64_t(0));
+    p.kv_capacity_tokens = j.value("kv_capacity_tokens", uint64_t(0));
+  } catch (const nlohmann::json::exception& e) {
+    return bad(e.what());
+  }
+  if (p.n_layers <= 0 || p.dense_s.empty() || !(p.attention_tokens_per_s > 0))
+    return bad("needs n_layers, dense_seconds_per_layer and attention_tokens_per_s > 0");
+  if (!std::is_sorted(p.dense_s.begin(), p.dense_s.end()) || p.dense_s.front().first <= 0)
+    return bad("dense_seconds_per_layer must be in ascending tokens, above 0");
+  return p;
+}
+
+namespace {
+
+/// A GPU's datasheet numbers (fp16 dense tensor math, HBM, links).
+struct gpu_spec {
+  const char* name;
+  double flops;           ///< fp16 dense, per second
+  double hbm_bytes_per_s;
+  double memory_bytes;
+  double nvlink_bytes_per_s;   ///< one direction, per GPU
+  double network_bytes_per_s;  ///< between nodes, per GPU
+};
+
+constexpr std::array<gpu_spec, 3> gpus = {{
+    {"a100-80g", 312e12, 2.039e12, 80e9, 300e9, 25e9},
+    {"h100", 989e12, 3.35e12, 80e9, 450e9, 50e9},
+    {"h200", 989e12, 4.8e12, 141e9, 450e9, 50e9},
+}};
+
+// What kernels reach in practice, as fractions of the datasheet, and fixed costs.
+constexpr double compute_efficiency = 0.6, memory_efficiency = 0.8, attention_efficiency = 0.75;
+constexpr double kernel_launch_s = 20e-6;  // per layer
+constexpr double scheduling_s = 1e-3;      // per step: scheduler, sampling, host work
+constexpr int gpus_per_node = 8;
+constexpr double link_latency_s = 8e-6;  // per all-reduce hop
+
+const gpu_spec* find_gpu(std::string_view name) {
+  for (const auto& g : gpus)
+    if (name == g.name) return &g;
+  return nullptr;
+}
+
+/// Non-attention time of one layer for `beta` tokens, its weights split over `split` GPUs.
+double roofline_dense(const gpu_spec& g, const gpu::model_config& c, double beta, int split) {
+  const double d = c.dim, kv = c.kv_dim(), h = c.hidden_dim;
+  const double params = 2 * d * d + 2 * d * kv + 3 * d * h;
+  const double compute = 2 * params * beta / split / (g.flops * compute_efficiency);
+  const double memory = 2 * params / split / (g.hbm_bytes_per_s * memory_efficiency);
+  return std::max(compute, memory) + kernel_launch_s;
+}
+
+/// Two ring all-reduces of the activations per layer over `n` GPUs.
+double all_reduce(const gpu_spec& g, const gpu::model_config& c, double beta, int n) {
+  if (n <= 1) return 0.0;
+  const double bytes = 2 * beta * c.dim;  // fp16
+  const double link = n <= gpus_per_node ? g.nvlink_bytes_per_s : g.network_bytes_per_s;
+  return 2 * (2.0 * (n - 1) / n * bytes / link + 2.0 * (n - 1) * link_latency_s);
+}
+
+profile make_profile(const gpu_spec& g, const gpu::model_config& c, std::string_view model, int gpus_per_instance,
+                     bool tensor_parallel) {
+  profile p;
+  p.name = fmt::format("{} x{} {} (roofline{})", g.name, gpus_per_instance, model, tensor_parallel ? ", TP" : "");
+  p.model = std::string(model);
+  p.n_layers = c.n_layers;
+  p.gpus = gpus_per_instance;
+  for (double beta : {1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0})
+    p.dense_s.emplace_back(beta, roofline_dense(g, c, beta, gpus_per_instance) +
+                                     all_reduce(g, c, beta, gpus_per_instance));
+  const double kv_bytes_per_layer_token = 2.0 * c.kv_dim() * 2;  // K and V, fp16
+  // Attention splits by heads over the instance's GPUs.
+  p.attention_tokens_per_s =
+      g.hbm_bytes_per_s * attention_efficiency * gpus_per_instance / kv_bytes_per_layer_token;
+  p.sampled_row_s = 2.0 * c.vocab_size * c.dim / (g.flops * compute_efficiency * gpus_per_instance);
+  p.step_overhead_s = 2.0 * c.vocab_size * c.dim / (g.hbm_bytes_per_s * memory_efficiency) + scheduling_s;
+  p.kv_bytes_per_token = uint64_t(kv_bytes_per_layer_token * c.n_layers);
+  const double weights = 2.0 * double(c.parameter_count(false));
+  const double usable = 0.9 * g.memory_bytes * gpus_per_instance - weights - 2e9 * gpus_per_instance;  // activations
+  p.kv_capacity_tokens = uint64_t(std::max(0.0, usable) / double(p.kv_bytes_per_token));
+  return p;
+}
+
+}  // namespace
+
+std::vector<std::string> builtin_gpus() {
+  std::vector<std::string> out;
+  for (const auto& g : gpus) out.emplace_back(g.name);
+  return out;
+}
+
+gpu::result<profile> roofline_profile(std::string_view gpu_name, std::string_view model) {
+  const gpu_spec* g = find_gpu(gpu_name);
+  if (!g)
+    return gpu::status{gpu::status_code::invalid_argument,
+                       fmt::format("no built-in profile for GPU '{}' (built in: {})", gpu_name,
+                                   fmt::join(builtin_gpus(), ", "))};
+  auto c = gpu::preset_config(model);
+  if (!c.is_ok()) return c.error();
+  // As many GPUs per instance as the weights need, leaving at least a third of the memory for KV.
+  const double weights = 2.0 * double(c->parameter_count(false));
+  int n = 1;
+  while (weights > 0.6 * g->memory_bytes * n) n *= 2;
+  return make_profile(*g, c.value(), model, n, n > 1);
+}
+
+gpu::result<profile> tensor_parallel_profile(std::string_view gpu_name, std::string_view model, int gpus_count) {
+  const gpu_spec* g = find_gpu(gpu_name);
+  if (!g) return roofline_profile(gpu_name, model).error();
+  auto c = gpu::preset_config(model);
+  if (!c.is_ok()) return c.error();
+  if (gpus_count < 1) return gpu::status{gpu::status_code::invalid_argument, "a tensor-parallel group needs GPUs"};
+  return make_profile(*g, c.value(), model, gpus_count, true);
+}
+
+}  // namespace illm::actors::placement

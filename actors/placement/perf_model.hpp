@@ -1,0 +1,66 @@
+#pragma once
+// The paper's performance model (plain C++, no CAF). One layer of a step with a batch of β tokens whose
+// queries attend S KV tokens in all takes T(β, S) = W(β)/f(β) + S/g: the non-attention part at the
+// throughput f(β) this batch size reaches, plus attention at g KV tokens per second. An instance whose K
+// tokens are attended by a creditor (a debtor) takes T - K/g; the creditor takes T + K/g. Its
+// throughput is β / (L · T) tokens per second; the cluster's is the sum over instances.
+//
+// A profile holds the measured (illm profile) or modelled (a GPU's roofline) numbers behind f and g.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gpu/status.hpp"
+
+namespace illm::actors::placement {
+
+/// The costs of one instance running one model.
+struct profile {
+  std::string name;   ///< e.g. "a100-80g llama2-13b (roofline)" or "cpu stories15m (measured)"
+  std::string model;  ///< the model shape
+  int n_layers = 0;
+  int gpus = 1;  ///< devices of one instance (tensor parallel)
+  /// Non-attention time of one layer, in seconds, at batch sizes in tokens (ascending); linear between
+  /// points, and along the last segment's slope beyond them.
+  std::vector<std::pair<double, double>> dense_s;
+  double attention_tokens_per_s = 0;  ///< g: KV tokens one layer's attention reads per second
+  double step_overhead_s = 0;         ///< per step, outside the layers
+  double sampled_row_s = 0;           ///< per sampled token (classifier, sampling)
+  uint64_t kv_bytes_per_token = 0;    ///< all layers
+  uint64_t kv_capacity_tokens = 0;    ///< KV one instance holds
+};
+
+/// W(β)/f(β): one layer's non-attention time for β tokens.
+double dense_time(const profile& p, double beta);
+/// f(β): non-attention tokens per second at batch β.
+double dense_throughput(const profile& p, double beta);
+/// T(β, S).
+double layer_time(const profile& p, double beta, double kv_tokens);
+/// T(β, S) - K/g: a debtor whose K tokens are attended elsewhere.
+double debtor_layer_time(const profile& p, double beta, double kv_tokens, double lent_tokens);
+/// T(β, S) + K/g: a creditor attending K more tokens for others.
+double creditor_layer_time(const profile& p, double beta, double kv_tokens, double hosted_tokens);
+/// A whole step: L · T(β, S) plus the per-step and per-sample costs.
+double step_time(const profile& p, double beta, double kv_tokens, double sampled);
+/// β / (L · T): the decode tokens per second of an instance.
+double instance_tps(const profile& p, double beta, double kv_tokens);
+/// Σ instance_tps over (β, S) per instance.
+double cluster_tps(const profile& p, const std::vector<std::pair<double, double>>& instances);
+
+/// JSON of a profile (what `illm profile --out` writes) and back; a malformed file is an error.
+std::string to_json(const profile& p);
+gpu::result<profile> profile_from_json(const std::string& text);
+
+/// GPUs with a built-in roofline: a100-80g, h100, h200.
+std::vector<std::string> builtin_gpus();
+/// The roofline profile of `model` (llama2-7b, llama2-13b, llama2-70b, llama3-8b) on `gpu`, fp16 weights
+/// and KV; an instance spans as many GPUs as its weights need.
+gpu::result<profile> roofline_profile(std::string_view gpu, std::string_view model);
+/// One instance over `gpus` GPUs of `gpu` by tensor parallelism (static-single): the non-attention work
+/// is split, with two all-reduces per layer over NVLink inside a node and the network between nodes.
+gpu::result<profile> tensor_parallel_profile(std::string_view gpu, std::string_view model, int gpus);
+
+}  // namespace illm::actors::placement

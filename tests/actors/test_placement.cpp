@@ -1,0 +1,138 @@
+// The performance model's arithmetic (T = W/f + S/g, the debtor and creditor forms, instance and cluster
+// TPS, profiles in JSON and from rooflines) and the greedy policy's rules: debtors by batch ascending,
+// creditors by memory use ascending and re-sorted after each move, a stop when nothing is gained, and
+// the paper's Fig. 5 scenario placed as in Fig. 5c.
+#include <doctest/doctest.h>
+
+#include "actors/placement/greedy_policy.hpp"
+#include "actors/placement/perf_model.hpp"
+
+using namespace illm::actors;
+using namespace illm::actors::placement;
+
+namespace {
+
+profile toy() {
+  profile p;
+  p.n_layers = 2;
+  p.dense_s = {{1, 1e-3}, {3, 2e-3}};
+  p.attention_tokens_per_s = 1000;
+  p.step_overhead_s = 0.5e-3;
+  p.sampled_row_s = 0.1e-3;
+  return p;
+}
+
+/// An instance snapshot: total and used blocks, running requests, queue, and owned requests (total, local).
+instance_snapshot instance(instance_id id, uint32_t total, uint32_t used, uint32_t batch, uint32_t waiting,
+                           uint32_t waiting_blocks, std::vector<std::pair<uint32_t, uint32_t>> requests) {
+  instance_snapshot s;
+  s.id = id;
+  s.stats.total_blocks = total;
+  s.stats.free_blocks = total - used;
+  s.stats.batch_size = batch;
+  s.stats.waiting = waiting;
+  s.stats.waiting_blocks = waiting_blocks;
+  request_id r = id * 1000;
+  for (auto [blocks, local] : requests) {
+    ++r;
+    s.placement.push_back({r, id, local, true});
+    if (blocks > local) s.placement.push_back({r, id + 100, blocks - local, false});
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_SUITE("actors") {
+  TEST_CASE("the performance model's arithmetic") {
+    const profile p = toy();
+    CHECK(dense_time(p, 1) == doctest::Approx(1e-3));
+    CHECK(dense_time(p, 2) == doctest::Approx(1.5e-3));  // between points
+    CHECK(dense_time(p, 5) == doctest::Approx(3e-3));    // the last slope beyond them
+    CHECK(dense_throughput(p, 2) == doctest::Approx(2 / 1.5e-3));
+    CHECK(layer_time(p, 2, 500) == doctest::Approx(1.5e-3 + 0.5));
+    CHECK(debtor_layer_time(p, 2, 500, 100) == doctest::Approx(1.5e-3 + 0.4));
+    CHECK(creditor_layer_time(p, 2, 500, 100) == doctest::Approx(1.5e-3 + 0.6));
+    CHECK(step_time(p, 2, 500, 2) == doctest::Approx(0.5e-3 + 2 * 0.1e-3 + 2 * (1.5e-3 + 0.5)));
+    CHECK(instance_tps(p, 2, 500) == doctest::Approx(2 / step_time(p, 2, 500, 2)));
+    CHECK(cluster_tps(p, {{2, 500}, {1, 0}}) == doctest::Approx(instance_tps(p, 2, 500) + instance_tps(p, 1, 0)));
+    auto back = profile_from_json(to_json(p));
+    REQUIRE(back.is_ok());
+    CHECK(back->dense_s == p.dense_s);
+    CHECK(back->attention_tokens_per_s == p.attention_tokens_per_s);
+    CHECK_FALSE(profile_from_json("{\"n_layers\": 2}").is_ok());
+    CHECK_FALSE(profile_from_json("[").is_ok());
+  }
+
+  TEST_CASE("roofline profiles follow the datasheets") {
+    auto a100 = roofline_profile("a100-80g", "llama2-13b");
+    REQUIRE(a100.is_ok());
+    CHECK(a100->gpus == 1);
+    CHECK(a100->n_layers == 40);
+    CHECK(a100->kv_bytes_per_token == 2u * 40 * 5120 * 2);
+    // Decode is bound by reading the weights; big batches by the math.
+    CHECK(dense_time(a100.value(), 1) == doctest::Approx(dense_time(a100.value(), 8)).epsilon(0.01));
+    CHECK(dense_time(a100.value(), 4096) > 4 * dense_time(a100.value(), 1));
+    CHECK(a100->kv_capacity_tokens > 40000);
+    CHECK(a100->kv_capacity_tokens < 80000);
+    auto h200 = roofline_profile("h200", "llama2-13b");
+    REQUIRE(h200.is_ok());
+    CHECK(h200->attention_tokens_per_s > a100->attention_tokens_per_s);
+    CHECK(roofline_profile("a100-80g", "llama2-70b")->gpus == 4);  // 140 GB of weights
+    auto tp = tensor_parallel_profile("a100-80g", "llama2-13b", 32);
+    REQUIRE(tp.is_ok());
+    CHECK(tp->kv_capacity_tokens > 30 * a100->kv_capacity_tokens);
+    CHECK_FALSE(roofline_profile("tpu-v9", "llama2-7b").is_ok());
+  }
+
+  TEST_CASE("Fig 5: the saturated instance lends its long request to the emptiest instances") {
+    const profile m = roofline_profile("a100-80g", "llama2-13b").value();
+    const uint32_t total = 4200;
+    const std::vector<instance_snapshot> cluster = {
+        instance(0, total, 4000, 1, 20, 20 * 80, {{4000, 4000}}),       // A: one long request, a queue
+        instance(1, total, 800, 10, 0, 0, std::vector<std::pair<uint32_t, uint32_t>>(10, {80, 80})),  // B
+        instance(2, total, 960, 12, 0, 0, std::vector<std::pair<uint32_t, uint32_t>>(12, {80, 80})),  // C
+        instance(3, total, 2580, 2, 0, 0, {{2500, 2500}, {80, 80}}),  // D: a long request and room
+    };
+    greedy_options o;
+    o.beta_threshold = 8;
+    const auto orders = greedy_pass(cluster, m, o);
+    REQUIRE_FALSE(orders.empty());
+    uint32_t moved = 0;
+    for (const auto& s : orders) {
+      CHECK(s.order.src == 0);  // only the saturated instance lends
+      CHECK(s.order.req == 1);  // its long request
+      CHECK((s.order.dst == 1 || s.order.dst == 2));
+      CHECK(s.gain_tps > 0);
+      moved += s.order.num_blocks;
+    }
+    CHECK(orders.front().order.dst == 1);  // the least used creditor first
+    CHECK(moved <= 3999);
+    CHECK(moved >= 80);  // enough for A to admit queued requests
+  }
+
+  TEST_CASE("the greedy pass re-sorts creditors and stops when nothing is gained") {
+    const profile m = roofline_profile("a100-80g", "llama2-13b").value();
+    // Without a queue, freeing the debtor's memory gains nothing: no order at all.
+    CHECK(greedy_pass({instance(0, 4200, 4000, 1, 0, 0, {{4000, 4000}}), instance(1, 4200, 100, 4, 0, 0, {})}, m, {})
+              .empty());
+    // Two creditors almost equally empty: after the first move, the other one is the emptier.
+    const auto orders = greedy_pass({instance(0, 4200, 4100, 1, 60, 60 * 60, {{4100, 4100}}),
+                                     instance(1, 4200, 100, 2, 0, 0, {}), instance(2, 4200, 140, 2, 0, 0, {})},
+                                    m, {});
+    REQUIRE(orders.size() >= 2);
+    CHECK(orders[0].order.dst == 1);
+    CHECK(orders[1].order.dst == 2);
+    // Debtors go by batch size: the smaller batch lends first.
+    const auto two = greedy_pass({instance(0, 4200, 4100, 6, 60, 3600, {{4000, 4000}}),
+                                  instance(1, 4200, 4100, 2, 60, 3600, {{4000, 4000}}),
+                                  instance(2, 4200, 100, 2, 0, 0, {}), instance(3, 4200, 100, 2, 0, 0, {})},
+                                 m, {});
+    // A busy creditor loses more than the debtor gains: no order.
+    CHECK(greedy_pass({instance(0, 4200, 4100, 1, 60, 3600, {{4100, 4100}}), instance(1, 4200, 100, 60, 0, 0, {})}, m,
+                      {})
+              .empty());
+    REQUIRE_FALSE(two.empty());
+    CHECK(two.front().order.src == 1);
+  }
+}
