@@ -83,6 +83,27 @@ class backend {
   virtual status copy(void* dst, const void* src, size_t bytes) = 0;
   virtual status synchronize() = 0;
 
+  /// Copies n whole blocks between two arenas of this backend: block dst_ids[i] of dst_base (blocks
+  /// block_bytes apart) gets block src_ids[i] of src_base. The ids are host memory. (KV migration.)
+  virtual status copy_blocks(void* dst_base, const uint32_t* dst_ids, const void* src_base, const uint32_t* src_ids,
+                             int n, size_t block_bytes) {
+    for (int i = 0; i < n; ++i)
+      ILLM_RETURN_IF_ERROR(copy(static_cast<char*>(dst_base) + size_t(dst_ids[i]) * block_bytes,
+                                static_cast<const char*>(src_base) + size_t(src_ids[i]) * block_bytes, block_bytes));
+    return status::ok();
+  }
+
+  /// Downloads n whole blocks into host memory one after another: host_dst + i * block_bytes gets block
+  /// src_ids[i] of src_base. The ids are host memory.
+  virtual status download_blocks(void* host_dst, const void* src_base, const uint32_t* src_ids, int n,
+                                 size_t block_bytes) {
+    for (int i = 0; i < n; ++i)
+      ILLM_RETURN_IF_ERROR(download(static_cast<char*>(host_dst) + size_t(i) * block_bytes,
+                                    static_cast<const char*>(src_base) + size_t(src_ids[i]) * block_bytes,
+                                    block_bytes));
+    return status::ok();
+  }
+
   /// y = x * w^T (+ y when accumulate).
   /// x [m][k] rows ldx apart; w [n][k] rows ldw apart, of type w_type; y [m][n] rows ldy apart.
   virtual status gemm(const float* x, size_t ldx, int m, int k, const void* w, dtype w_type, size_t ldw, int n,

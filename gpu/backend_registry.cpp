@@ -1,10 +1,14 @@
 #include "gpu/backend_registry.hpp"
 
+#include <cstdio>
+#include <mutex>
 #include <thread>
 
-#include <fmt/format.h>
-
 #include "gpu/cpu/cpu_backend.hpp"
+#include "gpu/text.hpp"
+#if ILLM_HAVE_CUDA
+#include "gpu/cuda/cuda_backend.hpp"
+#endif
 
 namespace illm::gpu {
 
@@ -17,17 +21,60 @@ const char* to_string(dtype t) {
   return "unknown";
 }
 
-std::vector<std::string> compiled_backends() { return {"cpu"}; }
+std::vector<std::string> compiled_backends() {
+#if ILLM_HAVE_CUDA
+  return {"cpu", "cuda"};
+#else
+  return {"cpu"};
+#endif
+}
+
+namespace {
+
+/// Tells stderr, once per process, why "auto" runs on the cpu.
+void say_cpu_fallback(const std::string& why) {
+  static std::once_flag once;
+  std::call_once(once, [&] { std::fprintf(stderr, "illm: %s; running on the cpu backend\n", why.c_str()); });
+}
+
+#if ILLM_HAVE_CUDA
+result<std::unique_ptr<backend>> make_cuda() {
+  auto made = cuda::cuda_backend::create();
+  if (!made.is_ok()) return made.error();
+  return std::unique_ptr<backend>(std::move(made).value());
+}
+#endif
+
+/// The cuda backend when this build has it and a GPU is present; otherwise nothing, and why.
+result<std::unique_ptr<backend>> auto_gpu() {
+#if ILLM_HAVE_CUDA
+  const cuda::device_probe probe = cuda::probe_devices();
+  if (probe.count == 0) return status{status_code::unsupported, "no CUDA device (" + probe.reason + ")"};
+  return make_cuda();
+#else
+  return status{status_code::unsupported, "this build has no CUDA backend"};
+#endif
+}
+
+}  // namespace
 
 result<std::unique_ptr<backend>> make_backend(const std::string& name, int cpu_threads) {
   if (cpu_threads < 0) return status{status_code::invalid_argument, "thread count must be >= 0"};
   const int threads = cpu_threads > 0 ? cpu_threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  if (name == "auto") {
+    auto gpu = auto_gpu();
+    if (gpu.is_ok()) return gpu;
+    say_cpu_fallback(gpu.error().message());
+  }
+#if ILLM_HAVE_CUDA
+  if (name == "cuda") return make_cuda();
+#endif
   if (name == "cpu" || name == "auto")
     return std::unique_ptr<backend>(std::make_unique<cpu::cpu_backend>(threads, cpu::cpu_mode::fast));
   if (name == "cpu-reference")
     return std::unique_ptr<backend>(std::make_unique<cpu::cpu_backend>(threads, cpu::cpu_mode::reference));
-  return status{status_code::unsupported, fmt::format("backend '{}' is not in this build (built: {})", name,
-                                                      fmt::join(compiled_backends(), ", "))};
+  return status{status_code::unsupported, text::format("backend '{}' is not in this build (built: {})", name,
+                                                      text::join(compiled_backends(), ", "))};
 }
 
 }  // namespace illm::gpu

@@ -9,11 +9,12 @@
 
 namespace illm::gpu {
 
-/// Backends compiled into this build, e.g. {"cpu"}.
+/// Backends compiled into this build, e.g. {"cpu", "cuda"}.
 std::vector<std::string> compiled_backends();
 
-/// Makes backend `name` ("cpu", "cpu-reference", or "auto": the best available here) with
-/// `cpu_threads` threads for cpu work (0: every core).
+/// Makes backend `name`: "cpu", "cpu-reference", "cuda" (unsupported when the build or the machine has
+/// none), or "auto": cuda when this build has it and a GPU is present, else cpu, which it says once on
+/// stderr with the reason. `cpu_threads` threads for cpu work (0: every core).
 result<std::unique_ptr<backend>> make_backend(const std::string& name, int cpu_threads);
 
 }  // namespace illm::gpu

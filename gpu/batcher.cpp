@@ -2,8 +2,7 @@
 
 #include <algorithm>
 
-#include <fmt/format.h>
-
+#include "gpu/text.hpp"
 #include "gpu/tokenizer.hpp"
 
 namespace illm::gpu {
@@ -99,7 +98,7 @@ status batcher::reserve_blocks(std::vector<planned>& batch) {
       });
       if (victim == active_.rend()) {
         seq.finish = finish_reason::error;
-        seq.error = fmt::format("the sequence needs {} KV blocks, more than the pool holds", needed);
+        seq.error = text::format("the sequence needs {} KV blocks, more than the pool holds", needed);
         break;
       }
       sequence* evicted = victim->get();

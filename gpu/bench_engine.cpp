@@ -8,8 +8,6 @@
 #include <memory>
 #include <span>
 
-#include <fmt/format.h>
-
 #include "gpu/batcher.hpp"
 #include "gpu/cpu/cpu_backend.hpp"
 #include "gpu/cpu/simd.hpp"
@@ -19,6 +17,7 @@
 #include "gpu/model_files.hpp"
 #include "gpu/pool_router.hpp"
 #include "gpu/sampler.hpp"
+#include "gpu/text.hpp"
 
 namespace illm::gpu {
 
@@ -111,7 +110,7 @@ uint64_t visible_kv_bytes(const kv_layout& layout, std::span<const int32_t> bloc
 /// Checks that an output holds numbers, not NaN or infinity.
 status check_finite(std::span<const float> values, std::string_view what) {
   for (float v : values)
-    if (!std::isfinite(v)) return {status_code::internal, fmt::format("{} produced a non-finite value", what)};
+    if (!std::isfinite(v)) return {status_code::internal, text::format("{} produced a non-finite value", what)};
   return status::ok();
 }
 
@@ -163,7 +162,7 @@ result<decode_figure> measure_decode(engine& eng, backend& device, int batch, ui
     runner.add(seqs.back());
   }
   for (int i = 0; !all_decoding(seqs); ++i) {
-    if (i > 64) return status{status_code::internal, fmt::format("batch {} never reached pure decode", batch)};
+    if (i > 64) return status{status_code::internal, text::format("batch {} never reached pure decode", batch)};
     ILLM_RETURN_IF_ERROR(runner.step(view, nullptr));
   }
   for (int i = 0; i < decode_warmup_steps; ++i) ILLM_RETURN_IF_ERROR(runner.step(view, nullptr));
@@ -176,7 +175,7 @@ result<decode_figure> measure_decode(engine& eng, backend& device, int batch, ui
   out.seconds = seconds_since(t0);
   for (const auto& s : seqs)
     if (s->finished() || s->preemptions > 0)
-      return status{status_code::internal, fmt::format("batch {}: sequence {} stopped or was preempted", batch, s->id)};
+      return status{status_code::internal, text::format("batch {}: sequence {} stopped or was preempted", batch, s->id)};
   return out;
 }
 
@@ -196,7 +195,7 @@ result<prefill_figure> measure_prefill(engine& eng, backend& device, uint64_t se
     ILLM_RETURN_IF_ERROR(runner.step(view, nullptr));
     const double seconds = seconds_since(t0);
     if (runner.last_step_tokens() != prefill_tokens || !runner.idle())
-      return status{status_code::internal, fmt::format("the prefill step processed {} of {} tokens",
+      return status{status_code::internal, text::format("the prefill step processed {} of {} tokens",
                                                        runner.last_step_tokens(), prefill_tokens)};
     out.best_seconds = run == 0 ? seconds : std::min(out.best_seconds, seconds);
   }
@@ -524,7 +523,7 @@ class head_split_bench {
   status create_pools(uint32_t max_blocks) {
     if (shape_.n_kv_heads % dist_pool_count != 0)
       return {status_code::invalid_argument,
-              fmt::format("{} kv heads do not split over {} pools", shape_.n_kv_heads, dist_pool_count)};
+              text::format("{} kv heads do not split over {} pools", shape_.n_kv_heads, dist_pool_count)};
     for (int p = 0; p < dist_pool_count; ++p) {
       auto pool = kv_pool::create(device_, layout_, max_blocks);
       if (!pool.is_ok()) return pool.error();
@@ -618,27 +617,27 @@ result<std::vector<dist_attention_figure>> measure_dist_attention(cpu::cpu_backe
     spread_bench spread(device, shape, seed);
     ILLM_RETURN_IF_ERROR(spread.create_pools(max_blocks));
     for (size_t i = 0; i < figures.size(); ++i) {
-      report(options, fmt::format("DistAttention and moving the KV at {} tokens", figures[i].context_tokens));
+      report(options, text::format("DistAttention and moving the KV at {} tokens", figures[i].context_tokens));
       ILLM_RETURN_IF_ERROR(spread.measure(figures[i].context_tokens, figures[i], outputs[i]));
     }
   }
   head_split_bench heads(device, shape, seed);
   ILLM_RETURN_IF_ERROR(heads.create_pools(max_blocks));
   for (size_t i = 0; i < figures.size(); ++i) {
-    report(options, fmt::format("split by heads at {} tokens", figures[i].context_tokens));
+    report(options, text::format("split by heads at {} tokens", figures[i].context_tokens));
     ILLM_RETURN_IF_ERROR(heads.measure(figures[i].context_tokens, figures[i], outputs[i]));
     ILLM_RETURN_IF_ERROR(check_finite(outputs[i].dist, "DistAttention"));
     figures[i].max_abs_difference = std::max(max_abs_difference(outputs[i].dist, outputs[i].heads),
                                              max_abs_difference(outputs[i].dist, outputs[i].move));
     if (!(figures[i].max_abs_difference <= 1e-3))
-      return status{status_code::internal, fmt::format("at {} tokens the three methods disagree by {}",
+      return status{status_code::internal, text::format("at {} tokens the three methods disagree by {}",
                                                        figures[i].context_tokens, figures[i].max_abs_difference)};
   }
   return figures;
 }
 
 status measure_model(const bench_engine_options& options, cpu::cpu_backend& device, bench_engine_result& out) {
-  report(options, fmt::format("loading {}", options.model));
+  report(options, text::format("loading {}", options.model));
   auto model = load_model(options.model);
   if (!model.is_ok()) return model.error();
   out.model = model->name;
@@ -646,12 +645,12 @@ status measure_model(const bench_engine_options& options, cpu::cpu_backend& devi
   auto made = engine::create(model->weights, device, {prefill_tokens, 128});
   if (!made.is_ok()) return made.error();
   for (int batch : decode_batches) {
-    report(options, fmt::format("decode at batch {}", batch));
+    report(options, text::format("decode at batch {}", batch));
     auto figure = measure_decode(*made.value(), device, batch, options.seed);
     if (!figure.is_ok()) return figure.error();
     out.decode.push_back(figure.value());
   }
-  report(options, fmt::format("prefill of {} tokens", prefill_tokens));
+  report(options, text::format("prefill of {} tokens", prefill_tokens));
   auto prefill = measure_prefill(*made.value(), device, options.seed);
   if (!prefill.is_ok()) return prefill.error();
   out.prefill = prefill.value();
@@ -683,9 +682,13 @@ status measure_attention(const bench_engine_options& options, cpu::cpu_backend& 
 
 }  // namespace
 
+result<decode_figure> measure_decode_throughput(engine& eng, backend& device, int batch, uint64_t seed) {
+  return measure_decode(eng, device, batch, seed);
+}
+
 result<bench_engine_result> run_bench_engine(const bench_engine_options& options) {
   if (options.threads < 1 || options.threads > 1024)
-    return status{status_code::invalid_argument, fmt::format("--threads {} is outside 1..1024", options.threads)};
+    return status{status_code::invalid_argument, text::format("--threads {} is outside 1..1024", options.threads)};
   const auto t0 = bench_clock::now();
   cpu::cpu_backend device(options.threads);
   bench_engine_result out;

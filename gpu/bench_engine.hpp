@@ -107,6 +107,13 @@ struct bench_engine_result {
   double seconds = 0;                                 ///< the whole run
 };
 
+class engine;
+class backend;
+
+/// Decode throughput of `batch` sequences under continuous batching on `eng` (each a prompt of BOS and
+/// seeded ids, greedy, never stopping), timed over a fixed number of steps once every sequence decodes.
+result<decode_figure> measure_decode_throughput(engine& eng, backend& device, int batch, uint64_t seed);
+
 /// Runs every measurement once on the cpu backend (under a minute on two cores, about 3.5 GiB at most).
 result<bench_engine_result> run_bench_engine(const bench_engine_options& options);
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include <fmt/format.h>
+#include "gpu/text.hpp"
 
 namespace illm::gpu {
 
@@ -18,7 +18,7 @@ using file_ptr = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
 uint64_t rope_table_floats(const model_config& c) { return uint64_t(c.max_seq) * c.head_dim(); }
 
 status corrupt(const std::string& path, const std::string& what) {
-  return {status_code::corrupt_model, fmt::format("model file {}: {}", path, what)};
+  return {status_code::corrupt_model, text::format("model file {}: {}", path, what)};
 }
 
 status read_floats(std::FILE* f, float* out, uint64_t n, const std::string& path) {
@@ -30,7 +30,7 @@ status check_finite(model_weights& w, const std::string& path) {
   for (const tensor_view& t : w.tensors())
     for (uint64_t i = 0; i < t.size; ++i)
       if (!std::isfinite(t.data[i]))
-        return corrupt(path, fmt::format("non-finite weight {} in tensor {} at index {}", t.data[i], t.name, i));
+        return corrupt(path, text::format("non-finite weight {} in tensor {} at index {}", t.data[i], t.name, i));
   return status::ok();
 }
 
@@ -44,11 +44,11 @@ uint64_t llama2c_file_bytes(const model_config& config, bool shared_classifier) 
 result<model_weights> load_llama2c(const std::string& path) {
   std::error_code ec;
   const auto file_bytes = std::filesystem::file_size(path, ec);
-  if (ec) return status{status_code::io_error, fmt::format("model file {}: {}", path, ec.message())};
+  if (ec) return status{status_code::io_error, text::format("model file {}: {}", path, ec.message())};
   file_ptr f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) return status{status_code::io_error, fmt::format("model file {}: cannot open", path)};
+  if (!f) return status{status_code::io_error, text::format("model file {}: cannot open", path)};
   if (file_bytes < llama2c_header_bytes)
-    return corrupt(path, fmt::format("truncated: {} bytes, shorter than the {}-byte header", file_bytes,
+    return corrupt(path, text::format("truncated: {} bytes, shorter than the {}-byte header", file_bytes,
                                      llama2c_header_bytes));
 
   int32_t header[7];
@@ -66,10 +66,10 @@ result<model_weights> load_llama2c(const std::string& path) {
 
   const uint64_t expected = llama2c_file_bytes(config, shared_classifier);
   if (file_bytes < expected)
-    return corrupt(path, fmt::format("truncated: {} bytes, but its header (dim {}, {} layers, vocab {}) needs {}",
+    return corrupt(path, text::format("truncated: {} bytes, but its header (dim {}, {} layers, vocab {}) needs {}",
                                      file_bytes, config.dim, config.n_layers, config.vocab_size, expected));
   if (file_bytes > expected)
-    return corrupt(path, fmt::format("oversized: {} bytes, but its header (dim {}, {} layers, vocab {}) needs "
+    return corrupt(path, text::format("oversized: {} bytes, but its header (dim {}, {} layers, vocab {}) needs "
                                      "exactly {}; the header does not match the data",
                                      file_bytes, config.dim, config.n_layers, config.vocab_size, expected));
 
@@ -86,7 +86,7 @@ result<model_weights> load_llama2c(const std::string& path) {
 
 status write_llama2c(const model_weights& weights, const std::string& path) {
   file_ptr f(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!f) return {status_code::io_error, fmt::format("cannot create {}", path)};
+  if (!f) return {status_code::io_error, text::format("cannot create {}", path)};
   const model_config& c = weights.config();
   const int32_t vocab = weights.shared_classifier() ? c.vocab_size : -c.vocab_size;
   const int32_t header[7] = {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, vocab, c.max_seq};
@@ -105,7 +105,7 @@ status write_llama2c(const model_weights& weights, const std::string& path) {
   ok = ok && std::fwrite(sin_table.data(), sizeof(float), sin_table.size(), f.get()) == sin_table.size();
   const uint64_t tail = weights.size() - weights.body_size();
   ok = ok && std::fwrite(weights.data() + weights.body_size(), sizeof(float), tail, f.get()) == tail;
-  if (!ok) return {status_code::io_error, fmt::format("write to {} failed", path)};
+  if (!ok) return {status_code::io_error, text::format("write to {} failed", path)};
   return status::ok();
 }
 

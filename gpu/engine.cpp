@@ -2,18 +2,17 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
-#include <fmt/format.h>
+#include "gpu/half.hpp"
+#include "gpu/text.hpp"
 
 namespace illm::gpu {
 
 result<std::unique_ptr<engine>> engine::create(std::shared_ptr<const model_weights> weights, backend& device,
                                                const engine_options& options) {
-  if (!device.host_memory())
-    return status{status_code::unsupported,
-                  fmt::format("the engine needs a backend with host-visible memory; {} has none", device.name())};
   if (options.max_batch_tokens <= 0 || options.max_batch_seqs <= 0)
     return status{status_code::invalid_argument, "engine limits must be positive"};
   std::unique_ptr<engine> e(new engine());
@@ -26,7 +25,7 @@ result<std::unique_ptr<engine>> engine::create(std::shared_ptr<const model_weigh
 
 kv_layout engine::pool_layout() const {
   const model_config& c = config();
-  return {c.n_layers, c.n_kv_heads, c.head_dim(), dtype::f32};
+  return {c.n_layers, c.n_kv_heads, c.head_dim(), options_.kv_type};
 }
 
 const float* engine::device_tensor(const float* host, size_t n) {
@@ -48,30 +47,24 @@ status engine::prepare_weights() {
     return static_cast<float*>(owned_.back().get());
   };
   // Projections that read the same input are packed into one matrix: one product instead of three.
-  std::vector<float> packed;
-  auto pack = [&](std::initializer_list<std::pair<const float*, size_t>> parts) -> const float* {
-    packed.clear();
-    for (auto [p, n] : parts) packed.insert(packed.end(), p, p + n);
-    float* dst = buffer(packed.size());
-    if (!dst || !device_->upload(dst, packed.data(), packed.size() * sizeof(float)).is_ok()) return nullptr;
-    return dst;
-  };
   for (int l = 0; l < c.n_layers; ++l) {
     const layer_weights& w = weights_->layer(l);
     layer_tensors t{};
     t.rms_att = device_tensor(w.rms_att, d);
-    t.wqkv = pack({{w.wq, d * d}, {w.wk, kv * d}, {w.wv, kv * d}});
-    t.wo = device_tensor(w.wo, d * d);
+    t.wqkv = device_matrix({{w.wq, d * d}, {w.wk, kv * d}, {w.wv, kv * d}});
+    t.wo = device_matrix({{w.wo, d * d}});
     t.rms_ffn = device_tensor(w.rms_ffn, d);
-    t.w13 = pack({{w.w1, h * d}, {w.w3, h * d}});
-    t.w2 = device_tensor(w.w2, d * h);
+    t.w13 = device_matrix({{w.w1, h * d}, {w.w3, h * d}});
+    t.w2 = device_matrix({{w.w2, d * h}});
     if (!t.rms_att || !t.wqkv || !t.wo || !t.rms_ffn || !t.w13 || !t.w2)
-      return {status_code::out_of_memory, fmt::format("cannot place layer {} on {}", l, device_->name())};
+      return {status_code::out_of_memory, text::format("cannot place layer {} on {}", l, device_->name())};
     layers_.push_back(t);
   }
   embedding_ = device_tensor(weights_->token_embedding(), vocab * d);
   rms_final_ = device_tensor(weights_->rms_final(), d);
-  classifier_ = weights_->shared_classifier() ? embedding_ : device_tensor(weights_->classifier(), vocab * d);
+  classifier_ = weights_->shared_classifier() && options_.weight_type == dtype::f32
+                    ? embedding_
+                    : device_matrix({{weights_->classifier(), vocab * d}});
   x_ = buffer(m * d);
   xb_ = buffer(m * d);
   qkv_ = buffer(m * (d + 2 * kv));
@@ -82,8 +75,26 @@ status engine::prepare_weights() {
   logits_ = buffer(s * vocab);
   if (!embedding_ || !rms_final_ || !classifier_ || !x_ || !xb_ || !qkv_ || !att_ || !h13_ || !hb_ || !rope_ ||
       !logits_)
-    return {status_code::out_of_memory, fmt::format("cannot allocate the engine's buffers on {}", device_->name())};
+    return {status_code::out_of_memory, text::format("cannot allocate the engine's buffers on {}", device_->name())};
   return status::ok();
+}
+
+const void* engine::device_matrix(std::initializer_list<std::pair<const float*, size_t>> parts) {
+  const dtype type = options_.weight_type;
+  if (type == dtype::f32 && parts.size() == 1) return device_tensor(parts.begin()->first, parts.begin()->second);
+  size_t n = 0;
+  for (auto [p, count] : parts) n += count;
+  // fp32 packs are staged as they are; 16-bit ones converted (round to nearest even) on the way.
+  std::vector<uint8_t> staged(n * dtype_bytes(type));
+  size_t at = 0;
+  for (auto [p, count] : parts) {
+    convert_floats(p, count, type, staged.data() + at * dtype_bytes(type));
+    at += count;
+  }
+  device_ptr buffer = make_device_buffer(*device_, staged.size());
+  if (!buffer || !device_->upload(buffer.get(), staged.data(), staged.size()).is_ok()) return nullptr;
+  owned_.push_back(std::move(buffer));
+  return owned_.back().get();
 }
 
 status engine::plan(std::span<const batch_entry> batch, const kv_pools& pools) {
@@ -96,7 +107,7 @@ status engine::plan(std::span<const batch_entry> batch, const kv_pools& pools) {
   plans_.assign(batch.size(), {});
   if (int(batch.size()) > options_.max_batch_seqs)
     return {status_code::invalid_argument,
-            fmt::format("batch of {} sequences exceeds the engine's {}", batch.size(), options_.max_batch_seqs)};
+            text::format("batch of {} sequences exceeds the engine's {}", batch.size(), options_.max_batch_seqs)};
   size_t partial_floats = 0;
   const size_t row_floats = size_t(c.n_heads) * (2 + c.head_dim());
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -104,21 +115,21 @@ status engine::plan(std::span<const batch_entry> batch, const kv_pools& pools) {
     const int64_t end = int64_t(b.pos0) + b.n_tokens;
     if (b.n_tokens <= 0 || b.pos0 < 0 || !b.table || b.table->size() < blocks_for_tokens(end))
       return {status_code::invalid_argument,
-              fmt::format("sequence {}: {} tokens at position {} need {} blocks, its table has {}", b.seq_id,
+              text::format("sequence {}: {} tokens at position {} need {} blocks, its table has {}", b.seq_id,
                           b.n_tokens, b.pos0, blocks_for_tokens(end), b.table ? b.table->size() : 0)};
     if (int(tokens_.size()) + b.n_tokens > options_.max_batch_tokens)
       return {status_code::invalid_argument,
-              fmt::format("batch exceeds the engine's {} tokens per step", options_.max_batch_tokens)};
+              text::format("batch exceeds the engine's {} tokens per step", options_.max_batch_tokens)};
     plans_[i].row0 = int(tokens_.size());
     for (int t = 0; t < b.n_tokens; ++t) {
       const int32_t token = b.tokens[t], pos = b.pos0 + t;
       if (token < 0 || token >= c.vocab_size)
-        return {status_code::invalid_argument, fmt::format("sequence {}: token id {} outside the vocabulary",
+        return {status_code::invalid_argument, text::format("sequence {}: token id {} outside the vocabulary",
                                                            b.seq_id, token)};
       const block_ref& ref = (*b.table)[size_t(pos / kv_block_tokens)];
       if (ref.pool >= pools.by_id.size() || !pools.by_id[ref.pool])
         return {status_code::invalid_argument,
-                fmt::format("sequence {}: position {} is in pool {}, which this engine cannot write", b.seq_id, pos,
+                text::format("sequence {}: position {} is in pool {}, which this engine cannot write", b.seq_id, pos,
                             ref.pool)};
       tokens_.push_back(token);
       pos_.push_back(pos);
@@ -143,11 +154,60 @@ status engine::plan(std::span<const batch_entry> batch, const kv_pools& pools) {
     partial_floats += groups.size() * size_t(b.n_tokens) * row_floats;
   }
   if (partial_floats > partials_floats_) {
+    partials_.reset();
     partials_ = make_device_buffer(*device_, partial_floats * sizeof(float));
     if (!partials_) return {status_code::out_of_memory, "cannot allocate attention partials"};
     partials_floats_ = partial_floats;
   }
-  return status::ok();
+  return stage_indices();
+}
+
+status engine::stage_indices() {
+  if (device_->host_memory()) {
+    tokens_dev_ = tokens_.data();
+    pos_dev_ = pos_.data();
+    slots_dev_ = slots_.data();
+    sample_rows_dev_ = sample_rows_.data();
+    for (entry_plan& p : plans_)
+      if (!p.groups.empty()) {
+        p.local_blocks = p.groups[0].blocks.data();
+        p.local_block_pos = p.groups[0].block_pos.data();
+      }
+    return status::ok();
+  }
+  // One upload per step: tokens, positions, slots, sample rows, then each local group's block ids and
+  // positions, as 32-bit words.
+  std::vector<int32_t>& w = step_words_;
+  w.assign(tokens_.begin(), tokens_.end());
+  w.insert(w.end(), pos_.begin(), pos_.end());
+  w.insert(w.end(), slots_.begin(), slots_.end());
+  w.insert(w.end(), sample_rows_.begin(), sample_rows_.end());
+  std::vector<size_t> group_at(plans_.size(), 0);
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    if (plans_[i].groups.empty()) continue;
+    group_at[i] = w.size();
+    const block_group& g = plans_[i].groups[0];
+    w.insert(w.end(), g.blocks.begin(), g.blocks.end());
+    w.insert(w.end(), g.block_pos.begin(), g.block_pos.end());
+  }
+  if (w.size() > step_words_capacity_) {
+    step_words_dev_.reset();
+    step_words_capacity_ = std::max(w.size(), 2 * step_words_capacity_);
+    step_words_dev_ = make_device_buffer(*device_, step_words_capacity_ * sizeof(int32_t));
+    if (!step_words_dev_) return {status_code::out_of_memory, "cannot allocate the step's index arrays"};
+  }
+  const auto* base = static_cast<const int32_t*>(step_words_dev_.get());
+  const size_t m = tokens_.size();
+  tokens_dev_ = base;
+  pos_dev_ = base + m;
+  slots_dev_ = reinterpret_cast<const uint32_t*>(base + 2 * m);
+  sample_rows_dev_ = base + 3 * m;
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    if (plans_[i].groups.empty()) continue;
+    plans_[i].local_blocks = reinterpret_cast<const uint32_t*>(base + group_at[i]);
+    plans_[i].local_block_pos = base + group_at[i] + plans_[i].groups[0].blocks.size();
+  }
+  return device_->upload(step_words_dev_.get(), w.data(), w.size() * sizeof(int32_t));
 }
 
 status engine::store_new_kv(int layer, std::span<const batch_entry> batch, const kv_pools& pools) {
@@ -161,7 +221,7 @@ status engine::store_new_kv(int layer, std::span<const batch_entry> batch, const
     while (r1 < slots_.size() && slot_pools_[r1] == slot_pools_[r0]) ++r1;
     const kv_pool& pool = *pools.by_id[slot_pools_[r0]];
     ILLM_RETURN_IF_ERROR(device_->store_kv(k + r0 * ld, v + r0 * ld, ld, int(r1 - r0), c.n_kv_heads, c.head_dim(),
-                                           pool.layer_view(layer), slots_.data() + r0));
+                                           pool.layer_view(layer), slots_dev_ + r0));
     r0 = r1;
   }
   return status::ok();
@@ -173,30 +233,36 @@ status engine::attention(int layer, std::span<const batch_entry> batch, const kv
   const int hd = c.head_dim();
   const size_t ld = size_t(c.dim) + 2 * c.kv_dim();
   const attention_shape shape{c.n_heads, c.n_kv_heads, hd};
+  const bool host = device_->host_memory();
   float* partials = static_cast<float*>(partials_.get());
   // Partials of entry i, group g: m [n_q][n_heads], e [n_q][n_heads], ma [n_q][n_heads][hd], stacked
-  // per kind over the groups as backend::merge reads them.
-  auto part = [&](size_t i, size_t g) {
+  // per kind over the groups as backend::merge reads them; `base` is the device buffer or its host copy.
+  auto part = [&](float* base, size_t i, size_t g) {
     const size_t n_rows = size_t(batch[i].n_tokens) * c.n_heads, n_groups = plans_[i].groups.size();
-    float* base = partials + plans_[i].partial_offset;
+    base += plans_[i].partial_offset;
     return std::array<float*, 3>{base + g * n_rows, base + (n_groups + g) * n_rows,
                                  base + 2 * n_groups * n_rows + g * n_rows * hd};
   };
   jobs_.clear();
+  job_entries_.clear();
+  if (!host) remote_partials_.resize(partials_floats_);
   for (size_t i = 0; i < batch.size(); ++i)
     for (size_t g = 0; g < plans_[i].groups.size(); ++g) {
       const block_group& group = plans_[i].groups[g];
       if (group.pool == pools.local) continue;
-      auto [m, e, ma] = part(i, g);
-      jobs_.push_back({batch[i].seq_id, layer, group.pool, group.blocks, group.block_pos,
-                       qkv_ + size_t(plans_[i].row0) * ld, ld, pos_.data() + plans_[i].row0, batch[i].n_tokens, m, e,
-                       ma});
+      job_entries_.push_back(i);
+      // Routers take host pointers: on a device backend, the queries and partials are staged.
+      auto [m, e, ma] = part(host ? partials : remote_partials_.data(), i, g);
+      const float* q = host ? qkv_ + size_t(plans_[i].row0) * ld : nullptr;
+      jobs_.push_back({batch[i].seq_id, layer, group.pool, group.blocks, group.block_pos, q, ld,
+                       pos_.data() + plans_[i].row0, batch[i].n_tokens, m, e, ma});
     }
   if (!jobs_.empty()) {
     if (!router)
       return {status_code::invalid_argument,
-              fmt::format("sequence {} has blocks in pool {} but the engine has no attention router", jobs_[0].seq_id,
-                          jobs_[0].holder)};
+              text::format("sequence {} has blocks in pool {} but the engine has no attention router",
+                           jobs_[0].seq_id, jobs_[0].holder)};
+    if (!host) ILLM_RETURN_IF_ERROR(stage_remote_queries(batch));
     ILLM_RETURN_IF_ERROR(router->begin(jobs_));
   }
   // Local MicroAttention of every sequence, in one batch, runs while the remote jobs are under way.
@@ -204,21 +270,58 @@ status engine::attention(int layer, std::span<const batch_entry> batch, const kv
   for (size_t i = 0; i < batch.size(); ++i) {
     const auto& groups = plans_[i].groups;
     if (groups.empty() || groups[0].pool != pools.local) continue;
-    auto [m, e, ma] = part(i, 0);
-    local_jobs_.push_back({qkv_ + size_t(plans_[i].row0) * ld, ld, pos_.data() + plans_[i].row0, batch[i].n_tokens,
-                           groups[0].blocks.data(), groups[0].block_pos.data(), int(groups[0].blocks.size()), m, e,
+    auto [m, e, ma] = part(partials, i, 0);
+    local_jobs_.push_back({qkv_ + size_t(plans_[i].row0) * ld, ld, pos_dev_ + plans_[i].row0, batch[i].n_tokens,
+                           plans_[i].local_blocks, plans_[i].local_block_pos, int(groups[0].blocks.size()), m, e,
                            ma});
   }
   if (!local_jobs_.empty())
     ILLM_RETURN_IF_ERROR(
         device_->micro_attention_batch(shape, pools.by_id[pools.local]->layer_view(layer), local_jobs_));
-  if (!jobs_.empty()) ILLM_RETURN_IF_ERROR(router->finish());
+  if (!jobs_.empty()) {
+    ILLM_RETURN_IF_ERROR(router->finish());
+    if (!host) ILLM_RETURN_IF_ERROR(upload_remote_partials());
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
-    auto [m, e, ma] = part(i, 0);
+    auto [m, e, ma] = part(partials, i, 0);
     ILLM_RETURN_IF_ERROR(device_->merge(m, e, ma, int(plans_[i].groups.size()), batch[i].n_tokens, c.n_heads, hd,
                                         att_ + size_t(plans_[i].row0) * c.dim, size_t(c.dim)));
   }
   stats_.remote_jobs += jobs_.size();
+  return status::ok();
+}
+
+status engine::stage_remote_queries(std::span<const batch_entry> batch) {
+  const model_config& c = config();
+  const size_t ld = size_t(c.dim) + 2 * c.kv_dim();
+  // The rows of each entry with remote jobs (q, k and v alike: one copy per entry) into remote_q_.
+  remote_q_offset_.assign(batch.size(), SIZE_MAX);
+  size_t floats = 0;
+  for (size_t entry : job_entries_)
+    if (remote_q_offset_[entry] == SIZE_MAX) {
+      remote_q_offset_[entry] = floats;
+      floats += size_t(batch[entry].n_tokens) * ld;
+    }
+  remote_q_.resize(floats);
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (remote_q_offset_[i] != SIZE_MAX)
+      ILLM_RETURN_IF_ERROR(device_->download(remote_q_.data() + remote_q_offset_[i],
+                                             qkv_ + size_t(plans_[i].row0) * ld,
+                                             size_t(batch[i].n_tokens) * ld * sizeof(float)));
+  for (size_t j = 0; j < jobs_.size(); ++j) jobs_[j].q = remote_q_.data() + remote_q_offset_[job_entries_[j]];
+  return status::ok();
+}
+
+status engine::upload_remote_partials() {
+  const model_config& c = config();
+  float* partials = static_cast<float*>(partials_.get());
+  for (const remote_attention_job& job : jobs_) {
+    // The router wrote into remote_partials_ at the offsets the device buffer has.
+    const size_t rows = size_t(job.n_q) * c.n_heads;
+    for (auto [host, count] : {std::pair{job.m, rows}, std::pair{job.e, rows},
+                               std::pair{job.ma, rows * size_t(c.head_dim())}})
+      ILLM_RETURN_IF_ERROR(device_->upload(partials + (host - remote_partials_.data()), host, count * sizeof(float)));
+  }
   return status::ok();
 }
 
@@ -228,16 +331,16 @@ status engine::classify(std::span<const batch_entry> batch) {
   stats_.sampled = n;
   if (n == 0) return status::ok();
   // Logits only for the rows that sample: the classifier is the largest matrix of a small model.
-  ILLM_RETURN_IF_ERROR(device_->gather_rows(x_, size_t(c.dim), sample_rows_.data(), n, c.dim, xb_, size_t(c.dim)));
+  ILLM_RETURN_IF_ERROR(device_->gather_rows(x_, size_t(c.dim), sample_rows_dev_, n, c.dim, xb_, size_t(c.dim)));
   ILLM_RETURN_IF_ERROR(device_->rmsnorm(xb_, size_t(c.dim), rms_final_, n, c.dim, c.norm_eps, xb_, size_t(c.dim)));
-  ILLM_RETURN_IF_ERROR(device_->gemm(xb_, size_t(c.dim), n, c.dim, classifier_, dtype::f32, size_t(c.dim),
+  ILLM_RETURN_IF_ERROR(device_->gemm(xb_, size_t(c.dim), n, c.dim, classifier_, options_.weight_type, size_t(c.dim),
                                      c.vocab_size, logits_, size_t(c.vocab_size), false));
   return status::ok();
 }
 
 status engine::sample(std::span<const sampling_params> params, std::span<uint64_t> rng, std::span<int32_t> out) {
   if (params.size() != size_t(stats_.sampled) || rng.size() != params.size() || out.size() != params.size())
-    return {status_code::invalid_argument, fmt::format("{} sampled rows, {} sampling parameters", stats_.sampled,
+    return {status_code::invalid_argument, text::format("{} sampled rows, {} sampling parameters", stats_.sampled,
                                                        params.size())};
   return device_->sample(logits_, size_t(config().vocab_size), stats_.sampled, config().vocab_size, params.data(),
                          rng.data(), out.data());
@@ -245,7 +348,7 @@ status engine::sample(std::span<const sampling_params> params, std::span<uint64_
 
 status engine::copy_logits(int i, float* host) const {
   if (i < 0 || i >= stats_.sampled)
-    return {status_code::invalid_argument, fmt::format("no sampled row {} in the last step", i)};
+    return {status_code::invalid_argument, text::format("no sampled row {} in the last step", i)};
   const size_t vocab = size_t(config().vocab_size);
   return device_->download(host, logits_ + size_t(i) * vocab, vocab * sizeof(float));
 }
@@ -260,21 +363,22 @@ status engine::step(std::span<const batch_entry> batch, const kv_pools& pools, a
     return {status_code::invalid_argument, "the engine's local pool is missing"};
   const size_t d = c.dim, ld_qkv = d + 2 * c.kv_dim(), h = c.hidden_dim;
   const int hd = c.head_dim();
-  ILLM_RETURN_IF_ERROR(device_->embed(tokens_.data(), m, embedding_, c.dim, x_, d));
-  ILLM_RETURN_IF_ERROR(device_->rope_table(pos_.data(), m, hd, c.rope_theta, rope_));
+  const dtype wt = options_.weight_type;
+  ILLM_RETURN_IF_ERROR(device_->embed(tokens_dev_, m, embedding_, c.dim, x_, d));
+  ILLM_RETURN_IF_ERROR(device_->rope_table(pos_dev_, m, hd, c.rope_theta, rope_));
   for (int l = 0; l < c.n_layers; ++l) {
     const layer_tensors& w = layers_[size_t(l)];
     ILLM_RETURN_IF_ERROR(device_->rmsnorm(x_, d, w.rms_att, m, c.dim, c.norm_eps, xb_, d));
-    ILLM_RETURN_IF_ERROR(device_->gemm(xb_, d, m, c.dim, w.wqkv, dtype::f32, d, int(ld_qkv), qkv_, ld_qkv, false));
+    ILLM_RETURN_IF_ERROR(device_->gemm(xb_, d, m, c.dim, w.wqkv, wt, d, int(ld_qkv), qkv_, ld_qkv, false));
     ILLM_RETURN_IF_ERROR(device_->rope(qkv_, ld_qkv, m, c.n_heads, hd, rope_));
     ILLM_RETURN_IF_ERROR(device_->rope(qkv_ + d, ld_qkv, m, c.n_kv_heads, hd, rope_));
     ILLM_RETURN_IF_ERROR(store_new_kv(l, batch, pools));
     ILLM_RETURN_IF_ERROR(attention(l, batch, pools, router));
-    ILLM_RETURN_IF_ERROR(device_->gemm(att_, d, m, c.dim, w.wo, dtype::f32, d, c.dim, x_, d, true));
+    ILLM_RETURN_IF_ERROR(device_->gemm(att_, d, m, c.dim, w.wo, wt, d, c.dim, x_, d, true));
     ILLM_RETURN_IF_ERROR(device_->rmsnorm(x_, d, w.rms_ffn, m, c.dim, c.norm_eps, xb_, d));
-    ILLM_RETURN_IF_ERROR(device_->gemm(xb_, d, m, c.dim, w.w13, dtype::f32, d, int(2 * h), h13_, 2 * h, false));
+    ILLM_RETURN_IF_ERROR(device_->gemm(xb_, d, m, c.dim, w.w13, wt, d, int(2 * h), h13_, 2 * h, false));
     ILLM_RETURN_IF_ERROR(device_->silu_mul(h13_, h13_ + h, 2 * h, m, int(h), hb_, h));
-    ILLM_RETURN_IF_ERROR(device_->gemm(hb_, h, m, int(h), w.w2, dtype::f32, h, c.dim, x_, d, true));
+    ILLM_RETURN_IF_ERROR(device_->gemm(hb_, h, m, int(h), w.w2, wt, h, c.dim, x_, d, true));
   }
   stats_.tokens = m;
   for (const entry_plan& p : plans_) stats_.partials.push_back(int(p.groups.size()));

@@ -33,10 +33,12 @@ struct kv_pools {
   uint32_t local = 0;
 };
 
-/// Limits fixed when the engine is created (its buffers are sized by them).
+/// Limits and types fixed when the engine is created (its buffers are sized by them).
 struct engine_options {
-  int max_batch_tokens = 512;  ///< tokens per step (prefill chunk + decode tokens)
-  int max_batch_seqs = 256;    ///< sequences per step
+  int max_batch_tokens = 512;      ///< tokens per step (prefill chunk + decode tokens)
+  int max_batch_seqs = 256;        ///< sequences per step
+  dtype kv_type = dtype::f32;      ///< element type of the KV pools the engine reads and writes
+  dtype weight_type = dtype::f32;  ///< the matrices' type on the device (the cpu backend takes f32 only)
 };
 
 /// What the last step did, for reports and tests.
@@ -47,7 +49,10 @@ struct step_stats {
   uint64_t remote_jobs = 0;   ///< remote MicroAttention jobs, all layers
 };
 
-/// Runs a model on a backend.
+/// Runs a model on a backend. On a backend whose memory is not host memory the engine uploads each
+/// step's small index arrays (tokens, positions, slots, block lists) in one copy, keeps the attention
+/// partials on the device, and stages the queries and partials of remote attention through host
+/// buffers, since an attention_router's jobs hold host pointers.
 class engine {
  public:
   /// Prepares the weights on `device` (packed projections); `weights` must outlive the engine.
@@ -72,11 +77,11 @@ class engine {
  private:
   struct layer_tensors {
     const float* rms_att;
-    const float* wqkv;  // [dim + 2 kv_dim][dim]: wq, wk, wv rows
-    const float* wo;
+    const void* wqkv;  // [dim + 2 kv_dim][dim]: wq, wk, wv rows (weight_type)
+    const void* wo;
     const float* rms_ffn;
-    const float* w13;   // [2 hidden][dim]: w1 (gate) rows, then w3 (up) rows
-    const float* w2;
+    const void* w13;   // [2 hidden][dim]: w1 (gate) rows, then w3 (up) rows
+    const void* w2;
   };
   /// A sequence's blocks in one pool, for one step.
   struct block_group {
@@ -89,11 +94,22 @@ class engine {
     int row0 = 0;
     std::vector<block_group> groups;  // local group first when present
     size_t partial_offset = 0;        // floats into the partials buffer
+    // The local group's block lists as the device reads them (the host vectors on host-memory backends).
+    const uint32_t* local_blocks = nullptr;
+    const int32_t* local_block_pos = nullptr;
   };
 
   engine() = default;
   status prepare_weights();
   const float* device_tensor(const float* host, size_t n);
+  /// A matrix on the device in weight_type, packed from `parts` (host fp32, in order).
+  const void* device_matrix(std::initializer_list<std::pair<const float*, size_t>> parts);
+  /// Points the step's index arrays at device memory: one upload, or the host vectors themselves.
+  status stage_indices();
+  /// Remote attention on a device backend: the queries of entries with remote blocks, downloaded.
+  status stage_remote_queries(std::span<const batch_entry> batch);
+  /// Remote attention on a device backend: the partials the router wrote on the host, uploaded.
+  status upload_remote_partials();
   status plan(std::span<const batch_entry> batch, const kv_pools& pools);
   status attention(int layer, std::span<const batch_entry> batch, const kv_pools& pools, attention_router* router);
   status store_new_kv(int layer, std::span<const batch_entry> batch, const kv_pools& pools);
@@ -106,7 +122,7 @@ class engine {
   std::vector<layer_tensors> layers_;
   const float* embedding_ = nullptr;
   const float* rms_final_ = nullptr;
-  const float* classifier_ = nullptr;
+  const void* classifier_ = nullptr;  // weight_type
 
   // Activations, [max_batch_tokens][width] each.
   float *x_ = nullptr, *xb_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *h13_ = nullptr, *hb_ = nullptr;
@@ -118,6 +134,16 @@ class engine {
   // Per-step host-side plan.
   std::vector<int32_t> tokens_, pos_, sample_rows_;
   std::vector<uint32_t> slots_, slot_pools_;
+  // The same as the device reads them (device copies, or the host vectors on host-memory backends).
+  const int32_t *tokens_dev_ = nullptr, *pos_dev_ = nullptr, *sample_rows_dev_ = nullptr;
+  const uint32_t* slots_dev_ = nullptr;
+  std::vector<int32_t> step_words_;  // staging of the index upload
+  device_ptr step_words_dev_;
+  size_t step_words_capacity_ = 0;
+  // Remote attention staging on device backends: queries per entry, partials as laid out on the device.
+  std::vector<float> remote_q_, remote_partials_;
+  std::vector<size_t> remote_q_offset_;  // per entry: floats into remote_q_ (its rows, ld apart)
+  std::vector<size_t> job_entries_;      // per remote job: its batch entry
   std::vector<entry_plan> plans_;
   std::vector<remote_attention_job> jobs_;
   std::vector<attention_job> local_jobs_;

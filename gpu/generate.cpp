@@ -4,10 +4,9 @@
 #include <chrono>
 #include <numeric>
 
-#include <fmt/format.h>
-
 #include "gpu/pool_router.hpp"
 #include "gpu/sampler.hpp"
+#include "gpu/text.hpp"
 
 namespace illm::gpu {
 
@@ -37,7 +36,7 @@ result<block_ref> spread_block_source::allocate(const sequence& seq, uint32_t in
 }
 
 status spread_block_source::release(const block_ref& ref) {
-  if (ref.pool >= pools_.size()) return {status_code::invalid_argument, fmt::format("no pool {}", ref.pool)};
+  if (ref.pool >= pools_.size()) return {status_code::invalid_argument, text::format("no pool {}", ref.pool)};
   return pools_[ref.pool]->release(ref.block);
 }
 
@@ -45,7 +44,7 @@ result<generate_result> generate(const loaded_model& model, backend& device, con
   const model_config& c = model.weights->config();
   if (options.prompt_ids.empty()) return status{status_code::invalid_argument, "empty prompt"};
   if (options.kv_pools < 1 || options.kv_pools > 1024)
-    return status{status_code::invalid_argument, fmt::format("--kv-pools {} is outside 1..1024", options.kv_pools)};
+    return status{status_code::invalid_argument, text::format("--kv-pools {} is outside 1..1024", options.kv_pools)};
   if (options.max_tokens < 0) return status{status_code::invalid_argument, "max tokens must be >= 0"};
   const int64_t total_tokens = int64_t(options.prompt_ids.size()) + options.max_tokens;
   const uint32_t per_pool = options.blocks_per_pool

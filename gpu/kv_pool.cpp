@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <utility>
 
-#include <fmt/format.h>
+#include "gpu/text.hpp"
 
 namespace illm::gpu {
 
 result<kv_pool> kv_pool::create(backend& device, const kv_layout& layout, uint32_t n_blocks) {
   if (layout.n_layers <= 0 || layout.n_kv_heads <= 0 || layout.head_dim <= 0 || n_blocks == 0)
     return status{status_code::invalid_argument,
-                  fmt::format("KV pool needs a positive shape and block count (got {} blocks)", n_blocks)};
+                  text::format("KV pool needs a positive shape and block count (got {} blocks)", n_blocks)};
   kv_pool pool;
   pool.mutex_ = std::make_unique<std::mutex>();
   pool.total_ = n_blocks;
@@ -20,7 +20,7 @@ result<kv_pool> kv_pool::create(backend& device, const kv_layout& layout, uint32
   pool.base_ = device.allocate(bytes);
   if (!pool.base_)
     return status{status_code::out_of_memory,
-                  fmt::format("cannot allocate a KV pool of {} blocks ({:.1f} MiB)", n_blocks, bytes / 1048576.0)};
+                  text::format("cannot allocate a KV pool of {} blocks ({:.1f} MiB)", n_blocks, bytes / 1048576.0)};
   pool.owners_.resize(n_blocks);
   pool.used_.assign(n_blocks, false);
   pool.free_list_.resize(n_blocks);
@@ -53,7 +53,7 @@ kv_pool::~kv_pool() {
 result<uint32_t> kv_pool::allocate(const block_owner& owner) {
   std::lock_guard lock(*mutex_);
   if (free_list_.empty())
-    return status{status_code::out_of_blocks, fmt::format("KV pool full ({} blocks in use)", total_blocks())};
+    return status{status_code::out_of_blocks, text::format("KV pool full ({} blocks in use)", total_blocks())};
   const uint32_t b = free_list_.back();
   free_list_.pop_back();
   used_[b] = true;
@@ -64,7 +64,7 @@ result<uint32_t> kv_pool::allocate(const block_owner& owner) {
 result<std::vector<uint32_t>> kv_pool::allocate_many(const block_owner& owner, uint32_t n) {
   std::lock_guard lock(*mutex_);
   if (free_list_.size() < n)
-    return status{status_code::out_of_blocks, fmt::format("{} blocks asked, {} free", n, free_list_.size())};
+    return status{status_code::out_of_blocks, text::format("{} blocks asked, {} free", n, free_list_.size())};
   std::vector<uint32_t> blocks;
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t b = free_list_.back();
@@ -94,8 +94,8 @@ block_owner kv_pool::owner(uint32_t block) const {
 status kv_pool::release(uint32_t block) {
   std::lock_guard lock(*mutex_);
   if (block >= total_blocks())
-    return {status_code::invalid_argument, fmt::format("release of block {} outside the pool", block)};
-  if (!used_[block]) return {status_code::invalid_argument, fmt::format("release of free block {}", block)};
+    return {status_code::invalid_argument, text::format("release of block {} outside the pool", block)};
+  if (!used_[block]) return {status_code::invalid_argument, text::format("release of free block {}", block)};
   used_[block] = false;
   owners_[block] = {};
   free_list_.push_back(block);
@@ -113,15 +113,15 @@ status kv_pool::check() const {
   std::lock_guard lock(*mutex_);
   std::vector<bool> seen(total_blocks(), false);
   for (uint32_t b : free_list_) {
-    if (b >= total_blocks()) return {status_code::internal, fmt::format("free list holds block {} outside the pool", b)};
-    if (seen[b]) return {status_code::internal, fmt::format("block {} is on the free list twice", b)};
-    if (used_[b]) return {status_code::internal, fmt::format("block {} is both used and free", b)};
+    if (b >= total_blocks()) return {status_code::internal, text::format("free list holds block {} outside the pool", b)};
+    if (seen[b]) return {status_code::internal, text::format("block {} is on the free list twice", b)};
+    if (used_[b]) return {status_code::internal, text::format("block {} is both used and free", b)};
     seen[b] = true;
   }
   const auto used = uint32_t(std::count(used_.begin(), used_.end(), true));
   if (used + free_list_.size() != total_blocks())
     return {status_code::internal,
-            fmt::format("{} used + {} free != {} blocks", used, free_list_.size(), total_blocks())};
+            text::format("{} used + {} free != {} blocks", used, free_list_.size(), total_blocks())};
   return status::ok();
 }
 

@@ -2,7 +2,7 @@
 
 #include <array>
 
-#include <fmt/format.h>
+#include "gpu/text.hpp"
 
 namespace illm::gpu {
 
@@ -16,16 +16,16 @@ status model_config::validate() const {
   auto bad = [](std::string what) { return status{status_code::corrupt_model, std::move(what)}; };
   if (dim <= 0 || hidden_dim <= 0 || n_layers <= 0 || n_heads <= 0 || n_kv_heads <= 0 ||
       vocab_size <= 0 || max_seq <= 0)
-    return bad(fmt::format("non-positive dimension (dim {}, hidden_dim {}, n_layers {}, n_heads {}, "
+    return bad(text::format("non-positive dimension (dim {}, hidden_dim {}, n_layers {}, n_heads {}, "
                            "n_kv_heads {}, vocab_size {}, max_seq {})",
                            dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, max_seq));
-  if (dim % n_heads != 0) return bad(fmt::format("dim {} is not a multiple of n_heads {}", dim, n_heads));
+  if (dim % n_heads != 0) return bad(text::format("dim {} is not a multiple of n_heads {}", dim, n_heads));
   if (n_heads % n_kv_heads != 0)
-    return bad(fmt::format("n_heads {} is not a multiple of n_kv_heads {}", n_heads, n_kv_heads));
-  if (head_dim() % 2 != 0) return bad(fmt::format("head_dim {} is odd (RoPE rotates pairs)", head_dim()));
+    return bad(text::format("n_heads {} is not a multiple of n_kv_heads {}", n_heads, n_kv_heads));
+  if (head_dim() % 2 != 0) return bad(text::format("head_dim {} is odd (RoPE rotates pairs)", head_dim()));
   if (dim > (1 << 16) || hidden_dim > (1 << 18) || n_layers > 1024 || vocab_size > (1 << 22) ||
       head_dim() > 512)
-    return bad(fmt::format("implausible shape (dim {}, hidden_dim {}, n_layers {}, vocab_size {})", dim,
+    return bad(text::format("implausible shape (dim {}, hidden_dim {}, n_layers {}, vocab_size {})", dim,
                            hidden_dim, n_layers, vocab_size));
   if (!(rope_theta > 0.0f) || !(norm_eps > 0.0f))
     return bad("rope_theta and norm_eps must be positive");
@@ -56,7 +56,7 @@ result<model_config> preset_config(std::string_view name) {
   for (const auto& p : presets)
     if (name == p.name) return p.config;
   return status{status_code::invalid_argument,
-                fmt::format("unknown model shape '{}' (known: {})", name, fmt::join(preset_names(), ", "))};
+                text::format("unknown model shape '{}' (known: {})", name, text::join(preset_names(), ", "))};
 }
 
 std::vector<std::string> preset_names() {

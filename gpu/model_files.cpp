@@ -3,9 +3,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include <fmt/format.h>
-
 #include "gpu/checkpoint.hpp"
+#include "gpu/text.hpp"
 
 namespace illm::gpu {
 
@@ -14,7 +13,7 @@ namespace fs = std::filesystem;
 std::string models_dir() {
   if (const char* dir = std::getenv("ILLM_MODELS"); dir && *dir) return dir;
   const char* home = std::getenv("HOME");
-  return fmt::format("{}/.cache/illm/models", home ? home : ".");
+  return text::format("{}/.cache/illm/models", home ? home : ".");
 }
 
 result<model_paths> resolve_model(const std::string& name_or_path) {
@@ -29,12 +28,12 @@ result<model_paths> resolve_model(const std::string& name_or_path) {
   } else if (name_or_path.find('/') == std::string::npos && !name_or_path.empty()) {
     checkpoint = fs::path(models_dir()) / name_or_path / (name_or_path + ".bin");
   } else {
-    return status{status_code::io_error, fmt::format("model '{}': no such file or folder", name_or_path)};
+    return status{status_code::io_error, text::format("model '{}': no such file or folder", name_or_path)};
   }
   const fs::path tok = checkpoint.parent_path() / "tokenizer.bin";
   if (!fs::is_regular_file(checkpoint, ec) || !fs::is_regular_file(tok, ec))
     return status{status_code::io_error,
-                  fmt::format("model '{}': expected {} and {} (run deploy/fetch-model.sh for stories15M, or set "
+                  text::format("model '{}': expected {} and {} (run deploy/fetch-model.sh for stories15M, or set "
                               "ILLM_MODELS)",
                               name_or_path, checkpoint.string(), tok.string())};
   return model_paths{checkpoint.string(), tok.string()};

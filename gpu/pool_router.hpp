@@ -1,7 +1,9 @@
 #pragma once
 // An attention_router for pools in the same process: each job runs MicroAttention on the pool that
 // holds its blocks, as the holder's attention server would. It counts the bytes a network would carry
-// (queries out, partials back), which are the only data DistAttention moves per step.
+// (queries out, partials back), which are the only data DistAttention moves per step. Jobs hold host
+// pointers; on a backend whose memory is not host memory each job's inputs are uploaded and its
+// partial downloaded, as a holder's attention server would receive and answer them.
 
 #include <cstdint>
 #include <span>
@@ -28,8 +30,14 @@ class pool_router final : public attention_router {
   uint64_t jobs() const { return jobs_; }
 
  private:
+  /// One job on a device backend: inputs uploaded, MicroAttention, partial downloaded.
+  status attend_staged(const remote_attention_job& job, const kv_layer_view& view);
+
   backend& device_;
   const kv_pools& pools_;
+  std::vector<float> staged_;  // a job's inputs, then its outputs, as 32-bit words
+  device_ptr staged_dev_;
+  size_t staged_capacity_ = 0;
   attention_shape shape_;
   uint64_t query_bytes_ = 0, partial_bytes_ = 0, jobs_ = 0;
 };

@@ -4,14 +4,14 @@
 #include <memory>
 #include <queue>
 
-#include <fmt/format.h>
+#include "gpu/text.hpp"
 
 namespace illm::gpu {
 
 namespace {
 
 status corrupt(const std::string& path, const std::string& what) {
-  return {status_code::corrupt_model, fmt::format("tokenizer file {}: {}", path, what)};
+  return {status_code::corrupt_model, text::format("tokenizer file {}: {}", path, what)};
 }
 
 /// Length of the UTF-8 sequence starting at s[i], or 1 for a byte that does not start a valid one.
@@ -48,10 +48,10 @@ struct candidate {
 
 result<tokenizer> tokenizer::load(const std::string& path, int vocab_size) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) return status{status_code::io_error, fmt::format("tokenizer file {}: cannot open", path)};
+  if (!f) return status{status_code::io_error, text::format("tokenizer file {}: cannot open", path)};
   int32_t max_length = 0;
   if (std::fread(&max_length, sizeof max_length, 1, f.get()) != 1) return corrupt(path, "no header");
-  if (max_length <= 0 || max_length > 4096) return corrupt(path, fmt::format("bad max token length {}", max_length));
+  if (max_length <= 0 || max_length > 4096) return corrupt(path, text::format("bad max token length {}", max_length));
   tokenizer t;
   t.pieces_.reserve(vocab_size);
   t.scores_.reserve(vocab_size);
@@ -59,17 +59,17 @@ result<tokenizer> tokenizer::load(const std::string& path, int vocab_size) {
     float score = 0;
     int32_t length = 0;
     if (std::fread(&score, sizeof score, 1, f.get()) != 1 || std::fread(&length, sizeof length, 1, f.get()) != 1)
-      return corrupt(path, fmt::format("truncated: {} pieces, the model's vocabulary has {}", id, vocab_size));
+      return corrupt(path, text::format("truncated: {} pieces, the model's vocabulary has {}", id, vocab_size));
     if (length < 0 || length > max_length)
-      return corrupt(path, fmt::format("piece {} has length {} (max {})", id, length, max_length));
+      return corrupt(path, text::format("piece {} has length {} (max {})", id, length, max_length));
     std::string piece(size_t(length), '\0');
     if (length > 0 && std::fread(piece.data(), 1, size_t(length), f.get()) != size_t(length))
-      return corrupt(path, fmt::format("truncated inside piece {}", id));
+      return corrupt(path, text::format("truncated inside piece {}", id));
     t.pieces_.push_back(std::move(piece));
     t.scores_.push_back(score);
   }
   if (std::fgetc(f.get()) != EOF)
-    return corrupt(path, fmt::format("oversized: data after the {} pieces of the model's vocabulary", vocab_size));
+    return corrupt(path, text::format("oversized: data after the {} pieces of the model's vocabulary", vocab_size));
   t.has_byte_tokens_ = vocab_size >= 259;
   for (int32_t id = 0; id < vocab_size; ++id)
     if (!t.is_byte_token(id)) t.ids_.emplace(t.pieces_[id], id);  // first id wins on a duplicate

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <algorithm>
 
-#include <fmt/format.h>
+#include "gpu/text.hpp"
 
 namespace illm::gpu {
 
@@ -17,7 +17,7 @@ result<model_weights> model_weights::allocate(const model_config& config, bool s
   w.storage_.reset(static_cast<float*>(host_alloc(w.size_ * sizeof(float))));
   if (!w.storage_)
     return status{status_code::out_of_memory,
-                  fmt::format("cannot allocate {:.1f} GiB of weights", w.size_ * 4.0 / (1u << 30))};
+                  text::format("cannot allocate {:.1f} GiB of weights", w.size_ * 4.0 / (1u << 30))};
 
   w.layers_.resize(config.n_layers);
   std::vector<tensor_view> views = w.tensors();
@@ -42,7 +42,7 @@ std::vector<tensor_view> model_weights::tensors() {
     p += size;
   };
   auto stack = [&](const char* kind, uint64_t size, uint64_t fan_in) {
-    for (int l = 0; l < c.n_layers; ++l) add(fmt::format("layers.{}.{}", l, kind), size, fan_in);
+    for (int l = 0; l < c.n_layers; ++l) add(text::format("layers.{}.{}", l, kind), size, fan_in);
   };
   add("token_embedding", vocab * d, d);
   stack("rms_att", d, 0);

@@ -4,11 +4,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#if ILLM_HAVE_BLAS
 #include <cblas.h>
-#include <fmt/format.h>
+#endif
 
 #include "gpu/host_memory.hpp"
 #include "gpu/sampler.hpp"
+#include "gpu/text.hpp"
 
 namespace illm::gpu::cpu {
 
@@ -21,8 +23,10 @@ constexpr int64_t parallel_threshold = 1 << 14;
 
 cpu_backend::cpu_backend(int n_threads, cpu_mode mode)
     : mode_(mode), pool_(std::max(1, n_threads)), scratch_(size_t(std::max(1, n_threads))) {
+#if ILLM_HAVE_BLAS
   // The pool splits every product itself; OpenBLAS runs single-threaded inside each slice.
   openblas_set_num_threads(1);
+#endif
 }
 
 void* cpu_backend::allocate(size_t bytes) { return host_alloc(bytes); }
@@ -47,7 +51,7 @@ status cpu_backend::copy(void* dst, const void* src, size_t bytes) {
 status cpu_backend::gemm(const float* x, size_t ldx, int m, int k, const void* w_raw, dtype w_type, size_t ldw,
                          int n, float* y, size_t ldy, bool accumulate) {
   if (w_type != dtype::f32)
-    return {status_code::unsupported, fmt::format("cpu gemm takes f32 weights, not {}", to_string(w_type))};
+    return {status_code::unsupported, text::format("cpu gemm takes f32 weights, not {}", to_string(w_type))};
   const auto* w = static_cast<const float*>(w_raw);
   if (mode_ == cpu_mode::reference) {
     pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
@@ -59,12 +63,8 @@ status cpu_backend::gemm(const float* x, size_t ldx, int m, int k, const void* w
       gemv(x, ldx, m, k, w, ldw, int(j0), int(j1), y, ldy, accumulate);
     });
   } else if (m <= skinny_rows_max) {
-    const int mp = (m + 15) / 16 * 16;
-    transposed_.resize(size_t(k) * mp);
-    transpose_rows(x, ldx, m, k, transposed_.data(), mp);
-    pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
-      gemm_skinny(transposed_.data(), mp, m, k, w, ldw, int(j0), int(j1), y, ldy, accumulate);
-    });
+    gemm_rows_skinny(x, ldx, m, k, w, ldw, n, y, ldy, accumulate);
+#if ILLM_HAVE_BLAS
   } else if (n / pool_.size() >= 64) {
     pool_.parallel_for((n + 15) / 16, [&](int64_t g0, int64_t g1) {
       const int j0 = int(g0 * 16), j1 = int(std::min<int64_t>(g1 * 16, n));
@@ -76,8 +76,25 @@ status cpu_backend::gemm(const float* x, size_t ldx, int m, int k, const void* w
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(i1 - i0), n, k, 1.0f, x + size_t(i0) * ldx, int(ldx),
                   w, int(ldw), accumulate ? 1.0f : 0.0f, y + size_t(i0) * ldy, int(ldy));
     });
+#else
+  } else {
+    // No BLAS in this build (the GPU-only build): the skinny kernel, 64 rows at a time.
+    for (int i0 = 0; i0 < m; i0 += skinny_rows_max)
+      gemm_rows_skinny(x + size_t(i0) * ldx, ldx, std::min(skinny_rows_max, m - i0), k, w, ldw, n,
+                       y + size_t(i0) * ldy, ldy, accumulate);
+#endif
   }
   return status::ok();
+}
+
+void cpu_backend::gemm_rows_skinny(const float* x, size_t ldx, int m, int k, const float* w, size_t ldw, int n,
+                                   float* y, size_t ldy, bool accumulate) {
+  const int mp = (m + 15) / 16 * 16;
+  transposed_.resize(size_t(k) * mp);
+  transpose_rows(x, ldx, m, k, transposed_.data(), mp);
+  pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
+    gemm_skinny(transposed_.data(), mp, m, k, w, ldw, int(j0), int(j1), y, ldy, accumulate);
+  });
 }
 
 status cpu_backend::rmsnorm(const float* x, size_t ldx, const float* weight, int m, int n, float eps, float* y,
@@ -137,7 +154,7 @@ status cpu_backend::gather_rows(const float* src, size_t ld_src, const int32_t* 
 status cpu_backend::store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,
                              const kv_layer_view& dst, const uint32_t* slots) {
   if (dst.type != dtype::f32)
-    return {status_code::unsupported, fmt::format("cpu KV pools hold f32, not {}", to_string(dst.type))};
+    return {status_code::unsupported, text::format("cpu KV pools hold f32, not {}", to_string(dst.type))};
   auto* base = static_cast<float*>(dst.base);
   const size_t bytes = sizeof(float) * size_t(head_dim);
   for (int i = 0; i < m; ++i) {
@@ -184,7 +201,7 @@ std::vector<cpu_backend::attention_item> cpu_backend::plan_attention(const atten
 status cpu_backend::micro_attention_batch(const attention_shape& shape, const kv_layer_view& kv,
                                           std::span<const attention_job> jobs) {
   if (kv.type != dtype::f32)
-    return {status_code::unsupported, fmt::format("cpu attention reads f32 KV, not {}", to_string(kv.type))};
+    return {status_code::unsupported, text::format("cpu attention reads f32 KV, not {}", to_string(kv.type))};
   if (shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0)
     return {status_code::invalid_argument, "n_heads must be a multiple of n_kv_heads"};
   auto args = [&](const attention_job& j) {

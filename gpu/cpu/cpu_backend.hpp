@@ -1,5 +1,5 @@
 #pragma once
-// The cpu backend: OpenBLAS for large products, vectorised kernels for the decode path, attention and
+// The cpu backend: OpenBLAS for large products (the skinny kernel in builds without BLAS), vectorised kernels for the decode path, attention and
 // merge, all split over a fork-join pool of the engine's share of cores. Reference mode runs plain
 // loops instead, for checking the fast kernels.
 
@@ -59,6 +59,9 @@ class cpu_backend final : public backend {
   };
   /// Cuts the jobs into items: decode jobs by block ranges, prefill jobs by (kv head, token tile),
   /// and long jobs further by block ranges (FlashDecoding) when there are too few items for the pool.
+  /// y = x * w^T for m <= skinny_rows_max rows through transpose_rows and gemm_skinny.
+  void gemm_rows_skinny(const float* x, size_t ldx, int m, int k, const float* w, size_t ldw, int n, float* y,
+                        size_t ldy, bool accumulate);
   std::vector<attention_item> plan_attention(const attention_shape& shape, std::span<const attention_job> jobs);
 
   cpu_mode mode_;

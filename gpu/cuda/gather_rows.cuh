@@ -1,0 +1,22 @@
+#pragma once
+// Row gathers: the embedding lookup (rows of the token table) and the rows of the tokens that sample.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gpu/cuda/abi.hpp"
+
+namespace illm::gpu::cuda {
+inline namespace ILLM_CUDA_ABI {
+
+/// dst[i] = src[rows[i]], one thread block per row.
+///   src   rows ld_src floats apart (device)
+///   rows  [n] int32 (device)
+///   dst   [n][width] fp32, rows ld_dst apart (device)
+cudaError_t gather_rows(const float* src, size_t ld_src, const int32_t* rows, int n, int width, float* dst,
+                        size_t ld_dst, cudaStream_t stream);
+
+}  // namespace ILLM_CUDA_ABI
+}  // namespace illm::gpu::cuda

@@ -1,0 +1,84 @@
+// Merge and combine: one warp per query row. Each lane finds the rows' largest m over the parts that
+// saw a key (e != 0) and the total weight, then owns columns lane, lane + 32, ... of the output.
+#include "gpu/cuda/merge.cuh"
+
+#include "gpu/cuda/device.cuh"
+
+namespace illm::gpu::cuda {
+inline namespace ILLM_CUDA_ABI {
+
+namespace {
+
+constexpr int threads = 128;
+constexpr int rows_per_block = threads / 32;
+
+/// Folds row `row` of n_parts partials (row r of part p at p * n_rows + r): out_row gets the sum of each
+/// part's ma weighted by exp(m - top), divided by the total weight when normalising; top and total
+/// (the largest m and the sum of e * exp(m - top)) come back through the references.
+__device__ __forceinline__ void fold_row(const float* m, const float* e, const float* ma, int n_parts, int n_rows,
+                                         int row, int head_dim, bool normalise, float* out_row, float& top,
+                                         float& total) {
+  const int lane = int(threadIdx.x) & 31;
+  top = -INFINITY;
+  for (int p = 0; p < n_parts; ++p)
+    if (e[size_t(p) * n_rows + row] != 0.0f) top = fmaxf(top, m[size_t(p) * n_rows + row]);
+  total = 0.0f;
+  for (int p = 0; p < n_parts; ++p) {
+    const size_t i = size_t(p) * n_rows + row;
+    if (e[i] != 0.0f) total += e[i] * expf(m[i] - top);
+  }
+  const float scale = normalise ? (total == 0.0f ? 0.0f : 1.0f / total) : 1.0f;
+  for (int d = lane; d < head_dim; d += 32) {
+    float sum = 0.0f;
+    for (int p = 0; p < n_parts; ++p) {
+      const size_t i = size_t(p) * n_rows + row;
+      if (e[i] != 0.0f) sum += expf(m[i] - top) * ma[i * head_dim + d];
+    }
+    out_row[d] = sum * scale;
+  }
+}
+
+__global__ void __launch_bounds__(threads) merge_kernel(const float* m, const float* e, const float* ma, int n_parts,
+                                                        int n_rows, int n_heads, int head_dim, float* out,
+                                                        size_t out_ld) {
+  const int row = int(blockIdx.x) * rows_per_block + int(threadIdx.x >> 5);
+  if (row >= n_rows) return;
+  float top, total;
+  float* out_row = out + size_t(row / n_heads) * out_ld + size_t(row % n_heads) * head_dim;
+  fold_row(m, e, ma, n_parts, n_rows, row, head_dim, true, out_row, top, total);
+}
+
+__global__ void __launch_bounds__(threads) combine_kernel(const __grid_constant__ attention_launch a) {
+  const attention_job_desc& job = a.jobs[blockIdx.y];
+  const int n_rows = job.n_q * a.n_heads;
+  const int row = int(blockIdx.x) * rows_per_block + int(threadIdx.x >> 5);
+  if (job.n_splits <= 1 || row >= n_rows) return;
+  const size_t splits = size_t(job.n_splits);
+  const float* m = job.split_ws;
+  const float* e = m + splits * n_rows;
+  const float* ma = e + splits * n_rows;
+  float top, total;
+  fold_row(m, e, ma, job.n_splits, n_rows, row, a.head_dim, false, job.ma + size_t(row) * a.head_dim, top, total);
+  if ((threadIdx.x & 31) == 0) {
+    job.m[row] = top;
+    job.e[row] = total;
+  }
+}
+
+}  // namespace
+
+cudaError_t merge_partials(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads,
+                           int head_dim, float* out, size_t out_ld, cudaStream_t stream) {
+  const int n_rows = n_q * n_heads;
+  return launch(merge_kernel, dim3(unsigned((n_rows + rows_per_block - 1) / rows_per_block)), dim3(threads), 0,
+                stream, m, e, ma, n_parts, n_rows, n_heads, head_dim, out, out_ld);
+}
+
+cudaError_t combine_splits(const attention_launch& launch_table, int max_rows, cudaStream_t stream) {
+  return launch(combine_kernel, dim3(unsigned((max_rows + rows_per_block - 1) / rows_per_block),
+                                     unsigned(launch_table.n_jobs)),
+                dim3(threads), 0, stream, launch_table);
+}
+
+}  // namespace ILLM_CUDA_ABI
+}  // namespace illm::gpu::cuda

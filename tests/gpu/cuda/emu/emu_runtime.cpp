@@ -1,0 +1,638 @@
+// The CPU emulation of CUDA (see emu_runtime.hpp): device memory as mappings that are inaccessible
+// outside kernels and copies, thread blocks as fibers switched at barriers, cuBLAS's GemmEx in double.
+#include "emu_runtime.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+namespace illm_emu {
+
+namespace {
+
+// ---- Device memory ---------------------------------------------------------------------------------
+
+struct allocation {
+  size_t bytes;   // asked for
+  size_t mapped;  // page-rounded
+};
+
+std::map<uintptr_t, allocation>& device_allocations() {
+  static std::map<uintptr_t, allocation> map;
+  return map;
+}
+std::map<uintptr_t, size_t>& pinned_allocations() {
+  static std::map<uintptr_t, size_t> map;
+  return map;
+}
+int access_depth = 0;
+int device_count = 1;
+thread_local cudaError_t last_error = cudaSuccess;
+std::map<const void*, int>& shared_limits() {
+  static std::map<const void*, int> map;
+  return map;
+}
+
+void protect_all(int prot) {
+  for (const auto& [base, a] : device_allocations())
+    if (mprotect(reinterpret_cast<void*>(base), a.mapped, prot) != 0) fail("mprotect failed");
+}
+
+/// Device memory is readable and writable while one of these lives.
+struct access_scope {
+  access_scope() {
+    if (access_depth++ == 0) protect_all(PROT_READ | PROT_WRITE);
+  }
+  ~access_scope() {
+    if (--access_depth == 0) protect_all(PROT_NONE);
+  }
+  access_scope(const access_scope&) = delete;
+  access_scope& operator=(const access_scope&) = delete;
+};
+
+template <class Map>
+bool within(const Map& map, const void* p, size_t bytes, size_t (*size_of)(const typename Map::mapped_type&)) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  auto it = map.upper_bound(at);
+  if (it == map.begin()) return false;
+  --it;
+  return at >= it->first && at + bytes <= it->first + size_of(it->second);
+}
+
+size_t allocation_bytes(const allocation& a) { return a.bytes; }
+size_t pinned_bytes(const size_t& n) { return n; }
+
+bool is_pinned(const void* p, size_t bytes) { return within(pinned_allocations(), p, bytes, pinned_bytes); }
+
+cudaError_t set_error(cudaError_t e) {
+  if (e != cudaSuccess) last_error = e;
+  return e;
+}
+
+// ---- Fibers ----------------------------------------------------------------------------------------
+
+constexpr size_t stack_bytes = size_t(256) << 10;
+constexpr int max_threads = 1024;
+
+struct pending_copy {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+
+enum class fiber_state { runnable, block_wait, warp_wait, done };
+
+struct fiber {
+  void* sp = nullptr;
+  std::unique_ptr<char[]> stack;
+#if !defined(__x86_64__)
+  ucontext_t context;
+#endif
+  fiber_state state = fiber_state::done;
+  thread_indices indices;
+  unsigned exchanges = 0;
+  std::vector<pending_copy> open_group;
+  std::deque<std::vector<pending_copy>> groups;
+};
+
+struct block_runner {
+  std::vector<fiber> fibers = std::vector<fiber>(max_threads);
+  std::vector<uint64_t> slots;  // [warp][2][32]
+  std::vector<unsigned char> shared;
+  size_t shared_bytes = 0;
+  fiber* current = nullptr;
+  const std::function<void()>* body = nullptr;
+  int n_threads = 0;
+#if defined(__x86_64__)
+  void* scheduler_sp = nullptr;
+#else
+  ucontext_t scheduler;
+#endif
+};
+
+block_runner& runner() {
+  static block_runner r;
+  return r;
+}
+
+}  // namespace
+}  // namespace illm_emu
+
+#if defined(__x86_64__)
+// Saves the callee-saved registers, MXCSR and the x87 control word on the current stack, stores the
+// stack pointer in *save, switches to `load` and restores the same from there.
+extern "C" void illm_emu_switch(void** save, void* load);
+asm(R"(
+  .text
+  .globl illm_emu_switch
+  .type illm_emu_switch, @function
+illm_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size illm_emu_switch, .-illm_emu_switch
+)");
+#endif
+
+namespace illm_emu {
+
+namespace {
+
+void yield_to_scheduler() {
+  block_runner& r = runner();
+#if defined(__x86_64__)
+  illm_emu_switch(&r.current->sp, r.scheduler_sp);
+#else
+  swapcontext(&r.current->context, &r.scheduler);
+#endif
+}
+
+[[noreturn]] void fiber_entry() {
+  block_runner& r = runner();
+  (*r.body)();
+  r.current->state = fiber_state::done;
+  yield_to_scheduler();
+  std::abort();  // a finished fiber is never resumed
+}
+
+void start_fiber(fiber& f) {
+  if (!f.stack) f.stack.reset(new char[stack_bytes]);
+#if defined(__x86_64__)
+  auto top = reinterpret_cast<uintptr_t>(f.stack.get() + stack_bytes) & ~uintptr_t(15);
+  auto* p = reinterpret_cast<uint64_t*>(top);
+  *--p = 0;                                          // the entry's return address slot (alignment)
+  *--p = reinterpret_cast<uint64_t>(&fiber_entry);  // where the first switch returns to
+  for (int i = 0; i < 6; ++i) *--p = 0;              // rbp, rbx, r12..r15
+  *--p = (uint64_t(0x037f) << 32) | 0x1f80;          // x87 control word, MXCSR defaults
+  f.sp = p;
+#else
+  getcontext(&f.context);
+  f.context.uc_stack.ss_sp = f.stack.get();
+  f.context.uc_stack.ss_size = stack_bytes;
+  f.context.uc_link = nullptr;
+  makecontext(&f.context, reinterpret_cast<void (*)()>(&fiber_entry), 0);
+#endif
+}
+
+void resume(fiber& f) {
+  block_runner& r = runner();
+  r.current = &f;
+#if defined(__x86_64__)
+  illm_emu_switch(&r.scheduler_sp, f.sp);
+#else
+  swapcontext(&r.scheduler, &f.context);
+#endif
+  r.current = nullptr;
+}
+
+void wait_as(fiber_state s) {
+  runner().current->state = s;
+  yield_to_scheduler();
+}
+
+/// After every fiber stopped at a barrier (or finished): lets the warps whose lanes all wait at a warp
+/// barrier go on, else the block when every live thread waits at __syncthreads.
+void release_barriers(int n) {
+  block_runner& r = runner();
+  bool released = false;
+  for (int w0 = 0; w0 < n; w0 += 32) {
+    int warp_waits = 0, block_waits = 0, done = 0;
+    for (int i = w0; i < w0 + 32; ++i) {
+      const fiber_state s = r.fibers[size_t(i)].state;
+      warp_waits += s == fiber_state::warp_wait;
+      block_waits += s == fiber_state::block_wait;
+      done += s == fiber_state::done;
+    }
+    if (warp_waits == 0) continue;
+    if (done > 0) fail("a shuffle or __syncwarp in a warp some of whose lanes have exited");
+    if (block_waits > 0) fail("divergent barriers: lanes of one warp wait at __syncthreads and at a warp barrier");
+    for (int i = w0; i < w0 + 32; ++i) r.fibers[size_t(i)].state = fiber_state::runnable;
+    released = true;
+  }
+  if (released) return;
+  bool any = false;
+  for (int i = 0; i < n; ++i)
+    if (r.fibers[size_t(i)].state == fiber_state::block_wait) {
+      r.fibers[size_t(i)].state = fiber_state::runnable;
+      any = true;
+    }
+  if (!any) fail("deadlock: no thread can go on");
+}
+
+void run_block(dim3 block_idx, dim3 grid, dim3 block) {
+  block_runner& r = runner();
+  const int n = int(block.x);
+  std::fill(r.shared.begin(), r.shared.end(), 0xff);  // NaN until written, as garbage would be
+  for (int i = 0; i < n; ++i) {
+    fiber& f = r.fibers[size_t(i)];
+    f.state = fiber_state::runnable;
+    f.indices = {dim3(unsigned(i)), block_idx, block, grid};
+    f.exchanges = 0;
+    f.open_group.clear();
+    f.groups.clear();
+    start_fiber(f);
+  }
+  int alive = n;
+  while (alive > 0) {
+    for (int i = 0; i < n; ++i) {
+      fiber& f = r.fibers[size_t(i)];
+      if (f.state != fiber_state::runnable) continue;
+      resume(f);
+      if (f.state == fiber_state::done) --alive;
+    }
+    if (alive > 0) release_barriers(n);
+  }
+}
+
+std::chrono::steady_clock::time_point& event_time(cudaEvent_t e) {
+  return *reinterpret_cast<std::chrono::steady_clock::time_point*>(e);
+}
+
+}  // namespace
+
+// ---- The device language ----------------------------------------------------------------------------
+
+thread_indices& current_indices() {
+  block_runner& r = runner();
+  if (!r.current) fail("a device index read outside a kernel");
+  return r.current->indices;
+}
+
+void fail(const char* what) {
+  block_runner& r = runner();
+  if (r.current)
+    std::fprintf(stderr, "cuda emulation: %s (block %u,%u,%u thread %u)\n", what, r.current->indices.block_idx.x,
+                 r.current->indices.block_idx.y, r.current->indices.block_idx.z, r.current->indices.thread_idx.x);
+  else
+    std::fprintf(stderr, "cuda emulation: %s\n", what);
+  std::fflush(stderr);
+  std::abort();
+}
+
+void sync_block() { wait_as(fiber_state::block_wait); }
+
+void sync_warp() { wait_as(fiber_state::warp_wait); }
+
+int lane_id() { return int(current_indices().thread_idx.x % 32); }
+
+uint64_t exchange(uint64_t bits, int source) {
+  block_runner& r = runner();
+  fiber& f = *r.current;
+  const size_t warp = f.indices.thread_idx.x / 32, lane = f.indices.thread_idx.x % 32, k = f.exchanges++ & 1;
+  r.slots[(warp * 2 + k) * 32 + lane] = bits;
+  wait_as(fiber_state::warp_wait);
+  return r.slots[(warp * 2 + k) * 32 + size_t(source)];
+}
+
+void pipeline_copy(void* dst, const void* src, size_t bytes) {
+  block_runner& r = runner();
+  const auto d = reinterpret_cast<uintptr_t>(dst), base = reinterpret_cast<uintptr_t>(r.shared.data());
+  if (bytes != 4 && bytes != 8 && bytes != 16) fail("cp.async of a size other than 4, 8 or 16 bytes");
+  if (d % bytes != 0 || reinterpret_cast<uintptr_t>(src) % bytes != 0) fail("misaligned cp.async");
+  if (d < base || d + bytes > base + r.shared_bytes) fail("cp.async destination outside dynamic shared memory");
+  if (!is_device(src, bytes)) fail("cp.async source outside device memory");
+  r.current->open_group.push_back({dst, src, bytes});
+}
+
+void pipeline_commit() {
+  fiber& f = *runner().current;
+  f.groups.push_back(std::move(f.open_group));
+  f.open_group.clear();
+}
+
+void pipeline_wait(size_t prior) {
+  fiber& f = *runner().current;
+  while (f.groups.size() > prior) {
+    for (const pending_copy& c : f.groups.front()) std::memcpy(c.dst, c.src, c.bytes);
+    f.groups.pop_front();
+  }
+}
+
+unsigned char* dynamic_shared() {
+  block_runner& r = runner();
+  if (!r.current) fail("dynamic shared memory outside a kernel");
+  return r.shared.data();
+}
+
+// ---- The runtime ------------------------------------------------------------------------------------
+
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+  }
+  return "cudaErrorUnknown";
+}
+
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    default: return cudaGetErrorName(e);
+  }
+}
+
+cudaError_t cudaGetLastError() { return std::exchange(last_error, cudaSuccess); }
+cudaError_t cudaPeekAtLastError() { return last_error; }
+
+void set_device_count(int n) { device_count = n; }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = device_count;
+  return device_count > 0 ? cudaSuccess : set_error(cudaErrorInsufficientDriver);
+}
+
+cudaError_t cudaSetDevice(int device) {
+  return device >= 0 && device < device_count ? cudaSuccess : set_error(cudaErrorInvalidDevice);
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device < 0 || device >= device_count) return set_error(cudaErrorInvalidDevice);
+  *prop = {};
+  std::snprintf(prop->name, sizeof prop->name, "CUDA emulation on the CPU");
+  prop->totalGlobalMem = size_t(8) << 30;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = 4;
+  prop->l2CacheSize = 1 << 20;
+  prop->sharedMemPerMultiprocessor = 228 << 10;
+  prop->sharedMemPerBlockOptin = 227 << 10;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  size_t used = 0;
+  for (const auto& [base, a] : device_allocations()) used += a.bytes;
+  *total_bytes = size_t(8) << 30;
+  *free_bytes = *total_bytes - std::min(used, *total_bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const size_t mapped = (bytes + page - 1) / page * page;
+  void* at = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (at == MAP_FAILED) return set_error(cudaErrorMemoryAllocation);
+  std::memset(at, 0xff, bytes);  // NaN until written, as garbage would be
+  if (access_depth == 0 && mprotect(at, mapped, PROT_NONE) != 0) fail("mprotect failed");
+  device_allocations()[reinterpret_cast<uintptr_t>(at)] = {bytes, mapped};
+  *p = at;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  auto it = device_allocations().find(reinterpret_cast<uintptr_t>(p));
+  if (it == device_allocations().end()) return set_error(cudaErrorInvalidValue);
+  munmap(p, it->second.mapped);
+  device_allocations().erase(it);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  *p = std::malloc(std::max<size_t>(bytes, 1));
+  if (!*p) return set_error(cudaErrorMemoryAllocation);
+  pinned_allocations()[reinterpret_cast<uintptr_t>(*p)] = bytes;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* p) {
+  if (!p) return cudaSuccess;
+  if (pinned_allocations().erase(reinterpret_cast<uintptr_t>(p)) == 0) return set_error(cudaErrorInvalidValue);
+  std::free(p);
+  return cudaSuccess;
+}
+
+bool is_device(const void* p, size_t bytes) {
+  return within(device_allocations(), p, bytes == 0 ? 1 : bytes, allocation_bytes);
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  const bool dst_device = is_device(dst, bytes), src_device = is_device(src, bytes);
+  bool ok = false;
+  switch (kind) {
+    case cudaMemcpyHostToDevice: ok = dst_device && !is_device(src, 1); break;
+    case cudaMemcpyDeviceToHost: ok = src_device && !is_device(dst, 1); break;
+    case cudaMemcpyDeviceToDevice: ok = dst_device && src_device; break;
+    case cudaMemcpyHostToHost: ok = !is_device(dst, 1) && !is_device(src, 1); break;
+    case cudaMemcpyDefault: ok = (dst_device || !is_device(dst, 1)) && (src_device || !is_device(src, 1)); break;
+  }
+  if (!ok) fail("cudaMemcpy: pointers do not match the copy's kind or run past an allocation");
+  access_scope scope;
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+  if (bytes == 0) return cudaSuccess;
+  if (!is_device(p, bytes)) fail("cudaMemset outside device memory");
+  access_scope scope;
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* p) {
+  *attributes = {};
+  if (is_device(p, 1)) {
+    attributes->type = cudaMemoryTypeDevice;
+    attributes->devicePointer = const_cast<void*>(p);
+  } else if (is_pinned(p, 1)) {
+    attributes->type = cudaMemoryTypeHost;
+    attributes->hostPointer = const_cast<void*>(p);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
+  *stream = reinterpret_cast<cudaStream_t>(new char(0));
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<char*>(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+  *event = reinterpret_cast<cudaEvent_t>(new std::chrono::steady_clock::time_point());
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete &event_time(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  event_time(event) = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  *ms = std::chrono::duration<float, std::milli>(event_time(end) - event_time(start)).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attribute, int value) {
+  if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > (227 << 10))
+    return set_error(cudaErrorInvalidValue);
+  shared_limits()[func] = value;
+  return cudaSuccess;
+}
+
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void*, int, size_t) {
+  *blocks = 2;
+  return cudaSuccess;
+}
+
+cudaError_t run_grid(const void* func, dim3 grid, dim3 block, size_t shared_bytes,
+                     const std::function<void()>& body) {
+  if (block.y != 1 || block.z != 1 || block.x == 0 || block.x > max_threads || block.x % 32 != 0)
+    fail("the emulation takes one-dimensional blocks of a multiple of 32 threads, at most 1024");
+  if (grid.y > 65535 || grid.z > 65535) return set_error(cudaErrorInvalidConfiguration);
+  const auto limit = shared_limits().find(func);
+  const size_t allowed = limit != shared_limits().end() ? size_t(limit->second) : size_t(48) << 10;
+  if (shared_bytes > std::max<size_t>(allowed, size_t(48) << 10))
+    fail("a launch asks for more dynamic shared memory than cudaFuncSetAttribute allowed");
+  block_runner& r = runner();
+  if (r.current) fail("a launch from inside a kernel");
+  r.shared.assign(shared_bytes + 16, 0xff);
+  r.shared_bytes = shared_bytes;
+  r.slots.assign(size_t(block.x / 32) * 2 * 32, 0);
+  r.body = &body;
+  r.n_threads = int(block.x);
+  access_scope scope;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) run_block(dim3(x, y, z), grid, block);
+  return cudaSuccess;
+}
+
+// ---- cuBLAS -----------------------------------------------------------------------------------------
+
+namespace {
+
+double element(const void* base, cudaDataType_t type, size_t i) {
+  switch (type) {
+    case CUDA_R_32F: return static_cast<const float*>(base)[i];
+    case CUDA_R_16F: return illm::gpu::f16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case CUDA_R_16BF: return illm::gpu::bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+  }
+  return 0;
+}
+
+size_t type_bytes(cudaDataType_t type) { return type == CUDA_R_32F ? 4 : 2; }
+
+/// True when the column-major rows x cols matrix at p (leading dimension ld) is device memory.
+bool device_matrix(const void* p, cudaDataType_t type, int rows, int cols, int ld) {
+  if (rows == 0 || cols == 0) return true;
+  return is_device(p, (size_t(ld) * (cols - 1) + rows) * type_bytes(type));
+}
+
+}  // namespace
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+  *handle = reinterpret_cast<cublasHandle_t>(new char(0));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+  delete reinterpret_cast<char*>(handle);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t) {
+  return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t) {
+  return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType_t a_type, int lda, const void* B,
+                            cudaDataType_t b_type, int ldb, const void* beta, void* C, cudaDataType_t c_type, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (m < 0 || n < 0 || k < 0 || lda < std::max(1, transa == CUBLAS_OP_N ? m : k) ||
+      ldb < std::max(1, transb == CUBLAS_OP_N ? k : n) || ldc < std::max(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (a_type != b_type || c_type != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (is_device(alpha, 4) || is_device(beta, 4)) fail("cublasGemmEx: alpha and beta must be host memory");
+  const bool a_ok = transa == CUBLAS_OP_N ? device_matrix(A, a_type, m, k, lda) : device_matrix(A, a_type, k, m, lda);
+  const bool b_ok = transb == CUBLAS_OP_N ? device_matrix(B, b_type, k, n, ldb) : device_matrix(B, b_type, n, k, ldb);
+  if (!a_ok || !b_ok || !device_matrix(C, c_type, m, n, ldc)) fail("cublasGemmEx: a matrix is not device memory");
+  const double a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+  access_scope scope;
+  auto* c = static_cast<float*>(C);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      double sum = 0;
+      for (int l = 0; l < k; ++l) {
+        const size_t ai = transa == CUBLAS_OP_N ? size_t(i) + size_t(l) * lda : size_t(l) + size_t(i) * lda;
+        const size_t bi = transb == CUBLAS_OP_N ? size_t(l) + size_t(j) * ldb : size_t(j) + size_t(l) * ldb;
+        sum += element(A, a_type, ai) * element(B, b_type, bi);
+      }
+      float& out = c[size_t(i) + size_t(j) * ldc];
+      out = float(a * sum + (b == 0 ? 0.0 : b * out));  // beta 0: C is not read (it may hold NaN)
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace illm_emu
