@@ -38,7 +38,12 @@ struct running_request {
   std::shared_ptr<gpu::sequence> seq;
   size_t tokens_sent = 0;  // generated tokens already streamed
   std::vector<request_placement_entry> placement;
+  int64_t first_token_ns = 0;
 };
+
+int64_t now_ns(caf::local_actor* self) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(self->clock().now().time_since_epoch()).count();
+}
 
 /// Blocks picked for a move, until it ends.
 struct picked_blocks {
@@ -111,10 +116,12 @@ void notify_finished(self_ptr self) {
   for (const auto& seq : st.batcher->take_finished()) {
     auto it = st.requests.find(seq->id);
     if (it == st.requests.end()) continue;
-    for (int32_t i = int32_t(it->second.tokens_sent); i < seq->n_generated(); ++i)
-      self->send(it->second.client, token_event{seq->id, seq->tokens[size_t(seq->n_prompt + i)]});
-    self->send(it->second.client, request_finished{seq->id, gpu::to_string(seq->finish), seq->error,
-                                                   seq->preemptions, it->second.placement});
+    if (st.config.stream_tokens)
+      for (int32_t i = int32_t(it->second.tokens_sent); i < seq->n_generated(); ++i)
+        self->send(it->second.client, token_event{seq->id, seq->tokens[size_t(seq->n_prompt + i)]});
+    self->send(it->second.client,
+               request_finished{seq->id, gpu::to_string(seq->finish), seq->error, seq->preemptions,
+                                it->second.placement, seq->n_generated(), it->second.first_token_ns, now_ns(self)});
     self->send(st.config.rmanager, request_released{seq->id});
     for (auto m = st.moving.begin(); m != st.moving.end();) m = m->first == seq->id ? st.moving.erase(m) : std::next(m);
     st.requests.erase(it);
@@ -129,7 +136,7 @@ void refuse(self_ptr self, const generate_request& r, std::string why) {
 void admit(self_ptr self) {
   auto& st = self->state;
   uint32_t capacity = st.config.pool->total_blocks(), available = st.config.pool->free_blocks();
-  if (st.have_view) {
+  if (st.have_view && st.config.lending) {
     capacity = 0;
     for (const auto& i : st.view.instances) capacity += i.total_blocks;
     available = st.view.free_blocks();
@@ -141,8 +148,9 @@ void admit(self_ptr self) {
   while (!st.waiting.empty() && int(st.batcher->active().size()) < st.config.max_batch_seqs) {
     const generate_request& r = st.waiting.front();
     const uint32_t need = blocks_needed(r.prompt.size(), r.max_tokens);
-    // Too big for the whole cluster, as a view newer than the request shows (members may have joined).
-    if (need > capacity && st.views_received > st.waiting_since.front()) {
+    // Too big for the whole cluster, as a view newer than the request shows (members may have joined);
+    // without lending, too big for this instance.
+    if (need > capacity && (!st.config.lending || st.views_received > st.waiting_since.front())) {
       refuse(self, r, fmt::format("the request needs {} KV blocks; the cluster has {}", need, capacity));
       st.waiting.pop_front();
       st.waiting_since.pop_front();
@@ -211,7 +219,9 @@ void on_step_done(self_ptr self, step_done& done) {
   st.in_flight = nullptr;
   for (gpu::sequence* s : plan.sequences) {
     auto it = st.requests.find(s->id);
-    if (it == st.requests.end() || s->finished()) continue;
+    if (it == st.requests.end()) continue;
+    if (!it->second.first_token_ns && s->n_generated() > 0) it->second.first_token_ns = now_ns(self);
+    if (s->finished() || !st.config.stream_tokens) continue;
     for (; int32_t(it->second.tokens_sent) < s->n_generated(); ++it->second.tokens_sent)
       self->send(it->second.client,
                  token_event{s->id, s->tokens[size_t(s->n_prompt) + it->second.tokens_sent]});
@@ -229,7 +239,7 @@ gpu::batcher_options batch_options(self_ptr self) {
   o.on_shortage = [self](const gpu::sequence& seq, uint32_t short_by) {
     auto& st = self->state;
     if (st.loan_pending) return gpu::shortage_action::wait;
-    if (st.loans_refused || !others_have_free(st)) return gpu::shortage_action::preempt;
+    if (!st.config.lending || st.loans_refused || !others_have_free(st)) return gpu::shortage_action::preempt;
     st.loan_pending = true;
     self->send(st.config.rmanager, need_blocks{seq.id, std::max(short_by, st.config.min_loan_blocks)});
     return gpu::shortage_action::wait;

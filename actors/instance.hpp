@@ -25,6 +25,8 @@ struct instance_config {
   uint32_t max_waiting = 1024;   ///< queued requests beyond this are refused
   uint32_t min_loan_blocks = 8;  ///< a loan asks for at least this many blocks
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
+  bool stream_tokens = true;  ///< false (the simulator): only the end of a request is reported, with its times
+  bool lending = true;        ///< false (static-multi): admit against the local pool, never borrow
 };
 
 /// Spawns an instance (on the scheduler: its handlers never block).

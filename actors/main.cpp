@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
                        fmt::format("illm 0.1.0 (backends: {})", fmt::join(illm::gpu::compiled_backends(), ", ")));
   illm::cli::add_generate_command(app);
   illm::cli::add_serve_command(app);
+  illm::cli::add_profile_command(app);
   illm::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);

@@ -248,6 +248,9 @@ struct request_finished {
   std::string error;
   int32_t preemptions = 0;
   std::vector<request_placement_entry> placement;  ///< where its blocks were at its last step
+  int32_t generated = 0;       ///< tokens generated
+  int64_t first_token_ns = 0;  ///< the instance's clock (virtual in the simulator) at the first token; 0: none
+  int64_t finished_ns = 0;     ///< ... and at the end
 };
 
 /// -> request actor or instance: stop generating req_id.
@@ -411,7 +414,8 @@ typename Inspector::result_type inspect(Inspector& f, token_event& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_finished& x) {
-  return f(caf::meta::type_name("request_finished"), x.req_id, x.reason, x.error, x.preemptions, x.placement);
+  return f(caf::meta::type_name("request_finished"), x.req_id, x.reason, x.error, x.preemptions, x.placement,
+           x.generated, x.first_token_ns, x.finished_ns);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cancel_request& x) {

@@ -18,6 +18,12 @@ void add_bench_command(CLI::App& app);
 /// `illm serve`: the embedded cluster behind the OpenAI-compatible HTTP API.
 void add_serve_command(CLI::App& app);
 
+/// `illm profile`: the performance model measured on a backend, or checked (--validate).
+void add_profile_command(CLI::App& app);
+
+/// `illm sim`: the cluster simulator.
+void add_sim_command(CLI::App& app);
+
 /// Prints `message` to stderr as an error and throws CLI::RuntimeError(code).
 [[noreturn]] void fail(const std::string& message, int code = 1);
 

@@ -45,6 +45,13 @@ double step_time(const profile& p, double beta, double kv_tokens, double sampled
   return p.step_overhead_s + sampled * p.sampled_row_s + p.n_layers * layer_time(p, beta, kv_tokens);
 }
 
+double mixed_step_time(const profile& p, double beta, double decode_kv_tokens, double prefill_pairs,
+                       double sampled) {
+  const double pairs_s = p.prefill_pairs_per_s > 0 ? prefill_pairs / p.prefill_pairs_per_s
+                                                   : prefill_pairs / p.attention_tokens_per_s;
+  return step_time(p, beta, decode_kv_tokens, sampled) + p.n_layers * pairs_s;
+}
+
 double instance_tps(const profile& p, double beta, double kv_tokens) {
   if (beta <= 0) return 0.0;
   return beta / step_time(p, beta, kv_tokens, beta);
@@ -65,6 +72,7 @@ std::string to_json(const profile& p) {
                         {"gpus", p.gpus},
                         {"dense_seconds_per_layer", dense},
                         {"attention_tokens_per_s", p.attention_tokens_per_s},
+                        {"prefill_pairs_per_s", p.prefill_pairs_per_s},
                         {"step_overhead_s", p.step_overhead_s},
                         {"sampled_row_s", p.sampled_row_s},
                         {"kv_bytes_per_token", p.kv_bytes_per_token},
@@ -87,6 +95,7 @@ gpu::result<profile> profile_from_json(const std::string& text) {
     for (const auto& point : j.at("dense_seconds_per_layer"))
       p.dense_s.emplace_back(point.at("tokens").get<double>(), point.at("seconds").get<double>());
     p.attention_tokens_per_s = j.at("attention_tokens_per_s").get<double>();
+    p.prefill_pairs_per_s = j.value("prefill_pairs_per_s", 0.0);
     p.step_overhead_s = j.value("step_overhead_s", 0.0);
     p.sampled_row_s = j.value("sampled_row_s", 0.0);
     p.kv_bytes_per_token = j.value("kv_bytes_per_token", uint64_t(0));
@@ -163,6 +172,8 @@ profile make_profile(const gpu_spec& g, const gpu::model_config& c, std::string_
   // Attention splits by heads over the instance's GPUs.
   p.attention_tokens_per_s =
       g.hbm_bytes_per_s * attention_efficiency * gpus_per_instance / kv_bytes_per_layer_token;
+  // QK and PV: 4 flops per head dimension and pair, over every query head.
+  p.prefill_pairs_per_s = g.flops * compute_efficiency * gpus_per_instance / (4.0 * c.dim);
   p.sampled_row_s = 2.0 * c.vocab_size * c.dim / (g.flops * compute_efficiency * gpus_per_instance);
   p.step_overhead_s = 2.0 * c.vocab_size * c.dim / (g.hbm_bytes_per_s * memory_efficiency) + scheduling_s;
   p.kv_bytes_per_token = uint64_t(kv_bytes_per_layer_token * c.n_layers);

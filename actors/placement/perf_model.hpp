@@ -6,6 +6,9 @@
 // throughput is β / (L · T) tokens per second; the cluster's is the sum over instances.
 //
 // A profile holds the measured (illm profile) or modelled (a GPU's roofline) numbers behind f and g.
+// Prefill chunks add the causal attention of their own queries: many queries share each key, so it
+// costs per (query, key) pair at the rate h rather than per key read; a step's attention is
+// S_decode / g + P_prefill / h.
 
 #include <cstdint>
 #include <string>
@@ -27,6 +30,7 @@ struct profile {
   /// points, and along the last segment's slope beyond them.
   std::vector<std::pair<double, double>> dense_s;
   double attention_tokens_per_s = 0;  ///< g: KV tokens one layer's attention reads per second
+  double prefill_pairs_per_s = 0;     ///< h: (query, key) pairs of prefill attention per second, per layer
   double step_overhead_s = 0;         ///< per step, outside the layers
   double sampled_row_s = 0;           ///< per sampled token (classifier, sampling)
   uint64_t kv_bytes_per_token = 0;    ///< all layers
@@ -43,8 +47,11 @@ double layer_time(const profile& p, double beta, double kv_tokens);
 double debtor_layer_time(const profile& p, double beta, double kv_tokens, double lent_tokens);
 /// T(β, S) + K/g: a creditor attending K more tokens for others.
 double creditor_layer_time(const profile& p, double beta, double kv_tokens, double hosted_tokens);
-/// A whole step: L · T(β, S) plus the per-step and per-sample costs.
+/// A whole step: L · T(β, S) plus the per-step and per-sample costs (decode attention only).
 double step_time(const profile& p, double beta, double kv_tokens, double sampled);
+/// A whole step of a mixed batch: β tokens, S KV tokens read by decode queries, P (query, key) pairs of
+/// prefill attention, and the sampled rows.
+double mixed_step_time(const profile& p, double beta, double decode_kv_tokens, double prefill_pairs, double sampled);
 /// β / (L · T): the decode tokens per second of an instance.
 double instance_tps(const profile& p, double beta, double kv_tokens);
 /// Σ instance_tps over (β, S) per instance.

@@ -51,7 +51,7 @@ struct cuda_options {
   bool check_pointers = false;
 };
 
-/// The cuda backend.
+/// The cuda backend. One thread at a time calls it (its launch table and scratch are per backend).
 class cuda_backend final : public backend {
  public:
   /// Opens `options.device`; unsupported when this process has no usable GPU (the reason says why).

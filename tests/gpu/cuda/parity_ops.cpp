@@ -384,6 +384,12 @@ ILLM_CASE("attention", "sixteen rows take the decode kernel, seventeen the prefi
   }
 }
 
+ILLM_CASE("attention", "head_dim 256 with f32 KV: more than 48 KiB of shared memory per block") {
+  run_attention_case({dtype::f32, 256, 8, 1, 2, {300, 47}, 2, 6.0f, 109});  // decode, 16 rows
+  run_attention_case({dtype::f32, 256, 2, 2, 1, {300}, 40, 1.0f, 110});     // prefill
+  run_attention_case({dtype::bf16, 256, 4, 1, 1, {77}, 4, 1.0f, 111});
+}
+
 ILLM_CASE("attention", "long contexts split into block ranges and combine") {
   const int context = test::emulated() ? 5000 : 100000;
   run_attention_case({dtype::f16, 128, 4, 2, 1, {context}, 1, 1.0f, 105});

@@ -1,0 +1,118 @@
+// `illm profile`: measures the performance model on a real backend, or checks a profile against
+// mixed batches it was not fitted on.
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "actors/cli/commands.hpp"
+#include "actors/placement/profiler.hpp"
+#include "gpu/backend_registry.hpp"
+
+namespace illm::cli {
+
+namespace {
+
+struct profile_flags {
+  std::string model = "stories15M";
+  std::string backend = "cpu";
+  int threads = 0;
+  std::string out = "profile.json";
+  std::string profile;  // with --validate: the profile to check (default: measure one first)
+  bool validate = false;
+  bool json = false;
+  int repeats = 5;
+};
+
+void print_profile(const actors::placement::profile& p) {
+  fmt::print("{}: {} layers, attention g = {:.3g} KV tokens/s per layer, sampled row {:.3g} ms\n", p.name, p.n_layers,
+             p.attention_tokens_per_s, p.sampled_row_s * 1e3);
+  fmt::print("  non-attention time per layer (and throughput f):\n");
+  for (const auto& [tokens, seconds] : p.dense_s)
+    fmt::print("  {:>6} tokens  {:>9.4f} ms  {:>10.0f} tokens/s\n", tokens, seconds * 1e3, tokens / seconds);
+}
+
+void run_profile(const profile_flags& f) {
+  auto model = gpu::load_model(f.model);
+  if (!model.is_ok()) fail(model.error().message());
+  auto device = gpu::make_backend(f.backend, f.threads);
+  if (!device.is_ok()) fail(device.error().message());
+  actors::placement::profiler_options options;
+  options.repeats = f.repeats;
+  actors::placement::profile p;
+  if (f.validate && !f.profile.empty()) {
+    std::ifstream in(f.profile);
+    if (!in) fail("cannot read " + f.profile);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto loaded = actors::placement::profile_from_json(text.str());
+    if (!loaded.is_ok()) fail(f.profile + ": " + loaded.error().message());
+    p = loaded.value();
+  } else {
+    auto measured = actors::placement::measure_profile(model.value(), *device.value(), options);
+    if (!measured.is_ok()) fail(measured.error().message());
+    p = measured.value();
+    if (!f.validate) {
+      std::ofstream out(f.out);
+      if (!out) fail("cannot write " + f.out);
+      out << actors::placement::to_json(p) << "\n";
+      if (f.json) {
+        std::cout << actors::placement::to_json(p) << "\n";
+      } else {
+        print_profile(p);
+        fmt::print("written to {}\n", f.out);
+      }
+      return;
+    }
+  }
+  auto points = actors::placement::validate_profile(p, model.value(), *device.value(), options);
+  if (!points.is_ok()) fail(points.error().message());
+  std::vector<double> errors;
+  for (const auto& v : points.value()) errors.push_back(std::abs(v.error()));
+  std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
+  const double median = errors[errors.size() / 2];
+  if (f.json) {
+    nlohmann::json j = {{"profile", p.name}, {"median_abs_error", median}};
+    for (const auto& v : points.value())
+      j["batches"].push_back({{"decode_sequences", v.decode_sequences},
+                              {"prefill_tokens", v.prefill_tokens},
+                              {"kv_tokens", v.kv_tokens},
+                              {"predicted_s", v.predicted_s},
+                              {"measured_s", v.measured_s},
+                              {"error", v.error()}});
+    std::cout << j.dump() << "\n";
+    return;
+  }
+  fmt::print("validation of {} on {} held-back mixed batches:\n", p.name, points->size());
+  fmt::print("{:>8} {:>8} {:>10} {:>12} {:>12} {:>8}\n", "decodes", "prefill", "KV tokens", "predicted ms",
+             "measured ms", "error");
+  for (const auto& v : points.value())
+    fmt::print("{:>8} {:>8} {:>10.0f} {:>12.3f} {:>12.3f} {:>7.1f}%\n", v.decode_sequences, v.prefill_tokens,
+               v.kv_tokens, v.predicted_s * 1e3, v.measured_s * 1e3, v.error() * 100);
+  fmt::print("median |error|: {:.1f}%\n", median * 100);
+}
+
+}  // namespace
+
+void add_profile_command(CLI::App& app) {
+  auto flags = std::make_shared<profile_flags>();
+  CLI::App* cmd = app.add_subcommand("profile", "Measure the performance model on a backend (or --validate one)");
+  cmd->add_option("--model", flags->model, "Model to run")->capture_default_str();
+  cmd->add_option("--backend", flags->backend, "Backend to measure")->capture_default_str();
+  cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--out", flags->out, "Where the profile is written")->capture_default_str();
+  cmd->add_flag("--validate", flags->validate, "Compare predicted and measured times on held-back mixed batches");
+  cmd->add_option("--profile", flags->profile, "With --validate: the profile to check (default: measure one)");
+  cmd->add_option("--repeats", flags->repeats, "Runs per point (the median is kept)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  cmd->add_flag("--json", flags->json, "Print JSON");
+  cmd->callback([flags] { run_profile(*flags); });
+}
+
+}  // namespace illm::cli

@@ -1,0 +1,44 @@
+#pragma once
+// `illm profile`: measures the performance model's numbers on a real backend (plain C++, no CAF) and
+// checks them on mixed batches that were not used to fit them. Steps run through the real engine on
+// blocks of a real pool; times are medians of repeated runs.
+//   g:        one decode query at growing contexts (the slope of time over KV tokens read);
+//   h:        a prefill chunk at growing positions (the slope over (query, key) pairs);
+//   dense(n): prefill chunks of n tokens at position 0 (no sampling), less their attention, per layer;
+//   sampled:  decode rows that sample against the same rows that do not (classifier and sampling).
+
+#include <string>
+#include <vector>
+
+#include "actors/placement/perf_model.hpp"
+#include "gpu/backend.hpp"
+#include "gpu/model_files.hpp"
+
+namespace illm::actors::placement {
+
+/// How to measure.
+struct profiler_options {
+  int repeats = 5;        ///< runs per point (the median is kept)
+  int validation_batches = 24;
+  uint64_t seed = 1;
+};
+
+/// One batch: what the model predicts and what was measured.
+struct validation_point {
+  int decode_sequences = 0;
+  int prefill_tokens = 0;
+  double kv_tokens = 0;      ///< KV tokens read by decode queries (and once by the prefill chunk)
+  double prefill_pairs = 0;  ///< (query, key) pairs of the prefill chunk
+  double predicted_s = 0, measured_s = 0;
+  double error() const { return measured_s > 0 ? (predicted_s - measured_s) / measured_s : 0; }
+};
+
+/// Measures a profile of `model` on `device`.
+gpu::result<profile> measure_profile(const gpu::loaded_model& model, gpu::backend& device,
+                                     const profiler_options& options);
+
+/// Runs random mixed batches (decodes at random contexts and a prefill chunk) and compares.
+gpu::result<std::vector<validation_point>> validate_profile(const profile& p, const gpu::loaded_model& model,
+                                                            gpu::backend& device, const profiler_options& options);
+
+}  // namespace illm::actors::placement
