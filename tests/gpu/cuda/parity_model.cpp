@@ -133,7 +133,7 @@ ILLM_CASE("model", "continuous batching on the device gives each sequence its id
   auto pool = gpu::kv_pool::create(test::device(), eng->pool_layout(), 64).value();
   gpu::kv_pools view{{&pool}, 0};
   gpu::spread_block_source source({&pool}, 1);
-  gpu::batcher runner(*eng, source, {64, 8});
+  gpu::batcher runner(*eng, source, {64, 8, {}});
   std::vector<std::shared_ptr<gpu::sequence>> seqs;
   for (int i = 0; i < 4; ++i) {
     auto s = std::make_shared<gpu::sequence>();

@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   }
   auto made = gpu::cuda::cuda_backend::create({0, true});
   if (!made.is_ok()) {
-    std::printf("skipped: no CUDA device (%s)\n", made.error().message().c_str());
+    std::printf("skipped: %s\n", made.error().message().c_str());  // "no CUDA device: <why>"
     return 77;
   }
   const gpu::cuda::device_info info = made.value()->info();
