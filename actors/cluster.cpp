@@ -142,7 +142,6 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
 
     instance_config icfg;
     icfg.id = n->id;
-    icfg.engine = n->engine;
     icfg.pool = n->pool;
     icfg.worker = n->worker;
     icfg.rmanager = n->rmanager;

@@ -1,6 +1,8 @@
 #include "actors/gmanager.hpp"
 
+#include <algorithm>
 #include <map>
+#include <string>
 
 namespace illm::actors {
 
@@ -22,6 +24,8 @@ struct member {
 struct gmanager_state {
   gmanager_config config;
   std::map<instance_id, member> members;
+  /// Rooms of long requests: (owner, request) -> per holder, the blocks and the holder's heartbeat then.
+  std::map<std::pair<instance_id, request_id>, std::map<instance_id, std::pair<uint32_t, uint64_t>>> rooms;
   std::map<move_id, std::pair<instance_id, caf::actor_clock::time_point>> ordered;  // orders not yet reported
   uint64_t epoch = 0;
   uint64_t next_move = 1;
@@ -36,14 +40,67 @@ bool alive(self_ptr self, const member& m) {
   return self->clock().now() - m.last_heard <= self->state.config.heartbeat_timeout;
 }
 
+/// Blocks granted to rooms on `holder` that its heartbeats may not show yet (the holder takes them out
+/// of its pool when the owner asks, after the grant: two heartbeats later its free count has them).
+uint32_t reserved_on(const gmanager_state& st, instance_id holder) {
+  auto m = st.members.find(holder);
+  if (m == st.members.end()) return 0;
+  uint32_t n = 0;
+  for (const auto& [key, holders] : st.rooms)
+    if (auto h = holders.find(holder); h != holders.end() && m->second.last_seq <= h->second.second + 1)
+      n += h->second.first;
+  return n;
+}
+
+/// A member's spare blocks less those kept for rooms.
+uint32_t unreserved_free(const gmanager_state& st, instance_id id, const member& m) {
+  return m.stats.free_blocks - std::min(m.stats.free_blocks, reserved_on(st, id));
+}
+
 cluster_view view_of(self_ptr self) {
+  const auto& st = self->state;
   cluster_view v;
-  v.epoch = self->state.epoch;
-  for (const auto& [id, m] : self->state.members)
+  v.epoch = st.epoch;
+  for (const auto& [id, m] : st.members)
     if (alive(self, m))
-      v.instances.push_back({id, m.stats.total_blocks, m.stats.free_blocks, m.draining || m.stats.draining, m.rmanager,
-                             m.instance});
+      v.instances.push_back({id, m.stats.total_blocks, unreserved_free(st, id, m), m.draining || m.stats.draining,
+                             m.rmanager, m.instance});
   return v;
+}
+
+/// Keeps blocks for a long request on the members with the most unreserved spare blocks, or none at all.
+room_answer reserve(self_ptr self, const reserve_room& r) {
+  auto& st = self->state;
+  room_answer a{r.req_id, false, {}, {}};
+  if (st.rooms.count({r.owner, r.req_id})) {  // a repeated ask: the same room
+    a.granted = true;
+    for (const auto& [holder, kept] : st.rooms[{r.owner, r.req_id}]) a.holders.push_back({holder, kept.first});
+    return a;
+  }
+  std::vector<std::pair<uint32_t, instance_id>> spare;
+  uint64_t total = 0;
+  for (const auto& [id, m] : st.members)
+    if (id != r.owner && alive(self, m) && !m.draining && !m.stats.draining)
+      if (const uint32_t free = unreserved_free(st, id, m); free > 0) {
+        spare.push_back({free, id});
+        total += free;
+      }
+  if (total < r.num_blocks) {
+    a.reason = "the cluster has " + std::to_string(total) + " spare blocks now";
+    return a;
+  }
+  std::sort(spare.rbegin(), spare.rend());
+  auto& room = st.rooms[{r.owner, r.req_id}];
+  for (uint32_t left = r.num_blocks; const auto& [free, id] : spare) {
+    if (left == 0) break;
+    const uint32_t take = std::min(free, left);
+    room[id] = {take, st.members[id].last_seq};
+    a.holders.push_back({id, take});
+    left -= take;
+  }
+  a.granted = true;
+  ++st.epoch;
+  return a;
 }
 
 void update_membership_metrics(self_ptr self) {
@@ -68,6 +125,7 @@ void run_policy(self_ptr self) {
     if (alive(self, m)) {
       placement::instance_snapshot s{id, m.stats, m.placement};
       s.stats.draining = s.stats.draining || m.draining;
+      s.stats.free_blocks = unreserved_free(st, id, m);
       snapshot.push_back(std::move(s));
     }
   // One order at a time per source: the next waits for the report of the last (or for it to be lost).
@@ -111,6 +169,14 @@ cluster_view on_heartbeat(self_ptr self, heartbeat& hb) {
   return view_of(self);
 }
 
+/// A member left: its rooms go, and it keeps no blocks for others' rooms any more.
+void forget_rooms_of(gmanager_state& st, instance_id id) {
+  for (auto it = st.rooms.begin(); it != st.rooms.end();) {
+    it->second.erase(id);
+    it = it->first.first == id ? st.rooms.erase(it) : std::next(it);
+  }
+}
+
 }  // namespace
 
 caf::behavior gmanager_behavior(self_ptr self, gmanager_config config) {
@@ -119,6 +185,7 @@ caf::behavior gmanager_behavior(self_ptr self, gmanager_config config) {
     auto& members = self->state.members;
     for (auto it = members.begin(); it != members.end(); ++it)
       if (it->second.rmanager.address() == down.source) {
+        forget_rooms_of(self->state, it->first);
         members.erase(it);
         ++self->state.epoch;
         break;
@@ -138,7 +205,12 @@ caf::behavior gmanager_behavior(self_ptr self, gmanager_config config) {
         ++self->state.epoch;
       },
       [=](const leave_cluster& l) {
+        forget_rooms_of(self->state, l.inst_id);
         if (self->state.members.erase(l.inst_id)) ++self->state.epoch;
+      },
+      [=](const reserve_room& r) { return reserve(self, r); },
+      [=](const release_room& r) {
+        if (self->state.rooms.erase({r.owner, r.req_id})) ++self->state.epoch;
       },
       [=](view_atom) { return view_of(self); },
   };

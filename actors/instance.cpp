@@ -69,6 +69,10 @@ struct instance_state {
   bool have_view = false;
   bool loan_pending = false;
   bool loans_refused = false;  // until the next view: the last loan found no room
+  request_id room_asked = 0;    // a long request whose room the gManager is asked for
+  request_id room_granted = 0;  // ... and has granted: it starts at the next admission
+  std::set<request_id> with_room;  // running requests with a room: their loans go there
+  bool rooms_refused = false;   // until the next view
   static inline const char* name = "instance";
 };
 
@@ -87,6 +91,31 @@ std::vector<request_placement_entry> placement_of(const gpu::sequence& seq, inst
 /// Blocks a request needs for its prompt and all its tokens.
 uint32_t blocks_needed(size_t prompt, int32_t max_tokens) { return gpu::blocks_for_tokens(int64_t(prompt) + max_tokens); }
 
+/// Blocks a request with a room keeps here: its newest blocks, two prefill chunks (or half the pool when
+/// chunks are that large). The rest of it lives in its room.
+uint32_t working_set(const instance_state& st) {
+  return std::min(2 * gpu::blocks_for_tokens(st.config.max_batch_tokens), st.config.pool->total_blocks() / 2);
+}
+
+/// Blocks the running sequences will still take here, beyond those they hold: all they will grow, or for
+/// a request with a room, what its working set lacks.
+uint32_t promised_blocks(const instance_state& st) {
+  uint32_t promised = 0;
+  for (const auto& s : st.batcher->active()) {
+    const int64_t grows = int64_t(blocks_needed(s->tokens.size(), s->max_new_tokens - s->n_generated())) -
+                          int64_t(s->table.size());
+    if (grows <= 0) continue;
+    if (!st.with_room.count(s->id)) {
+      promised += uint32_t(grows);
+      continue;
+    }
+    const auto local = std::count_if(s->table.begin(), s->table.end(),
+                                     [&](const gpu::block_ref& b) { return b.pool == st.config.id; });
+    promised += uint32_t(std::min<int64_t>(grows, std::max<int64_t>(0, int64_t(working_set(st)) - local)));
+  }
+  return promised;
+}
+
 void publish_placement(self_ptr self) {
   auto& st = self->state;
   placement_update update;
@@ -95,6 +124,7 @@ void publish_placement(self_ptr self) {
   update.batch_size = uint32_t(st.batcher->active().size());
   update.waiting = uint32_t(st.waiting.size());
   for (const auto& r : st.waiting) update.waiting_blocks += blocks_needed(r.prompt.size(), r.max_tokens);
+  update.promised_blocks = promised_blocks(st);
   if (auto* m = st.config.metrics.get()) {
     const metrics::label_values instance{std::to_string(st.config.id)};
     m->requests_running.with(instance).set(update.batch_size);
@@ -123,6 +153,7 @@ void notify_finished(self_ptr self) {
                request_finished{seq->id, gpu::to_string(seq->finish), seq->error, seq->preemptions,
                                 it->second.placement, seq->n_generated(), it->second.first_token_ns, now_ns(self)});
     self->send(st.config.rmanager, request_released{seq->id});
+    st.with_room.erase(seq->id);
     for (auto m = st.moving.begin(); m != st.moving.end();) m = m->first == seq->id ? st.moving.erase(m) : std::next(m);
     st.requests.erase(it);
   }
@@ -132,46 +163,107 @@ void refuse(self_ptr self, const generate_request& r, std::string why) {
   self->send(r.client, request_finished{r.id, "error", std::move(why), 0, {}});
 }
 
-/// Moves waiting requests into the batch while the cluster has room for them.
+/// Asks the rManager to lend `blocks` of this instance's KV to others (the request with the most movable
+/// blocks goes first), unless a loan is pending or the last one found no room.
+bool ask_loan(self_ptr self, request_id req, uint32_t blocks) {
+  auto& st = self->state;
+  if (st.loan_pending) return true;
+  // A request with a room borrows from its holders; others from whoever has spare blocks.
+  const bool has_room = st.with_room.count(req) > 0;
+  if (!st.config.lending || st.loans_refused || (!has_room && !others_have_free(st))) return false;
+  st.loan_pending = true;
+  self->send(st.config.rmanager, need_blocks{req, std::max(blocks, st.config.min_loan_blocks)});
+  return true;
+}
+
+/// Blocks a request needs in all, and the cluster's or (without lending) the pool's capacity.
+uint32_t capacity_for(const instance_state& st) {
+  if (!st.have_view || !st.config.lending) return st.config.pool->total_blocks();
+  uint32_t capacity = 0;
+  for (const auto& i : st.view.instances) capacity += i.total_blocks;
+  return capacity;
+}
+
+/// Asks for room elsewhere for a request longer than the pool (once; again after a refusal and a view).
+void ask_room(self_ptr self, request_id req, uint32_t blocks) {
+  auto& st = self->state;
+  if (st.room_asked || st.rooms_refused) return;
+  st.room_asked = req;
+  self->send(st.config.rmanager, reserve_room{st.config.id, req, blocks});
+}
+
+enum class verdict { admit, wait, refuse };
+
+/// Whether the request at the head of the queue starts now. Without lending it needs room for all its
+/// tokens in this pool (blocks free, not promised to running requests); when it does not fit but others
+/// have room, a loan moves blocks of running requests out, and it starts once they have. A request longer
+/// than the pool needs a room: blocks the gManager keeps for it elsewhere, where its blocks move as it
+/// grows. Refused: without lending, a request longer than the pool; with it, one longer than the cluster
+/// (as a view newer than the request shows: members may have joined).
+verdict judge(self_ptr self, uint32_t need, uint32_t promised) {
+  auto& st = self->state;
+  const generate_request& r = st.waiting.front();
+  const uint32_t capacity = capacity_for(st);
+  if (need > capacity) return !st.config.lending || st.views_received > st.waiting_since.front() ? verdict::refuse
+                                                                                                  : verdict::wait;
+  const uint32_t available = st.config.pool->free_blocks(), fits_here = available - std::min(available, promised);
+  if (need <= fits_here) return verdict::admit;
+  if (st.config.lending && need > st.config.pool->total_blocks()) {
+    // It keeps its working set here and the rest in a room, where its full blocks go as it grows.
+    if (fits_here < working_set(st)) return verdict::wait;
+    if (st.room_granted == r.id) return verdict::admit;
+    ask_room(self, r.id, need - working_set(st));
+    return verdict::wait;
+  }
+  // Make room by lending running requests' blocks, unless the pool is a long request's (or nothing runs:
+  // then it waits for blocks held for others to go).
+  if (!st.batcher->idle() && st.with_room.empty()) ask_loan(self, 0, need - fits_here);
+  return verdict::wait;
+}
+
+/// Puts the request at the head of the queue into the batch.
+void start_first_waiting(self_ptr self) {
+  auto& st = self->state;
+  const generate_request& r = st.waiting.front();
+  auto seq = std::make_shared<gpu::sequence>();
+  seq->id = r.id;
+  seq->tokens = r.prompt;
+  seq->n_prompt = int(r.prompt.size());
+  seq->sampling = {r.temperature, r.top_p};
+  seq->rng = r.seed;
+  seq->max_new_tokens = r.max_tokens;
+  seq->ignore_eos = r.ignore_eos;
+  st.requests[r.id] = {r.client, seq, 0, {}};
+  st.batcher->add(seq);
+  if (st.room_granted == r.id) {
+    st.room_granted = 0;
+    st.with_room.insert(r.id);
+  }
+  st.waiting.pop_front();
+  st.waiting_since.pop_front();
+}
+
+/// Moves waiting requests into the batch, first come first served, while judge() lets them.
 void admit(self_ptr self) {
   auto& st = self->state;
-  uint32_t capacity = st.config.pool->total_blocks(), available = st.config.pool->free_blocks();
-  if (st.have_view && st.config.lending) {
-    capacity = 0;
-    for (const auto& i : st.view.instances) capacity += i.total_blocks;
-    available = st.view.free_blocks();
-  }
-  uint32_t promised = 0;  // blocks the running sequences will still take
-  for (const auto& s : st.batcher->active())
-    promised += std::max<int64_t>(0, int64_t(blocks_needed(s->tokens.size(), s->max_new_tokens - s->n_generated())) -
-                                         int64_t(s->table.size()));
+  uint32_t promised = promised_blocks(st);
+  bool admitted = false;
   while (!st.waiting.empty() && int(st.batcher->active().size()) < st.config.max_batch_seqs) {
     const generate_request& r = st.waiting.front();
     const uint32_t need = blocks_needed(r.prompt.size(), r.max_tokens);
-    // Too big for the whole cluster, as a view newer than the request shows (members may have joined);
-    // without lending, too big for this instance.
-    if (need > capacity && (!st.config.lending || st.views_received > st.waiting_since.front())) {
-      refuse(self, r, fmt::format("the request needs {} KV blocks; the cluster has {}", need, capacity));
+    const verdict v = judge(self, need, promised);
+    if (v == verdict::wait) break;
+    if (v == verdict::refuse) {
+      refuse(self, r, fmt::format("the request needs {} KV blocks; the cluster has {}", need, capacity_for(st)));
       st.waiting.pop_front();
       st.waiting_since.pop_front();
       continue;
     }
-    if (need > capacity) break;
-    if (need + promised > available && !st.batcher->idle()) break;  // first come first served: wait
-    auto seq = std::make_shared<gpu::sequence>();
-    seq->id = r.id;
-    seq->tokens = r.prompt;
-    seq->n_prompt = int(r.prompt.size());
-    seq->sampling = {r.temperature, r.top_p};
-    seq->rng = r.seed;
-    seq->max_new_tokens = r.max_tokens;
-    seq->ignore_eos = r.ignore_eos;
-    st.requests[r.id] = {r.client, seq, 0, {}};
-    st.batcher->add(seq);
-    promised += need;
-    st.waiting.pop_front();
-    st.waiting_since.pop_front();
+    start_first_waiting(self);
+    promised = promised_blocks(st);
+    admitted = true;
   }
+  if (admitted) publish_placement(self);  // the rManager lends only blocks not promised: tell it at once
 }
 
 void on_step_done(self_ptr self, step_done& done);
@@ -220,7 +312,10 @@ void on_step_done(self_ptr self, step_done& done) {
   for (gpu::sequence* s : plan.sequences) {
     auto it = st.requests.find(s->id);
     if (it == st.requests.end()) continue;
-    if (!it->second.first_token_ns && s->n_generated() > 0) it->second.first_token_ns = now_ns(self);
+    if (!it->second.first_token_ns && s->n_generated() > 0) {
+      it->second.first_token_ns = now_ns(self);
+      if (!st.config.stream_tokens) self->send(it->second.client, token_event{s->id, s->tokens[size_t(s->n_prompt)]});
+    }
     if (s->finished() || !st.config.stream_tokens) continue;
     for (; int32_t(it->second.tokens_sent) < s->n_generated(); ++it->second.tokens_sent)
       self->send(it->second.client,
@@ -232,17 +327,27 @@ void on_step_done(self_ptr self, step_done& done) {
   maybe_step(self);
 }
 
+/// Whether a sequence has a room or blocks on other instances.
+bool spread(const instance_state& st, const gpu::sequence& seq) {
+  return st.with_room.count(seq.id) ||
+         std::any_of(seq.table.begin(), seq.table.end(), [&](const gpu::block_ref& b) { return b.pool != st.config.id; });
+}
+
 gpu::batcher_options batch_options(self_ptr self) {
   gpu::batcher_options o;
   o.max_batch_tokens = self->state.config.max_batch_tokens;
   o.max_batch_seqs = self->state.config.max_batch_seqs;
   o.on_shortage = [self](const gpu::sequence& seq, uint32_t short_by) {
     auto& st = self->state;
-    if (st.loan_pending) return gpu::shortage_action::wait;
-    if (!st.config.lending || st.loans_refused || !others_have_free(st)) return gpu::shortage_action::preempt;
-    st.loan_pending = true;
-    self->send(st.config.rmanager, need_blocks{seq.id, std::max(short_by, st.config.min_loan_blocks)});
-    return gpu::shortage_action::wait;
+    if (ask_loan(self, seq.id, short_by)) return gpu::shortage_action::wait;
+    // No loan now: the batcher would recompute the newest other sequence holding blocks. With lending,
+    // wait instead when there is none, or when it is spread over other instances (recomputing it would
+    // throw away KV that took loans to build): blocks come back as requests end.
+    if (!st.config.lending) return gpu::shortage_action::preempt;
+    auto victim = std::find_if(st.batcher->active().rbegin(), st.batcher->active().rend(),
+                               [&](const auto& s) { return s.get() != &seq && !s->finished() && !s->table.empty(); });
+    if (victim == st.batcher->active().rend() || spread(st, **victim)) return gpu::shortage_action::wait;
+    return gpu::shortage_action::preempt;
   };
   return o;
 }
@@ -260,8 +365,10 @@ block_pick pick(self_ptr self, const pick_blocks& ask) {
   if (auto it = st.requests.find(ask.req_id); it != st.requests.end() && !it->second.seq->finished() &&
                                               !candidates(*it->second.seq).empty())
     chosen = it->second.seq.get();
-  for (const auto& s : st.batcher->active())  // else the request with the most movable blocks
-    if (!chosen || (!s->finished() && candidates(*s).size() > candidates(*chosen).size())) chosen = s.get();
+  for (const auto& s : st.batcher->active()) {  // else the request with the most movable blocks
+    if (ask.only_this || (chosen && chosen->id == ask.req_id)) break;
+    if (!s->finished() && (!chosen || candidates(*s).size() > candidates(*chosen).size())) chosen = s.get();
+  }
   block_pick out{ask.id, chosen ? chosen->id : ask.req_id, {}, {}};
   if (!chosen) return out;
   for (uint32_t i : candidates(*chosen)) {
@@ -308,7 +415,7 @@ caf::behavior instance_behavior(self_ptr self, instance_config config) {
   auto& st = self->state;
   st.config = std::move(config);
   st.blocks = std::make_unique<local_blocks>(st.config.pool, st.config.id);
-  st.batcher = std::make_unique<gpu::batcher>(*st.config.engine, *st.blocks, batch_options(self));
+  st.batcher = std::make_unique<gpu::batcher>(*st.blocks, batch_options(self));
   return {
       [=](generate_request& r) {
         auto& st = self->state;
@@ -338,6 +445,17 @@ caf::behavior instance_behavior(self_ptr self, instance_config config) {
         st.have_view = true;
         ++st.views_received;
         st.loans_refused = false;
+        st.rooms_refused = false;
+        maybe_step(self);
+      },
+      [=](const room_answer& a) {
+        auto& st = self->state;
+        if (a.req_id != st.room_asked) return;
+        st.room_asked = 0;
+        if (a.granted)
+          st.room_granted = a.req_id;
+        else
+          st.rooms_refused = true;
         maybe_step(self);
       },
       [=](const loan_result& r) {

@@ -16,16 +16,15 @@ namespace illm::actors {
 /// What an instance needs.
 struct instance_config {
   instance_id id = 0;
-  std::shared_ptr<gpu::engine> engine;  ///< its limits size the batches; the worker runs it
   std::shared_ptr<gpu::kv_pool> pool;
   caf::actor worker;
   caf::actor rmanager;
-  int max_batch_tokens = 512;
+  int max_batch_tokens = 512;  ///< at most the worker's engine limits
   int max_batch_seqs = 64;
   uint32_t max_waiting = 1024;   ///< queued requests beyond this are refused
   uint32_t min_loan_blocks = 8;  ///< a loan asks for at least this many blocks
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
-  bool stream_tokens = true;  ///< false (the simulator): only the end of a request is reported, with its times
+  bool stream_tokens = true;  ///< false (the simulator): only the first token and the end are sent
   bool lending = true;        ///< false (static-multi): admit against the local pool, never borrow
 };
 

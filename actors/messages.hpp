@@ -110,7 +110,7 @@ struct move_report {
 struct instance_view {
   instance_id inst_id = 0;
   uint32_t total_blocks = 0;
-  uint32_t free_blocks = 0;
+  uint32_t free_blocks = 0;  ///< spare: free, not promised to its requests nor about to be kept for a room
   bool draining = false;
   caf::actor rmanager;
   caf::actor instance;
@@ -138,6 +138,37 @@ struct join_cluster {
 /// -> gManager: stop lending to inst_id and stop routing requests to it.
 struct drain_instance {
   instance_id inst_id = 0;
+};
+
+/// instance -> rManager -> gManager: keep num_blocks spare blocks on other instances for a request longer
+/// than this instance can hold (a room), so that it can start; its blocks move there as it grows.
+struct reserve_room {
+  instance_id owner = 0;
+  request_id req_id = 0;
+  uint32_t num_blocks = 0;
+};
+
+/// gManager -> rManager -> instance: the room, as blocks to keep per holder, or why there is none now. The
+/// owner's rManager has each holder keep them (keep_blocks) before the instance hears that it may start.
+struct room_answer {
+  request_id req_id = 0;
+  bool granted = false;
+  std::string reason;
+  std::vector<std::pair<instance_id, uint32_t>> holders;
+};
+
+/// owner's rManager -> a holder's rManager: take num_blocks out of the pool for (owner, req) until its blocks
+/// move in (they fill these first) or it ends (release_blocks). Answer: the blocks kept, all or none.
+struct keep_blocks {
+  instance_id owner = 0;
+  request_id req_id = 0;
+  uint32_t num_blocks = 0;
+};
+
+/// rManager -> gManager: the request ended; its room (what is left of it) is free again.
+struct release_room {
+  instance_id owner = 0;
+  request_id req_id = 0;
 };
 
 /// rManager -> gManager: inst_id leaves the cluster.
@@ -169,6 +200,7 @@ struct pick_blocks {
   move_id id = 0;
   request_id req_id = 0;
   uint32_t max_blocks = 0;
+  bool only_this = false;  ///< blocks of req_id or none (else, when it has none, the request with the most)
 };
 
 /// instance -> rManager: the blocks chosen (oldest first), now marked as moving.
@@ -206,6 +238,7 @@ struct placement_update {
   uint32_t batch_size = 0;
   uint32_t waiting = 0;
   uint32_t waiting_blocks = 0;
+  uint32_t promised_blocks = 0;  ///< blocks the running requests will still take (free, but spoken for)
 };
 
 /// The data plane's completion of a move's copy, turned into a message for the rManager.
@@ -372,6 +405,22 @@ typename Inspector::result_type inspect(Inspector& f, incoming_attend& x) {
   return f(caf::meta::type_name("incoming_attend"), x.from, x.payload);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reserve_room& x) {
+  return f(caf::meta::type_name("reserve_room"), x.owner, x.req_id, x.num_blocks);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_answer& x) {
+  return f(caf::meta::type_name("room_answer"), x.req_id, x.granted, x.reason, x.holders);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, keep_blocks& x) {
+  return f(caf::meta::type_name("keep_blocks"), x.owner, x.req_id, x.num_blocks);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, release_room& x) {
+  return f(caf::meta::type_name("release_room"), x.owner, x.req_id);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, need_blocks& x) {
   return f(caf::meta::type_name("need_blocks"), x.req_id, x.num_blocks);
 }
@@ -381,7 +430,7 @@ typename Inspector::result_type inspect(Inspector& f, loan_result& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, pick_blocks& x) {
-  return f(caf::meta::type_name("pick_blocks"), x.id, x.req_id, x.max_blocks);
+  return f(caf::meta::type_name("pick_blocks"), x.id, x.req_id, x.max_blocks, x.only_this);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, block_pick& x) {
@@ -401,7 +450,8 @@ typename Inspector::result_type inspect(Inspector& f, request_released& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, placement_update& x) {
-  return f(caf::meta::type_name("placement_update"), x.placement, x.batch_size, x.waiting, x.waiting_blocks);
+  return f(caf::meta::type_name("placement_update"), x.placement, x.batch_size, x.waiting, x.waiting_blocks,
+           x.promised_blocks);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_request& x) {

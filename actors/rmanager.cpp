@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -42,15 +44,22 @@ struct rmanager_state {
   std::map<move_id, outgoing_move> outgoing;
   std::map<move_id, incoming_move> incoming;
   std::map<request_id, std::map<instance_id, uint32_t>> lent;  // this instance's requests' blocks elsewhere
+  std::map<request_id, std::map<instance_id, uint32_t>> rooms;  // blocks others keep for our long requests
+  std::map<std::pair<instance_id, request_id>, std::vector<uint32_t>> kept;  // blocks we keep for others' rooms
   bool loan_in_flight = false;
   bool draining = false;
   uint64_t next_move = 1;
   static inline const char* name = "rmanager";
 
+  /// Free blocks not spoken for by this instance's running requests: what others may have.
+  uint32_t spare_blocks() const {
+    return config.pool->free_blocks() - std::min(config.pool->free_blocks(), placement.promised_blocks);
+  }
+
   instance_stats stats() const {
     instance_stats s;
     s.total_blocks = config.pool->total_blocks();
-    s.free_blocks = config.pool->free_blocks();
+    s.free_blocks = spare_blocks();
     s.hosted_blocks = config.hosted->count();
     for (const auto& [req, holders] : lent)
       for (const auto& [inst, n] : holders) s.borrowed_blocks += n;
@@ -100,6 +109,9 @@ void finish_move(self_ptr self, move_id id, bool ok, std::string reason) {
   }
   if (st.config.events) st.config.events->record(report);
   if (st.config.gmanager) self->send(st.config.gmanager, report);
+  if (auto room = st.rooms.find(report.req_id); ok && room != st.rooms.end())
+    if (auto held = room->second.find(move.dst); held != room->second.end())
+      held->second -= std::min(held->second, report.blocks);
   if (move.self_initiated) {
     st.loan_in_flight = false;
     self->send(st.instance, loan_result{ok, report.reason});
@@ -218,29 +230,177 @@ void start_move(self_ptr self, move_id id, request_id req, uint32_t num_blocks, 
     return finish_move(self, id, false, fmt::format("instance {} is not a destination", dst));
   st.outgoing[id].dst_rmanager = target->rmanager;
   if (auto* m = st.config.metrics.get()) m->moves_started.with({std::to_string(st.config.id)}).add();
-  self->request(st.instance, caf::infinite, pick_blocks{id, req, num_blocks})
+  // The gManager's orders and loans into a room move that request's blocks; other loans any request's.
+  const bool only_this = !loan || st.rooms.count(req) > 0;
+  self->request(st.instance, caf::infinite, pick_blocks{id, req, num_blocks, only_this})
       .then([=](block_pick& pick) { reserve(self, id, std::move(pick)); },
             [=](const caf::error& err) { finish_move(self, id, false, "instance did not pick blocks"); });
 }
 
-/// The instance is short of blocks: lend to the instance with the most free blocks in the latest view.
+/// Blocks of req on this instance, by the latest placement (the last one may not be full yet).
+uint32_t local_blocks_of(const rmanager_state& st, request_id req) {
+  uint32_t n = 0;
+  for (const auto& e : st.placement.placement)
+    if (e.req_id == req && e.local) n += e.num_blocks;
+  return n;
+}
+
+/// A loan: whose blocks move, where, and how many at most.
+struct loan_plan {
+  request_id req = 0;
+  instance_id dst = 0;
+  uint32_t max_blocks = 0;
+};
+
+/// The holder of req's room with the most blocks still kept, if any is alive.
+std::optional<loan_plan> room_plan(const rmanager_state& st, request_id req) {
+  auto room = st.rooms.find(req);
+  if (room == st.rooms.end()) return std::nullopt;
+  std::optional<loan_plan> best;
+  for (const auto& [holder, kept] : room->second)
+    if (kept > 0 && find_instance(st.view, holder) && (!best || kept > best->max_blocks)) best = {req, holder, kept};
+  return best;
+}
+
+/// Where a loan for a short request goes. Requests with a room lend into it: the short one if it has
+/// full blocks here, else the one with the most blocks here (its blocks leave, the short one takes their
+/// place). Otherwise any request's blocks go to the instance with the most spare blocks in the latest view.
+std::optional<loan_plan> plan_loan(const rmanager_state& st, request_id short_req) {
+  if (local_blocks_of(st, short_req) > 1)
+    if (auto plan = room_plan(st, short_req)) return plan;
+  std::optional<loan_plan> best;
+  uint32_t best_local = 1;
+  for (const auto& [req, holders] : st.rooms)
+    if (const uint32_t local = local_blocks_of(st, req); local > best_local)
+      if (auto plan = room_plan(st, req)) {
+        best = plan;
+        best_local = local;
+      }
+  if (best) return best;
+  const instance_view* sparest = nullptr;
+  for (const instance_view& i : st.view.instances)
+    if (i.inst_id != st.config.id && !i.draining && i.free_blocks > 0 &&
+        (!sparest || i.free_blocks > sparest->free_blocks))
+      sparest = &i;
+  if (!sparest) return std::nullopt;
+  return loan_plan{st.rooms.count(short_req) ? 0 : short_req, sparest->inst_id, sparest->free_blocks};
+}
+
+/// The instance is short of blocks: lend some of them to a room's holder or the sparest instance.
 void start_loan(self_ptr self, const need_blocks& need) {
   auto& st = self->state;
   if (st.loan_in_flight) return;  // the pending loan answers
-  const instance_view* best = nullptr;
-  for (const instance_view& i : st.view.instances)
-    if (i.inst_id != st.config.id && !i.draining && i.free_blocks > 0 && (!best || i.free_blocks > best->free_blocks))
-      best = &i;
-  if (!best) {
+  const auto plan = plan_loan(st, need.req_id);
+  if (!plan) {
     self->send(st.instance, loan_result{false, "no instance has a free block"});
     return;
   }
   st.loan_in_flight = true;
   const move_id id = (uint64_t(st.config.id) + 1) << 40 | st.next_move++;
-  start_move(self, id, need.req_id, std::min(need.num_blocks, best->free_blocks), best->inst_id, true);
+  start_move(self, id, plan->req, std::min(need.num_blocks, plan->max_blocks), plan->dst, true);
+}
+
+void release_everywhere(self_ptr self, request_id req);
+
+/// Has every holder of a granted room keep its blocks; the instance hears granted only when all did
+/// (else what was kept is released and the room given up).
+void keep_room(self_ptr self, room_answer a) {
+  struct tally {
+    room_answer answer;
+    size_t pending = 0;
+    bool all_kept = true;
+  };
+  auto t = std::make_shared<tally>(tally{std::move(a), 0, true});
+  t->pending = t->answer.holders.size();
+  auto done = [=] {
+    auto& st = self->state;
+    st.rooms[t->answer.req_id] = {t->answer.holders.begin(), t->answer.holders.end()};
+    if (!t->all_kept) {
+      release_everywhere(self, t->answer.req_id);
+      t->answer = {t->answer.req_id, false, "a holder could not keep the blocks", {}};
+    }
+    self->send(st.instance, std::move(t->answer));
+  };
+  for (const auto& [holder, n] : t->answer.holders) {
+    const instance_view* v = find_instance(self->state.view, holder);
+    if (!v || !v->rmanager) {
+      t->all_kept = false;
+      if (--t->pending == 0) done();
+      continue;
+    }
+    self->request(v->rmanager, self->state.config.answer_timeout,
+                  keep_blocks{self->state.config.id, t->answer.req_id, n})
+        .then([=](uint32_t kept) { t->all_kept = t->all_kept && kept == n; if (--t->pending == 0) done(); },
+              [=](const caf::error&) { t->all_kept = false; if (--t->pending == 0) done(); });
+  }
+  if (t->answer.holders.empty()) done();
+}
+
+/// Asks the gManager for room elsewhere for a long request; the instance hears the answer.
+void ask_room(self_ptr self, const reserve_room& r) {
+  auto& st = self->state;
+  if (!st.config.gmanager) {
+    self->send(st.instance, room_answer{r.req_id, false, "no gManager", {}});
+    return;
+  }
+  self->request(st.config.gmanager, st.config.answer_timeout, r)
+      .then(
+          [=](room_answer& a) {
+            if (a.granted) return keep_room(self, std::move(a));
+            self->send(self->state.instance, std::move(a));
+          },
+          [=](const caf::error& err) {
+            self->send(self->state.instance, room_answer{r.req_id, false, "no answer: " + self->system().render(err), {}});
+          });
 }
 
 // ---- the destination side ---------------------------------------------------------------------------------
+
+/// Up to n blocks kept for (owner, req)'s room; none when it has no room here.
+std::vector<uint32_t> take_kept(rmanager_state& st, instance_id owner, request_id req, uint32_t n) {
+  auto it = st.kept.find({owner, req});
+  if (it == st.kept.end()) return {};
+  const size_t take = std::min<size_t>(n, it->second.size());
+  std::vector<uint32_t> out(it->second.end() - take, it->second.end());
+  it->second.resize(it->second.size() - take);
+  if (it->second.empty()) st.kept.erase(it);
+  return out;
+}
+
+/// A holder's side of a room: take the blocks out of the pool now, all or none.
+uint32_t keep(self_ptr self, const keep_blocks& k) {
+  auto& st = self->state;
+  if (st.draining || k.num_blocks == 0 || k.num_blocks > st.spare_blocks()) return 0;
+  auto blocks = st.config.pool->allocate_many({k.req_id, k.owner}, k.num_blocks);
+  if (!blocks.is_ok()) return 0;
+  auto& kept = st.kept[{k.owner, k.req_id}];
+  kept.insert(kept.end(), blocks.value().begin(), blocks.value().end());
+  return k.num_blocks;
+}
+
+/// The blocks for a try_move, all or none: those kept for the request's room first, the rest from the
+/// spare blocks (free and not promised to running requests). Empty, with `reason` set, when refused.
+std::vector<uint32_t> reserve_blocks(rmanager_state& st, const try_move_kvcache& ask, std::string& reason) {
+  auto blocks = take_kept(st, ask.src_inst, ask.req_id, ask.num_blocks);
+  const uint32_t rest = ask.num_blocks - uint32_t(blocks.size());
+  if (rest == 0) return blocks;
+  std::optional<std::vector<uint32_t>> more;
+  if (rest <= st.spare_blocks()) {
+    if (auto fresh = st.config.pool->allocate_many({ask.req_id, ask.src_inst}, rest); fresh.is_ok())
+      more = std::move(fresh).value();
+  }
+  if (!more) {
+    if (!blocks.empty()) {
+      auto& kept = st.kept[{ask.src_inst, ask.req_id}];
+      kept.insert(kept.end(), blocks.begin(), blocks.end());
+    }
+    reason = fmt::format("{} blocks asked, {} free ({} more held for running requests)", ask.num_blocks,
+                         st.spare_blocks() + blocks.size(), st.config.pool->free_blocks() - st.spare_blocks());
+    return {};
+  }
+  blocks.insert(blocks.end(), more->begin(), more->end());
+  return blocks;
+}
 
 move_reservation grant(self_ptr self, const try_move_kvcache& ask) {
   auto& st = self->state;
@@ -255,15 +415,13 @@ move_reservation grant(self_ptr self, const try_move_kvcache& ask) {
     r.reason = "draining";
   } else if (ask.num_blocks == 0) {
     r.reason = "no block asked";
-  } else if (auto blocks = st.config.pool->allocate_many({ask.req_id, ask.src_inst}, ask.num_blocks); blocks.is_ok()) {
+  } else if (auto blocks = reserve_blocks(st, ask, r.reason); !blocks.empty()) {
     r.granted = true;
-    r.blocks = blocks.value();
+    r.blocks = std::move(blocks);
     st.incoming[ask.id] = {ask.req_id, ask.src_inst, r.blocks, incoming_move::state::reserved};
     self->delayed_send(self, st.config.lease, lease_check_atom::value, ask.id);
-  } else {
-    r.reason = fmt::format("{} blocks asked, {} free", ask.num_blocks, st.config.pool->free_blocks());
   }
-  r.free_blocks = st.config.pool->free_blocks();
+  r.free_blocks = st.spare_blocks();
   if (r.granted) {
     r.region_address = st.config.region.address;
     r.region_bytes = st.config.region.bytes;
@@ -301,6 +459,10 @@ commit_result accept_commit(self_ptr self, const commit_move& c) {
 /// Frees every block kept for req (owner's request ended).
 void release_hosted(self_ptr self, const release_blocks& r) {
   auto& st = self->state;
+  if (auto it = st.kept.find({r.owner, r.req_id}); it != st.kept.end()) {
+    for (uint32_t b : it->second) (void)st.config.pool->release(b);
+    st.kept.erase(it);
+  }
   for (uint32_t b : st.config.hosted->remove_request(r.owner, r.req_id))  // empty for a duplicate
     (void)st.config.pool->release(b);
   for (auto& [id, move] : st.incoming)
@@ -311,12 +473,19 @@ void release_hosted(self_ptr self, const release_blocks& r) {
 /// This instance's request ended: free its blocks elsewhere and stop its moves.
 void release_everywhere(self_ptr self, request_id req) {
   auto& st = self->state;
+  std::set<instance_id> holders;
   if (auto it = st.lent.find(req); it != st.lent.end()) {
-    for (const auto& [holder, n] : it->second)
-      if (const instance_view* v = find_instance(st.view, holder); v && v->rmanager)
-        self->send(v->rmanager, release_blocks{req, st.config.id});
+    for (const auto& [holder, n] : it->second) holders.insert(holder);
     st.lent.erase(it);
   }
+  if (auto it = st.rooms.find(req); it != st.rooms.end()) {
+    for (const auto& [holder, n] : it->second) holders.insert(holder);
+    st.rooms.erase(it);
+    if (st.config.gmanager) self->send(st.config.gmanager, release_room{st.config.id, req});
+  }
+  for (instance_id holder : holders)
+    if (const instance_view* v = find_instance(st.view, holder); v && v->rmanager)
+      self->send(v->rmanager, release_blocks{req, st.config.id});
   for (auto& [id, move] : st.outgoing)
     if (move.req == req || move.picked.req_id == req) move.cancelled = true;
 }
@@ -365,6 +534,11 @@ caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
       [=](heartbeat_tick_atom) { send_heartbeat(self); },
       [=](const move_kvcache& m) { start_move(self, m.id, m.req_id, m.num_blocks, m.dst_inst, false); },
       [=](const need_blocks& n) { start_loan(self, n); },
+      [=](const keep_blocks& k) { return keep(self, k); },
+      [=](reserve_room& r) {
+        r.owner = self->state.config.id;
+        ask_room(self, r);
+      },
       [=](const transfer_done& d) { on_transfer(self, d); },
       [=](const try_move_kvcache& t) { return grant(self, t); },
       [=](const commit_move& c) { return accept_commit(self, c); },

@@ -19,10 +19,12 @@ const char* to_string(finish_reason r) {
 }
 
 batcher::batcher(engine& e, block_source& blocks, batcher_options options)
-    : engine_(e), blocks_(blocks), options_(std::move(options)) {
+    : engine_(&e), blocks_(blocks), options_(std::move(options)) {
   options_.max_batch_tokens = std::min(options_.max_batch_tokens, e.options().max_batch_tokens);
   options_.max_batch_seqs = std::min(options_.max_batch_seqs, e.options().max_batch_seqs);
 }
+
+batcher::batcher(block_source& blocks, batcher_options options) : blocks_(blocks), options_(std::move(options)) {}
 
 void batcher::add(std::shared_ptr<sequence> seq) { active_.push_back(std::move(seq)); }
 
@@ -169,9 +171,10 @@ void batcher::complete(step_plan& plan) {
 }
 
 status batcher::step(const kv_pools& pools, attention_router* router) {
+  if (!engine_) return status(status_code::invalid_argument, "batcher: step() needs an engine");
   step_plan next;
   ILLM_RETURN_IF_ERROR(plan(next));
-  if (!next.empty()) ILLM_RETURN_IF_ERROR(execute(engine_, next, pools, router));
+  if (!next.empty()) ILLM_RETURN_IF_ERROR(execute(*engine_, next, pools, router));
   complete(next);
   return status::ok();
 }

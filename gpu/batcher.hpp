@@ -66,7 +66,7 @@ struct batcher_options {
   int max_batch_tokens = 512;  ///< token budget per step
   int max_batch_seqs = 256;    ///< sequences per step
   /// Asked when `seq` is `blocks_short` blocks short; default: preempt.
-  std::function<shortage_action(const sequence& seq, uint32_t blocks_short)> on_shortage;
+  std::function<shortage_action(const sequence& seq, uint32_t blocks_short)> on_shortage = nullptr;
 };
 
 /// One planned step: engine entries and, parallel to them, the sequences and their sampling state.
@@ -84,7 +84,11 @@ struct step_plan {
 /// Runs sequences to completion on an engine, one step at a time.
 class batcher {
  public:
+  /// A batcher whose steps run on `e` (its limits cap the options'); step() runs them there.
   batcher(engine& e, block_source& blocks, batcher_options options);
+  /// A batcher that only plans and completes: whoever owns the plans runs them (an instance's worker,
+  /// or the simulator's model of one); step() is an error.
+  batcher(block_source& blocks, batcher_options options);
 
   /// Queues a sequence; it runs from the next step on.
   void add(std::shared_ptr<sequence> seq);
@@ -124,7 +128,7 @@ class batcher {
   void preempt(sequence& seq);
   void retire();
 
-  engine& engine_;
+  engine* engine_ = nullptr;  // where step() runs plans; none for plan-only batchers
   block_source& blocks_;
   batcher_options options_;
   std::deque<std::shared_ptr<sequence>> active_;  // admission order: oldest first
