@@ -45,11 +45,15 @@ double step_time(const profile& p, double beta, double kv_tokens, double sampled
   return p.step_overhead_s + sampled * p.sampled_row_s + p.n_layers * layer_time(p, beta, kv_tokens);
 }
 
-double mixed_step_time(const profile& p, double beta, double decode_kv_tokens, double prefill_pairs,
-                       double sampled) {
+double attention_time(const profile& p, double decode_kv_tokens, double prefill_pairs) {
   const double pairs_s = p.prefill_pairs_per_s > 0 ? prefill_pairs / p.prefill_pairs_per_s
                                                    : prefill_pairs / p.attention_tokens_per_s;
-  return step_time(p, beta, decode_kv_tokens, sampled) + p.n_layers * pairs_s;
+  return p.n_layers * (std::max(0.0, decode_kv_tokens) / p.attention_tokens_per_s + pairs_s);
+}
+
+double mixed_step_time(const profile& p, double beta, double decode_kv_tokens, double prefill_pairs,
+                       double sampled) {
+  return step_time(p, beta, 0, sampled) + attention_time(p, decode_kv_tokens, prefill_pairs);
 }
 
 double instance_tps(const profile& p, double beta, double kv_tokens) {

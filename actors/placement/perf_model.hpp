@@ -52,6 +52,9 @@ double step_time(const profile& p, double beta, double kv_tokens, double sampled
 /// A whole step of a mixed batch: β tokens, S KV tokens read by decode queries, P (query, key) pairs of
 /// prefill attention, and the sampled rows.
 double mixed_step_time(const profile& p, double beta, double decode_kv_tokens, double prefill_pairs, double sampled);
+/// The attention part of a step, all layers: S decode KV tokens and P prefill (query, key) pairs. What a
+/// holder of blocks spends on a request whose blocks it keeps.
+double attention_time(const profile& p, double decode_kv_tokens, double prefill_pairs);
 /// β / (L · T): the decode tokens per second of an instance.
 double instance_tps(const profile& p, double beta, double kv_tokens);
 /// Σ instance_tps over (β, S) per instance.

@@ -1,0 +1,194 @@
+// `illm sim`: the cluster simulator over a trace, policies side by side, and a sweep of arrival rates
+// giving each policy's highest rate within a latency SLO (the paper's Fig. 10), as CSV and a PNG plot.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "actors/cli/commands.hpp"
+#include "actors/sim/simulation.hpp"
+
+namespace illm::cli {
+
+namespace {
+
+struct sim_flags {
+  std::string trace;
+  std::string policies = "infinite,static-multi";
+  actors::sim::sim_options options;
+  std::string profile_file;
+  std::string router = "least-requests";
+  bool json = false;
+  bool sweep = false;
+  double slo_s = 0.05;  ///< median e2e latency per output token
+  size_t sweep_limit = 2000;
+  std::string sweep_out = "illm-sim-sweep";
+};
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream s(text);
+  for (std::string item; std::getline(s, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+nlohmann::json report_json(const actors::sim::sim_report& r) {
+  auto pct = [](const actors::sim::percentiles& p) { return nlohmann::json{{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}}; };
+  return {{"throughput_tok_s", r.throughput_tok_s},
+          {"requests", r.requests},
+          {"completed", r.completed},
+          {"refused", r.refused},
+          {"failed", r.failed},
+          {"output_tokens", r.output_tokens},
+          {"makespan_s", r.makespan_s},
+          {"ttft_s", pct(r.ttft_s)},
+          {"tpot_s", pct(r.tpot_s)},
+          {"median_normalized_latency_s", r.median_normalized_latency_s},
+          {"instances", r.instances},
+          {"kv_tokens_per_instance", r.kv_tokens_per_instance},
+          {"profile", r.profile_name},
+          {"moves", r.moves},
+          {"moves_failed", r.moves_failed},
+          {"preemptions", r.preemptions},
+          {"batch_tokens", r.batch_tokens},
+          {"mean_step_tokens", r.mean_step_tokens},
+          {"mean_step_sampled", r.mean_step_sampled},
+          {"busy_fraction", r.busy_fraction},
+          {"wall_s", r.wall_s}};
+}
+
+void print_report(const actors::sim::sim_report& r) {
+  fmt::print("{:<14} {:>12.1f} tok/s  {:>6} done {:>5} refused {:>4} failed  makespan {:>9.1f} s  "
+             "TTFT p50/p99 {:.2f}/{:.2f} s  TPOT p50/p99 {:.1f}/{:.1f} ms  moves {}  preempted {}  "
+             "step {:.0f} tokens / {:.0f} sampled  busy {:.0f}%  ({:.1f} s wall)\n",
+             r.policy, r.throughput_tok_s, r.completed, r.refused, r.failed, r.makespan_s, r.ttft_s.p50, r.ttft_s.p99,
+             r.tpot_s.p50 * 1e3, r.tpot_s.p99 * 1e3, r.moves, r.preemptions, r.mean_step_tokens, r.mean_step_sampled,
+             r.busy_fraction * 100, r.wall_s);
+}
+
+/// Per policy: the highest offered request rate whose median normalized latency stays under the SLO.
+void run_sweep(const sim_flags& f, const std::vector<actors::frontend::trace_row>& trace,
+               const std::vector<std::string>& policies) {
+  const std::string csv = f.sweep_out + ".csv", png = f.sweep_out + ".png";
+  std::ofstream out(csv);
+  if (!out) fail("cannot write " + csv);
+  out << "policy,rate_scale,request_rate,median_normalized_latency_s,throughput_tok_s\n";
+  for (const auto& policy : policies) {
+    double best_rate = 0;
+    for (double scale = 0.25; scale <= 256; scale *= 2) {
+      actors::sim::sim_options o = f.options;
+      o.policy = policy;
+      o.rate_scale = scale;
+      o.limit = f.sweep_limit;
+      auto r = actors::sim::simulate(trace, o);
+      if (!r.is_ok()) fail(r.error().message());
+      out << fmt::format("{},{},{:.4f},{:.6f},{:.1f}\n", policy, scale, r->request_rate, r->median_normalized_latency_s,
+                         r->throughput_tok_s);
+      if (r->median_normalized_latency_s < f.slo_s) best_rate = std::max(best_rate, r->request_rate);
+      if (r->median_normalized_latency_s > 10 * f.slo_s) break;  // far past the knee
+    }
+    fmt::print("{:<14} highest rate within the SLO ({} s per token, median): {:.2f} requests/s\n", policy, f.slo_s,
+               best_rate);
+  }
+  out.close();
+  std::string script = fmt::format(
+      "set terminal png size 900,600; set output '{}'; set datafile separator ',';"
+      "set xlabel 'request rate (req/s)'; set ylabel 'median latency per output token (s)'; set logscale xy;"
+      "set key top left; set title 'Latency against load ({} instances, {} / {})'; plot ",
+      png, f.options.instances, f.options.gpu, f.options.model);
+  for (size_t i = 0; i < policies.size(); ++i)
+    script += fmt::format("{}'< grep ^{}, {}' using 3:4 with linespoints title '{}'", i ? ", " : "", policies[i], csv,
+                          policies[i]);
+  script += fmt::format(", {} title 'SLO' with lines dashtype 2", f.slo_s);
+  const int rc = std::system(fmt::format("gnuplot -e \"{}\" 2>/dev/null", script).c_str());
+  fmt::print("sweep: {}{}\n", csv, rc == 0 ? ", " + png : " (no plot: gnuplot failed or is not installed)");
+}
+
+void run_sim(const sim_flags& f) {
+  auto trace = actors::frontend::read_trace(f.trace);
+  if (!trace.is_ok()) fail(trace.error().message());
+  sim_flags flags = f;
+  if (!f.profile_file.empty()) {
+    std::ifstream in(f.profile_file);
+    if (!in) fail("cannot read " + f.profile_file);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto p = actors::placement::profile_from_json(text.str());
+    if (!p.is_ok()) fail(f.profile_file + ": " + p.error().message());
+    flags.options.profile = p.value();
+  }
+  const auto routers = actors::sim::routing_names();
+  const auto router = std::find(routers.begin(), routers.end(), f.router);
+  if (router == routers.end()) fail("unknown --router '" + f.router + "'", 2);
+  flags.options.router = actors::sim::routing(router - routers.begin());
+  const auto policies = split(f.policies);
+  if (policies.empty()) fail("--policy needs at least one policy", 2);
+  nlohmann::json j;
+  j["settings"] = {{"trace", f.trace},
+                   {"requests", f.options.limit ? std::min(f.options.limit, trace->size()) : trace->size()},
+                   {"instances", f.options.instances},
+                   {"gpu", f.options.gpu},
+                   {"model", f.options.model},
+                   {"router", f.router},
+                   {"max_unstarted", f.options.max_unstarted},
+                   {"rate_scale", f.options.rate_scale > 0 ? nlohmann::json(f.options.rate_scale) : nlohmann::json("saturating")},
+                   {"max_batch_tokens", f.options.max_batch_tokens},
+                   {"max_batch_seqs", f.options.max_batch_seqs}};
+  if (!f.json)
+    fmt::print("illm sim: {} ({} requests), {} x {} {}, arrivals {}, batches <= {} tokens / {} sequences\n", f.trace,
+               j["settings"]["requests"].get<size_t>(), f.options.instances, f.options.gpu, f.options.model,
+               f.options.rate_scale > 0 ? fmt::format("x{}", f.options.rate_scale) : "all at once",
+               f.options.max_batch_tokens, f.options.max_batch_seqs);
+  for (const auto& policy : policies) {
+    actors::sim::sim_options o = flags.options;
+    o.policy = policy;
+    auto r = actors::sim::simulate(trace.value(), o);
+    if (!r.is_ok()) fail(r.error().message());
+    j["results"][policy] = report_json(r.value());
+    if (!f.json) print_report(r.value());
+  }
+  if (f.json) std::cout << j.dump() << "\n";
+  if (f.sweep) run_sweep(flags, trace.value(), policies);
+}
+
+}  // namespace
+
+void add_sim_command(CLI::App& app) {
+  auto f = std::make_shared<sim_flags>();
+  CLI::App* cmd = app.add_subcommand("sim", "Simulate a cluster on a trace with placement policies side by side");
+  cmd->add_option("--trace", f->trace, "Trace CSV: arrival_s,input_tokens,output_tokens")->required();
+  cmd->add_option("--instances", f->options.instances, "Instances (GPUs, or GPU groups for big models)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--gpu", f->options.gpu, "a100-80g, h100 or h200")->capture_default_str();
+  cmd->add_option("--model", f->options.model, "llama2-7b, llama2-13b, llama2-70b or llama3-8b")->capture_default_str();
+  cmd->add_option("--policy", f->policies, "Comma-separated: infinite, passive, static-multi, static-single")
+      ->capture_default_str();
+  cmd->add_option("--rate-scale", f->options.rate_scale, "Arrivals this many times faster (default: all at once)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--limit", f->options.limit, "The first N requests of the trace");
+  cmd->add_option("--router", f->router, "least-requests, least-prompt-tokens, least-tokens (knows outputs) or round-robin")
+      ->capture_default_str();
+  cmd->add_option("--max-unstarted", f->options.max_unstarted,
+                  "Requests an instance may hold that have not started; the front end queues the rest (0: none held)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-batch-tokens", f->options.max_batch_tokens, "Tokens per step")->capture_default_str();
+  cmd->add_option("--max-batch-seqs", f->options.max_batch_seqs, "Sequences per step")->capture_default_str();
+  cmd->add_option("--profile", f->profile_file, "A measured profile (illm profile) instead of the GPU's roofline");
+  cmd->add_flag("--json", f->json, "Print one JSON object (results keyed by policy)");
+  cmd->add_flag("--sweep", f->sweep, "Sweep arrival rates; CSV and PNG of latency against load");
+  cmd->add_option("--slo", f->slo_s, "Sweep SLO: median e2e latency per output token, seconds")->capture_default_str();
+  cmd->add_option("--sweep-limit", f->sweep_limit, "Requests per sweep point")->capture_default_str();
+  cmd->add_option("--sweep-out", f->sweep_out, "Sweep output prefix (.csv, .png)")->capture_default_str();
+  cmd->callback([f] { run_sim(*f); });
+}
+
+}  // namespace illm::cli

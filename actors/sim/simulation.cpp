@@ -1,0 +1,342 @@
+#include "actors/sim/simulation.hpp"
+
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "actors/event_log.hpp"
+#include "actors/gmanager.hpp"
+#include "actors/hosted_blocks.hpp"
+#include "actors/instance.hpp"
+#include "actors/rmanager.hpp"
+#include "actors/sim/sim_worker.hpp"
+#include "gpu/model_config.hpp"
+#include "gpu/sim/sim_backend.hpp"
+#include "transport/sim/sim_plane.hpp"
+
+namespace illm::actors::sim {
+
+std::vector<std::string> policy_names() { return {"infinite", "passive", "static-multi", "static-single"}; }
+std::vector<std::string> routing_names() { return {"least-requests", "least-prompt-tokens", "least-tokens", "round-robin"}; }
+
+namespace {
+
+using clock_type = caf::actor_clock;
+
+/// One request as the driver tracks it.
+struct tracked {
+  double arrival_s = 0;
+  int input = 0, output = 0;
+  size_t instance = 0;
+  bool started = false;  // its first token came
+  bool done = false;
+  request_finished end;
+};
+
+/// What the driver records; the simulation reads it after the run (one thread: the test coordinator's).
+struct driver_record {
+  std::vector<tracked> requests;
+  clock_type::time_point start;
+  size_t finished = 0;
+};
+
+struct driver_state {
+  std::shared_ptr<driver_record> record;
+  std::vector<caf::actor> instances;
+  routing router = routing::least_requests;
+  int max_unstarted = 0;
+  std::vector<uint64_t> load;  // per instance, unfinished: requests, prompt tokens or all tokens (the routing's)
+  std::vector<int> unstarted;  // per instance, requests sent that have not started
+  std::deque<size_t> held;     // arrived, not sent yet
+  size_t next = 0;             // round robin
+  static inline const char* name = "sim_driver";
+};
+
+using arrive_atom = caf::atom_constant<caf::atom("arrive")>;
+
+/// What a request adds to its instance's load under a routing.
+uint64_t load_of(routing r, const tracked& t) {
+  switch (r) {
+    case routing::least_prompt_tokens: return uint64_t(t.input);
+    case routing::least_tokens: return uint64_t(t.input + t.output);
+    default: return 1;
+  }
+}
+
+/// The instance for the next request, among those that may take one now; none: instances.size().
+size_t route(driver_state& st) {
+  const size_t n = st.instances.size();
+  auto open = [&](size_t i) { return st.max_unstarted == 0 || st.unstarted[i] < st.max_unstarted; };
+  if (st.router == routing::round_robin) {
+    for (size_t k = 0; k < n; ++k, ++st.next)
+      if (open(st.next % n)) return st.next++ % n;
+    return n;
+  }
+  size_t best = n;
+  for (size_t i = 0; i < n; ++i)
+    if (open(i) && (best == n || st.load[i] < st.load[best])) best = i;
+  return best;
+}
+
+/// Sends held requests, oldest first, while an instance may take one.
+void dispatch(caf::stateful_actor<driver_state>* self) {
+  auto& st = self->state;
+  while (!st.held.empty()) {
+    const size_t target = route(st);
+    if (target == st.instances.size()) return;
+    const size_t i = st.held.front();
+    st.held.pop_front();
+    tracked& t = st.record->requests[i];
+    t.instance = target;
+    st.load[target] += load_of(st.router, t);
+    ++st.unstarted[target];
+    std::vector<int32_t> prompt(size_t(t.input), 3);
+    prompt[0] = 1;  // BOS
+    self->send(st.instances[target], generate_request{i + 1, std::move(prompt), t.output, 0.0f, 1.0f, 0, true,
+                                                      caf::actor_cast<caf::actor>(self)});
+  }
+}
+
+/// The request has started, or ended before it did: its instance may take another.
+void mark_started(caf::stateful_actor<driver_state>* self, tracked& t) {
+  if (t.started) return;
+  t.started = true;
+  --self->state.unstarted[t.instance];
+  dispatch(self);
+}
+
+/// The trace's client: sends each request at its arrival time to the instance the routing picks, and
+/// keeps what comes back.
+caf::behavior driver(caf::stateful_actor<driver_state>* self, std::shared_ptr<driver_record> record,
+                     std::vector<caf::actor> instances, routing router, int max_unstarted) {
+  auto& st = self->state;
+  st.record = std::move(record);
+  st.instances = std::move(instances);
+  st.router = router;
+  st.max_unstarted = max_unstarted;
+  st.load.assign(st.instances.size(), 0);
+  st.unstarted.assign(st.instances.size(), 0);
+  st.record->start = self->clock().now();
+  for (size_t i = 0; i < st.record->requests.size(); ++i)
+    self->delayed_send(self,
+                       std::chrono::duration_cast<caf::timespan>(
+                           std::chrono::duration<double>(st.record->requests[i].arrival_s)),
+                       arrive_atom::value, uint64_t(i));
+  auto find = [=](request_id id) -> tracked* {
+    auto& requests = self->state.record->requests;
+    return id == 0 || id > requests.size() ? nullptr : &requests[id - 1];
+  };
+  return {
+      [=](arrive_atom, uint64_t i) {
+        self->state.held.push_back(size_t(i));
+        dispatch(self);
+      },
+      [=](const request_finished& f) {
+        auto& st = self->state;
+        tracked* t = find(f.req_id);
+        if (!t || t->done) return;
+        t->done = true;
+        t->end = f;
+        st.load[t->instance] -= load_of(st.router, *t);
+        ++st.record->finished;
+        mark_started(self, *t);
+      },
+      [=](const token_event& e) {
+        if (tracked* t = find(e.req_id)) mark_started(self, *t);
+      },
+  };
+}
+
+/// The roofline (or given) profile, and the instance count, of a policy.
+gpu::result<std::pair<placement::profile, int>> profile_for(const sim_options& o) {
+  if (o.profile) return std::pair{*o.profile, o.policy == "static-single" ? 1 : o.instances};
+  auto one = placement::roofline_profile(o.gpu, o.model);
+  if (!one.is_ok()) return one.error();
+  if (o.policy != "static-single") return std::pair{one.value(), o.instances};
+  auto tp = placement::tensor_parallel_profile(o.gpu, o.model, one->gpus * o.instances);
+  if (!tp.is_ok()) return tp.error();
+  return std::pair{tp.value(), 1};
+}
+
+percentiles percentiles_of(std::vector<double> v) {
+  return {frontend::percentile(v, 50), frontend::percentile(v, 90), frontend::percentile(v, 99)};
+}
+
+uint64_t total_steps(const std::vector<std::shared_ptr<sim_worker_stats>>& stats) {
+  uint64_t n = 0;
+  for (const auto& s : stats) n += s->steps;
+  return n;
+}
+
+void add_step_figures(sim_report& r, const std::vector<std::shared_ptr<sim_worker_stats>>& stats) {
+  sim_worker_stats all;
+  for (const auto& s : stats) {
+    all.steps += s->steps;
+    all.tokens += s->tokens;
+    all.sampled += s->sampled;
+    all.busy_s += s->busy_s;
+    all.hosted_s += s->hosted_s;
+  }
+  r.batch_tokens = all.tokens;
+  if (all.steps) {
+    r.mean_step_tokens = double(all.tokens) / double(all.steps);
+    r.mean_step_sampled = double(all.sampled) / double(all.steps);
+  }
+  if (r.makespan_s > 0 && !stats.empty()) r.busy_fraction = all.busy_s / (r.makespan_s * double(stats.size()));
+}
+
+}  // namespace
+
+gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, const sim_options& o) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  const auto names = policy_names();
+  if (std::find(names.begin(), names.end(), o.policy) == names.end())
+    return gpu::status{gpu::status_code::invalid_argument,
+                       fmt::format("unknown policy '{}' (known: {})", o.policy, fmt::join(names, ", "))};
+  auto chosen = profile_for(o);
+  if (!chosen.is_ok()) return chosen.error();
+  const auto& [model, n_instances] = chosen.value();
+  auto shape = gpu::preset_config(model.model);
+  if (!shape.is_ok()) return shape.error();
+  const uint32_t blocks = uint32_t(model.kv_capacity_tokens / gpu::kv_block_tokens);
+  if (blocks < 2) return gpu::status{gpu::status_code::invalid_argument, "the model leaves no room for KV"};
+
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  cfg.set("scheduler.policy", caf::atom("testing"));
+  cfg.set("logger.verbosity", caf::atom("quiet"));
+  caf::actor_system sys{cfg};
+  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+
+  gmanager_config gcfg;
+  gcfg.policy_period = o.policy_period;
+  if (o.policy == "infinite") gcfg.policy = placement::greedy_policy(model, o.greedy);
+  gcfg.heartbeat_timeout = o.heartbeat_period * 50;
+  auto events = std::make_shared<event_log>();
+  caf::actor gm = spawn_gmanager(sys, gcfg);
+
+  gpu::sim::sim_backend device;
+  const gpu::kv_layout layout{shape->n_layers, shape->n_kv_heads, shape->head_dim(), gpu::dtype::f16};
+  const bool lending = o.policy == "infinite" || o.policy == "passive";
+  std::vector<caf::actor> instances, everyone{gm};
+  std::vector<std::shared_ptr<gpu::kv_pool>> pools;
+  std::vector<std::shared_ptr<sim_worker_stats>> stats;
+  auto workers = std::make_shared<std::vector<caf::actor>>();
+  for (int i = 0; i < n_instances; ++i) {
+    auto pool = gpu::kv_pool::create(device, layout, blocks);
+    if (!pool.is_ok()) return pool.error();
+    pools.push_back(std::make_shared<gpu::kv_pool>(std::move(pool).value()));
+    auto hosted = std::make_shared<hosted_blocks>();  // the rManager's registry (the sim's workers attend nothing)
+    auto plane = std::make_shared<transport::sim_plane>(instance_id(i));
+    rmanager_config rc;
+    rc.id = instance_id(i);
+    rc.pool = pools.back();
+    rc.hosted = hosted;
+    rc.plane = plane;
+    rc.region = plane->register_memory(pools.back()->base(), uint64_t(blocks) * layout.block_bytes()).value();
+    rc.gmanager = gm;
+    rc.events = events;
+    rc.heartbeat_period = o.heartbeat_period;
+    rc.lease = o.lease;
+    rc.answer_timeout = o.lease;
+    caf::actor rm = spawn_rmanager(sys, rc);
+    stats.push_back(std::make_shared<sim_worker_stats>());
+    caf::actor worker = spawn_sim_worker(sys, {instance_id(i), model, workers, stats.back()});
+    workers->push_back(worker);
+    instance_config ic;
+    ic.id = instance_id(i);
+    ic.pool = pools.back();
+    ic.worker = worker;
+    ic.rmanager = rm;
+    // static-single's one instance spans every GPU: its batches may be as large as all instances' together.
+    const int merged = o.instances / n_instances;
+    ic.max_batch_tokens = o.max_batch_tokens * merged;
+    ic.max_batch_seqs = o.max_batch_seqs * merged;
+    ic.max_waiting = 1u << 30;
+    ic.stream_tokens = false;
+    ic.lending = lending;
+    caf::actor inst = spawn_instance(sys, ic);
+    caf::anon_send(rm, attach_atom::value, inst);
+    instances.push_back(inst);
+    everyone.insert(everyone.end(), {rm, worker, inst});
+  }
+  sched.run();  // joins, first heartbeats
+
+  const size_t n = o.limit ? std::min(o.limit, trace.size()) : trace.size();
+  auto record = std::make_shared<driver_record>();
+  record->requests.resize(n);
+  const double scale = o.rate_scale > 0 ? o.rate_scale : 1e9;
+  for (size_t i = 0; i < n; ++i)
+    record->requests[i] = {(trace[i].arrival_s - trace[0].arrival_s) / scale, std::max(1, trace[i].input_tokens),
+                           std::max(1, trace[i].output_tokens), 0, false, false, {}};
+  everyone.push_back(sys.spawn(driver, record, instances, o.router, o.max_unstarted));
+
+  // Discrete events: deliver every message, then jump the clock to the next timer. Heartbeats never
+  // stop, so a run where no instance has stepped for o.stall_limit (simulated) ends: what is unfinished
+  // then counts as failed.
+  uint64_t steps_seen = 0;
+  auto last_progress = sched.clock().now();
+  do {
+    sched.run();
+    if (const uint64_t steps = total_steps(stats); steps != steps_seen) {
+      steps_seen = steps;
+      last_progress = sched.clock().now();
+    } else if (sched.clock().now() - last_progress > o.stall_limit) {
+      break;
+    }
+  } while (record->finished < n && sched.clock().trigger_timeout());
+  for (auto& a : everyone) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  sched.run();
+  const std::vector<tracked>& outcome = record->requests;
+  const auto start = record->start;
+
+  sim_report r;
+  r.policy = o.policy;
+  r.profile_name = model.name;
+  r.instances = n_instances;
+  r.kv_tokens_per_instance = uint64_t(blocks) * gpu::kv_block_tokens;
+  r.rate_scale = o.rate_scale;
+  r.requests = n;
+  std::vector<double> ttft, tpot, normalized;
+  double last_s = 0;
+  auto seconds = [&](int64_t ns) {
+    return std::chrono::duration<double>(std::chrono::nanoseconds(ns) - start.time_since_epoch()).count();
+  };
+  for (const tracked& t : outcome) {
+    if (!t.done) {
+      ++r.failed;
+      continue;
+    }
+    if (t.end.reason == "error") {
+      ++(t.end.error.find("needs") != std::string::npos ? r.refused : r.failed);
+      continue;
+    }
+    ++r.completed;
+    r.preemptions += uint64_t(t.end.preemptions);
+    r.output_tokens += uint64_t(t.end.generated);
+    const double first = seconds(t.end.first_token_ns), end = seconds(t.end.finished_ns);
+    last_s = std::max(last_s, end);
+    ttft.push_back(first - t.arrival_s);
+    if (t.end.generated > 1) tpot.push_back((end - first) / (t.end.generated - 1));
+    normalized.push_back((end - t.arrival_s) / std::max(1, t.end.generated));
+  }
+  r.makespan_s = last_s - (n ? outcome.front().arrival_s : 0);
+  r.throughput_tok_s = r.makespan_s > 0 ? double(r.output_tokens) / r.makespan_s : 0;
+  r.ttft_s = percentiles_of(ttft);
+  r.tpot_s = percentiles_of(tpot);
+  r.median_normalized_latency_s = frontend::percentile(normalized, 50);
+  const double span = n > 1 ? outcome.back().arrival_s - outcome.front().arrival_s : 0;
+  r.request_rate = span > 0 ? double(n) / span : 0;
+  for (const auto& m : events->moves()) (m.ok ? r.moves : r.moves_failed) += 1;
+  add_step_figures(r, stats);
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return r;
+}
+
+}  // namespace illm::actors::sim

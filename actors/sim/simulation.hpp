@@ -1,0 +1,87 @@
+#pragma once
+// The cluster simulator: the real gManager, rManagers and instances (batching, admission, loans,
+// moves, leases, the placement policy) run on CAF's test coordinator, whose clock is virtual; workers
+// take the step time the performance model predicts instead of computing, and pools have no memory
+// behind them. A trace's requests arrive at their (scaled) times; the report gives throughput, requests
+// completed and refused, and TTFT / TPOT percentiles. Policies: infinite (greedy placement and loans),
+// passive (loans only when a pool is full), static-multi (no lending; a request longer than one
+// instance can hold is refused), static-single (one instance over all GPUs, tensor parallel).
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/frontend/trace_replay.hpp"
+#include "actors/placement/greedy_policy.hpp"
+#include "actors/placement/perf_model.hpp"
+
+namespace illm::actors::sim {
+
+/// The policies the simulator compares.
+std::vector<std::string> policy_names();
+
+/// How the simulated front end picks an instance for a new request.
+enum class routing {
+  least_requests,       ///< fewest unfinished requests (what a front end knows)
+  least_prompt_tokens,  ///< fewest unfinished prompt tokens (what a front end knows)
+  least_tokens,         ///< fewest unfinished prompt + output tokens (an oracle: outputs are unknown on arrival)
+  round_robin,
+};
+/// Names of the routings, in enum order.
+std::vector<std::string> routing_names();
+
+/// One simulation's setting.
+struct sim_options {
+  std::string gpu = "a100-80g";
+  std::string model = "llama2-13b";
+  int instances = 32;  ///< instances (GPUs, or TP groups when the model needs several)
+  std::string policy = "infinite";
+  double rate_scale = 0;  ///< arrivals this many times faster; 0: all at once (saturating)
+  size_t limit = 0;       ///< first N requests (0: all)
+  routing router = routing::least_requests;
+  /// Requests an instance may have that have not started (no first token yet); the front end holds the
+  /// rest in one queue, first come first served (0: send each on arrival).
+  int max_unstarted = 2;
+  int max_batch_tokens = 2048;
+  int max_batch_seqs = 256;
+  std::chrono::milliseconds heartbeat_period{200};
+  std::chrono::milliseconds policy_period{500};
+  std::chrono::milliseconds lease{10000};
+  std::chrono::seconds stall_limit{600};  ///< end the run when no instance has stepped for this long
+  placement::greedy_options greedy;
+  std::optional<placement::profile> profile;  ///< instead of the GPU's roofline
+};
+
+/// Percentiles of a latency.
+struct percentiles {
+  double p50 = 0, p90 = 0, p99 = 0;
+};
+
+/// What one simulation gives.
+struct sim_report {
+  std::string policy;
+  std::string profile_name;
+  int instances = 0;
+  uint64_t kv_tokens_per_instance = 0;
+  double rate_scale = 0;
+  size_t requests = 0, completed = 0, refused = 0, failed = 0;
+  uint64_t output_tokens = 0;
+  double makespan_s = 0;  ///< first arrival to last completion, simulated
+  double throughput_tok_s = 0;
+  percentiles ttft_s, tpot_s;
+  double median_normalized_latency_s = 0;  ///< e2e latency / output tokens
+  double request_rate = 0;                 ///< requests per simulated second offered
+  size_t moves = 0, moves_failed = 0;
+  uint64_t preemptions = 0;      ///< sequences preempted (their KV recomputed later)
+  uint64_t batch_tokens = 0;     ///< tokens run through the model, recomputation included
+  double mean_step_tokens = 0;   ///< batch tokens per step, over all instances
+  double mean_step_sampled = 0;  ///< sampled rows (decoding requests) per step
+  double busy_fraction = 0;      ///< instances' step time over makespan, mean
+  double wall_s = 0;  ///< real time the simulation took
+};
+
+/// Runs one policy over a trace.
+gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, const sim_options& options);
+
+}  // namespace illm::actors::sim

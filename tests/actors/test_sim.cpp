@@ -1,0 +1,68 @@
+// The cluster simulator: the real actors on simulated time, policies side by side.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "actors/sim/simulation.hpp"
+
+using namespace illm::actors;
+
+namespace {
+
+sim::sim_report simulate(const std::vector<frontend::trace_row>& trace, sim::sim_options o, const std::string& policy) {
+  o.policy = policy;
+  auto r = sim::simulate(trace, o);
+  REQUIRE_MESSAGE(r.is_ok(), r.error().message());
+  return r.value();
+}
+
+}  // namespace
+
+TEST_SUITE("actors") {
+  TEST_CASE("under light load every policy completes the trace with the same throughput within 5%") {
+    auto trace = frontend::read_trace(ILLM_TEST_DATA_DIR "/traces/azure2023_conv.csv");
+    REQUIRE(trace.is_ok());
+    sim::sim_options o;
+    o.instances = 4;
+    o.limit = 200;
+    o.rate_scale = 0.05;  // 200 requests over ~20 minutes on 4 GPUs: far below capacity
+    std::vector<double> throughput;
+    for (const auto& policy : sim::policy_names()) {
+      const auto r = simulate(trace.value(), o, policy);
+      CHECK_MESSAGE(r.completed == 200, policy);
+      CHECK(r.output_tokens > 0);
+      throughput.push_back(r.throughput_tok_s);
+    }
+    const auto [lo, hi] = std::minmax_element(throughput.begin(), throughput.end());
+    CHECK(*hi <= *lo * 1.05);
+  }
+
+  TEST_CASE("a request longer than one instance completes with lending and is refused by static-multi") {
+    // 4 a100-80g with llama2-13b hold about 54K tokens each: one request of 120K tokens among short ones.
+    std::vector<frontend::trace_row> trace{{0, 2000, 50}, {1, 120000, 20}, {2, 3000, 40}, {3, 500, 30}};
+    sim::sim_options o;
+    o.instances = 4;
+    const auto infinite = simulate(trace, o, "infinite");
+    CHECK(infinite.completed == 4);
+    CHECK(infinite.moves > 0);
+    const auto passive = simulate(trace, o, "passive");
+    CHECK(passive.completed == 4);
+    const auto multi = simulate(trace, o, "static-multi");
+    CHECK(multi.completed == 3);
+    CHECK(multi.refused == 1);
+    const auto single = simulate(trace, o, "static-single");
+    CHECK(single.completed == 4);
+  }
+
+  TEST_CASE("a 2000K-token request completes on 32 simulated a100-80g with llama2-7b") {
+    std::vector<frontend::trace_row> trace{{0, 2000000, 16}};
+    sim::sim_options o;
+    o.instances = 32;
+    o.model = "llama2-7b";
+    const auto r = simulate(trace, o, "infinite");
+    CHECK(r.completed == 1);
+    CHECK(r.output_tokens == 16);
+    CHECK(r.kv_tokens_per_instance < 2000000 / 16);  // it needed the memory of more than 16 instances
+  }
+}
