@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -15,12 +16,16 @@
 #include "actors/cli/commands.hpp"
 #include "actors/frontend/trace_replay.hpp"
 #include "gpu/bench_engine.hpp"
+#ifdef ILLM_HAVE_CUDA
+#include "gpu/cuda/gpu_bench.hpp"
+#endif
 
 namespace illm::cli {
 
 namespace {
 
 struct bench_flags {
+  std::string backend = "cpu";
   std::string model = "stories15M";
   int threads = 2;
   bool json = false;
@@ -140,7 +145,29 @@ void print_dist(const gpu::bench_engine_result& r) {
                human_bytes(d.move_kv.bytes_per_step()), d.move_kv_over_dist_bytes(), d.max_abs_difference);
 }
 
+/// The cuda backend's figures (gpu/cuda/gpu_bench.hpp: bandwidth against the HBM's, DistAttention and
+/// its alternatives, decode throughput by batch); exits 77 without a CUDA device.
+void run_cuda_bench(const bench_flags& f) {
+#ifdef ILLM_HAVE_CUDA
+  const gpu::cuda::device_probe probe = gpu::cuda::probe_devices();
+  if (probe.count == 0) {
+    fmt::print(stderr, "illm bench engine: no CUDA device ({}); nothing measured\n", probe.reason);
+    std::exit(77);
+  }
+  gpu::cuda::gpu_bench_options options;
+  if (!f.json) options.progress = [](std::string_view what) { fmt::print(stderr, "bench: {}\n", what); };
+  auto out = gpu::cuda::run_gpu_bench(options);
+  if (!out.is_ok()) fail(out.error().message());
+  std::cout << (f.json ? gpu::cuda::to_json(out.value()) + "\n" : gpu::cuda::to_text(out.value()));
+#else
+  (void)f;
+  fail("this build has no cuda backend (configure with nvcc on the PATH, or -DILLM_ENABLE_CUDA=ON)", 2);
+#endif
+}
+
 void run_bench_engine(const bench_flags& f) {
+  if (f.backend == "cuda") return run_cuda_bench(f);
+  if (f.backend != "cpu") fail("unknown --backend '" + f.backend + "' (cpu or cuda)", 2);
   gpu::bench_engine_options options;
   options.model = f.model;
   options.threads = f.threads;
@@ -282,7 +309,8 @@ void add_bench_command(CLI::App& app) {
   auto flags = std::make_shared<bench_flags>();
   CLI::App* engine = bench->add_subcommand(
       "engine", "Decode/prefill throughput, MicroAttention bandwidth, DistAttention vs its alternatives");
-  engine->add_option("--model", flags->model, "Model of the decode and prefill figures")->capture_default_str();
+  engine->add_option("--backend", flags->backend, "cpu, or cuda (the figures of illm-gpu-bench)")->capture_default_str();
+  engine->add_option("--model", flags->model, "Model of the decode and prefill figures (cpu)")->capture_default_str();
   engine->add_option("--threads", flags->threads, "CPU threads (the memory bandwidth sum uses as many)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();

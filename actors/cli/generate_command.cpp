@@ -219,7 +219,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--max-batch-tokens", flags->max_batch_tokens, "Tokens per step (prefill chunk)")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
-  cmd->add_option("--backend", flags->backend, "cpu, cpu-reference or auto")->capture_default_str();
+  cmd->add_option("--backend", flags->backend, "auto (cuda when a GPU is present, else cpu), cpu, cpu-reference or cuda")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print one JSON object");
   cmd->callback([flags] { run_generate(*flags); });
 }
