@@ -12,13 +12,19 @@ deploy/fetch-model.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j2
 
+# The port to show the calls on: the one given, else the default (passed on only when not given).
 port=8000
 args=("$@")
+port_given=0
 for ((i = 0; i < ${#args[@]}; ++i)); do
-  if [ "${args[$i]}" = "--port" ] && [ $((i + 1)) -lt ${#args[@]} ]; then port="${args[$((i + 1))]}"; fi
+  case "${args[$i]}" in
+    --port) if [ $((i + 1)) -lt ${#args[@]} ]; then port="${args[$((i + 1))]}"; port_given=1; fi ;;
+    --port=*) port="${args[$i]#--port=}"; port_given=1 ;;
+  esac
 done
+if [ $port_given -eq 0 ]; then args=(--port "$port" "${args[@]}"); fi
 
-build/illm serve --port "$port" "${args[@]}" &
+build/illm serve "${args[@]}" &
 server=$!
 trap 'kill -TERM "$server" 2>/dev/null; wait "$server"' INT TERM
 for _ in $(seq 100); do
