@@ -21,6 +21,8 @@
 
 namespace illm::actors {
 
+class instance_node;
+
 /// How to build an embedded cluster.
 struct cluster_options {
   int instances = 2;
@@ -89,11 +91,10 @@ class cluster {
   void shutdown();
 
  private:
-  struct node;
   cluster();
   gpu::status build(std::shared_ptr<const gpu::model_weights> weights, const cluster_options& options);
 
-  std::vector<std::unique_ptr<node>> nodes_;
+  std::vector<std::unique_ptr<instance_node>> nodes_;
   std::shared_ptr<event_log> events_;
   std::mutex requests_mutex_;
   std::map<request_id, caf::actor> requests_;

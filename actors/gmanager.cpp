@@ -36,6 +36,10 @@ namespace {
 
 using self_ptr = caf::stateful_actor<gmanager_state>*;
 
+void tell(self_ptr self, membership_event e) {
+  if (self->state.config.on_membership) self->state.config.on_membership(e);
+}
+
 bool alive(self_ptr self, const member& m) {
   return self->clock().now() - m.last_heard <= self->state.config.heartbeat_timeout;
 }
@@ -146,8 +150,10 @@ void run_policy(self_ptr self) {
 
 cluster_view on_join(self_ptr self, const join_cluster& j) {
   auto& st = self->state;
+  const bool is_new = !st.members.count(j.inst_id);
   member& m = st.members[j.inst_id];
   if (m.rmanager != j.rmanager) self->monitor(j.rmanager);
+  if (is_new) tell(self, {membership_event::kind::joined, j.inst_id, {}, {}, {}});
   m.rmanager = j.rmanager;
   if (j.instance) m.instance = j.instance;
   m.stats = j.stats;
@@ -185,6 +191,17 @@ caf::behavior gmanager_behavior(self_ptr self, gmanager_config config) {
     auto& members = self->state.members;
     for (auto it = members.begin(); it != members.end(); ++it)
       if (it->second.rmanager.address() == down.source) {
+        // Its requests (and others' blocks hosted on it) are reported, never silently forgotten.
+        membership_event e{membership_event::kind::down, it->first, self->system().render(down.reason), {}, {}};
+        for (const auto& p : it->second.placement)
+          if (std::find(e.lost_requests.begin(), e.lost_requests.end(), p.req_id) == e.lost_requests.end())
+            e.lost_requests.push_back(p.req_id);
+        for (const auto& [id, other] : members)
+          for (const auto& p : other.placement)
+            if (id != it->first && p.inst_id == it->first && !p.local &&
+                std::find(e.lost_hosted.begin(), e.lost_hosted.end(), p.req_id) == e.lost_hosted.end())
+              e.lost_hosted.push_back(p.req_id);
+        tell(self, std::move(e));
         forget_rooms_of(self->state, it->first);
         members.erase(it);
         ++self->state.epoch;
@@ -200,13 +217,17 @@ caf::behavior gmanager_behavior(self_ptr self, gmanager_config config) {
       [=](const drain_instance& d) {
         auto it = self->state.members.find(d.inst_id);
         if (it == self->state.members.end()) return;
+        if (!it->second.draining) tell(self, {membership_event::kind::draining, d.inst_id, {}, {}, {}});
         it->second.draining = true;
         self->send(it->second.rmanager, d);
         ++self->state.epoch;
       },
       [=](const leave_cluster& l) {
         forget_rooms_of(self->state, l.inst_id);
-        if (self->state.members.erase(l.inst_id)) ++self->state.epoch;
+        if (self->state.members.erase(l.inst_id)) {
+          ++self->state.epoch;
+          tell(self, {membership_event::kind::left, l.inst_id, {}, {}, {}});
+        }
       },
       [=](const reserve_room& r) { return reserve(self, r); },
       [=](const release_room& r) {
@@ -214,6 +235,16 @@ caf::behavior gmanager_behavior(self_ptr self, gmanager_config config) {
       },
       [=](view_atom) { return view_of(self); },
   };
+}
+
+const char* to_string(membership_event::kind k) {
+  switch (k) {
+    case membership_event::kind::joined: return "joined";
+    case membership_event::kind::draining: return "draining";
+    case membership_event::kind::left: return "left";
+    case membership_event::kind::down: return "down";
+  }
+  return "?";
 }
 
 caf::actor spawn_gmanager(caf::actor_system& sys, gmanager_config config) {

@@ -4,7 +4,10 @@
 // whose decisions go to the source rManagers as move_kvcache. It is never on the data path.
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "actors/event_log.hpp"
 #include "actors/messages.hpp"
@@ -13,6 +16,20 @@
 
 namespace illm::actors {
 
+/// A membership change, as the gManager tells its owner (e.g. `illm gmanager`'s log).
+struct membership_event {
+  enum class kind { joined, draining, left, down };
+  kind what = kind::joined;
+  instance_id inst_id = 0;
+  std::string reason;  ///< down: why (the exit reason of its rManager, e.g. the link to it was lost)
+  /// down: the requests it owned (from the placement map), lost with it, and others' requests that had blocks
+  /// hosted on it (from their placement), which lose those blocks.
+  std::vector<request_id> lost_requests, lost_hosted;
+};
+
+/// The name of a membership change: joined, draining, left, down.
+const char* to_string(membership_event::kind k);
+
 /// What a gManager needs.
 struct gmanager_config {
   std::chrono::milliseconds policy_period{100};
@@ -20,6 +37,8 @@ struct gmanager_config {
   /// An instance whose heartbeat is older than this is left out of the view and the policy.
   std::chrono::milliseconds heartbeat_timeout{2000};
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
+  /// Optional: told of every membership change, on the gManager's thread (keep it short).
+  std::function<void(const membership_event&)> on_membership;
 };
 
 /// Spawns a gManager.

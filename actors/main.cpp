@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   illm::cli::add_profile_command(app);
   illm::cli::add_sim_command(app);
   illm::cli::add_bench_command(app);
+  illm::cli::add_cluster_commands(app);
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) {

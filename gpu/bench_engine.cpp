@@ -1,6 +1,7 @@
 // `illm bench engine` measured: each part sets up its own memory, fills it with seeded values, warms
 // up, then times a fixed amount of work and counts the tokens and bytes it handled.
 #include "gpu/bench_engine.hpp"
+#include "gpu/decode_rig.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -116,24 +117,6 @@ status check_finite(std::span<const float> values, std::string_view what) {
 
 // ---- a. Decode and prefill -------------------------------------------------------------------------
 
-/// A prompt of `n` tokens: BOS, then seeded ids in [3, vocab).
-std::vector<int32_t> seeded_prompt(int n, int vocab, uint64_t& rng) {
-  std::vector<int32_t> ids{token_bos};
-  while (int(ids.size()) < n) ids.push_back(std::min(vocab - 1, 3 + int32_t(next_uniform(rng) * float(vocab - 3))));
-  return ids;
-}
-
-std::shared_ptr<sequence> bench_sequence(uint64_t id, std::vector<int32_t> prompt, int max_new_tokens) {
-  auto seq = std::make_shared<sequence>();
-  seq->id = id;
-  seq->n_prompt = int(prompt.size());
-  seq->tokens = std::move(prompt);
-  seq->sampling = {0.0f, 1.0f};
-  seq->rng = id;
-  seq->max_new_tokens = max_new_tokens;
-  seq->ignore_eos = true;
-  return seq;
-}
 
 int timed_decode_steps(int batch) {
   return batch <= 8 ? 64 : batch <= 32 ? 48 : 32;

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "actors/cli/bench_migration.hpp"
 #include "actors/cli/commands.hpp"
 #include "actors/frontend/trace_replay.hpp"
 #include "gpu/bench_engine.hpp"
@@ -316,6 +317,7 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   engine->add_flag("--json", flags->json, "Print one JSON object");
   engine->callback([flags] { run_bench_engine(*flags); });
+  add_bench_migration_command(*bench);
 }
 
 }  // namespace illm::cli

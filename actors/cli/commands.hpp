@@ -24,6 +24,9 @@ void add_profile_command(CLI::App& app);
 /// `illm sim`: the cluster simulator.
 void add_sim_command(CLI::App& app);
 
+/// `illm gmanager` and `illm instance --join`: the cluster as separate processes over CAF's io middleman.
+void add_cluster_commands(CLI::App& app);
+
 /// Prints `message` to stderr as an error and throws CLI::RuntimeError(code).
 [[noreturn]] void fail(const std::string& message, int code = 1);
 

@@ -1,0 +1,343 @@
+// `illm gmanager` and `illm instance --join`: the cluster as separate processes. The gManager is published
+// on a TCP port by CAF's io middleman; each instance process builds one instance (as the embedded cluster
+// builds each of its own) on a UCX data plane, reaches the gManager with remote_actor and joins it with the
+// ordinary join message, so that its heartbeats, and the gManager's monitor on its rManager, cross the
+// network. Membership changes are logged one line each on stderr.
+//
+// Not yet across processes: requests routed to a remote instance, and KV moves or remote attention between
+// processes (each plane is created and registers its pool, but worker addresses are not exchanged yet).
+
+#include <atomic>
+#include <csignal>
+#include <ctime>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <fmt/format.h>
+
+#include "actors/cli/commands.hpp"
+#include "actors/gmanager.hpp"
+#include "actors/messages.hpp"
+#include "actors/placement/simple_policy.hpp"
+#include "actors/remote.hpp"
+#include "gpu/model_files.hpp"
+#ifdef ILLM_HAVE_UCX
+#include "transport/ucx/ucx_plane.hpp"
+#endif
+
+namespace illm::cli {
+
+namespace {
+
+/// HOST:PORT, :PORT or PORT (host 127.0.0.1).
+struct host_port {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+};
+
+host_port parse_host_port(const std::string& text, const char* flag) {
+  host_port out;
+  std::string port = text;
+  if (const auto colon = text.rfind(':'); colon != std::string::npos) {
+    if (colon > 0) out.host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  try {
+    size_t used = 0;
+    const long p = std::stol(port, &used);
+    if (used != port.size() || p < 0 || p > 65535) throw std::out_of_range(port);
+    out.port = uint16_t(p);
+  } catch (const std::exception&) {
+    fail(fmt::format("{} {}: expected HOST:PORT with a port in 0..65535", flag, text), 2);
+  }
+  return out;
+}
+
+/// Blocks SIGINT and SIGTERM in this thread and every thread started from it (they are waited for here).
+sigset_t block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+/// Waits for SIGINT or SIGTERM (returns it) or for `stop` (returns 0).
+int wait_for_signal(const sigset_t& set, const std::atomic<bool>& stop) {
+  const timespec period{0, 100'000'000};
+  while (!stop.load()) {
+    const int s = sigtimedwait(&set, nullptr, &period);
+    if (s > 0) return s;
+  }
+  return 0;
+}
+
+const char* signal_name(int s) { return s == SIGINT ? "SIGINT" : "SIGTERM"; }
+
+template <class... Args>
+void log(fmt::format_string<Args...> format, Args&&... args) {
+  fmt::print(stderr, "{}\n", fmt::format(format, std::forward<Args>(args)...));
+  std::fflush(stderr);
+}
+
+std::unique_ptr<caf::actor_system_config> networked_config() {
+  auto cfg = std::make_unique<caf::actor_system_config>();
+  actors::register_messages(*cfg);
+  cfg->load<caf::io::middleman>();
+  return cfg;
+}
+
+// ---- illm gmanager ---------------------------------------------------------------------------------------
+
+struct gmanager_flags {
+  std::string listen;
+  int policy_period_ms = 50;
+  int heartbeat_timeout_ms = 2000;
+};
+
+std::string ids(const std::vector<actors::request_id>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
+
+void run_gmanager(const gmanager_flags& flags) {
+  const host_port at = parse_host_port(flags.listen, "--listen");
+  const sigset_t stop_signals = block_stop_signals();
+  auto cfg = networked_config();
+  caf::actor_system sys{*cfg};
+
+  auto members = std::make_shared<std::atomic<int>>(0);
+  actors::gmanager_config g;
+  g.policy_period = std::chrono::milliseconds(flags.policy_period_ms);
+  g.heartbeat_timeout = std::chrono::milliseconds(flags.heartbeat_timeout_ms);
+  g.policy = actors::placement::policy(actors::placement::simple_policy);
+  g.on_membership = [members](const actors::membership_event& e) {
+    using kind = actors::membership_event::kind;
+    if (e.what == kind::joined) ++*members;
+    if (e.what == kind::left || e.what == kind::down) --*members;
+    if (e.what == kind::down)
+      log("illm gmanager: instance {} down ({}): lost {} requests it owned {}, and hosted blocks of {} requests {} "
+          "(members: {})",
+          e.inst_id, e.reason, e.lost_requests.size(), ids(e.lost_requests), e.lost_hosted.size(), ids(e.lost_hosted),
+          members->load());
+    else
+      log("illm gmanager: instance {} {} (members: {})", e.inst_id, actors::to_string(e.what), members->load());
+  };
+  caf::actor gm = actors::spawn_gmanager(sys, g);
+  auto port = sys.middleman().publish(gm, at.port, at.host.c_str(), true);
+  if (!port) {
+    caf::anon_send_exit(gm, caf::exit_reason::user_shutdown);
+    const std::string why = sys.render(port.error());
+    gm = caf::actor{};
+    sys.await_all_actors_done();
+    fail(fmt::format("cannot listen on {}:{}: {}", at.host, at.port, why));
+  }
+  log("illm gmanager: listening on {}:{} (policy every {} ms, heartbeat timeout {} ms)", at.host, *port,
+      flags.policy_period_ms, flags.heartbeat_timeout_ms);
+
+  std::atomic<bool> never{false};
+  const int signal = wait_for_signal(stop_signals, never);
+  log("illm gmanager: {} received: stopping ({} members)", signal_name(signal), members->load());
+  sys.middleman().unpublish(gm, *port);
+  caf::anon_send_exit(gm, caf::exit_reason::user_shutdown);
+  gm = caf::actor{};
+  sys.await_all_actors_done();
+  log("illm gmanager: stopped");
+}
+
+// ---- illm instance --join --------------------------------------------------------------------------------
+
+struct instance_flags {
+  std::string join;
+  int id = 0;
+  uint32_t kv_blocks = 256;
+  std::string model = "stories15M";
+  std::string ucx_tls = "tcp";
+  std::string ucx_net_devices = "lo";
+  int threads = 0;
+  int heartbeat_ms = 50;
+  int drain_timeout_s = 30;
+};
+
+/// What the watcher of the gManager saw.
+struct gmanager_watch {
+  std::atomic<bool> gone{false};
+  std::mutex mutex;
+  std::string reason;
+};
+
+/// The instance's data plane: UCX, with its progress thread running.
+std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, size_t& address_bytes) {
+#ifdef ILLM_HAVE_UCX
+  transport::ucx_options uo;
+  uo.tls = flags.ucx_tls;
+  uo.net_devices = flags.ucx_net_devices;
+  auto made = transport::ucx_plane::create(transport::peer_id(flags.id), uo);
+  if (!made.is_ok()) fail("the UCX data plane: " + made.error().message());
+  std::shared_ptr<transport::ucx_plane> plane = std::move(made).value();
+  if (auto s = plane->start_progress_thread(); !s.is_ok()) fail("the UCX data plane: " + s.message());
+  address_bytes = plane->worker_address().size();
+  return plane;
+#else
+  (void)flags;
+  (void)address_bytes;
+  fail("this illm was built without UCX (ILLM_ENABLE_UCX): an instance process needs its data plane");
+#endif
+}
+
+void run_instance(const instance_flags& flags) {
+  const host_port gm_at = parse_host_port(flags.join, "--join");
+  if (gm_at.port == 0) fail("--join needs the gManager's port", 2);
+  const sigset_t stop_signals = block_stop_signals();
+  const std::string me = fmt::format("illm instance {}", flags.id);
+
+  auto model = gpu::load_model(flags.model);
+  if (!model.is_ok()) fail(model.error().message());
+
+  size_t address_bytes = 0;
+  std::shared_ptr<transport::data_plane> plane = make_plane(flags, address_bytes);
+
+  auto cfg = networked_config();
+  caf::actor_system sys{*cfg};
+  auto gm = sys.middleman().remote_actor(gm_at.host, gm_at.port);
+  if (!gm) fail(fmt::format("cannot reach the gManager at {}:{}: {}", gm_at.host, gm_at.port, sys.render(gm.error())));
+
+  // If the gManager goes away (its process ended, the link broke), this instance reports it and ends.
+  auto watch = std::make_shared<gmanager_watch>();
+  caf::actor watcher = sys.spawn([watch, gm = *gm](caf::event_based_actor* self) -> caf::behavior {
+    self->monitor(gm);
+    self->set_down_handler([watch, self](caf::down_msg& d) {
+      {
+        std::lock_guard lock(watch->mutex);
+        watch->reason = self->system().render(d.reason);
+      }
+      watch->gone = true;
+    });
+    return {[](int32_t) {}};  // it only watches
+  });
+
+  actors::instance_node_options o;
+  o.id = actors::instance_id(flags.id);
+  o.kv_blocks = flags.kv_blocks;
+  o.threads = flags.threads;
+  o.heartbeat_period = std::chrono::milliseconds(flags.heartbeat_ms);
+  auto started = actors::instance_node::start(sys, model->weights, o, plane, *gm);
+  // Stops this instance's actors and waits (bounded) until each is down. Not await_all_actors_done: after a
+  // session with a remote gManager, CAF 0.17 keeps one actor of its own counted as running (not ours: each of
+  // ours is down), which would hang it, and the actor system's destructor, for ever.
+  auto stop_all = [&](std::unique_ptr<actors::instance_node>* node) {
+    std::vector<caf::actor> mine;
+    if (node && *node) mine = (*node)->actors();
+    mine.push_back(watcher);
+    caf::scoped_actor waiter{sys, true};
+    for (const caf::actor& a : mine) waiter->monitor(a);
+    if (node && *node) (*node)->stop();
+    caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
+    watcher = caf::actor{};
+    size_t down = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (down < mine.size() && std::chrono::steady_clock::now() < deadline)
+      waiter->receive([&](const caf::down_msg&) { ++down; },
+                      caf::after(std::chrono::milliseconds(100)) >> [] {});
+    if (down < mine.size()) log("{}: {} of its actors still running after 10 s: not waiting for them", me, mine.size() - down);
+    mine.clear();
+    sys.await_actors_before_shutdown(false);
+  };
+  if (!started.is_ok()) {
+    stop_all(nullptr);
+    fail(started.error().message());
+  }
+  std::unique_ptr<actors::instance_node> node = std::move(started).value();
+  log("{}: joining the gManager at {}:{} ({} ({}), {} KV blocks, UCX plane over {} on {}, worker address {} bytes)", me,
+      gm_at.host, gm_at.port, model->name, flags.model, flags.kv_blocks, flags.ucx_tls, flags.ucx_net_devices,
+      address_bytes);
+
+  // Joined when the gManager's view lists this instance with its instance actor.
+  caf::scoped_actor s{sys, true};  // hidden: await_all_actors_done does not wait for it
+  bool joined = false;
+  for (int i = 0; i < 100 && !joined && !watch->gone; ++i) {
+    s->request(*gm, std::chrono::seconds(2), actors::view_atom::value)
+        .receive(
+            [&](actors::cluster_view& v) {
+              for (const auto& x : v.instances)
+                if (x.inst_id == o.id && x.instance) {
+                  joined = true;
+                  log("{}: joined ({} instances in the cluster)", me, v.instances.size());
+                }
+            },
+            [&](const caf::error&) {});
+    if (!joined) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!joined && !watch->gone) {
+    stop_all(&node);
+    fail(fmt::format("{}: the gManager did not list this instance", me));
+  }
+
+  const int signal = wait_for_signal(stop_signals, watch->gone);
+  if (signal == 0) {
+    std::string why;
+    {
+      std::lock_guard lock(watch->mutex);
+      why = watch->reason;
+    }
+    stop_all(&node);
+    fail(fmt::format("{}: the gManager is gone ({}): stopping", me, why), 3);
+  }
+
+  // Drain: the gManager stops lending to it and routing to it; wait until it serves and hosts nothing, then leave.
+  log("{}: {} received: draining", me, signal_name(signal));
+  s->send(*gm, actors::drain_instance{o.id});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(flags.drain_timeout_s);
+  bool idle = false;
+  while (!idle && !watch->gone && std::chrono::steady_clock::now() < deadline) {
+    s->request(node->rmanager(), std::chrono::seconds(2), caf::get_atom::value)
+        .receive(
+            [&](const actors::instance_stats& st) {
+              idle = st.batch_size == 0 && st.waiting == 0 && st.hosted_blocks == 0 && st.borrowed_blocks == 0;
+            },
+            [&](const caf::error&) {});
+    if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!idle) log("{}: not idle after {} s: leaving anyway", me, flags.drain_timeout_s);
+  bool left = false;
+  if (!watch->gone)
+    s->request(*gm, std::chrono::seconds(5), actors::leave_cluster{o.id})
+        .receive([&] { left = true; }, [&](const caf::error& e) { log("{}: leave: {}", me, sys.render(e)); });
+  stop_all(&node);
+  if (!left) fail(fmt::format("{}: could not leave the cluster (the gManager is gone)", me), 3);
+  log("{}: left the cluster", me);
+}
+
+}  // namespace
+
+void add_cluster_commands(CLI::App& app) {
+  auto g = std::make_shared<gmanager_flags>();
+  CLI::App* gcmd = app.add_subcommand("gmanager", "Run the gManager of a cluster of processes, published on a TCP port");
+  gcmd->add_option("--listen", g->listen, "HOST:PORT to listen on (HOST defaults to 127.0.0.1; port 0: any free)")
+      ->required();
+  gcmd->add_option("--policy-period-ms", g->policy_period_ms, "How often the placement policy runs (default 50)")
+      ->check(CLI::Range(1, 3600000));
+  gcmd->add_option("--heartbeat-timeout-ms", g->heartbeat_timeout_ms,
+                   "An instance silent this long is left out of the view and the policy (default 2000)")
+      ->check(CLI::Range(1, 3600000));
+  gcmd->callback([g] { run_gmanager(*g); });
+
+  auto f = std::make_shared<instance_flags>();
+  CLI::App* icmd = app.add_subcommand("instance", "Run one instance that joins a gManager (illm gmanager)");
+  icmd->add_option("--join", f->join, "The gManager's HOST:PORT")->required();
+  icmd->add_option("--id", f->id, "This instance's id, unique in the cluster (default 0)")->check(CLI::Range(0, 4095));
+  icmd->add_option("--kv-blocks-per-instance", f->kv_blocks, "KV blocks of 16 tokens (default 256)")
+      ->check(CLI::Range(2u, 1u << 24));
+  icmd->add_option("--model", f->model, "Model name (in $ILLM_MODELS) or path (default stories15M)");
+  icmd->add_option("--ucx-tls", f->ucx_tls, "UCX_TLS of the data plane (default tcp)");
+  icmd->add_option("--ucx-net-devices", f->ucx_net_devices, "UCX_NET_DEVICES of the data plane (default lo)");
+  icmd->add_option("--threads", f->threads, "CPU threads of the engine (0: all cores)")->check(CLI::Range(0, 1024));
+  icmd->add_option("--heartbeat-ms", f->heartbeat_ms, "Heartbeat period (default 50)")->check(CLI::Range(1, 60000));
+  icmd->add_option("--drain-timeout-s", f->drain_timeout_s, "On SIGTERM, how long to wait to be idle (default 30)")
+      ->check(CLI::Range(0, 3600));
+  icmd->callback([f] { run_instance(*f); });
+}
+
+}  // namespace illm::cli

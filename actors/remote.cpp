@@ -1,0 +1,137 @@
+#include "actors/remote.hpp"
+
+#include <thread>
+
+#include "actors/attention_server.hpp"
+#include "actors/instance.hpp"
+#include "actors/remote_router.hpp"
+#include "actors/rmanager.hpp"
+#include "actors/worker.hpp"
+#include "gpu/backend_registry.hpp"
+#include "gpu/engine.hpp"
+
+namespace illm::actors {
+
+struct instance_node::parts {
+  instance_id id = 0;
+  std::shared_ptr<gpu::backend> device, attention_device;
+  std::shared_ptr<gpu::engine> engine;
+  std::shared_ptr<gpu::kv_pool> pool;
+  std::shared_ptr<transport::data_plane> plane;
+  std::shared_ptr<remote_router> router;
+  std::shared_ptr<event_log> events;
+  caf::actor rmanager, attention_server, worker, instance;
+};
+
+namespace {
+
+template <class T>
+std::shared_ptr<T> to_shared(std::unique_ptr<T> p) {
+  return std::shared_ptr<T>(std::move(p));
+}
+
+}  // namespace
+
+instance_node::instance_node(std::unique_ptr<parts> p) : p_(std::move(p)) {}
+
+instance_node::~instance_node() { stop(); }
+
+gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_system& sys,
+                                                                 std::shared_ptr<const gpu::model_weights> weights,
+                                                                 const instance_node_options& options,
+                                                                 std::shared_ptr<transport::data_plane> plane,
+                                                                 caf::actor gmanager) {
+  if (options.kv_blocks < 2) return gpu::status{gpu::status_code::invalid_argument, "an instance needs at least 2 KV blocks"};
+  auto n = std::make_unique<parts>();
+  n->id = options.id;
+  n->plane = std::move(plane);
+  n->events = options.events ? options.events : std::make_shared<event_log>();
+  const gpu::model_config& mc = weights->config();
+  const gpu::attention_shape shape{mc.n_heads, mc.n_kv_heads, mc.head_dim()};
+  const int threads = options.threads > 0 ? options.threads : std::max(1, int(std::thread::hardware_concurrency()));
+  auto device = gpu::make_backend("cpu", threads);
+  auto attention_device = gpu::make_backend("cpu", 1);
+  if (!device.is_ok()) return device.error();
+  if (!attention_device.is_ok()) return attention_device.error();
+  n->device = to_shared(std::move(device).value());
+  n->attention_device = to_shared(std::move(attention_device).value());
+  auto eng = gpu::engine::create(weights, *n->device, {options.max_batch_tokens, options.max_batch_seqs});
+  if (!eng.is_ok()) return eng.error();
+  n->engine = to_shared(std::move(eng).value());
+  auto pool = gpu::kv_pool::create(*n->device, n->engine->pool_layout(), options.kv_blocks);
+  if (!pool.is_ok()) return pool.error();
+  n->pool = std::make_shared<gpu::kv_pool>(std::move(pool).value());
+  auto region =
+      n->plane->register_memory(n->pool->base(), uint64_t(n->pool->total_blocks()) * n->pool->layout().block_bytes());
+  if (!region.is_ok()) return region.error();
+
+  metrics::histogram* latency =
+      options.metrics ? &options.metrics->remote_attention_latency.with({std::to_string(n->id)}) : nullptr;
+  n->router = std::make_shared<remote_router>(n->plane, mc.n_heads, mc.head_dim(), options.attention_timeout, latency);
+  auto hosted = std::make_shared<hosted_blocks>();
+  n->attention_server = spawn_attention_server(sys, {n->pool, hosted, n->attention_device, shape, mc.n_layers, n->plane});
+  caf::actor server = n->attention_server;
+  n->plane->on_message(transport::channel::attend, [server](transport::peer_id from, std::vector<uint8_t> bytes) {
+    caf::anon_send(server, incoming_attend{from, std::move(bytes)});
+  });
+  std::weak_ptr<remote_router> router = n->router;
+  n->plane->on_message(transport::channel::partials, [router](transport::peer_id from, std::vector<uint8_t> bytes) {
+    if (auto r = router.lock()) r->on_partials(from, std::move(bytes));
+  });
+
+  rmanager_config rcfg;
+  rcfg.id = n->id;
+  rcfg.pool = n->pool;
+  rcfg.hosted = hosted;
+  rcfg.plane = n->plane;
+  rcfg.region = region.value();
+  rcfg.gmanager = std::move(gmanager);
+  rcfg.events = n->events;
+  rcfg.heartbeat_period = options.heartbeat_period;
+  rcfg.lease = options.lease;
+  rcfg.metrics = options.metrics;
+  n->rmanager = spawn_rmanager(sys, rcfg);
+
+  worker_config wcfg;
+  wcfg.engine = n->engine;
+  wcfg.pools.by_id.assign(size_t(n->id) + 1, nullptr);
+  wcfg.pools.by_id[n->id] = n->pool.get();
+  wcfg.pools.local = n->id;
+  wcfg.router = n->router;
+  wcfg.local_pool = n->pool;
+  n->worker = spawn_worker(sys, wcfg, true);
+
+  instance_config icfg;
+  icfg.id = n->id;
+  icfg.pool = n->pool;
+  icfg.worker = n->worker;
+  icfg.rmanager = n->rmanager;
+  icfg.max_batch_tokens = options.max_batch_tokens;
+  icfg.max_batch_seqs = options.max_batch_seqs;
+  icfg.metrics = options.metrics;
+  n->instance = spawn_instance(sys, icfg);
+  caf::anon_send(n->rmanager, attach_atom::value, n->instance);
+  return std::unique_ptr<instance_node>(new instance_node(std::move(n)));
+}
+
+instance_id instance_node::id() const { return p_->id; }
+caf::actor instance_node::rmanager() const { return p_->rmanager; }
+caf::actor instance_node::instance() const { return p_->instance; }
+const gpu::kv_pool& instance_node::pool() const { return *p_->pool; }
+const transport::data_plane& instance_node::plane() const { return *p_->plane; }
+
+std::vector<caf::actor> instance_node::actors() const {
+  return {p_->instance, p_->worker, p_->attention_server, p_->rmanager};
+}
+
+void instance_node::stop() {
+  if (!p_ || !p_->rmanager) return;
+  p_->plane->on_message(transport::channel::attend, nullptr);
+  p_->plane->on_message(transport::channel::partials, nullptr);
+  for (const caf::actor& a : {p_->instance, p_->worker, p_->attention_server, p_->rmanager})
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  // Detached actors' threads end only when the last handle to their actor is gone.
+  p_->instance = p_->worker = p_->attention_server = p_->rmanager = caf::actor{};
+}
+
+}  // namespace illm::actors

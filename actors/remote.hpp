@@ -1,0 +1,65 @@
+#pragma once
+// One instance: the pool, worker, attention server, rManager and instance actor, as the embedded
+// cluster builds each of its instances and `illm instance --join` builds one, on a data plane of the caller's choice (a transport::ucx_plane between processes) and with
+// a gManager that may live in another process (a caf::io proxy). The caller owns the actor system.
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "actors/event_log.hpp"
+#include "actors/messages.hpp"
+#include "actors/metrics/runtime_metrics.hpp"
+#include "gpu/kv_pool.hpp"
+#include "gpu/weights.hpp"
+#include "transport/transport.hpp"
+
+namespace illm::actors {
+
+/// How to build one instance (the per-instance part of cluster_options).
+struct instance_node_options {
+  instance_id id = 0;
+  uint32_t kv_blocks = 256;
+  int threads = 0;  ///< 0: all cores
+  int max_batch_tokens = 512;
+  int max_batch_seqs = 64;
+  std::chrono::milliseconds heartbeat_period{20};
+  std::chrono::milliseconds lease{2000};
+  std::chrono::milliseconds attention_timeout{30000};
+  std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
+  std::shared_ptr<event_log> events;                  ///< where moves are recorded; empty: its own
+};
+
+/// A running instance and what its actors use.
+class instance_node {
+ public:
+  /// Builds the instance on `plane`; its rManager joins `gmanager` at once (then again with its instance).
+  static gpu::result<std::unique_ptr<instance_node>> start(caf::actor_system& sys,
+                                                          std::shared_ptr<const gpu::model_weights> weights,
+                                                          const instance_node_options& options,
+                                                          std::shared_ptr<transport::data_plane> plane,
+                                                          caf::actor gmanager);
+  ~instance_node();
+  instance_node(const instance_node&) = delete;
+  instance_node& operator=(const instance_node&) = delete;
+
+  instance_id id() const;
+  caf::actor rmanager() const;
+  caf::actor instance() const;
+  const gpu::kv_pool& pool() const;
+  /// Its data plane (for the traffic counters).
+  const transport::data_plane& plane() const;
+  /// Its actors: instance, worker, attention server, rManager.
+  std::vector<caf::actor> actors() const;
+
+  /// Sends an exit to every actor of the instance (the caller then awaits them) and drops the data
+  /// plane's handlers into them.
+  void stop();
+
+ private:
+  struct parts;
+  explicit instance_node(std::unique_ptr<parts> p);
+  std::unique_ptr<parts> p_;
+};
+
+}  // namespace illm::actors

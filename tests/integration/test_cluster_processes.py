@@ -1,0 +1,149 @@
+"""The cluster as processes: `illm gmanager` on a free loopback port and two `illm instance --join` processes
+(small pools, UCX over tcp on lo). Both join (the gManager logs it); one is SIGKILLed and the gManager sees
+it down over the network (CAF's down message when the link breaks) and reports the requests it owned; the
+other is SIGTERMed and drains and leaves. A third joins, the gManager is stopped with SIGTERM, and that
+instance notices and exits non-zero instead of hanging. Every process started here is gone at the end.
+Only generous upper bounds on the waits: no timing assertions.
+
+Usage: test_cluster_processes.py ILLM [SOURCE_DIR]"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from common import free_port, wait_until
+
+JOIN_S = 120  # model load + UCX + CAF handshake, on a loaded machine
+DOWN_S = 60
+EXIT_S = 60
+
+
+class Proc:
+    """A background `illm` process whose stdout and stderr go to a log file."""
+
+    def __init__(self, name, args):
+        self.name = name
+        self.log = tempfile.NamedTemporaryFile(prefix=f"illm-{name}-", suffix=".log", delete=False)
+        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def output(self):
+        with open(self.log.name, errors="replace") as f:
+            return f.read()
+
+    def has(self, pattern):
+        return re.search(pattern, self.output(), re.M) is not None
+
+    def wait_exit(self, timeout_s):
+        return self.process.wait(timeout_s)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def gone(self):
+        """Exited and reaped (its pid no longer names it)."""
+        if self.process.poll() is None:
+            return False
+        try:
+            os.kill(self.process.pid, 0)
+        except ProcessLookupError:
+            return True
+        # The pid may have been reused by now; a zombie of ours would have been reaped by poll().
+        return True
+
+
+class SkipTest(Exception):
+    pass
+
+
+def main():
+    illm = sys.argv[1]
+    port = free_port()
+    started = []
+
+    def start(name, *args):
+        p = Proc(name, [illm, *args])
+        started.append(p)
+        return p
+
+    def instance(i):
+        return start(f"instance{i}", "instance", "--join", f"127.0.0.1:{port}", "--id", str(i),
+                     "--kv-blocks-per-instance", "16", "--threads", "1", "--heartbeat-ms", "50",
+                     "--ucx-tls", "tcp", "--ucx-net-devices", "lo")
+
+    ok = False
+    try:
+        gm = start("gmanager", "gmanager", "--listen", f"127.0.0.1:{port}", "--heartbeat-timeout-ms", "2000")
+        wait_until(lambda: gm.has(r"listening on 127\.0\.0\.1:%d" % port) or gm.process.poll() is not None, 60,
+                   "the gManager to listen")
+        assert gm.process.poll() is None, f"illm gmanager exited with {gm.process.returncode}"
+
+        a, b = instance(1), instance(2)
+
+        def joined_both():
+            for p in (a, b):
+                if p.process.poll() is not None:
+                    if p.has(r"built without UCX"):
+                        raise SkipTest("illm was built without UCX")
+                    raise AssertionError(f"{p.name} exited with {p.process.returncode} before joining")
+            return gm.has(r"instance 1 joined") and gm.has(r"instance 2 joined")
+
+        wait_until(joined_both, JOIN_S,
+                   "both instances to join the gManager")
+        wait_until(lambda: a.has(r"instance 1: joined") and b.has(r"instance 2: joined"), JOIN_S,
+                   "both instances to see themselves in the gManager's view")
+        print("both instances joined", flush=True)
+
+        # SIGKILL: no goodbye; the gManager learns of it from CAF's down message over the network.
+        killed_at = time.monotonic()
+        a.process.send_signal(signal.SIGKILL)
+        wait_until(lambda: gm.has(r"instance 1 down"), DOWN_S, "the gManager to report instance 1 down")
+        print(f"instance 1 SIGKILLed: the gManager reported it down after {time.monotonic() - killed_at:.3f} s",
+              flush=True)
+        down = re.search(r"^.*instance 1 down.*$", gm.output(), re.M).group(0)
+        assert "requests it owned" in down, down  # its requests are accounted for, not silently dropped
+        print(f"  {down}", flush=True)
+        assert a.wait_exit(EXIT_S) == -signal.SIGKILL
+
+        # SIGTERM: drain, leave, exit 0.
+        b.process.send_signal(signal.SIGTERM)
+        wait_until(lambda: gm.has(r"instance 2 left"), DOWN_S, "the gManager to report instance 2 left")
+        assert b.wait_exit(EXIT_S) == 0, b.output()
+        assert gm.has(r"instance 2 draining"), gm.output()
+        assert not gm.has(r"instance 2 down"), gm.output()
+        print("instance 2 SIGTERMed: drained, left and exited 0", flush=True)
+
+        # The gManager goes away: an instance reports it and exits non-zero (no hang).
+        c = instance(3)
+        wait_until(lambda: gm.has(r"instance 3 joined") and c.has(r"instance 3: joined"), JOIN_S,
+                   "instance 3 to join")
+        gm.process.send_signal(signal.SIGTERM)
+        assert gm.wait_exit(EXIT_S) == 0, gm.output()
+        code = c.wait_exit(EXIT_S)
+        assert code not in (0, None) and c.has(r"gManager is gone"), (code, c.output())
+        print(f"the gManager stopped (SIGTERM, exit 0): instance 3 exited with {code}", flush=True)
+
+        assert all(p.gone() for p in started), [p.name for p in started if not p.gone()]
+        print("every process started is gone", flush=True)
+        ok = True
+    except SkipTest as e:
+        ok = True
+        print(f"skipped: {e}")
+        return
+    finally:
+        for p in started:
+            p.stop()
+        for p in started:
+            if not ok:
+                sys.stderr.write(f"---- {p.name} (exit {p.process.returncode}):\n{p.output()}\n")
+            os.unlink(p.log.name)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
