@@ -13,6 +13,7 @@ struct member {
   caf::actor rmanager;
   caf::actor instance;
   instance_stats stats;
+  std::vector<uint8_t> plane_address;
   std::vector<request_placement_entry> placement;
   uint64_t last_seq = 0;
   caf::actor_clock::time_point last_heard;
@@ -68,7 +69,7 @@ cluster_view view_of(self_ptr self) {
   for (const auto& [id, m] : st.members)
     if (alive(self, m))
       v.instances.push_back({id, m.stats.total_blocks, unreserved_free(st, id, m), m.draining || m.stats.draining,
-                             m.rmanager, m.instance});
+                             m.rmanager, m.instance, m.plane_address});
   return v;
 }
 
@@ -156,6 +157,7 @@ cluster_view on_join(self_ptr self, const join_cluster& j) {
   if (is_new) tell(self, {membership_event::kind::joined, j.inst_id, {}, {}, {}});
   m.rmanager = j.rmanager;
   if (j.instance) m.instance = j.instance;
+  if (!j.plane_address.empty()) m.plane_address = j.plane_address;
   m.stats = j.stats;
   m.last_heard = self->clock().now();
   ++st.epoch;
@@ -213,7 +215,10 @@ caf::behavior gmanager_behavior(self_ptr self, gmanager_config config) {
       [=](const join_cluster& j) { return on_join(self, j); },
       [=](heartbeat& hb) { return on_heartbeat(self, hb); },
       [=](policy_tick_atom) { run_policy(self); },
-      [=](const move_report& r) { self->state.ordered.erase(r.id); },  // a refused move is ordered again later
+      [=](const move_report& r) {  // a refused move is ordered again later
+        self->state.ordered.erase(r.id);
+        if (self->state.config.on_move) self->state.config.on_move(r);
+      },
       [=](const drain_instance& d) {
         auto it = self->state.members.find(d.inst_id);
         if (it == self->state.members.end()) return;

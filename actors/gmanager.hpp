@@ -39,6 +39,8 @@ struct gmanager_config {
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
   /// Optional: told of every membership change, on the gManager's thread (keep it short).
   std::function<void(const membership_event&)> on_membership;
+  /// Optional: told of every move report (orders and loans), on the gManager's thread (keep it short).
+  std::function<void(const move_report&)> on_move;
 };
 
 /// Spawns a gManager.

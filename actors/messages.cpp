@@ -23,6 +23,7 @@ void register_messages(caf::actor_system_config& cfg) {
       .add_message_type<attend>("attend")
       .add_message_type<partials>("partials")
       .add_message_type<transfer_done>("transfer_done")
+      .add_message_type<peer_failed>("peer_failed")
       .add_message_type<incoming_attend>("incoming_attend")
       .add_message_type<reserve_room>("reserve_room")
       .add_message_type<room_answer>("room_answer")

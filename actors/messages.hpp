@@ -114,6 +114,7 @@ struct instance_view {
   bool draining = false;
   caf::actor rmanager;
   caf::actor instance;
+  std::vector<uint8_t> plane_address;  ///< its data plane's worker address; empty: in-process (already connected)
 };
 
 /// gManager -> rManager (answer to join and heartbeat): the cluster as of the last heartbeats.
@@ -133,6 +134,7 @@ struct join_cluster {
   caf::actor rmanager;
   caf::actor instance;
   instance_stats stats;
+  std::vector<uint8_t> plane_address;  ///< its data plane's worker address (UCX); empty: in-process
 };
 
 /// -> gManager: stop lending to inst_id and stop routing requests to it.
@@ -246,6 +248,12 @@ struct transfer_done {
   move_id id = 0;
   bool ok = false;
   std::string error;
+};
+
+/// The data plane -> rManager: the endpoint to a peer failed (the peer is treated as a failed destination).
+struct peer_failed {
+  instance_id peer = 0;
+  std::string reason;
 };
 
 /// An attend payload that arrived on the data plane, for the attention server.
@@ -370,7 +378,7 @@ typename Inspector::result_type inspect(Inspector& f, move_report& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, instance_view& x) {
   return f(caf::meta::type_name("instance_view"), x.inst_id, x.total_blocks, x.free_blocks, x.draining, x.rmanager,
-           x.instance);
+           x.instance, x.plane_address);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
@@ -378,7 +386,7 @@ typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_cluster& x) {
-  return f(caf::meta::type_name("join_cluster"), x.inst_id, x.rmanager, x.instance, x.stats);
+  return f(caf::meta::type_name("join_cluster"), x.inst_id, x.rmanager, x.instance, x.stats, x.plane_address);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, drain_instance& x) {
@@ -399,6 +407,10 @@ typename Inspector::result_type inspect(Inspector& f, partials& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_done& x) {
   return f(caf::meta::type_name("transfer_done"), x.id, x.ok, x.error);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, peer_failed& x) {
+  return f(caf::meta::type_name("peer_failed"), x.peer, x.reason);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, incoming_attend& x) {

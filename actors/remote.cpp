@@ -90,6 +90,9 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.heartbeat_period = options.heartbeat_period;
   rcfg.lease = options.lease;
   rcfg.metrics = options.metrics;
+  rcfg.plane_address = options.plane_address;
+  rcfg.connect_peer = options.connect_peer;
+  rcfg.log = options.log;
   n->rmanager = spawn_rmanager(sys, rcfg);
 
   worker_config wcfg;

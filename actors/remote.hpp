@@ -4,7 +4,9 @@
 // a gManager that may live in another process (a caf::io proxy). The caller owns the actor system.
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "actors/event_log.hpp"
@@ -28,6 +30,11 @@ struct instance_node_options {
   std::chrono::milliseconds attention_timeout{30000};
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
   std::shared_ptr<event_log> events;                  ///< where moves are recorded; empty: its own
+  /// The plane's worker address, sent with the join; and how to connect to a peer of the view (see
+  /// rmanager_config). Both empty for an in-process plane.
+  std::vector<uint8_t> plane_address;
+  std::function<std::string(instance_id peer, const std::vector<uint8_t>& address)> connect_peer;
+  std::function<void(const std::string&)> log;
 };
 
 /// A running instance and what its actors use.

@@ -5,6 +5,8 @@
 #include <optional>
 #include <set>
 
+#include <cstdio>
+
 #include <fmt/format.h>
 
 namespace illm::actors {
@@ -46,6 +48,8 @@ struct rmanager_state {
   std::map<request_id, std::map<instance_id, uint32_t>> lent;  // this instance's requests' blocks elsewhere
   std::map<request_id, std::map<instance_id, uint32_t>> rooms;  // blocks others keep for our long requests
   std::map<std::pair<instance_id, request_id>, std::vector<uint32_t>> kept;  // blocks we keep for others' rooms
+  std::map<instance_id, std::vector<uint8_t>> connected;  // data-plane peers connected, by their address
+  std::map<instance_id, std::vector<uint8_t>> failed;     // peers whose endpoint failed, at that address
   bool loan_in_flight = false;
   bool draining = false;
   uint64_t next_move = 1;
@@ -79,6 +83,45 @@ const instance_view* find_instance(const cluster_view& view, instance_id id) {
   auto it = std::find_if(view.instances.begin(), view.instances.end(),
                          [&](const instance_view& i) { return i.inst_id == id; });
   return it == view.instances.end() ? nullptr : &*it;
+}
+
+void plane_log(const rmanager_state& st, const std::string& line) {
+  if (st.config.log) return st.config.log(line);
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+/// Whether the data plane reaches `peer` (always, for an in-process plane).
+bool reachable(const rmanager_state& st, instance_id peer) {
+  return !st.config.connect_peer || st.connected.count(peer) > 0;
+}
+
+/// Connects the data plane to every peer of the view that has an address and is not connected at it yet
+/// (a peer that failed is connected again only at a new address: a restarted process).
+void connect_peers(rmanager_state& st) {
+  if (!st.config.connect_peer) return;
+  for (const instance_view& i : st.view.instances) {
+    if (i.inst_id == st.config.id || i.plane_address.empty()) continue;
+    if (auto c = st.connected.find(i.inst_id); c != st.connected.end() && c->second == i.plane_address) continue;
+    if (auto f = st.failed.find(i.inst_id); f != st.failed.end() && f->second == i.plane_address) continue;
+    const std::string why = st.config.connect_peer(i.inst_id, i.plane_address);
+    if (why.empty()) {
+      st.connected[i.inst_id] = i.plane_address;
+      st.failed.erase(i.inst_id);
+      plane_log(st, fmt::format("rmanager {}: data plane connected to instance {}", st.config.id, i.inst_id));
+    } else {
+      st.connected.erase(i.inst_id);
+      st.failed[i.inst_id] = i.plane_address;
+      plane_log(st, fmt::format("rmanager {}: data plane cannot connect to instance {}: {}", st.config.id, i.inst_id, why));
+    }
+  }
+}
+
+/// A newer view: keep it and connect to its new peers.
+void adopt_view(self_ptr self, cluster_view v) {
+  if (v.epoch < self->state.view.epoch) return;  // a late answer
+  self->state.view = std::move(v);
+  connect_peers(self->state);
 }
 
 // ---- the source side of a move ---------------------------------------------------------------------------
@@ -228,6 +271,8 @@ void start_move(self_ptr self, move_id id, request_id req, uint32_t num_blocks, 
   st.outgoing.emplace(id, std::move(move));
   if (!target || !target->rmanager || dst == st.config.id || !st.instance)
     return finish_move(self, id, false, fmt::format("instance {} is not a destination", dst));
+  if (!reachable(st, dst))
+    return finish_move(self, id, false, fmt::format("instance {} is not reachable on the data plane", dst));
   st.outgoing[id].dst_rmanager = target->rmanager;
   if (auto* m = st.config.metrics.get()) m->moves_started.with({std::to_string(st.config.id)}).add();
   // The gManager's orders and loans into a room move that request's blocks; other loans any request's.
@@ -506,7 +551,7 @@ void send_heartbeat(self_ptr self) {
       .then(
           [=](cluster_view& v) {
             if (v.epoch < self->state.view.epoch) return;  // a late answer
-            self->state.view = std::move(v);
+            adopt_view(self, std::move(v));
             if (self->state.instance) self->send(self->state.instance, self->state.view);
           },
           [=](const caf::error&) {});  // the next period tries again; instances keep serving meanwhile
@@ -519,8 +564,9 @@ caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
   auto& st = self->state;
   if (st.config.gmanager) {
     self->request(st.config.gmanager, st.config.answer_timeout,
-                  join_cluster{st.config.id, caf::actor_cast<caf::actor>(self), caf::actor{}, st.stats()})
-        .then([=](cluster_view& v) { self->state.view = std::move(v); }, [=](const caf::error&) {});
+                  join_cluster{st.config.id, caf::actor_cast<caf::actor>(self), caf::actor{}, st.stats(),
+                               st.config.plane_address})
+        .then([=](cluster_view& v) { adopt_view(self, std::move(v)); }, [=](const caf::error&) {});
   }
   self->send(self, heartbeat_tick_atom::value);
   return {
@@ -529,7 +575,7 @@ caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
         if (self->state.config.gmanager)
           self->send(self->state.config.gmanager,
                      join_cluster{self->state.config.id, caf::actor_cast<caf::actor>(self), self->state.instance,
-                                  self->state.stats()});
+                                  self->state.stats(), self->state.config.plane_address});
       },
       [=](heartbeat_tick_atom) { send_heartbeat(self); },
       [=](const move_kvcache& m) { start_move(self, m.id, m.req_id, m.num_blocks, m.dst_inst, false); },
@@ -557,8 +603,18 @@ caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
       [=](const drain_instance&) { self->state.draining = true; },
       [=](const request_released& r) { release_everywhere(self, r.req_id); },
       [=](placement_update& p) { self->state.placement = std::move(p); },
-      [=](cluster_view& v) {
-        if (v.epoch >= self->state.view.epoch) self->state.view = std::move(v);
+      [=](cluster_view& v) { adopt_view(self, std::move(v)); },
+      [=](const peer_failed& p) {
+        auto& st = self->state;
+        plane_log(st, fmt::format("rmanager {}: data plane peer {} failed: {}", st.config.id, p.peer, p.reason));
+        if (auto c = st.connected.find(p.peer); c != st.connected.end()) {
+          st.failed[p.peer] = c->second;
+          st.connected.erase(c);
+        }
+        std::vector<move_id> doomed;
+        for (const auto& [id, move] : st.outgoing)
+          if (move.dst == p.peer) doomed.push_back(id);
+        for (move_id id : doomed) finish_move(self, id, false, "data plane peer failed: " + p.reason);
       },
       [=](caf::get_atom) { return self->state.stats(); },
   };

@@ -10,7 +10,10 @@
 // A move that fails at any point leaves the request on its old blocks.
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "actors/event_log.hpp"
 #include "actors/hosted_blocks.hpp"
@@ -34,6 +37,13 @@ struct rmanager_config {
   std::chrono::milliseconds heartbeat_period{50};
   std::chrono::milliseconds lease{2000};         ///< how long a granted reservation waits for its commit
   std::chrono::milliseconds answer_timeout{5000};  ///< how long to wait for a peer's answer
+  /// This instance's data-plane address, sent with its join (empty: an in-process plane, nothing to exchange).
+  std::vector<uint8_t> plane_address;
+  /// Connects the data plane to a peer of the view that has an address and is not connected yet (or whose
+  /// address changed); returns an empty string or why not. Empty: never called (an in-process plane).
+  std::function<std::string(instance_id peer, const std::vector<uint8_t>& address)> connect_peer;
+  /// Where the rManager's data-plane lines go (a failed connect, a failed peer); empty: stderr.
+  std::function<void(const std::string&)> log;
 };
 
 /// Spawns an rManager; it joins the gManager at once. Its instance is attached afterwards with

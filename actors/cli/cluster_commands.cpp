@@ -4,8 +4,10 @@
 // ordinary join message, so that its heartbeats, and the gManager's monitor on its rManager, cross the
 // network. Membership changes are logged one line each on stderr.
 //
-// Not yet across processes: requests routed to a remote instance, and KV moves or remote attention between
-// processes (each plane is created and registers its pool, but worker addresses are not exchanged yet).
+// Data planes: each instance sends its UCX worker address with its join; the gManager's view carries it, and
+// each rManager connects its plane to every peer of the view it is not connected to yet (peer id = instance
+// id), so KV moves and remote attention cross processes. A peer whose endpoint fails is logged and treated
+// as a failed destination (its moves fail).
 
 #include <atomic>
 #include <csignal>
@@ -125,6 +127,14 @@ void run_gmanager(const gmanager_flags& flags) {
     else
       log("illm gmanager: instance {} {} (members: {})", e.inst_id, actors::to_string(e.what), members->load());
   };
+  g.on_move = [](const actors::move_report& r) {
+    if (r.ok)
+      log("illm gmanager: move {} of request {}: instance {} -> {}, {} blocks ({})", r.id, r.req_id, r.src_inst,
+          r.dst_inst, r.blocks, r.self_initiated ? "loan" : "order");
+    else
+      log("illm gmanager: move {} of request {}: instance {} -> {} failed: {}", r.id, r.req_id, r.src_inst, r.dst_inst,
+          r.reason);
+  };
   caf::actor gm = actors::spawn_gmanager(sys, g);
   auto port = sys.middleman().publish(gm, at.port, at.host.c_str(), true);
   if (!port) {
@@ -168,8 +178,16 @@ struct gmanager_watch {
   std::string reason;
 };
 
-/// The instance's data plane: UCX, with its progress thread running.
-std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, size_t& address_bytes) {
+/// Where the plane's peer errors go: logged, and told to the rManager once it exists.
+struct peer_error_sink {
+  std::mutex mutex;
+  caf::actor rmanager;
+};
+
+/// The instance's data plane: UCX, with its progress thread running; `o` gets its address and connector.
+std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, size_t& address_bytes,
+                                                  actors::instance_node_options& o,
+                                                  const std::shared_ptr<peer_error_sink>& sink) {
 #ifdef ILLM_HAVE_UCX
   transport::ucx_options uo;
   uo.tls = flags.ucx_tls;
@@ -177,12 +195,30 @@ std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, s
   auto made = transport::ucx_plane::create(transport::peer_id(flags.id), uo);
   if (!made.is_ok()) fail("the UCX data plane: " + made.error().message());
   std::shared_ptr<transport::ucx_plane> plane = std::move(made).value();
+  const int me = flags.id;
+  plane->on_peer_error([sink, me](transport::peer_id peer, transport::status why) {
+    log("illm instance {}: data plane peer {} failed: {}", me, peer, why.message());
+    std::lock_guard lock(sink->mutex);
+    if (sink->rmanager) caf::anon_send(sink->rmanager, actors::peer_failed{actors::instance_id(peer), why.message()});
+  });
   if (auto s = plane->start_progress_thread(); !s.is_ok()) fail("the UCX data plane: " + s.message());
-  address_bytes = plane->worker_address().size();
+  o.plane_address = plane->worker_address();
+  address_bytes = o.plane_address.size();
+  std::weak_ptr<transport::ucx_plane> weak = plane;
+  o.connect_peer = [weak](actors::instance_id peer, const std::vector<uint8_t>& address) -> std::string {
+    auto p = weak.lock();
+    if (!p) return "the plane is gone";
+    (void)p->disconnect(transport::peer_id(peer));  // a peer at a new address (restarted), or one that failed
+    auto s = p->connect(transport::peer_id(peer), address);
+    return s.is_ok() ? std::string{} : s.message();
+  };
+  o.log = [](const std::string& line) { log("illm instance: {}", line); };
   return plane;
 #else
   (void)flags;
   (void)address_bytes;
+  (void)o;
+  (void)sink;
   fail("this illm was built without UCX (ILLM_ENABLE_UCX): an instance process needs its data plane");
 #endif
 }
@@ -197,7 +233,9 @@ void run_instance(const instance_flags& flags) {
   if (!model.is_ok()) fail(model.error().message());
 
   size_t address_bytes = 0;
-  std::shared_ptr<transport::data_plane> plane = make_plane(flags, address_bytes);
+  actors::instance_node_options o;
+  auto sink = std::make_shared<peer_error_sink>();
+  std::shared_ptr<transport::data_plane> plane = make_plane(flags, address_bytes, o, sink);
 
   auto cfg = networked_config();
   caf::actor_system sys{*cfg};
@@ -218,7 +256,6 @@ void run_instance(const instance_flags& flags) {
     return {[](int32_t) {}};  // it only watches
   });
 
-  actors::instance_node_options o;
   o.id = actors::instance_id(flags.id);
   o.kv_blocks = flags.kv_blocks;
   o.threads = flags.threads;
@@ -234,6 +271,10 @@ void run_instance(const instance_flags& flags) {
     caf::scoped_actor waiter{sys, true};
     for (const caf::actor& a : mine) waiter->monitor(a);
     if (node && *node) (*node)->stop();
+    {
+      std::lock_guard lock(sink->mutex);
+      sink->rmanager = caf::actor{};
+    }
     caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
     watcher = caf::actor{};
     size_t down = 0;
@@ -250,6 +291,10 @@ void run_instance(const instance_flags& flags) {
     fail(started.error().message());
   }
   std::unique_ptr<actors::instance_node> node = std::move(started).value();
+  {
+    std::lock_guard lock(sink->mutex);
+    sink->rmanager = node->rmanager();
+  }
   log("{}: joining the gManager at {}:{} ({} ({}), {} KV blocks, UCX plane over {} on {}, worker address {} bytes)", me,
       gm_at.host, gm_at.port, model->name, flags.model, flags.kv_blocks, flags.ucx_tls, flags.ucx_net_devices,
       address_bytes);

@@ -4,15 +4,18 @@
 #include <fstream>
 #include <future>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
 
+#include <caf/io/all.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "actors/cli/commands.hpp"
 #include "actors/cluster.hpp"
+#include "actors/request.hpp"
 #include "gpu/backend_registry.hpp"
 #include "gpu/generate.hpp"
 
@@ -41,6 +44,7 @@ struct generate_flags {
   int max_batch_tokens = 512;
   std::string backend = "auto";
   bool json = false;
+  std::string gmanager;  // HOST:PORT of a cluster of processes (illm gmanager): the request goes there
 };
 
 std::string read_prompt(const generate_flags& f) {
@@ -167,6 +171,93 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
   return r;
 }
 
+/// The request on a cluster of processes: the gManager's view names the instance with the most free blocks,
+/// the request goes there (as cluster::submit does) and its tokens come back over CAF's middleman.
+generation_report run_on_gmanager(const generate_flags& f, const gpu::generate_options& options) {
+  std::string host = "127.0.0.1", port_text = f.gmanager;
+  if (const auto colon = f.gmanager.rfind(':'); colon != std::string::npos) {
+    if (colon > 0) host = f.gmanager.substr(0, colon);
+    port_text = f.gmanager.substr(colon + 1);
+  }
+  uint16_t port = 0;
+  try {
+    size_t used = 0;
+    const long p = std::stol(port_text, &used);
+    if (used != port_text.size() || p <= 0 || p > 65535) throw std::out_of_range(port_text);
+    port = uint16_t(p);
+  } catch (const std::exception&) {
+    fail(fmt::format("--gmanager {}: expected HOST:PORT", f.gmanager), 2);
+  }
+  caf::actor_system_config cfg;
+  actors::register_messages(cfg);
+  cfg.load<caf::io::middleman>();
+  generation_report r{options.prompt_ids, {}, {}, options.seed, 0, 0, {}};
+  std::string error;
+  {
+    caf::actor_system sys{cfg};
+    auto gm = sys.middleman().remote_actor(host, port);
+    if (!gm) fail(fmt::format("cannot reach the gManager at {}:{}: {}", host, port, sys.render(gm.error())));
+    actors::cluster_view view;
+    {
+      caf::scoped_actor s{sys, true};
+      s->request(*gm, std::chrono::seconds(5), actors::view_atom::value)
+          .receive([&](actors::cluster_view& v) { view = std::move(v); },
+                   [&](const caf::error& e) { error = "the gManager did not answer: " + sys.render(e); });
+    }
+    caf::actor target;
+    uint32_t best = 0;
+    for (const actors::instance_view& i : view.instances)  // the instance with the most free blocks
+      if (!i.draining && i.instance && (!target || i.free_blocks > best)) {
+        best = i.free_blocks;
+        target = i.instance;
+      }
+    if (error.empty() && !target) error = "the gManager's view has no instance";
+    if (error.empty()) {
+      using clock = std::chrono::steady_clock;
+      std::mutex mutex;
+      std::vector<int32_t> tokens;
+      clock::time_point first_token{};
+      std::promise<actors::request_finished> finished;
+      const auto start = clock::now();
+      const actors::request_id id = (uint64_t(std::random_device{}()) << 20 | std::random_device{}()) & ((uint64_t(1) << 52) - 1);
+      actors::generate_request req{id, options.prompt_ids, options.max_tokens, options.sampling.temperature,
+                                   options.sampling.top_p, options.seed, options.ignore_eos, {}};
+      caf::actor client = actors::spawn_request(sys, std::move(req), target,
+                                                {[&](int32_t token) {
+                                                   std::lock_guard lock(mutex);
+                                                   if (tokens.empty()) first_token = clock::now();
+                                                   tokens.push_back(token);
+                                                 },
+                                                 [&](const actors::request_finished& end) { finished.set_value(end); }});
+      const actors::request_finished end = finished.get_future().get();
+      const auto stop = clock::now();
+      client = caf::actor{};
+      if (end.reason == "error") error = "the request failed: " + end.error;
+      std::lock_guard lock(mutex);
+      r.token_ids = tokens;
+      r.finish_reason = end.reason;
+      if (!tokens.empty()) {
+        r.prefill_s = std::chrono::duration<double>(first_token - start).count();
+        r.decode_s = std::chrono::duration<double>(stop - first_token).count();
+      }
+      r.extra["gmanager"] = f.gmanager;
+      r.extra["instances"] = view.instances.size();
+      std::map<uint32_t, uint32_t> blocks;
+      for (const auto& e : end.placement) blocks[e.inst_id] += e.num_blocks;
+      uint32_t last = 0;  // indexed by instance id, as with --instances
+      for (const actors::instance_view& i : view.instances) last = std::max(last, i.inst_id);
+      for (const auto& [inst, n] : blocks) last = std::max(last, inst);
+      r.extra["blocks_per_instance"] = nlohmann::json::array();
+      for (uint32_t i = 0; i <= last; ++i) r.extra["blocks_per_instance"].push_back(blocks[i]);
+      r.extra["preemptions"] = end.preemptions;
+    }
+    gm = caf::actor{};
+    sys.await_actors_before_shutdown(false);  // the middleman's own actors (see illm instance)
+  }
+  if (!error.empty()) fail(error);
+  return r;
+}
+
 void run_generate(const generate_flags& f) {
   if (!f.prompt.empty() && !f.prompt_file.empty()) fail("give --prompt or --prompt-file, not both", 2);
   if (f.instances > 0 && f.kv_pools > 1) fail("give --instances or --kv-pools, not both", 2);
@@ -181,8 +272,11 @@ void run_generate(const generate_flags& f) {
   options.seed = f.seed >= 0 ? uint64_t(f.seed) : std::random_device{}();
   options.ignore_eos = f.ignore_eos;
   options.max_batch_tokens = f.max_batch_tokens;
-  const generation_report r = f.instances > 0 ? run_cluster(f, model.value(), options)
-                                              : run_pools(f, model.value(), options);
+  if (!f.gmanager.empty() && (f.instances > 0 || f.kv_pools > 1))
+    fail("give --gmanager, --instances or --kv-pools, not two of them", 2);
+  const generation_report r = !f.gmanager.empty() ? run_on_gmanager(f, options)
+                              : f.instances > 0   ? run_cluster(f, model.value(), options)
+                                                  : run_pools(f, model.value(), options);
   print_report(f, model.value(), prompt, r);
 }
 
@@ -221,6 +315,9 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--backend", flags->backend, "auto (cuda when a GPU is present, else cpu), cpu, cpu-reference or cuda")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print one JSON object");
+  cmd->add_option("--gmanager", flags->gmanager,
+                  "HOST:PORT of a cluster of processes (illm gmanager): send the request to its instance with the "
+                  "most free blocks");
   cmd->callback([flags] { run_generate(*flags); });
 }
 

@@ -1,0 +1,146 @@
+"""A request on a cluster of processes over the UCX data plane: `illm gmanager` on a free loopback port and
+four `illm instance --join` processes with small pools (64 blocks of 16 tokens each, UCX over tcp on lo).
+The instances exchange their worker addresses through the gManager's view and connect their planes; a
+prompt of about 2900 tokens (about three pools) goes to the cluster with `illm generate --gmanager`, so its
+KV blocks move between processes (put + flush into the destination's reserved memory) and its attention is
+computed remotely. Its token ids must equal those of the same prompt on one instance with enough memory, and
+the gManager must have logged at least one move. Every process started here is gone at the end.
+
+Usage: test_cluster_ucx.py ILLM [SOURCE_DIR]"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+
+from common import free_port, wait_until
+from test_cluster_processes import Proc, SkipTest
+
+JOIN_S = 120
+RUN_S = 600
+EXIT_S = 60
+MAX_TOKENS = 12
+
+SENTENCES = [
+    "Once upon a time, there was a little girl named Lily who lived in a small house near the woods.",
+    "Every morning she walked to the river with her dog Max and looked at the fish in the water.",
+    "One day she found a shiny red ball under a big tree, and she wanted to show it to her mom.",
+    "Max barked and ran in circles, because he wanted to play with the ball too.",
+    "They played all afternoon in the sun, and then they went home for a warm bowl of soup.",
+    "At night Lily looked at the stars from her window and thought about the next adventure.",
+]
+
+
+def make_prompt(words_wanted=2460):
+    out, words, i = [], 0, 0
+    while words < words_wanted:
+        s = SENTENCES[i % len(SENTENCES)]
+        if i % len(SENTENCES) == 0:
+            s = f"On day {i // len(SENTENCES) + 1}: " + s
+        out.append(s)
+        words += len(s.split())
+        i += 1
+    return " ".join(out)
+
+
+def run_json(args, timeout_s):
+    done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout_s, text=True)
+    assert done.returncode == 0, (args, done.returncode, done.stderr[-4000:])
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def main():
+    illm = sys.argv[1]
+    port = free_port()
+    started = []
+    prompt = tempfile.NamedTemporaryFile("w", prefix="illm-prompt-", suffix=".txt", delete=False)
+    prompt.write(make_prompt())
+    prompt.close()
+
+    def start(name, *args):
+        p = Proc(name, [illm, *args])
+        started.append(p)
+        return p
+
+    common = ["generate", "--prompt-file", prompt.name, "--max-tokens", str(MAX_TOKENS), "--temperature", "0", "--ignore-eos",
+              "--json"]
+    ok = False
+    try:
+        reference, _ = run_json([illm, *common, "--instances", "1", "--kv-blocks-per-instance", "1024",
+                                 "--threads", "2"], RUN_S)
+        n_prompt = len(reference["prompt_token_ids"])
+        assert 2500 <= n_prompt <= 3300, n_prompt  # about three pools of 64 blocks of 16 tokens
+        print(f"reference (1 instance, 1024 blocks): {n_prompt} prompt tokens -> {reference['token_ids']}",
+              flush=True)
+
+        gm = start("gmanager", "gmanager", "--listen", f"127.0.0.1:{port}", "--heartbeat-timeout-ms", "5000")
+        wait_until(lambda: gm.has(r"listening on 127\.0\.0\.1:%d" % port) or gm.process.poll() is not None, 60,
+                   "the gManager to listen")
+        assert gm.process.poll() is None, f"illm gmanager exited with {gm.process.returncode}"
+        ids = [0, 1, 2, 3]
+        insts = [start(f"instance{i}", "instance", "--join", f"127.0.0.1:{port}", "--id", str(i),
+                       "--kv-blocks-per-instance", "64", "--threads", "1", "--heartbeat-ms", "50",
+                       "--ucx-tls", "tcp", "--ucx-net-devices", "lo") for i in ids]
+
+        def all_joined():
+            for p in insts:
+                if p.process.poll() is not None:
+                    if p.has(r"built without UCX"):
+                        raise SkipTest("illm was built without UCX")
+                    raise AssertionError(f"{p.name} exited with {p.process.returncode} before joining")
+            return all(gm.has(rf"instance {i} joined") for i in ids)
+
+        wait_until(all_joined, JOIN_S, "the four instances to join")
+
+        # Each instance's plane connects to the three others once their addresses are in its view.
+        def all_connected():
+            return all(p.has(rf"data plane connected to instance {j}\b")
+                       for i, p in zip(ids, insts) for j in ids if j != i)
+
+        wait_until(all_connected, JOIN_S, "every data plane to connect to the three others")
+        print("4 instances joined; every plane connected to the 3 others", flush=True)
+
+        result, stderr = run_json([illm, *common, "--gmanager", f"127.0.0.1:{port}"], RUN_S)
+        print(f"cluster of processes: {result['token_ids']}; blocks per instance {result.get('blocks_per_instance')}",
+              flush=True)
+        assert result["prompt_token_ids"] == reference["prompt_token_ids"]
+        assert result["token_ids"] == reference["token_ids"], (result["token_ids"], reference["token_ids"])
+        moves = re.findall(r"^illm gmanager: move \d+ of request \d+: instance \d+ -> \d+, \d+ blocks.*$",
+                           gm.output(), re.M)
+        assert moves, gm.output()
+        print(f"{len(moves)} moves between processes, e.g. {moves[0]}", flush=True)
+        blocks = result.get("blocks_per_instance") or []
+        assert sum(1 for b in blocks if b > 0) >= 3, blocks  # its KV spread over at least three processes
+        for p in insts:
+            assert not p.has(r"data plane peer \d+ failed"), p.output()
+
+        # Stop: instances drain and leave (SIGTERM), then the gManager.
+        for p in insts:
+            p.process.send_signal(signal.SIGTERM)
+        for p in insts:
+            assert p.wait_exit(EXIT_S) == 0, (p.name, p.output())
+        gm.process.send_signal(signal.SIGTERM)
+        assert gm.wait_exit(EXIT_S) == 0, gm.output()
+        assert all(p.gone() for p in started), [p.name for p in started if not p.gone()]
+        print("every process started is gone", flush=True)
+        ok = True
+    except SkipTest as e:
+        ok = True
+        print(f"skipped: {e}")
+        return
+    finally:
+        for p in started:
+            p.stop()
+        for p in started:
+            if not ok:
+                sys.stderr.write(f"---- {p.name} (exit {p.process.returncode}):\n{p.output()[-20000:]}\n")
+            os.unlink(p.log.name)
+        os.unlink(prompt.name)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
