@@ -11,6 +11,17 @@
 
 namespace illm::actors {
 
+caf::actor most_free_instance(const cluster_view& view) {
+  caf::actor target;
+  uint32_t best = 0;
+  for (const instance_view& i : view.instances)
+    if (!i.draining && i.instance && (!target || i.free_blocks > best)) {
+      best = i.free_blocks;
+      target = i.instance;
+    }
+  return target;
+}
+
 cluster::cluster() : events_(std::make_shared<event_log>()) {}
 
 cluster::~cluster() { shutdown(); }
@@ -90,13 +101,8 @@ int cluster::size() const { return int(nodes_.size()); }
 request_id cluster::submit(const generate_params& params, request_callbacks callbacks) {
   const request_id id = next_request_++;
   const cluster_view v = view();
-  caf::actor target = nodes_.front()->instance();
-  uint32_t best = 0;
-  for (const instance_view& i : v.instances)  // the instance with the most free blocks
-    if (!i.draining && i.instance && i.free_blocks > best) {
-      best = i.free_blocks;
-      target = i.instance;
-    }
+  caf::actor target = most_free_instance(v);
+  if (!target) target = nodes_.front()->instance();
   generate_request r{id, params.prompt, params.max_tokens, params.temperature, params.top_p, params.seed,
                      params.ignore_eos, {}};
   auto on_finished = std::move(callbacks.on_finished);

@@ -48,6 +48,10 @@ struct generate_params {
   bool ignore_eos = false;
 };
 
+/// Where a new request goes: the instance of the view, not draining, with the most free blocks (the
+/// first such one when none has any); an empty handle when the view has none.
+caf::actor most_free_instance(const cluster_view& view);
+
 /// One instance's pool and data-plane traffic, for reports and tests.
 struct instance_report {
   instance_id id = 0;

@@ -106,6 +106,48 @@ generation_report run_pools(const generate_flags& f, const gpu::loaded_model& mo
   return r;
 }
 
+/// A request's tokens as they stream in, and when the first came: the callbacks to give the request,
+/// then wait() for its end.
+struct token_stream {
+  using clock = std::chrono::steady_clock;
+  std::mutex mutex;
+  std::vector<int32_t> tokens;
+  clock::time_point start = clock::now(), first_token{};
+  std::promise<actors::request_finished> finished;
+
+  actors::request_callbacks callbacks() {
+    return {[this](int32_t token) {
+              std::lock_guard lock(mutex);
+              if (tokens.empty()) first_token = clock::now();
+              tokens.push_back(token);
+            },
+            [this](const actors::request_finished& end) { finished.set_value(end); }};
+  }
+
+  /// Waits for the end; the report gets the tokens, the finish reason and the timings.
+  actors::request_finished wait(generation_report& r) {
+    const actors::request_finished end = finished.get_future().get();
+    const auto stop = clock::now();
+    std::lock_guard lock(mutex);
+    r.token_ids = tokens;
+    r.finish_reason = end.reason;
+    if (!tokens.empty()) {
+      r.prefill_s = std::chrono::duration<double>(first_token - start).count();
+      r.decode_s = std::chrono::duration<double>(stop - first_token).count();
+    }
+    return end;
+  }
+};
+
+/// Blocks the request held per instance at its end, indexed by instance id 0..count-1.
+nlohmann::json blocks_per_instance(const std::vector<actors::request_placement_entry>& placement, uint32_t count) {
+  std::map<uint32_t, uint32_t> blocks;
+  for (const auto& e : placement) blocks[e.inst_id] += e.num_blocks;
+  nlohmann::json out = nlohmann::json::array();
+  for (uint32_t i = 0; i < count; ++i) out.push_back(blocks[i]);
+  return out;
+}
+
 /// The request on an embedded cluster of --instances instances, through the actors and the protocol.
 generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& model,
                               const gpu::generate_options& options) {
@@ -121,34 +163,16 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
   if (!started.is_ok()) fail(started.error().message());
   actors::cluster& c = *started.value();
 
-  using clock = std::chrono::steady_clock;
-  std::mutex mutex;
-  std::vector<int32_t> tokens;
-  clock::time_point first_token{};
-  std::promise<actors::request_finished> finished;
-  const auto start = clock::now();
   actors::generate_params params{options.prompt_ids, options.max_tokens, options.sampling.temperature,
                                  options.sampling.top_p, options.seed, options.ignore_eos};
-  c.submit(params, {[&](int32_t token) {
-                      std::lock_guard lock(mutex);
-                      if (tokens.empty()) first_token = clock::now();
-                      tokens.push_back(token);
-                    },
-                    [&](const actors::request_finished& end) { finished.set_value(end); }});
-  const actors::request_finished end = finished.get_future().get();
-  const auto stop = clock::now();
+  token_stream stream;
+  c.submit(params, stream.callbacks());
+  generation_report r{options.prompt_ids, {}, {}, options.seed, 0, 0, {}};
+  const actors::request_finished end = stream.wait(r);
   if (end.reason == "error") fail("the request failed: " + end.error);
-
-  generation_report r{options.prompt_ids, tokens, end.reason, options.seed, 0, 0, {}};
-  if (!tokens.empty()) {
-    r.prefill_s = std::chrono::duration<double>(first_token - start).count();
-    r.decode_s = std::chrono::duration<double>(stop - first_token).count();
-  }
   r.extra["instances"] = f.instances;
   r.extra["kv_blocks_per_instance"] = co.kv_blocks_per_instance;
-  std::map<uint32_t, uint32_t> blocks;
-  for (const auto& e : end.placement) blocks[e.inst_id] += e.num_blocks;
-  for (int i = 0; i < f.instances; ++i) r.extra["blocks_per_instance"].push_back(blocks[uint32_t(i)]);
+  r.extra["blocks_per_instance"] = blocks_per_instance(end.placement, uint32_t(f.instances));
   r.extra["preemptions"] = end.preemptions;
   r.extra["moves"] = nlohmann::json::array();
   r.extra["refusals"] = nlohmann::json::array();
@@ -204,51 +228,23 @@ generation_report run_on_gmanager(const generate_flags& f, const gpu::generate_o
           .receive([&](actors::cluster_view& v) { view = std::move(v); },
                    [&](const caf::error& e) { error = "the gManager did not answer: " + sys.render(e); });
     }
-    caf::actor target;
-    uint32_t best = 0;
-    for (const actors::instance_view& i : view.instances)  // the instance with the most free blocks
-      if (!i.draining && i.instance && (!target || i.free_blocks > best)) {
-        best = i.free_blocks;
-        target = i.instance;
-      }
+    caf::actor target = actors::most_free_instance(view);
     if (error.empty() && !target) error = "the gManager's view has no instance";
     if (error.empty()) {
-      using clock = std::chrono::steady_clock;
-      std::mutex mutex;
-      std::vector<int32_t> tokens;
-      clock::time_point first_token{};
-      std::promise<actors::request_finished> finished;
-      const auto start = clock::now();
+      token_stream stream;
       const actors::request_id id = (uint64_t(std::random_device{}()) << 20 | std::random_device{}()) & ((uint64_t(1) << 52) - 1);
       actors::generate_request req{id, options.prompt_ids, options.max_tokens, options.sampling.temperature,
                                    options.sampling.top_p, options.seed, options.ignore_eos, {}};
-      caf::actor client = actors::spawn_request(sys, std::move(req), target,
-                                                {[&](int32_t token) {
-                                                   std::lock_guard lock(mutex);
-                                                   if (tokens.empty()) first_token = clock::now();
-                                                   tokens.push_back(token);
-                                                 },
-                                                 [&](const actors::request_finished& end) { finished.set_value(end); }});
-      const actors::request_finished end = finished.get_future().get();
-      const auto stop = clock::now();
+      caf::actor client = actors::spawn_request(sys, std::move(req), target, stream.callbacks());
+      const actors::request_finished end = stream.wait(r);
       client = caf::actor{};
       if (end.reason == "error") error = "the request failed: " + end.error;
-      std::lock_guard lock(mutex);
-      r.token_ids = tokens;
-      r.finish_reason = end.reason;
-      if (!tokens.empty()) {
-        r.prefill_s = std::chrono::duration<double>(first_token - start).count();
-        r.decode_s = std::chrono::duration<double>(stop - first_token).count();
-      }
       r.extra["gmanager"] = f.gmanager;
       r.extra["instances"] = view.instances.size();
-      std::map<uint32_t, uint32_t> blocks;
-      for (const auto& e : end.placement) blocks[e.inst_id] += e.num_blocks;
       uint32_t last = 0;  // indexed by instance id, as with --instances
       for (const actors::instance_view& i : view.instances) last = std::max(last, i.inst_id);
-      for (const auto& [inst, n] : blocks) last = std::max(last, inst);
-      r.extra["blocks_per_instance"] = nlohmann::json::array();
-      for (uint32_t i = 0; i <= last; ++i) r.extra["blocks_per_instance"].push_back(blocks[i]);
+      for (const auto& e : end.placement) last = std::max(last, e.inst_id);
+      r.extra["blocks_per_instance"] = blocks_per_instance(end.placement, last + 1);
       r.extra["preemptions"] = end.preemptions;
     }
     gm = caf::actor{};

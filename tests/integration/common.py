@@ -5,6 +5,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -131,3 +132,63 @@ def process(args, **kwargs):
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+class SkipTest(Exception):
+    """Raised by a test that cannot run here (e.g. illm built without UCX)."""
+
+
+class Proc:
+    """A background `illm` process whose stdout and stderr go to a log file."""
+
+    def __init__(self, name, args):
+        self.name = name
+        self.log = tempfile.NamedTemporaryFile(prefix=f"illm-{name}-", suffix=".log", delete=False)
+        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def output(self):
+        with open(self.log.name, errors="replace") as f:
+            return f.read()
+
+    def has(self, pattern):
+        return re.search(pattern, self.output(), re.M) is not None
+
+    def wait_exit(self, timeout_s):
+        return self.process.wait(timeout_s)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def gone(self):
+        """Exited and reaped by us (poll() reaps it, so no zombie of ours is left)."""
+        return self.process.poll() is not None
+
+
+class ProcGroup:
+    """The processes a test starts; finish() kills what is still running, shows every log when the test
+    failed, and removes the logs."""
+
+    def __init__(self, illm):
+        self.illm = illm
+        self.started = []
+
+    def start(self, name, *args):
+        p = Proc(name, [self.illm, *args])
+        self.started.append(p)
+        return p
+
+    def all_gone(self):
+        return all(p.gone() for p in self.started)
+
+    def not_gone(self):
+        return [p.name for p in self.started if not p.gone()]
+
+    def finish(self, ok):
+        for p in self.started:
+            p.stop()
+        for p in self.started:
+            if not ok:
+                sys.stderr.write(f"---- {p.name} (exit {p.process.returncode}):\n{p.output()[-20000:]}\n")
+            os.unlink(p.log.name)

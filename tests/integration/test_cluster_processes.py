@@ -7,69 +7,24 @@ Only generous upper bounds on the waits: no timing assertions.
 
 Usage: test_cluster_processes.py ILLM [SOURCE_DIR]"""
 
-import os
 import re
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 
-from common import free_port, wait_until
+from common import ProcGroup, SkipTest, free_port, wait_until
 
 JOIN_S = 120  # model load + UCX + CAF handshake, on a loaded machine
 DOWN_S = 60
 EXIT_S = 60
 
 
-class Proc:
-    """A background `illm` process whose stdout and stderr go to a log file."""
-
-    def __init__(self, name, args):
-        self.name = name
-        self.log = tempfile.NamedTemporaryFile(prefix=f"illm-{name}-", suffix=".log", delete=False)
-        self.process = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
-
-    def output(self):
-        with open(self.log.name, errors="replace") as f:
-            return f.read()
-
-    def has(self, pattern):
-        return re.search(pattern, self.output(), re.M) is not None
-
-    def wait_exit(self, timeout_s):
-        return self.process.wait(timeout_s)
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-    def gone(self):
-        """Exited and reaped (its pid no longer names it)."""
-        if self.process.poll() is None:
-            return False
-        try:
-            os.kill(self.process.pid, 0)
-        except ProcessLookupError:
-            return True
-        # The pid may have been reused by now; a zombie of ours would have been reaped by poll().
-        return True
-
-
-class SkipTest(Exception):
-    pass
-
-
 def main():
     illm = sys.argv[1]
     port = free_port()
-    started = []
+    procs = ProcGroup(illm)
 
-    def start(name, *args):
-        p = Proc(name, [illm, *args])
-        started.append(p)
-        return p
+    start = procs.start
 
     def instance(i):
         return start(f"instance{i}", "instance", "--join", f"127.0.0.1:{port}", "--id", str(i),
@@ -128,7 +83,7 @@ def main():
         assert code not in (0, None) and c.has(r"gManager is gone"), (code, c.output())
         print(f"the gManager stopped (SIGTERM, exit 0): instance 3 exited with {code}", flush=True)
 
-        assert all(p.gone() for p in started), [p.name for p in started if not p.gone()]
+        assert procs.all_gone(), procs.not_gone()
         print("every process started is gone", flush=True)
         ok = True
     except SkipTest as e:
@@ -136,12 +91,7 @@ def main():
         print(f"skipped: {e}")
         return
     finally:
-        for p in started:
-            p.stop()
-        for p in started:
-            if not ok:
-                sys.stderr.write(f"---- {p.name} (exit {p.process.returncode}):\n{p.output()}\n")
-            os.unlink(p.log.name)
+        procs.finish(ok)
     print("ok")
 
 

@@ -16,8 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import free_port, wait_until
-from test_cluster_processes import Proc, SkipTest
+from common import ProcGroup, SkipTest, free_port, wait_until
 
 JOIN_S = 120
 RUN_S = 600
@@ -55,15 +54,12 @@ def run_json(args, timeout_s):
 def main():
     illm = sys.argv[1]
     port = free_port()
-    started = []
+    procs = ProcGroup(illm)
     prompt = tempfile.NamedTemporaryFile("w", prefix="illm-prompt-", suffix=".txt", delete=False)
     prompt.write(make_prompt())
     prompt.close()
 
-    def start(name, *args):
-        p = Proc(name, [illm, *args])
-        started.append(p)
-        return p
+    start = procs.start
 
     common = ["generate", "--prompt-file", prompt.name, "--max-tokens", str(MAX_TOKENS), "--temperature", "0", "--ignore-eos",
               "--json"]
@@ -124,7 +120,7 @@ def main():
             assert p.wait_exit(EXIT_S) == 0, (p.name, p.output())
         gm.process.send_signal(signal.SIGTERM)
         assert gm.wait_exit(EXIT_S) == 0, gm.output()
-        assert all(p.gone() for p in started), [p.name for p in started if not p.gone()]
+        assert procs.all_gone(), procs.not_gone()
         print("every process started is gone", flush=True)
         ok = True
     except SkipTest as e:
@@ -132,12 +128,7 @@ def main():
         print(f"skipped: {e}")
         return
     finally:
-        for p in started:
-            p.stop()
-        for p in started:
-            if not ok:
-                sys.stderr.write(f"---- {p.name} (exit {p.process.returncode}):\n{p.output()[-20000:]}\n")
-            os.unlink(p.log.name)
+        procs.finish(ok)
         os.unlink(prompt.name)
     print("ok")
 
