@@ -163,8 +163,8 @@ void refuse(self_ptr self, const generate_request& r, std::string why) {
   self->send(r.client, request_finished{r.id, "error", std::move(why), 0, {}});
 }
 
-/// Asks the rManager to lend `blocks` of this instance's KV to others (the request with the most movable
-/// blocks goes first), unless a loan is pending or the last one found no room.
+/// Asks the rManager to lend `blocks` of this instance's KV to others (its plan_loan picks whose blocks go
+/// where), unless a loan is pending or the last one found no room.
 bool ask_loan(self_ptr self, request_id req, uint32_t blocks) {
   auto& st = self->state;
   if (st.loan_pending) return true;
