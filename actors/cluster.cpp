@@ -11,17 +11,6 @@
 
 namespace illm::actors {
 
-caf::actor most_free_instance(const cluster_view& view) {
-  caf::actor target;
-  uint32_t best = 0;
-  for (const instance_view& i : view.instances)
-    if (!i.draining && i.instance && (!target || i.free_blocks > best)) {
-      best = i.free_blocks;
-      target = i.instance;
-    }
-  return target;
-}
-
 cluster::cluster() : events_(std::make_shared<event_log>()) {}
 
 cluster::~cluster() { shutdown(); }
@@ -103,29 +92,8 @@ request_id cluster::submit(const generate_params& params, request_callbacks call
   const cluster_view v = view();
   caf::actor target = most_free_instance(v);
   if (!target) target = nodes_.front()->instance();
-  generate_request r{id, params.prompt, params.max_tokens, params.temperature, params.top_p, params.seed,
-                     params.ignore_eos, {}};
-  auto on_finished = std::move(callbacks.on_finished);
-  callbacks.on_finished = [this, id, on_finished](const request_finished& f) {
-    {
-      std::lock_guard lock(requests_mutex_);
-      requests_.erase(id);
-    }
-    if (on_finished) on_finished(f);
-  };
-  std::lock_guard lock(requests_mutex_);
-  requests_[id] = spawn_request(*system_, std::move(r), target, std::move(callbacks));
+  requests_.spawn(*system_, id, params, std::move(target), std::move(callbacks));
   return id;
-}
-
-void cluster::cancel(request_id id) {
-  std::lock_guard lock(requests_mutex_);
-  if (auto it = requests_.find(id); it != requests_.end()) caf::anon_send(it->second, cancel_request{id});
-}
-
-void cluster::cancel_all() {
-  std::lock_guard lock(requests_mutex_);
-  for (auto& [id, r] : requests_) caf::anon_send(r, cancel_request{id});
 }
 
 std::vector<instance_report> cluster::instances() const {
@@ -149,24 +117,15 @@ bool cluster::wait_pools_free(std::chrono::milliseconds timeout) {
 void cluster::shutdown() {
   if (stopped_ || !system_) return;
   stopped_ = true;
-  {
-    std::lock_guard lock(requests_mutex_);
-    for (auto& [id, r] : requests_) caf::anon_send(r, cancel_request{id});
-  }
+  requests_.cancel_all();
   for (const auto& n : nodes_)
     for (const caf::actor& a : n->actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(gmanager_, caf::exit_reason::user_shutdown);
-  {
-    std::lock_guard lock(requests_mutex_);
-    for (auto& [id, r] : requests_) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
-  }
+  requests_.exit_all();
   system_->await_all_actors_done();
   for (const auto& n : nodes_) n->stop();  // drops the handles: detached actors' threads end
   gmanager_ = caf::actor{};
-  {
-    std::lock_guard lock(requests_mutex_);
-    requests_.clear();
-  }
+  requests_.clear();
   system_.reset();
 }
 

@@ -1,8 +1,7 @@
 #pragma once
 // An embedded cluster: a gManager and N instances (each with its rManager, worker, attention server,
-// engine, KV pool and data-plane endpoint) in one process, on the real actors and protocol, and the
-// C++ API to submit requests to it and receive their tokens as a stream (for the HTTP front end and
-// `illm generate --instances N`).
+// engine, KV pool and data-plane endpoint) in one process, on the real actors and protocol, routing
+// requests as the front end asks (request_router: for the HTTP front end and `illm generate --instances N`).
 
 #include <atomic>
 #include <chrono>
@@ -16,6 +15,7 @@
 #include "actors/metrics/runtime_metrics.hpp"
 #include "actors/placement/types.hpp"
 #include "actors/request.hpp"
+#include "actors/request_router.hpp"
 #include "gpu/weights.hpp"
 #include "transport/transport.hpp"
 
@@ -38,20 +38,6 @@ struct cluster_options {
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional: where the actors report
 };
 
-/// A request as a client gives it.
-struct generate_params {
-  std::vector<int32_t> prompt;  ///< BOS first
-  int32_t max_tokens = 64;
-  float temperature = 0.0f;
-  float top_p = 1.0f;
-  uint64_t seed = 0;
-  bool ignore_eos = false;
-};
-
-/// Where a new request goes: the instance of the view, not draining, with the most free blocks (the
-/// first such one when none has any); an empty handle when the view has none.
-caf::actor most_free_instance(const cluster_view& view);
-
 /// One instance's pool and data-plane traffic, for reports and tests.
 struct instance_report {
   instance_id id = 0;
@@ -62,7 +48,7 @@ struct instance_report {
 };
 
 /// A running embedded cluster.
-class cluster {
+class cluster final : public request_router {
  public:
   /// Builds and starts the cluster; returns once every instance has joined the gManager.
   static gpu::result<std::unique_ptr<cluster>> start(std::shared_ptr<const gpu::model_weights> weights,
@@ -71,20 +57,17 @@ class cluster {
   cluster(const cluster&) = delete;
   cluster& operator=(const cluster&) = delete;
 
-  /// Submits a request to the instance with the most free blocks; the callbacks run on an actor
-  /// thread, tokens in order, then on_finished exactly once. Returns the request's id.
-  request_id submit(const generate_params& params, request_callbacks callbacks);
-  /// Stops a request (its on_finished reports "cancelled").
-  void cancel(request_id id);
-  /// Stops every request in flight.
-  void cancel_all();
+  request_id submit(const generate_params& params, request_callbacks callbacks) override;
+  void cancel(request_id id) override { requests_.cancel(id); }
+  void cancel_all() override { requests_.cancel_all(); }
+  cluster_view view() override;
+  /// Every instance of the cluster.
+  int instances_needed() const override { return size(); }
 
   /// Pools and traffic of every instance.
   std::vector<instance_report> instances() const;
   /// Every move so far with its outcome.
   std::vector<move_report> moves() const { return events_->moves(); }
-  /// The gManager's current view.
-  cluster_view view();
   int size() const;
 
   /// Waits until every pool is back to all blocks free (releases are asynchronous: after a request
@@ -100,8 +83,7 @@ class cluster {
 
   std::vector<std::unique_ptr<instance_node>> nodes_;
   std::shared_ptr<event_log> events_;
-  std::mutex requests_mutex_;
-  std::map<request_id, caf::actor> requests_;
+  request_table requests_;
   std::atomic<request_id> next_request_{1};
   caf::actor gmanager_;
   std::unique_ptr<caf::actor_system_config> config_;

@@ -149,8 +149,14 @@ void run_policy(self_ptr self) {
   }
 }
 
-cluster_view on_join(self_ptr self, const join_cluster& j) {
+/// A new member, or a member's second join (with its instance actor). An id already held by another live
+/// rManager is refused: two instances with one id would get each other's moves and requests.
+caf::result<cluster_view> on_join(self_ptr self, const join_cluster& j) {
   auto& st = self->state;
+  if (auto held = st.members.find(j.inst_id); held != st.members.end() && held->second.rmanager &&
+                                                held->second.rmanager != j.rmanager)
+    return caf::make_error(caf::sec::invalid_argument,
+                           "instance id " + std::to_string(j.inst_id) + " is already in the cluster");
   const bool is_new = !st.members.count(j.inst_id);
   member& m = st.members[j.inst_id];
   if (m.rmanager != j.rmanager) self->monitor(j.rmanager);
@@ -167,7 +173,9 @@ cluster_view on_join(self_ptr self, const join_cluster& j) {
 cluster_view on_heartbeat(self_ptr self, heartbeat& hb) {
   auto& st = self->state;
   auto it = st.members.find(hb.inst_id);
-  if (it != st.members.end() && hb.seq > it->second.last_seq) {  // a duplicate or late one changes nothing
+  // A duplicate or late one changes nothing, nor one from an rManager whose join with this id was refused.
+  if (it != st.members.end() && hb.seq > it->second.last_seq &&
+      self->current_sender() == it->second.rmanager.address()) {
     it->second.last_seq = hb.seq;
     it->second.stats = hb.stats;
     it->second.placement = std::move(hb.placement);

@@ -70,8 +70,9 @@ struct instance_state {
   bool loan_pending = false;
   bool loans_refused = false;  // until the next view: the last loan found no room
   request_id room_asked = 0;    // a long request whose room the gManager is asked for
+  uint32_t room_keep = 0;        // ... the blocks it keeps here when it has its room (the rest go there)
   request_id room_granted = 0;  // ... and has granted: it starts at the next admission
-  std::set<request_id> with_room;  // running requests with a room: their loans go there
+  std::map<request_id, uint32_t> with_room;  // running requests with a room -> blocks they keep here; loans go there
   bool rooms_refused = false;   // until the next view
   static inline const char* name = "instance";
 };
@@ -91,8 +92,9 @@ std::vector<request_placement_entry> placement_of(const gpu::sequence& seq, inst
 /// Blocks a request needs for its prompt and all its tokens.
 uint32_t blocks_needed(size_t prompt, int32_t max_tokens) { return gpu::blocks_for_tokens(int64_t(prompt) + max_tokens); }
 
-/// Blocks a request with a room keeps here: its newest blocks, two prefill chunks (or half the pool when
-/// chunks are that large). The rest of it lives in its room.
+/// The fewest blocks a request with a room keeps here: two prefill chunks (or half the pool when chunks are
+/// that large), for its newest blocks. It keeps what fits here when it starts, at least this; the rest of
+/// it lives in its room.
 uint32_t working_set(const instance_state& st) {
   return std::min(2 * gpu::blocks_for_tokens(st.config.max_batch_tokens), st.config.pool->total_blocks() / 2);
 }
@@ -105,13 +107,14 @@ uint32_t promised_blocks(const instance_state& st) {
     const int64_t grows = int64_t(blocks_needed(s->tokens.size(), s->max_new_tokens - s->n_generated())) -
                           int64_t(s->table.size());
     if (grows <= 0) continue;
-    if (!st.with_room.count(s->id)) {
+    const auto room = st.with_room.find(s->id);
+    if (room == st.with_room.end()) {
       promised += uint32_t(grows);
       continue;
     }
     const auto local = std::count_if(s->table.begin(), s->table.end(),
                                      [&](const gpu::block_ref& b) { return b.pool == st.config.id; });
-    promised += uint32_t(std::min<int64_t>(grows, std::max<int64_t>(0, int64_t(working_set(st)) - local)));
+    promised += uint32_t(std::min<int64_t>(grows, std::max<int64_t>(0, int64_t(room->second) - local)));
   }
   return promised;
 }
@@ -184,12 +187,14 @@ uint32_t capacity_for(const instance_state& st) {
   return capacity;
 }
 
-/// Asks for room elsewhere for a request longer than the pool (once; again after a refusal and a view).
-void ask_room(self_ptr self, request_id req, uint32_t blocks) {
+/// Asks for room elsewhere for a request longer than the pool that keeps `keep` of its `need` blocks here
+/// (once; again after a refusal and a view).
+void ask_room(self_ptr self, request_id req, uint32_t need, uint32_t keep) {
   auto& st = self->state;
   if (st.room_asked || st.rooms_refused) return;
   st.room_asked = req;
-  self->send(st.config.rmanager, reserve_room{st.config.id, req, blocks});
+  st.room_keep = keep;
+  self->send(st.config.rmanager, reserve_room{st.config.id, req, need - keep});
 }
 
 enum class verdict { admit, wait, refuse };
@@ -209,10 +214,11 @@ verdict judge(self_ptr self, uint32_t need, uint32_t promised) {
   const uint32_t available = st.config.pool->free_blocks(), fits_here = available - std::min(available, promised);
   if (need <= fits_here) return verdict::admit;
   if (st.config.lending && need > st.config.pool->total_blocks()) {
-    // It keeps its working set here and the rest in a room, where its full blocks go as it grows.
+    // It keeps what fits here (at least its working set) and the rest in a room, where its full blocks go
+    // as it grows. A room granted while blocks here went to others waits for them.
     if (fits_here < working_set(st)) return verdict::wait;
-    if (st.room_granted == r.id) return verdict::admit;
-    ask_room(self, r.id, need - working_set(st));
+    if (st.room_granted == r.id) return fits_here >= st.room_keep ? verdict::admit : verdict::wait;
+    ask_room(self, r.id, need, std::min(fits_here, need - 1));
     return verdict::wait;
   }
   // Make room by lending running requests' blocks, unless the pool is a long request's (or nothing runs:
@@ -237,7 +243,7 @@ void start_first_waiting(self_ptr self) {
   st.batcher->add(seq);
   if (st.room_granted == r.id) {
     st.room_granted = 0;
-    st.with_room.insert(r.id);
+    st.with_room[r.id] = st.room_keep;
   }
   st.waiting.pop_front();
   st.waiting_since.pop_front();

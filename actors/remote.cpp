@@ -127,6 +127,12 @@ std::vector<caf::actor> instance_node::actors() const {
   return {p_->instance, p_->worker, p_->attention_server, p_->rmanager};
 }
 
+void instance_node::peer_failed(instance_id peer, const std::string& why) {
+  if (!p_ || !p_->rmanager) return;
+  p_->router->peer_failed(transport::peer_id(peer), why);
+  caf::anon_send(p_->rmanager, actors::peer_failed{peer, why});
+}
+
 void instance_node::stop() {
   if (!p_ || !p_->rmanager) return;
   p_->plane->on_message(transport::channel::attend, nullptr);

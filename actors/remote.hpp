@@ -59,6 +59,10 @@ class instance_node {
   /// Its actors: instance, worker, attention server, rManager.
   std::vector<caf::actor> actors() const;
 
+  /// The data plane lost `peer` (its endpoint failed): remote attention waiting for it fails at once and
+  /// the rManager fails moves to it and reconnects when the view names it again.
+  void peer_failed(instance_id peer, const std::string& why);
+
   /// Sends an exit to every actor of the instance (the caller then awaits them) and drops the data
   /// plane's handlers into them.
   void stop();

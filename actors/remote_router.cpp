@@ -81,6 +81,19 @@ void remote_router::on_partials(transport::peer_id from, std::vector<uint8_t> pa
   answered_.notify_all();
 }
 
+void remote_router::peer_failed(transport::peer_id peer, const std::string& why) {
+  std::lock_guard lock(mutex_);
+  for (auto& [tag, p] : pending_) {
+    if (p.done || p.job.holder != peer) continue;
+    p.done = true;
+    --outstanding_;
+    if (first_error_.is_ok())
+      first_error_ = {gpu::status_code::io_error,
+                      fmt::format("instance {} holding blocks of request {} failed: {}", peer, p.job.seq_id, why)};
+  }
+  answered_.notify_all();
+}
+
 gpu::status remote_router::finish() {
   std::unique_lock lock(mutex_);
   const bool answered = answered_.wait_for(lock, timeout_, [this] { return outstanding_ == 0; });

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "actors/metrics/metrics.hpp"
@@ -29,6 +30,9 @@ class remote_router final : public gpu::attention_router {
 
   /// Transport handler of the partials channel: an answer from a holder.
   void on_partials(transport::peer_id from, std::vector<uint8_t> payload);
+
+  /// The data plane lost `peer`: the jobs waiting for its partials fail now (not at the timeout).
+  void peer_failed(transport::peer_id peer, const std::string& why);
 
  private:
   struct pending {

@@ -557,25 +557,33 @@ void send_heartbeat(self_ptr self) {
           [=](const caf::error&) {});  // the next period tries again; instances keep serving meanwhile
 }
 
+/// Joins the gManager, with the instance actor once it is attached (the gManager takes the second join as
+/// an update). A refusal (the id is taken) is logged; the gManager ignores this rManager's heartbeats then.
+void join(self_ptr self) {
+  auto& st = self->state;
+  if (!st.config.gmanager) return;
+  self->request(st.config.gmanager, st.config.answer_timeout,
+                join_cluster{st.config.id, caf::actor_cast<caf::actor>(self), st.instance, st.stats(),
+                             st.config.plane_address})
+      .then([=](cluster_view& v) { adopt_view(self, std::move(v)); },
+            [=](const caf::error& e) {
+              if (e == caf::sec::request_timeout) return;  // heartbeats go on; the gManager may be slow
+              plane_log(self->state, fmt::format("rmanager {}: join refused: {}", self->state.config.id,
+                                                 self->system().render(e)));
+            });
+}
+
 }  // namespace
 
 caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
   self->state.config = std::move(config);
   auto& st = self->state;
-  if (st.config.gmanager) {
-    self->request(st.config.gmanager, st.config.answer_timeout,
-                  join_cluster{st.config.id, caf::actor_cast<caf::actor>(self), caf::actor{}, st.stats(),
-                               st.config.plane_address})
-        .then([=](cluster_view& v) { adopt_view(self, std::move(v)); }, [=](const caf::error&) {});
-  }
+  join(self);
   self->send(self, heartbeat_tick_atom::value);
   return {
       [=](attach_atom, caf::actor instance) {
         self->state.instance = std::move(instance);
-        if (self->state.config.gmanager)
-          self->send(self->state.config.gmanager,
-                     join_cluster{self->state.config.id, caf::actor_cast<caf::actor>(self), self->state.instance,
-                                  self->state.stats(), self->state.config.plane_address});
+        join(self);
       },
       [=](heartbeat_tick_atom) { send_heartbeat(self); },
       [=](const move_kvcache& m) { start_move(self, m.id, m.req_id, m.num_blocks, m.dst_inst, false); },

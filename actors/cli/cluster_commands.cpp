@@ -35,30 +35,6 @@ namespace illm::cli {
 
 namespace {
 
-/// HOST:PORT, :PORT or PORT (host 127.0.0.1).
-struct host_port {
-  std::string host = "127.0.0.1";
-  uint16_t port = 0;
-};
-
-host_port parse_host_port(const std::string& text, const char* flag) {
-  host_port out;
-  std::string port = text;
-  if (const auto colon = text.rfind(':'); colon != std::string::npos) {
-    if (colon > 0) out.host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-  }
-  try {
-    size_t used = 0;
-    const long p = std::stol(port, &used);
-    if (used != port.size() || p < 0 || p > 65535) throw std::out_of_range(port);
-    out.port = uint16_t(p);
-  } catch (const std::exception&) {
-    fail(fmt::format("{} {}: expected HOST:PORT with a port in 0..65535", flag, text), 2);
-  }
-  return out;
-}
-
 /// Blocks SIGINT and SIGTERM in this thread and every thread started from it (they are waited for here).
 sigset_t block_stop_signals() {
   sigset_t set;
@@ -105,7 +81,7 @@ struct gmanager_flags {
 std::string ids(const std::vector<actors::request_id>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
 
 void run_gmanager(const gmanager_flags& flags) {
-  const host_port at = parse_host_port(flags.listen, "--listen");
+  const host_port at = parse_host_port(flags.listen, "--listen", true);
   const sigset_t stop_signals = block_stop_signals();
   auto cfg = networked_config();
   caf::actor_system sys{*cfg};
@@ -178,10 +154,10 @@ struct gmanager_watch {
   std::string reason;
 };
 
-/// Where the plane's peer errors go: logged, and told to the rManager once it exists.
+/// Where the plane's peer errors go: logged, and told to the instance once it exists.
 struct peer_error_sink {
   std::mutex mutex;
-  caf::actor rmanager;
+  actors::instance_node* node = nullptr;
 };
 
 /// The instance's data plane: UCX, with its progress thread running; `o` gets its address and connector.
@@ -199,7 +175,7 @@ std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, s
   plane->on_peer_error([sink, me](transport::peer_id peer, transport::status why) {
     log("illm instance {}: data plane peer {} failed: {}", me, peer, why.message());
     std::lock_guard lock(sink->mutex);
-    if (sink->rmanager) caf::anon_send(sink->rmanager, actors::peer_failed{actors::instance_id(peer), why.message()});
+    if (sink->node) sink->node->peer_failed(actors::instance_id(peer), why.message());
   });
   if (auto s = plane->start_progress_thread(); !s.is_ok()) fail("the UCX data plane: " + s.message());
   o.plane_address = plane->worker_address();
@@ -223,9 +199,23 @@ std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, s
 #endif
 }
 
+/// Why `id` cannot join: the gManager's view has an instance with it already (empty: it can).
+std::string id_in_use(caf::actor_system& sys, const caf::actor& gm, actors::instance_id id) {
+  std::string why;
+  caf::scoped_actor s{sys, true};
+  s->request(gm, std::chrono::seconds(5), actors::view_atom::value)
+      .receive(
+          [&](const actors::cluster_view& v) {
+            for (const auto& x : v.instances)
+              if (x.inst_id == id)
+                why = fmt::format("instance id {} is already in the cluster: give each instance its own --id", id);
+          },
+          [&](const caf::error& e) { why = "the gManager did not answer: " + sys.render(e); });
+  return why;
+}
+
 void run_instance(const instance_flags& flags) {
   const host_port gm_at = parse_host_port(flags.join, "--join");
-  if (gm_at.port == 0) fail("--join needs the gManager's port", 2);
   const sigset_t stop_signals = block_stop_signals();
   const std::string me = fmt::format("illm instance {}", flags.id);
 
@@ -257,6 +247,12 @@ void run_instance(const instance_flags& flags) {
   });
 
   o.id = actors::instance_id(flags.id);
+  if (const std::string taken = id_in_use(sys, *gm, o.id); !taken.empty()) {
+    caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
+    watcher = caf::actor{};
+    sys.await_actors_before_shutdown(false);
+    fail(fmt::format("{}: {}", me, taken), 2);
+  }
   o.kv_blocks = flags.kv_blocks;
   o.threads = flags.threads;
   o.heartbeat_period = std::chrono::milliseconds(flags.heartbeat_ms);
@@ -273,7 +269,7 @@ void run_instance(const instance_flags& flags) {
     if (node && *node) (*node)->stop();
     {
       std::lock_guard lock(sink->mutex);
-      sink->rmanager = caf::actor{};
+      sink->node = nullptr;
     }
     caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
     watcher = caf::actor{};
@@ -293,7 +289,7 @@ void run_instance(const instance_flags& flags) {
   std::unique_ptr<actors::instance_node> node = std::move(started).value();
   {
     std::lock_guard lock(sink->mutex);
-    sink->rmanager = node->rmanager();
+    sink->node = node.get();
   }
   log("{}: joining the gManager at {}:{} ({} ({}), {} KV blocks, UCX plane over {} on {}, worker address {} bytes)", me,
       gm_at.host, gm_at.port, model->name, flags.model, flags.kv_blocks, flags.ucx_tls, flags.ucx_net_devices,
@@ -307,7 +303,7 @@ void run_instance(const instance_flags& flags) {
         .receive(
             [&](actors::cluster_view& v) {
               for (const auto& x : v.instances)
-                if (x.inst_id == o.id && x.instance) {
+                if (x.inst_id == o.id && x.instance == node->instance()) {
                   joined = true;
                   log("{}: joined ({} instances in the cluster)", me, v.instances.size());
                 }
@@ -317,7 +313,8 @@ void run_instance(const instance_flags& flags) {
   }
   if (!joined && !watch->gone) {
     stop_all(&node);
-    fail(fmt::format("{}: the gManager did not list this instance", me));
+    fail(fmt::format("{}: the gManager did not list this instance (another instance with id {} may have joined "
+                     "meanwhile)", me, o.id));
   }
 
   const int signal = wait_for_signal(stop_signals, watch->gone);
@@ -356,6 +353,24 @@ void run_instance(const instance_flags& flags) {
 }
 
 }  // namespace
+
+host_port parse_host_port(const std::string& text, const char* flag, bool port_zero_ok) {
+  host_port out;
+  std::string port = text;
+  if (const auto colon = text.rfind(':'); colon != std::string::npos) {
+    if (colon > 0) out.host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  try {
+    size_t used = 0;
+    const long p = std::stol(port, &used);
+    if (used != port.size() || p < (port_zero_ok ? 0 : 1) || p > 65535) throw std::out_of_range(port);
+    out.port = uint16_t(p);
+  } catch (const std::exception&) {
+    fail(fmt::format("{} {}: expected HOST:PORT with a port in {}..65535", flag, text, port_zero_ok ? 0 : 1), 2);
+  }
+  return out;
+}
 
 void add_cluster_commands(CLI::App& app) {
   auto g = std::make_shared<gmanager_flags>();

@@ -2,6 +2,7 @@
 // The subcommands of `illm`; each registers its options and runs from its callback. A failure is
 // reported once on stderr and ends the process with a non-zero status (CLI::RuntimeError).
 
+#include <cstdint>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -26,6 +27,15 @@ void add_sim_command(CLI::App& app);
 
 /// `illm gmanager` and `illm instance --join`: the cluster as separate processes over CAF's io middleman.
 void add_cluster_commands(CLI::App& app);
+
+/// An address given as HOST:PORT, :PORT or PORT (host 127.0.0.1).
+struct host_port {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+};
+/// Parses `text`, the value of `flag`; fails (status 2) with a message naming the flag. A port of 0 is
+/// refused unless `port_zero_ok` (listening on any free port).
+host_port parse_host_port(const std::string& text, const char* flag, bool port_zero_ok = false);
 
 /// Prints `message` to stderr as an error and throws CLI::RuntimeError(code).
 [[noreturn]] void fail(const std::string& message, int code = 1);

@@ -9,12 +9,12 @@
 #include <random>
 #include <sstream>
 
-#include <caf/io/all.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "actors/cli/commands.hpp"
 #include "actors/cluster.hpp"
+#include "actors/remote_cluster.hpp"
 #include "actors/request.hpp"
 #include "gpu/backend_registry.hpp"
 #include "gpu/generate.hpp"
@@ -195,62 +195,29 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
   return r;
 }
 
-/// The request on a cluster of processes: the gManager's view names the instance with the most free blocks,
-/// the request goes there (as cluster::submit does) and its tokens come back over CAF's middleman.
+/// The request on a cluster of processes: it goes to the instance of the gManager's view with the most
+/// free blocks (remote_cluster, as for illm serve --gmanager); its tokens come back over CAF's middleman.
 generation_report run_on_gmanager(const generate_flags& f, const gpu::generate_options& options) {
-  std::string host = "127.0.0.1", port_text = f.gmanager;
-  if (const auto colon = f.gmanager.rfind(':'); colon != std::string::npos) {
-    if (colon > 0) host = f.gmanager.substr(0, colon);
-    port_text = f.gmanager.substr(colon + 1);
-  }
-  uint16_t port = 0;
-  try {
-    size_t used = 0;
-    const long p = std::stol(port_text, &used);
-    if (used != port_text.size() || p <= 0 || p > 65535) throw std::out_of_range(port_text);
-    port = uint16_t(p);
-  } catch (const std::exception&) {
-    fail(fmt::format("--gmanager {}: expected HOST:PORT", f.gmanager), 2);
-  }
-  caf::actor_system_config cfg;
-  actors::register_messages(cfg);
-  cfg.load<caf::io::middleman>();
+  const host_port at = parse_host_port(f.gmanager, "--gmanager");
+  auto connected = actors::remote_cluster::connect(at.host, at.port);
+  if (!connected.is_ok()) fail(connected.error().message());
+  actors::remote_cluster& c = *connected.value();
   generation_report r{options.prompt_ids, {}, {}, options.seed, 0, 0, {}};
-  std::string error;
-  {
-    caf::actor_system sys{cfg};
-    auto gm = sys.middleman().remote_actor(host, port);
-    if (!gm) fail(fmt::format("cannot reach the gManager at {}:{}: {}", host, port, sys.render(gm.error())));
-    actors::cluster_view view;
-    {
-      caf::scoped_actor s{sys, true};
-      s->request(*gm, std::chrono::seconds(5), actors::view_atom::value)
-          .receive([&](actors::cluster_view& v) { view = std::move(v); },
-                   [&](const caf::error& e) { error = "the gManager did not answer: " + sys.render(e); });
-    }
-    caf::actor target = actors::most_free_instance(view);
-    if (error.empty() && !target) error = "the gManager's view has no instance";
-    if (error.empty()) {
-      token_stream stream;
-      const actors::request_id id = (uint64_t(std::random_device{}()) << 20 | std::random_device{}()) & ((uint64_t(1) << 52) - 1);
-      actors::generate_request req{id, options.prompt_ids, options.max_tokens, options.sampling.temperature,
-                                   options.sampling.top_p, options.seed, options.ignore_eos, {}};
-      caf::actor client = actors::spawn_request(sys, std::move(req), target, stream.callbacks());
-      const actors::request_finished end = stream.wait(r);
-      client = caf::actor{};
-      if (end.reason == "error") error = "the request failed: " + end.error;
-      r.extra["gmanager"] = f.gmanager;
-      r.extra["instances"] = view.instances.size();
-      uint32_t last = 0;  // indexed by instance id, as with --instances
-      for (const actors::instance_view& i : view.instances) last = std::max(last, i.inst_id);
-      for (const auto& e : end.placement) last = std::max(last, e.inst_id);
-      r.extra["blocks_per_instance"] = blocks_per_instance(end.placement, last + 1);
-      r.extra["preemptions"] = end.preemptions;
-    }
-    gm = caf::actor{};
-    sys.await_actors_before_shutdown(false);  // the middleman's own actors (see illm instance)
-  }
-  if (!error.empty()) fail(error);
+  const actors::cluster_view view = c.view();
+  actors::generate_params params{options.prompt_ids, options.max_tokens, options.sampling.temperature,
+                                 options.sampling.top_p, options.seed, options.ignore_eos};
+  token_stream stream;
+  c.submit(params, stream.callbacks());
+  const actors::request_finished end = stream.wait(r);
+  c.shutdown();
+  if (end.reason == "error") fail("the request failed: " + end.error);
+  r.extra["gmanager"] = f.gmanager;
+  r.extra["instances"] = view.instances.size();
+  uint32_t last = 0;  // indexed by instance id, as with --instances
+  for (const actors::instance_view& i : view.instances) last = std::max(last, i.inst_id);
+  for (const auto& e : end.placement) last = std::max(last, e.inst_id);
+  r.extra["blocks_per_instance"] = blocks_per_instance(end.placement, last + 1);
+  r.extra["preemptions"] = end.preemptions;
   return r;
 }
 

@@ -1,6 +1,8 @@
-// `illm serve`: the embedded cluster behind the OpenAI-compatible HTTP API, until SIGINT or SIGTERM.
+// `illm serve`: the OpenAI-compatible HTTP API in front of an embedded cluster, or of a cluster of
+// processes (--gmanager HOST:PORT: requests go to its joined instances), until SIGINT or SIGTERM.
 
 #include <csignal>
+#include <functional>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -8,6 +10,8 @@
 #include "actors/cli/commands.hpp"
 #include "actors/frontend/serve_config.hpp"
 #include "actors/frontend/service.hpp"
+#include "actors/cluster.hpp"
+#include "actors/remote_cluster.hpp"
 #include "gpu/model_files.hpp"
 
 namespace illm::cli {
@@ -17,7 +21,7 @@ namespace {
 /// Flags given on the command line; each overrides the config file.
 struct serve_flags {
   std::string config;
-  std::string model, host, metrics_prefix;
+  std::string model, host, metrics_prefix, gmanager;
   int port = -1, instances = 0, threads = -1, max_requests = 0;
   uint32_t kv_blocks = 0;
   std::vector<std::string> api_keys;
@@ -33,6 +37,7 @@ actors::frontend::serve_config resolve(const serve_flags& f) {
   if (!f.model.empty()) c.model = f.model;
   if (!f.host.empty()) c.host = f.host;
   if (f.port >= 0) c.port = uint16_t(f.port);
+  if (!f.gmanager.empty()) c.gmanager = f.gmanager;
   if (f.instances > 0) c.instances = f.instances;
   if (f.kv_blocks > 0) c.kv_blocks_per_instance = f.kv_blocks;
   if (f.threads >= 0) c.threads_per_instance = f.threads;
@@ -42,8 +47,59 @@ actors::frontend::serve_config resolve(const serve_flags& f) {
   return c;
 }
 
+/// The cluster the front end routes to, and how to stop it once the front end has drained.
+struct routed_cluster {
+  std::unique_ptr<actors::request_router> router;
+  std::function<void()> stop;
+  std::string description;
+};
+
+routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu::loaded_model& model,
+                              std::shared_ptr<actors::metrics::runtime_metrics> metrics) {
+  actors::cluster_options co;
+  co.instances = c.instances;
+  co.kv_blocks_per_instance = c.kv_blocks_per_instance;
+  co.threads_per_instance = c.threads_per_instance;
+  co.max_batch_tokens = c.max_batch_tokens;
+  co.max_batch_seqs = c.max_batch_seqs;
+  co.heartbeat_period = std::chrono::milliseconds(c.heartbeat_ms);
+  co.policy_period = std::chrono::milliseconds(c.policy_ms);
+  co.metrics = std::move(metrics);
+  auto started = actors::cluster::start(model.weights, co);
+  if (!started.is_ok()) fail(started.error().message());
+  actors::cluster* cl = started.value().get();
+  return {std::move(started).value(),
+          [cl] {
+            cl->wait_pools_free(std::chrono::seconds(5));
+            cl->shutdown();
+          },
+          fmt::format("{} instances ({} KV blocks each)", c.instances, c.kv_blocks_per_instance)};
+}
+
+routed_cluster connect_remote(const actors::frontend::serve_config& c) {
+  const host_port at = parse_host_port(c.gmanager, "--gmanager");
+  auto connected = actors::remote_cluster::connect(at.host, at.port);
+  if (!connected.is_ok()) fail(connected.error().message());
+  actors::remote_cluster* rc = connected.value().get();
+  return {std::move(connected).value(), [rc] { rc->shutdown(); },
+          fmt::format("the cluster of processes of the gManager at {}:{}", at.host, at.port)};
+}
+
+/// The share of each instance's KV blocks in use, as the gManager's view has it.
+void add_kv_usage_gauge(actors::metrics::registry& registry, const std::string& prefix, actors::request_router& router) {
+  registry.add_sampled_gauge(prefix + "kv_cache_usage_perc", "Fraction of an instance's KV blocks in use.", {"instance"},
+                             [&router] {
+                               std::vector<std::pair<actors::metrics::label_values, double>> out;
+                               for (const auto& i : router.view().instances)
+                                 out.push_back({{std::to_string(i.inst_id)},
+                                                i.total_blocks ? 1.0 - double(i.free_blocks) / i.total_blocks : 0.0});
+                               return out;
+                             });
+}
+
 void run_serve(const serve_flags& flags) {
   const actors::frontend::serve_config c = resolve(flags);
+  if (!c.gmanager.empty()) (void)parse_host_port(c.gmanager, "--gmanager");  // a bad address fails before loading
   // Every thread started from here on leaves SIGINT and SIGTERM to this one, which waits for them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -55,32 +111,13 @@ void run_serve(const serve_flags& flags) {
   if (!model.is_ok()) fail(model.error().message());
   auto registry = std::make_shared<actors::metrics::registry>();
   auto metrics = std::make_shared<actors::metrics::runtime_metrics>(*registry, c.metrics_prefix);
-  actors::cluster_options co;
-  co.instances = c.instances;
-  co.kv_blocks_per_instance = c.kv_blocks_per_instance;
-  co.threads_per_instance = c.threads_per_instance;
-  co.max_batch_tokens = c.max_batch_tokens;
-  co.max_batch_seqs = c.max_batch_seqs;
-  co.heartbeat_period = std::chrono::milliseconds(c.heartbeat_ms);
-  co.policy_period = std::chrono::milliseconds(c.policy_ms);
-  co.metrics = metrics;
-  auto started = actors::cluster::start(model->weights, co);
-  if (!started.is_ok()) fail(started.error().message());
-  actors::cluster& cl = *started.value();
-  registry->add_sampled_gauge(c.metrics_prefix + "kv_cache_usage_perc", "Fraction of an instance's KV blocks in use.", {"instance"},
-                              [&cl] {
-                                std::vector<std::pair<actors::metrics::label_values, double>> out;
-                                for (const auto& i : cl.instances())
-                                  out.push_back({{std::to_string(i.id)},
-                                                 i.total_blocks ? 1.0 - double(i.free_blocks) / i.total_blocks : 0.0});
-                                return out;
-                              });
+  routed_cluster routed = c.gmanager.empty() ? start_embedded(c, model.value(), metrics) : connect_remote(c);
+  add_kv_usage_gauge(*registry, c.metrics_prefix, *routed.router);
   actors::frontend::service_options so = c.service;
   so.model_name = model->name;
-  actors::frontend::service svc(cl, model->vocab, registry, metrics, so);
+  actors::frontend::service svc(*routed.router, model->vocab, registry, metrics, so);
   if (gpu::status s = svc.start(c.host, c.port); !s.is_ok()) fail(s.message());
-  fmt::print("illm serve: {} on {} instances ({} KV blocks each) at http://{}:{}\n", model->name, c.instances,
-             c.kv_blocks_per_instance, c.host, svc.port());
+  fmt::print("illm serve: {} on {} at http://{}:{}\n", model->name, routed.description, c.host, svc.port());
   std::fflush(stdout);
 
   int signal = 0;
@@ -89,8 +126,7 @@ void run_serve(const serve_flags& flags) {
              svc.in_flight(), c.shutdown_grace_s);
   std::fflush(stdout);
   svc.drain(std::chrono::seconds(c.shutdown_grace_s));
-  cl.wait_pools_free(std::chrono::seconds(5));
-  cl.shutdown();
+  routed.stop();
   fmt::print("illm serve: stopped\n");
 }
 
@@ -98,12 +134,14 @@ void run_serve(const serve_flags& flags) {
 
 void add_serve_command(CLI::App& app) {
   auto flags = std::make_shared<serve_flags>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API from an embedded cluster");
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API from an embedded cluster or a cluster of processes");
   cmd->footer("Configuration file keys (JSON object):\n" + actors::frontend::serve_config_keys());
   cmd->add_option("--config", flags->config, "JSON configuration file (flags override it)");
   cmd->add_option("--model", flags->model, "Model name (in $ILLM_MODELS) or path (default stories15M)");
   cmd->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", flags->port, "Port (default 8000; 0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--gmanager", flags->gmanager,
+                  "HOST:PORT of a cluster of processes (illm gmanager): route to its instances instead of an embedded cluster");
   cmd->add_option("--instances", flags->instances, "Instances of the embedded cluster (default 2)")
       ->check(CLI::Range(1, 64));
   cmd->add_option("--kv-blocks-per-instance", flags->kv_blocks, "KV blocks of 16 tokens per instance (default 1024)")

@@ -45,6 +45,7 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
       {"model", {text(&serve_config::model), "model name (in $ILLM_MODELS) or path"}},
       {"host", {text(&serve_config::host), "address to listen on"}},
       {"port", {integer(&serve_config::port, 0, 65535), "port to listen on (0: any free port)"}},
+      {"gmanager", {text(&serve_config::gmanager), "HOST:PORT of a cluster of processes to route to (empty: embedded)"}},
       {"instances", {integer(&serve_config::instances, 1, 64), "instances of the embedded cluster"}},
       {"kv_blocks_per_instance", {integer(&serve_config::kv_blocks_per_instance, 2, 1 << 24), "KV blocks per instance"}},
       {"threads_per_instance", {integer(&serve_config::threads_per_instance, 0, 1024), "CPU threads per instance"}},

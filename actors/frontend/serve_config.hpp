@@ -15,6 +15,7 @@ struct serve_config {
   std::string model = "stories15M";
   std::string host = "127.0.0.1";
   uint16_t port = 8000;
+  std::string gmanager;  ///< HOST:PORT of a cluster of processes (illm gmanager); empty: an embedded cluster
   int instances = 2;
   uint32_t kv_blocks_per_instance = 1024;
   int threads_per_instance = 0;  ///< 0: cores / instances

@@ -42,20 +42,19 @@ constexpr const char* json_type = "application/json";
 
 }  // namespace
 
-service::service(cluster& c, std::shared_ptr<const gpu::tokenizer> vocab, std::shared_ptr<metrics::registry> registry,
+service::service(request_router& router, std::shared_ptr<const gpu::tokenizer> vocab, std::shared_ptr<metrics::registry> registry,
                  std::shared_ptr<metrics::runtime_metrics> metrics, service_options options)
-    : cluster_(c),
+    : router_(router),
       vocab_(std::move(vocab)),
       registry_(std::move(registry)),
       metrics_(std::move(metrics)),
       options_(std::move(options)),
       started_(unix_now()) {
-  for (const auto& i : cluster_.instances()) capacity_tokens_ += i.total_blocks * uint32_t(gpu::kv_block_tokens);
   http_.route("/health", [this](const http_request&, http_reply& reply) {
-    const cluster_view v = cluster_.view();
-    const bool ok = !draining_ && int(v.instances.size()) == cluster_.size();
+    const serving_capacity c = capacity_of(router_.view());
+    const bool ok = !draining_ && c.instances >= std::max(1, router_.instances_needed());
     reply.send(ok ? 200 : 503, json_type,
-               fmt::format(R"({{"status":"{}","instances":{}}})", ok ? "ok" : "unavailable", v.instances.size()));
+               fmt::format(R"({{"status":"{}","instances":{}}})", ok ? "ok" : "unavailable", c.instances));
   });
   http_.route("/metrics", [this](const http_request&, http_reply& reply) {
     reply.send(200, "text/plain; version=0.0.4; charset=utf-8", registry_->expose());
@@ -105,9 +104,13 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
   auto parsed = parse_request(kind, req.body, *vocab_, options_.limits, options_.model_name);
   if (auto* e = std::get_if<api_error>(&parsed)) return refuse(reply, *e, "invalid");
   completion_request r = std::get<completion_request>(std::move(parsed));
-  if (r.prompt_ids.size() + size_t(r.max_tokens) > capacity_tokens_)
+  const serving_capacity capacity = capacity_of(router_.view());
+  if (capacity.instances == 0)
+    return refuse(reply, make_error(503, "no instance of the cluster takes requests now; retry later", "server_error"),
+                  "unavailable");
+  if (r.prompt_ids.size() + size_t(r.max_tokens) > capacity.kv_tokens)
     return refuse(reply, make_error(400, fmt::format("prompt and max_tokens need {} tokens of KV; the cluster holds {}",
-                                    r.prompt_ids.size() + size_t(r.max_tokens), capacity_tokens_),
+                                    r.prompt_ids.size() + size_t(r.max_tokens), capacity.kv_tokens),
                               "invalid_request_error", "max_tokens", "context_length_exceeded"),
                   "too_long");
   in_flight_guard guard(in_flight_);
@@ -121,7 +124,7 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
   auto channel = std::make_shared<event_channel>();
   const generate_params params{r.prompt_ids, r.max_tokens, r.temperature, r.top_p,
                                r.seed.value_or(std::hash<std::string>{}(id)), r.ignore_eos};
-  const request_id cluster_id = cluster_.submit(params, {[channel](int32_t token) {
+  const request_id cluster_id = router_.submit(params, {[channel](int32_t token) {
                                                           std::lock_guard lock(channel->mutex);
                                                           channel->tokens.push_back(token);
                                                           channel->changed.notify_all();
@@ -170,12 +173,12 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
       }
       if (text.stopped() && !cancelled_by_us) {
         cancelled_by_us = true;
-        cluster_.cancel(cluster_id);
+        router_.cancel(cluster_id);
       }
     }
     if (client_gone && !cancelled_by_us) {
       cancelled_by_us = true;
-      cluster_.cancel(cluster_id);  // frees its blocks; the end event follows
+      router_.cancel(cluster_id);  // frees its blocks; the end event follows
     }
   }
   const std::string rest = text.stopped() ? "" : text.finish();
@@ -187,8 +190,11 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
     metrics_->e2e_latency.with().observe(std::chrono::duration<double>(clock::now() - arrived).count());
   }
   if (client_gone) return;
-  if (end->reason == "error" && result.completion_tokens == 0 && !r.stream)
-    return reply.send(500, json_type, error_body(make_error(500, "generation failed: " + end->error, "server_error")));
+  if (end->reason == "error" && !r.stream)  // tokens so far are not a completion: the client must know
+    return reply.send(500, json_type,
+                      error_body(make_error(500, fmt::format("generation failed after {} tokens: {}",
+                                                             result.completion_tokens, end->error),
+                                            "server_error")));
   if (!r.stream) return reply.send(200, json_type, response_body(r, id, created, result));
   if (end->reason == "error")
     reply.write("data: " + error_body(make_error(500, "generation failed: " + end->error, "server_error")) + "\n\n");
@@ -202,7 +208,7 @@ void service::drain(std::chrono::milliseconds grace) {
   draining_ = true;
   const auto deadline = clock::now() + grace;
   while (in_flight_.load() > 0 && clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  cluster_.cancel_all();
+  router_.cancel_all();
   while (in_flight_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   http_.stop();
 }

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/cluster.hpp"
+#include "actors/request_router.hpp"
 #include "actors/frontend/http_server.hpp"
 #include "actors/frontend/openai_api.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
@@ -27,10 +27,10 @@ struct service_options {
   int http_threads = 80;
 };
 
-/// The front end; routes requests of a running cluster.
+/// The front end; routes requests to a running cluster (embedded or of processes).
 class service {
  public:
-  service(cluster& c, std::shared_ptr<const gpu::tokenizer> vocab, std::shared_ptr<metrics::registry> registry,
+  service(request_router& router, std::shared_ptr<const gpu::tokenizer> vocab, std::shared_ptr<metrics::registry> registry,
           std::shared_ptr<metrics::runtime_metrics> metrics, service_options options);
   ~service();
 
@@ -50,7 +50,7 @@ class service {
   bool authorized(const http_request& req, http_reply& reply);
   void refuse(http_reply& reply, const api_error& e, const std::string& reason);
 
-  cluster& cluster_;
+  request_router& router_;
   std::shared_ptr<const gpu::tokenizer> vocab_;
   std::shared_ptr<metrics::registry> registry_;
   std::shared_ptr<metrics::runtime_metrics> metrics_;
@@ -60,7 +60,6 @@ class service {
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{1};
   const int64_t started_ = 0;
-  uint32_t capacity_tokens_ = 0;  // all instances' pools
 };
 
 }  // namespace illm::actors::frontend

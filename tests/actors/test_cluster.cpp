@@ -5,6 +5,7 @@
 // decode step at 1K and at 3K tokens of context.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <condition_variable>
 #include <future>
 #include <map>
@@ -154,6 +155,24 @@ TEST_SUITE("actors") {
     c.value()->shutdown();
   }
 
+  TEST_CASE("a request that needs most of two pools keeps what fits on its owner and the rest in a room") {
+    // 52 + 4 of 2 x 32 blocks: the other pool alone cannot hold all but the owner's working set (16).
+    const auto prompt = long_prompt(52 * 16);
+    cluster_options o;
+    o.instances = 2;
+    o.kv_blocks_per_instance = 32;
+    o.policy_period = 3600s;
+    o.max_batch_tokens = 128;
+    auto c = cluster::start(model().weights, o);
+    REQUIRE(c.is_ok());
+    const auto got = run_all(*c.value(), {greedy(prompt, 60)});
+    REQUIRE_MESSAGE(got[0].end.reason == "length", got[0].end.error);
+    CHECK(got[0].tokens == alone(prompt, 60));
+    CHECK(instances_holding(got[0].end) == 2);
+    check_pools_back_to_start(*c.value());
+    c.value()->shutdown();
+  }
+
   TEST_CASE("concurrent requests of mixed lengths get their ids alone and leave the pools as they were") {
     std::vector<generate_params> requests;
     for (const char* p : {"Once upon a time", "Tom and Jane went to the park", "The little dog", "Lily and Ben",
@@ -197,18 +216,21 @@ TEST_SUITE("actors") {
       o.policy = policy;
       auto c = cluster::start(model().weights, o);
       REQUIRE(c.is_ok());
-      const auto got = run_all(*c.value(), {greedy(long_prompt(size_t(context)), 24)});
+      const auto got = run_all(*c.value(), {greedy(long_prompt(size_t(context)), 32)});
       REQUIRE(got[0].end.reason == "length");
       REQUIRE(instances_holding(got[0].end) == 2);
-      // Steady decode: tokens 8 to 23, after any move settled.
-      bytes_per_step[context] =
-          double(got[0].attention_bytes_at_token[23] - got[0].attention_bytes_at_token[8]) / 15.0;
+      // Steady decode: the last 16 steps, long after the move (however late a loaded machine makes it). A
+      // token may reach the client before or after the next step's query left, so one step's reading can be
+      // off by one message; over 16 steps that is a fraction of a percent.
+      const auto& at = got[0].attention_bytes_at_token;
+      bytes_per_step[context] = double(at[31] - at[15]) / 16.0;
       check_pools_back_to_start(*c.value());
       c.value()->shutdown();
     }
     MESSAGE("attention bytes per decode step: 1K ", bytes_per_step[1000], ", 3K ", bytes_per_step[3000]);
     CHECK(bytes_per_step[1000] > 0);
-    CHECK(bytes_per_step[1000] == bytes_per_step[3000]);
+    // Three times the context, the same traffic (the KV would be three times larger).
+    CHECK(std::abs(bytes_per_step[3000] - bytes_per_step[1000]) <= 0.02 * bytes_per_step[1000]);
     // Queries and partials of one holder, six layers: a few KiB, nothing like the KV.
     CHECK(bytes_per_step[3000] < 32 * 1024);
   }

@@ -6,6 +6,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "actors/gmanager.hpp"
 #include "actors/rmanager.hpp"
 #include "gpu/cpu/cpu_backend.hpp"
@@ -323,15 +326,44 @@ TEST_SUITE("actors") {
       fresh.free_blocks = 3;
       instance_stats stale = fresh;
       stale.free_blocks = 8;
-      self->request(gm, caf::infinite, heartbeat{0, 1000000, fresh, {}}).then([&](cluster_view& v) { views.push_back(v); });
-      self->request(gm, caf::infinite, heartbeat{0, 999999, stale, {}}).then([&](cluster_view& v) { views.push_back(v); });
+      // This actor is the rManager of instance 5.
+      self->request(gm, caf::infinite, join_cluster{5, caf::actor_cast<caf::actor>(self), {}, stale, {}})
+          .then([=, &views](cluster_view&) {
+            self->request(gm, caf::infinite, heartbeat{5, 1000000, fresh, {}}).then([&views](cluster_view& v) { views.push_back(v); });
+            self->request(gm, caf::infinite, heartbeat{5, 999999, stale, {}}).then([&views](cluster_view& v) { views.push_back(v); });
+          });
       return {[](caf::ok_atom) {}};
     });
     f.sched->run();
     REQUIRE(views.size() == 2);
-    REQUIRE(views[1].instances.size() == 1);
-    CHECK(views[1].instances[0].free_blocks == 3);
+    auto five = std::find_if(views[1].instances.begin(), views[1].instances.end(), [](const auto& i) { return i.inst_id == 5; });
+    REQUIRE(five != views[1].instances.end());
+    CHECK(five->free_blocks == 3);
     caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+  }
+
+  TEST_CASE("a join with an id already in the cluster is refused and its heartbeats change nothing") {
+    protocol_fixture f(1);
+    caf::actor gm = f.gmanager;
+    std::optional<caf::error> refusal;
+    std::vector<cluster_view> views;
+    auto twin = f.sys->spawn([&](caf::event_based_actor* self) -> caf::behavior {
+      instance_stats claimed;
+      claimed.total_blocks = 1000;
+      claimed.free_blocks = 1000;
+      self->request(gm, caf::infinite, join_cluster{0, caf::actor_cast<caf::actor>(self), {}, claimed, {}})
+          .then([](cluster_view&) {}, [&](caf::error& e) { refusal = e; });
+      self->request(gm, caf::infinite, heartbeat{0, 1000000, claimed, {}}).then([&](cluster_view& v) { views.push_back(v); });
+      return {[](caf::ok_atom) {}};
+    });
+    f.sched->run();
+    REQUIRE(refusal.has_value());
+    CHECK(f.sys->render(*refusal).find("instance id 0 is already in the cluster") != std::string::npos);
+    REQUIRE(views.size() == 1);
+    REQUIRE(views[0].instances.size() == 1);
+    CHECK(views[0].instances[0].total_blocks == protocol_fixture::pool_blocks);  // still the first instance's
+    CHECK(views[0].instances[0].rmanager == f.rmanagers[0]);
+    caf::anon_send_exit(twin, caf::exit_reason::user_shutdown);
   }
 
   TEST_CASE("an rManager short of blocks borrows from the instance with the most free blocks") {

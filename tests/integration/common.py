@@ -32,9 +32,9 @@ def wait_until(predicate, timeout_s, what):
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-def request(port, method, path, body=None, headers=None, timeout=120):
+def request(port, method, path, body=None, headers=None, timeout=120, host="127.0.0.1"):
     """One HTTP request; returns (status, parsed JSON or text)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     payload = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
     conn.request(method, path, payload, {"Content-Type": "application/json", **(headers or {})})
     response = conn.getresponse()

@@ -1,5 +1,6 @@
 """The cluster as processes: `illm gmanager` on a free loopback port and two `illm instance --join` processes
-(small pools, UCX over tcp on lo). Both join (the gManager logs it); one is SIGKILLed and the gManager sees
+(small pools, UCX over tcp on lo). Both join (the gManager logs it); a third with a taken id is refused;
+one is SIGKILLed and the gManager sees
 it down over the network (CAF's down message when the link breaks) and reports the requests it owned; the
 other is SIGTERMed and drains and leaves. A third joins, the gManager is stopped with SIGTERM, and that
 instance notices and exits non-zero instead of hanging. Every process started here is gone at the end.
@@ -53,6 +54,13 @@ def main():
         wait_until(lambda: a.has(r"instance 1: joined") and b.has(r"instance 2: joined"), JOIN_S,
                    "both instances to see themselves in the gManager's view")
         print("both instances joined", flush=True)
+
+        # A second instance with a taken id is refused before it joins; the first one stays in the cluster.
+        twin = instance(2)
+        assert twin.wait_exit(JOIN_S) == 2, (twin.process.returncode, twin.output())
+        assert twin.has(r"instance id 2 is already in the cluster"), twin.output()
+        assert not gm.has(r"instance 2 (down|left)"), gm.output()
+        print("an instance with a taken id is refused: " + twin.output().strip().splitlines()[-1], flush=True)
 
         # SIGKILL: no goodbye; the gManager learns of it from CAF's down message over the network.
         killed_at = time.monotonic()

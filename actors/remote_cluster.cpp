@@ -1,0 +1,93 @@
+#include "actors/remote_cluster.hpp"
+
+#include <random>
+#include <thread>
+
+#include <caf/io/all.hpp>
+#include <fmt/format.h>
+
+namespace illm::actors {
+
+namespace {
+
+/// A first request id unlikely to meet another front end's: ids stay below 2^52 (exact in JSON numbers).
+request_id random_first_id() {
+  std::random_device rd;
+  const uint64_t r = uint64_t(rd()) << 32 | rd();
+  return (r & ((uint64_t(1) << 51) - 1)) + 1;
+}
+
+}  // namespace
+
+remote_cluster::remote_cluster()
+    : next_request_(random_first_id()), gmanager_alive_(std::make_shared<std::atomic<bool>>(true)) {}
+
+remote_cluster::~remote_cluster() { shutdown(std::chrono::milliseconds(0)); }
+
+gpu::result<std::unique_ptr<remote_cluster>> remote_cluster::connect(const std::string& host, uint16_t port) {
+  std::unique_ptr<remote_cluster> c(new remote_cluster());
+  c->config_ = std::make_unique<caf::actor_system_config>();
+  register_messages(*c->config_);
+  c->config_->load<caf::io::middleman>();
+  c->system_ = std::make_unique<caf::actor_system>(*c->config_);
+  auto gm = c->system_->middleman().remote_actor(host, port);
+  if (!gm)
+    return gpu::status{gpu::status_code::io_error,
+                       fmt::format("cannot reach the gManager at {}:{}: {}", host, port, c->system_->render(gm.error()))};
+  c->gmanager_ = *gm;
+  c->watcher_ = c->system_->spawn([alive = c->gmanager_alive_, gm = *gm](caf::event_based_actor* self) -> caf::behavior {
+    self->monitor(gm);
+    self->set_down_handler([alive](const caf::down_msg&) { *alive = false; });
+    return {[](int32_t) {}};  // it only watches
+  });
+  std::string error;
+  caf::scoped_actor s{*c->system_, true};
+  s->request(c->gmanager_, std::chrono::seconds(5), view_atom::value)
+      .receive([](const cluster_view&) {},
+               [&](const caf::error& e) { error = "the gManager did not answer: " + c->system_->render(e); });
+  if (!error.empty()) return gpu::status{gpu::status_code::io_error, error};
+  return c;
+}
+
+cluster_view remote_cluster::view() {
+  cluster_view out;
+  if (!gmanager_alive() || stopped_) return out;
+  caf::scoped_actor s{*system_, true};
+  s->request(gmanager_, std::chrono::seconds(5), view_atom::value)
+      .receive([&](cluster_view& v) { out = std::move(v); }, [](const caf::error&) {});
+  return out;
+}
+
+request_id remote_cluster::submit(const generate_params& params, request_callbacks callbacks) {
+  const request_id id = next_request_++;
+  caf::actor target = stopped_ ? caf::actor{} : most_free_instance(view());
+  if (!target) {
+    const char* why = stopped_            ? "the front end is stopping"
+                      : gmanager_alive() ? "the cluster has no instance that takes requests"
+                                         : "the gManager is gone";
+    if (callbacks.on_finished) callbacks.on_finished({id, "error", why, 0, {}});
+    return id;
+  }
+  requests_.spawn(*system_, id, params, std::move(target), std::move(callbacks));
+  return id;
+}
+
+void remote_cluster::shutdown(std::chrono::milliseconds grace) {
+  if (stopped_ || !system_) return;
+  stopped_ = true;
+  requests_.cancel_all();
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (requests_.size() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  requests_.exit_all();
+  if (watcher_) caf::anon_send_exit(watcher_, caf::exit_reason::user_shutdown);
+  watcher_ = caf::actor{};
+  gmanager_ = caf::actor{};
+  // Not await_all_actors_done: CAF 0.17 counts one of the middleman's own actors as running after a
+  // session with a remote node (see illm instance).
+  system_->await_actors_before_shutdown(false);
+  system_.reset();
+  requests_.clear();
+}
+
+}  // namespace illm::actors

@@ -1,0 +1,69 @@
+#include "actors/request_router.hpp"
+
+#include "gpu/backend.hpp"
+
+namespace illm::actors {
+
+caf::actor most_free_instance(const cluster_view& view) {
+  caf::actor target;
+  uint32_t best = 0;
+  for (const instance_view& i : view.instances)
+    if (!i.draining && i.instance && (!target || i.free_blocks > best)) {
+      best = i.free_blocks;
+      target = i.instance;
+    }
+  return target;
+}
+
+serving_capacity capacity_of(const cluster_view& view) {
+  serving_capacity c;
+  for (const instance_view& i : view.instances)
+    if (!i.draining && i.instance) {
+      ++c.instances;
+      c.kv_tokens += uint64_t(i.total_blocks) * uint64_t(gpu::kv_block_tokens);
+    }
+  return c;
+}
+
+void request_table::spawn(caf::actor_system& sys, request_id id, const generate_params& params, caf::actor target,
+                          request_callbacks callbacks) {
+  generate_request r{id, params.prompt, params.max_tokens, params.temperature, params.top_p, params.seed,
+                     params.ignore_eos, {}};
+  auto on_finished = std::move(callbacks.on_finished);
+  callbacks.on_finished = [this, id, on_finished](const request_finished& f) {
+    {
+      std::lock_guard lock(mutex_);
+      requests_.erase(id);
+    }
+    if (on_finished) on_finished(f);
+  };
+  std::lock_guard lock(mutex_);
+  requests_[id] = spawn_request(sys, std::move(r), std::move(target), std::move(callbacks));
+}
+
+void request_table::cancel(request_id id) {
+  std::lock_guard lock(mutex_);
+  if (auto it = requests_.find(id); it != requests_.end()) caf::anon_send(it->second, cancel_request{id});
+}
+
+void request_table::cancel_all() {
+  std::lock_guard lock(mutex_);
+  for (auto& [id, r] : requests_) caf::anon_send(r, cancel_request{id});
+}
+
+void request_table::exit_all() {
+  std::lock_guard lock(mutex_);
+  for (auto& [id, r] : requests_) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
+}
+
+size_t request_table::size() {
+  std::lock_guard lock(mutex_);
+  return requests_.size();
+}
+
+void request_table::clear() {
+  std::lock_guard lock(mutex_);
+  requests_.clear();
+}
+
+}  // namespace illm::actors

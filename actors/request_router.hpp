@@ -1,0 +1,76 @@
+#pragma once
+// What a front end needs of a cluster, however it runs: an embedded cluster (cluster) or a cluster of
+// processes reached through its gManager (remote_cluster). Requests go to the instance of the gManager's
+// view with the most free blocks; their tokens come back through request actors of the caller's process.
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "actors/request.hpp"
+
+namespace illm::actors {
+
+/// A request as a client gives it.
+struct generate_params {
+  std::vector<int32_t> prompt;  ///< BOS first
+  int32_t max_tokens = 64;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  bool ignore_eos = false;
+};
+
+/// Where a new request goes: the instance of the view, not draining, with the most free blocks (the
+/// first such one when none has any); an empty handle when the view has none.
+caf::actor most_free_instance(const cluster_view& view);
+
+/// The instances of a view that take new requests, and the tokens of KV their pools hold in all.
+struct serving_capacity {
+  int instances = 0;
+  uint64_t kv_tokens = 0;
+};
+/// What `view` can serve (draining instances left out).
+serving_capacity capacity_of(const cluster_view& view);
+
+/// A cluster as a front end sees it.
+class request_router {
+ public:
+  virtual ~request_router() = default;
+  /// Submits a request to the instance with the most free blocks; the callbacks run on an actor
+  /// thread, tokens in order, then on_finished exactly once. Returns the request's id.
+  virtual request_id submit(const generate_params& params, request_callbacks callbacks) = 0;
+  /// Stops a request (its on_finished reports "cancelled").
+  virtual void cancel(request_id id) = 0;
+  /// Stops every request in flight.
+  virtual void cancel_all() = 0;
+  /// The gManager's current view (no instances when it does not answer).
+  virtual cluster_view view() = 0;
+  /// How many instances the view must list for the router to be ready (all of an embedded cluster;
+  /// one of a cluster of processes, whose members come and go).
+  virtual int instances_needed() const = 0;
+};
+
+/// The requests a router has in flight: their actors, each forgotten when it ends. It must outlive
+/// the actors it spawned (the owner awaits them before destroying it).
+class request_table {
+ public:
+  /// Spawns the request actor of `id`, which submits it to `target`.
+  void spawn(caf::actor_system& sys, request_id id, const generate_params& params, caf::actor target,
+             request_callbacks callbacks);
+  void cancel(request_id id);
+  void cancel_all();
+  /// Sends every request actor an exit.
+  void exit_all();
+  /// Requests still in flight.
+  size_t size();
+  /// Drops every handle (after the actors are done).
+  void clear();
+
+ private:
+  std::mutex mutex_;
+  std::map<request_id, caf::actor> requests_;
+};
+
+}  // namespace illm::actors

@@ -1,0 +1,152 @@
+"""The front end of a cluster of processes: `illm gmanager` on a free loopback port, two `illm instance
+--join` processes with small pools (64 blocks of 16 tokens, UCX over tcp on lo) and `illm serve --gmanager`.
+Through the front end's HTTP API: /health counts the joined instances; a short completion and one whose
+prompt needs more than one instance's pool (its blocks move between the instance processes) return the
+text of the same prompt on one embedded instance with enough memory; a streamed completion goes on while
+an instance process is SIGKILLed, and the request that lost its blocks ends with an error event, not a
+hang, while the front end keeps serving on the other instance. With the gManager gone, /health and new
+requests answer 503; SIGTERM stops the front end (exit 0). Every process started here is gone at the end.
+Only generous upper bounds on the waits: no timing assertions.
+
+Usage: test_serve_gmanager.py ILLM [SOURCE_DIR]"""
+
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from common import ProcGroup, SkipTest, free_port, request, stream_events, wait_until
+from test_cluster_ucx import make_prompt
+
+JOIN_S = 120
+RUN_S = 600
+EXIT_S = 60
+
+
+def embedded_text(illm, prompt, max_tokens):
+    """The text of `prompt` on one embedded instance with enough memory (greedy)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(prompt)
+    done = subprocess.run([illm, "generate", "--instances", "1", "--kv-blocks-per-instance", "1024", "--prompt-file",
+                           f.name, "--max-tokens", str(max_tokens), "--temperature", "0", "--json"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=RUN_S, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout)["text"]
+
+
+def completion(port, prompt, max_tokens, **extra):
+    return request(port, "POST", "/v1/completions", {"model": "stories15M", "prompt": prompt, "max_tokens": max_tokens,
+                                                     "temperature": 0, **extra}, timeout=RUN_S)
+
+
+def main():
+    illm = sys.argv[1]
+    gm_port, fe_port = free_port(), free_port()
+    procs = ProcGroup(illm)
+
+    def instance(i):
+        return procs.start(f"instance{i}", "instance", "--join", f"127.0.0.1:{gm_port}", "--id", str(i),
+                           "--kv-blocks-per-instance", "64", "--threads", "1", "--heartbeat-ms", "50",
+                           "--ucx-tls", "tcp", "--ucx-net-devices", "lo")
+
+    ok = False
+    try:
+        gm = procs.start("gmanager", "gmanager", "--listen", f"127.0.0.1:{gm_port}", "--heartbeat-timeout-ms", "2000")
+        wait_until(lambda: gm.has(r"listening on") or gm.gone(), 60, "the gManager to listen")
+        assert not gm.gone(), f"illm gmanager exited with {gm.process.returncode}"
+        a, b = instance(0), instance(1)
+
+        def joined():
+            for p in (a, b):
+                if p.gone():
+                    if p.has(r"built without UCX"):
+                        raise SkipTest("illm was built without UCX")
+                    raise AssertionError(f"{p.name} exited with {p.process.returncode} before joining")
+            return a.has(r"instance 0: joined") and b.has(r"instance 1: joined")
+
+        wait_until(joined, JOIN_S, "both instances to join")
+        fe = procs.start("serve", "serve", "--gmanager", f"127.0.0.1:{gm_port}", "--host", "127.0.0.1", "--port",
+                         str(fe_port), "--max-requests", "8")
+        wait_until(lambda: fe.has(r"at http://") or fe.gone(), 120, "the front end to listen")
+        assert not fe.gone(), fe.output()
+        wait_until(lambda: request(fe_port, "GET", "/health", timeout=5) == (200, {"status": "ok", "instances": 2}),
+                   60, "the front end's /health to count both instances")
+        print("gManager, 2 instances and the front end are up; /health: ok, 2 instances", flush=True)
+
+        # A short completion and one longer than a pool (1024 tokens): the text of one big instance.
+        short = "Once upon a time"
+        status, body = completion(fe_port, short, 24)
+        assert status == 200, body
+        assert body["choices"][0]["text"] == embedded_text(illm, short, 24), body
+        long_prompt = make_prompt(1100)  # about 1500 tokens
+        started = time.monotonic()
+        status, body = completion(fe_port, long_prompt, 12)
+        assert status == 200, body
+        assert body["usage"]["prompt_tokens"] > 1024, body["usage"]
+        assert body["choices"][0]["text"] == embedded_text(illm, long_prompt, 12), body
+        moves = [line for line in gm.output().splitlines() if "blocks (" in line]
+        assert moves, "no move between the instance processes:\n" + gm.output()
+        print(f"completions through the front end equal one embedded instance: short, and "
+              f"{body['usage']['prompt_tokens']} prompt tokens over 2 pools of 1024 ({len(moves)} moves, "
+              f"{time.monotonic() - started:.1f} s)", flush=True)
+
+        # A long stream (within the two pools) spread over both instances; one instance process is SIGKILLed mid-stream.
+        events, failure = [], []
+
+        def consume():
+            try:
+                for data in stream_events(fe_port, "/v1/completions",
+                                          {"model": "stories15M", "prompt": long_prompt, "max_tokens": 600,
+                                           "ignore_eos": True, "stream": True}, timeout=RUN_S):
+                    events.append(data)
+            except Exception as e:  # noqa: BLE001 (reported below)
+                failure.append(repr(e))
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        wait_until(lambda: len(events) >= 5 or failure or not reader.is_alive(), RUN_S, "the stream's first tokens")
+        assert len(events) >= 5, (failure, events)
+        killed_at = time.monotonic()
+        b.process.send_signal(signal.SIGKILL)
+        reader.join(RUN_S)
+        assert not reader.is_alive(), "the stream did not end after its instance was killed"
+        assert not failure, failure
+        assert events[-1] == "[DONE]", events[-3:]
+        errors = [e for e in events if e.startswith("{") and "error" in json.loads(e)]
+        assert errors, "the request that lost its instance did not report an error: " + str(events[-3:])
+        print(f"instance 1 SIGKILLed mid-stream: the stream ended {time.monotonic() - killed_at:.3f} s later with "
+              f"an error event after {len(events) - 3} chunks: {json.loads(errors[0])['error']['message']}", flush=True)
+        wait_until(lambda: gm.has(r"instance 1 down"), 60, "the gManager to report instance 1 down")
+        wait_until(lambda: request(fe_port, "GET", "/health", timeout=5) == (200, {"status": "ok", "instances": 1}),
+                   60, "the front end's /health to count one instance")
+        status, body = completion(fe_port, short, 24)
+        assert status == 200 and body["choices"][0]["text"] == embedded_text(illm, short, 24), body
+        print("the front end keeps serving on instance 0", flush=True)
+
+        # Without the gManager: unavailable, clearly.
+        gm.process.send_signal(signal.SIGKILL)
+        wait_until(lambda: request(fe_port, "GET", "/health", timeout=10)[0] == 503, 60, "/health to answer 503")
+        status, body = completion(fe_port, short, 8)
+        assert status == 503, (status, body)
+        print(f"gManager SIGKILLed: /health 503, a completion 503: {body['error']['message']}", flush=True)
+
+        fe.process.send_signal(signal.SIGTERM)
+        assert fe.wait_exit(EXIT_S) == 0, fe.output()
+        a.wait_exit(EXIT_S)  # it notices the gManager is gone and exits
+        assert procs.all_gone(), procs.not_gone()
+        print("every process started is gone", flush=True)
+        ok = True
+    except SkipTest as e:
+        ok = True
+        print(f"skipped: {e}")
+        return
+    finally:
+        procs.finish(ok)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
