@@ -74,6 +74,8 @@ struct commit_move {
   request_id req_id = 0;
   instance_id src_inst = 0;
   std::vector<uint32_t> logical;  ///< one per reserved block, in the reservation's order
+  bool checksummed = false;       ///< the source sends a checksum: the destination verifies it
+  uint64_t checksum = 0;          ///< of the blocks as the source sent them (kv_pool::checksum), in that order
 };
 
 /// The answer to commit_move.
@@ -356,7 +358,7 @@ typename Inspector::result_type inspect(Inspector& f, move_reservation& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, commit_move& x) {
-  return f(caf::meta::type_name("commit_move"), x.id, x.req_id, x.src_inst, x.logical);
+  return f(caf::meta::type_name("commit_move"), x.id, x.req_id, x.src_inst, x.logical, x.checksummed, x.checksum);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, commit_result& x) {

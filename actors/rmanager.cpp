@@ -24,6 +24,8 @@ struct outgoing_move {
   block_pick picked;
   move_reservation reservation;
   uint32_t copies_left = 0;
+  bool checksummed = false;
+  uint64_t checksum = 0;  // of the picked blocks as they were put
 };
 
 /// A reservation this instance granted as the destination.
@@ -165,7 +167,8 @@ void finish_move(self_ptr self, move_id id, bool ok, std::string reason) {
 void commit(self_ptr self, move_id id) {
   auto& move = self->state.outgoing.at(id);
   self->request(move.dst_rmanager, self->state.config.answer_timeout,
-                commit_move{id, move.picked.req_id, self->state.config.id, move.picked.logical})
+                commit_move{id, move.picked.req_id, self->state.config.id, move.picked.logical, move.checksummed,
+                            move.checksum})
       .then(
           [=](const commit_result& r) {
             auto it = self->state.outgoing.find(id);
@@ -203,6 +206,13 @@ void copy_blocks(self_ptr self, move_id id) {
   const transport::remote_region region{move.reservation.region_address, move.reservation.region_bytes,
                                         move.reservation.region_key};
   move.copies_left = uint32_t(move.picked.physical.size());
+  // Full blocks do not change while they move (only their owner writes them, and only until full).
+  if (st.config.verify_moves) {
+    auto sum = st.config.pool->checksum(move.picked.physical);
+    if (!sum.is_ok()) return finish_move(self, id, false, "checksum: " + sum.error().message());
+    move.checksummed = true;
+    move.checksum = sum.value();
+  }
   caf::actor me = caf::actor_cast<caf::actor>(self);
   for (size_t i = 0; i < move.picked.physical.size(); ++i) {
     const uint64_t remote = move.reservation.region_address + move.reservation.blocks[i] * move.reservation.block_bytes;
@@ -495,6 +505,12 @@ commit_result accept_commit(self_ptr self, const commit_move& c) {
     case incoming_move::state::reserved: break;
   }
   if (c.logical.size() != move.blocks.size() || c.src_inst != move.src) return {c.id, false, "commit does not match"};
+  // What arrived must be what was sent; else the source keeps its blocks (and aborts: they are given back).
+  auto arrived = c.checksummed ? st.config.pool->checksum(move.blocks) : gpu::result<uint64_t>(c.checksum);
+  if (!arrived.is_ok()) return {c.id, false, "checksum: " + arrived.error().message()};
+  if (arrived.value() != c.checksum)
+    return {c.id, false, fmt::format("the blocks arrived with checksum {:016x}, sent with {:016x}", arrived.value(),
+                                     c.checksum)};
   move.stage = incoming_move::state::committed;
   st.config.hosted->add(move.src, move.req, c.logical, move.blocks);
   if (auto* m = st.config.metrics.get()) m->blocks_lent.with({std::to_string(st.config.id)}).add(double(move.blocks.size()));

@@ -37,6 +37,9 @@ struct rmanager_config {
   std::chrono::milliseconds heartbeat_period{50};
   std::chrono::milliseconds lease{2000};         ///< how long a granted reservation waits for its commit
   std::chrono::milliseconds answer_timeout{5000};  ///< how long to wait for a peer's answer
+  /// Checksum the blocks this rManager sends, so that the destination commits only what arrived intact
+  /// (off in the simulator, whose pools have no contents).
+  bool verify_moves = true;
   /// This instance's data-plane address, sent with its join (empty: an in-process plane, nothing to exchange).
   std::vector<uint8_t> plane_address;
   /// Connects the data plane to a peer of the view that has an address and is not connected yet (or whose

@@ -85,6 +85,10 @@ class kv_pool {
             layout_.head_stride()};
   }
 
+  /// The checksum (gpu/checksum.hpp) of the contents of `blocks`, in that order; device pools are read
+  /// through the host.
+  result<uint64_t> checksum(const std::vector<uint32_t>& blocks) const;
+
   /// Verifies the accounting: every block is either on the free list once or used, never both.
   status check() const;
 

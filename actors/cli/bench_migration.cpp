@@ -38,6 +38,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/cli/commands.hpp"
+#include "gpu/checksum.hpp"
 #include "gpu/decode_rig.hpp"
 #include "gpu/host_memory.hpp"
 #ifdef ILLM_HAVE_UCX
@@ -93,18 +94,8 @@ double seconds_between(bench_clock::time_point a, bench_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-/// FNV-1a over the 64-bit words of [data, data + bytes), continuing from `h`: order matters, so a
-/// block in the wrong slot changes it, and checksumming slots one after another equals one pass.
-uint64_t checksum_words(const void* data, uint64_t bytes, uint64_t h) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (uint64_t i = 0; i + 8 <= bytes; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * 0x100000001b3ull;
-  }
-  return h;
-}
-constexpr uint64_t checksum_seed = 0xcbf29ce484222325ull;
+using gpu::checksum_seed;
+using gpu::checksum_words;
 
 std::string errno_text(const char* what) {
   return fmt::format("{}: {}", what, std::strerror(errno));

@@ -199,6 +199,14 @@ std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, s
 #endif
 }
 
+/// What this instance's data plane carried: KV blocks it put into peers' pools, remote attention messages.
+void log_traffic(const std::string& me, const transport::traffic& t) {
+  using transport::channel;
+  log("{}: data plane traffic: {} bytes put (KV blocks sent), {} bytes of attend and {} bytes of partials messages "
+      "({} messages)",
+      me, t.put_bytes, t.message_bytes[int(channel::attend)], t.message_bytes[int(channel::partials)], t.messages);
+}
+
 /// Why `id` cannot join: the gManager's view has an instance with it already (empty: it can).
 std::string id_in_use(caf::actor_system& sys, const caf::actor& gm, actors::instance_id id) {
   std::string why;
@@ -291,9 +299,10 @@ void run_instance(const instance_flags& flags) {
     std::lock_guard lock(sink->mutex);
     sink->node = node.get();
   }
-  log("{}: joining the gManager at {}:{} ({} ({}), {} KV blocks, UCX plane over {} on {}, worker address {} bytes)", me,
-      gm_at.host, gm_at.port, model->name, flags.model, flags.kv_blocks, flags.ucx_tls, flags.ucx_net_devices,
-      address_bytes);
+  log("{}: joining the gManager at {}:{} ({} ({}), {} KV blocks of {} bytes, UCX plane over {} on {}, worker address "
+      "{} bytes)",
+      me, gm_at.host, gm_at.port, model->name, flags.model, flags.kv_blocks, node->pool().layout().block_bytes(),
+      flags.ucx_tls, flags.ucx_net_devices, address_bytes);
 
   // Joined when the gManager's view lists this instance with its instance actor.
   caf::scoped_actor s{sys, true};  // hidden: await_all_actors_done does not wait for it
@@ -343,6 +352,7 @@ void run_instance(const instance_flags& flags) {
     if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (!idle) log("{}: not idle after {} s: leaving anyway", me, flags.drain_timeout_s);
+  log_traffic(me, node->plane().counters());
   bool left = false;
   if (!watch->gone)
     s->request(*gm, std::chrono::seconds(5), actors::leave_cluster{o.id})

@@ -244,6 +244,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     rc.events = events;
     rc.heartbeat_period = o.heartbeat_period;
     rc.lease = o.lease;
+    rc.verify_moves = false;  // the sim pools have no contents
     rc.answer_timeout = o.lease;
     caf::actor rm = spawn_rmanager(sys, rc);
     stats.push_back(std::make_shared<sim_worker_stats>());

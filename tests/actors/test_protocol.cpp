@@ -62,6 +62,13 @@ class controlled_plane final : public transport::data_plane {
            uint64_t address, transport::completion done) override {
     if (fail_puts_after >= 0 && puts_ >= fail_puts_after) return done({gpu::status_code::io_error, "link down"});
     ++puts_;
+    if (corrupt_puts) {  // the data arrives with one bit flipped
+      auto damaged = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(local),
+                                                            static_cast<const uint8_t*>(local) + bytes);
+      (*damaged)[bytes / 2] ^= 0x10;
+      return inner_->put(peer, damaged->data(), bytes, region, address,
+                         [damaged, done](gpu::status s) { done(std::move(s)); });
+    }
     if (hold) {
       held.push_back([=, this] { inner_->put(peer, local, bytes, region, address, done); });
       return;
@@ -77,6 +84,7 @@ class controlled_plane final : public transport::data_plane {
   transport::traffic counters() const override { return inner_->counters(); }
 
   bool hold = false;         ///< keep puts until release_held()
+  bool corrupt_puts = false;  ///< damage the data of every put
   int fail_puts_after = -1;  ///< fail every put after this many
   std::vector<std::function<void()>> held;
   void release_held() {
@@ -276,6 +284,27 @@ TEST_SUITE("actors") {
     CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);  // the reservation was aborted
   }
 
+  TEST_CASE("blocks that arrive damaged are not committed and the request keeps reading its own") {
+    protocol_fixture f(2);
+    f.give_blocks(0, 7, 4);
+    f.planes[0]->corrupt_puts = true;
+    f.orders.next.push_back({7, 0, 1, 4});
+    f.settle();
+    const auto moves = f.events->moves();
+    REQUIRE(moves.size() == 1);
+    CHECK_FALSE(moves[0].ok);
+    CHECK(moves[0].reason.find("arrived with checksum") != std::string::npos);
+    CHECK(f.logs[0]->switched.empty());
+    CHECK(f.pools[0]->blocks_of(7) == 4);
+    CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);  // the reservation was given back
+    // Undamaged, the same move commits.
+    f.planes[0]->corrupt_puts = false;
+    f.orders.next.push_back({7, 0, 1, 4});
+    f.settle();
+    CHECK(count_ok(f.events->moves()) == 1);
+    CHECK(f.pools[1]->blocks_of(7) == 4);
+  }
+
   TEST_CASE("duplicate and late messages change nothing") {
     protocol_fixture f(2);
     caf::actor dst = f.rmanagers[1];
@@ -287,8 +316,10 @@ TEST_SUITE("actors") {
           answers.push_back(r);
         });
       return {[&, self](caf::ok_atom) {
+        // As a source would: the checksum of the blocks as they were put (the reserved ones, unwritten here).
+        const uint64_t sum = f.pools[1]->checksum(answers[0].blocks).value();
         for (int i = 0; i < 2; ++i)
-          self->request(dst, caf::infinite, commit_move{500, 7, 0, {0, 1, 2}}).then([&](commit_result& c) {
+          self->request(dst, caf::infinite, commit_move{500, 7, 0, {0, 1, 2}, true, sum}).then([&](commit_result& c) {
             commits.push_back(c);
           });
       }};

@@ -4,13 +4,17 @@ The instances exchange their worker addresses through the gManager's view and co
 prompt of about 2900 tokens (about three pools) goes to the cluster with `illm generate --gmanager`, so its
 KV blocks move between processes (put + flush into the destination's reserved memory) and its attention is
 computed remotely. Its token ids must equal those of the same prompt on one instance with enough memory, and
-the gManager must have logged at least one move. Every process started here is gone at the end.
+the gManager must have logged at least one move. The KV moves through UCX RMA: the instances report at
+least the bytes of the committed moves as puts, every move committed what arrived intact (checksums), and
+the kernel's TCP counters show CAF's connections carried far less than the KV moved. Every process started
+here is gone at the end.
 
 Usage: test_cluster_ucx.py ILLM [SOURCE_DIR]"""
 
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,6 +47,25 @@ def make_prompt(words_wanted=2460):
         words += len(s.split())
         i += 1
     return " ".join(out)
+
+
+def tcp_bytes(port):
+    """Bytes on the loopback TCP connections now open, from the kernel's counters (ss -ti): those with an
+    end at `port` (CAF's: every connection of the middleman goes to the gManager's port, which routes
+    the messages between the other processes) and the others (each counted once, as sent by its end)."""
+    done = subprocess.run(["ss", "-tinH", "state", "established"], stdout=subprocess.PIPE, text=True, timeout=30)
+    at_port = other = 0
+    lines = done.stdout.splitlines()
+    for head, info in zip(lines[::2], lines[1::2]):
+        ends = re.findall(r"127\.0\.0\.1:(\d+)", head)
+        sent = int((re.search(r"bytes_sent:(\d+)", info) or [0, 0])[1])
+        if len(ends) != 2:
+            continue
+        if str(port) in ends:
+            at_port += sent
+        else:
+            other += sent
+    return at_port, other
 
 
 def run_json(args, timeout_s):
@@ -112,12 +135,30 @@ def main():
         assert sum(1 for b in blocks if b > 0) >= 3, blocks  # its KV spread over at least three processes
         for p in insts:
             assert not p.has(r"data plane peer \d+ failed"), p.output()
+        assert not gm.has(r"checksum"), gm.output()  # every move committed what arrived intact
+        caf_bytes, other_bytes = tcp_bytes(port) if shutil.which("ss") else (None, None)
 
         # Stop: instances drain and leave (SIGTERM), then the gManager.
         for p in insts:
             p.process.send_signal(signal.SIGTERM)
         for p in insts:
             assert p.wait_exit(EXIT_S) == 0, (p.name, p.output())
+
+        # The KV went through UCX RMA (puts), not inside CAF messages: the instances put at least the bytes
+        # of every committed move, and CAF's connections carried far less than that in all.
+        block_bytes = int(re.search(r"KV blocks of (\d+) bytes", insts[0].output())[1])
+        moved = sum(int(m) for m in re.findall(r"-> \d+, (\d+) blocks", "\n".join(moves)))
+        put = sum(int(re.search(r"data plane traffic: (\d+) bytes put", p.output())[1]) for p in insts)
+        print(f"KV moved: {moved} blocks of {block_bytes} bytes = {moved * block_bytes} bytes; UCX puts: {put} bytes",
+              flush=True)
+        assert moved > 0 and put >= moved * block_bytes, (moved, block_bytes, put)
+        if caf_bytes is not None:
+            print(f"TCP bytes on CAF's connections (through the gManager): {caf_bytes}; on the others (UCX): "
+                  f"{other_bytes}; CAF / KV moved = {caf_bytes / (moved * block_bytes):.3f}", flush=True)
+            assert caf_bytes < moved * block_bytes / 2, (caf_bytes, moved * block_bytes)
+            assert other_bytes >= put, (other_bytes, put)
+        else:
+            print("ss not found: TCP byte counters not checked", flush=True)
         gm.process.send_signal(signal.SIGTERM)
         assert gm.wait_exit(EXIT_S) == 0, gm.output()
         assert procs.all_gone(), procs.not_gone()
