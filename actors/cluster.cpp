@@ -47,6 +47,7 @@ gpu::result<std::unique_ptr<cluster>> cluster::start(std::shared_ptr<const gpu::
 gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, const cluster_options& options) {
   config_ = std::make_unique<caf::actor_system_config>();
   register_messages(*config_);
+  quiet_idle_scheduler(*config_);
   system_ = std::make_unique<caf::actor_system>(*config_);
   gmanager_config gcfg;
   gcfg.policy_period = options.policy_period;

@@ -1,6 +1,7 @@
 #include "actors/gmanager.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <string>
 
@@ -28,6 +29,7 @@ struct gmanager_state {
   /// Rooms of long requests: (owner, request) -> per holder, the blocks and the holder's heartbeat then.
   std::map<std::pair<instance_id, request_id>, std::map<instance_id, std::pair<uint32_t, uint64_t>>> rooms;
   std::map<move_id, std::pair<instance_id, caf::actor_clock::time_point>> ordered;  // orders not yet reported
+  std::deque<move_report> reports;  // the latest move reports, for (moves_atom, request)
   uint64_t epoch = 0;
   uint64_t next_move = 1;
   static inline const char* name = "gmanager";
@@ -106,6 +108,20 @@ room_answer reserve(self_ptr self, const reserve_room& r) {
   a.granted = true;
   ++st.epoch;
   return a;
+}
+
+/// Keeps a move report for (moves_atom, request), the latest max_kept_reports of them.
+void keep_report(gmanager_state& st, const move_report& r) {
+  constexpr size_t max_kept_reports = 100000;
+  st.reports.push_back(r);
+  if (st.reports.size() > max_kept_reports) st.reports.pop_front();
+}
+
+std::vector<move_report> reports_of(const gmanager_state& st, request_id req) {
+  std::vector<move_report> out;
+  for (const move_report& r : st.reports)
+    if (r.req_id == req) out.push_back(r);
+  return out;
 }
 
 void update_membership_metrics(self_ptr self) {
@@ -221,10 +237,12 @@ caf::behavior gmanager_behavior(self_ptr self, gmanager_config config) {
   self->send(self, policy_tick_atom::value);
   return {
       [=](const join_cluster& j) { return on_join(self, j); },
+      [=](moves_atom, request_id req) { return reports_of(self->state, req); },
       [=](heartbeat& hb) { return on_heartbeat(self, hb); },
       [=](policy_tick_atom) { run_policy(self); },
       [=](const move_report& r) {  // a refused move is ordered again later
         self->state.ordered.erase(r.id);
+        keep_report(self->state, r);
         if (self->state.config.on_move) self->state.config.on_move(r);
       },
       [=](const drain_instance& d) {

@@ -2,6 +2,10 @@
 
 namespace illm::actors {
 
+void quiet_idle_scheduler(caf::actor_system_config& cfg) {
+  cfg.set("work-stealing.moderate-poll-attempts", size_t{10});  // 10 x 50 us instead of 500, then sleep
+}
+
 void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<request_placement_entry>("request_placement_entry")
       .add_message_type<std::vector<request_placement_entry>>("std::vector<request_placement_entry>")
@@ -15,6 +19,7 @@ void register_messages(caf::actor_system_config& cfg) {
       .add_message_type<abort_move>("abort_move")
       .add_message_type<release_blocks>("release_blocks")
       .add_message_type<move_report>("move_report")
+      .add_message_type<std::vector<move_report>>("std::vector<move_report>")
       .add_message_type<instance_view>("instance_view")
       .add_message_type<cluster_view>("cluster_view")
       .add_message_type<join_cluster>("join_cluster")

@@ -324,9 +324,16 @@ using liveness_tick_atom = caf::atom_constant<caf::atom("live_tick")>;
 using attach_atom = caf::atom_constant<caf::atom("attach")>;
 /// (view_atom): asks the gManager for its cluster_view.
 using view_atom = caf::atom_constant<caf::atom("view")>;
+/// (moves_atom, request_id) -> gManager: the reports of that request's moves it has (the latest ones).
+using moves_atom = caf::atom_constant<caf::atom("moves")>;
 
 /// Registers every message type with a configuration (call before creating the actor system).
 void register_messages(caf::actor_system_config& cfg);
+
+/// Sets the scheduler of a serving process to go to sleep soon when it has nothing to do: CAF's workers
+/// otherwise poll for about 25 ms after every message (every heartbeat and policy tick), which keeps an
+/// idle process at a quarter of a core. A sleeping worker is woken when a job arrives for it.
+void quiet_idle_scheduler(caf::actor_system_config& cfg);
 
 // ---- inspect overloads ------------------------------------------------------------------------------------
 

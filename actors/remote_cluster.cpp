@@ -28,6 +28,7 @@ gpu::result<std::unique_ptr<remote_cluster>> remote_cluster::connect(const std::
   std::unique_ptr<remote_cluster> c(new remote_cluster());
   c->config_ = std::make_unique<caf::actor_system_config>();
   register_messages(*c->config_);
+  quiet_idle_scheduler(*c->config_);
   c->config_->load<caf::io::middleman>();
   c->system_ = std::make_unique<caf::actor_system>(*c->config_);
   auto gm = c->system_->middleman().remote_actor(host, port);
@@ -55,6 +56,15 @@ cluster_view remote_cluster::view() {
   caf::scoped_actor s{*system_, true};
   s->request(gmanager_, std::chrono::seconds(5), view_atom::value)
       .receive([&](cluster_view& v) { out = std::move(v); }, [](const caf::error&) {});
+  return out;
+}
+
+std::vector<move_report> remote_cluster::moves_of(request_id id) {
+  std::vector<move_report> out;
+  if (!gmanager_alive() || stopped_) return out;
+  caf::scoped_actor s{*system_, true};
+  s->request(gmanager_, std::chrono::seconds(5), moves_atom::value, id)
+      .receive([&](std::vector<move_report>& v) { out = std::move(v); }, [](const caf::error&) {});
   return out;
 }
 

@@ -28,6 +28,9 @@ class remote_cluster final : public request_router {
   cluster_view view() override;
   int instances_needed() const override { return 1; }
 
+  /// The gManager's reports of the moves of request `id` (empty when it does not answer).
+  std::vector<move_report> moves_of(request_id id);
+
   /// False once the gManager's node is gone (its process ended or the link broke).
   bool gmanager_alive() const { return gmanager_alive_->load(); }
 

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <fstream>
 #include <ctime>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "actors/cli/commands.hpp"
 #include "actors/gmanager.hpp"
@@ -66,6 +68,7 @@ void log(fmt::format_string<Args...> format, Args&&... args) {
 std::unique_ptr<caf::actor_system_config> networked_config() {
   auto cfg = std::make_unique<caf::actor_system_config>();
   actors::register_messages(*cfg);
+  actors::quiet_idle_scheduler(*cfg);
   cfg->load<caf::io::middleman>();
   return cfg;
 }
@@ -81,6 +84,7 @@ struct gmanager_flags {
 std::string ids(const std::vector<actors::request_id>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
 
 void run_gmanager(const gmanager_flags& flags) {
+  if (flags.listen.empty()) fail("--listen is required (as a flag or in --config)", 2);
   const host_port at = parse_host_port(flags.listen, "--listen", true);
   const sigset_t stop_signals = block_stop_signals();
   auto cfg = networked_config();
@@ -223,6 +227,7 @@ std::string id_in_use(caf::actor_system& sys, const caf::actor& gm, actors::inst
 }
 
 void run_instance(const instance_flags& flags) {
+  if (flags.join.empty()) fail("--join is required (as a flag or in --config)", 2);
   const host_port gm_at = parse_host_port(flags.join, "--join");
   const sigset_t stop_signals = block_stop_signals();
   const std::string me = fmt::format("illm instance {}", flags.id);
@@ -364,6 +369,38 @@ void run_instance(const instance_flags& flags) {
 
 }  // namespace
 
+/// --config FILE: the command's options in a JSON object, keyed by their long names without the dashes
+/// ({"join": "10.0.0.1:7000", "kv-blocks-per-instance": 4096}); flags given too override it. A key that is
+/// no option of the command, or a value its option refuses, is an error naming it.
+void add_config_file(CLI::App* cmd, const std::string& example) {
+  auto path = std::make_shared<std::string>();
+  cmd->add_option("--config", *path, "JSON file of this command's options, e.g. " + example);
+  cmd->parse_complete_callback([cmd, path] {
+    if (path->empty()) return;
+    std::ifstream in(*path);
+    if (!in) fail(fmt::format("--config {}: cannot read it", *path), 2);
+    nlohmann::json config;
+    try {
+      config = nlohmann::json::parse(in);
+    } catch (const std::exception& e) {
+      fail(fmt::format("--config {}: not JSON: {}", *path, e.what()), 2);
+    }
+    if (!config.is_object()) fail(fmt::format("--config {}: expected a JSON object of options", *path), 2);
+    for (const auto& [key, value] : config.items()) {
+      CLI::Option* opt = key == "config" ? nullptr : cmd->get_option_no_throw("--" + key);
+      if (!opt) fail(fmt::format("--config {}: \"{}\" is no option of illm {}", *path, key, cmd->get_name()), 2);
+      if (opt->count() > 0) continue;  // given as a flag
+      if (!value.is_string() && !value.is_number()) fail(fmt::format("--config {}: \"{}\": expected a string or a number", *path, key), 2);
+      try {
+        opt->add_result(value.is_string() ? value.get<std::string>() : value.dump());
+        opt->run_callback();
+      } catch (const CLI::Error& e) {
+        fail(fmt::format("--config {}: \"{}\": {}", *path, key, e.what()), 2);
+      }
+    }
+  });
+}
+
 host_port parse_host_port(const std::string& text, const char* flag, bool port_zero_ok) {
   host_port out;
   std::string port = text;
@@ -385,18 +422,18 @@ host_port parse_host_port(const std::string& text, const char* flag, bool port_z
 void add_cluster_commands(CLI::App& app) {
   auto g = std::make_shared<gmanager_flags>();
   CLI::App* gcmd = app.add_subcommand("gmanager", "Run the gManager of a cluster of processes, published on a TCP port");
-  gcmd->add_option("--listen", g->listen, "HOST:PORT to listen on (HOST defaults to 127.0.0.1; port 0: any free)")
-      ->required();
+  gcmd->add_option("--listen", g->listen, "HOST:PORT to listen on (HOST defaults to 127.0.0.1; port 0: any free; required, here or in --config)");
   gcmd->add_option("--policy-period-ms", g->policy_period_ms, "How often the placement policy runs (default 50)")
       ->check(CLI::Range(1, 3600000));
   gcmd->add_option("--heartbeat-timeout-ms", g->heartbeat_timeout_ms,
                    "An instance silent this long is left out of the view and the policy (default 2000)")
       ->check(CLI::Range(1, 3600000));
+  add_config_file(gcmd, R"({"listen": "0.0.0.0:7000", "heartbeat-timeout-ms": 2000})");
   gcmd->callback([g] { run_gmanager(*g); });
 
   auto f = std::make_shared<instance_flags>();
   CLI::App* icmd = app.add_subcommand("instance", "Run one instance that joins a gManager (illm gmanager)");
-  icmd->add_option("--join", f->join, "The gManager's HOST:PORT")->required();
+  icmd->add_option("--join", f->join, "The gManager's HOST:PORT (required, here or in --config)");
   icmd->add_option("--id", f->id, "This instance's id, unique in the cluster (default 0)")->check(CLI::Range(0, 4095));
   icmd->add_option("--kv-blocks-per-instance", f->kv_blocks, "KV blocks of 16 tokens (default 256)")
       ->check(CLI::Range(2u, 1u << 24));
@@ -407,6 +444,7 @@ void add_cluster_commands(CLI::App& app) {
   icmd->add_option("--heartbeat-ms", f->heartbeat_ms, "Heartbeat period (default 50)")->check(CLI::Range(1, 60000));
   icmd->add_option("--drain-timeout-s", f->drain_timeout_s, "On SIGTERM, how long to wait to be idle (default 30)")
       ->check(CLI::Range(0, 3600));
+  add_config_file(icmd, R"({"join": "10.0.0.1:7000", "id": 3, "kv-blocks-per-instance": 4096, "ucx-net-devices": "eth0"})");
   icmd->callback([f] { run_instance(*f); });
 }
 

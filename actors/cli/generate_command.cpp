@@ -148,6 +148,22 @@ nlohmann::json blocks_per_instance(const std::vector<actors::request_placement_e
   return out;
 }
 
+/// The request's moves in the report: those that succeeded under "moves", the others under "refusals".
+void add_moves(generation_report& r, const std::vector<actors::move_report>& moves) {
+  r.extra["moves"] = nlohmann::json::array();
+  r.extra["refusals"] = nlohmann::json::array();
+  for (const auto& m : moves) {
+    nlohmann::json j = {{"move_id", m.id}, {"request", m.req_id}, {"source", m.src_inst},
+                        {"destination", m.dst_inst}, {"blocks", m.blocks}, {"loan", m.self_initiated}};
+    if (m.ok) {
+      r.extra["moves"].push_back(j);
+    } else {
+      j["reason"] = m.reason;
+      r.extra["refusals"].push_back(j);
+    }
+  }
+}
+
 /// The request on an embedded cluster of --instances instances, through the actors and the protocol.
 generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& model,
                               const gpu::generate_options& options) {
@@ -174,18 +190,7 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
   r.extra["kv_blocks_per_instance"] = co.kv_blocks_per_instance;
   r.extra["blocks_per_instance"] = blocks_per_instance(end.placement, uint32_t(f.instances));
   r.extra["preemptions"] = end.preemptions;
-  r.extra["moves"] = nlohmann::json::array();
-  r.extra["refusals"] = nlohmann::json::array();
-  for (const auto& m : c.moves()) {
-    nlohmann::json j = {{"move_id", m.id}, {"request", m.req_id}, {"source", m.src_inst},
-                        {"destination", m.dst_inst}, {"blocks", m.blocks}, {"loan", m.self_initiated}};
-    if (m.ok) {
-      r.extra["moves"].push_back(j);
-    } else {
-      j["reason"] = m.reason;
-      r.extra["refusals"].push_back(j);
-    }
-  }
+  add_moves(r, c.moves());
   c.wait_pools_free(std::chrono::seconds(10));
   c.shutdown();
   for (const auto& inst : c.instances())
@@ -207,8 +212,9 @@ generation_report run_on_gmanager(const generate_flags& f, const gpu::generate_o
   actors::generate_params params{options.prompt_ids, options.max_tokens, options.sampling.temperature,
                                  options.sampling.top_p, options.seed, options.ignore_eos};
   token_stream stream;
-  c.submit(params, stream.callbacks());
+  const actors::request_id id = c.submit(params, stream.callbacks());
   const actors::request_finished end = stream.wait(r);
+  add_moves(r, c.moves_of(id));  // the reports of moves still ending may be missing
   c.shutdown();
   if (end.reason == "error") fail("the request failed: " + end.error);
   r.extra["gmanager"] = f.gmanager;

@@ -284,6 +284,31 @@ TEST_SUITE("actors") {
     CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);  // the reservation was aborted
   }
 
+  TEST_CASE("a destination that dies mid-move fails the move and the request keeps reading its own blocks") {
+    protocol_fixture f(2);
+    f.give_blocks(0, 7, 4);
+    f.planes[0]->hold = true;  // the puts are on the wire when the destination's process dies
+    f.orders.next.push_back({7, 0, 1, 4});
+    f.settle();
+    REQUIRE(f.events->moves().empty());
+    // What the process of instance 0 sees: its data plane's endpoint to 1 fails, and 1's actors are gone.
+    caf::anon_send(f.rmanagers[0], peer_failed{1, "Endpoint timeout"});
+    caf::anon_send_exit(f.rmanagers[1], caf::exit_reason::kill);
+    f.sched->run();
+    const auto moves = f.events->moves();
+    REQUIRE(moves.size() == 1);
+    CHECK_FALSE(moves[0].ok);
+    CHECK(moves[0].reason.find("data plane peer failed") != std::string::npos);
+    CHECK(f.logs[0]->switched.empty());
+    REQUIRE(f.logs[0]->abandoned.size() == 1);  // the instance unmarks the blocks it picked
+    CHECK(f.pools[0]->blocks_of(7) == 4);
+    CHECK(f.pools[0]->check().is_ok());
+    f.planes[0]->release_held();  // late completions of the dead move change nothing
+    f.settle();
+    CHECK(f.events->moves().size() == 1);
+    CHECK(f.pools[0]->blocks_of(7) == 4);
+  }
+
   TEST_CASE("blocks that arrive damaged are not committed and the request keeps reading its own") {
     protocol_fixture f(2);
     f.give_blocks(0, 7, 4);

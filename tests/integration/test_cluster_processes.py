@@ -8,9 +8,12 @@ Only generous upper bounds on the waits: no timing assertions.
 
 Usage: test_cluster_processes.py ILLM [SOURCE_DIR]"""
 
+import json
+import os
 import re
 import signal
 import sys
+import tempfile
 import time
 
 from common import ProcGroup, SkipTest, free_port, wait_until
@@ -72,6 +75,10 @@ def main():
         assert "requests it owned" in down, down  # its requests are accounted for, not silently dropped
         print(f"  {down}", flush=True)
         assert a.wait_exit(EXIT_S) == -signal.SIGKILL
+        # The other instance's data plane notices too: its UCX endpoint to the dead peer fails.
+        wait_until(lambda: b.has(r"data plane peer 1 failed"), DOWN_S, "instance 2's data plane to report peer 1 failed")
+        print(f"  instance 2's data plane reported peer 1 failed after {time.monotonic() - killed_at:.3f} s: "
+              + re.search(r"^.*data plane peer 1 failed.*$", b.output(), re.M).group(0), flush=True)
 
         # SIGTERM: drain, leave, exit 0.
         b.process.send_signal(signal.SIGTERM)
@@ -81,8 +88,18 @@ def main():
         assert not gm.has(r"instance 2 down"), gm.output()
         print("instance 2 SIGTERMed: drained, left and exited 0", flush=True)
 
+        # A configuration file: an unknown key is refused by name; a good one joins (flags override it).
+        config = os.path.join(tempfile.mkdtemp(prefix="illm-config-"), "instance.json")
+        with open(config, "w") as f:
+            json.dump({"join": f"127.0.0.1:{port}", "id": 9, "kv-blocks-per-instance": 16, "bogus": 1}, f)
+        bad = start("bad-config", "instance", "--config", config)
+        assert bad.wait_exit(EXIT_S) == 2 and bad.has(r'"bogus" is no option of illm instance'), bad.output()
+        with open(config, "w") as f:
+            json.dump({"join": f"127.0.0.1:{port}", "id": 9, "kv-blocks-per-instance": 16, "threads": 1,
+                       "ucx-tls": "tcp", "ucx-net-devices": "lo"}, f)
+
         # The gManager goes away: an instance reports it and exits non-zero (no hang).
-        c = instance(3)
+        c = start("instance3", "instance", "--config", config, "--id", "3")
         wait_until(lambda: gm.has(r"instance 3 joined") and c.has(r"instance 3: joined"), JOIN_S,
                    "instance 3 to join")
         gm.process.send_signal(signal.SIGTERM)

@@ -131,6 +131,10 @@ def main():
                            gm.output(), re.M)
         assert moves, gm.output()
         print(f"{len(moves)} moves between processes, e.g. {moves[0]}", flush=True)
+        # generate --json lists the request's moves as the gManager has them.
+        assert result["moves"], result
+        assert all(m["source"] != m["destination"] and m["blocks"] > 0 for m in result["moves"]), result["moves"]
+        print(f"generate --json: {len(result['moves'])} moves, {len(result['refusals'])} refusals", flush=True)
         blocks = result.get("blocks_per_instance") or []
         assert sum(1 for b in blocks if b > 0) >= 3, blocks  # its KV spread over at least three processes
         for p in insts:
