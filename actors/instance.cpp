@@ -71,6 +71,7 @@ struct instance_state {
   bool loans_refused = false;  // until the next view: the last loan found no room
   request_id room_asked = 0;    // a long request whose room the gManager is asked for
   uint32_t room_keep = 0;        // ... the blocks it keeps here when it has its room (the rest go there)
+  request_id room_too_big = 0;  // a request whose room (all but its working set) was refused: it keeps more here
   request_id room_granted = 0;  // ... and has granted: it starts at the next admission
   std::map<request_id, uint32_t> with_room;  // running requests with a room -> blocks they keep here; loans go there
   bool rooms_refused = false;   // until the next view
@@ -214,11 +215,12 @@ verdict judge(self_ptr self, uint32_t need, uint32_t promised) {
   const uint32_t available = st.config.pool->free_blocks(), fits_here = available - std::min(available, promised);
   if (need <= fits_here) return verdict::admit;
   if (st.config.lending && need > st.config.pool->total_blocks()) {
-    // It keeps what fits here (at least its working set) and the rest in a room, where its full blocks go
-    // as it grows. A room granted while blocks here went to others waits for them.
+    // It keeps its working set here and the rest in a room, where its full blocks go as it grows; when the
+    // others cannot hold that much, it keeps what fits here and asks a smaller room. A room granted while
+    // blocks here went to others waits for them.
     if (fits_here < working_set(st)) return verdict::wait;
     if (st.room_granted == r.id) return fits_here >= st.room_keep ? verdict::admit : verdict::wait;
-    ask_room(self, r.id, need, std::min(fits_here, need - 1));
+    ask_room(self, r.id, need, st.room_too_big == r.id ? std::min(fits_here, need - 1) : working_set(st));
     return verdict::wait;
   }
   // Make room by lending running requests' blocks, unless the pool is a long request's (or nothing runs:
@@ -458,10 +460,12 @@ caf::behavior instance_behavior(self_ptr self, instance_config config) {
         auto& st = self->state;
         if (a.req_id != st.room_asked) return;
         st.room_asked = 0;
-        if (a.granted)
+        if (a.granted) {
           st.room_granted = a.req_id;
-        else
+        } else {
           st.rooms_refused = true;
+          st.room_too_big = a.req_id;
+        }
         maybe_step(self);
       },
       [=](const loan_result& r) {
