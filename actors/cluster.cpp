@@ -88,10 +88,9 @@ cluster_view cluster::view() {
 
 int cluster::size() const { return int(nodes_.size()); }
 
-request_id cluster::submit(const generate_params& params, request_callbacks callbacks) {
+request_id cluster::submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) {
   const request_id id = next_request_++;
-  const cluster_view v = view();
-  caf::actor target = most_free_instance(v);
+  caf::actor target = most_free_instance(view);
   if (!target) target = nodes_.front()->instance();
   requests_.spawn(*system_, id, params, std::move(target), std::move(callbacks));
   return id;

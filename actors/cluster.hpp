@@ -57,7 +57,8 @@ class cluster final : public request_router {
   cluster(const cluster&) = delete;
   cluster& operator=(const cluster&) = delete;
 
-  request_id submit(const generate_params& params, request_callbacks callbacks) override;
+  using request_router::submit;
+  request_id submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) override;
   void cancel(request_id id) override { requests_.cancel(id); }
   void cancel_all() override { requests_.cancel_all(); }
   cluster_view view() override;

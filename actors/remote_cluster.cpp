@@ -68,9 +68,10 @@ std::vector<move_report> remote_cluster::moves_of(request_id id) {
   return out;
 }
 
-request_id remote_cluster::submit(const generate_params& params, request_callbacks callbacks) {
+request_id remote_cluster::submit(const generate_params& params, request_callbacks callbacks,
+                                  const cluster_view& view) {
   const request_id id = next_request_++;
-  caf::actor target = stopped_ ? caf::actor{} : most_free_instance(view());
+  caf::actor target = stopped_ ? caf::actor{} : most_free_instance(view);
   if (!target) {
     const char* why = stopped_            ? "the front end is stopping"
                       : gmanager_alive() ? "the cluster has no instance that takes requests"

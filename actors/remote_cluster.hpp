@@ -22,7 +22,8 @@ class remote_cluster final : public request_router {
   remote_cluster& operator=(const remote_cluster&) = delete;
 
   /// A request the view has no instance for ends at once with an error.
-  request_id submit(const generate_params& params, request_callbacks callbacks) override;
+  using request_router::submit;
+  request_id submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) override;
   void cancel(request_id id) override { requests_.cancel(id); }
   void cancel_all() override { requests_.cancel_all(); }
   cluster_view view() override;

@@ -38,9 +38,13 @@ serving_capacity capacity_of(const cluster_view& view);
 class request_router {
  public:
   virtual ~request_router() = default;
-  /// Submits a request to the instance with the most free blocks; the callbacks run on an actor
-  /// thread, tokens in order, then on_finished exactly once. Returns the request's id.
-  virtual request_id submit(const generate_params& params, request_callbacks callbacks) = 0;
+  /// Submits a request to the instance of `view` with the most free blocks; the callbacks run on an
+  /// actor thread, tokens in order, then on_finished exactly once. Returns the request's id.
+  virtual request_id submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) = 0;
+  /// The same on the gManager's current view.
+  request_id submit(const generate_params& params, request_callbacks callbacks) {
+    return submit(params, std::move(callbacks), view());
+  }
   /// Stops a request (its on_finished reports "cancelled").
   virtual void cancel(request_id id) = 0;
   /// Stops every request in flight.

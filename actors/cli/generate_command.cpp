@@ -212,7 +212,7 @@ generation_report run_on_gmanager(const generate_flags& f, const gpu::generate_o
   actors::generate_params params{options.prompt_ids, options.max_tokens, options.sampling.temperature,
                                  options.sampling.top_p, options.seed, options.ignore_eos};
   token_stream stream;
-  const actors::request_id id = c.submit(params, stream.callbacks());
+  const actors::request_id id = c.submit(params, stream.callbacks(), view);
   const actors::request_finished end = stream.wait(r);
   add_moves(r, c.moves_of(id));  // the reports of moves still ending may be missing
   c.shutdown();

@@ -104,7 +104,8 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
   auto parsed = parse_request(kind, req.body, *vocab_, options_.limits, options_.model_name);
   if (auto* e = std::get_if<api_error>(&parsed)) return refuse(reply, *e, "invalid");
   completion_request r = std::get<completion_request>(std::move(parsed));
-  const serving_capacity capacity = capacity_of(router_.view());
+  const cluster_view view = router_.view();  // one look: the limit below and the routing
+  const serving_capacity capacity = capacity_of(view);
   if (capacity.instances == 0)
     return refuse(reply, make_error(503, "no instance of the cluster takes requests now; retry later", "server_error"),
                   "unavailable");
@@ -133,7 +134,8 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
                                                           std::lock_guard lock(channel->mutex);
                                                           channel->end = end;
                                                           channel->changed.notify_all();
-                                                        }});
+                                                        }},
+                                               view);
   if (metrics_) metrics_->prompt_tokens.with().add(double(r.prompt_ids.size()));
 
   text_stream text(*vocab_, r.prompt_ids.back(), r.stop);

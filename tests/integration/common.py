@@ -173,6 +173,7 @@ class ProcGroup:
     def __init__(self, illm):
         self.illm = illm
         self.started = []
+        self.files = []  # removed by finish()
 
     def start(self, name, *args):
         p = Proc(name, [self.illm, *args])
@@ -192,3 +193,21 @@ class ProcGroup:
             if not ok:
                 sys.stderr.write(f"---- {p.name} (exit {p.process.returncode}):\n{p.output()[-20000:]}\n")
             os.unlink(p.log.name)
+        for path in self.files:
+            os.unlink(path)
+
+    @contextlib.contextmanager
+    def running(self):
+        """The body of a test: at the end every process is stopped (its log shown when the test failed) and
+        "ok" printed; a SkipTest prints its reason and exits 77, the code the tests are registered to skip on."""
+        ok = False
+        try:
+            yield self
+            ok = True
+        except SkipTest as e:
+            ok = True
+            print(f"skipped: {e}", flush=True)
+            sys.exit(77)
+        finally:
+            self.finish(ok)
+        print("ok")

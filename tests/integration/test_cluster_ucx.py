@@ -12,7 +12,6 @@ here is gone at the end.
 Usage: test_cluster_ucx.py ILLM [SOURCE_DIR]"""
 
 import json
-import os
 import re
 import shutil
 import signal
@@ -81,13 +80,13 @@ def main():
     prompt = tempfile.NamedTemporaryFile("w", prefix="illm-prompt-", suffix=".txt", delete=False)
     prompt.write(make_prompt())
     prompt.close()
+    procs.files.append(prompt.name)
 
     start = procs.start
 
     common = ["generate", "--prompt-file", prompt.name, "--max-tokens", str(MAX_TOKENS), "--temperature", "0", "--ignore-eos",
               "--json"]
-    ok = False
-    try:
+    with procs.running():
         reference, _ = run_json([illm, *common, "--instances", "1", "--kv-blocks-per-instance", "1024",
                                  "--threads", "2"], RUN_S)
         n_prompt = len(reference["prompt_token_ids"])
@@ -167,15 +166,6 @@ def main():
         assert gm.wait_exit(EXIT_S) == 0, gm.output()
         assert procs.all_gone(), procs.not_gone()
         print("every process started is gone", flush=True)
-        ok = True
-    except SkipTest as e:
-        ok = True
-        print(f"skipped: {e}")
-        return
-    finally:
-        procs.finish(ok)
-        os.unlink(prompt.name)
-    print("ok")
 
 
 if __name__ == "__main__":
