@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
+
+#include <fmt/format.h>
 
 namespace illm::actors {
 
@@ -21,6 +24,14 @@ struct member {
   bool draining = false;
 };
 
+/// A long request waiting for its room, and when its owner last asked.
+struct waiting_room {
+  instance_id owner = 0;
+  request_id req = 0;
+  uint32_t blocks = 0;
+  caf::actor_clock::time_point asked;
+};
+
 }  // namespace
 
 struct gmanager_state {
@@ -29,6 +40,9 @@ struct gmanager_state {
   /// Rooms of long requests: (owner, request) -> per holder, the blocks and the holder's heartbeat then.
   std::map<std::pair<instance_id, request_id>, std::map<instance_id, std::pair<uint32_t, uint64_t>>> rooms;
   std::map<move_id, std::pair<instance_id, caf::actor_clock::time_point>> ordered;  // orders not yet reported
+  /// The oldest long request refused a room: the members hold blocks back for it (instance_view::held_for_room)
+  /// and younger long requests wait, so that later requests cannot take the blocks it waits for forever.
+  std::optional<waiting_room> waiting;
   std::deque<move_report> reports;  // the latest move reports, for (moves_atom, request)
   uint64_t epoch = 0;
   uint64_t next_move = 1;
@@ -47,8 +61,8 @@ bool alive(self_ptr self, const member& m) {
   return self->clock().now() - m.last_heard <= self->state.config.heartbeat_timeout;
 }
 
-/// Blocks granted to rooms on `holder` that its heartbeats may not show yet (the holder takes them out
-/// of its pool when the owner asks, after the grant: two heartbeats later its free count has them).
+/// Blocks granted to rooms on `holder` that its heartbeats may not show yet (the holder promises them when
+/// the owner asks, after the grant: two heartbeats later its spare count leaves them out).
 uint32_t reserved_on(const gmanager_state& st, instance_id holder) {
   auto m = st.members.find(holder);
   if (m == st.members.end()) return 0;
@@ -59,23 +73,64 @@ uint32_t reserved_on(const gmanager_state& st, instance_id holder) {
   return n;
 }
 
-/// A member's spare blocks less those kept for rooms.
+/// A member's spare blocks less those granted to rooms that its heartbeats do not show promised yet.
 uint32_t unreserved_free(const gmanager_state& st, instance_id id, const member& m) {
   return m.stats.free_blocks - std::min(m.stats.free_blocks, reserved_on(st, id));
+}
+
+/// Whether a member may hold blocks for others' rooms.
+bool may_hold(self_ptr self, instance_id id, const member& m, instance_id owner) {
+  return id != owner && alive(self, m) && !m.draining && !m.stats.draining;
+}
+
+/// The waiting room, unless its owner stopped asking (it asks again after every view while it waits).
+const waiting_room* current_waiting(self_ptr self) {
+  auto& st = self->state;
+  if (st.waiting && self->clock().now() - st.waiting->asked > st.config.heartbeat_timeout) st.waiting.reset();
+  return st.waiting ? &*st.waiting : nullptr;
+}
+
+/// Blocks each member holds back for the waiting room: first what is spare now, on the members with the most
+/// (where the room would go), then what is still missing, spread by the pools' other blocks.
+std::map<instance_id, uint32_t> held_for_room(self_ptr self) {
+  std::map<instance_id, uint32_t> held;
+  const waiting_room* w = current_waiting(self);
+  if (!w) return held;
+  const auto& st = self->state;
+  std::vector<std::pair<uint32_t, instance_id>> spare;
+  for (const auto& [id, m] : st.members)
+    if (may_hold(self, id, m, w->owner)) spare.push_back({unreserved_free(st, id, m), id});
+  std::sort(spare.rbegin(), spare.rend());
+  uint32_t left = w->blocks;
+  uint64_t rest = 0;
+  for (const auto& [free, id] : spare) {
+    held[id] = std::min(free, left);
+    left -= held[id];
+    rest += st.members.at(id).stats.total_blocks - held[id];
+  }
+  if (left == 0 || rest == 0) return held;
+  for (auto& [id, n] : held) {
+    const uint64_t others = st.members.at(id).stats.total_blocks - n;
+    n += uint32_t(std::min<uint64_t>(others, (uint64_t(left) * others + rest - 1) / rest));
+  }
+  return held;
 }
 
 cluster_view view_of(self_ptr self) {
   const auto& st = self->state;
   cluster_view v;
   v.epoch = st.epoch;
+  const auto held = held_for_room(self);
   for (const auto& [id, m] : st.members)
     if (alive(self, m))
       v.instances.push_back({id, m.stats.total_blocks, unreserved_free(st, id, m), m.draining || m.stats.draining,
-                             m.rmanager, m.instance, m.plane_address});
+                             m.rmanager, m.instance, m.plane_address, held.count(id) ? held.at(id) : 0});
   return v;
 }
 
-/// Keeps blocks for a long request on the members with the most unreserved spare blocks, or none at all.
+/// Keeps blocks for a long request on the members with the most unreserved spare blocks, or none at all. The
+/// oldest request refused comes first: a younger one has a room only when both would fit, and until the
+/// oldest has its room the members hold blocks back for it (held_for_room in the view).
 room_answer reserve(self_ptr self, const reserve_room& r) {
   auto& st = self->state;
   room_answer a{r.req_id, false, {}, {}};
@@ -87,15 +142,24 @@ room_answer reserve(self_ptr self, const reserve_room& r) {
   std::vector<std::pair<uint32_t, instance_id>> spare;
   uint64_t total = 0;
   for (const auto& [id, m] : st.members)
-    if (id != r.owner && alive(self, m) && !m.draining && !m.stats.draining)
+    if (may_hold(self, id, m, r.owner))
       if (const uint32_t free = unreserved_free(st, id, m); free > 0) {
         spare.push_back({free, id});
         total += free;
       }
-  if (total < r.num_blocks) {
-    a.reason = "the cluster has " + std::to_string(total) + " spare blocks now";
+  const waiting_room* older = current_waiting(self);
+  if (older && (older->owner != r.owner || older->req != r.req_id) && total < uint64_t(older->blocks) + r.num_blocks) {
+    a.reason = fmt::format("request {} of instance {} waits for room first", older->req, older->owner);
     return a;
   }
+  if (total < r.num_blocks) {
+    a.reason = "the cluster has " + std::to_string(total) + " spare blocks now";
+    if (!older || (older->owner == r.owner && older->req == r.req_id))
+      st.waiting = waiting_room{r.owner, r.req_id, r.num_blocks, self->clock().now()};
+    ++st.epoch;  // the members hold blocks back for it from the next view on
+    return a;
+  }
+  if (older && older->owner == r.owner && older->req == r.req_id) st.waiting.reset();
   std::sort(spare.rbegin(), spare.rend());
   auto& room = st.rooms[{r.owner, r.req_id}];
   for (uint32_t left = r.num_blocks; const auto& [free, id] : spare) {
@@ -203,6 +267,7 @@ cluster_view on_heartbeat(self_ptr self, heartbeat& hb) {
 
 /// A member left: its rooms go, and it keeps no blocks for others' rooms any more.
 void forget_rooms_of(gmanager_state& st, instance_id id) {
+  if (st.waiting && st.waiting->owner == id) st.waiting.reset();
   for (auto it = st.rooms.begin(); it != st.rooms.end();) {
     it->second.erase(id);
     it = it->first.first == id ? st.rooms.erase(it) : std::next(it);

@@ -17,8 +17,12 @@ namespace {
 /// New tokens always go to local blocks; blocks elsewhere are released by the rManager per request.
 class local_blocks final : public gpu::block_source {
  public:
-  local_blocks(std::shared_ptr<gpu::kv_pool> pool, instance_id id) : pool_(std::move(pool)), id_(id) {}
+  /// `may_take`: whether a sequence may take one more block now (none: whenever one is free).
+  local_blocks(std::shared_ptr<gpu::kv_pool> pool, instance_id id,
+               std::function<bool(const gpu::sequence&)> may_take = nullptr)
+      : pool_(std::move(pool)), id_(id), may_take_(std::move(may_take)) {}
   gpu::result<gpu::block_ref> allocate(const gpu::sequence& seq, uint32_t) override {
+    if (may_take_ && !may_take_(seq)) return gpu::status{gpu::status_code::out_of_blocks, "no spare block here"};
     auto block = pool_->allocate({seq.id, id_});
     if (!block.is_ok()) return block.error();
     return gpu::block_ref{id_, block.value()};
@@ -30,6 +34,7 @@ class local_blocks final : public gpu::block_source {
  private:
   std::shared_ptr<gpu::kv_pool> pool_;
   instance_id id_;
+  std::function<bool(const gpu::sequence&)> may_take_;
 };
 
 /// A request while it runs here.
@@ -198,7 +203,39 @@ void ask_room(self_ptr self, request_id req, uint32_t need, uint32_t keep) {
   self->send(st.config.rmanager, reserve_room{st.config.id, req, need - keep});
 }
 
+/// Whether `seq` may take one more block of this pool: a request with a room takes those it keeps here,
+/// beyond them only spare ones (spoken for by no running request, promised to no room). Else it could take
+/// blocks promised to another's room, and wait for its own room while that room waited for it.
+bool may_take_block(const instance_state& st, const gpu::sequence& seq) {
+  const auto room = st.with_room.find(seq.id);
+  if (room == st.with_room.end()) return true;
+  const auto local = std::count_if(seq.table.begin(), seq.table.end(),
+                                   [&](const gpu::block_ref& b) { return b.pool == st.config.id; });
+  if (uint32_t(local) < room->second) return true;
+  const uint32_t free = st.config.pool->free_blocks(), rooms = st.config.promises ? st.config.promises->total() : 0;
+  return free > uint64_t(promised_blocks(st)) + rooms;
+}
+
+/// Blocks the gManager has this instance keep free for a long request waiting for room (latest view).
+uint32_t held_for_room(const instance_state& st) {
+  for (const auto& i : st.view.instances)
+    if (i.inst_id == st.config.id) return i.held_for_room;
+  return 0;
+}
+
 enum class verdict { admit, wait, refuse };
+
+/// Free blocks a new request needing `need` blocks may take here, `promised` being spoken for by running
+/// requests. Blocks promised to others' rooms stay free until their moves come: a request that fits here
+/// whole may use them meanwhile (it ends; the room fills over a long prefill), unless a room already
+/// waits for them; other requests (a long one's part here) may not.
+uint32_t blocks_for_new(const instance_state& st, uint32_t need, uint32_t promised) {
+  const uint32_t available = st.config.pool->free_blocks();
+  const uint32_t unpromised = available - std::min(available, promised + held_for_room(st));
+  const auto* rooms = st.config.promises.get();
+  if (!rooms || (need <= st.config.pool->total_blocks() && !rooms->overdrawn())) return unpromised;
+  return unpromised - std::min(unpromised, rooms->total());
+}
 
 /// Whether the request at the head of the queue starts now. Without lending it needs room for all its
 /// tokens in this pool (blocks free, not promised to running requests); when it does not fit but others
@@ -212,7 +249,7 @@ verdict judge(self_ptr self, uint32_t need, uint32_t promised) {
   const uint32_t capacity = capacity_for(st);
   if (need > capacity) return !st.config.lending || st.views_received > st.waiting_since.front() ? verdict::refuse
                                                                                                   : verdict::wait;
-  const uint32_t available = st.config.pool->free_blocks(), fits_here = available - std::min(available, promised);
+  const uint32_t fits_here = blocks_for_new(st, need, promised);
   if (need <= fits_here) return verdict::admit;
   if (st.config.lending && need > st.config.pool->total_blocks()) {
     // It keeps its working set here and the rest in a room, where its full blocks go as it grows; when the
@@ -352,6 +389,7 @@ gpu::batcher_options batch_options(self_ptr self) {
     // wait instead when there is none, or when it is spread over other instances (recomputing it would
     // throw away KV that took loans to build): blocks come back as requests end.
     if (!st.config.lending) return gpu::shortage_action::preempt;
+    if (st.with_room.count(seq.id)) return gpu::shortage_action::wait;  // its room's blocks come as others end
     auto victim = std::find_if(st.batcher->active().rbegin(), st.batcher->active().rend(),
                                [&](const auto& s) { return s.get() != &seq && !s->finished() && !s->table.empty(); });
     if (victim == st.batcher->active().rend() || spread(st, **victim)) return gpu::shortage_action::wait;
@@ -422,7 +460,8 @@ bool switch_blocks(self_ptr self, const blocks_moved& m) {
 caf::behavior instance_behavior(self_ptr self, instance_config config) {
   auto& st = self->state;
   st.config = std::move(config);
-  st.blocks = std::make_unique<local_blocks>(st.config.pool, st.config.id);
+  st.blocks = std::make_unique<local_blocks>(st.config.pool, st.config.id,
+                                             [self](const gpu::sequence& seq) { return may_take_block(self->state, seq); });
   st.batcher = std::make_unique<gpu::batcher>(*st.blocks, batch_options(self));
   return {
       [=](generate_request& r) {

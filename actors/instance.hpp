@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "actors/messages.hpp"
+#include "actors/room_promises.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/engine.hpp"
 
@@ -26,6 +27,8 @@ struct instance_config {
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
   bool stream_tokens = true;  ///< false (the simulator): only the first token and the end are sent
   bool lending = true;        ///< false (static-multi): admit against the local pool, never borrow
+  /// Blocks its rManager promised to other instances' rooms (shared with it; none: nothing promised).
+  std::shared_ptr<const room_promises> promises;
 };
 
 /// Spawns an instance (on the scheduler: its handlers never block).

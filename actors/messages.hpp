@@ -90,7 +90,7 @@ struct abort_move {
   move_id id = 0;
 };
 
-/// owner -> holder: req_id ended; free every block kept for it.
+/// owner -> holder: req_id ended; free every block held for it and forget its room's promise.
 struct release_blocks {
   request_id req_id = 0;
   instance_id owner = 0;
@@ -112,11 +112,13 @@ struct move_report {
 struct instance_view {
   instance_id inst_id = 0;
   uint32_t total_blocks = 0;
-  uint32_t free_blocks = 0;  ///< spare: free, not promised to its requests nor about to be kept for a room
+  uint32_t free_blocks = 0;  ///< spare: free, not promised to its requests nor to a room
   bool draining = false;
   caf::actor rmanager;
   caf::actor instance;
   std::vector<uint8_t> plane_address;  ///< its data plane's worker address; empty: in-process (already connected)
+  /// Blocks it keeps free for a long request that waits for room: it starts no new request in them.
+  uint32_t held_for_room = 0;
 };
 
 /// gManager -> rManager (answer to join and heartbeat): the cluster as of the last heartbeats.
@@ -161,8 +163,9 @@ struct room_answer {
   std::vector<std::pair<instance_id, uint32_t>> holders;
 };
 
-/// owner's rManager -> a holder's rManager: take num_blocks out of the pool for (owner, req) until its blocks
-/// move in (they fill these first) or it ends (release_blocks). Answer: the blocks kept, all or none.
+/// owner's rManager -> a holder's rManager: promise num_blocks to (owner, req) until its blocks move in (a
+/// room's moves may have them; nobody else's may) or it ends (release_blocks). The blocks stay in the pool
+/// meanwhile (actors/room_promises.hpp). Answer: the blocks promised, all or none.
 struct keep_blocks {
   instance_id owner = 0;
   request_id req_id = 0;
@@ -387,7 +390,7 @@ typename Inspector::result_type inspect(Inspector& f, move_report& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, instance_view& x) {
   return f(caf::meta::type_name("instance_view"), x.inst_id, x.total_blocks, x.free_blocks, x.draining, x.rmanager,
-           x.instance, x.plane_address);
+           x.instance, x.plane_address, x.held_for_room);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {

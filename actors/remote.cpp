@@ -83,6 +83,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.id = n->id;
   rcfg.pool = n->pool;
   rcfg.hosted = hosted;
+  rcfg.promises = std::make_shared<room_promises>();
   rcfg.plane = n->plane;
   rcfg.region = region.value();
   rcfg.gmanager = std::move(gmanager);
@@ -109,6 +110,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   icfg.pool = n->pool;
   icfg.worker = n->worker;
   icfg.rmanager = n->rmanager;
+  icfg.promises = rcfg.promises;
   icfg.max_batch_tokens = options.max_batch_tokens;
   icfg.max_batch_seqs = options.max_batch_seqs;
   icfg.metrics = options.metrics;

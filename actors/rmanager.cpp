@@ -49,7 +49,7 @@ struct rmanager_state {
   std::map<move_id, incoming_move> incoming;
   std::map<request_id, std::map<instance_id, uint32_t>> lent;  // this instance's requests' blocks elsewhere
   std::map<request_id, std::map<instance_id, uint32_t>> rooms;  // blocks others keep for our long requests
-  std::map<std::pair<instance_id, request_id>, std::vector<uint32_t>> kept;  // blocks we keep for others' rooms
+  std::set<std::pair<request_id, instance_id>> room_refused;  // our rooms' holders that refused a move, until the next view
   std::map<instance_id, std::vector<uint8_t>> connected;  // data-plane peers connected, by their address
   std::map<instance_id, std::vector<uint8_t>> failed;     // peers whose endpoint failed, at that address
   bool loan_in_flight = false;
@@ -57,9 +57,19 @@ struct rmanager_state {
   uint64_t next_move = 1;
   static inline const char* name = "rmanager";
 
-  /// Free blocks not spoken for by this instance's running requests: what others may have.
-  uint32_t spare_blocks() const {
+  /// Free blocks not spoken for by this instance's running requests (some may be promised to rooms).
+  uint32_t unpromised_blocks() const {
     return config.pool->free_blocks() - std::min(config.pool->free_blocks(), placement.promised_blocks);
+  }
+  /// Free blocks not spoken for by this instance's running requests nor promised to rooms: what others
+  /// may have.
+  uint32_t spare_blocks() const {
+    return unpromised_blocks() - std::min(unpromised_blocks(), config.promises->total());
+  }
+  /// The room promises are covered again once the unpromised blocks hold them all.
+  void check_promises() {
+    if (config.promises->overdrawn() && unpromised_blocks() >= config.promises->total())
+      config.promises->set_overdrawn(false);
   }
 
   instance_stats stats() const {
@@ -123,6 +133,7 @@ void connect_peers(rmanager_state& st) {
 void adopt_view(self_ptr self, cluster_view v) {
   if (v.epoch < self->state.view.epoch) return;  // a late answer
   self->state.view = std::move(v);
+  self->state.room_refused.clear();
   connect_peers(self->state);
 }
 
@@ -154,9 +165,12 @@ void finish_move(self_ptr self, move_id id, bool ok, std::string reason) {
   }
   if (st.config.events) st.config.events->record(report);
   if (st.config.gmanager) self->send(st.config.gmanager, report);
-  if (auto room = st.rooms.find(report.req_id); ok && room != st.rooms.end())
-    if (auto held = room->second.find(move.dst); held != room->second.end())
-      held->second -= std::min(held->second, report.blocks);
+  if (auto room = st.rooms.find(report.req_id); room != st.rooms.end())
+    if (auto held = room->second.find(move.dst); held != room->second.end()) {
+      if (ok) held->second -= std::min(held->second, report.blocks);
+      else if (report.reason.rfind("refused", 0) == 0)
+        st.room_refused.insert({report.req_id, move.dst});  // try its other holders until the next view
+    }
   if (move.self_initiated) {
     st.loan_in_flight = false;
     self->send(st.instance, loan_result{ok, report.reason});
@@ -313,7 +327,9 @@ std::optional<loan_plan> room_plan(const rmanager_state& st, request_id req) {
   if (room == st.rooms.end()) return std::nullopt;
   std::optional<loan_plan> best;
   for (const auto& [holder, kept] : room->second)
-    if (kept > 0 && find_instance(st.view, holder) && (!best || kept > best->max_blocks)) best = {req, holder, kept};
+    if (kept > 0 && find_instance(st.view, holder) && !st.room_refused.count({req, holder}) &&
+        (!best || kept > best->max_blocks))
+      best = {req, holder, kept};
   return best;
 }
 
@@ -411,50 +427,35 @@ void ask_room(self_ptr self, const reserve_room& r) {
 
 // ---- the destination side ---------------------------------------------------------------------------------
 
-/// Up to n blocks kept for (owner, req)'s room; none when it has no room here.
-std::vector<uint32_t> take_kept(rmanager_state& st, instance_id owner, request_id req, uint32_t n) {
-  auto it = st.kept.find({owner, req});
-  if (it == st.kept.end()) return {};
-  const size_t take = std::min<size_t>(n, it->second.size());
-  std::vector<uint32_t> out(it->second.end() - take, it->second.end());
-  it->second.resize(it->second.size() - take);
-  if (it->second.empty()) st.kept.erase(it);
-  return out;
-}
-
-/// A holder's side of a room: take the blocks out of the pool now, all or none.
+/// A holder's side of a room: promise the blocks, all or none. They stay in the pool until the owner's
+/// moves take them.
 uint32_t keep(self_ptr self, const keep_blocks& k) {
   auto& st = self->state;
   if (st.draining || k.num_blocks == 0 || k.num_blocks > st.spare_blocks()) return 0;
-  auto blocks = st.config.pool->allocate_many({k.req_id, k.owner}, k.num_blocks);
-  if (!blocks.is_ok()) return 0;
-  auto& kept = st.kept[{k.owner, k.req_id}];
-  kept.insert(kept.end(), blocks.value().begin(), blocks.value().end());
+  st.config.promises->promise(k.owner, k.req_id, k.num_blocks);
   return k.num_blocks;
 }
 
-/// The blocks for a try_move, all or none: those kept for the request's room first, the rest from the
-/// spare blocks (free and not promised to running requests). Empty, with `reason` set, when refused.
+/// The blocks for a try_move, all or none: a room's move may have the blocks promised to it and the spare
+/// ones (neither spoken for by running requests nor promised to rooms), other moves only spare ones. A
+/// room whose promised blocks this instance's own requests took waits for them to end: the promises are
+/// overdrawn until then. Empty, with `reason` set, when refused.
 std::vector<uint32_t> reserve_blocks(rmanager_state& st, const try_move_kvcache& ask, std::string& reason) {
-  auto blocks = take_kept(st, ask.src_inst, ask.req_id, ask.num_blocks);
-  const uint32_t rest = ask.num_blocks - uint32_t(blocks.size());
-  if (rest == 0) return blocks;
-  std::optional<std::vector<uint32_t>> more;
-  if (rest <= st.spare_blocks()) {
-    if (auto fresh = st.config.pool->allocate_many({ask.req_id, ask.src_inst}, rest); fresh.is_ok())
-      more = std::move(fresh).value();
-  }
-  if (!more) {
-    if (!blocks.empty()) {
-      auto& kept = st.kept[{ask.src_inst, ask.req_id}];
-      kept.insert(kept.end(), blocks.begin(), blocks.end());
+  const uint32_t promised = std::min(ask.num_blocks, st.config.promises->of(ask.src_inst, ask.req_id));
+  const uint32_t unpromised = st.unpromised_blocks();
+  const instance_view* me = find_instance(st.view, st.config.id);
+  const uint32_t held = me ? me->held_for_room : 0, spare = st.spare_blocks() - std::min(st.spare_blocks(), held);
+  if (ask.num_blocks - promised <= spare && ask.num_blocks <= unpromised) {
+    if (auto blocks = st.config.pool->allocate_many({ask.req_id, ask.src_inst}, ask.num_blocks); blocks.is_ok()) {
+      st.config.promises->take(ask.src_inst, ask.req_id, promised);
+      return std::move(blocks).value();
     }
-    reason = fmt::format("{} blocks asked, {} free ({} more held for running requests)", ask.num_blocks,
-                         st.spare_blocks() + blocks.size(), st.config.pool->free_blocks() - st.spare_blocks());
-    return {};
   }
-  blocks.insert(blocks.end(), more->begin(), more->end());
-  return blocks;
+  if (promised > 0 && ask.num_blocks > unpromised) st.config.promises->set_overdrawn(true);
+  reason = fmt::format("{} blocks asked, {} free ({} spare, {} promised to its room, {} held for running requests)",
+                       ask.num_blocks, st.config.pool->free_blocks(), spare, promised,
+                       st.config.pool->free_blocks() - unpromised);
+  return {};
 }
 
 move_reservation grant(self_ptr self, const try_move_kvcache& ask) {
@@ -517,13 +518,10 @@ commit_result accept_commit(self_ptr self, const commit_move& c) {
   return {c.id, true, {}};
 }
 
-/// Frees every block kept for req (owner's request ended).
+/// Frees every block held for req and forgets its room's promise (owner's request ended).
 void release_hosted(self_ptr self, const release_blocks& r) {
   auto& st = self->state;
-  if (auto it = st.kept.find({r.owner, r.req_id}); it != st.kept.end()) {
-    for (uint32_t b : it->second) (void)st.config.pool->release(b);
-    st.kept.erase(it);
-  }
+  st.config.promises->forget(r.owner, r.req_id);
   for (uint32_t b : st.config.hosted->remove_request(r.owner, r.req_id))  // empty for a duplicate
     (void)st.config.pool->release(b);
   for (auto& [id, move] : st.incoming)
@@ -592,8 +590,8 @@ void join(self_ptr self) {
 }  // namespace
 
 caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
+  if (!config.promises) config.promises = std::make_shared<room_promises>();
   self->state.config = std::move(config);
-  auto& st = self->state;
   join(self);
   self->send(self, heartbeat_tick_atom::value);
   return {
@@ -626,7 +624,10 @@ caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
       [=](const release_blocks& r) { release_hosted(self, r); },
       [=](const drain_instance&) { self->state.draining = true; },
       [=](const request_released& r) { release_everywhere(self, r.req_id); },
-      [=](placement_update& p) { self->state.placement = std::move(p); },
+      [=](placement_update& p) {
+        self->state.placement = std::move(p);
+        self->state.check_promises();
+      },
       [=](cluster_view& v) { adopt_view(self, std::move(v)); },
       [=](const peer_failed& p) {
         auto& st = self->state;

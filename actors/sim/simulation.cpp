@@ -238,6 +238,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     rc.id = instance_id(i);
     rc.pool = pools.back();
     rc.hosted = hosted;
+    rc.promises = std::make_shared<room_promises>();
     rc.plane = plane;
     rc.region = plane->register_memory(pools.back()->base(), uint64_t(blocks) * layout.block_bytes()).value();
     rc.gmanager = gm;
@@ -255,6 +256,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     ic.pool = pools.back();
     ic.worker = worker;
     ic.rmanager = rm;
+    ic.promises = rc.promises;
     // static-single's one instance spans every GPU: its batches may be as large as all instances' together.
     const int merged = o.instances / n_instances;
     ic.max_batch_tokens = o.max_batch_tokens * merged;
@@ -309,6 +311,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   auto seconds = [&](int64_t ns) {
     return std::chrono::duration<double>(std::chrono::nanoseconds(ns) - start.time_since_epoch()).count();
   };
+  r.finished_s.assign(outcome.size(), -1);
   for (const tracked& t : outcome) {
     if (!t.done) {
       ++r.failed;
@@ -319,6 +322,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
       continue;
     }
     ++r.completed;
+    r.finished_s[size_t(&t - outcome.data())] = seconds(t.end.finished_ns) - outcome.front().arrival_s;
     r.preemptions += uint64_t(t.end.preemptions);
     r.output_tokens += uint64_t(t.end.generated);
     const double first = seconds(t.end.first_token_ns), end = seconds(t.end.finished_ns);

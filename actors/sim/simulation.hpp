@@ -79,6 +79,9 @@ struct sim_report {
   double mean_step_sampled = 0;  ///< sampled rows (decoding requests) per step
   double busy_fraction = 0;      ///< instances' step time over makespan, mean
   double wall_s = 0;  ///< real time the simulation took
+  /// Per request of the trace, in order: simulated seconds from the first arrival to its end; -1 when it
+  /// did not complete.
+  std::vector<double> finished_s;
 };
 
 /// Runs one policy over a trace.

@@ -26,6 +26,7 @@ struct instance_log {
   std::vector<blocks_moved> switched;
   std::vector<move_abandoned> abandoned;
   std::vector<loan_result> loans;
+  std::vector<room_answer> rooms;
 };
 
 /// A stand-in instance: picks its requests' blocks oldest first and records what the rManager tells it.
@@ -46,6 +47,7 @@ caf::behavior fake_instance(caf::event_based_actor*, std::shared_ptr<instance_lo
       },
       [log](const move_abandoned& m) { log->abandoned.push_back(m); },
       [log](const loan_result& r) { log->loans.push_back(r); },
+      [log](const room_answer& a) { log->rooms.push_back(a); },
       [](const cluster_view&) {},
   };
 }
@@ -118,6 +120,7 @@ struct protocol_fixture {
   std::vector<std::shared_ptr<gpu::kv_pool>> pools;
   std::vector<std::shared_ptr<controlled_plane>> planes;
   std::vector<std::shared_ptr<instance_log>> logs;
+  std::vector<std::shared_ptr<room_promises>> promises;
   std::vector<caf::actor> rmanagers, instances;
 
   explicit protocol_fixture(int n) {
@@ -146,6 +149,8 @@ struct protocol_fixture {
     rc.id = id;
     rc.pool = pool;
     rc.hosted = std::make_shared<hosted_blocks>();
+    rc.promises = std::make_shared<room_promises>();
+    promises.push_back(rc.promises);
     rc.plane = plane;
     rc.region = region;
     rc.gmanager = gmanager;
@@ -176,6 +181,32 @@ struct protocol_fixture {
   void give_blocks(size_t inst, request_id req, uint32_t n) {
     for (uint32_t i = 0; i < n; ++i)
       logs[inst]->blocks[req].push_back(pools[inst]->allocate({req, instance_id(inst)}).value());
+  }
+
+  /// Frees request `req`'s local blocks on instance `inst` (it ended) and tells the rManager, as the
+  /// instance's next placement update would.
+  void end_request(size_t inst, request_id req) {
+    for (uint32_t b : logs[inst]->blocks[req]) (void)pools[inst]->release(b);
+    logs[inst]->blocks.erase(req);
+    caf::anon_send(rmanagers[inst], placement_update{});
+  }
+
+  /// The gManager's view now.
+  cluster_view view() {
+    cluster_view out;
+    auto gm = gmanager;
+    sys->spawn([&out, gm](caf::event_based_actor* self) {
+      self->request(gm, caf::infinite, view_atom::value).then([&out](cluster_view& v) { out = std::move(v); });
+    });
+    sched->run();
+    return out;
+  }
+
+  /// Instance `inst` in view `v`.
+  static const instance_view& member(const cluster_view& v, instance_id inst) {
+    auto it = std::find_if(v.instances.begin(), v.instances.end(), [&](const auto& i) { return i.inst_id == inst; });
+    REQUIRE(it != v.instances.end());
+    return *it;
   }
 };
 
@@ -437,5 +468,85 @@ TEST_SUITE("actors") {
     const auto moves = f.events->moves();
     REQUIRE(moves.size() == 1);
     CHECK(moves[0].self_initiated);
+  }
+
+  TEST_CASE("a room is a promise: the holder lends its blocks to its own requests and the room waits for them") {
+    protocol_fixture f(2);
+    caf::anon_send(f.rmanagers[0], reserve_room{0, 5, 6});
+    f.settle();
+    REQUIRE(f.logs[0]->rooms.size() == 1);
+    CHECK(f.logs[0]->rooms[0].granted);
+    CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);  // promised, not taken
+    CHECK(f.promises[1]->of(0, 5) == 6);
+    CHECK(protocol_fixture::member(f.view(), 1).free_blocks == 2);  // others see only what is not promised
+    // The holder's own request takes 5 of its blocks; the room's move of 4 cannot have them now.
+    f.give_blocks(1, 9, 5);
+    f.give_blocks(0, 5, 4);
+    placement_update owner;
+    owner.placement.push_back({5, 0, 4, true});
+    caf::anon_send(f.rmanagers[0], owner);
+    caf::anon_send(f.rmanagers[0], need_blocks{5, 4});
+    f.settle();
+    REQUIRE(f.logs[0]->loans.size() == 1);
+    CHECK_FALSE(f.logs[0]->loans[0].ok);
+    CHECK(f.logs[0]->loans[0].reason.find("4 promised to its room") != std::string::npos);
+    CHECK(f.promises[1]->overdrawn());  // the holder starts nothing more in promised blocks
+    CHECK(f.pools[0]->blocks_of(5) == 4);
+    // Its request ends: the promise is covered again and the room's move goes through.
+    f.end_request(1, 9);
+    f.settle();
+    CHECK_FALSE(f.promises[1]->overdrawn());
+    caf::anon_send(f.rmanagers[0], need_blocks{5, 4});
+    f.settle();
+    REQUIRE(f.logs[0]->loans.size() == 2);
+    CHECK(f.logs[0]->loans[1].ok);
+    CHECK(f.pools[1]->blocks_of(5) == 4);
+    CHECK(f.promises[1]->of(0, 5) == 2);
+    // The long request ends: the rest of the promise goes with its blocks.
+    caf::anon_send(f.rmanagers[0], request_released{5});
+    f.settle();
+    CHECK(f.promises[1]->total() == 0);
+    CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);
+    CHECK(f.pools[1]->check().is_ok());
+  }
+
+  TEST_CASE("a long request refused a room is held for: younger rooms and loans wait until it has its room") {
+    protocol_fixture f(3);
+    f.give_blocks(1, 99, 6);  // instance 1 has 2 spare blocks, instance 2 has 8
+    f.give_blocks(0, 5, 4);   // and the long request's owner 4
+    f.settle();
+    caf::anon_send(f.rmanagers[0], reserve_room{0, 5, 12});
+    f.settle();
+    REQUIRE(f.logs[0]->rooms.size() == 1);
+    CHECK_FALSE(f.logs[0]->rooms[0].granted);
+    // The members hold blocks back for it: what is spare now first, the rest spread by pool.
+    auto v = f.view();
+    CHECK(protocol_fixture::member(v, 2).held_for_room == 8);
+    CHECK(protocol_fixture::member(v, 1).held_for_room == 4);
+    CHECK(protocol_fixture::member(v, 0).held_for_room == 0);  // its owner
+    // A younger, smaller room would fit in what is spare, but waits; a loan into held blocks is refused.
+    caf::anon_send(f.rmanagers[2], reserve_room{2, 7, 2});
+    f.give_blocks(1, 98, 2);
+    caf::anon_send(f.rmanagers[1], need_blocks{98, 2});
+    f.settle();
+    REQUIRE(f.logs[2]->rooms.size() == 1);
+    CHECK_FALSE(f.logs[2]->rooms[0].granted);
+    CHECK(f.logs[2]->rooms[0].reason.find("request 5 of instance 0 waits for room first") != std::string::npos);
+    REQUIRE(f.logs[1]->loans.size() == 1);
+    CHECK_FALSE(f.logs[1]->loans[0].ok);
+    CHECK(f.pools[2]->free_blocks() == protocol_fixture::pool_blocks);
+    // Instance 1's requests end: the long request has its room, then the younger one has its own.
+    f.end_request(1, 99);
+    f.end_request(1, 98);
+    f.settle();
+    caf::anon_send(f.rmanagers[0], reserve_room{0, 5, 12});
+    f.settle();
+    REQUIRE(f.logs[0]->rooms.size() == 2);
+    CHECK(f.logs[0]->rooms[1].granted);
+    CHECK(protocol_fixture::member(f.view(), 1).held_for_room == 0);
+    caf::anon_send(f.rmanagers[2], reserve_room{2, 7, 2});
+    f.settle();
+    REQUIRE(f.logs[2]->rooms.size() == 2);
+    CHECK(f.logs[2]->rooms[1].granted);
   }
 }
