@@ -128,6 +128,28 @@ cluster_view view_of(self_ptr self) {
   return v;
 }
 
+/// `blocks` over members with (spare, id), `total` spare in all, in proportion to their spare: a long
+/// prefill's attention then splits evenly over its holders.
+std::vector<std::pair<instance_id, uint32_t>> spread_room(std::vector<std::pair<uint32_t, instance_id>> spare,
+                                                         uint64_t total, uint32_t blocks) {
+  std::sort(spare.rbegin(), spare.rend());
+  std::map<instance_id, uint32_t> takes;
+  uint32_t left = blocks;
+  for (const auto& [free, id] : spare) {
+    takes[id] = std::min<uint32_t>(free, uint32_t(uint64_t(blocks) * free / total));
+    left -= takes[id];
+  }
+  for (const auto& [free, id] : spare) {  // what rounding left, on those with the most spare
+    const uint32_t more = std::min(free - takes[id], left);
+    takes[id] += more;
+    left -= more;
+  }
+  std::vector<std::pair<instance_id, uint32_t>> out;
+  for (const auto& [id, take] : takes)
+    if (take > 0) out.push_back({id, take});
+  return out;
+}
+
 /// Keeps blocks for a long request on the members with the most unreserved spare blocks, or none at all. The
 /// oldest request refused comes first: a younger one has a room only when both would fit, and until the
 /// oldest has its room the members hold blocks back for it (held_for_room in the view).
@@ -160,14 +182,10 @@ room_answer reserve(self_ptr self, const reserve_room& r) {
     return a;
   }
   if (older && older->owner == r.owner && older->req == r.req_id) st.waiting.reset();
-  std::sort(spare.rbegin(), spare.rend());
   auto& room = st.rooms[{r.owner, r.req_id}];
-  for (uint32_t left = r.num_blocks; const auto& [free, id] : spare) {
-    if (left == 0) break;
-    const uint32_t take = std::min(free, left);
+  for (const auto& [id, take] : spread_room(spare, total, r.num_blocks)) {
     room[id] = {take, st.members[id].last_seq};
     a.holders.push_back({id, take});
-    left -= take;
   }
   a.granted = true;
   ++st.epoch;
