@@ -125,8 +125,15 @@ uint32_t promised_blocks(const instance_state& st) {
   return promised;
 }
 
+/// Tells the rManager, through the shared promises, what the running requests will still take here (before
+/// blocks that become theirs are freed: it lends only what is not promised).
+void note_promised(const instance_state& st) {
+  if (st.config.promises) st.config.promises->set_running(promised_blocks(st));
+}
+
 void publish_placement(self_ptr self) {
   auto& st = self->state;
+  note_promised(st);
   placement_update update;
   for (const auto& s : st.batcher->active())
     for (const auto& e : placement_of(*s, st.config.id)) update.placement.push_back(e);
@@ -212,7 +219,7 @@ bool may_take_block(const instance_state& st, const gpu::sequence& seq) {
   const auto local = std::count_if(seq.table.begin(), seq.table.end(),
                                    [&](const gpu::block_ref& b) { return b.pool == st.config.id; });
   if (uint32_t(local) < room->second) return true;
-  const uint32_t free = st.config.pool->free_blocks(), rooms = st.config.promises ? st.config.promises->total() : 0;
+  const uint32_t free = st.config.pool->free_blocks(), rooms = st.config.promises ? st.config.promises->rooms_total() : 0;
   return free > uint64_t(promised_blocks(st)) + rooms;
 }
 
@@ -234,7 +241,7 @@ uint32_t blocks_for_new(const instance_state& st, uint32_t need, uint32_t promis
   const uint32_t unpromised = available - std::min(available, promised + held_for_room(st));
   const auto* rooms = st.config.promises.get();
   if (!rooms || (need <= st.config.pool->total_blocks() && !rooms->overdrawn())) return unpromised;
-  return unpromised - std::min(unpromised, rooms->total());
+  return unpromised - std::min(unpromised, rooms->rooms_total());
 }
 
 /// Whether the request at the head of the queue starts now. Without lending it needs room for all its
@@ -326,6 +333,7 @@ void maybe_step(self_ptr self) {
     }
     (void)st.batcher->plan(*plan);  // retires them
   }
+  note_promised(st);  // planning may have preempted a sequence: its blocks are free, and promised to it again
   notify_finished(self);
   if (plan->empty()) {
     publish_placement(self);
@@ -446,10 +454,9 @@ bool switch_blocks(self_ptr self, const blocks_moved& m) {
     ok = m.logical[k] < seq->table.size() &&
          seq->table[m.logical[k]] == gpu::block_ref{st.config.id, pick_it->second.physical[k]};
   if (ok) {
-    for (size_t k = 0; k < m.logical.size(); ++k) {
-      seq->table[m.logical[k]] = {m.dst_inst, m.dst_blocks[k]};
-      (void)st.config.pool->release(pick_it->second.physical[k]);
-    }
+    for (size_t k = 0; k < m.logical.size(); ++k) seq->table[m.logical[k]] = {m.dst_inst, m.dst_blocks[k]};
+    note_promised(st);  // a request with a room may take some of the freed blocks back: they are promised first
+    for (uint32_t b : pick_it->second.physical) (void)st.config.pool->release(b);
   }
   unmark(self, m.id);
   return ok;

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "actors/messages.hpp"
-#include "actors/room_promises.hpp"
+#include "actors/pool_promises.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/engine.hpp"
 
@@ -27,8 +27,10 @@ struct instance_config {
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
   bool stream_tokens = true;  ///< false (the simulator): only the first token and the end are sent
   bool lending = true;        ///< false (static-multi): admit against the local pool, never borrow
-  /// Blocks its rManager promised to other instances' rooms (shared with it; none: nothing promised).
-  std::shared_ptr<const room_promises> promises;
+  /// What its pool is promised to (shared with its rManager): the instance sets its running requests'
+  /// share and reads the rooms'. None: nothing is promised to rooms, and the rManager hears the running
+  /// requests' share with their placement.
+  std::shared_ptr<pool_promises> promises;
 };
 
 /// Spawns an instance (on the scheduler: its handlers never block).

@@ -83,7 +83,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.id = n->id;
   rcfg.pool = n->pool;
   rcfg.hosted = hosted;
-  rcfg.promises = std::make_shared<room_promises>();
+  rcfg.promises = std::make_shared<pool_promises>();
   rcfg.plane = n->plane;
   rcfg.region = region.value();
   rcfg.gmanager = std::move(gmanager);

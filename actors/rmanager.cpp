@@ -35,6 +35,7 @@ struct incoming_move {
   instance_id src = 0;
   std::vector<uint32_t> blocks;
   state stage = state::reserved;
+  uint32_t promised = 0;  // of them, blocks that were promised to the request's room
 };
 
 }  // namespace
@@ -59,16 +60,17 @@ struct rmanager_state {
 
   /// Free blocks not spoken for by this instance's running requests (some may be promised to rooms).
   uint32_t unpromised_blocks() const {
-    return config.pool->free_blocks() - std::min(config.pool->free_blocks(), placement.promised_blocks);
+    const uint32_t running = std::max(placement.promised_blocks, config.promises->running());
+    return config.pool->free_blocks() - std::min(config.pool->free_blocks(), running);
   }
   /// Free blocks not spoken for by this instance's running requests nor promised to rooms: what others
   /// may have.
   uint32_t spare_blocks() const {
-    return unpromised_blocks() - std::min(unpromised_blocks(), config.promises->total());
+    return unpromised_blocks() - std::min(unpromised_blocks(), config.promises->rooms_total());
   }
   /// The room promises are covered again once the unpromised blocks hold them all.
   void check_promises() {
-    if (config.promises->overdrawn() && unpromised_blocks() >= config.promises->total())
+    if (config.promises->overdrawn() && unpromised_blocks() >= config.promises->rooms_total())
       config.promises->set_overdrawn(false);
   }
 
@@ -440,7 +442,13 @@ uint32_t keep(self_ptr self, const keep_blocks& k) {
 /// ones (neither spoken for by running requests nor promised to rooms), other moves only spare ones. A
 /// room whose promised blocks this instance's own requests took waits for them to end: the promises are
 /// overdrawn until then. Empty, with `reason` set, when refused.
-std::vector<uint32_t> reserve_blocks(rmanager_state& st, const try_move_kvcache& ask, std::string& reason) {
+/// Blocks reserved for a move, and how many of them were promised to its room.
+struct reserved_blocks {
+  std::vector<uint32_t> blocks;
+  uint32_t promised = 0;
+};
+
+reserved_blocks reserve_blocks(rmanager_state& st, const try_move_kvcache& ask, std::string& reason) {
   const uint32_t promised = std::min(ask.num_blocks, st.config.promises->of(ask.src_inst, ask.req_id));
   const uint32_t unpromised = st.unpromised_blocks();
   const instance_view* me = find_instance(st.view, st.config.id);
@@ -448,7 +456,7 @@ std::vector<uint32_t> reserve_blocks(rmanager_state& st, const try_move_kvcache&
   if (ask.num_blocks - promised <= spare && ask.num_blocks <= unpromised) {
     if (auto blocks = st.config.pool->allocate_many({ask.req_id, ask.src_inst}, ask.num_blocks); blocks.is_ok()) {
       st.config.promises->take(ask.src_inst, ask.req_id, promised);
-      return std::move(blocks).value();
+      return {std::move(blocks).value(), promised};
     }
   }
   if (promised > 0 && ask.num_blocks > unpromised) st.config.promises->set_overdrawn(true);
@@ -471,10 +479,11 @@ move_reservation grant(self_ptr self, const try_move_kvcache& ask) {
     r.reason = "draining";
   } else if (ask.num_blocks == 0) {
     r.reason = "no block asked";
-  } else if (auto blocks = reserve_blocks(st, ask, r.reason); !blocks.empty()) {
+  } else if (reserved_blocks got = reserve_blocks(st, ask, r.reason); !got.blocks.empty()) {
     r.granted = true;
-    r.blocks = std::move(blocks);
-    st.incoming[ask.id] = {ask.req_id, ask.src_inst, r.blocks, incoming_move::state::reserved};
+    r.blocks = got.blocks;
+    st.incoming[ask.id] = {ask.req_id, ask.src_inst, std::move(got.blocks), incoming_move::state::reserved,
+                           got.promised};
     self->delayed_send(self, st.config.lease, lease_check_atom::value, ask.id);
   }
   r.free_blocks = st.spare_blocks();
@@ -488,8 +497,11 @@ move_reservation grant(self_ptr self, const try_move_kvcache& ask) {
   return r;
 }
 
+/// A move that did not happen: its blocks go back to the pool, and those promised to its room to the room
+/// (unless the request has ended: its promise is gone).
 void give_back(self_ptr self, incoming_move& move, incoming_move::state why) {
   if (move.stage == incoming_move::state::committed) self->state.config.hosted->remove_blocks(move.src, move.req, move.blocks);
+  self->state.config.promises->restore(move.src, move.req, move.promised);
   for (uint32_t b : move.blocks) (void)self->state.config.pool->release(b);
   move.stage = why;
 }
@@ -590,7 +602,7 @@ void join(self_ptr self) {
 }  // namespace
 
 caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
-  if (!config.promises) config.promises = std::make_shared<room_promises>();
+  if (!config.promises) config.promises = std::make_shared<pool_promises>();
   self->state.config = std::move(config);
   join(self);
   self->send(self, heartbeat_tick_atom::value);

@@ -17,7 +17,7 @@
 
 #include "actors/event_log.hpp"
 #include "actors/hosted_blocks.hpp"
-#include "actors/room_promises.hpp"
+#include "actors/pool_promises.hpp"
 #include "actors/messages.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/kv_pool.hpp"
@@ -30,7 +30,7 @@ struct rmanager_config {
   instance_id id = 0;
   std::shared_ptr<gpu::kv_pool> pool;
   std::shared_ptr<hosted_blocks> hosted;  ///< shared with the attention server
-  std::shared_ptr<room_promises> promises;  ///< shared with the instance (one is made when none is given)
+  std::shared_ptr<pool_promises> promises;  ///< shared with the instance (one is made when none is given)
   std::shared_ptr<transport::data_plane> plane;
   transport::remote_region region;  ///< the pool's registered memory
   caf::actor gmanager;

@@ -39,19 +39,22 @@ bool batcher::cancel(uint64_t id) {
 
 std::vector<std::shared_ptr<sequence>> batcher::take_finished() { return std::exchange(finished_, {}); }
 
-std::vector<batcher::planned> batcher::pick() const {
+std::vector<batcher::planned> batcher::pick(const std::vector<const sequence*>& waiting) const {
   std::vector<planned> batch;
   int budget = options_.max_batch_tokens;
+  auto sits_out = [&](const sequence* s) { return std::find(waiting.begin(), waiting.end(), s) != waiting.end(); };
   // Decode tokens first (one per running sequence), then prefill chunks in arrival order.
   for (const auto& s : active_)
     if (!s->finished() && int(s->tokens.size()) - s->n_cached == 1 && budget > 0 &&
-        int(batch.size()) < options_.max_batch_seqs) {
+        int(batch.size()) < options_.max_batch_seqs && !sits_out(s.get())) {
       batch.push_back({s.get(), 1});
       --budget;
     }
   for (const auto& s : active_) {
     const int pending = int(s->tokens.size()) - s->n_cached;
-    if (s->finished() || pending <= 1 || budget == 0 || int(batch.size()) >= options_.max_batch_seqs) continue;
+    if (s->finished() || pending <= 1 || budget == 0 || int(batch.size()) >= options_.max_batch_seqs ||
+        sits_out(s.get()))
+      continue;
     const int n = std::min(pending, budget);
     batch.push_back({s.get(), n});
     budget -= n;
@@ -77,7 +80,7 @@ void batcher::preempt(sequence& seq) {
   ++seq.preemptions;
 }
 
-status batcher::reserve_blocks(std::vector<planned>& batch) {
+status batcher::reserve_blocks(std::vector<planned>& batch, std::vector<const sequence*>& sitting_out) {
   for (size_t i = 0; i < batch.size();) {
     sequence& seq = *batch[i].seq;
     const uint32_t needed = blocks_for_tokens(seq.n_cached + batch[i].n_tokens);
@@ -92,6 +95,7 @@ status batcher::reserve_blocks(std::vector<planned>& batch) {
       const uint32_t short_by = needed - uint32_t(seq.table.size());
       if (options_.on_shortage && options_.on_shortage(seq, short_by) == shortage_action::wait) {
         waiting = true;  // blocks are being found elsewhere: this sequence sits out the step
+        sitting_out.push_back(&seq);
         break;
       }
       // Recompute the newest other sequence later; alone, this one cannot fit.
@@ -123,8 +127,15 @@ status batcher::reserve_blocks(std::vector<planned>& batch) {
 status batcher::plan(step_plan& out) {
   out = {};
   retire();
-  std::vector<planned> batch = pick();
-  ILLM_RETURN_IF_ERROR(reserve_blocks(batch));
+  // A sequence that waits for blocks sits out the step, and the tokens it would have had go to the others
+  // (else a long request waiting at the head could leave the step empty while the others could run).
+  std::vector<const sequence*> sitting_out;
+  std::vector<planned> batch;
+  for (size_t before = 0;; before = sitting_out.size()) {
+    batch = pick(sitting_out);
+    ILLM_RETURN_IF_ERROR(reserve_blocks(batch, sitting_out));
+    if (sitting_out.size() == before) break;
+  }
   retire();  // sequences that could never fit
   for (const planned& p : batch) {
     sequence& s = *p.seq;

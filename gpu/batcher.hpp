@@ -121,9 +121,11 @@ class batcher {
     sequence* seq;
     int n_tokens;
   };
-  std::vector<planned> pick() const;
-  /// Gives every planned sequence the blocks its tokens need, per the shortage policy.
-  status reserve_blocks(std::vector<planned>& batch);
+  /// The tokens of the next step, leaving out the sequences in `waiting`.
+  std::vector<planned> pick(const std::vector<const sequence*>& waiting) const;
+  /// Gives every planned sequence the blocks its tokens need, per the shortage policy; those that wait
+  /// for blocks leave the batch and are added to `sitting_out`.
+  status reserve_blocks(std::vector<planned>& batch, std::vector<const sequence*>& sitting_out);
   status release_all(sequence& seq);
   void preempt(sequence& seq);
   void retire();

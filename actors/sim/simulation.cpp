@@ -238,7 +238,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     rc.id = instance_id(i);
     rc.pool = pools.back();
     rc.hosted = hosted;
-    rc.promises = std::make_shared<room_promises>();
+    rc.promises = std::make_shared<pool_promises>();
     rc.plane = plane;
     rc.region = plane->register_memory(pools.back()->base(), uint64_t(blocks) * layout.block_bytes()).value();
     rc.gmanager = gm;

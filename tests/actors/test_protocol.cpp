@@ -120,7 +120,7 @@ struct protocol_fixture {
   std::vector<std::shared_ptr<gpu::kv_pool>> pools;
   std::vector<std::shared_ptr<controlled_plane>> planes;
   std::vector<std::shared_ptr<instance_log>> logs;
-  std::vector<std::shared_ptr<room_promises>> promises;
+  std::vector<std::shared_ptr<pool_promises>> promises;
   std::vector<caf::actor> rmanagers, instances;
 
   explicit protocol_fixture(int n) {
@@ -149,7 +149,7 @@ struct protocol_fixture {
     rc.id = id;
     rc.pool = pool;
     rc.hosted = std::make_shared<hosted_blocks>();
-    rc.promises = std::make_shared<room_promises>();
+    rc.promises = std::make_shared<pool_promises>();
     promises.push_back(rc.promises);
     rc.plane = plane;
     rc.region = region;
@@ -505,7 +505,7 @@ TEST_SUITE("actors") {
     // The long request ends: the rest of the promise goes with its blocks.
     caf::anon_send(f.rmanagers[0], request_released{5});
     f.settle();
-    CHECK(f.promises[1]->total() == 0);
+    CHECK(f.promises[1]->rooms_total() == 0);
     CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);
     CHECK(f.pools[1]->check().is_ok());
   }

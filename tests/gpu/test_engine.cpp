@@ -49,9 +49,47 @@ std::shared_ptr<const gpu::model_weights> synthetic_gqa() {
   return w;
 }
 
+/// A block source over one pool that has no block for one sequence (its blocks are being found elsewhere).
+class refusing_source final : public gpu::block_source {
+ public:
+  refusing_source(gpu::kv_pool& pool, uint64_t refused) : pool_(pool), refused_(refused) {}
+  gpu::result<gpu::block_ref> allocate(const gpu::sequence& seq, uint32_t) override {
+    if (seq.id == refused_) return gpu::status{gpu::status_code::out_of_blocks, "none for this sequence"};
+    auto block = pool_.allocate({seq.id, 0});
+    if (!block.is_ok()) return block.error();
+    return gpu::block_ref{0, block.value()};
+  }
+  gpu::status release(const gpu::block_ref& ref) override { return pool_.release(ref.block); }
+
+ private:
+  gpu::kv_pool& pool_;
+  uint64_t refused_;
+};
+
 }  // namespace
 
 TEST_SUITE("gpu") {
+  TEST_CASE("a sequence waiting for blocks leaves its tokens of the step to the others") {
+    auto pool = gpu::kv_pool::create(test::cpu_device(), {1, 1, 4, gpu::dtype::f32}, 16).value();
+    refusing_source source(pool, 1);
+    gpu::batcher_options options{64, 4, [](const gpu::sequence&, uint32_t) { return gpu::shortage_action::wait; }};
+    gpu::batcher runner(source, options);
+    for (uint64_t id : {1, 2}) {  // the first, at the head, would take the whole budget of 64 tokens
+      auto s = std::make_shared<gpu::sequence>();
+      s->id = id;
+      s->tokens.assign(id == 1 ? 100 : 40, 3);
+      s->n_prompt = int(s->tokens.size());
+      s->max_new_tokens = 4;
+      runner.add(s);
+    }
+    gpu::step_plan plan;
+    REQUIRE(runner.plan(plan).is_ok());
+    REQUIRE(plan.entries.size() == 1);
+    CHECK(plan.entries[0].seq_id == 2);
+    CHECK(plan.entries[0].n_tokens == 40);
+    CHECK(pool.used_blocks() == 3);
+  }
+
   TEST_CASE("dropping one pool's partial changes the output") {
     const auto& model = test::real_model();
     const auto prompt = license_prompt();

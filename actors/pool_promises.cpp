@@ -1,27 +1,44 @@
-#include "actors/room_promises.hpp"
+#include "actors/pool_promises.hpp"
 
 #include <algorithm>
 
 namespace illm::actors {
 
-void room_promises::promise(uint32_t owner, uint64_t req, uint32_t n) {
+void pool_promises::set_running(uint32_t blocks) {
+  std::lock_guard lock(mutex_);
+  running_ = blocks;
+}
+
+uint32_t pool_promises::running() const {
+  std::lock_guard lock(mutex_);
+  return running_;
+}
+
+void pool_promises::promise(uint32_t owner, uint64_t req, uint32_t n) {
   std::lock_guard lock(mutex_);
   promised_[{owner, req}] += n;
   total_ += n;
 }
 
-uint32_t room_promises::take(uint32_t owner, uint64_t req, uint32_t n) {
+uint32_t pool_promises::take(uint32_t owner, uint64_t req, uint32_t n) {
   std::lock_guard lock(mutex_);
   auto it = promised_.find({owner, req});
   if (it == promised_.end()) return 0;
   const uint32_t taken = std::min(n, it->second);
   it->second -= taken;
   total_ -= taken;
-  if (it->second == 0) promised_.erase(it);
   return taken;
 }
 
-uint32_t room_promises::forget(uint32_t owner, uint64_t req) {
+void pool_promises::restore(uint32_t owner, uint64_t req, uint32_t n) {
+  std::lock_guard lock(mutex_);
+  auto it = promised_.find({owner, req});
+  if (it == promised_.end() || n == 0) return;
+  it->second += n;
+  total_ += n;
+}
+
+uint32_t pool_promises::forget(uint32_t owner, uint64_t req) {
   std::lock_guard lock(mutex_);
   auto it = promised_.find({owner, req});
   if (it == promised_.end()) return 0;
@@ -31,23 +48,23 @@ uint32_t room_promises::forget(uint32_t owner, uint64_t req) {
   return left;
 }
 
-uint32_t room_promises::of(uint32_t owner, uint64_t req) const {
+uint32_t pool_promises::of(uint32_t owner, uint64_t req) const {
   std::lock_guard lock(mutex_);
   auto it = promised_.find({owner, req});
   return it == promised_.end() ? 0 : it->second;
 }
 
-uint32_t room_promises::total() const {
+uint32_t pool_promises::rooms_total() const {
   std::lock_guard lock(mutex_);
   return total_;
 }
 
-void room_promises::set_overdrawn(bool overdrawn) {
+void pool_promises::set_overdrawn(bool overdrawn) {
   std::lock_guard lock(mutex_);
   overdrawn_ = overdrawn;
 }
 
-bool room_promises::overdrawn() const {
+bool pool_promises::overdrawn() const {
   std::lock_guard lock(mutex_);
   return overdrawn_;
 }

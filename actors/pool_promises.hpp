@@ -1,0 +1,60 @@
+#pragma once
+// What an instance's pool is promised to beyond the blocks in use: the blocks its running requests will
+// still take as they grow, and the blocks promised to other instances' rooms and not yet handed over.
+// Free blocks are either spare (promised to nobody: others may borrow them) or promised.
+//
+// A room is a promise, not a reservation: the promised blocks stay in the pool until the owner's moves
+// take them, a few at a time as its long request grows. Until then the instance may lend that space to
+// its own requests that fit here whole (they end; a long prefill takes minutes to fill its room), so a
+// room does not leave memory empty for the length of its request's prefill.
+//
+// The instance sets what its running requests will take (before it frees blocks that become theirs) and
+// reads the rooms' total when it admits requests; the rManager promises and hands over room blocks and
+// lends only spare ones. When a room's move finds its promised blocks in use, the promises are overdrawn:
+// the instance then admits nothing into promised space until what is free covers every promise again,
+// so the room's owner waits only for requests that already run here, which need nothing from anyone.
+// Shared by the two actors: thread-safe.
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace illm::actors {
+
+/// Blocks promised to the running requests, and to rooms per (owner instance, request).
+class pool_promises {
+ public:
+  /// Sets the blocks the running requests will still take.
+  void set_running(uint32_t blocks);
+  /// The blocks the running requests will still take (as last set).
+  uint32_t running() const;
+
+  /// Promises `n` more blocks to (owner, req)'s room.
+  void promise(uint32_t owner, uint64_t req, uint32_t n);
+  /// Takes up to `n` of (owner, req)'s promised blocks (they are being handed over); returns how many. The
+  /// promise stays known, at zero, until it is forgotten.
+  uint32_t take(uint32_t owner, uint64_t req, uint32_t n);
+  /// Gives back `n` blocks taken from (owner, req)'s promise (their move failed), unless it was forgotten.
+  void restore(uint32_t owner, uint64_t req, uint32_t n);
+  /// Forgets (owner, req)'s promise (its request ended); returns how many blocks it still had.
+  uint32_t forget(uint32_t owner, uint64_t req);
+  /// Blocks still promised to (owner, req).
+  uint32_t of(uint32_t owner, uint64_t req) const;
+  /// Blocks still promised, to every room.
+  uint32_t rooms_total() const;
+
+  /// Marks the promises overdrawn (a room's move found its blocks in use) or covered again.
+  void set_overdrawn(bool overdrawn);
+  /// Whether a room waits for promised blocks that this instance's own requests took.
+  bool overdrawn() const;
+
+ private:
+  mutable std::mutex mutex_;
+  uint32_t running_ = 0;
+  std::map<std::pair<uint32_t, uint64_t>, uint32_t> promised_;
+  uint32_t total_ = 0;
+  bool overdrawn_ = false;
+};
+
+}  // namespace illm::actors
