@@ -438,16 +438,16 @@ uint32_t keep(self_ptr self, const keep_blocks& k) {
   return k.num_blocks;
 }
 
-/// The blocks for a try_move, all or none: a room's move may have the blocks promised to it and the spare
-/// ones (neither spoken for by running requests nor promised to rooms), other moves only spare ones. A
-/// room whose promised blocks this instance's own requests took waits for them to end: the promises are
-/// overdrawn until then. Empty, with `reason` set, when refused.
 /// Blocks reserved for a move, and how many of them were promised to its room.
 struct reserved_blocks {
   std::vector<uint32_t> blocks;
   uint32_t promised = 0;
 };
 
+/// The blocks for a try_move, all or none: a room's move may have the blocks promised to it and the spare
+/// ones (neither spoken for by running requests nor promised to rooms, nor held for a waiting room), other
+/// moves only spare ones. A room whose promised blocks this instance's own requests took waits for them to
+/// end: the promises are overdrawn until then. None, with `reason` set, when refused.
 reserved_blocks reserve_blocks(rmanager_state& st, const try_move_kvcache& ask, std::string& reason) {
   const uint32_t promised = std::min(ask.num_blocks, st.config.promises->of(ask.src_inst, ask.req_id));
   const uint32_t unpromised = st.unpromised_blocks();
