@@ -1,0 +1,67 @@
+"""`illm sim` as a user runs it: the policies side by side in one call (--json keyed by policy), a request
+longer than one instance completed by the lending policies and refused by static-multi, the rate sweep's
+CSV and PNG, and clear errors for a bad policy or a missing trace."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ILLM, REPO = sys.argv[1], sys.argv[2]
+POLICIES = ["infinite", "passive", "static-multi", "static-single"]
+
+
+def run(*args):
+    return subprocess.run([ILLM, "sim", *args], capture_output=True, text=True, timeout=600)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        # 4 simulated a100-80g with llama2-13b hold about 54K tokens each: one request of 120K tokens.
+        trace = os.path.join(tmp, "trace.csv")
+        with open(trace, "w") as f:
+            f.write("arrival_s,input_tokens,output_tokens\n0,2000,50\n1,120000,20\n2,3000,40\n3,500,30\n")
+        result = run("--trace", trace, "--instances", "4", "--policy", ",".join(POLICIES), "--json")
+        assert result.returncode == 0, result.stdout + result.stderr
+        results = json.loads(result.stdout)["results"]
+        assert sorted(results) == sorted(POLICIES), list(results)
+        for name in ("infinite", "passive", "static-single"):
+            r = results[name]
+            assert (r["completed"], r["refused"], r["failed"]) == (4, 0, 0), (name, r)
+            assert r["output_tokens"] == 140 and r["throughput_tok_s"] > 0, (name, r)
+        multi = results["static-multi"]
+        assert (multi["completed"], multi["refused"]) == (3, 1), multi
+        assert results["infinite"]["moves"] > 0 and multi["moves"] == 0
+        # The same memory and profile for the multi-instance policies; static-single is one instance.
+        assert results["infinite"]["kv_tokens_per_instance"] == multi["kv_tokens_per_instance"]
+        assert results["infinite"]["profile"] == multi["profile"]
+        assert results["static-single"]["instances"] == 1
+        print("sim:", {k: (v["completed"], v["refused"], round(v["throughput_tok_s"], 2)) for k, v in results.items()})
+
+        prefix = os.path.join(tmp, "sweep")
+        result = run("--trace", os.path.join(REPO, "tests/data/traces/azure2023_conv.csv"), "--instances", "4",
+                     "--policy", "infinite,static-multi", "--limit", "60", "--sweep", "--sweep-limit", "60",
+                     "--sweep-out", prefix)
+        assert result.returncode == 0, result.stdout + result.stderr
+        with open(prefix + ".csv") as f:
+            rows = list(csv.DictReader(f))
+        assert {r["policy"] for r in rows} == {"infinite", "static-multi"}, rows[:2]
+        for policy in ("infinite", "static-multi"):
+            rates = [float(r["request_rate"]) for r in rows if r["policy"] == policy]
+            assert len(rates) >= 3 and rates == sorted(rates), rates
+        with open(prefix + ".png", "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        assert "highest rate within the SLO" in result.stdout, result.stdout
+        print("sweep:", len(rows), "rows")
+
+        bad = run("--trace", trace, "--policy", "infinite,bogus")
+        assert bad.returncode != 0 and "unknown policy 'bogus'" in bad.stderr, bad.stderr
+        missing = run("--trace", os.path.join(tmp, "none.csv"))
+        assert missing.returncode != 0 and "cannot read trace" in missing.stderr, missing.stderr
+    print("test_sim: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
