@@ -105,6 +105,12 @@ uint32_t working_set(const instance_state& st) {
   return std::min(2 * gpu::blocks_for_tokens(st.config.max_batch_tokens), st.config.pool->total_blocks() / 2);
 }
 
+/// Blocks of `seq` in this instance's pool.
+uint32_t blocks_here(const instance_state& st, const gpu::sequence& seq) {
+  return uint32_t(std::count_if(seq.table.begin(), seq.table.end(),
+                                [&](const gpu::block_ref& b) { return b.pool == st.config.id; }));
+}
+
 /// Blocks the running sequences will still take here, beyond those they hold: all they will grow, or for
 /// a request with a room, what its working set lacks.
 uint32_t promised_blocks(const instance_state& st) {
@@ -118,9 +124,7 @@ uint32_t promised_blocks(const instance_state& st) {
       promised += uint32_t(grows);
       continue;
     }
-    const auto local = std::count_if(s->table.begin(), s->table.end(),
-                                     [&](const gpu::block_ref& b) { return b.pool == st.config.id; });
-    promised += uint32_t(std::min<int64_t>(grows, std::max<int64_t>(0, int64_t(room->second) - local)));
+    promised += uint32_t(std::min<int64_t>(grows, std::max<int64_t>(0, int64_t(room->second) - blocks_here(st, *s))));
   }
   return promised;
 }
@@ -216,9 +220,7 @@ void ask_room(self_ptr self, request_id req, uint32_t need, uint32_t keep) {
 bool may_take_block(const instance_state& st, const gpu::sequence& seq) {
   const auto room = st.with_room.find(seq.id);
   if (room == st.with_room.end()) return true;
-  const auto local = std::count_if(seq.table.begin(), seq.table.end(),
-                                   [&](const gpu::block_ref& b) { return b.pool == st.config.id; });
-  if (uint32_t(local) < room->second) return true;
+  if (blocks_here(st, seq) < room->second) return true;
   const uint32_t free = st.config.pool->free_blocks(), rooms = st.config.promises ? st.config.promises->rooms_total() : 0;
   return free > uint64_t(promised_blocks(st)) + rooms;
 }

@@ -452,7 +452,8 @@ reserved_blocks reserve_blocks(rmanager_state& st, const try_move_kvcache& ask, 
   const uint32_t promised = std::min(ask.num_blocks, st.config.promises->of(ask.src_inst, ask.req_id));
   const uint32_t unpromised = st.unpromised_blocks();
   const instance_view* me = find_instance(st.view, st.config.id);
-  const uint32_t held = me ? me->held_for_room : 0, spare = st.spare_blocks() - std::min(st.spare_blocks(), held);
+  const uint32_t held = me ? me->held_for_room : 0, not_held = st.spare_blocks();
+  const uint32_t spare = not_held - std::min(not_held, held);
   if (ask.num_blocks - promised <= spare && ask.num_blocks <= unpromised) {
     if (auto blocks = st.config.pool->allocate_many({ask.req_id, ask.src_inst}, ask.num_blocks); blocks.is_ok()) {
       st.config.promises->take(ask.src_inst, ask.req_id, promised);
