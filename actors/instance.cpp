@@ -275,10 +275,10 @@ verdict judge(self_ptr self, uint32_t need, uint32_t promised) {
   return verdict::wait;
 }
 
-/// Puts the request at the head of the queue into the batch.
-void start_first_waiting(self_ptr self) {
+/// Puts the waiting request at `index` of the queue into the batch.
+void start_waiting(self_ptr self, size_t index) {
   auto& st = self->state;
-  const generate_request& r = st.waiting.front();
+  const generate_request& r = st.waiting[index];
   auto seq = std::make_shared<gpu::sequence>();
   seq->id = r.id;
   seq->tokens = r.prompt;
@@ -293,8 +293,33 @@ void start_first_waiting(self_ptr self) {
     st.room_granted = 0;
     st.with_room[r.id] = st.room_keep;
   }
-  st.waiting.pop_front();
-  st.waiting_since.pop_front();
+  st.waiting.erase(st.waiting.begin() + ptrdiff_t(index));
+  st.waiting_since.erase(st.waiting_since.begin() + ptrdiff_t(index));
+}
+
+/// Blocks the head of the queue, a long request waiting for its room, needs here when it starts.
+uint32_t head_keeps(const instance_state& st, uint32_t need) {
+  if (need <= st.config.pool->total_blocks()) return 0;
+  return st.room_granted == st.waiting.front().id ? st.room_keep : working_set(st);
+}
+
+/// Starts requests queued behind a long request that waits for its room: those that fit here whole and
+/// leave the blocks it keeps here when its room comes. They end long before a room is free (it waits for
+/// blocks all over the cluster), and without them the instance would idle with its pool free.
+void backfill(self_ptr self, uint32_t head_need, uint32_t promised) {
+  auto& st = self->state;
+  const uint32_t keep = head_keeps(st, head_need);
+  if (keep == 0) return;
+  for (size_t i = 1; i < st.waiting.size() && int(st.batcher->active().size()) < st.config.max_batch_seqs;) {
+    const generate_request& r = st.waiting[i];
+    const uint32_t need = blocks_needed(r.prompt.size(), r.max_tokens);
+    if (need > st.config.pool->total_blocks() || uint64_t(need) + keep > blocks_for_new(st, need, promised)) {
+      ++i;
+      continue;
+    }
+    start_waiting(self, i);
+    promised = promised_blocks(st);
+  }
 }
 
 /// Moves waiting requests into the batch, first come first served, while judge() lets them.
@@ -306,14 +331,19 @@ void admit(self_ptr self) {
     const generate_request& r = st.waiting.front();
     const uint32_t need = blocks_needed(r.prompt.size(), r.max_tokens);
     const verdict v = judge(self, need, promised);
-    if (v == verdict::wait) break;
+    if (v == verdict::wait) {
+      const size_t before = st.waiting.size();
+      backfill(self, need, promised);
+      admitted = admitted || st.waiting.size() < before;
+      break;
+    }
     if (v == verdict::refuse) {
       refuse(self, r, fmt::format("the request needs {} KV blocks; the cluster has {}", need, capacity_for(st)));
       st.waiting.pop_front();
       st.waiting_since.pop_front();
       continue;
     }
-    start_first_waiting(self);
+    start_waiting(self, 0);
     promised = promised_blocks(st);
     admitted = true;
   }

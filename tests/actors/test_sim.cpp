@@ -80,4 +80,19 @@ TEST_SUITE("actors") {
     std::sort(shorts.begin(), shorts.end());
     CHECK(r.finished_s[1] < shorts[shorts.size() / 4]);  // before three quarters of those queued after it
   }
+
+  TEST_CASE("a short request queued behind a long one waiting for its room starts at once") {
+    // 2 a100-80g with llama2-13b hold 53,664 tokens each. Round robin: instance 0 runs a 50K-token request
+    // with a long answer (and a tiny one); instance 1 has a 60K-token request, whose room must be on instance
+    // 0 and waits for it, then a small request that fits beside it. The small one runs meanwhile.
+    // (passive: no loan moves the long answer's blocks to instance 1 while it has room.)
+    std::vector<frontend::trace_row> trace{{0, 50000, 3000}, {0, 60000, 10}, {0, 100, 10}, {0, 2000, 10}};
+    sim::sim_options o;
+    o.instances = 2;
+    o.router = sim::routing::round_robin;
+    const auto r = simulate(trace, o, "passive");
+    REQUIRE(r.completed == trace.size());
+    CHECK(r.finished_s[1] > r.finished_s[0]);  // the room came when the 45K-token request ended
+    CHECK(r.finished_s[3] < r.finished_s[0]);  // the small request did not wait for it
+  }
 }
