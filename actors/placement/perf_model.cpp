@@ -123,7 +123,7 @@ struct gpu_spec {
   double hbm_bytes_per_s;
   double memory_bytes;
   double nvlink_bytes_per_s;   ///< one direction, per GPU
-  double network_bytes_per_s;  ///< between nodes, per GPU
+  double network_bytes_per_s;  ///< between nodes, per GPU (one NIC each)
 };
 
 constexpr std::array<gpu_spec, 3> gpus = {{
@@ -137,7 +137,7 @@ constexpr double compute_efficiency = 0.6, memory_efficiency = 0.8, attention_ef
 constexpr double kernel_launch_s = 20e-6;  // per layer
 constexpr double scheduling_s = 1e-3;      // per step: scheduler, sampling, host work
 constexpr int gpus_per_node = 8;
-constexpr double link_latency_s = 8e-6;  // per all-reduce hop
+constexpr double link_latency_s = 8e-6;  // per step of an all-reduce
 
 const gpu_spec* find_gpu(std::string_view name) {
   for (const auto& g : gpus)
@@ -154,12 +154,16 @@ double roofline_dense(const gpu_spec& g, const gpu::model_config& c, double beta
   return std::max(compute, memory) + kernel_launch_s;
 }
 
-/// Two ring all-reduces of the activations per layer over `n` GPUs.
+/// Two all-reduces of the activations per layer over `n` GPUs, as a collective library runs them: large
+/// ones as rings, each GPU sending 2(n-1)/n of the bytes; across nodes one ring per NIC, so a node's
+/// inter-node traffic spreads over all its GPUs' NICs (the slower of NVLink and the node's NICs together
+/// bounds it); small ones as trees, 2 log2(n) steps of latency.
 double all_reduce(const gpu_spec& g, const gpu::model_config& c, double beta, int n) {
   if (n <= 1) return 0.0;
   const double bytes = 2 * beta * c.dim;  // fp16
-  const double link = n <= gpus_per_node ? g.nvlink_bytes_per_s : g.network_bytes_per_s;
-  return 2 * (2.0 * (n - 1) / n * bytes / link + 2.0 * (n - 1) * link_latency_s);
+  const double link = n <= gpus_per_node ? g.nvlink_bytes_per_s
+                                         : std::min(g.nvlink_bytes_per_s, g.network_bytes_per_s * gpus_per_node);
+  return 2 * (2.0 * (n - 1) / n * bytes / link + 2.0 * std::ceil(std::log2(double(n))) * link_latency_s);
 }
 
 profile make_profile(const gpu_spec& g, const gpu::model_config& c, std::string_view model, int gpus_per_instance,
