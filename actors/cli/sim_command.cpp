@@ -134,6 +134,8 @@ void run_sim(const sim_flags& f) {
   j["settings"] = {{"trace", f.trace},
                    {"requests", f.options.limit ? std::min(f.options.limit, trace->size()) : trace->size()},
                    {"instances", f.options.instances},
+                   {"gpus_per_instance", f.options.gpus_per_instance ? nlohmann::json(f.options.gpus_per_instance)
+                                                                     : nlohmann::json("fewest")},
                    {"gpu", f.options.gpu},
                    {"model", f.options.model},
                    {"router", f.router},
@@ -142,8 +144,10 @@ void run_sim(const sim_flags& f) {
                    {"max_batch_tokens", f.options.max_batch_tokens},
                    {"max_batch_seqs", f.options.max_batch_seqs}};
   if (!f.json)
-    fmt::print("illm sim: {} ({} requests), {} x {} {}, arrivals {}, batches <= {} tokens / {} sequences\n", f.trace,
-               j["settings"]["requests"].get<size_t>(), f.options.instances, f.options.gpu, f.options.model,
+    fmt::print("illm sim: {} ({} requests), {} x {}{} {}, arrivals {}, batches <= {} tokens / {} sequences\n",
+               f.trace, j["settings"]["requests"].get<size_t>(), f.options.instances,
+               f.options.gpus_per_instance ? fmt::format("{} ", f.options.gpus_per_instance) : "", f.options.gpu,
+               f.options.model,
                f.options.rate_scale > 0 ? fmt::format("x{}", f.options.rate_scale) : "all at once",
                f.options.max_batch_tokens, f.options.max_batch_seqs);
   for (const auto& policy : policies) {
@@ -167,6 +171,9 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--instances", f->options.instances, "Instances (GPUs, or GPU groups for big models)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  cmd->add_option("--gpus-per-instance", f->options.gpus_per_instance,
+                  "GPUs of one instance, tensor parallel (default: as few as the weights need)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--gpu", f->options.gpu, "a100-80g, h100 or h200")->capture_default_str();
   cmd->add_option("--model", f->options.model, "llama2-7b, llama2-13b, llama2-70b or llama3-8b")->capture_default_str();
   cmd->add_option("--policy", f->policies, "Comma-separated: infinite, passive, static-multi, static-single")

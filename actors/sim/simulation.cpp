@@ -154,14 +154,32 @@ caf::behavior driver(caf::stateful_actor<driver_state>* self, std::shared_ptr<dr
 }
 
 /// The roofline (or given) profile, and the instance count, of a policy.
-gpu::result<std::pair<placement::profile, int>> profile_for(const sim_options& o) {
-  if (o.profile) return std::pair{*o.profile, o.policy == "static-single" ? 1 : o.instances};
+/// The profile of one instance of a policy, the instances, and how many times the fewest GPUs the model
+/// needs an instance has (its batches grow as much).
+struct chosen_profile {
+  placement::profile model;
+  int instances = 0;
+  int scale = 1;
+};
+
+gpu::result<chosen_profile> profile_for(const sim_options& o) {
+  const bool single = o.policy == "static-single";
+  if (o.profile) {
+    if (o.gpus_per_instance)
+      return gpu::status{gpu::status_code::invalid_argument, "a measured profile fixes the GPUs of an instance"};
+    return chosen_profile{*o.profile, single ? 1 : o.instances, single ? o.instances : 1};
+  }
   auto one = placement::roofline_profile(o.gpu, o.model);
   if (!one.is_ok()) return one.error();
-  if (o.policy != "static-single") return std::pair{one.value(), o.instances};
-  auto tp = placement::tensor_parallel_profile(o.gpu, o.model, one->gpus * o.instances);
+  const int fewest = one->gpus, gpus = o.gpus_per_instance ? o.gpus_per_instance : fewest;
+  if (gpus < fewest)
+    return gpu::status{gpu::status_code::invalid_argument,
+                       fmt::format("{} needs at least {} {} per instance", o.model, fewest, o.gpu)};
+  const int instances = single ? 1 : o.instances, per_instance = single ? gpus * o.instances : gpus;
+  if (per_instance == fewest) return chosen_profile{one.value(), instances, 1};
+  auto tp = placement::tensor_parallel_profile(o.gpu, o.model, per_instance);
   if (!tp.is_ok()) return tp.error();
-  return std::pair{tp.value(), 1};
+  return chosen_profile{tp.value(), instances, per_instance / fewest};
 }
 
 percentiles percentiles_of(std::vector<double> v) {
@@ -201,7 +219,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
                        fmt::format("unknown policy '{}' (known: {})", o.policy, fmt::join(names, ", "))};
   auto chosen = profile_for(o);
   if (!chosen.is_ok()) return chosen.error();
-  const auto& [model, n_instances] = chosen.value();
+  const auto& [model, n_instances, batch_scale] = chosen.value();
   auto shape = gpu::preset_config(model.model);
   if (!shape.is_ok()) return shape.error();
   const uint32_t blocks = uint32_t(model.kv_capacity_tokens / gpu::kv_block_tokens);
@@ -257,10 +275,9 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     ic.worker = worker;
     ic.rmanager = rm;
     ic.promises = rc.promises;
-    // static-single's one instance spans every GPU: its batches may be as large as all instances' together.
-    const int merged = o.instances / n_instances;
-    ic.max_batch_tokens = o.max_batch_tokens * merged;
-    ic.max_batch_seqs = o.max_batch_seqs * merged;
+    // An instance over more GPUs (static-single's spans them all) steps batches as much larger.
+    ic.max_batch_tokens = o.max_batch_tokens * batch_scale;
+    ic.max_batch_seqs = o.max_batch_seqs * batch_scale;
     ic.max_waiting = 1u << 30;
     ic.stream_tokens = false;
     ic.lending = lending;

@@ -36,6 +36,9 @@ struct sim_options {
   std::string gpu = "a100-80g";
   std::string model = "llama2-13b";
   int instances = 32;  ///< instances (GPUs, or TP groups when the model needs several)
+  /// GPUs of one instance, tensor parallel (0: as few as the weights need). Batches grow with them: an
+  /// instance of k times those GPUs steps k times max_batch_tokens and max_batch_seqs.
+  int gpus_per_instance = 0;
   std::string policy = "infinite";
   double rate_scale = 0;  ///< arrivals this many times faster; 0: all at once (saturating)
   size_t limit = 0;       ///< first N requests (0: all)

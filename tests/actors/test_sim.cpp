@@ -55,6 +55,26 @@ TEST_SUITE("actors") {
     CHECK(single.completed == 4);
   }
 
+  TEST_CASE("an instance over several GPUs holds more KV; fewer GPUs than the weights need is an error") {
+    // A 120K-token request: more than one a100-80g holds with llama2-13b (about 54K tokens), less than four
+    // (their weights stored once: about 310K).
+    std::vector<frontend::trace_row> trace{{0, 120000, 20}, {0, 2000, 20}};
+    sim::sim_options o;
+    o.instances = 2;
+    const auto one = simulate(trace, o, "static-multi");
+    CHECK(one.refused == 1);
+    o.gpus_per_instance = 4;
+    const auto four = simulate(trace, o, "static-multi");
+    CHECK(four.completed == 2);
+    CHECK(four.kv_tokens_per_instance > 4 * one.kv_tokens_per_instance);
+    o.model = "llama2-70b";  // 140 GB of weights
+    o.gpus_per_instance = 2;
+    o.policy = "infinite";
+    const auto too_few = sim::simulate(trace, o);
+    REQUIRE_FALSE(too_few.is_ok());
+    CHECK(too_few.error().message() == "llama2-70b needs at least 4 a100-80g per instance");
+  }
+
   TEST_CASE("a 2000K-token request completes on 32 simulated a100-80g with llama2-7b") {
     std::vector<frontend::trace_row> trace{{0, 2000000, 16}};
     sim::sim_options o;

@@ -1,6 +1,7 @@
 """`illm sim` as a user runs it: the policies side by side in one call (--json keyed by policy), a request
 longer than one instance completed by the lending policies and refused by static-multi, the rate sweep's
-CSV and PNG, and clear errors for a bad policy or a missing trace."""
+CSV and PNG, instances over several GPUs, and clear errors for a bad policy, too few GPUs for the model or a
+missing trace."""
 
 import csv
 import json
@@ -40,6 +41,16 @@ def main():
         assert results["static-single"]["instances"] == 1
         print("sim:", {k: (v["completed"], v["refused"], round(v["throughput_tok_s"], 2)) for k, v in results.items()})
 
+        # Two instances of 4 GPUs each (tensor parallel) hold the long request whole: static-multi completes it.
+        result = run("--trace", trace, "--instances", "2", "--gpus-per-instance", "4", "--policy", "static-multi",
+                     "--json")
+        assert result.returncode == 0, result.stdout + result.stderr
+        grouped = json.loads(result.stdout)
+        assert grouped["settings"]["gpus_per_instance"] == 4, grouped["settings"]
+        r = grouped["results"]["static-multi"]
+        assert (r["completed"], r["refused"], r["instances"]) == (4, 0, 2), r
+        assert "x4" in r["profile"] and r["kv_tokens_per_instance"] > 4 * multi["kv_tokens_per_instance"], r
+
         prefix = os.path.join(tmp, "sweep")
         result = run("--trace", os.path.join(REPO, "tests/data/traces/azure2023_conv.csv"), "--instances", "4",
                      "--policy", "infinite,static-multi", "--limit", "60", "--sweep", "--sweep-limit", "60",
@@ -58,6 +69,9 @@ def main():
 
         bad = run("--trace", trace, "--policy", "infinite,bogus")
         assert bad.returncode != 0 and "unknown policy 'bogus'" in bad.stderr, bad.stderr
+        too_few = run("--trace", trace, "--model", "llama2-70b", "--gpus-per-instance", "2")
+        assert too_few.returncode != 0 and "llama2-70b needs at least 4 a100-80g per instance" in too_few.stderr, \
+            too_few.stderr
         missing = run("--trace", os.path.join(tmp, "none.csv"))
         assert missing.returncode != 0 and "cannot read trace" in missing.stderr, missing.stderr
     print("test_sim: all checks passed")
