@@ -130,9 +130,14 @@ uint32_t promised_blocks(const instance_state& st) {
 }
 
 /// Tells the rManager, through the shared promises, what the running requests will still take here (before
-/// blocks that become theirs are freed: it lends only what is not promised).
+/// blocks that become theirs are freed: it lends only what is not promised) and what the request first in
+/// the queue needs (lent away, those blocks would leave this GPU idle while others' KV fills its pool).
 void note_promised(const instance_state& st) {
-  if (st.config.promises) st.config.promises->set_running(promised_blocks(st));
+  if (!st.config.promises) return;
+  st.config.promises->set_running(promised_blocks(st));
+  const generate_request* head = st.waiting.empty() ? nullptr : &st.waiting.front();
+  const uint32_t need = head ? blocks_needed(head->prompt.size(), head->max_tokens) : 0;
+  st.config.promises->set_queued(need <= st.config.pool->total_blocks() ? need : 0);
 }
 
 void publish_placement(self_ptr self) {

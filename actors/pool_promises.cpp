@@ -14,6 +14,16 @@ uint32_t pool_promises::running() const {
   return running_;
 }
 
+void pool_promises::set_queued(uint32_t blocks) {
+  std::lock_guard lock(mutex_);
+  queued_ = blocks;
+}
+
+uint32_t pool_promises::queued() const {
+  std::lock_guard lock(mutex_);
+  return queued_;
+}
+
 void pool_promises::promise(uint32_t owner, uint64_t req, uint32_t n) {
   std::lock_guard lock(mutex_);
   promised_[{owner, req}] += n;

@@ -1,7 +1,9 @@
 #pragma once
 // What an instance's pool is promised to beyond the blocks in use: the blocks its running requests will
 // still take as they grow, and the blocks promised to other instances' rooms and not yet handed over.
-// Free blocks are either spare (promised to nobody: others may borrow them) or promised.
+// Free blocks are either spare (promised to nobody: others may borrow them) or promised. The blocks the
+// request first in the instance's queue needs are not spare either: lent away, they would leave the
+// instance's GPU idle with its pool full of others' KV until those requests end.
 //
 // A room is a promise, not a reservation: the promised blocks stay in the pool until the owner's moves
 // take them, a few at a time as its long request grows. Until then the instance may lend that space to
@@ -30,6 +32,11 @@ class pool_promises {
   /// The blocks the running requests will still take (as last set).
   uint32_t running() const;
 
+  /// Sets the blocks the request first in the instance's queue needs (0: none waits, or it needs a room).
+  void set_queued(uint32_t blocks);
+  /// The blocks the first queued request needs (as last set).
+  uint32_t queued() const;
+
   /// Promises `n` more blocks to (owner, req)'s room.
   void promise(uint32_t owner, uint64_t req, uint32_t n);
   /// Takes up to `n` of (owner, req)'s promised blocks (they are being handed over); returns how many. The
@@ -52,6 +59,7 @@ class pool_promises {
  private:
   mutable std::mutex mutex_;
   uint32_t running_ = 0;
+  uint32_t queued_ = 0;
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> promised_;
   uint32_t total_ = 0;
   bool overdrawn_ = false;

@@ -38,6 +38,12 @@ struct incoming_move {
   uint32_t promised = 0;  // of them, blocks that were promised to the request's room
 };
 
+const instance_view* find_instance(const cluster_view& view, instance_id id) {
+  auto it = std::find_if(view.instances.begin(), view.instances.end(),
+                         [&](const instance_view& i) { return i.inst_id == id; });
+  return it == view.instances.end() ? nullptr : &*it;
+}
+
 }  // namespace
 
 struct rmanager_state {
@@ -63,9 +69,17 @@ struct rmanager_state {
     const uint32_t running = std::max(placement.promised_blocks, config.promises->running());
     return config.pool->free_blocks() - std::min(config.pool->free_blocks(), running);
   }
-  /// Free blocks not spoken for by this instance's running requests nor promised to rooms: what others
-  /// may have.
+  /// Free blocks not spoken for by this instance's running requests nor promised to rooms nor needed by the
+  /// request first in its queue: what others may have. While this instance holds blocks back for a long
+  /// request waiting for its room, that room comes before its queue.
   uint32_t spare_blocks() const {
+    const instance_view* me = find_instance(view, config.id);
+    const uint32_t queued = me && me->held_for_room > 0 ? 0 : config.promises->queued();
+    return unroomed_blocks() - std::min(unroomed_blocks(), queued);
+  }
+  /// Free blocks not spoken for by this instance's running requests nor promised to rooms: what a room the
+  /// gManager granted may have (its grant came while this instance held blocks back for it).
+  uint32_t unroomed_blocks() const {
     return unpromised_blocks() - std::min(unpromised_blocks(), config.promises->rooms_total());
   }
   /// The room promises are covered again once the unpromised blocks hold them all.
@@ -92,12 +106,6 @@ struct rmanager_state {
 namespace {
 
 using self_ptr = caf::stateful_actor<rmanager_state>*;
-
-const instance_view* find_instance(const cluster_view& view, instance_id id) {
-  auto it = std::find_if(view.instances.begin(), view.instances.end(),
-                         [&](const instance_view& i) { return i.inst_id == id; });
-  return it == view.instances.end() ? nullptr : &*it;
-}
 
 void plane_log(const rmanager_state& st, const std::string& line) {
   if (st.config.log) return st.config.log(line);
@@ -433,7 +441,7 @@ void ask_room(self_ptr self, const reserve_room& r) {
 /// moves take them.
 uint32_t keep(self_ptr self, const keep_blocks& k) {
   auto& st = self->state;
-  if (st.draining || k.num_blocks == 0 || k.num_blocks > st.spare_blocks()) return 0;
+  if (st.draining || k.num_blocks == 0 || k.num_blocks > st.unroomed_blocks()) return 0;
   st.config.promises->promise(k.owner, k.req_id, k.num_blocks);
   return k.num_blocks;
 }

@@ -470,6 +470,29 @@ TEST_SUITE("actors") {
     CHECK(moves[0].self_initiated);
   }
 
+  TEST_CASE("an instance lends none of the blocks its first queued request needs, unless it holds blocks for a room") {
+    protocol_fixture f(3);
+    f.give_blocks(0, 7, 6);
+    f.give_blocks(2, 8, 4);           // instance 1 has 8 free blocks, instance 2 has 4
+    f.promises[1]->set_queued(6);     // but the request first in instance 1's queue needs 6 of them
+    f.settle();
+    CHECK(protocol_fixture::member(f.view(), 1).free_blocks == 2);
+    caf::anon_send(f.rmanagers[0], need_blocks{7, 3});
+    f.settle();
+    REQUIRE(f.logs[0]->loans.size() == 1);
+    CHECK(f.logs[0]->loans[0].ok);
+    CHECK(f.pools[2]->blocks_of(7) == 3);  // the loan went where nothing waits for the blocks
+    CHECK(f.pools[1]->blocks_of(7) == 0);
+    // A long request waits for its room: the members hold blocks back for it, and those count first.
+    caf::anon_send(f.rmanagers[0], reserve_room{0, 5, 9});
+    f.settle();
+    REQUIRE(f.logs[0]->rooms.size() == 1);
+    CHECK_FALSE(f.logs[0]->rooms[0].granted);
+    f.settle();
+    CHECK(protocol_fixture::member(f.view(), 1).held_for_room > 0);
+    CHECK(protocol_fixture::member(f.view(), 1).free_blocks == 8);
+  }
+
   TEST_CASE("a room is a promise: the holder lends its blocks to its own requests and the room waits for them") {
     protocol_fixture f(2);
     caf::anon_send(f.rmanagers[0], reserve_room{0, 5, 6});
