@@ -90,8 +90,8 @@ const waiting_room* current_waiting(self_ptr self) {
   return st.waiting ? &*st.waiting : nullptr;
 }
 
-/// Blocks each member holds back for the waiting room: first what is spare now, on the members with the most
-/// (where the room would go), then what is still missing, spread by the pools' other blocks.
+/// Blocks each member holds back for the waiting room: first what is spare now, on the members with the most,
+/// then what is still missing, spread by the pools' other blocks.
 std::map<instance_id, uint32_t> held_for_room(self_ptr self) {
   std::map<instance_id, uint32_t> held;
   const waiting_room* w = current_waiting(self);
@@ -128,21 +128,20 @@ cluster_view view_of(self_ptr self) {
   return v;
 }
 
-/// `blocks` over members with (spare, id), `total` spare in all, in proportion to their spare: a long
-/// prefill's attention then splits evenly over its holders.
+/// `blocks` over members with (spare, id) as evenly as their spare allows: each holder
+/// takes the same share, or all its spare when that is less. A long prefill's attention then splits evenly
+/// over its holders, and the one with the most blocks, which every step waits for, has as few as can be.
 std::vector<std::pair<instance_id, uint32_t>> spread_room(std::vector<std::pair<uint32_t, instance_id>> spare,
-                                                         uint64_t total, uint32_t blocks) {
-  std::sort(spare.rbegin(), spare.rend());
+                                                         uint32_t blocks) {
+  std::sort(spare.begin(), spare.end());  // the least spare first: they fill up before the level
   std::map<instance_id, uint32_t> takes;
   uint32_t left = blocks;
-  for (const auto& [free, id] : spare) {
-    takes[id] = std::min<uint32_t>(free, uint32_t(uint64_t(blocks) * free / total));
+  for (size_t i = 0; i < spare.size(); ++i) {
+    const auto [free, id] = spare[i];
+    const size_t holders_left = spare.size() - i;
+    const uint32_t share = uint32_t((uint64_t(left) + holders_left - 1) / holders_left);
+    takes[id] = std::min(free, share);
     left -= takes[id];
-  }
-  for (const auto& [free, id] : spare) {  // what rounding left, on those with the most spare
-    const uint32_t more = std::min(free - takes[id], left);
-    takes[id] += more;
-    left -= more;
   }
   std::vector<std::pair<instance_id, uint32_t>> out;
   for (const auto& [id, take] : takes)
@@ -183,7 +182,7 @@ room_answer reserve(self_ptr self, const reserve_room& r) {
   }
   if (older && older->owner == r.owner && older->req == r.req_id) st.waiting.reset();
   auto& room = st.rooms[{r.owner, r.req_id}];
-  for (const auto& [id, take] : spread_room(spare, total, r.num_blocks)) {
+  for (const auto& [id, take] : spread_room(spare, r.num_blocks)) {
     room[id] = {take, st.members[id].last_seq};
     a.holders.push_back({id, take});
   }

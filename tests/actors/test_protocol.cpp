@@ -573,7 +573,7 @@ TEST_SUITE("actors") {
     CHECK(f.logs[2]->rooms[1].granted);
   }
 
-  TEST_CASE("a room spreads over its holders in proportion to their spare blocks") {
+  TEST_CASE("a room spreads over its holders as evenly as their spare blocks allow") {
     protocol_fixture f(3);
     f.give_blocks(2, 99, 4);  // instance 1 has 8 spare blocks, instance 2 has 4
     f.settle();
@@ -582,8 +582,15 @@ TEST_SUITE("actors") {
     REQUIRE(f.logs[0]->rooms.size() == 1);
     REQUIRE(f.logs[0]->rooms[0].granted);
     using holders = std::vector<std::pair<instance_id, uint32_t>>;
-    CHECK(f.logs[0]->rooms[0].holders == holders{{1, 4}, {2, 2}});
-    CHECK(f.promises[1]->of(0, 5) == 4);
-    CHECK(f.promises[2]->of(0, 5) == 2);
+    CHECK(f.logs[0]->rooms[0].holders == holders{{1, 3}, {2, 3}});
+    CHECK(f.promises[1]->of(0, 5) == 3);
+    CHECK(f.promises[2]->of(0, 5) == 3);
+    // 5 and 1 spare now: the one with less gives all it has, the other the rest.
+    f.settle();
+    caf::anon_send(f.rmanagers[0], reserve_room{0, 6, 4});
+    f.settle();
+    REQUIRE(f.logs[0]->rooms.size() == 2);
+    REQUIRE(f.logs[0]->rooms[1].granted);
+    CHECK(f.logs[0]->rooms[1].holders == holders{{1, 3}, {2, 1}});
   }
 }
