@@ -128,9 +128,9 @@ cluster_view view_of(self_ptr self) {
   return v;
 }
 
-/// `blocks` over members with (spare, id) as evenly as their spare allows: each holder
-/// takes the same share, or all its spare when that is less. A long prefill's attention then splits evenly
-/// over its holders, and the one with the most blocks, which every step waits for, has as few as can be.
+/// `blocks` over members with (spare, id) as evenly as their spare allows: each holder takes the same share,
+/// or all its spare when that is less. A long prefill's attention then splits evenly over its holders, and
+/// the one with the most blocks, which every step waits for, has as few as can be.
 std::vector<std::pair<instance_id, uint32_t>> spread_room(std::vector<std::pair<uint32_t, instance_id>> spare,
                                                          uint32_t blocks) {
   std::sort(spare.begin(), spare.end());  // the least spare first: they fill up before the level

@@ -153,15 +153,15 @@ caf::behavior driver(caf::stateful_actor<driver_state>* self, std::shared_ptr<dr
   };
 }
 
-/// The roofline (or given) profile, and the instance count, of a policy.
-/// The profile of one instance of a policy, the instances, and how many times the fewest GPUs the model
-/// needs an instance has (its batches grow as much).
+/// What a policy simulates: one instance's profile, the instances, and how many times the fewest GPUs the
+/// model needs an instance has (its batches grow as much).
 struct chosen_profile {
   placement::profile model;
   int instances = 0;
   int scale = 1;
 };
 
+/// The roofline profile of a policy's instances (tensor parallel over their GPUs), or the given one.
 gpu::result<chosen_profile> profile_for(const sim_options& o) {
   const bool single = o.policy == "static-single";
   if (o.profile) {
