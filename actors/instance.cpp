@@ -274,6 +274,13 @@ verdict judge(self_ptr self, uint32_t need, uint32_t promised) {
     ask_room(self, r.id, need, st.room_too_big == r.id ? std::min(fits_here, need - 1) : working_set(st));
     return verdict::wait;
   }
+  // Nothing runs here whose end would free blocks (the pool holds others' KV): it keeps what fits here and
+  // asks a room for the rest, rather than wait for requests elsewhere to end.
+  if (st.config.lending && st.batcher->idle() && fits_here >= working_set(st)) {
+    if (st.room_granted == r.id) return fits_here >= st.room_keep ? verdict::admit : verdict::wait;
+    ask_room(self, r.id, need, fits_here);
+    return verdict::wait;
+  }
   // Make room by lending running requests' blocks, unless the pool is a long request's (or nothing runs:
   // then it waits for blocks held for others to go).
   if (!st.batcher->idle() && st.with_room.empty()) ask_loan(self, 0, need - fits_here);

@@ -55,6 +55,21 @@ TEST_SUITE("actors") {
     CHECK(single.completed == 4);
   }
 
+  TEST_CASE("a request that finds its idle instance's pool full of another's KV starts with a room") {
+    // 3 a100-80g with llama2-13b hold 53,664 tokens each. Round robin: an 80K-token request on instance 0
+    // with a long answer keeps most of its KV in a room on instances 1 and 2; a tiny one goes to 1. A 30K
+    // request comes to instance 2 a minute later: what instance 2 has free cannot hold it, and nothing runs
+    // there whose end would free more, so it borrows the rest rather than wait for the long answer.
+    std::vector<frontend::trace_row> trace{{0, 80000, 3000}, {0, 100, 10}, {60, 30000, 10}};
+    sim::sim_options o;
+    o.instances = 3;
+    o.router = sim::routing::round_robin;
+    o.rate_scale = 1;  // arrivals at their times
+    const auto r = simulate(trace, o, "infinite");
+    REQUIRE(r.completed == trace.size());
+    CHECK(r.finished_s[2] < r.finished_s[0]);
+  }
+
   TEST_CASE("an instance over several GPUs holds more KV; fewer GPUs than the weights need is an error") {
     // A 120K-token request: more than one a100-80g holds with llama2-13b (about 54K tokens), less than four
     // (their weights stored once: about 310K).
