@@ -255,7 +255,7 @@ uint32_t blocks_for_new(const instance_state& st, uint32_t need, uint32_t promis
 /// tokens in this pool (blocks free, not promised to running requests); when it does not fit but others
 /// have room, a loan moves blocks of running requests out, and it starts once they have. A request longer
 /// than the pool needs a room: blocks the gManager keeps for it elsewhere, where its blocks move as it
-/// grows. Refused: without lending, a request longer than the pool; with it, one longer than the cluster
+/// grows; so does one that does not fit what is free while nothing runs here. Refused: without lending, a request longer than the pool; with it, one longer than the cluster
 /// (as a view newer than the request shows: members may have joined).
 verdict judge(self_ptr self, uint32_t need, uint32_t promised) {
   auto& st = self->state;
@@ -281,8 +281,8 @@ verdict judge(self_ptr self, uint32_t need, uint32_t promised) {
     ask_room(self, r.id, need, fits_here);
     return verdict::wait;
   }
-  // Make room by lending running requests' blocks, unless the pool is a long request's (or nothing runs:
-  // then it waits for blocks held for others to go).
+  // Make room by lending running requests' blocks, unless the pool is a long request's (or nothing runs and
+  // less than a working set is free: then it waits for blocks held for others to go).
   if (!st.batcher->idle() && st.with_room.empty()) ask_loan(self, 0, need - fits_here);
   return verdict::wait;
 }
