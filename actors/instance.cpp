@@ -255,8 +255,9 @@ uint32_t blocks_for_new(const instance_state& st, uint32_t need, uint32_t promis
 /// tokens in this pool (blocks free, not promised to running requests); when it does not fit but others
 /// have room, a loan moves blocks of running requests out, and it starts once they have. A request longer
 /// than the pool needs a room: blocks the gManager keeps for it elsewhere, where its blocks move as it
-/// grows; so does one that does not fit what is free while nothing runs here. Refused: without lending, a request longer than the pool; with it, one longer than the cluster
-/// (as a view newer than the request shows: members may have joined).
+/// grows; so does one that does not fit what is free while nothing runs here. Refused: without lending, a
+/// request longer than the pool; with it, one longer than the cluster (as a view newer than the request
+/// shows: members may have joined).
 verdict judge(self_ptr self, uint32_t need, uint32_t promised) {
   auto& st = self->state;
   const generate_request& r = st.waiting.front();

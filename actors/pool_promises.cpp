@@ -4,26 +4,6 @@
 
 namespace illm::actors {
 
-void pool_promises::set_running(uint32_t blocks) {
-  std::lock_guard lock(mutex_);
-  running_ = blocks;
-}
-
-uint32_t pool_promises::running() const {
-  std::lock_guard lock(mutex_);
-  return running_;
-}
-
-void pool_promises::set_queued(uint32_t blocks) {
-  std::lock_guard lock(mutex_);
-  queued_ = blocks;
-}
-
-uint32_t pool_promises::queued() const {
-  std::lock_guard lock(mutex_);
-  return queued_;
-}
-
 void pool_promises::promise(uint32_t owner, uint64_t req, uint32_t n) {
   std::lock_guard lock(mutex_);
   promised_[{owner, req}] += n;
@@ -67,16 +47,6 @@ uint32_t pool_promises::of(uint32_t owner, uint64_t req) const {
 uint32_t pool_promises::rooms_total() const {
   std::lock_guard lock(mutex_);
   return total_;
-}
-
-void pool_promises::set_overdrawn(bool overdrawn) {
-  std::lock_guard lock(mutex_);
-  overdrawn_ = overdrawn;
-}
-
-bool pool_promises::overdrawn() const {
-  std::lock_guard lock(mutex_);
-  return overdrawn_;
 }
 
 }  // namespace illm::actors

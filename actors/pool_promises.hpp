@@ -17,6 +17,7 @@
 // so the room's owner waits only for requests that already run here, which need nothing from anyone.
 // Shared by the two actors: thread-safe.
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -28,14 +29,14 @@ namespace illm::actors {
 class pool_promises {
  public:
   /// Sets the blocks the running requests will still take.
-  void set_running(uint32_t blocks);
+  void set_running(uint32_t blocks) { running_ = blocks; }
   /// The blocks the running requests will still take (as last set).
-  uint32_t running() const;
+  uint32_t running() const { return running_; }
 
   /// Sets the blocks the request first in the instance's queue needs (0: none waits, or it needs a room).
-  void set_queued(uint32_t blocks);
+  void set_queued(uint32_t blocks) { queued_ = blocks; }
   /// The blocks the first queued request needs (as last set).
-  uint32_t queued() const;
+  uint32_t queued() const { return queued_; }
 
   /// Promises `n` more blocks to (owner, req)'s room.
   void promise(uint32_t owner, uint64_t req, uint32_t n);
@@ -52,17 +53,16 @@ class pool_promises {
   uint32_t rooms_total() const;
 
   /// Marks the promises overdrawn (a room's move found its blocks in use) or covered again.
-  void set_overdrawn(bool overdrawn);
+  void set_overdrawn(bool overdrawn) { overdrawn_ = overdrawn; }
   /// Whether a room waits for promised blocks that this instance's own requests took.
-  bool overdrawn() const;
+  bool overdrawn() const { return overdrawn_; }
 
  private:
-  mutable std::mutex mutex_;
-  uint32_t running_ = 0;
-  uint32_t queued_ = 0;
+  std::atomic<uint32_t> running_{0}, queued_{0};
+  std::atomic<bool> overdrawn_{false};
+  mutable std::mutex mutex_;  // the rooms' promises
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> promised_;
   uint32_t total_ = 0;
-  bool overdrawn_ = false;
 };
 
 }  // namespace illm::actors
