@@ -145,12 +145,32 @@ const gpu_spec* find_gpu(std::string_view name) {
   return nullptr;
 }
 
-/// Non-attention time of one layer for `beta` tokens, its weights split over `split` GPUs.
-double roofline_dense(const gpu_spec& g, const gpu::model_config& c, double beta, int split) {
+/// How a tensor-parallel group of `n` GPUs splits one layer: a GPU takes whole heads, so the busiest
+/// holds ceil(heads / n) of them, and a key/value head is copied to every GPU whose query heads use it
+/// once there are more GPUs than key/value heads; the MLP splits evenly. Shares of the busiest GPU,
+/// which every step waits for (1/n each when n divides the heads).
+struct tp_split {
+  double q_share = 1;    ///< query heads, and the q and o projections
+  double kv_share = 1;   ///< key/value heads: their projections, KV memory and reads
+  double mlp_share = 1;
+};
+
+tp_split split_over(const gpu::model_config& c, int n) {
+  const auto busiest = [n](int parts) { return std::ceil(double(parts) / n) / parts; };
+  return {busiest(c.n_heads), busiest(c.n_kv_heads), busiest(c.hidden_dim)};
+}
+
+/// Parameters of one layer, in all and on the busiest GPU of the split.
+std::pair<double, double> layer_params(const gpu::model_config& c, const tp_split& s) {
   const double d = c.dim, kv = c.kv_dim(), h = c.hidden_dim;
-  const double params = 2 * d * d + 2 * d * kv + 3 * d * h;
-  const double compute = 2 * params * beta / split / (g.flops * compute_efficiency);
-  const double memory = 2 * params / split / (g.hbm_bytes_per_s * memory_efficiency);
+  return {2 * d * d + 2 * d * kv + 3 * d * h, 2 * d * d * s.q_share + 2 * d * kv * s.kv_share + 3 * d * h * s.mlp_share};
+}
+
+/// Non-attention time of one layer for `beta` tokens on the busiest GPU of the split.
+double roofline_dense(const gpu_spec& g, const gpu::model_config& c, double beta, const tp_split& split) {
+  const double params = layer_params(c, split).second;
+  const double compute = 2 * params * beta / (g.flops * compute_efficiency);
+  const double memory = 2 * params / (g.hbm_bytes_per_s * memory_efficiency);
   return std::max(compute, memory) + kernel_launch_s;
 }
 
@@ -168,26 +188,30 @@ double all_reduce(const gpu_spec& g, const gpu::model_config& c, double beta, in
 
 profile make_profile(const gpu_spec& g, const gpu::model_config& c, std::string_view model, int gpus_per_instance,
                      bool tensor_parallel) {
+  const tp_split split = split_over(c, gpus_per_instance);
   profile p;
-  p.name = fmt::format("{} x{} {} (roofline{})", g.name, gpus_per_instance, model, tensor_parallel ? ", TP" : "");
+  p.name = fmt::format("{} x{} {} (roofline{})", g.name, gpus_per_instance, model,
+                       tensor_parallel ? fmt::format(", TP, up to {} of {} heads per GPU",
+                                                     int(std::ceil(double(c.n_heads) / gpus_per_instance)), c.n_heads)
+                                       : "");
   p.model = std::string(model);
   p.n_layers = c.n_layers;
   p.gpus = gpus_per_instance;
   for (double beta : {1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0})
-    p.dense_s.emplace_back(beta, roofline_dense(g, c, beta, gpus_per_instance) +
-                                     all_reduce(g, c, beta, gpus_per_instance));
+    p.dense_s.emplace_back(beta, roofline_dense(g, c, beta, split) + all_reduce(g, c, beta, gpus_per_instance));
   const double kv_bytes_per_layer_token = 2.0 * c.kv_dim() * 2;  // K and V, fp16
-  // Attention splits by heads over the instance's GPUs.
-  p.attention_tokens_per_s =
-      g.hbm_bytes_per_s * attention_efficiency * gpus_per_instance / kv_bytes_per_layer_token;
+  // Attention splits by heads: the busiest GPU reads its key/value heads' KV and computes its query heads'.
+  p.attention_tokens_per_s = g.hbm_bytes_per_s * attention_efficiency / (kv_bytes_per_layer_token * split.kv_share);
   // QK and PV: 4 flops per head dimension and pair, over every query head.
-  p.prefill_pairs_per_s = g.flops * compute_efficiency * gpus_per_instance / (4.0 * c.dim);
+  p.prefill_pairs_per_s = g.flops * compute_efficiency / (4.0 * c.dim * split.q_share);
   p.sampled_row_s = 2.0 * c.vocab_size * c.dim / (g.flops * compute_efficiency * gpus_per_instance);
   p.step_overhead_s = 2.0 * c.vocab_size * c.dim / (g.hbm_bytes_per_s * memory_efficiency) + scheduling_s;
   p.kv_bytes_per_token = uint64_t(kv_bytes_per_layer_token * c.n_layers);
-  const double weights = 2.0 * double(c.parameter_count(false));
-  const double usable = 0.9 * g.memory_bytes * gpus_per_instance - weights - 2e9 * gpus_per_instance;  // activations
-  p.kv_capacity_tokens = uint64_t(std::max(0.0, usable) / double(p.kv_bytes_per_token));
+  // The instance holds as many tokens as its busiest GPU does: its share of the weights and of each token's KV.
+  const auto [params, params_here] = layer_params(c, split);
+  const double weights_here = 2.0 * double(c.parameter_count(false)) * params_here / params;
+  const double usable = 0.9 * g.memory_bytes - weights_here - 2e9;  // activations
+  p.kv_capacity_tokens = uint64_t(std::max(0.0, usable) / (double(p.kv_bytes_per_token) * split.kv_share));
   return p;
 }
 
