@@ -316,11 +316,11 @@ void start_move(self_ptr self, move_id id, request_id req, uint32_t num_blocks, 
             [=](const caf::error& err) { finish_move(self, id, false, "instance did not pick blocks"); });
 }
 
-/// Blocks of req on this instance, by the latest placement (the last one may not be full yet).
-uint32_t local_blocks_of(const rmanager_state& st, request_id req) {
+/// Blocks of req on instance `inst`, by the latest placement (the last one may not be full yet).
+uint32_t blocks_on(const rmanager_state& st, request_id req, instance_id inst) {
   uint32_t n = 0;
   for (const auto& e : st.placement.placement)
-    if (e.req_id == req && e.local) n += e.num_blocks;
+    if (e.req_id == req && e.inst_id == inst) n += e.num_blocks;
   return n;
 }
 
@@ -331,15 +331,21 @@ struct loan_plan {
   uint32_t max_blocks = 0;
 };
 
-/// The holder of req's room with the most blocks still kept, if any is alive.
+/// The holder of req's room that holds the fewest of its blocks yet (then: the most still kept), if any is
+/// alive: every step waits for the holder with the most, so the room fills evenly.
 std::optional<loan_plan> room_plan(const rmanager_state& st, request_id req) {
   auto room = st.rooms.find(req);
   if (room == st.rooms.end()) return std::nullopt;
   std::optional<loan_plan> best;
-  for (const auto& [holder, kept] : room->second)
-    if (kept > 0 && find_instance(st.view, holder) && !st.room_refused.count({req, holder}) &&
-        (!best || kept > best->max_blocks))
+  uint32_t best_holds = 0;
+  for (const auto& [holder, kept] : room->second) {
+    if (kept == 0 || !find_instance(st.view, holder) || st.room_refused.count({req, holder})) continue;
+    const uint32_t holds = blocks_on(st, req, holder);
+    if (!best || holds < best_holds || (holds == best_holds && kept > best->max_blocks)) {
       best = {req, holder, kept};
+      best_holds = holds;
+    }
+  }
   return best;
 }
 
@@ -347,12 +353,12 @@ std::optional<loan_plan> room_plan(const rmanager_state& st, request_id req) {
 /// full blocks here, else the one with the most blocks here (its blocks leave, the short one takes their
 /// place). Otherwise any request's blocks go to the instance with the most spare blocks in the latest view.
 std::optional<loan_plan> plan_loan(const rmanager_state& st, request_id short_req) {
-  if (local_blocks_of(st, short_req) > 1)
+  if (blocks_on(st, short_req, st.config.id) > 1)
     if (auto plan = room_plan(st, short_req)) return plan;
   std::optional<loan_plan> best;
   uint32_t best_local = 1;
   for (const auto& [req, holders] : st.rooms)
-    if (const uint32_t local = local_blocks_of(st, req); local > best_local)
+    if (const uint32_t local = blocks_on(st, req, st.config.id); local > best_local)
       if (auto plan = room_plan(st, req)) {
         best = plan;
         best_local = local;
@@ -379,6 +385,15 @@ void start_loan(self_ptr self, const need_blocks& need) {
   st.loan_in_flight = true;
   const move_id id = (uint64_t(st.config.id) + 1) << 40 | st.next_move++;
   start_move(self, id, plan->req, std::min(need.num_blocks, plan->max_blocks), plan->dst, true);
+}
+
+/// The gManager's order to move blocks of a request out. A request with a room moves them into it, to its
+/// holder with the fewest of them (the room's blocks are kept for it, and every step waits for the holder
+/// that attends the most); the others to the creditor the policy chose.
+void order_move(self_ptr self, const move_kvcache& m) {
+  const auto plan = room_plan(self->state, m.req_id);
+  if (!plan) return start_move(self, m.id, m.req_id, m.num_blocks, m.dst_inst, false);
+  start_move(self, m.id, m.req_id, std::min(m.num_blocks, plan->max_blocks), plan->dst, false);
 }
 
 void release_everywhere(self_ptr self, request_id req);
@@ -621,7 +636,7 @@ caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
         join(self);
       },
       [=](heartbeat_tick_atom) { send_heartbeat(self); },
-      [=](const move_kvcache& m) { start_move(self, m.id, m.req_id, m.num_blocks, m.dst_inst, false); },
+      [=](const move_kvcache& m) { order_move(self, m); },
       [=](const need_blocks& n) { start_loan(self, n); },
       [=](const keep_blocks& k) { return keep(self, k); },
       [=](reserve_room& r) {

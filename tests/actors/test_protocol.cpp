@@ -573,6 +573,34 @@ TEST_SUITE("actors") {
     CHECK(f.logs[2]->rooms[1].granted);
   }
 
+  TEST_CASE("a request with a room moves its blocks into it, to the holder with the fewest of them") {
+    protocol_fixture f(4);
+    f.give_blocks(0, 5, 6);
+    f.give_blocks(3, 99, protocol_fixture::pool_blocks);  // instance 3 holds no room
+    f.settle();
+    caf::anon_send(f.rmanagers[0], reserve_room{0, 5, 6});
+    f.settle();
+    REQUIRE(f.logs[0]->rooms.size() == 1);
+    REQUIRE(f.logs[0]->rooms[0].granted);
+    using holders = std::vector<std::pair<instance_id, uint32_t>>;
+    REQUIRE(f.logs[0]->rooms[0].holders == holders{{1, 3}, {2, 3}});
+    placement_update owner;
+    owner.placement.push_back({5, 0, 6, true});
+    caf::anon_send(f.rmanagers[0], owner);
+    f.orders.next.push_back({5, 0, 1, 2});
+    f.settle();
+    CHECK(f.pools[1]->blocks_of(5) == 2);
+    // The policy names instance 1 again: the blocks go to instance 2, which holds none of them yet.
+    owner.placement = {{5, 0, 4, true}, {5, 1, 2, false}};
+    caf::anon_send(f.rmanagers[0], owner);
+    f.orders.next.push_back({5, 0, 1, 2});
+    f.settle();
+    CHECK(f.pools[1]->blocks_of(5) == 2);
+    CHECK(f.pools[2]->blocks_of(5) == 2);
+    CHECK(f.promises[1]->of(0, 5) == 1);
+    CHECK(f.promises[2]->of(0, 5) == 1);
+  }
+
   TEST_CASE("a room spreads over its holders as evenly as their spare blocks allow") {
     protocol_fixture f(3);
     f.give_blocks(2, 99, 4);  // instance 1 has 8 spare blocks, instance 2 has 4
