@@ -73,6 +73,16 @@ void print_report(const actors::sim::sim_report& r) {
              r.busy_fraction * 100, r.wall_s);
 }
 
+/// The first policy's throughput over each other policy's (those with any throughput), keyed by the other.
+nlohmann::json throughput_ratios(const nlohmann::json& results, const std::vector<std::string>& policies) {
+  nlohmann::json out = nlohmann::json::object();
+  const double first = results[policies.front()]["throughput_tok_s"].get<double>();
+  for (size_t i = 1; i < policies.size(); ++i)
+    if (const double other = results[policies[i]]["throughput_tok_s"].get<double>(); other > 0)
+      out[policies[i]] = first / other;
+  return out;
+}
+
 /// Per policy: the highest offered request rate whose median normalized latency stays under the SLO.
 void run_sweep(const sim_flags& f, const std::vector<actors::frontend::trace_row>& trace,
                const std::vector<std::string>& policies) {
@@ -158,7 +168,10 @@ void run_sim(const sim_flags& f) {
     j["results"][policy] = report_json(r.value());
     if (!f.json) print_report(r.value());
   }
+  j["throughput_ratio"] = throughput_ratios(j["results"], policies);
   if (f.json) std::cout << j.dump() << "\n";
+  for (const auto& [other, ratio] : j["throughput_ratio"].items())
+    if (!f.json) fmt::print("throughput {} / {}: {:.2f}x\n", policies.front(), other, ratio.get<double>());
   if (f.sweep) run_sweep(flags, trace.value(), policies);
 }
 

@@ -1,7 +1,7 @@
-"""`illm sim` as a user runs it: the policies side by side in one call (--json keyed by policy), a request
-longer than one instance completed by the lending policies and refused by static-multi, the rate sweep's
-CSV and PNG, instances over several GPUs, and clear errors for a bad policy, too few GPUs for the model or a
-missing trace."""
+"""`illm sim` as a user runs it: the policies side by side in one call (--json keyed by policy, with the
+first policy's throughput over each other's), a request longer than one instance completed by the lending
+policies and refused by static-multi, the rate sweep's CSV and PNG, instances over several GPUs, and clear
+errors for a bad policy, too few GPUs for the model or a missing trace."""
 
 import csv
 import json
@@ -26,8 +26,15 @@ def main():
             f.write("arrival_s,input_tokens,output_tokens\n0,2000,50\n1,120000,20\n2,3000,40\n3,500,30\n")
         result = run("--trace", trace, "--instances", "4", "--policy", ",".join(POLICIES), "--json")
         assert result.returncode == 0, result.stdout + result.stderr
-        results = json.loads(result.stdout)["results"]
+        report = json.loads(result.stdout)
+        results = report["results"]
         assert sorted(results) == sorted(POLICIES), list(results)
+        # The first policy's throughput over each other's, side by side from the same run.
+        ratios = report["throughput_ratio"]
+        assert sorted(ratios) == sorted(POLICIES[1:]), ratios
+        for name, ratio in ratios.items():
+            expected = results["infinite"]["throughput_tok_s"] / results[name]["throughput_tok_s"]
+            assert abs(ratio - expected) < 1e-9 * expected, (name, ratio, expected)
         for name in ("infinite", "passive", "static-single"):
             r = results[name]
             assert (r["completed"], r["refused"], r["failed"]) == (4, 0, 0), (name, r)
@@ -40,6 +47,11 @@ def main():
         assert results["infinite"]["profile"] == multi["profile"]
         assert results["static-single"]["instances"] == 1
         print("sim:", {k: (v["completed"], v["refused"], round(v["throughput_tok_s"], 2)) for k, v in results.items()})
+
+        human = run("--trace", trace, "--instances", "4", "--policy", "infinite,static-multi")
+        assert human.returncode == 0, human.stdout + human.stderr
+        line = next(l for l in human.stdout.splitlines() if l.startswith("throughput infinite / static-multi: "))
+        assert line.endswith("x") and abs(float(line.split(": ")[1][:-1]) - ratios["static-multi"]) < 0.006, line
 
         # Two instances of 4 GPUs each (tensor parallel) hold the long request whole: static-multi completes it.
         result = run("--trace", trace, "--instances", "2", "--gpus-per-instance", "4", "--policy", "static-multi",
