@@ -170,8 +170,9 @@ void run_sim(const sim_flags& f) {
   }
   j["throughput_ratio"] = throughput_ratios(j["results"], policies);
   if (f.json) std::cout << j.dump() << "\n";
-  for (const auto& [other, ratio] : j["throughput_ratio"].items())
-    if (!f.json) fmt::print("throughput {} / {}: {:.2f}x\n", policies.front(), other, ratio.get<double>());
+  if (!f.json)
+    for (const auto& [other, ratio] : j["throughput_ratio"].items())
+      fmt::print("throughput {} / {}: {:.2f}x\n", policies.front(), other, ratio.get<double>());
   if (f.sweep) run_sweep(flags, trace.value(), policies);
 }
 

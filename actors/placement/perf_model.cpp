@@ -163,7 +163,8 @@ tp_split split_over(const gpu::model_config& c, int n) {
 /// Parameters of one layer, in all and on the busiest GPU of the split.
 std::pair<double, double> layer_params(const gpu::model_config& c, const tp_split& s) {
   const double d = c.dim, kv = c.kv_dim(), h = c.hidden_dim;
-  return {2 * d * d + 2 * d * kv + 3 * d * h, 2 * d * d * s.q_share + 2 * d * kv * s.kv_share + 3 * d * h * s.mlp_share};
+  return {2 * d * d + 2 * d * kv + 3 * d * h,
+          2 * d * d * s.q_share + 2 * d * kv * s.kv_share + 3 * d * h * s.mlp_share};
 }
 
 /// Non-attention time of one layer for `beta` tokens on the busiest GPU of the split.
