@@ -191,6 +191,15 @@ struct protocol_fixture {
     caf::anon_send(rmanagers[inst], placement_update{});
   }
 
+  /// Instance `owner` asks a room of `blocks` for its request `req`; the answer it hears.
+  room_answer ask_room(size_t owner, request_id req, uint32_t blocks) {
+    const size_t before = logs[owner]->rooms.size();
+    caf::anon_send(rmanagers[owner], reserve_room{instance_id(owner), req, blocks});
+    settle();
+    REQUIRE(logs[owner]->rooms.size() == before + 1);
+    return logs[owner]->rooms.back();
+  }
+
   /// The gManager's view now.
   cluster_view view() {
     cluster_view out;
@@ -578,12 +587,10 @@ TEST_SUITE("actors") {
     f.give_blocks(0, 5, 6);
     f.give_blocks(3, 99, protocol_fixture::pool_blocks);  // instance 3 holds no room
     f.settle();
-    caf::anon_send(f.rmanagers[0], reserve_room{0, 5, 6});
-    f.settle();
-    REQUIRE(f.logs[0]->rooms.size() == 1);
-    REQUIRE(f.logs[0]->rooms[0].granted);
+    const room_answer room = f.ask_room(0, 5, 6);
+    REQUIRE(room.granted);
     using holders = std::vector<std::pair<instance_id, uint32_t>>;
-    REQUIRE(f.logs[0]->rooms[0].holders == holders{{1, 3}, {2, 3}});
+    REQUIRE(room.holders == holders{{1, 3}, {2, 3}});
     placement_update owner;
     owner.placement.push_back({5, 0, 6, true});
     caf::anon_send(f.rmanagers[0], owner);
@@ -605,20 +612,16 @@ TEST_SUITE("actors") {
     protocol_fixture f(3);
     f.give_blocks(2, 99, 4);  // instance 1 has 8 spare blocks, instance 2 has 4
     f.settle();
-    caf::anon_send(f.rmanagers[0], reserve_room{0, 5, 6});
-    f.settle();
-    REQUIRE(f.logs[0]->rooms.size() == 1);
-    REQUIRE(f.logs[0]->rooms[0].granted);
+    const room_answer first = f.ask_room(0, 5, 6);
+    REQUIRE(first.granted);
     using holders = std::vector<std::pair<instance_id, uint32_t>>;
-    CHECK(f.logs[0]->rooms[0].holders == holders{{1, 3}, {2, 3}});
+    CHECK(first.holders == holders{{1, 3}, {2, 3}});
     CHECK(f.promises[1]->of(0, 5) == 3);
     CHECK(f.promises[2]->of(0, 5) == 3);
     // 5 and 1 spare now: the one with less gives all it has, the other the rest.
     f.settle();
-    caf::anon_send(f.rmanagers[0], reserve_room{0, 6, 4});
-    f.settle();
-    REQUIRE(f.logs[0]->rooms.size() == 2);
-    REQUIRE(f.logs[0]->rooms[1].granted);
-    CHECK(f.logs[0]->rooms[1].holders == holders{{1, 3}, {2, 1}});
+    const room_answer second = f.ask_room(0, 6, 4);
+    REQUIRE(second.granted);
+    CHECK(second.holders == holders{{1, 3}, {2, 1}});
   }
 }
