@@ -14,8 +14,10 @@
 #include "actors/gmanager.hpp"
 #include "actors/hosted_blocks.hpp"
 #include "actors/instance.hpp"
+#include "actors/pool_promises.hpp"
 #include "actors/rmanager.hpp"
 #include "actors/sim/sim_worker.hpp"
+#include "gpu/kv_pool.hpp"
 #include "gpu/model_config.hpp"
 #include "gpu/sim/sim_backend.hpp"
 #include "transport/sim/sim_plane.hpp"
@@ -192,6 +194,37 @@ uint64_t total_steps(const std::vector<std::shared_ptr<sim_worker_stats>>& stats
   return n;
 }
 
+/// Time-weighted means over the run of the pools' blocks in use and of their free blocks promised (to the
+/// running requests as they grow, and to rooms): memory spoken for but holding no KV yet.
+class kv_meter {
+ public:
+  kv_meter(std::vector<std::shared_ptr<gpu::kv_pool>> pools, std::vector<std::shared_ptr<pool_promises>> promises)
+      : pools_(std::move(pools)), promises_(std::move(promises)) {}
+
+  /// The pools at simulated second `t`; they stay so until the next sample.
+  void sample(double t) {
+    used_s_ += used_ * (t - last_t_);
+    promised_s_ += promised_ * (t - last_t_);
+    last_t_ = t;
+    uint64_t used = 0, promised = 0, total = 0;
+    for (size_t i = 0; i < pools_.size(); ++i) {
+      const uint32_t free = pools_[i]->free_blocks();
+      used += pools_[i]->used_blocks();
+      total += pools_[i]->total_blocks();
+      promised += std::min<uint64_t>(free, uint64_t(promises_[i]->running()) + promises_[i]->rooms_total());
+    }
+    used_ = total ? double(used) / double(total) : 0;
+    promised_ = total ? double(promised) / double(total) : 0;
+  }
+  double used_fraction() const { return last_t_ > 0 ? used_s_ / last_t_ : 0; }
+  double promised_fraction() const { return last_t_ > 0 ? promised_s_ / last_t_ : 0; }
+
+ private:
+  std::vector<std::shared_ptr<gpu::kv_pool>> pools_;
+  std::vector<std::shared_ptr<pool_promises>> promises_;
+  double used_s_ = 0, promised_s_ = 0, last_t_ = 0, used_ = 0, promised_ = 0;
+};
+
 void add_step_figures(sim_report& r, const std::vector<std::shared_ptr<sim_worker_stats>>& stats) {
   sim_worker_stats all;
   for (const auto& s : stats) {
@@ -206,7 +239,10 @@ void add_step_figures(sim_report& r, const std::vector<std::shared_ptr<sim_worke
     r.mean_step_tokens = double(all.tokens) / double(all.steps);
     r.mean_step_sampled = double(all.sampled) / double(all.steps);
   }
-  if (r.makespan_s > 0 && !stats.empty()) r.busy_fraction = all.busy_s / (r.makespan_s * double(stats.size()));
+  if (r.makespan_s > 0 && !stats.empty()) {
+    r.busy_fraction = all.busy_s / (r.makespan_s * double(stats.size()));
+    r.hosted_fraction = all.hosted_s / (r.makespan_s * double(stats.size()));
+  }
 }
 
 }  // namespace
@@ -245,6 +281,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   std::vector<caf::actor> instances, everyone{gm};
   std::vector<std::shared_ptr<gpu::kv_pool>> pools;
   std::vector<std::shared_ptr<sim_worker_stats>> stats;
+  std::vector<std::shared_ptr<pool_promises>> promises;
   auto workers = std::make_shared<std::vector<caf::actor>>();
   for (int i = 0; i < n_instances; ++i) {
     auto pool = gpu::kv_pool::create(device, layout, blocks);
@@ -257,6 +294,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     rc.pool = pools.back();
     rc.hosted = hosted;
     rc.promises = std::make_shared<pool_promises>();
+    promises.push_back(rc.promises);
     rc.plane = plane;
     rc.region = plane->register_memory(pools.back()->base(), uint64_t(blocks) * layout.block_bytes()).value();
     rc.gmanager = gm;
@@ -302,8 +340,10 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   // then counts as failed.
   uint64_t steps_seen = 0;
   auto last_progress = sched.clock().now();
+  kv_meter kv{pools, promises};
   do {
     sched.run();
+    kv.sample(std::chrono::duration<double>(sched.clock().now() - record->start).count());
     if (const uint64_t steps = total_steps(stats); steps != steps_seen) {
       steps_seen = steps;
       last_progress = sched.clock().now();
@@ -357,6 +397,8 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   r.request_rate = span > 0 ? double(n) / span : 0;
   for (const auto& m : events->moves()) (m.ok ? r.moves : r.moves_failed) += 1;
   add_step_figures(r, stats);
+  r.kv_used_fraction = kv.used_fraction();
+  r.kv_promised_fraction = kv.promised_fraction();
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return r;
 }

@@ -81,6 +81,9 @@ struct sim_report {
   double mean_step_tokens = 0;   ///< batch tokens per step, over all instances
   double mean_step_sampled = 0;  ///< sampled rows (decoding requests) per step
   double busy_fraction = 0;      ///< instances' step time over makespan, mean
+  double hosted_fraction = 0;    ///< attention computed for other instances' requests over makespan, mean
+  double kv_used_fraction = 0;   ///< KV blocks in use over all blocks, mean over the run
+  double kv_promised_fraction = 0;  ///< free KV blocks promised (to running requests' growth, to rooms), mean
   double wall_s = 0;  ///< real time the simulation took
   /// Per request of the trace, in order: simulated seconds from the first arrival to its end; -1 when it
   /// did not complete.

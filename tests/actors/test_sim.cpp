@@ -55,6 +55,33 @@ TEST_SUITE("actors") {
     CHECK(single.completed == 4);
   }
 
+  TEST_CASE("the report gives the GPUs' time and the KV memory used and promised over the run") {
+    // One request alone on one instance: its KV never takes more than its 1,000 + 2,000 tokens' blocks,
+    // and the blocks for the answer it has not written yet are promised to it from its start.
+    sim::sim_options o;
+    o.instances = 1;
+    const auto alone = simulate({{0, 1000, 2000}}, o, "static-multi");
+    REQUIRE(alone.completed == 1);
+    const double its_blocks = double(3000 / 16 + 1) / double(alone.kv_tokens_per_instance / 16);
+    CHECK(alone.kv_used_fraction > 0);
+    CHECK(alone.kv_used_fraction <= its_blocks);
+    CHECK(alone.kv_promised_fraction > 0);
+    CHECK(alone.busy_fraction > 0);
+    CHECK(alone.busy_fraction <= 1.0 + 1e-9);
+    CHECK(alone.hosted_fraction == 0);
+    // A request longer than one instance: its holders attend for it, with lending only.
+    std::vector<frontend::trace_row> trace{{0, 2000, 50}, {1, 120000, 20}, {2, 3000, 40}, {3, 500, 30}};
+    o.instances = 4;
+    const auto infinite = simulate(trace, o, "infinite");
+    const auto multi = simulate(trace, o, "static-multi");
+    CHECK(infinite.hosted_fraction > 0);
+    CHECK(multi.hosted_fraction == 0);
+    for (const auto* r : {&infinite, &multi}) {
+      CHECK(r->kv_used_fraction > 0);
+      CHECK(r->kv_used_fraction + r->kv_promised_fraction <= 1.0 + 1e-9);
+    }
+  }
+
   TEST_CASE("a request that finds its idle instance's pool full of another's KV starts with a room") {
     // 3 a100-80g with llama2-13b hold 53,664 tokens each. Round robin: an 80K-token request on instance 0
     // with a long answer keeps most of its KV in a room on instances 1 and 2; a tiny one goes to 1. A 30K
