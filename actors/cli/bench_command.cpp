@@ -292,7 +292,7 @@ void add_bench_command(CLI::App& app) {
   bench->add_option("--url", replay->options.url, "Replay a trace against this server (http://host:port)");
   bench->add_option("--trace", replay->trace, "Trace CSV: arrival_s,input_tokens,output_tokens");
   bench->add_option("--rate-scale", replay->options.rate_scale, "Arrivals come this many times faster")
-      ->check(CLI::PositiveNumber)
+      ->check(above_zero())
       ->capture_default_str();
   bench->add_option("--limit", replay->options.limit, "Replay only the first N requests");
   bench->add_option("--max-input-tokens", replay->options.max_input_tokens, "Clamp prompts to this many tokens")

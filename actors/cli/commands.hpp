@@ -40,4 +40,7 @@ host_port parse_host_port(const std::string& text, const char* flag, bool port_z
 /// Prints `message` to stderr as an error and throws CLI::RuntimeError(code).
 [[noreturn]] void fail(const std::string& message, int code = 1);
 
+/// Checks that an option's value is a number above zero ("must be a number above zero, not 0").
+CLI::Validator above_zero();
+
 }  // namespace illm::cli

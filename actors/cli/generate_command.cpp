@@ -26,6 +26,15 @@ void fail(const std::string& message, int code) {
   throw CLI::RuntimeError(code);
 }
 
+CLI::Validator above_zero() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double value = 0;
+        return CLI::detail::lexical_cast(text, value) && value > 0 ? "" : "must be a number above zero, not " + text;
+      },
+      "POSITIVE");
+}
+
 namespace {
 
 struct generate_flags {

@@ -206,12 +206,18 @@ void add_sim_command(CLI::App& app) {
                   "Requests an instance may hold that have not started; the front end queues the rest (0: none held)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--max-batch-tokens", f->options.max_batch_tokens, "Tokens per step")->capture_default_str();
-  cmd->add_option("--max-batch-seqs", f->options.max_batch_seqs, "Sequences per step")->capture_default_str();
+  cmd->add_option("--max-batch-tokens", f->options.max_batch_tokens, "Tokens per step")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-batch-seqs", f->options.max_batch_seqs, "Sequences per step")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
   cmd->add_option("--profile", f->profile_file, "A measured profile (illm profile) instead of the GPU's roofline");
   cmd->add_flag("--json", f->json, "Print one JSON object (results keyed by policy)");
   cmd->add_flag("--sweep", f->sweep, "Sweep arrival rates; CSV and PNG of latency against load");
-  cmd->add_option("--slo", f->slo_s, "Sweep SLO: median e2e latency per output token, seconds")->capture_default_str();
+  cmd->add_option("--slo", f->slo_s, "Sweep SLO: median e2e latency per output token, seconds")
+      ->check(above_zero())
+      ->capture_default_str();
   cmd->add_option("--sweep-limit", f->sweep_limit, "Requests per sweep point")->capture_default_str();
   cmd->add_option("--sweep-out", f->sweep_out, "Sweep output prefix (.csv, .png)")->capture_default_str();
   cmd->callback([f] { run_sim(*f); });

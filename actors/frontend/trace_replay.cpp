@@ -233,9 +233,14 @@ gpu::result<std::vector<trace_row>> read_trace(const std::string& path) {
     trace_row r;
     char c1 = 0, c2 = 0;
     if (!(s >> r.arrival_s >> c1 >> r.input_tokens >> c2 >> r.output_tokens) || c1 != ',' || c2 != ',' ||
-        r.arrival_s < 0 || r.input_tokens < 0 || r.output_tokens < 0)
+        !(s >> std::ws).eof() || r.arrival_s < 0 || r.input_tokens < 0 || r.output_tokens < 0)
       return gpu::status{gpu::status_code::invalid_argument,
                          fmt::format("trace {} line {}: expected arrival_s,input_tokens,output_tokens", path, number)};
+    if (!rows.empty() && r.arrival_s < rows.back().arrival_s)
+      return gpu::status{gpu::status_code::invalid_argument,
+                         fmt::format("trace {} line {}: arrival_s {} is before the line above's {} (rows go in "
+                                     "arrival order)",
+                                     path, number, r.arrival_s, rows.back().arrival_s)};
     rows.push_back(r);
   }
   if (rows.empty()) return gpu::status{gpu::status_code::invalid_argument, fmt::format("trace {} has no rows", path)};

@@ -1,7 +1,8 @@
 """`illm sim` as a user runs it: the policies side by side in one call (--json keyed by policy, with the
 first policy's throughput over each other's), a request longer than one instance completed by the lending
 policies and refused by static-multi, the rate sweep's CSV and PNG, instances over several GPUs, and clear
-errors for a bad policy, too few GPUs for the model or a missing trace."""
+errors for a bad policy, too few GPUs for the model, a missing or malformed trace (rows out of arrival
+order, extra fields) and out-of-range flags."""
 
 import csv
 import json
@@ -92,6 +93,21 @@ def main():
             too_few.stderr
         missing = run("--trace", os.path.join(tmp, "none.csv"))
         assert missing.returncode != 0 and "cannot read trace" in missing.stderr, missing.stderr
+        for name, rows, error in [
+                ("backwards.csv", "0,100,10\n5,100,10\n1,100,10\n",
+                 "line 4: arrival_s 1 is before the line above's 5"),
+                ("extra.csv", "0,100,10,7\n", "line 2: expected arrival_s,input_tokens,output_tokens"),
+                ("negative.csv", "0,-5,10\n", "line 2: expected arrival_s,input_tokens,output_tokens")]:
+            path = os.path.join(tmp, name)
+            with open(path, "w") as f:
+                f.write("arrival_s,input_tokens,output_tokens\n" + rows)
+            bad = run("--trace", path)
+            assert bad.returncode != 0 and error in bad.stderr, (name, bad.stderr)
+        for flag, value, error in [("--max-batch-tokens", "0", "not in range 1"),
+                                   ("--max-batch-seqs", "-1", "not in range 1"),
+                                   ("--slo", "0", "must be a number above zero, not 0")]:
+            bad = run("--trace", trace, flag, value)
+            assert bad.returncode != 0 and flag in bad.stderr and error in bad.stderr, (flag, bad.stderr)
     print("test_sim: all checks passed")
 
 
