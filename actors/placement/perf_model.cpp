@@ -111,6 +111,10 @@ gpu::result<profile> profile_from_json(const std::string& text) {
     return bad("needs n_layers, dense_seconds_per_layer and attention_tokens_per_s > 0");
   if (!std::is_sorted(p.dense_s.begin(), p.dense_s.end()) || p.dense_s.front().first <= 0)
     return bad("dense_seconds_per_layer must be in ascending tokens, above 0");
+  if (std::any_of(p.dense_s.begin(), p.dense_s.end(), [](const auto& point) { return !(point.second > 0); }))
+    return bad("dense_seconds_per_layer needs seconds above 0");
+  if (p.prefill_pairs_per_s < 0 || p.step_overhead_s < 0 || p.sampled_row_s < 0 || p.gpus < 1)
+    return bad("prefill_pairs_per_s, step_overhead_s and sampled_row_s cannot be negative, gpus below 1");
   return p;
 }
 

@@ -62,6 +62,12 @@ TEST_SUITE("actors") {
     CHECK(back->attention_tokens_per_s == p.attention_tokens_per_s);
     CHECK_FALSE(profile_from_json("{\"n_layers\": 2}").is_ok());
     CHECK_FALSE(profile_from_json("[").is_ok());
+    profile no_time = toy();
+    no_time.dense_s.front().second = 0;
+    CHECK(profile_from_json(to_json(no_time)).error().message().find("seconds above 0") != std::string::npos);
+    profile negative = toy();
+    negative.step_overhead_s = -1e-3;
+    CHECK(profile_from_json(to_json(negative)).error().message().find("cannot be negative") != std::string::npos);
   }
 
   TEST_CASE("roofline profiles follow the datasheets") {
