@@ -114,7 +114,7 @@ gpu::result<profile> profile_from_json(const std::string& text) {
   if (std::any_of(p.dense_s.begin(), p.dense_s.end(), [](const auto& point) { return !(point.second > 0); }))
     return bad("dense_seconds_per_layer needs seconds above 0");
   if (p.prefill_pairs_per_s < 0 || p.step_overhead_s < 0 || p.sampled_row_s < 0 || p.gpus < 1)
-    return bad("prefill_pairs_per_s, step_overhead_s and sampled_row_s cannot be negative, gpus below 1");
+    return bad("prefill_pairs_per_s, step_overhead_s and sampled_row_s must be 0 or more, gpus 1 or more");
   return p;
 }
 

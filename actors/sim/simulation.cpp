@@ -216,7 +216,9 @@ class kv_meter {
     used_ = total ? double(used) / double(total) : 0;
     promised_ = total ? double(promised) / double(total) : 0;
   }
+  /// Blocks in use over all blocks, mean from the first sample to the last.
   double used_fraction() const { return last_t_ > 0 ? used_s_ / last_t_ : 0; }
+  /// Free blocks promised over all blocks, mean from the first sample to the last.
   double promised_fraction() const { return last_t_ > 0 ? promised_s_ / last_t_ : 0; }
 
  private:

@@ -76,15 +76,15 @@ struct sim_report {
   double median_normalized_latency_s = 0;  ///< e2e latency / output tokens
   double request_rate = 0;                 ///< requests per simulated second offered
   size_t moves = 0, moves_failed = 0;
-  uint64_t preemptions = 0;      ///< sequences preempted (their KV recomputed later)
-  uint64_t batch_tokens = 0;     ///< tokens run through the model, recomputation included
-  double mean_step_tokens = 0;   ///< batch tokens per step, over all instances
-  double mean_step_sampled = 0;  ///< sampled rows (decoding requests) per step
-  double busy_fraction = 0;      ///< instances' step time over makespan, mean
-  double hosted_fraction = 0;    ///< attention computed for other instances' requests over makespan, mean
-  double kv_used_fraction = 0;   ///< KV blocks in use over all blocks, mean over the run
+  uint64_t preemptions = 0;         ///< sequences preempted (their KV recomputed later)
+  uint64_t batch_tokens = 0;        ///< tokens run through the model, recomputation included
+  double mean_step_tokens = 0;      ///< batch tokens per step, over all instances
+  double mean_step_sampled = 0;     ///< sampled rows (decoding requests) per step
+  double busy_fraction = 0;         ///< instances' step time over makespan, mean
+  double hosted_fraction = 0;       ///< attention computed for other instances' requests over makespan, mean
+  double kv_used_fraction = 0;      ///< KV blocks in use over all blocks, mean over the run
   double kv_promised_fraction = 0;  ///< free KV blocks promised (to running requests' growth, to rooms), mean
-  double wall_s = 0;  ///< real time the simulation took
+  double wall_s = 0;                ///< real time the simulation took
   /// Per request of the trace, in order: simulated seconds from the first arrival to its end; -1 when it
   /// did not complete.
   std::vector<double> finished_s;
