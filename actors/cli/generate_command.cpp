@@ -1,6 +1,7 @@
 // `illm generate`: prompt in, continuation out, through the DistAttention path over --kv-pools pools.
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <future>
 #include <iostream>
@@ -29,8 +30,10 @@ void fail(const std::string& message, int code) {
 CLI::Validator above_zero() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        double value = 0;
-        return CLI::detail::lexical_cast(text, value) && value > 0 ? "" : "must be a number above zero, not " + text;
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        const bool number = !text.empty() && *end == '\0';
+        return number && value > 0 ? "" : "must be a number above zero, not " + text;
       },
       "POSITIVE");
 }

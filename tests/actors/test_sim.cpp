@@ -17,6 +17,11 @@ sim::sim_report simulate(const std::vector<frontend::trace_row>& trace, sim::sim
   return r.value();
 }
 
+/// 4 a100-80g with llama2-13b hold about 54K tokens each: one request of 120K tokens among short ones.
+std::vector<frontend::trace_row> long_among_short() {
+  return {{0, 2000, 50}, {1, 120000, 20}, {2, 3000, 40}, {3, 500, 30}};
+}
+
 }  // namespace
 
 TEST_SUITE("actors") {
@@ -39,8 +44,7 @@ TEST_SUITE("actors") {
   }
 
   TEST_CASE("a request longer than one instance completes with lending and is refused by static-multi") {
-    // 4 a100-80g with llama2-13b hold about 54K tokens each: one request of 120K tokens among short ones.
-    std::vector<frontend::trace_row> trace{{0, 2000, 50}, {1, 120000, 20}, {2, 3000, 40}, {3, 500, 30}};
+    const auto trace = long_among_short();
     sim::sim_options o;
     o.instances = 4;
     const auto infinite = simulate(trace, o, "infinite");
@@ -70,7 +74,7 @@ TEST_SUITE("actors") {
     CHECK(alone.busy_fraction <= 1.0 + 1e-9);
     CHECK(alone.hosted_fraction == 0);
     // A request longer than one instance: its holders attend for it, with lending only.
-    std::vector<frontend::trace_row> trace{{0, 2000, 50}, {1, 120000, 20}, {2, 3000, 40}, {3, 500, 30}};
+    const auto trace = long_among_short();
     o.instances = 4;
     const auto infinite = simulate(trace, o, "infinite");
     const auto multi = simulate(trace, o, "static-multi");
