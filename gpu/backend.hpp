@@ -72,6 +72,8 @@ class backend {
 
   /// "cpu", "cuda", ...
   virtual std::string name() const = 0;
+  /// The name with what sets its speed apart (a cpu backend's threads), for profiles and reports.
+  virtual std::string description() const { return name(); }
   /// True when device pointers are host pointers (no copies needed to read them).
   virtual bool host_memory() const = 0;
 

@@ -1,6 +1,8 @@
 #include "gpu/model_config.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 
 #include "gpu/text.hpp"
 
@@ -53,8 +55,9 @@ constexpr std::array<named_config, 7> presets{{
 }  // namespace
 
 result<model_config> preset_config(std::string_view name) {
+  const auto same_letters = [](char a, char b) { return std::tolower(uint8_t(a)) == std::tolower(uint8_t(b)); };
   for (const auto& p : presets)
-    if (name == p.name) return p.config;
+    if (std::ranges::equal(name, std::string_view(p.name), same_letters)) return p.config;
   return status{status_code::invalid_argument,
                 text::format("unknown model shape '{}' (known: {})", name, text::join(preset_names(), ", "))};
 }

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -37,6 +36,23 @@ void print_profile(const actors::placement::profile& p) {
     fmt::print("  {:>6} tokens  {:>9.4f} ms  {:>10.0f} tokens/s\n", tokens, seconds * 1e3, tokens / seconds);
 }
 
+/// The profile to check: read from --profile, which must describe the model it is checked on; one measured
+/// on another device (or thread count) is checked with a note saying so.
+actors::placement::profile profile_to_validate(const profile_flags& f, const gpu::loaded_model& model,
+                                               const gpu::backend& device) {
+  auto loaded = actors::placement::profile_from_file(f.profile);
+  if (!loaded.is_ok()) fail(loaded.error().message());
+  const actors::placement::profile& p = loaded.value();
+  const int layers = model.weights->config().n_layers;
+  if (p.model != model.name || p.n_layers != layers)
+    fail(fmt::format("{} describes {} ({} layers), not {} ({} layers): measure one with illm profile --model {}",
+                     f.profile, p.model.empty() ? "an unnamed model" : p.model, p.n_layers, model.name, layers,
+                     f.model));
+  if (p.name.rfind(device.description() + " ", 0) != 0)
+    fmt::print(stderr, "note: {} is '{}', checked on {}\n", f.profile, p.name, device.description());
+  return p;
+}
+
 void run_profile(const profile_flags& f) {
   auto model = gpu::load_model(f.model);
   if (!model.is_ok()) fail(model.error().message());
@@ -46,21 +62,20 @@ void run_profile(const profile_flags& f) {
   options.repeats = f.repeats;
   actors::placement::profile p;
   if (f.validate && !f.profile.empty()) {
-    std::ifstream in(f.profile);
-    if (!in) fail("cannot read " + f.profile);
-    std::stringstream text;
-    text << in.rdbuf();
-    auto loaded = actors::placement::profile_from_json(text.str());
-    if (!loaded.is_ok()) fail(f.profile + ": " + loaded.error().message());
-    p = loaded.value();
+    p = profile_to_validate(f, model.value(), *device.value());
   } else {
+    std::ofstream out;
+    if (!f.validate) {  // before measuring, so that a bad --out costs no time
+      out.open(f.out);
+      if (!out) fail("cannot write " + f.out);
+    }
     auto measured = actors::placement::measure_profile(model.value(), *device.value(), options);
     if (!measured.is_ok()) fail(measured.error().message());
     p = measured.value();
     if (!f.validate) {
-      std::ofstream out(f.out);
-      if (!out) fail("cannot write " + f.out);
       out << actors::placement::to_json(p) << "\n";
+      out.flush();
+      if (!out) fail("cannot write " + f.out);
       if (f.json) {
         std::cout << actors::placement::to_json(p) << "\n";
       } else {

@@ -126,17 +126,19 @@ void run_sweep(const sim_flags& f, const std::vector<actors::frontend::trace_row
   fmt::print("sweep: {}{}\n", csv, rc == 0 ? ", " + png : " (no plot: gnuplot failed or is not installed)");
 }
 
+/// What one instance is, for the header: "a100-80g llama2-13b", "2 a100-80g llama2-13b" or a profile's name.
+std::string instance_label(const actors::sim::sim_options& o) {
+  if (o.profile) return "'" + o.profile->name + "'";
+  return fmt::format("{}{} {}", o.gpus_per_instance ? fmt::format("{} ", o.gpus_per_instance) : "", o.gpu, o.model);
+}
+
 void run_sim(const sim_flags& f) {
   auto trace = actors::frontend::read_trace(f.trace);
   if (!trace.is_ok()) fail(trace.error().message());
   sim_flags flags = f;
   if (!f.profile_file.empty()) {
-    std::ifstream in(f.profile_file);
-    if (!in) fail("cannot read " + f.profile_file);
-    std::stringstream text;
-    text << in.rdbuf();
-    auto p = actors::placement::profile_from_json(text.str());
-    if (!p.is_ok()) fail(f.profile_file + ": " + p.error().message());
+    auto p = actors::placement::profile_from_file(f.profile_file);
+    if (!p.is_ok()) fail(p.error().message());
     flags.options.profile = p.value();
   }
   const auto routers = actors::sim::routing_names();
@@ -153,16 +155,16 @@ void run_sim(const sim_flags& f) {
                                                                      : nlohmann::json("fewest")},
                    {"gpu", f.options.gpu},
                    {"model", f.options.model},
+                   {"profile", flags.options.profile ? nlohmann::json(flags.options.profile->name) : nlohmann::json()},
                    {"router", f.router},
                    {"max_unstarted", f.options.max_unstarted},
                    {"rate_scale", f.options.rate_scale > 0 ? nlohmann::json(f.options.rate_scale) : nlohmann::json("saturating")},
                    {"max_batch_tokens", f.options.max_batch_tokens},
                    {"max_batch_seqs", f.options.max_batch_seqs}};
   if (!f.json)
-    fmt::print("illm sim: {} ({} requests), {} x {}{} {}, arrivals {}, batches <= {} tokens / {} sequences\n",
+    fmt::print("illm sim: {} ({} requests), {} x {}, arrivals {}, batches <= {} tokens / {} sequences\n",
                f.trace, j["settings"]["requests"].get<size_t>(), f.options.instances,
-               f.options.gpus_per_instance ? fmt::format("{} ", f.options.gpus_per_instance) : "", f.options.gpu,
-               f.options.model,
+               instance_label(flags.options),
                f.options.rate_scale > 0 ? fmt::format("x{}", f.options.rate_scale) : "all at once",
                f.options.max_batch_tokens, f.options.max_batch_seqs);
   for (const auto& policy : policies) {

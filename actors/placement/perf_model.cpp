@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -115,6 +117,16 @@ gpu::result<profile> profile_from_json(const std::string& text) {
     return bad("dense_seconds_per_layer needs seconds above 0");
   if (p.prefill_pairs_per_s < 0 || p.step_overhead_s < 0 || p.sampled_row_s < 0 || p.gpus < 1)
     return bad("prefill_pairs_per_s, step_overhead_s and sampled_row_s must be 0 or more, gpus 1 or more");
+  return p;
+}
+
+gpu::result<profile> profile_from_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return gpu::status{gpu::status_code::io_error, "cannot read " + path};
+  std::stringstream text;
+  text << in.rdbuf();
+  auto p = profile_from_json(text.str());
+  if (!p.is_ok()) return gpu::status{p.error().code(), path + ": " + p.error().message()};
   return p;
 }
 

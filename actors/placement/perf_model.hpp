@@ -63,6 +63,8 @@ double cluster_tps(const profile& p, const std::vector<std::pair<double, double>
 /// JSON of a profile (what `illm profile --out` writes) and back; a malformed file is an error.
 std::string to_json(const profile& p);
 gpu::result<profile> profile_from_json(const std::string& text);
+/// A profile read from a file; an unreadable or malformed file is an error naming it.
+gpu::result<profile> profile_from_file(const std::string& path);
 
 /// GPUs with a built-in roofline: a100-80g, h100, h200.
 std::vector<std::string> builtin_gpus();

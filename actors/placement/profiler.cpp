@@ -91,7 +91,7 @@ gpu::result<profile> measure_profile(const gpu::loaded_model& model, gpu::backen
   const gpu::model_config& c = bed.config();
   const double layers = c.n_layers;
   profile p;
-  p.name = fmt::format("{} {} (measured)", device.name(), model.name);
+  p.name = fmt::format("{} {} (measured)", device.description(), model.name);
   p.model = model.name;
   p.n_layers = c.n_layers;
   // g: one decode query over growing contexts; time grows by L/g per KV token.

@@ -29,6 +29,10 @@ cpu_backend::cpu_backend(int n_threads, cpu_mode mode)
 #endif
 }
 
+std::string cpu_backend::description() const {
+  return text::format("{} ({} thread{})", name(), threads(), threads() == 1 ? "" : "s");
+}
+
 void* cpu_backend::allocate(size_t bytes) { return host_alloc(bytes); }
 
 void cpu_backend::deallocate(void* p) { host_free(p); }

@@ -22,6 +22,7 @@ class cpu_backend final : public backend {
   explicit cpu_backend(int n_threads, cpu_mode mode = cpu_mode::fast);
 
   std::string name() const override { return mode_ == cpu_mode::fast ? "cpu" : "cpu-reference"; }
+  std::string description() const override;
   bool host_memory() const override { return true; }
   int threads() const { return pool_.size(); }
   thread_pool& pool() { return pool_; }

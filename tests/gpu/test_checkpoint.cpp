@@ -105,6 +105,8 @@ TEST_SUITE("gpu") {
     CHECK(gpu::preset_config("llama2-13b")->dim == 5120);
     CHECK(gpu::preset_config("llama2-7b")->parameter_count(false) == 6738415616ull);
     CHECK_FALSE(gpu::preset_config("gpt-5").is_ok());
+    CHECK(gpu::preset_config("Stories15M")->dim == 288);  // names as models spell them: case does not matter
+    CHECK_FALSE(gpu::preset_config("llama2-7").is_ok());
     const gpu::model_weights a = tiny(true), b = tiny(true);
     CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
   }
