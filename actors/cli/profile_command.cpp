@@ -53,47 +53,35 @@ actors::placement::profile profile_to_validate(const profile_flags& f, const gpu
   return p;
 }
 
-void run_profile(const profile_flags& f) {
-  auto model = gpu::load_model(f.model);
-  if (!model.is_ok()) fail(model.error().message());
-  auto device = gpu::make_backend(f.backend, f.threads);
-  if (!device.is_ok()) fail(device.error().message());
-  actors::placement::profiler_options options;
-  options.repeats = f.repeats;
-  actors::placement::profile p;
-  if (f.validate && !f.profile.empty()) {
-    p = profile_to_validate(f, model.value(), *device.value());
+/// Measures a profile and writes it to --out (opened first, so that a bad path costs no measuring).
+void write_profile(const profile_flags& f, const gpu::loaded_model& model, gpu::backend& device,
+                   const actors::placement::profiler_options& options) {
+  std::ofstream out(f.out);
+  if (!out) fail("cannot write " + f.out);
+  auto measured = actors::placement::measure_profile(model, device, options);
+  if (!measured.is_ok()) fail(measured.error().message());
+  const std::string json = actors::placement::to_json(measured.value());
+  out << json << "\n";
+  out.flush();
+  if (!out) fail("cannot write " + f.out);
+  if (f.json) {
+    std::cout << json << "\n";
   } else {
-    std::ofstream out;
-    if (!f.validate) {  // before measuring, so that a bad --out costs no time
-      out.open(f.out);
-      if (!out) fail("cannot write " + f.out);
-    }
-    auto measured = actors::placement::measure_profile(model.value(), *device.value(), options);
-    if (!measured.is_ok()) fail(measured.error().message());
-    p = measured.value();
-    if (!f.validate) {
-      out << actors::placement::to_json(p) << "\n";
-      out.flush();
-      if (!out) fail("cannot write " + f.out);
-      if (f.json) {
-        std::cout << actors::placement::to_json(p) << "\n";
-      } else {
-        print_profile(p);
-        fmt::print("written to {}\n", f.out);
-      }
-      return;
-    }
+    print_profile(measured.value());
+    fmt::print("written to {}\n", f.out);
   }
-  auto points = actors::placement::validate_profile(p, model.value(), *device.value(), options);
-  if (!points.is_ok()) fail(points.error().message());
+}
+
+/// The predicted and measured times of the held-back batches, with the median error.
+void print_validation(const profile_flags& f, const actors::placement::profile& p,
+                      const std::vector<actors::placement::validation_point>& points) {
   std::vector<double> errors;
-  for (const auto& v : points.value()) errors.push_back(std::abs(v.error()));
+  for (const auto& v : points) errors.push_back(std::abs(v.error()));
   std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
   const double median = errors[errors.size() / 2];
   if (f.json) {
     nlohmann::json j = {{"profile", p.name}, {"median_abs_error", median}};
-    for (const auto& v : points.value())
+    for (const auto& v : points)
       j["batches"].push_back({{"decode_sequences", v.decode_sequences},
                               {"prefill_tokens", v.prefill_tokens},
                               {"kv_tokens", v.kv_tokens},
@@ -103,13 +91,32 @@ void run_profile(const profile_flags& f) {
     std::cout << j.dump() << "\n";
     return;
   }
-  fmt::print("validation of {} on {} held-back mixed batches:\n", p.name, points->size());
+  fmt::print("validation of {} on {} held-back mixed batches:\n", p.name, points.size());
   fmt::print("{:>8} {:>8} {:>10} {:>12} {:>12} {:>8}\n", "decodes", "prefill", "KV tokens", "predicted ms",
              "measured ms", "error");
-  for (const auto& v : points.value())
+  for (const auto& v : points)
     fmt::print("{:>8} {:>8} {:>10.0f} {:>12.3f} {:>12.3f} {:>7.1f}%\n", v.decode_sequences, v.prefill_tokens,
                v.kv_tokens, v.predicted_s * 1e3, v.measured_s * 1e3, v.error() * 100);
   fmt::print("median |error|: {:.1f}%\n", median * 100);
+}
+
+void run_profile(const profile_flags& f) {
+  auto model = gpu::load_model(f.model);
+  if (!model.is_ok()) fail(model.error().message());
+  auto device = gpu::make_backend(f.backend, f.threads);
+  if (!device.is_ok()) fail(device.error().message());
+  actors::placement::profiler_options options;
+  options.repeats = f.repeats;
+  if (!f.validate) return write_profile(f, model.value(), *device.value(), options);
+  if (!f.profile.empty()) {
+    const actors::placement::profile p = profile_to_validate(f, model.value(), *device.value());
+    auto points = actors::placement::validate_profile(p, model.value(), *device.value(), options);
+    if (!points.is_ok()) fail(points.error().message());
+    return print_validation(f, p, points.value());
+  }
+  auto checked = actors::placement::measure_and_validate(model.value(), *device.value(), options, true);
+  if (!checked.is_ok()) fail(checked.error().message());
+  print_validation(f, checked->measured, checked->points);
 }
 
 }  // namespace
@@ -123,7 +130,7 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--out", flags->out, "Where the profile is written")->capture_default_str();
   cmd->add_flag("--validate", flags->validate, "Compare predicted and measured times on held-back mixed batches");
   cmd->add_option("--profile", flags->profile, "With --validate: the profile to check (default: measure one)");
-  cmd->add_option("--repeats", flags->repeats, "Runs per point (the median is kept)")
+  cmd->add_option("--repeats", flags->repeats, "Runs per step (the lower quartile is kept)")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print JSON");

@@ -1,9 +1,11 @@
 #include "actors/placement/profiler.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -17,6 +19,12 @@ namespace {
 constexpr int max_batch_tokens = 512;
 constexpr int max_batch_seqs = 256;
 constexpr int longest_context = 8192;
+
+/// A step to time: its sequences as (tokens, position of the first), and whether decode rows sample.
+struct probe {
+  std::vector<std::pair<int, int>> entries;
+  bool sample_decodes = false;
+};
 
 /// Sequences laid out on a pool to time steps: each sequence has blocks for its context.
 class bench_bed {
@@ -38,35 +46,51 @@ class bench_bed {
     return b;
   }
 
-  /// The median time of a step over sequences (tokens, position) from a pool, `sample` per entry.
-  gpu::result<double> time_step(const std::vector<std::pair<int, int>>& entries, bool sample_decodes, int repeats) {
-    std::vector<gpu::block_table> tables(entries.size());
-    std::vector<std::vector<int32_t>> tokens(entries.size());
-    std::vector<gpu::batch_entry> batch;
-    uint32_t next_block = 0;
-    for (size_t i = 0; i < entries.size(); ++i) {
-      const auto [n, pos0] = entries[i];
-      for (uint32_t b = 0; b < gpu::blocks_for_tokens(int64_t(pos0) + n); ++b) tables[i].push_back({0, next_block++});
-      if (next_block > pool_->total_blocks())
-        return gpu::status{gpu::status_code::out_of_blocks, "profiling batch larger than its pool"};
-      tokens[i].assign(size_t(n), 100);
-      batch.push_back({i + 1, tokens[i].data(), n, pos0, &tables[i], sample_decodes && n == 1});
+  /// Times each probe `repeats` times, round after round through all of them (after one warm-up round),
+  /// and returns the lower quartile of each one's runs. A slow spell of the machine lands on one run of
+  /// many probes rather than on every run of a few; other work only ever adds time, and the quartile
+  /// keeps a typical quick run where the minimum would keep a lucky one.
+  gpu::result<std::vector<double>> time_rounds(const std::vector<probe>& probes, int repeats) {
+    std::vector<std::vector<double>> times(probes.size());
+    for (int r = 0; r <= repeats; ++r)
+      for (size_t i = 0; i < probes.size(); ++i) {
+        auto t = time_once(probes[i]);
+        if (!t.is_ok()) return t.error();
+        if (r > 0) times[i].push_back(t.value());
+      }
+    std::vector<double> quartiles;
+    for (auto& runs : times) {
+      const size_t k = (runs.size() - 1) / 4;
+      std::nth_element(runs.begin(), runs.begin() + k, runs.end());
+      quartiles.push_back(runs[k]);
     }
-    const gpu::kv_pools pools{{pool_.get()}, 0};
-    std::vector<double> times;
-    for (int r = 0; r <= repeats; ++r) {  // the first run warms up
-      const auto start = std::chrono::steady_clock::now();
-      ILLM_RETURN_IF_ERROR(engine_->step(batch, pools, nullptr));
-      ILLM_RETURN_IF_ERROR(engine_->device().synchronize());
-      if (r > 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-    return times[times.size() / 2];
+    return quartiles;
   }
 
   const gpu::model_config& config() const { return engine_->config(); }
 
  private:
+  /// One step over the probe's sequences, laid out on the pool's blocks in order.
+  gpu::result<double> time_once(const probe& p) {
+    std::vector<gpu::block_table> tables(p.entries.size());
+    std::vector<std::vector<int32_t>> tokens(p.entries.size());
+    std::vector<gpu::batch_entry> batch;
+    uint32_t next_block = 0;
+    for (size_t i = 0; i < p.entries.size(); ++i) {
+      const auto [n, pos0] = p.entries[i];
+      for (uint32_t b = 0; b < gpu::blocks_for_tokens(int64_t(pos0) + n); ++b) tables[i].push_back({0, next_block++});
+      if (next_block > pool_->total_blocks())
+        return gpu::status{gpu::status_code::out_of_blocks, "profiling batch larger than its pool"};
+      tokens[i].assign(size_t(n), 100);
+      batch.push_back({i + 1, tokens[i].data(), n, pos0, &tables[i], p.sample_decodes && n == 1});
+    }
+    const gpu::kv_pools pools{{pool_.get()}, 0};
+    const auto start = std::chrono::steady_clock::now();
+    ILLM_RETURN_IF_ERROR(engine_->step(batch, pools, nullptr));
+    ILLM_RETURN_IF_ERROR(engine_->device().synchronize());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
   std::unique_ptr<gpu::engine> engine_;
   std::unique_ptr<gpu::kv_pool> pool_;
 };
@@ -81,95 +105,136 @@ double fit_slope(const std::vector<std::pair<double, double>>& points) {
   return (n * sxy - sx * sy) / (n * sxx - sx * sx);
 }
 
-}  // namespace
+constexpr int fit_chunk = 128;
+constexpr std::array<int, 4> fit_contexts{512, 2048, 4096, longest_context};
+constexpr std::array<int, 4> fit_positions{0, 1024, 2048, 4096};
+constexpr std::array<int, 10> fit_dense_tokens{1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+constexpr std::array<int, 3> fit_sampled_rows{16, 64, 128};
 
-gpu::result<profile> measure_profile(const gpu::loaded_model& model, gpu::backend& device,
-                                     const profiler_options& options) {
-  auto made = bench_bed::make(model, device);
-  if (!made.is_ok()) return made.error();
-  bench_bed& bed = made.value();
-  const gpu::model_config& c = bed.config();
+/// The steps the fit times, in the order fit_profile reads their times.
+std::vector<probe> fit_probes() {
+  std::vector<probe> probes;
+  for (int context : fit_contexts) probes.push_back({{{1, context - 1}}, false});
+  for (int pos0 : fit_positions) probes.push_back({{{fit_chunk, pos0}}, false});
+  for (int n : fit_dense_tokens) probes.push_back({{{n, 0}}, false});
+  for (int n : fit_sampled_rows) {
+    const std::vector<std::pair<int, int>> decodes(size_t(n), {1, 0});
+    probes.push_back({decodes, true});
+    probes.push_back({decodes, false});
+  }
+  return probes;
+}
+
+/// The profile from the times of fit_probes(), read from `t` in that order.
+gpu::result<profile> fit_profile(std::span<const double> t, const gpu::model_config& c) {
   const double layers = c.n_layers;
   profile p;
-  p.name = fmt::format("{} {} (measured)", device.description(), model.name);
-  p.model = model.name;
   p.n_layers = c.n_layers;
   // g: one decode query over growing contexts; time grows by L/g per KV token.
   std::vector<std::pair<double, double>> context_times;
-  for (int context : {512, 2048, 4096, longest_context}) {
-    auto t = bed.time_step({{1, context - 1}}, false, options.repeats);
-    if (!t.is_ok()) return t.error();
-    context_times.emplace_back(context, t.value());
-  }
+  for (int context : fit_contexts) context_times.emplace_back(context, t[context_times.size()]);
+  t = t.subspan(fit_contexts.size());
   const double slope = fit_slope(context_times);
   if (!(slope > 0)) return gpu::status{gpu::status_code::internal, "attention time did not grow with the context"};
   p.attention_tokens_per_s = layers / slope;
   // h: a prefill chunk at growing positions; beyond reading the context once (at g), each (query, key)
   // pair costs L/h.
-  constexpr int chunk = 128;
   std::vector<std::pair<double, double>> pair_times;
-  for (int pos0 : {0, 1024, 2048, 4096}) {
-    auto t = bed.time_step({{chunk, pos0}}, false, options.repeats);
-    if (!t.is_ok()) return t.error();
-    pair_times.emplace_back(causal_keys(chunk, pos0), t.value() - (pos0 + chunk) * slope);
-  }
+  for (int pos0 : fit_positions)
+    pair_times.emplace_back(causal_keys(fit_chunk, pos0), t[pair_times.size()] - (pos0 + fit_chunk) * slope);
+  t = t.subspan(fit_positions.size());
   const double pair_slope = fit_slope(pair_times);
   if (!(pair_slope > 0)) return gpu::status{gpu::status_code::internal, "prefill time did not grow with the context"};
   p.prefill_pairs_per_s = layers / pair_slope;
   // dense(n): prefill chunks at position 0 without sampling, less their attention.
-  for (int n : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) {
-    auto t = bed.time_step({{n, 0}}, false, options.repeats);
-    if (!t.is_ok()) return t.error();
-    p.dense_s.emplace_back(n, std::max(1e-9, (t.value() - causal_keys(n, 0) * pair_slope - n * slope) / layers));
-  }
-  // The classifier and sampling: n decode rows that sample against a prefill chunk of n tokens.
+  for (int n : fit_dense_tokens)
+    p.dense_s.emplace_back(n, std::max(1e-9, (t[p.dense_s.size()] - causal_keys(n, 0) * pair_slope - n * slope) / layers));
+  t = t.subspan(fit_dense_tokens.size());
+  // The classifier and sampling: n decode rows that sample against the same rows that do not.
   double row_sum = 0;
-  int row_points = 0;
-  for (int n : {16, 64, 128}) {
-    std::vector<std::pair<int, int>> decodes(size_t(n), {1, 0});
-    auto with_rows = bed.time_step(decodes, true, options.repeats);
-    auto without = bed.time_step(decodes, false, options.repeats);
-    if (!with_rows.is_ok()) return with_rows.error();
-    if (!without.is_ok()) return without.error();
-    row_sum += std::max(0.0, with_rows.value() - without.value()) / n;
-    ++row_points;
-  }
-  p.sampled_row_s = row_sum / row_points;
+  for (size_t i = 0; i < fit_sampled_rows.size(); ++i)
+    row_sum += std::max(0.0, t[2 * i] - t[2 * i + 1]) / fit_sampled_rows[i];
+  p.sampled_row_s = row_sum / double(fit_sampled_rows.size());
   p.kv_bytes_per_token = uint64_t(2) * c.n_layers * c.kv_dim() * gpu::dtype_bytes(gpu::dtype::f32);
   p.kv_capacity_tokens = (uint64_t(8) << 30) / std::max<uint64_t>(1, p.kv_bytes_per_token);  // 8 GiB of KV
   return p;
+}
+
+/// Random mixed batches, different from the fit's steps: decodes at random contexts, and in two
+/// batches of three a prefill chunk. Their descriptions go to `points`, their steps are returned.
+std::vector<probe> validation_probes(const profiler_options& options, std::vector<validation_point>& points) {
+  std::mt19937_64 rng(options.seed * 7919 + 13);
+  std::vector<probe> probes;
+  for (int b = 0; b < options.validation_batches; ++b) {
+    validation_point v;
+    probe step{{}, true};
+    v.decode_sequences = int(1 + rng() % 48);
+    for (int i = 0; i < v.decode_sequences; ++i) {
+      const int context = int(16 + rng() % 1500);
+      step.entries.emplace_back(1, context - 1);
+      v.kv_tokens += context;
+    }
+    if (rng() % 3 != 0) {
+      v.prefill_tokens = int(16 + rng() % (max_batch_tokens - 64));
+      const int pos0 = int(rng() % 1024);
+      step.entries.emplace_back(v.prefill_tokens, pos0);
+      v.prefill_pairs = causal_keys(v.prefill_tokens, pos0);
+      v.kv_tokens += pos0 + v.prefill_tokens;  // the chunk reads its context once
+    }
+    points.push_back(v);
+    probes.push_back(std::move(step));
+  }
+  return probes;
+}
+
+/// Fills each point's measured time from `t` and its prediction from `p`.
+void compare(const profile& p, std::span<const double> t, std::vector<validation_point>& points) {
+  for (size_t i = 0; i < points.size(); ++i) {
+    validation_point& v = points[i];
+    v.measured_s = t[i];
+    v.predicted_s =
+        mixed_step_time(p, v.decode_sequences + v.prefill_tokens, v.kv_tokens, v.prefill_pairs, v.decode_sequences);
+  }
+}
+
+}  // namespace
+
+gpu::result<profile> measure_profile(const gpu::loaded_model& model, gpu::backend& device,
+                                     const profiler_options& options) {
+  auto checked = measure_and_validate(model, device, options, false);
+  if (!checked.is_ok()) return checked.error();
+  return checked->measured;
 }
 
 gpu::result<std::vector<validation_point>> validate_profile(const profile& p, const gpu::loaded_model& model,
                                                             gpu::backend& device, const profiler_options& options) {
   auto made = bench_bed::make(model, device);
   if (!made.is_ok()) return made.error();
-  bench_bed& bed = made.value();
-  std::mt19937_64 rng(options.seed * 7919 + 13);  // different batches from the fit
-  std::vector<validation_point> out;
-  for (int b = 0; b < options.validation_batches; ++b) {
-    validation_point v;
-    std::vector<std::pair<int, int>> entries;
-    v.decode_sequences = int(1 + rng() % 48);
-    for (int i = 0; i < v.decode_sequences; ++i) {
-      const int context = int(16 + rng() % 1500);
-      entries.emplace_back(1, context - 1);
-      v.kv_tokens += context;
-    }
-    if (rng() % 3 != 0) {  // two batches in three carry a prefill chunk
-      v.prefill_tokens = int(16 + rng() % (max_batch_tokens - 64));
-      const int pos0 = int(rng() % 1024);
-      entries.emplace_back(v.prefill_tokens, pos0);
-      v.prefill_pairs = causal_keys(v.prefill_tokens, pos0);
-      v.kv_tokens += pos0 + v.prefill_tokens;  // the chunk reads its context once
-    }
-    auto t = bed.time_step(entries, true, options.repeats);
-    if (!t.is_ok()) return t.error();
-    v.measured_s = t.value();
-    v.predicted_s =
-        mixed_step_time(p, v.decode_sequences + v.prefill_tokens, v.kv_tokens, v.prefill_pairs, v.decode_sequences);
-    out.push_back(v);
-  }
+  std::vector<validation_point> points;
+  auto times = made->time_rounds(validation_probes(options, points), options.repeats);
+  if (!times.is_ok()) return times.error();
+  compare(p, times.value(), points);
+  return points;
+}
+
+gpu::result<profile_check> measure_and_validate(const gpu::loaded_model& model, gpu::backend& device,
+                                                const profiler_options& options, bool validate) {
+  auto made = bench_bed::make(model, device);
+  if (!made.is_ok()) return made.error();
+  profile_check out;
+  std::vector<probe> probes = fit_probes();
+  const size_t fit_count = probes.size();
+  if (validate)
+    for (probe& step : validation_probes(options, out.points)) probes.push_back(std::move(step));
+  auto times = made->time_rounds(probes, options.repeats);
+  if (!times.is_ok()) return times.error();
+  const std::span<const double> t = times.value();
+  auto fitted = fit_profile(t.first(fit_count), made->config());
+  if (!fitted.is_ok()) return fitted.error();
+  out.measured = fitted.value();
+  out.measured.name = fmt::format("{} {} (measured)", device.description(), model.name);
+  out.measured.model = model.name;
+  compare(out.measured, t.subspan(fit_count), out.points);
   return out;
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // `illm profile`: measures the performance model's numbers on a real backend (plain C++, no CAF) and
 // checks them on mixed batches that were not used to fit them. Steps run through the real engine on
-// blocks of a real pool; times are medians of repeated runs.
+// blocks of a real pool; each time is the lower quartile of runs taken round after round over all the steps.
 //   g:        one decode query at growing contexts (the slope of time over KV tokens read);
 //   h:        a prefill chunk at growing positions (the slope over (query, key) pairs);
 //   dense(n): prefill chunks of n tokens at position 0 (no sampling), less their attention, per layer;
@@ -18,7 +18,7 @@ namespace illm::actors::placement {
 
 /// How to measure.
 struct profiler_options {
-  int repeats = 5;        ///< runs per point (the median is kept)
+  int repeats = 5;        ///< runs per step (the lower quartile is kept)
   int validation_batches = 24;
   uint64_t seed = 1;
 };
@@ -40,5 +40,16 @@ gpu::result<profile> measure_profile(const gpu::loaded_model& model, gpu::backen
 /// Runs random mixed batches (decodes at random contexts and a prefill chunk) and compares.
 gpu::result<std::vector<validation_point>> validate_profile(const profile& p, const gpu::loaded_model& model,
                                                             gpu::backend& device, const profiler_options& options);
+
+/// A profile measured and, when asked, checked on held-back batches timed in the same rounds.
+struct profile_check {
+  profile measured;
+  std::vector<validation_point> points;  ///< empty unless validated
+};
+
+/// Measures a profile and (with `validate`) checks it, the fit's steps and the held-back batches timed
+/// round after round together, so that the machine's load at any moment weighs on both alike.
+gpu::result<profile_check> measure_and_validate(const gpu::loaded_model& model, gpu::backend& device,
+                                                const profiler_options& options, bool validate);
 
 }  // namespace illm::actors::placement
