@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -88,49 +88,109 @@ nlohmann::json throughput_ratios(const nlohmann::json& results, const std::vecto
   return out;
 }
 
-/// Per policy: the highest offered request rate whose median normalized latency stays under the SLO.
+/// What one instance is, for the header: "a100-80g llama2-13b", "2 a100-80g llama2-13b" or a profile's name.
+std::string instance_label(const actors::sim::sim_options& o) {
+  if (o.profile) return "'" + o.profile->name + "'";
+  return fmt::format("{}{} {}", o.gpus_per_instance ? fmt::format("{} ", o.gpus_per_instance) : "", o.gpu, o.model);
+}
+
+/// One point of a sweep: a policy's run at one rate scale.
+struct sweep_point {
+  double scale = 0, request_rate = 0, median_normalized_latency_s = 0, throughput_tok_s = 0;
+};
+
+/// Runs `policy` on the sweep's requests with arrivals `scale` times faster.
+sweep_point run_sweep_point(const sim_flags& f, const std::vector<actors::frontend::trace_row>& trace,
+                            const std::string& policy, double scale) {
+  actors::sim::sim_options o = f.options;
+  o.policy = policy;
+  o.rate_scale = scale;
+  o.limit = f.sweep_limit;
+  auto r = actors::sim::simulate(trace, o);
+  if (!r.is_ok()) fail(r.error().message());
+  return {scale, r->request_rate, r->median_normalized_latency_s, r->throughput_tok_s};
+}
+
+/// A policy's sweep, by ascending scale: doubling from 1/4 until far past the SLO, then halving the
+/// gap between the highest scale within the SLO and the next one above it `refinements` times, so that
+/// the highest rate within the SLO is known to 2^(1/2^refinements) rather than to a factor of 2.
+std::vector<sweep_point> sweep_policy(const sim_flags& f, const std::vector<actors::frontend::trace_row>& trace,
+                                      const std::string& policy) {
+  constexpr int refinements = 4;
+  std::vector<sweep_point> points;
+  const auto within = [&](const sweep_point& p) { return p.median_normalized_latency_s < f.slo_s; };
+  for (double scale = 0.25; scale <= 256; scale *= 2) {
+    points.push_back(run_sweep_point(f, trace, policy, scale));
+    if (points.back().median_normalized_latency_s > 10 * f.slo_s) break;  // far past the knee
+  }
+  const auto first_out = std::find_if_not(points.begin(), points.end(), within);
+  if (first_out == points.begin() || first_out == points.end()) return points;
+  double low = std::prev(first_out)->scale, high = first_out->scale;
+  for (int i = 0; i < refinements; ++i) {
+    const sweep_point mid = run_sweep_point(f, trace, policy, std::sqrt(low * high));
+    (within(mid) ? low : high) = mid.scale;
+    points.push_back(mid);
+  }
+  std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.scale < b.scale; });
+  return points;
+}
+
+/// Draws the sweep as a PNG with gnuplot (fed on its standard input; the data inline); false when it
+/// cannot.
+bool plot_sweep(const sim_flags& f, const std::vector<std::pair<std::string, std::vector<sweep_point>>>& sweeps,
+                const std::string& png) {
+  const auto quoted = [](std::string text) {  // a gnuplot single-quoted string: '' is a quote
+    for (size_t at = text.find('\''); at != std::string::npos; at = text.find('\'', at + 2)) text.insert(at, 1, '\'');
+    return "'" + text + "'";
+  };
+  std::string script = fmt::format(
+      "set terminal png size 900,600\nset output {}\nset xlabel 'request rate (req/s)'\n"
+      "set ylabel 'median latency per output token (s)'\nset logscale xy\nset key top left\n"
+      "set title {}\n",
+      quoted(png), quoted(fmt::format("Latency against load ({} instances, {})", f.options.instances,
+                                      instance_label(f.options))));
+  for (size_t i = 0; i < sweeps.size(); ++i) {
+    script += fmt::format("$policy{} << EOD\n", i);
+    for (const sweep_point& p : sweeps[i].second)
+      script += fmt::format("{} {}\n", p.request_rate, p.median_normalized_latency_s);
+    script += "EOD\n";
+  }
+  script += "plot ";
+  for (size_t i = 0; i < sweeps.size(); ++i)
+    script += fmt::format("$policy{} using 1:2 with linespoints title {}, ", i, quoted(sweeps[i].first));
+  script += fmt::format("{} title 'SLO' with lines dashtype 2\n", f.slo_s);
+  FILE* gnuplot = popen("gnuplot 2>/dev/null", "w");
+  if (!gnuplot) return false;
+  const bool written = std::fwrite(script.data(), 1, script.size(), gnuplot) == script.size();
+  return pclose(gnuplot) == 0 && written;
+}
+
+/// Per policy: the highest offered request rate whose median normalized latency stays under the SLO;
+/// every point as CSV and drawn as a PNG.
 void run_sweep(const sim_flags& f, const std::vector<actors::frontend::trace_row>& trace,
                const std::vector<std::string>& policies) {
   const std::string csv = f.sweep_out + ".csv", png = f.sweep_out + ".png";
   std::ofstream out(csv);
   if (!out) fail("cannot write " + csv);
   out << "policy,rate_scale,request_rate,median_normalized_latency_s,throughput_tok_s\n";
+  std::vector<std::pair<std::string, std::vector<sweep_point>>> sweeps;
   for (const auto& policy : policies) {
+    sweeps.emplace_back(policy, sweep_policy(f, trace, policy));
     double best_rate = 0;
-    for (double scale = 0.25; scale <= 256; scale *= 2) {
-      actors::sim::sim_options o = f.options;
-      o.policy = policy;
-      o.rate_scale = scale;
-      o.limit = f.sweep_limit;
-      auto r = actors::sim::simulate(trace, o);
-      if (!r.is_ok()) fail(r.error().message());
-      out << fmt::format("{},{},{:.4f},{:.6f},{:.1f}\n", policy, scale, r->request_rate, r->median_normalized_latency_s,
-                         r->throughput_tok_s);
-      if (r->median_normalized_latency_s < f.slo_s) best_rate = std::max(best_rate, r->request_rate);
-      if (r->median_normalized_latency_s > 10 * f.slo_s) break;  // far past the knee
+    for (const sweep_point& p : sweeps.back().second) {
+      out << fmt::format("{},{:.6g},{:.4f},{:.6f},{:.1f}\n", policy, p.scale, p.request_rate,
+                         p.median_normalized_latency_s, p.throughput_tok_s);
+      if (p.median_normalized_latency_s < f.slo_s) best_rate = std::max(best_rate, p.request_rate);
     }
     fmt::print("{:<14} highest rate within the SLO ({} s per token, median): {:.2f} requests/s\n", policy, f.slo_s,
                best_rate);
   }
   out.close();
-  std::string script = fmt::format(
-      "set terminal png size 900,600; set output '{}'; set datafile separator ',';"
-      "set xlabel 'request rate (req/s)'; set ylabel 'median latency per output token (s)'; set logscale xy;"
-      "set key top left; set title 'Latency against load ({} instances, {} / {})'; plot ",
-      png, f.options.instances, f.options.gpu, f.options.model);
-  for (size_t i = 0; i < policies.size(); ++i)
-    script += fmt::format("{}'< grep ^{}, {}' using 3:4 with linespoints title '{}'", i ? ", " : "", policies[i], csv,
-                          policies[i]);
-  script += fmt::format(", {} title 'SLO' with lines dashtype 2", f.slo_s);
-  const int rc = std::system(fmt::format("gnuplot -e \"{}\" 2>/dev/null", script).c_str());
-  fmt::print("sweep: {}{}\n", csv, rc == 0 ? ", " + png : " (no plot: gnuplot failed or is not installed)");
+  if (!out) fail("cannot write " + csv);
+  const bool plotted = plot_sweep(f, sweeps, png);
+  fmt::print("sweep: {}{}\n", csv, plotted ? ", " + png : " (no plot: gnuplot failed or is not installed)");
 }
 
-/// What one instance is, for the header: "a100-80g llama2-13b", "2 a100-80g llama2-13b" or a profile's name.
-std::string instance_label(const actors::sim::sim_options& o) {
-  if (o.profile) return "'" + o.profile->name + "'";
-  return fmt::format("{}{} {}", o.gpus_per_instance ? fmt::format("{} ", o.gpus_per_instance) : "", o.gpu, o.model);
-}
 
 void run_sim(const sim_flags& f) {
   auto trace = actors::frontend::read_trace(f.trace);

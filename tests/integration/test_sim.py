@@ -6,6 +6,7 @@ order, extra fields) and out-of-range flags."""
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -17,6 +18,38 @@ POLICIES = ["infinite", "passive", "static-multi", "static-single"]
 
 def run(*args):
     return subprocess.run([ILLM, "sim", *args], capture_output=True, text=True, timeout=600)
+
+
+def check_sweep(tmp):
+    # A prefix with a quote, a space and $(...): files land there and nothing is run from it.
+    folder = os.path.join(tmp, "sweep's $(touch pwned)")
+    os.mkdir(folder)
+    prefix = os.path.join(folder, "sweep")
+    slo = 0.025  # crossed between the doubling scales 4 and 16 on these 60 requests
+    result = run("--trace", os.path.join(REPO, "tests/data/traces/azure2023_conv.csv"), "--instances", "4",
+                 "--policy", "infinite,static-multi", "--limit", "60", "--sweep", "--sweep-limit", "60",
+                 "--slo", str(slo), "--sweep-out", prefix)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not os.path.exists("pwned") and not os.path.exists(os.path.join(folder, "pwned"))
+    with open(prefix + ".csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["policy"] for r in rows} == {"infinite", "static-multi"}, rows[:2]
+    for policy in ("infinite", "static-multi"):
+        points = [r for r in rows if r["policy"] == policy]
+        scales = [float(r["rate_scale"]) for r in points]
+        rates = [float(r["request_rate"]) for r in points]
+        assert len(rates) >= 3 and rates == sorted(rates) and scales == sorted(scales), rates
+        within = [float(r["request_rate"]) for r in points if float(r["median_normalized_latency_s"]) < slo]
+        beyond = [float(r["rate_scale"]) for r in points if float(r["median_normalized_latency_s"]) >= slo]
+        assert within and beyond, points
+        # The knee is refined between the doubling scales: 4 points off the powers of two.
+        off_grid = [s for s in scales if abs(math.log2(s) - round(math.log2(s))) > 1e-9]
+        assert len(off_grid) == 4, scales
+        line = next(l for l in result.stdout.splitlines() if l.startswith(policy + " ") and "highest rate" in l)
+        assert line.endswith(f"{max(within):.2f} requests/s"), (line, max(within))
+    with open(prefix + ".png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    print("sweep:", len(rows), "rows")
 
 
 def main():
@@ -70,21 +103,7 @@ def main():
         assert (r["completed"], r["refused"], r["instances"]) == (4, 0, 2), r
         assert "x4" in r["profile"] and r["kv_tokens_per_instance"] > 4 * multi["kv_tokens_per_instance"], r
 
-        prefix = os.path.join(tmp, "sweep")
-        result = run("--trace", os.path.join(REPO, "tests/data/traces/azure2023_conv.csv"), "--instances", "4",
-                     "--policy", "infinite,static-multi", "--limit", "60", "--sweep", "--sweep-limit", "60",
-                     "--sweep-out", prefix)
-        assert result.returncode == 0, result.stdout + result.stderr
-        with open(prefix + ".csv") as f:
-            rows = list(csv.DictReader(f))
-        assert {r["policy"] for r in rows} == {"infinite", "static-multi"}, rows[:2]
-        for policy in ("infinite", "static-multi"):
-            rates = [float(r["request_rate"]) for r in rows if r["policy"] == policy]
-            assert len(rates) >= 3 and rates == sorted(rates), rates
-        with open(prefix + ".png", "rb") as f:
-            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-        assert "highest rate within the SLO" in result.stdout, result.stdout
-        print("sweep:", len(rows), "rows")
+        check_sweep(tmp)
 
         bad = run("--trace", trace, "--policy", "infinite,bogus")
         assert bad.returncode != 0 and "unknown policy 'bogus'" in bad.stderr, bad.stderr
