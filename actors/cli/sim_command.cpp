@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -159,10 +160,15 @@ bool plot_sweep(const sim_flags& f, const std::vector<std::pair<std::string, std
   for (size_t i = 0; i < sweeps.size(); ++i)
     script += fmt::format("$policy{} using 1:2 with linespoints title {}, ", i, quoted(sweeps[i].first));
   script += fmt::format("{} title 'SLO' with lines dashtype 2\n", f.slo_s);
+  const auto previous = std::signal(SIGPIPE, SIG_IGN);  // a gnuplot that is missing or quits early
   FILE* gnuplot = popen("gnuplot 2>/dev/null", "w");
-  if (!gnuplot) return false;
-  const bool written = std::fwrite(script.data(), 1, script.size(), gnuplot) == script.size();
-  return pclose(gnuplot) == 0 && written;
+  bool drawn = false;
+  if (gnuplot) {
+    const bool written = std::fwrite(script.data(), 1, script.size(), gnuplot) == script.size();
+    drawn = pclose(gnuplot) == 0 && written;
+  }
+  std::signal(SIGPIPE, previous);
+  return drawn;
 }
 
 /// Per policy: the highest offered request rate whose median normalized latency stays under the SLO;
