@@ -20,12 +20,6 @@ constexpr int max_batch_tokens = 512;
 constexpr int max_batch_seqs = 256;
 constexpr int longest_context = 8192;
 
-/// A step to time: its sequences as (tokens, position of the first), and whether decode rows sample.
-struct probe {
-  std::vector<std::pair<int, int>> entries;
-  bool sample_decodes = false;
-};
-
 /// Sequences laid out on a pool to time steps: each sequence has blocks for its context.
 class bench_bed {
  public:
@@ -111,7 +105,23 @@ constexpr std::array<int, 4> fit_positions{0, 1024, 2048, 4096};
 constexpr std::array<int, 10> fit_dense_tokens{1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 constexpr std::array<int, 3> fit_sampled_rows{16, 64, 128};
 
-/// The steps the fit times, in the order fit_profile reads their times.
+}  // namespace
+
+step_work work_of(const probe& step) {
+  step_work w;
+  for (const auto& [n, pos0] : step.entries) {
+    w.tokens += n;
+    w.kv_tokens += pos0 + n;
+    if (n > 1) w.prefill_pairs += causal_keys(n, pos0);
+    if (n == 1 && step.sample_decodes) ++w.sampled;
+  }
+  return w;
+}
+
+double predict(const profile& p, const step_work& w) {
+  return mixed_step_time(p, w.tokens, w.kv_tokens, w.prefill_pairs, w.sampled);
+}
+
 std::vector<probe> fit_probes() {
   std::vector<probe> probes;
   for (int context : fit_contexts) probes.push_back({{{1, context - 1}}, false});
@@ -125,7 +135,6 @@ std::vector<probe> fit_probes() {
   return probes;
 }
 
-/// The profile from the times of fit_probes(), read from `t` in that order.
 gpu::result<profile> fit_profile(std::span<const double> t, const gpu::model_config& c) {
   const double layers = c.n_layers;
   profile p;
@@ -147,8 +156,10 @@ gpu::result<profile> fit_profile(std::span<const double> t, const gpu::model_con
   if (!(pair_slope > 0)) return gpu::status{gpu::status_code::internal, "prefill time did not grow with the context"};
   p.prefill_pairs_per_s = layers / pair_slope;
   // dense(n): prefill chunks at position 0 without sampling, less their attention.
-  for (int n : fit_dense_tokens)
-    p.dense_s.emplace_back(n, std::max(1e-9, (t[p.dense_s.size()] - causal_keys(n, 0) * pair_slope - n * slope) / layers));
+  for (int n : fit_dense_tokens) {
+    const double attention_s = (n > 1 ? causal_keys(n, 0) * pair_slope : 0) + n * slope;
+    p.dense_s.emplace_back(n, std::max(1e-9, (t[p.dense_s.size()] - attention_s) / layers));
+  }
   t = t.subspan(fit_dense_tokens.size());
   // The classifier and sampling: n decode rows that sample against the same rows that do not.
   double row_sum = 0;
@@ -160,6 +171,8 @@ gpu::result<profile> fit_profile(std::span<const double> t, const gpu::model_con
   return p;
 }
 
+namespace {
+
 /// Random mixed batches, different from the fit's steps: decodes at random contexts, and in two
 /// batches of three a prefill chunk. Their descriptions go to `points`, their steps are returned.
 std::vector<probe> validation_probes(const profiler_options& options, std::vector<validation_point>& points) {
@@ -169,18 +182,14 @@ std::vector<probe> validation_probes(const profiler_options& options, std::vecto
     validation_point v;
     probe step{{}, true};
     v.decode_sequences = int(1 + rng() % 48);
-    for (int i = 0; i < v.decode_sequences; ++i) {
-      const int context = int(16 + rng() % 1500);
-      step.entries.emplace_back(1, context - 1);
-      v.kv_tokens += context;
-    }
+    for (int i = 0; i < v.decode_sequences; ++i) step.entries.emplace_back(1, int(15 + rng() % 1500));
     if (rng() % 3 != 0) {
       v.prefill_tokens = int(16 + rng() % (max_batch_tokens - 64));
-      const int pos0 = int(rng() % 1024);
-      step.entries.emplace_back(v.prefill_tokens, pos0);
-      v.prefill_pairs = causal_keys(v.prefill_tokens, pos0);
-      v.kv_tokens += pos0 + v.prefill_tokens;  // the chunk reads its context once
+      step.entries.emplace_back(v.prefill_tokens, int(rng() % 1024));
     }
+    const step_work w = work_of(step);
+    v.kv_tokens = w.kv_tokens;
+    v.prefill_pairs = w.prefill_pairs;
     points.push_back(v);
     probes.push_back(std::move(step));
   }
@@ -192,8 +201,8 @@ void compare(const profile& p, std::span<const double> t, std::vector<validation
   for (size_t i = 0; i < points.size(); ++i) {
     validation_point& v = points[i];
     v.measured_s = t[i];
-    v.predicted_s =
-        mixed_step_time(p, v.decode_sequences + v.prefill_tokens, v.kv_tokens, v.prefill_pairs, v.decode_sequences);
+    v.predicted_s = predict(p, {double(v.decode_sequences + v.prefill_tokens), v.kv_tokens, v.prefill_pairs,
+                                double(v.decode_sequences)});
   }
 }
 

@@ -7,7 +7,9 @@
 //   dense(n): prefill chunks of n tokens at position 0 (no sampling), less their attention, per layer;
 //   sampled:  decode rows that sample against the same rows that do not (classifier and sampling).
 
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/placement/perf_model.hpp"
@@ -22,6 +24,32 @@ struct profiler_options {
   int validation_batches = 24;
   uint64_t seed = 1;
 };
+
+/// A step the profiler times: its sequences as (tokens, position of the first), and whether decode rows
+/// (sequences of one token) sample.
+struct probe {
+  std::vector<std::pair<int, int>> entries;
+  bool sample_decodes = false;
+};
+
+/// What a step asks of the model's terms: a one-token sequence is a decode that reads its context's KV;
+/// a longer one is a prefill chunk that reads its context once and attends (query, key) pairs causally.
+struct step_work {
+  double tokens = 0;         ///< β
+  double kv_tokens = 0;      ///< read by decodes, and once by each prefill chunk
+  double prefill_pairs = 0;  ///< causal (query, key) pairs of the prefill chunks
+  double sampled = 0;        ///< decode rows that sample
+};
+step_work work_of(const probe& step);
+
+/// The step time `p` predicts for `work`.
+double predict(const profile& p, const step_work& work);
+
+/// The steps a fit times, in the order fit_profile reads their times.
+std::vector<probe> fit_probes();
+
+/// The profile (all but its name and model) fitted to the times of fit_probes(), in that order.
+gpu::result<profile> fit_profile(std::span<const double> times, const gpu::model_config& c);
 
 /// One batch: what the model predicts and what was measured.
 struct validation_point {

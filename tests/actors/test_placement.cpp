@@ -1,11 +1,13 @@
 // The performance model's arithmetic (T = W/f + S/g, the debtor and creditor forms, instance and cluster
-// TPS, profiles in JSON and from rooflines) and the greedy policy's rules: debtors by batch ascending,
-// creditors by memory use ascending and re-sorted after each move, a stop when nothing is gained, and
-// the paper's Fig. 5 scenario placed as in Fig. 5c.
+// TPS, profiles in JSON and from rooflines, the profiler's fit) and the greedy policy's rules: debtors by
+// batch ascending, creditors by memory use ascending and re-sorted after each move, a stop when nothing is
+// gained, and the paper's Fig. 5 scenario placed as in Fig. 5c.
 #include <doctest/doctest.h>
 
 #include "actors/placement/greedy_policy.hpp"
 #include "actors/placement/perf_model.hpp"
+#include "actors/placement/profiler.hpp"
+#include "gpu/model_config.hpp"
 
 using namespace illm::actors;
 using namespace illm::actors::placement;
@@ -68,6 +70,42 @@ TEST_SUITE("actors") {
     profile negative = toy();
     negative.step_overhead_s = -1e-3;
     CHECK(profile_from_json(to_json(negative)).error().message().find("must be 0 or more") != std::string::npos);
+  }
+
+  TEST_CASE("the profiler counts a step's work and fits back the profile its times came from") {
+    // A decode of context 100 and a 10-token chunk at position 5: 11 tokens, KV read 100 + 15, the chunk's
+    // causal pairs 10 * 5 + 55, one sampled row.
+    const step_work w = work_of({{{1, 99}, {10, 5}}, true});
+    CHECK(w.tokens == 11);
+    CHECK(w.kv_tokens == 115);
+    CHECK(w.prefill_pairs == 105);
+    CHECK(w.sampled == 1);
+    CHECK(predict(toy(), w) == doctest::Approx(mixed_step_time(toy(), 11, 115, 105, 1)));
+
+    const illm::gpu::model_config shape = illm::gpu::preset_config("stories15m").value();
+    profile truth;
+    truth.n_layers = shape.n_layers;
+    for (double n : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) truth.dense_s.emplace_back(n, 1e-4 + n * 3e-6);
+    truth.attention_tokens_per_s = 5e6;
+    truth.prefill_pairs_per_s = 2e8;
+    truth.sampled_row_s = 2e-4;
+    std::vector<double> times;
+    for (const probe& step : fit_probes()) times.push_back(predict(truth, work_of(step)));
+    const auto exactly = [](double v) { return doctest::Approx(v).epsilon(1e-7).scale(0); };  // relative
+    auto fitted = fit_profile(times, shape);
+    REQUIRE(fitted.is_ok());
+    CHECK(fitted->n_layers == truth.n_layers);
+    CHECK(fitted->attention_tokens_per_s == exactly(truth.attention_tokens_per_s));
+    CHECK(fitted->prefill_pairs_per_s == exactly(truth.prefill_pairs_per_s));
+    CHECK(fitted->sampled_row_s == exactly(truth.sampled_row_s));
+    REQUIRE(fitted->dense_s.size() == truth.dense_s.size());
+    for (size_t i = 0; i < truth.dense_s.size(); ++i) {
+      CHECK(fitted->dense_s[i].first == truth.dense_s[i].first);
+      CHECK(fitted->dense_s[i].second == exactly(truth.dense_s[i].second));
+    }
+    // Times that do not grow with the context fit nothing.
+    std::vector<double> flat(times.size(), 1e-3);
+    CHECK_FALSE(fit_profile(flat, shape).is_ok());
   }
 
   TEST_CASE("roofline profiles follow the datasheets") {
