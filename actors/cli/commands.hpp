@@ -3,6 +3,7 @@
 // reported once on stderr and ends the process with a non-zero status (CLI::RuntimeError).
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -40,7 +41,10 @@ host_port parse_host_port(const std::string& text, const char* flag, bool port_z
 /// Prints `message` to stderr as an error and throws CLI::RuntimeError(code).
 [[noreturn]] void fail(const std::string& message, int code = 1);
 
-/// Checks that an option's value is a number above zero ("must be a number above zero, not 0").
+/// Checks that an option's value is a finite number above zero ("must be a number above zero, not 0").
 CLI::Validator above_zero();
+/// Checks that an option's value is a finite number from `lowest` to `highest` ("must be a number from 0
+/// to 1, not nan"; "0 or more" without a highest).
+CLI::Validator number_from(double lowest, double highest = std::numeric_limits<double>::infinity());
 
 }  // namespace illm::cli

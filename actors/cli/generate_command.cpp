@@ -1,12 +1,14 @@
 // `illm generate`: prompt in, continuation out, through the DistAttention path over --kv-pools pools.
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <future>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -27,15 +29,36 @@ void fail(const std::string& message, int code) {
   throw CLI::RuntimeError(code);
 }
 
+namespace {
+
+/// `text` as a finite number, or nothing.
+std::optional<double> finite_number(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
 CLI::Validator above_zero() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double value = std::strtod(text.c_str(), &end);
-        const bool number = !text.empty() && *end == '\0';
-        return number && value > 0 ? "" : "must be a number above zero, not " + text;
+        const auto value = finite_number(text);
+        return value && *value > 0 ? "" : "must be a number above zero, not " + text;
       },
       "POSITIVE");
+}
+
+CLI::Validator number_from(double lowest, double highest) {
+  const std::string range = std::isinf(highest) ? fmt::format(", {} or more,", lowest)
+                                                 : fmt::format(" from {} to {},", lowest, highest);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        const auto value = finite_number(text);
+        return value && *value >= lowest && *value <= highest ? "" : "must be a number" + range + " not " + text;
+      },
+      "NUMBER");
 }
 
 namespace {
@@ -273,10 +296,10 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   cmd->add_option("--temperature", flags->temperature, "Sampling temperature (0: greedy)")
-      ->check(CLI::Range(0.0f, 100.0f))
+      ->check(number_from(0, 100))
       ->capture_default_str();
   cmd->add_option("--top-p", flags->top_p, "Nucleus sampling mass")
-      ->check(CLI::Range(0.0f, 1.0f))
+      ->check(number_from(0, 1))
       ->capture_default_str();
   cmd->add_option("--seed", flags->seed, "Sampling seed (default: random, reported with --json)");
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "Keep generating past BOS and EOS");

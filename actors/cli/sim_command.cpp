@@ -213,6 +213,11 @@ void run_sim(const sim_flags& f) {
   flags.options.router = actors::sim::routing(router - routers.begin());
   const auto policies = split(f.policies);
   if (policies.empty()) fail("--policy needs at least one policy", 2);
+  for (const auto& policy : policies) {  // before any output
+    actors::sim::sim_options o = flags.options;
+    o.policy = policy;
+    if (gpu::status s = actors::sim::check_options(o); !s.is_ok()) fail(s.message());
+  }
   nlohmann::json j;
   j["settings"] = {{"trace", f.trace},
                    {"requests", f.options.limit ? std::min(f.options.limit, trace->size()) : trace->size()},
@@ -266,7 +271,7 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--policy", f->policies, "Comma-separated: infinite, passive, static-multi, static-single")
       ->capture_default_str();
   cmd->add_option("--rate-scale", f->options.rate_scale, "Arrivals this many times faster (default: all at once)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_from(0));
   cmd->add_option("--limit", f->options.limit, "The first N requests of the trace");
   cmd->add_option("--router", f->router, "least-requests, least-prompt-tokens, least-tokens (knows outputs) or round-robin")
       ->capture_default_str();

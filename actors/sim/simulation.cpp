@@ -249,12 +249,20 @@ void add_step_figures(sim_report& r, const std::vector<std::shared_ptr<sim_worke
 
 }  // namespace
 
-gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, const sim_options& o) {
-  const auto wall_start = std::chrono::steady_clock::now();
+gpu::status check_options(const sim_options& o) {
   const auto names = policy_names();
   if (std::find(names.begin(), names.end(), o.policy) == names.end())
     return gpu::status{gpu::status_code::invalid_argument,
                        fmt::format("unknown policy '{}' (known: {})", o.policy, fmt::join(names, ", "))};
+  auto chosen = profile_for(o);
+  if (!chosen.is_ok()) return chosen.error();
+  auto shape = gpu::preset_config(chosen->model.model);
+  return shape.is_ok() ? gpu::status::ok() : shape.error();
+}
+
+gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, const sim_options& o) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  ILLM_RETURN_IF_ERROR(check_options(o));
   auto chosen = profile_for(o);
   if (!chosen.is_ok()) return chosen.error();
   const auto& [model, n_instances, batch_scale] = chosen.value();

@@ -90,6 +90,10 @@ struct sim_report {
   std::vector<double> finished_s;
 };
 
+/// Whether `options` can be simulated (a known policy; a GPU and model with a profile, enough GPUs per
+/// instance), with a message saying what is wrong.
+gpu::status check_options(const sim_options& options);
+
 /// Runs one policy over a trace.
 gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, const sim_options& options);
 

@@ -124,9 +124,17 @@ def main():
             assert bad.returncode != 0 and error in bad.stderr, (name, bad.stderr)
         for flag, value, error in [("--max-batch-tokens", "0", "not in range 1"),
                                    ("--max-batch-seqs", "-1", "not in range 1"),
-                                   ("--slo", "0", "must be a number above zero, not 0")]:
+                                   ("--slo", "0", "must be a number above zero, not 0"),
+                                   ("--slo", "inf", "must be a number above zero, not inf"),
+                                   ("--rate-scale", "nan", "must be a number, 0 or more, not nan"),
+                                   ("--rate-scale", "-1", "must be a number, 0 or more, not -1")]:
             bad = run("--trace", trace, flag, value)
             assert bad.returncode != 0 and flag in bad.stderr and error in bad.stderr, (flag, bad.stderr)
+        # A GPU or model without a profile is refused before anything is printed.
+        for flag, value, error in [("--gpu", "h300", "no built-in profile for GPU 'h300'"),
+                                   ("--model", "gpt", "unknown model shape 'gpt'")]:
+            bad = run("--trace", trace, flag, value)
+            assert bad.returncode != 0 and error in bad.stderr and bad.stdout == "", (flag, bad.stdout, bad.stderr)
     print("test_sim: all checks passed")
 
 

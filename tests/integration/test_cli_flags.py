@@ -1,0 +1,36 @@
+"""Numeric flags of the commands refuse what is not a number in their range (nan, inf, out of range) with a
+message naming the flag and the value, before doing anything; values in range are taken."""
+
+import subprocess
+import sys
+
+ILLM = sys.argv[1]
+
+
+def run(*args):
+    return subprocess.run([ILLM, *args], capture_output=True, text=True, timeout=300)
+
+
+def main():
+    refused = [
+        (["generate", "--prompt", "hi", "--temperature", "nan"], "--temperature: must be a number from 0 to 100, not nan"),
+        (["generate", "--prompt", "hi", "--temperature", "101"], "--temperature: must be a number from 0 to 100, not 101"),
+        (["generate", "--prompt", "hi", "--top-p", "inf"], "--top-p: must be a number from 0 to 1, not inf"),
+        (["generate", "--prompt", "hi", "--top-p", "-0.5"], "--top-p: must be a number from 0 to 1, not -0.5"),
+        (["bench", "--rate-scale", "inf"], "--rate-scale: must be a number above zero, not inf"),
+        (["bench", "--rate-scale", "0"], "--rate-scale: must be a number above zero, not 0"),
+        (["sim", "--trace", "x.csv", "--rate-scale", "nan"], "--rate-scale: must be a number, 0 or more, not nan"),
+        (["sim", "--trace", "x.csv", "--slo", "1e400"], "--slo: must be a number above zero, not 1e400"),
+    ]
+    for args, message in refused:
+        result = run(*args)
+        assert result.returncode != 0 and message in result.stderr, (args, result.returncode, result.stderr)
+        assert result.stdout == "", (args, result.stdout)
+    # In range: a greedy generation of two tokens with the edge values.
+    result = run("generate", "--prompt", "Once upon a time", "--max-tokens", "2", "--temperature", "0", "--top-p", "1")
+    assert result.returncode == 0, result.stderr
+    print("test_cli_flags: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
