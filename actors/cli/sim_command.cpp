@@ -197,7 +197,6 @@ void run_sweep(const sim_flags& f, const std::vector<actors::frontend::trace_row
   fmt::print("sweep: {}{}\n", csv, plotted ? ", " + png : " (no plot: gnuplot failed or is not installed)");
 }
 
-
 void run_sim(const sim_flags& f) {
   auto trace = actors::frontend::read_trace(f.trace);
   if (!trace.is_ok()) fail(trace.error().message());
