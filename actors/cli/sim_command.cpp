@@ -172,29 +172,41 @@ bool plot_sweep(const sim_flags& f, const std::vector<std::pair<std::string, std
 }
 
 /// Per policy: the highest offered request rate whose median normalized latency stays under the SLO;
-/// every point as CSV and drawn as a PNG.
-void run_sweep(const sim_flags& f, const std::vector<actors::frontend::trace_row>& trace,
-               const std::vector<std::string>& policies) {
+/// every point as CSV and drawn as a PNG. Printed unless --json; returned as JSON (per policy the highest
+/// rate and the points; the files written).
+nlohmann::json run_sweep(const sim_flags& f, const std::vector<actors::frontend::trace_row>& trace,
+                         const std::vector<std::string>& policies) {
   const std::string csv = f.sweep_out + ".csv", png = f.sweep_out + ".png";
   std::ofstream out(csv);
   if (!out) fail("cannot write " + csv);
   out << "policy,rate_scale,request_rate,median_normalized_latency_s,throughput_tok_s\n";
   std::vector<std::pair<std::string, std::vector<sweep_point>>> sweeps;
+  nlohmann::json j = {{"slo_s", f.slo_s}, {"csv", csv}, {"policies", nlohmann::json::object()}};
   for (const auto& policy : policies) {
     sweeps.emplace_back(policy, sweep_policy(f, trace, policy));
     double best_rate = 0;
+    nlohmann::json points = nlohmann::json::array();
     for (const sweep_point& p : sweeps.back().second) {
       out << fmt::format("{},{:.6g},{:.4f},{:.6f},{:.1f}\n", policy, p.scale, p.request_rate,
                          p.median_normalized_latency_s, p.throughput_tok_s);
+      points.push_back({{"rate_scale", p.scale},
+                        {"request_rate", p.request_rate},
+                        {"median_normalized_latency_s", p.median_normalized_latency_s},
+                        {"throughput_tok_s", p.throughput_tok_s}});
       if (p.median_normalized_latency_s < f.slo_s) best_rate = std::max(best_rate, p.request_rate);
     }
-    fmt::print("{:<14} highest rate within the SLO ({} s per token, median): {:.2f} requests/s\n", policy, f.slo_s,
-               best_rate);
+    j["policies"][policy] = {{"highest_rate_within_slo", best_rate}, {"points", points}};
+    if (!f.json)
+      fmt::print("{:<14} highest rate within the SLO ({} s per token, median): {:.2f} requests/s\n", policy,
+                 f.slo_s, best_rate);
   }
   out.close();
   if (!out) fail("cannot write " + csv);
   const bool plotted = plot_sweep(f, sweeps, png);
-  fmt::print("sweep: {}{}\n", csv, plotted ? ", " + png : " (no plot: gnuplot failed or is not installed)");
+  j["png"] = plotted ? nlohmann::json(png) : nlohmann::json();
+  if (!f.json)
+    fmt::print("sweep: {}{}\n", csv, plotted ? ", " + png : " (no plot: gnuplot failed or is not installed)");
+  return j;
 }
 
 void run_sim(const sim_flags& f) {
@@ -246,11 +258,11 @@ void run_sim(const sim_flags& f) {
     if (!f.json) print_report(r.value());
   }
   j["throughput_ratio"] = throughput_ratios(j["results"], policies);
-  if (f.json) std::cout << j.dump() << "\n";
   if (!f.json)
     for (const auto& [other, ratio] : j["throughput_ratio"].items())
       fmt::print("throughput {} / {}: {:.2f}x\n", policies.front(), other, ratio.get<double>());
-  if (f.sweep) run_sweep(flags, trace.value(), policies);
+  if (f.sweep) j["sweep"] = run_sweep(flags, trace.value(), policies);
+  if (f.json) std::cout << j.dump() << "\n";
 }
 
 }  // namespace
@@ -285,7 +297,7 @@ void add_sim_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
   cmd->add_option("--profile", f->profile_file, "A measured profile (illm profile) instead of the GPU's roofline");
-  cmd->add_flag("--json", f->json, "Print one JSON object (results keyed by policy)");
+  cmd->add_flag("--json", f->json, "Print one JSON object (results keyed by policy; with --sweep, the sweep as well)");
   cmd->add_flag("--sweep", f->sweep, "Sweep arrival rates; CSV and PNG of latency against load");
   cmd->add_option("--slo", f->slo_s, "Sweep SLO: median e2e latency per output token, seconds")
       ->check(above_zero())

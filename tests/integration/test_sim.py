@@ -49,6 +49,19 @@ def check_sweep(tmp):
         assert line.endswith(f"{max(within):.2f} requests/s"), (line, max(within))
     with open(prefix + ".png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    # With --json, stdout is one JSON object holding the sweep beside the results.
+    result = run("--trace", os.path.join(REPO, "tests/data/traces/azure2023_conv.csv"), "--instances", "4",
+                 "--policy", "infinite,static-multi", "--limit", "60", "--sweep", "--sweep-limit", "60",
+                 "--slo", str(slo), "--sweep-out", prefix, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    sweep = report["sweep"]
+    assert sorted(report["results"]) == sorted(sweep["policies"]) == ["infinite", "static-multi"], report.keys()
+    assert sweep["slo_s"] == slo and sweep["csv"] == prefix + ".csv" and sweep["png"] == prefix + ".png", sweep
+    for policy, s in sweep["policies"].items():
+        within = [p["request_rate"] for p in s["points"] if p["median_normalized_latency_s"] < slo]
+        assert s["highest_rate_within_slo"] == max(within), (policy, s)
+        assert len(s["points"]) == len([r for r in rows if r["policy"] == policy]), policy
     print("sweep:", len(rows), "rows")
 
 
