@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 
@@ -53,17 +54,21 @@ actors::placement::profile profile_to_validate(const profile_flags& f, const gpu
   return p;
 }
 
-/// Measures a profile and writes it to --out (opened first, so that a bad path costs no measuring).
+/// Measures a profile and writes it to --out: into a file beside it, opened first (a bad path costs no
+/// measuring), then renamed over it (a failed run leaves an earlier profile there as it was).
 void write_profile(const profile_flags& f, const gpu::loaded_model& model, gpu::backend& device,
                    const actors::placement::profiler_options& options) {
-  std::ofstream out(f.out);
+  const std::string partial = f.out + ".partial";
+  std::ofstream out(partial);
   if (!out) fail("cannot write " + f.out);
   auto measured = actors::placement::measure_profile(model, device, options);
-  if (!measured.is_ok()) fail(measured.error().message());
-  const std::string json = actors::placement::to_json(measured.value());
+  const std::string json = measured.is_ok() ? actors::placement::to_json(measured.value()) : "";
   out << json << "\n";
-  out.flush();
-  if (!out) fail("cannot write " + f.out);
+  out.close();
+  if (!measured.is_ok() || !out || std::rename(partial.c_str(), f.out.c_str()) != 0) {
+    std::remove(partial.c_str());
+    fail(measured.is_ok() ? "cannot write " + f.out : measured.error().message());
+  }
   if (f.json) {
     std::cout << json << "\n";
   } else {

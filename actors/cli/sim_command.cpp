@@ -283,7 +283,7 @@ void add_sim_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--rate-scale", f->options.rate_scale, "Arrivals this many times faster (default: all at once)")
       ->check(number_from(0));
-  cmd->add_option("--limit", f->options.limit, "The first N requests of the trace");
+  cmd->add_option("--limit", f->options.limit, "The first N requests of the trace (0: all)");
   cmd->add_option("--router", f->router, "least-requests, least-prompt-tokens, least-tokens (knows outputs) or round-robin")
       ->capture_default_str();
   cmd->add_option("--max-unstarted", f->options.max_unstarted,
