@@ -89,6 +89,7 @@ def main():
         result = run("profile", "--out", path, *QUICK)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "written to " + path in result.stdout, result.stdout
+        assert os.listdir(tmp) == ["profile.json"], os.listdir(tmp)  # written beside it, renamed over it
         check_profile(path)
         check_validation(path)
         check_sim(path, tmp)
