@@ -89,7 +89,7 @@ void print_validation(const profile_flags& f, const actors::placement::profile& 
     for (const auto& v : points)
       j["batches"].push_back({{"decode_sequences", v.decode_sequences},
                               {"prefill_tokens", v.prefill_tokens},
-                              {"kv_tokens", v.kv_tokens},
+                              {"kv_tokens", v.work.kv_tokens},
                               {"predicted_s", v.predicted_s},
                               {"measured_s", v.measured_s},
                               {"error", v.error()}});
@@ -101,7 +101,7 @@ void print_validation(const profile_flags& f, const actors::placement::profile& 
              "measured ms", "error");
   for (const auto& v : points)
     fmt::print("{:>8} {:>8} {:>10.0f} {:>12.3f} {:>12.3f} {:>7.1f}%\n", v.decode_sequences, v.prefill_tokens,
-               v.kv_tokens, v.predicted_s * 1e3, v.measured_s * 1e3, v.error() * 100);
+               v.work.kv_tokens, v.predicted_s * 1e3, v.measured_s * 1e3, v.error() * 100);
   fmt::print("median |error|: {:.1f}%\n", median * 100);
 }
 

@@ -187,9 +187,7 @@ std::vector<probe> validation_probes(const profiler_options& options, std::vecto
       v.prefill_tokens = int(16 + rng() % (max_batch_tokens - 64));
       step.entries.emplace_back(v.prefill_tokens, int(rng() % 1024));
     }
-    const step_work w = work_of(step);
-    v.kv_tokens = w.kv_tokens;
-    v.prefill_pairs = w.prefill_pairs;
+    v.work = work_of(step);
     points.push_back(v);
     probes.push_back(std::move(step));
   }
@@ -201,8 +199,7 @@ void compare(const profile& p, std::span<const double> t, std::vector<validation
   for (size_t i = 0; i < points.size(); ++i) {
     validation_point& v = points[i];
     v.measured_s = t[i];
-    v.predicted_s = predict(p, {double(v.decode_sequences + v.prefill_tokens), v.kv_tokens, v.prefill_pairs,
-                                double(v.decode_sequences)});
+    v.predicted_s = predict(p, v.work);
   }
 }
 

@@ -55,8 +55,7 @@ gpu::result<profile> fit_profile(std::span<const double> times, const gpu::model
 struct validation_point {
   int decode_sequences = 0;
   int prefill_tokens = 0;
-  double kv_tokens = 0;      ///< KV tokens read by decode queries (and once by the prefill chunk)
-  double prefill_pairs = 0;  ///< (query, key) pairs of the prefill chunk
+  step_work work;  ///< what the batch asks of the model's terms
   double predicted_s = 0, measured_s = 0;
   double error() const { return measured_s > 0 ? (predicted_s - measured_s) / measured_s : 0; }
 };

@@ -247,9 +247,15 @@ void add_step_figures(sim_report& r, const std::vector<std::shared_ptr<sim_worke
   }
 }
 
-}  // namespace
+/// A policy's profile and the model shape its pools are laid out for.
+struct resolved_options {
+  chosen_profile chosen;
+  gpu::model_config shape;
+};
 
-gpu::status check_options(const sim_options& o) {
+/// What `o` simulates, or what is wrong with it: an unknown policy, a GPU or model without a profile, too
+/// few GPUs per instance.
+gpu::result<resolved_options> resolve(const sim_options& o) {
   const auto names = policy_names();
   if (std::find(names.begin(), names.end(), o.policy) == names.end())
     return gpu::status{gpu::status_code::invalid_argument,
@@ -257,17 +263,23 @@ gpu::status check_options(const sim_options& o) {
   auto chosen = profile_for(o);
   if (!chosen.is_ok()) return chosen.error();
   auto shape = gpu::preset_config(chosen->model.model);
-  return shape.is_ok() ? gpu::status::ok() : shape.error();
+  if (!shape.is_ok()) return shape.error();
+  return resolved_options{chosen.value(), shape.value()};
+}
+
+}  // namespace
+
+gpu::status check_options(const sim_options& o) {
+  auto resolved = resolve(o);
+  return resolved.is_ok() ? gpu::status::ok() : resolved.error();
 }
 
 gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, const sim_options& o) {
   const auto wall_start = std::chrono::steady_clock::now();
-  ILLM_RETURN_IF_ERROR(check_options(o));
-  auto chosen = profile_for(o);
-  if (!chosen.is_ok()) return chosen.error();
-  const auto& [model, n_instances, batch_scale] = chosen.value();
-  auto shape = gpu::preset_config(model.model);
-  if (!shape.is_ok()) return shape.error();
+  auto resolved = resolve(o);
+  if (!resolved.is_ok()) return resolved.error();
+  const auto& [model, n_instances, batch_scale] = resolved->chosen;
+  const gpu::model_config& shape = resolved->shape;
   const uint32_t blocks = uint32_t(model.kv_capacity_tokens / gpu::kv_block_tokens);
   if (blocks < 2) return gpu::status{gpu::status_code::invalid_argument, "the model leaves no room for KV"};
 
@@ -286,7 +298,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   caf::actor gm = spawn_gmanager(sys, gcfg);
 
   gpu::sim::sim_backend device;
-  const gpu::kv_layout layout{shape->n_layers, shape->n_kv_heads, shape->head_dim(), gpu::dtype::f16};
+  const gpu::kv_layout layout{shape.n_layers, shape.n_kv_heads, shape.head_dim(), gpu::dtype::f16};
   const bool lending = o.policy == "infinite" || o.policy == "passive";
   std::vector<caf::actor> instances, everyone{gm};
   std::vector<std::shared_ptr<gpu::kv_pool>> pools;
