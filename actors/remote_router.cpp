@@ -12,13 +12,13 @@ remote_router::remote_router(std::shared_ptr<transport::data_plane> plane, int n
                              std::chrono::milliseconds timeout, metrics::histogram* latency)
     : plane_(std::move(plane)), n_heads_(n_heads), head_dim_(head_dim), timeout_(timeout), latency_(latency) {}
 
-gpu::status remote_router::begin(std::span<const gpu::remote_attention_job> jobs) {
+gpu::status remote_router::begin(int lane, std::span<const gpu::remote_attention_job> jobs) {
+  if (lane < 0 || lane >= lanes)
+    return {gpu::status_code::invalid_argument, fmt::format("no lane {} (a router has {})", lane, lanes)};
   {
     std::lock_guard lock(mutex_);
-    pending_.clear();
-    outstanding_ = jobs.size();
-    first_error_ = gpu::status::ok();
-    started_ = std::chrono::steady_clock::now();
+    std::erase_if(pending_, [lane](const auto& entry) { return entry.second.lane == lane; });
+    rounds_[size_t(lane)] = {jobs.size(), gpu::status::ok(), std::chrono::steady_clock::now()};
   }
   for (const gpu::remote_attention_job& job : jobs) {
     attend a;
@@ -34,7 +34,7 @@ gpu::status remote_router::begin(std::span<const gpu::remote_attention_job> jobs
     {
       std::lock_guard lock(mutex_);
       a.tag = next_tag_++;
-      pending_[a.tag] = {job, false};
+      pending_[a.tag] = {job, lane, false};
     }
     const uint64_t tag = a.tag;
     const std::vector<uint8_t> payload = encode(a);
@@ -45,16 +45,20 @@ gpu::status remote_router::begin(std::span<const gpu::remote_attention_job> jobs
   return gpu::status::ok();
 }
 
+void remote_router::settle(pending& p, gpu::status why) {
+  p.done = true;
+  round& r = rounds_[size_t(p.lane)];
+  --r.outstanding;
+  if (!why.is_ok() && r.first_error.is_ok()) r.first_error = std::move(why);
+  answered_.notify_all();
+}
+
 void remote_router::fail(uint64_t tag, gpu::status why) {
   std::lock_guard lock(mutex_);
   auto it = pending_.find(tag);
   if (it == pending_.end() || it->second.done) return;
-  it->second.done = true;
-  --outstanding_;
-  if (first_error_.is_ok())
-    first_error_ = {why.code(), fmt::format("remote attention at instance {}: {}", it->second.job.holder,
-                                            why.message())};
-  answered_.notify_all();
+  settle(it->second, {why.code(), fmt::format("remote attention at instance {}: {}", it->second.job.holder,
+                                              why.message())});
 }
 
 void remote_router::on_partials(transport::peer_id from, std::vector<uint8_t> payload) {
@@ -66,47 +70,41 @@ void remote_router::on_partials(transport::peer_id from, std::vector<uint8_t> pa
   if (it == pending_.end() || it->second.done || it->second.job.holder != from) return;  // late or foreign
   const gpu::remote_attention_job& job = it->second.job;
   const size_t rows = size_t(job.n_q) * n_heads_;
-  it->second.done = true;
-  --outstanding_;
-  if (!p.ok || p.m.size() != rows || p.ma.size() != rows * head_dim_) {
-    if (first_error_.is_ok())
-      first_error_ = {gpu::status_code::backend_error,
-                      fmt::format("instance {} could not attend request {}: {}", from, job.seq_id,
-                                  p.ok ? "answer of the wrong size" : p.error)};
-  } else {
-    std::copy(p.m.begin(), p.m.end(), job.m);
-    std::copy(p.e.begin(), p.e.end(), job.e);
-    std::copy(p.ma.begin(), p.ma.end(), job.ma);
-  }
-  answered_.notify_all();
+  if (!p.ok || p.m.size() != rows || p.ma.size() != rows * head_dim_)
+    return settle(it->second, {gpu::status_code::backend_error,
+                               fmt::format("instance {} could not attend request {}: {}", from, job.seq_id,
+                                           p.ok ? "answer of the wrong size" : p.error)});
+  std::copy(p.m.begin(), p.m.end(), job.m);
+  std::copy(p.e.begin(), p.e.end(), job.e);
+  std::copy(p.ma.begin(), p.ma.end(), job.ma);
+  settle(it->second, gpu::status::ok());
 }
 
 void remote_router::peer_failed(transport::peer_id peer, const std::string& why) {
   std::lock_guard lock(mutex_);
-  for (auto& [tag, p] : pending_) {
-    if (p.done || p.job.holder != peer) continue;
-    p.done = true;
-    --outstanding_;
-    if (first_error_.is_ok())
-      first_error_ = {gpu::status_code::io_error,
-                      fmt::format("instance {} holding blocks of request {} failed: {}", peer, p.job.seq_id, why)};
-  }
-  answered_.notify_all();
+  for (auto& [tag, p] : pending_)
+    if (!p.done && p.job.holder == peer)
+      settle(p, {gpu::status_code::io_error,
+                 fmt::format("instance {} holding blocks of request {} failed: {}", peer, p.job.seq_id, why)});
 }
 
-gpu::status remote_router::finish() {
+gpu::status remote_router::finish(int lane) {
+  if (lane < 0 || lane >= lanes)
+    return {gpu::status_code::invalid_argument, fmt::format("no lane {} (a router has {})", lane, lanes)};
   std::unique_lock lock(mutex_);
-  const bool answered = answered_.wait_for(lock, timeout_, [this] { return outstanding_ == 0; });
-  if (latency_ && !pending_.empty())
-    latency_->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+  round& r = rounds_[size_t(lane)];
+  const bool answered = answered_.wait_for(lock, timeout_, [&r] { return r.outstanding == 0; });
+  const bool any = std::any_of(pending_.begin(), pending_.end(), [lane](const auto& e) { return e.second.lane == lane; });
+  if (latency_ && any)
+    latency_->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - r.started).count());
   if (!answered) {
     for (auto& [tag, p] : pending_)
-      if (!p.done)
+      if (p.lane == lane && !p.done)
         return {gpu::status_code::io_error, fmt::format("instance {} did not answer remote attention for request {} "
                                                         "within {} ms",
                                                         p.job.holder, p.job.seq_id, timeout_.count())};
   }
-  return first_error_;
+  return r.first_error;
 }
 
 }  // namespace illm::actors

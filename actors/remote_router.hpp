@@ -3,6 +3,7 @@
 // attention servers as `attend` messages on the data plane, and the engine's worker waits for their
 // `partials`. Only queries and partials travel; the blocks stay where they are.
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -18,15 +19,15 @@
 
 namespace illm::actors {
 
-/// Sends attend messages and collects partials for one engine (one step's layer at a time).
+/// Sends attend messages and collects partials for one engine (one step's layer at a time, per lane).
 class remote_router final : public gpu::attention_router {
  public:
   /// `n_heads` and `head_dim` size the answers; a holder that does not answer within `timeout` fails the step.
   remote_router(std::shared_ptr<transport::data_plane> plane, int n_heads, int head_dim,
                 std::chrono::milliseconds timeout, metrics::histogram* latency = nullptr);
 
-  gpu::status begin(std::span<const gpu::remote_attention_job> jobs) override;
-  gpu::status finish() override;
+  gpu::status begin(int lane, std::span<const gpu::remote_attention_job> jobs) override;
+  gpu::status finish(int lane) override;
 
   /// Transport handler of the partials channel: an answer from a holder.
   void on_partials(transport::peer_id from, std::vector<uint8_t> payload);
@@ -37,9 +38,18 @@ class remote_router final : public gpu::attention_router {
  private:
   struct pending {
     gpu::remote_attention_job job;
+    int lane = 0;
     bool done = false;
   };
+  /// One lane's round of jobs.
+  struct round {
+    size_t outstanding = 0;
+    gpu::status first_error;
+    std::chrono::steady_clock::time_point started;
+  };
   void fail(uint64_t tag, gpu::status why);
+  /// Marks `p` answered; `why` (if not ok) becomes its lane's error unless one came first. Holds mutex_.
+  void settle(pending& p, gpu::status why);
 
   std::shared_ptr<transport::data_plane> plane_;
   int n_heads_, head_dim_;
@@ -47,11 +57,9 @@ class remote_router final : public gpu::attention_router {
   std::mutex mutex_;
   std::condition_variable answered_;
   std::map<uint64_t, pending> pending_;
-  size_t outstanding_ = 0;
-  gpu::status first_error_;
+  std::array<round, lanes> rounds_;
   uint64_t next_tag_ = 1;
-  metrics::histogram* latency_;  // waits for partials, per layer
-  std::chrono::steady_clock::time_point started_;
+  metrics::histogram* latency_;  // waits for partials, per layer and lane
 };
 
 }  // namespace illm::actors

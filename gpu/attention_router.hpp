@@ -26,14 +26,20 @@ struct remote_attention_job {
   float* ma = nullptr;                  ///< out [n_q][n_heads][head_dim]
 };
 
-/// Delivers remote MicroAttention jobs to the holders of the blocks and collects their partials.
+/// Delivers remote MicroAttention jobs to the holders of the blocks and collects their partials. A step
+/// may keep two rounds of jobs in flight, one per lane (the engine's two micro-batches): while the holders
+/// attend one lane's queries, the engine runs the other lane's dense layers.
 class attention_router {
  public:
+  /// Rounds a router keeps in flight at once.
+  static constexpr int lanes = 2;
+
   virtual ~attention_router() = default;
-  /// Starts every job of one layer; returns without waiting where holders are remote.
-  virtual status begin(std::span<const remote_attention_job> jobs) = 0;
-  /// Waits until every job of the last begin() has written its outputs.
-  virtual status finish() = 0;
+  /// Starts every job of one layer of `lane` (0 or 1, its previous round finished); returns without
+  /// waiting where holders are remote. The queries are read before begin() returns.
+  virtual status begin(int lane, std::span<const remote_attention_job> jobs) = 0;
+  /// Waits until every job of `lane`'s last begin() has written its outputs.
+  virtual status finish(int lane) = 0;
 };
 
 }  // namespace illm::gpu

@@ -432,11 +432,11 @@ class spread_bench {
     return time_steps(steps, [&](uint64_t& bytes) -> status {
       ILLM_RETURN_IF_ERROR(store_token(seq, token));
       const uint64_t before = router.query_bytes() + router.partial_bytes();
-      ILLM_RETURN_IF_ERROR(router.begin(jobs));
+      ILLM_RETURN_IF_ERROR(router.begin(0, jobs));
       ILLM_RETURN_IF_ERROR(device_.micro_attention(
           shape_, token.q.data(), token.q.size(), &token.pos, 1, view_.by_id[0]->layer_view(0), blocks[0].data(),
           block_pos[0].data(), int(blocks[0].size()), parts.m_of(0), parts.e_of(0), parts.ma_of(0)));
-      ILLM_RETURN_IF_ERROR(router.finish());
+      ILLM_RETURN_IF_ERROR(router.finish(0));
       bytes += router.query_bytes() + router.partial_bytes() - before;
       return device_.merge(parts.m.data(), parts.e.data(), parts.ma.data(), int(pools_.size()), 1, shape_.n_heads,
                            shape_.head_dim, out.data(), out.size());

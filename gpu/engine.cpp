@@ -97,17 +97,58 @@ const void* engine::device_matrix(std::initializer_list<std::pair<const float*, 
   return owned_.back().get();
 }
 
-status engine::plan(std::span<const batch_entry> batch, const kv_pools& pools) {
+bool engine::runs_two_lanes(const engine_options& options, int64_t tokens, bool remote) {
+  return remote && options.overlap_min_tokens > 0 && tokens >= std::max(2, options.overlap_min_tokens);
+}
+
+bool engine::overlaps(std::span<const batch_entry> batch, const kv_pools& pools) const {
+  int64_t tokens = 0;
+  bool remote = false;
+  for (const batch_entry& b : batch) {
+    tokens += b.n_tokens;
+    const size_t blocks = b.table ? std::min<size_t>(blocks_for_tokens(int64_t(b.pos0) + b.n_tokens), b.table->size()) : 0;
+    for (size_t i = 0; i < blocks && !remote; ++i) remote = (*b.table)[i].pool != pools.local;
+  }
+  return runs_two_lanes(options_, tokens, remote);
+}
+
+void engine::split_into_lanes(std::span<const batch_entry> batch, bool overlap) {
+  entries_.assign(batch.begin(), batch.end());
+  origin_.resize(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) origin_[i] = i;
+  int rows = 0;
+  for (const batch_entry& b : batch) rows += std::max(0, b.n_tokens);
+  lanes_.assign(1, {0, entries_.size(), 0, rows});
+  if (!overlap) return;
+  // The first lane: the entries that start before the middle row, the one across it cut there.
+  const int bound = rows / 2;
+  size_t i = 0;
+  int row = 0;
+  while (i < entries_.size() && row + entries_[i].n_tokens <= bound) row += entries_[i++].n_tokens;
+  if (row < bound) {
+    batch_entry tail = entries_[i];
+    const int head = bound - row;
+    entries_[i].n_tokens = head;
+    entries_[i].sample = false;
+    tail.tokens += head;
+    tail.pos0 += head;
+    tail.n_tokens -= head;
+    entries_.insert(entries_.begin() + std::ptrdiff_t(i) + 1, tail);
+    origin_.insert(origin_.begin() + std::ptrdiff_t(i) + 1, origin_[i]);
+    ++i;
+  }
+  lanes_ = {{0, i, 0, bound}, {i, entries_.size(), bound, rows}};
+}
+
+status engine::plan(const kv_pools& pools) {
   const model_config& c = config();
+  const std::span<const batch_entry> batch = entries_;
   tokens_.clear();
   pos_.clear();
   slots_.clear();
   slot_pools_.clear();
   sample_rows_.clear();
   plans_.assign(batch.size(), {});
-  if (int(batch.size()) > options_.max_batch_seqs)
-    return {status_code::invalid_argument,
-            text::format("batch of {} sequences exceeds the engine's {}", batch.size(), options_.max_batch_seqs)};
   size_t partial_floats = 0;
   const size_t row_floats = size_t(c.n_heads) * (2 + c.head_dim());
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -159,6 +200,7 @@ status engine::plan(std::span<const batch_entry> batch, const kv_pools& pools) {
     if (!partials_) return {status_code::out_of_memory, "cannot allocate attention partials"};
     partials_floats_ = partial_floats;
   }
+  if (!device_->host_memory()) remote_partials_.resize(partials_floats_);
   return stage_indices();
 }
 
@@ -210,15 +252,15 @@ status engine::stage_indices() {
   return device_->upload(step_words_dev_.get(), w.data(), w.size() * sizeof(int32_t));
 }
 
-status engine::store_new_kv(int layer, std::span<const batch_entry> batch, const kv_pools& pools) {
+status engine::store_new_kv(int layer, const lane_span& lane, const kv_pools& pools) {
   const model_config& c = config();
   const size_t ld = size_t(c.dim) + 2 * c.kv_dim();
   const float* k = qkv_ + c.dim;
   const float* v = k + c.kv_dim();
   // Consecutive rows that go to the same pool are written in one call.
-  for (size_t r0 = 0; r0 < slots_.size();) {
+  for (size_t r0 = size_t(lane.r0); r0 < size_t(lane.r1);) {
     size_t r1 = r0 + 1;
-    while (r1 < slots_.size() && slot_pools_[r1] == slot_pools_[r0]) ++r1;
+    while (r1 < size_t(lane.r1) && slot_pools_[r1] == slot_pools_[r0]) ++r1;
     const kv_pool& pool = *pools.by_id[slot_pools_[r0]];
     ILLM_RETURN_IF_ERROR(device_->store_kv(k + r0 * ld, v + r0 * ld, ld, int(r1 - r0), c.n_kv_heads, c.head_dim(),
                                            pool.layer_view(layer), slots_dev_ + r0));
@@ -227,95 +269,103 @@ status engine::store_new_kv(int layer, std::span<const batch_entry> batch, const
   return status::ok();
 }
 
-status engine::attention(int layer, std::span<const batch_entry> batch, const kv_pools& pools,
-                         attention_router* router) {
+std::array<float*, 3> engine::partials_of(float* base, size_t i, size_t g) const {
+  // Partials of entry i, group g: m [n_q][n_heads], e [n_q][n_heads], ma [n_q][n_heads][hd], stacked per
+  // kind over the groups as backend::merge reads them.
   const model_config& c = config();
-  const int hd = c.head_dim();
+  const size_t n_rows = size_t(entries_[i].n_tokens) * c.n_heads, n_groups = plans_[i].groups.size();
+  base += plans_[i].partial_offset;
+  return {base + g * n_rows, base + (n_groups + g) * n_rows, base + 2 * n_groups * n_rows + g * n_rows * c.head_dim()};
+}
+
+status engine::begin_attention(int layer, int lane, const kv_pools& pools, attention_router* router) {
+  const model_config& c = config();
   const size_t ld = size_t(c.dim) + 2 * c.kv_dim();
-  const attention_shape shape{c.n_heads, c.n_kv_heads, hd};
   const bool host = device_->host_memory();
   float* partials = static_cast<float*>(partials_.get());
-  // Partials of entry i, group g: m [n_q][n_heads], e [n_q][n_heads], ma [n_q][n_heads][hd], stacked
-  // per kind over the groups as backend::merge reads them; `base` is the device buffer or its host copy.
-  auto part = [&](float* base, size_t i, size_t g) {
-    const size_t n_rows = size_t(batch[i].n_tokens) * c.n_heads, n_groups = plans_[i].groups.size();
-    base += plans_[i].partial_offset;
-    return std::array<float*, 3>{base + g * n_rows, base + (n_groups + g) * n_rows,
-                                 base + 2 * n_groups * n_rows + g * n_rows * hd};
-  };
-  jobs_.clear();
-  job_entries_.clear();
-  if (!host) remote_partials_.resize(partials_floats_);
-  for (size_t i = 0; i < batch.size(); ++i)
+  const lane_span& span = lanes_[size_t(lane)];
+  auto& jobs = jobs_[size_t(lane)];
+  auto& job_entries = job_entries_[size_t(lane)];
+  jobs.clear();
+  job_entries.clear();
+  for (size_t i = span.e0; i < span.e1; ++i)
     for (size_t g = 0; g < plans_[i].groups.size(); ++g) {
       const block_group& group = plans_[i].groups[g];
       if (group.pool == pools.local) continue;
-      job_entries_.push_back(i);
+      job_entries.push_back(i);
       // Routers take host pointers: on a device backend, the queries and partials are staged.
-      auto [m, e, ma] = part(host ? partials : remote_partials_.data(), i, g);
+      auto [m, e, ma] = partials_of(host ? partials : remote_partials_.data(), i, g);
       const float* q = host ? qkv_ + size_t(plans_[i].row0) * ld : nullptr;
-      jobs_.push_back({batch[i].seq_id, layer, group.pool, group.blocks, group.block_pos, q, ld,
-                       pos_.data() + plans_[i].row0, batch[i].n_tokens, m, e, ma});
+      jobs.push_back({entries_[i].seq_id, layer, group.pool, group.blocks, group.block_pos, q, ld,
+                      pos_.data() + plans_[i].row0, entries_[i].n_tokens, m, e, ma});
     }
-  if (!jobs_.empty()) {
+  if (!jobs.empty()) {
     if (!router)
       return {status_code::invalid_argument,
               text::format("sequence {} has blocks in pool {} but the engine has no attention router",
-                           jobs_[0].seq_id, jobs_[0].holder)};
-    if (!host) ILLM_RETURN_IF_ERROR(stage_remote_queries(batch));
-    ILLM_RETURN_IF_ERROR(router->begin(jobs_));
+                           jobs[0].seq_id, jobs[0].holder)};
+    if (!host) ILLM_RETURN_IF_ERROR(stage_remote_queries(lane));
+    ILLM_RETURN_IF_ERROR(router->begin(lane, jobs));
   }
-  // Local MicroAttention of every sequence, in one batch, runs while the remote jobs are under way.
+  // Local MicroAttention of the lane's sequences, in one batch, runs while the remote jobs are under way.
   local_jobs_.clear();
-  for (size_t i = 0; i < batch.size(); ++i) {
+  for (size_t i = span.e0; i < span.e1; ++i) {
     const auto& groups = plans_[i].groups;
     if (groups.empty() || groups[0].pool != pools.local) continue;
-    auto [m, e, ma] = part(partials, i, 0);
-    local_jobs_.push_back({qkv_ + size_t(plans_[i].row0) * ld, ld, pos_dev_ + plans_[i].row0, batch[i].n_tokens,
+    auto [m, e, ma] = partials_of(partials, i, 0);
+    local_jobs_.push_back({qkv_ + size_t(plans_[i].row0) * ld, ld, pos_dev_ + plans_[i].row0, entries_[i].n_tokens,
                            plans_[i].local_blocks, plans_[i].local_block_pos, int(groups[0].blocks.size()), m, e,
                            ma});
   }
-  if (!local_jobs_.empty())
-    ILLM_RETURN_IF_ERROR(
-        device_->micro_attention_batch(shape, pools.by_id[pools.local]->layer_view(layer), local_jobs_));
-  if (!jobs_.empty()) {
-    ILLM_RETURN_IF_ERROR(router->finish());
-    if (!host) ILLM_RETURN_IF_ERROR(upload_remote_partials());
-  }
-  for (size_t i = 0; i < batch.size(); ++i) {
-    auto [m, e, ma] = part(partials, i, 0);
-    ILLM_RETURN_IF_ERROR(device_->merge(m, e, ma, int(plans_[i].groups.size()), batch[i].n_tokens, c.n_heads, hd,
-                                        att_ + size_t(plans_[i].row0) * c.dim, size_t(c.dim)));
-  }
-  stats_.remote_jobs += jobs_.size();
-  return status::ok();
+  if (local_jobs_.empty()) return status::ok();
+  const attention_shape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
+  return device_->micro_attention_batch(shape, pools.by_id[pools.local]->layer_view(layer), local_jobs_);
 }
 
-status engine::stage_remote_queries(std::span<const batch_entry> batch) {
-  const model_config& c = config();
-  const size_t ld = size_t(c.dim) + 2 * c.kv_dim();
-  // The rows of each entry with remote jobs (q, k and v alike: one copy per entry) into remote_q_.
-  remote_q_offset_.assign(batch.size(), SIZE_MAX);
-  size_t floats = 0;
-  for (size_t entry : job_entries_)
-    if (remote_q_offset_[entry] == SIZE_MAX) {
-      remote_q_offset_[entry] = floats;
-      floats += size_t(batch[entry].n_tokens) * ld;
-    }
-  remote_q_.resize(floats);
-  for (size_t i = 0; i < batch.size(); ++i)
-    if (remote_q_offset_[i] != SIZE_MAX)
-      ILLM_RETURN_IF_ERROR(device_->download(remote_q_.data() + remote_q_offset_[i],
-                                             qkv_ + size_t(plans_[i].row0) * ld,
-                                             size_t(batch[i].n_tokens) * ld * sizeof(float)));
-  for (size_t j = 0; j < jobs_.size(); ++j) jobs_[j].q = remote_q_.data() + remote_q_offset_[job_entries_[j]];
-  return status::ok();
-}
-
-status engine::upload_remote_partials() {
+status engine::end_attention(int lane, attention_router* router) {
   const model_config& c = config();
   float* partials = static_cast<float*>(partials_.get());
-  for (const remote_attention_job& job : jobs_) {
+  const lane_span& span = lanes_[size_t(lane)];
+  if (!jobs_[size_t(lane)].empty()) {
+    ILLM_RETURN_IF_ERROR(router->finish(lane));
+    if (!device_->host_memory()) ILLM_RETURN_IF_ERROR(upload_remote_partials(lane));
+  }
+  for (size_t i = span.e0; i < span.e1; ++i) {
+    auto [m, e, ma] = partials_of(partials, i, 0);
+    ILLM_RETURN_IF_ERROR(device_->merge(m, e, ma, int(plans_[i].groups.size()), entries_[i].n_tokens, c.n_heads,
+                                        c.head_dim(), att_ + size_t(plans_[i].row0) * c.dim, size_t(c.dim)));
+  }
+  stats_.remote_jobs += jobs_[size_t(lane)].size();
+  return status::ok();
+}
+
+status engine::stage_remote_queries(int lane) {
+  const model_config& c = config();
+  const size_t ld = size_t(c.dim) + 2 * c.kv_dim();
+  // The rows of each entry with remote jobs (q, k and v alike: one copy per entry) into the lane's remote_q_.
+  auto& staged = remote_q_[size_t(lane)];
+  auto& jobs = jobs_[size_t(lane)];
+  const auto& job_entries = job_entries_[size_t(lane)];
+  remote_q_offset_.assign(entries_.size(), SIZE_MAX);
+  size_t floats = 0;
+  for (size_t entry : job_entries)
+    if (remote_q_offset_[entry] == SIZE_MAX) {
+      remote_q_offset_[entry] = floats;
+      floats += size_t(entries_[entry].n_tokens) * ld;
+    }
+  staged.resize(floats);
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (remote_q_offset_[i] != SIZE_MAX)
+      ILLM_RETURN_IF_ERROR(device_->download(staged.data() + remote_q_offset_[i], qkv_ + size_t(plans_[i].row0) * ld,
+                                             size_t(entries_[i].n_tokens) * ld * sizeof(float)));
+  for (size_t j = 0; j < jobs.size(); ++j) jobs[j].q = staged.data() + remote_q_offset_[job_entries[j]];
+  return status::ok();
+}
+
+status engine::upload_remote_partials(int lane) {
+  const model_config& c = config();
+  float* partials = static_cast<float*>(partials_.get());
+  for (const remote_attention_job& job : jobs_[size_t(lane)]) {
     // The router wrote into remote_partials_ at the offsets the device buffer has.
     const size_t rows = size_t(job.n_q) * c.n_heads;
     for (auto [host, count] : {std::pair{job.m, rows}, std::pair{job.e, rows},
@@ -325,7 +375,7 @@ status engine::upload_remote_partials() {
   return status::ok();
 }
 
-status engine::classify(std::span<const batch_entry> batch) {
+status engine::classify() {
   const model_config& c = config();
   const int n = int(sample_rows_.size());
   stats_.sampled = n;
@@ -353,36 +403,66 @@ status engine::copy_logits(int i, float* host) const {
   return device_->download(host, logits_ + size_t(i) * vocab, vocab * sizeof(float));
 }
 
+status engine::layer_front(int layer, int lane, const kv_pools& pools, attention_router* router) {
+  const model_config& c = config();
+  const layer_tensors& w = layers_[size_t(layer)];
+  const lane_span& span = lanes_[size_t(lane)];
+  const size_t d = c.dim, ld_qkv = d + 2 * c.kv_dim(), r0 = size_t(span.r0);
+  const int m = span.r1 - span.r0, hd = c.head_dim();
+  float* qkv = qkv_ + r0 * ld_qkv;
+  ILLM_RETURN_IF_ERROR(device_->rmsnorm(x_ + r0 * d, d, w.rms_att, m, c.dim, c.norm_eps, xb_ + r0 * d, d));
+  ILLM_RETURN_IF_ERROR(device_->gemm(xb_ + r0 * d, d, m, c.dim, w.wqkv, options_.weight_type, d, int(ld_qkv), qkv,
+                                     ld_qkv, false));
+  ILLM_RETURN_IF_ERROR(device_->rope(qkv, ld_qkv, m, c.n_heads, hd, rope_ + r0 * size_t(hd)));
+  ILLM_RETURN_IF_ERROR(device_->rope(qkv + d, ld_qkv, m, c.n_kv_heads, hd, rope_ + r0 * size_t(hd)));
+  ILLM_RETURN_IF_ERROR(store_new_kv(layer, span, pools));
+  return begin_attention(layer, lane, pools, router);
+}
+
+status engine::layer_back(int layer, int lane, attention_router* router) {
+  const model_config& c = config();
+  const layer_tensors& w = layers_[size_t(layer)];
+  const lane_span& span = lanes_[size_t(lane)];
+  const size_t d = c.dim, h = c.hidden_dim, r0 = size_t(span.r0);
+  const int m = span.r1 - span.r0;
+  const dtype wt = options_.weight_type;
+  float *x = x_ + r0 * d, *xb = xb_ + r0 * d, *h13 = h13_ + r0 * 2 * h, *hb = hb_ + r0 * h;
+  ILLM_RETURN_IF_ERROR(end_attention(lane, router));
+  ILLM_RETURN_IF_ERROR(device_->gemm(att_ + r0 * d, d, m, c.dim, w.wo, wt, d, c.dim, x, d, true));
+  ILLM_RETURN_IF_ERROR(device_->rmsnorm(x, d, w.rms_ffn, m, c.dim, c.norm_eps, xb, d));
+  ILLM_RETURN_IF_ERROR(device_->gemm(xb, d, m, c.dim, w.w13, wt, d, int(2 * h), h13, 2 * h, false));
+  ILLM_RETURN_IF_ERROR(device_->silu_mul(h13, h13 + h, 2 * h, m, int(h), hb, h));
+  return device_->gemm(hb, h, m, int(h), w.w2, wt, h, c.dim, x, d, true);
+}
+
 status engine::step(std::span<const batch_entry> batch, const kv_pools& pools, attention_router* router) {
   const model_config& c = config();
   stats_ = {};
-  ILLM_RETURN_IF_ERROR(plan(batch, pools));
-  const int m = int(tokens_.size());
-  if (m == 0) return status::ok();
+  if (int(batch.size()) > options_.max_batch_seqs)
+    return {status_code::invalid_argument,
+            text::format("batch of {} sequences exceeds the engine's {}", batch.size(), options_.max_batch_seqs)};
   if (pools.local >= pools.by_id.size() || !pools.by_id[pools.local])
     return {status_code::invalid_argument, "the engine's local pool is missing"};
-  const size_t d = c.dim, ld_qkv = d + 2 * c.kv_dim(), h = c.hidden_dim;
-  const int hd = c.head_dim();
-  const dtype wt = options_.weight_type;
-  ILLM_RETURN_IF_ERROR(device_->embed(tokens_dev_, m, embedding_, c.dim, x_, d));
-  ILLM_RETURN_IF_ERROR(device_->rope_table(pos_dev_, m, hd, c.rope_theta, rope_));
-  for (int l = 0; l < c.n_layers; ++l) {
-    const layer_tensors& w = layers_[size_t(l)];
-    ILLM_RETURN_IF_ERROR(device_->rmsnorm(x_, d, w.rms_att, m, c.dim, c.norm_eps, xb_, d));
-    ILLM_RETURN_IF_ERROR(device_->gemm(xb_, d, m, c.dim, w.wqkv, wt, d, int(ld_qkv), qkv_, ld_qkv, false));
-    ILLM_RETURN_IF_ERROR(device_->rope(qkv_, ld_qkv, m, c.n_heads, hd, rope_));
-    ILLM_RETURN_IF_ERROR(device_->rope(qkv_ + d, ld_qkv, m, c.n_kv_heads, hd, rope_));
-    ILLM_RETURN_IF_ERROR(store_new_kv(l, batch, pools));
-    ILLM_RETURN_IF_ERROR(attention(l, batch, pools, router));
-    ILLM_RETURN_IF_ERROR(device_->gemm(att_, d, m, c.dim, w.wo, wt, d, c.dim, x_, d, true));
-    ILLM_RETURN_IF_ERROR(device_->rmsnorm(x_, d, w.rms_ffn, m, c.dim, c.norm_eps, xb_, d));
-    ILLM_RETURN_IF_ERROR(device_->gemm(xb_, d, m, c.dim, w.w13, wt, d, int(2 * h), h13_, 2 * h, false));
-    ILLM_RETURN_IF_ERROR(device_->silu_mul(h13_, h13_ + h, 2 * h, m, int(h), hb_, h));
-    ILLM_RETURN_IF_ERROR(device_->gemm(hb_, h, m, int(h), w.w2, wt, h, c.dim, x_, d, true));
-  }
+  split_into_lanes(batch, overlaps(batch, pools));
+  ILLM_RETURN_IF_ERROR(plan(pools));
+  const int m = int(tokens_.size());
+  if (m == 0) return status::ok();
+  ILLM_RETURN_IF_ERROR(device_->embed(tokens_dev_, m, embedding_, c.dim, x_, size_t(c.dim)));
+  ILLM_RETURN_IF_ERROR(device_->rope_table(pos_dev_, m, c.head_dim(), c.rope_theta, rope_));
+  // Each lane's layer is sent off to the holders before the other lane's is finished: while they attend
+  // one lane's queries, this device runs the other's dense layers. One lane runs the layers in turn.
+  const int lanes = int(lanes_.size());
+  for (int lane = 0; lane < lanes; ++lane) ILLM_RETURN_IF_ERROR(layer_front(0, lane, pools, router));
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int lane = 0; lane < lanes; ++lane) {
+      ILLM_RETURN_IF_ERROR(layer_back(l, lane, router));
+      if (l + 1 < c.n_layers) ILLM_RETURN_IF_ERROR(layer_front(l + 1, lane, pools, router));
+    }
   stats_.tokens = m;
-  for (const entry_plan& p : plans_) stats_.partials.push_back(int(p.groups.size()));
-  return classify(batch);
+  stats_.partials.assign(batch.size(), 0);
+  for (size_t i = 0; i < plans_.size(); ++i)
+    stats_.partials[origin_[i]] = std::max(stats_.partials[origin_[i]], int(plans_[i].groups.size()));
+  return classify();
 }
 
 }  // namespace illm::gpu

@@ -3,6 +3,7 @@
 // tokens of many sequences). Each layer's attention is MicroAttention over the sequence's blocks in
 // the local pool, plus partials of blocks held elsewhere through an attention_router, merged.
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -39,6 +40,11 @@ struct engine_options {
   int max_batch_seqs = 256;        ///< sequences per step
   dtype kv_type = dtype::f32;      ///< element type of the KV pools the engine reads and writes
   dtype weight_type = dtype::f32;  ///< the matrices' type on the device (the cpu backend takes f32 only)
+  /// A step of at least this many tokens whose queries attend blocks held elsewhere runs as two
+  /// micro-batches (lanes): the holders attend one lane's queries while the engine runs the other's dense
+  /// layers, so a long prefill's dense and remote attention overlap (0: never). Below a few hundred
+  /// tokens the dense layers read their weights twice for little overlap.
+  int overlap_min_tokens = 512;
 };
 
 /// What the last step did, for reports and tests.
@@ -58,6 +64,10 @@ class engine {
   /// Prepares the weights on `device` (packed projections); `weights` must outlive the engine.
   static result<std::unique_ptr<engine>> create(std::shared_ptr<const model_weights> weights, backend& device,
                                                 const engine_options& options);
+
+  /// Whether a step of `tokens` tokens runs as two lanes under `options`; `remote`: some of its queries
+  /// attend blocks that another pool holds.
+  static bool runs_two_lanes(const engine_options& options, int64_t tokens, bool remote);
 
   /// One forward pass over `batch`; the entries with sample set get logits, in batch order.
   status step(std::span<const batch_entry> batch, const kv_pools& pools, attention_router* router);
@@ -89,7 +99,12 @@ class engine {
     std::vector<uint32_t> blocks;
     std::vector<int32_t> block_pos;
   };
-  /// Per batch entry: its rows in the step and its blocks grouped by pool.
+  /// A micro-batch: entries [e0, e1) of entries_, rows [r0, r1) of the activations.
+  struct lane_span {
+    size_t e0 = 0, e1 = 0;
+    int r0 = 0, r1 = 0;
+  };
+  /// Per entry: its rows in the step and its blocks grouped by pool.
   struct entry_plan {
     int row0 = 0;
     std::vector<block_group> groups;  // local group first when present
@@ -106,14 +121,26 @@ class engine {
   const void* device_matrix(std::initializer_list<std::pair<const float*, size_t>> parts);
   /// Points the step's index arrays at device memory: one upload, or the host vectors themselves.
   status stage_indices();
-  /// Remote attention on a device backend: the queries of entries with remote blocks, downloaded.
-  status stage_remote_queries(std::span<const batch_entry> batch);
-  /// Remote attention on a device backend: the partials the router wrote on the host, uploaded.
-  status upload_remote_partials();
-  status plan(std::span<const batch_entry> batch, const kv_pools& pools);
-  status attention(int layer, std::span<const batch_entry> batch, const kv_pools& pools, attention_router* router);
-  status store_new_kv(int layer, std::span<const batch_entry> batch, const kv_pools& pools);
-  status classify(std::span<const batch_entry> batch);
+  /// Remote attention on a device backend: the queries of a lane's entries with remote blocks, downloaded.
+  status stage_remote_queries(int lane);
+  /// Remote attention on a device backend: the partials the router wrote on the host for a lane, uploaded.
+  status upload_remote_partials(int lane);
+  /// Whether `batch` runs as two lanes: enough tokens, and blocks that another pool attends.
+  bool overlaps(std::span<const batch_entry> batch, const kv_pools& pools) const;
+  /// entries_ and lanes_: the batch as one lane, or as two split at its middle row (an entry across it
+  /// becomes two: the first part samples nothing).
+  void split_into_lanes(std::span<const batch_entry> batch, bool overlap);
+  status plan(const kv_pools& pools);
+  /// A lane's layer up to its attention: norm, QKV, RoPE, new KV stored, remote jobs sent, local attention.
+  status layer_front(int layer, int lane, const kv_pools& pools, attention_router* router);
+  /// The rest of a lane's layer: the partials merged, output projection and feed-forward.
+  status layer_back(int layer, int lane, attention_router* router);
+  status begin_attention(int layer, int lane, const kv_pools& pools, attention_router* router);
+  status end_attention(int lane, attention_router* router);
+  /// The m, e and ma partials of entry i, group g, in `base` (the device buffer or its host copy).
+  std::array<float*, 3> partials_of(float* base, size_t i, size_t g) const;
+  status store_new_kv(int layer, const lane_span& lane, const kv_pools& pools);
+  status classify();
 
   std::shared_ptr<const model_weights> weights_;
   backend* device_ = nullptr;
@@ -141,11 +168,15 @@ class engine {
   device_ptr step_words_dev_;
   size_t step_words_capacity_ = 0;
   // Remote attention staging on device backends: queries per entry, partials as laid out on the device.
-  std::vector<float> remote_q_, remote_partials_;
-  std::vector<size_t> remote_q_offset_;  // per entry: floats into remote_q_ (its rows, ld apart)
-  std::vector<size_t> job_entries_;      // per remote job: its batch entry
+  std::array<std::vector<float>, attention_router::lanes> remote_q_;
+  std::vector<float> remote_partials_;
+  std::vector<size_t> remote_q_offset_;  // per entry: floats into its lane's remote_q_ (its rows, ld apart)
+  std::array<std::vector<size_t>, attention_router::lanes> job_entries_;  // per remote job: its entry
+  std::vector<batch_entry> entries_;  // the step's batch, an entry split where the lanes meet
+  std::vector<size_t> origin_;        // per entry: its index in the batch
+  std::vector<lane_span> lanes_;
   std::vector<entry_plan> plans_;
-  std::vector<remote_attention_job> jobs_;
+  std::array<std::vector<remote_attention_job>, attention_router::lanes> jobs_;
   std::vector<attention_job> local_jobs_;
   step_stats stats_;
 };

@@ -10,7 +10,7 @@ namespace illm::gpu {
 pool_router::pool_router(backend& device, const kv_pools& pools, const attention_shape& shape)
     : device_(device), pools_(pools), shape_(shape) {}
 
-status pool_router::begin(std::span<const remote_attention_job> jobs) {
+status pool_router::begin(int, std::span<const remote_attention_job> jobs) {
   for (const remote_attention_job& job : jobs) {
     if (job.holder >= pools_.by_id.size() || !pools_.by_id[job.holder])
       return {status_code::invalid_argument, text::format("no pool {} to attend", job.holder)};

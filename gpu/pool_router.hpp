@@ -21,8 +21,9 @@ class pool_router final : public attention_router {
   /// `pools` by id (the engine's); jobs run on `device` with the model's head counts.
   pool_router(backend& device, const kv_pools& pools, const attention_shape& shape);
 
-  status begin(std::span<const remote_attention_job> jobs) override;
-  status finish() override { return status::ok(); }
+  /// Runs the jobs at once (both lanes alike): they are done when begin() returns.
+  status begin(int lane, std::span<const remote_attention_job> jobs) override;
+  status finish(int) override { return status::ok(); }
 
   /// Bytes of queries sent and partials returned so far.
   uint64_t query_bytes() const { return query_bytes_; }

@@ -33,7 +33,9 @@ greedy_run run_greedy(std::shared_ptr<const gpu::model_weights> weights, const s
                       int n_new, const greedy_options& options) {
   gpu::backend& device = options.device ? *options.device : cpu_device();
   const gpu::model_config& c = weights->config();
-  auto made = gpu::engine::create(weights, device, {options.chunk, 1});
+  gpu::engine_options engine_options{options.chunk, 1};
+  engine_options.overlap_min_tokens = options.overlap_min_tokens;
+  auto made = gpu::engine::create(weights, device, engine_options);
   REQUIRE(made.is_ok());
   gpu::engine& eng = *made.value();
   const uint32_t blocks = gpu::blocks_for_tokens(int64_t(prompt.size()) + n_new);

@@ -40,6 +40,7 @@ struct greedy_options {
   int chunk = 512;          ///< prefill tokens per step
   uint64_t seed = 7;        ///< spreads the blocks
   bool keep_logits = false;
+  int overlap_min_tokens = 512;  ///< the engine's: steps this long with remote blocks run as two lanes
   router_decorator decorate;
   gpu::backend* device = nullptr;  ///< default: cpu_device()
 };

@@ -2,6 +2,7 @@
 // sequences and K pools all give the ids of one sequence alone in one pool (real model and a synthetic
 // GQA model), dropping one pool's partial changes the output (the partials are really used), and
 // generation stops where it should.
+#include <array>
 #include <cmath>
 
 #include "gpu/batcher.hpp"
@@ -18,13 +19,13 @@ class dropping_router final : public gpu::attention_router {
  public:
   dropping_router(gpu::attention_router& inner, uint32_t dropped, int n_heads, int& dropped_jobs)
       : inner_(inner), dropped_(dropped), n_heads_(n_heads), dropped_jobs_(dropped_jobs) {}
-  gpu::status begin(std::span<const gpu::remote_attention_job> jobs) override {
-    jobs_.assign(jobs.begin(), jobs.end());
-    return inner_.begin(jobs);
+  gpu::status begin(int lane, std::span<const gpu::remote_attention_job> jobs) override {
+    jobs_[size_t(lane)].assign(jobs.begin(), jobs.end());
+    return inner_.begin(lane, jobs);
   }
-  gpu::status finish() override {
-    ILLM_RETURN_IF_ERROR(inner_.finish());
-    for (const auto& job : jobs_)
+  gpu::status finish(int lane) override {
+    ILLM_RETURN_IF_ERROR(inner_.finish(lane));
+    for (const auto& job : jobs_[size_t(lane)])
       if (job.holder == dropped_) {
         ++dropped_jobs_;
         std::fill(job.e, job.e + size_t(job.n_q) * n_heads_, 0.0f);
@@ -36,8 +37,34 @@ class dropping_router final : public gpu::attention_router {
   uint32_t dropped_;
   int n_heads_;
   int& dropped_jobs_;
-  std::vector<gpu::remote_attention_job> jobs_;
+  std::array<std::vector<gpu::remote_attention_job>, gpu::attention_router::lanes> jobs_;
 };
+
+/// Rounds of remote jobs begun, per lane.
+using lane_rounds = std::array<int, gpu::attention_router::lanes>;
+
+/// Counts the rounds begun per lane, and passes them on.
+class lane_counting_router final : public gpu::attention_router {
+ public:
+  lane_counting_router(gpu::attention_router& inner, lane_rounds& rounds) : inner_(inner), rounds_(rounds) {}
+  gpu::status begin(int lane, std::span<const gpu::remote_attention_job> jobs) override {
+    if (!jobs.empty()) ++rounds_[size_t(lane)];
+    return inner_.begin(lane, jobs);
+  }
+  gpu::status finish(int lane) override { return inner_.finish(lane); }
+
+ private:
+  gpu::attention_router& inner_;
+  lane_rounds& rounds_;
+};
+
+/// The largest difference between two runs' logits, step by step.
+float largest_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  float worst = a.size() == b.size() ? 0.0f : INFINITY;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    for (size_t j = 0; j < std::min(a[i].size(), b[i].size()); ++j) worst = std::max(worst, std::abs(a[i][j] - b[i][j]));
+  return worst;
+}
 
 std::vector<int32_t> license_prompt() {
   return test::golden()["cases"].back()["prompt_token_ids"].get<std::vector<int32_t>>();
@@ -126,6 +153,68 @@ TEST_SUITE("gpu") {
       options.chunk = 9;
       CHECK(test::run_greedy(synthetic_gqa(), prompt, 40, options).ids == one.ids);
     }
+  }
+
+  TEST_CASE("two lanes give the ids and logits of one, for a sequence split between them") {
+    const auto& model = test::real_model();
+    const auto prompt = license_prompt();
+    test::greedy_options options;
+    options.pools = 3;
+    options.chunk = 64;
+    options.keep_logits = true;
+    options.overlap_min_tokens = 0;
+    const auto one = test::run_greedy(model.weights, prompt, 8, options);
+    lane_rounds rounds{};
+    options.overlap_min_tokens = 2;
+    options.decorate = [&](gpu::attention_router& inner) { return std::make_unique<lane_counting_router>(inner, rounds); };
+    const auto two = test::run_greedy(model.weights, prompt, 8, options);
+    CHECK(rounds[0] > 0);
+    CHECK(rounds[1] > 0);  // the chunks did run as two lanes
+    CHECK(two.ids == one.ids);
+    CHECK(largest_difference(two.logits, one.logits) < 1e-4f);
+  }
+
+  TEST_CASE("a batch split between two lanes gives each sequence the logits of one lane") {
+    const auto& model = test::real_model();
+    gpu::backend& device = test::cpu_device();
+    const gpu::model_config& c = model.weights->config();
+    const auto& cases = test::golden()["cases"];
+    std::vector<gpu::kv_pool> pools;
+    gpu::kv_pools view;
+    for (int p = 0; p < 3; ++p) pools.push_back(gpu::kv_pool::create(device, {c.n_layers, c.n_kv_heads, c.head_dim(), gpu::dtype::f32}, 32).value());
+    for (auto& p : pools) view.by_id.push_back(&p);
+    gpu::spread_block_source source(view.by_id, 3);
+    // Six prompts of 5, 8, 4, 7, 5 and 9 tokens: the middle row (19) falls inside the fourth.
+    std::vector<gpu::sequence> seqs(6);
+    std::vector<gpu::batch_entry> batch;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      seqs[i].id = i + 1;
+      seqs[i].tokens = cases[i]["prompt_token_ids"].get<std::vector<int32_t>>();
+      while (seqs[i].table.size() < gpu::blocks_for_tokens(int64_t(seqs[i].tokens.size())))
+        seqs[i].table.push_back(source.allocate(seqs[i], uint32_t(seqs[i].table.size())).value());
+      batch.push_back({seqs[i].id, seqs[i].tokens.data(), int(seqs[i].tokens.size()), 0, &seqs[i].table, true});
+    }
+    gpu::pool_router inner(device, view, {c.n_heads, c.n_kv_heads, c.head_dim()});
+    std::vector<std::vector<float>> logits[2];
+    lane_rounds rounds[2] = {};
+    for (int overlap : {1, 0}) {  // two lanes first: the pools hold no KV of an earlier run
+      gpu::engine_options options{64, 8};
+      options.overlap_min_tokens = overlap ? 2 : 0;
+      auto eng = gpu::engine::create(model.weights, device, options).value();
+      lane_counting_router router(inner, rounds[overlap]);
+      REQUIRE(eng->step(batch, view, &router).is_ok());
+      CHECK(eng->last_stats().partials.size() == batch.size());
+      CHECK(eng->last_stats().sampled == int(batch.size()));
+      for (int i = 0; i < int(batch.size()); ++i) {
+        logits[overlap].emplace_back(size_t(c.vocab_size));
+        REQUIRE(eng->copy_logits(i, logits[overlap].back().data()).is_ok());
+      }
+    }
+    CHECK(rounds[0][1] == 0);
+    CHECK(rounds[1][1] > 0);
+    CHECK(largest_difference(logits[1], logits[0]) < 1e-4f);
+    for (auto& seq : seqs)
+      for (const auto& ref : seq.table) REQUIRE(pools[ref.pool].release(ref.block).is_ok());
   }
 
   TEST_CASE("continuous batching gives each sequence its ids alone") {

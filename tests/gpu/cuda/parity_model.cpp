@@ -3,6 +3,7 @@
 // batching) and for stories15M where its files are; 16-bit KV and weights stay close to fp32.
 #include <algorithm>
 #include <memory>
+#include <tuple>
 
 #include "gpu/batcher.hpp"
 #include "gpu/engine.hpp"
@@ -30,13 +31,14 @@ struct run_options {
   int chunk = 512;  ///< prefill tokens per step
   dtype kv_type = dtype::f32;
   dtype weight_type = dtype::f32;
+  int overlap_min_tokens = 512;  ///< steps this long with remote blocks run as two lanes
 };
 
 /// Runs `prompt` greedily for n_new tokens (no stop at EOS), step by step on `dev`.
 greedy_run run_greedy(gpu::backend& dev, std::shared_ptr<const gpu::model_weights> weights,
                       const std::vector<int32_t>& prompt, int n_new, const run_options& o) {
   const gpu::model_config& c = weights->config();
-  auto made = gpu::engine::create(weights, dev, {o.chunk, 1, o.kv_type, o.weight_type});
+  auto made = gpu::engine::create(weights, dev, {o.chunk, 1, o.kv_type, o.weight_type, o.overlap_min_tokens});
   ILLM_REQUIRE(made.is_ok(), "engine on {}: {}", dev.name(), made.error().message());
   gpu::engine& eng = *made.value();
   const uint32_t blocks = gpu::blocks_for_tokens(int64_t(prompt.size()) + n_new);
@@ -97,12 +99,14 @@ void check_same_run(const greedy_run& got, const greedy_run& ref, double toleran
 
 ILLM_CASE("model", "a synthetic GQA model gives the cpu's greedy ids over pools and chunks") {
   const auto ref = run_greedy(test::fast_cpu(), synthetic_gqa(), gqa_prompt, 40, {});
-  for (auto [pools, chunk] : {std::pair{1, 512}, std::pair{3, 9}, std::pair{2, 1}}) {
+  for (auto [pools, chunk, overlap] : {std::tuple{1, 512, 512}, std::tuple{3, 9, 512}, std::tuple{2, 1, 512},
+                                       std::tuple{3, 9, 2}}) {
     run_options o;
     o.pools = pools;
     o.chunk = chunk;
+    o.overlap_min_tokens = overlap;  // 2: every chunk of two tokens or more runs as two lanes
     check_same_run(run_greedy(test::device(), synthetic_gqa(), gqa_prompt, 40, o), ref, 1e-8,
-                   gpu::text::format("{} pools, chunks of {}", pools, chunk));
+                   gpu::text::format("{} pools, chunks of {}, two lanes from {} tokens", pools, chunk, overlap));
   }
 }
 
