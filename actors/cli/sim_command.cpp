@@ -242,13 +242,17 @@ void run_sim(const sim_flags& f) {
                    {"max_unstarted", f.options.max_unstarted},
                    {"rate_scale", f.options.rate_scale > 0 ? nlohmann::json(f.options.rate_scale) : nlohmann::json("saturating")},
                    {"max_batch_tokens", f.options.max_batch_tokens},
-                   {"max_batch_seqs", f.options.max_batch_seqs}};
+                   {"max_batch_seqs", f.options.max_batch_seqs},
+                   {"overlap_min_tokens", f.options.overlap_min_tokens}};
   if (!f.json)
-    fmt::print("illm sim: {} ({} requests), {} x {}, arrivals {}, batches <= {} tokens / {} sequences\n",
+    fmt::print("illm sim: {} ({} requests), {} x {}, arrivals {}, batches <= {} tokens / {} sequences, {}\n",
                f.trace, j["settings"]["requests"].get<size_t>(), f.options.instances,
                instance_label(flags.options),
                f.options.rate_scale > 0 ? fmt::format("x{}", f.options.rate_scale) : "all at once",
-               f.options.max_batch_tokens, f.options.max_batch_seqs);
+               f.options.max_batch_tokens, f.options.max_batch_seqs,
+               f.options.overlap_min_tokens > 0
+                   ? fmt::format("two lanes from {} tokens with remote blocks", f.options.overlap_min_tokens)
+                   : "one lane");
   for (const auto& policy : policies) {
     actors::sim::sim_options o = flags.options;
     o.policy = policy;
@@ -288,13 +292,18 @@ void add_sim_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-unstarted", f->options.max_unstarted,
                   "Requests an instance may hold that have not started; the front end queues the rest (0: none held)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--max-batch-tokens", f->options.max_batch_tokens, "Tokens per step")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--max-batch-seqs", f->options.max_batch_seqs, "Sequences per step")
       ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  cmd->add_option("--overlap-min-tokens", f->options.overlap_min_tokens,
+                  "Steps of this many tokens or more whose queries attend remote blocks run as two lanes, one's dense "
+                  "layers beside the other's remote attention (0: never)")
+      ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--profile", f->profile_file, "A measured profile (illm profile) instead of the GPU's roofline");
   cmd->add_flag("--json", f->json, "Print one JSON object (results keyed by policy; with --sweep, the sweep as well)");

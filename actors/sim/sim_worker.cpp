@@ -30,33 +30,108 @@ struct pool_work {
   double decode_kv = 0, prefill_pairs = 0;
 };
 
+/// A lane's share of a step: its tokens, sampled rows and attention work per pool.
+struct lane_work {
+  double tokens = 0, sampled = 0;
+  std::map<instance_id, pool_work> pools;
+};
+
+/// The rows [row0, row1) of `plan`, as the engine runs them in one lane (an entry across a bound is cut
+/// there; its first part samples nothing).
+lane_work work_of_rows(const gpu::step_plan& plan, int64_t row0, int64_t row1) {
+  lane_work out;
+  int64_t row = 0;
+  for (const gpu::batch_entry& e : plan.entries) {
+    const int64_t first = std::max(row, row0), last = std::min(row + e.n_tokens, row1);
+    if (first < last) {
+      const int64_t pos0 = e.pos0 + (first - row), end = e.pos0 + (last - row);
+      out.tokens += double(last - first);
+      out.sampled += e.sample && last == row + e.n_tokens ? 1 : 0;
+      const size_t blocks = std::min<size_t>(gpu::blocks_for_tokens(end), e.table->size());
+      for (size_t b = 0; b < blocks; ++b) {
+        pool_work& w = out.pools[(*e.table)[b].pool];
+        (e.n_tokens == 1 ? w.decode_kv : w.prefill_pairs) += block_pairs(pos0, end, int64_t(b) * gpu::kv_block_tokens);
+      }
+    }
+    row += e.n_tokens;
+  }
+  return out;
+}
+
+/// One layer of a lane, in seconds: the owner's dense before and after attention and its local attention,
+/// and each holder's attention.
+struct lane_layer {
+  double front = 0, back = 0, local = 0;
+  std::map<instance_id, double> holders;
+};
+
+/// Times the layers as the engine runs them: each lane's front (dense, then its queries sent and its
+/// local attention), then, layer by layer and lane by lane, the wait for its holders and its back.
+/// Holders attend their jobs in the order they come.
+double time_layers(const std::vector<lane_layer>& lanes, int n_layers) {
+  double owner = 0;
+  std::map<instance_id, double> holder_free;
+  std::vector<double> ready(lanes.size(), 0);  // when a lane's partials are all in
+  auto front = [&](size_t i) {
+    owner += lanes[i].front;
+    const double sent = owner;
+    owner += lanes[i].local;
+    ready[i] = owner;
+    for (const auto& [holder, seconds] : lanes[i].holders) {
+      double& free = holder_free[holder];
+      free = std::max(free, sent) + seconds;
+      ready[i] = std::max(ready[i], free);
+    }
+  };
+  for (size_t i = 0; i < lanes.size(); ++i) front(i);
+  for (int l = 0; l < n_layers; ++l)
+    for (size_t i = 0; i < lanes.size(); ++i) {
+      owner = std::max(owner, ready[i]) + lanes[i].back;
+      if (l + 1 < n_layers) front(i);
+    }
+  return owner;
+}
+
 }  // namespace
 
-step_cost predict_step(const placement::profile& model, instance_id self, const gpu::step_plan& plan) {
-  double tokens = 0;
-  std::map<instance_id, pool_work> work;
-  for (const gpu::batch_entry& e : plan.entries) {
-    tokens += e.n_tokens;
-    const int64_t end = int64_t(e.pos0) + e.n_tokens;
-    const size_t blocks = std::min<size_t>(gpu::blocks_for_tokens(end), e.table->size());
-    for (size_t b = 0; b < blocks; ++b) {
-      const double pairs = block_pairs(e.pos0, end, int64_t(b) * gpu::kv_block_tokens);
-      pool_work& w = work[(*e.table)[b].pool];
-      (e.n_tokens == 1 ? w.decode_kv : w.prefill_pairs) += pairs;
-    }
-  }
+double dense_front_share(const gpu::model_config& c) {
+  const double d = c.dim, qkv = d * (d + 2.0 * c.kv_dim());
+  return qkv / (qkv + d * d + 3.0 * d * c.hidden_dim);
+}
+
+step_cost predict_step(const placement::profile& model, instance_id self, const gpu::step_plan& plan,
+                       const step_layout& layout) {
+  int64_t rows = 0;
+  for (const gpu::batch_entry& e : plan.entries) rows += e.n_tokens;
+  std::vector<lane_work> work{work_of_rows(plan, 0, rows)};
+  const bool remote = std::any_of(work[0].pools.begin(), work[0].pools.end(),
+                                  [&](const auto& p) { return p.first != self; });
+  gpu::engine_options engine;
+  engine.overlap_min_tokens = layout.overlap_min_tokens;
+  if (gpu::engine::runs_two_lanes(engine, rows, remote))
+    work = {work_of_rows(plan, 0, rows / 2), work_of_rows(plan, rows / 2, rows)};
   step_cost cost;
-  double local = 0, slowest_holder = 0;
-  for (const auto& [pool, w] : work) {
-    const double t = placement::attention_time(model, w.decode_kv, w.prefill_pairs);
-    if (pool == self) {
-      local = t;
-    } else {
-      cost.hosted_s[pool] = t;
-      slowest_holder = std::max(slowest_holder, t);
+  std::vector<lane_layer> layers;
+  double sampled = 0;
+  const double n_layers = model.n_layers;
+  for (const lane_work& w : work) {
+    lane_layer layer;
+    const double dense = placement::dense_time(model, w.tokens);
+    layer.front = dense * layout.front_share;
+    layer.back = dense - layer.front;
+    for (const auto& [pool, p] : w.pools) {
+      const double seconds = placement::attention_time(model, p.decode_kv, p.prefill_pairs);
+      if (pool == self) {
+        layer.local = seconds / n_layers;
+      } else {
+        layer.holders[pool] = seconds / n_layers;
+        cost.hosted_s[pool] += seconds;
+      }
     }
+    sampled += w.sampled;
+    layers.push_back(std::move(layer));
   }
-  cost.seconds = placement::step_time(model, tokens, 0, double(plan.params.size())) + std::max(local, slowest_holder);
+  cost.seconds = time_layers(layers, model.n_layers) + model.step_overhead_s + sampled * model.sampled_row_s;
   return cost;
 }
 
@@ -93,7 +168,7 @@ void count_step(sim_worker_stats& s, const gpu::step_plan& plan, double seconds)
 
 /// Starts a step: its time, the holders' share of it, and the answer when the time has passed.
 caf::response_promise start_step(self_ptr self, const sim_worker_config& cfg, run_step& job) {
-  step_cost cost = predict_step(cfg.model, cfg.id, *job.plan);
+  step_cost cost = predict_step(cfg.model, cfg.id, *job.plan, cfg.layout);
   const double waited = std::max(0.0, self->state.busy_until_s - now_s(self));
   const double seconds = occupy(self, cost.seconds) - now_s(self);
   for (const auto& [holder, s] : cost.hosted_s)

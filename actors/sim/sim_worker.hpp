@@ -1,8 +1,10 @@
 #pragma once
 // The simulator's worker: it runs no model. A step takes the time the performance model predicts for
 // its batch, on the actor clock: the non-attention part for its tokens, and attention DistAttention-style
-// (the owner attends its local blocks while each holder of its remote blocks attends those; the step
-// ends when the slowest has). A holder spends that time too: it is added to the holder's next step.
+// (the owner attends its local blocks while each holder of its remote blocks attends those; a layer goes
+// on when the slowest has). A holder spends that time too: it is added to the holder's next step. A step
+// the engine runs as two lanes (gpu::engine::runs_two_lanes) is timed layer by layer as the engine orders
+// it: one lane's dense layers run while the holders attend the other lane's queries.
 // Every sampled token is an ordinary token (not an end of text), so requests run to their max tokens.
 
 #include <map>
@@ -11,6 +13,8 @@
 
 #include "actors/messages.hpp"
 #include "actors/placement/perf_model.hpp"
+#include "gpu/engine.hpp"
+#include "gpu/model_config.hpp"
 
 namespace illm::actors::sim {
 
@@ -23,10 +27,22 @@ struct sim_worker_stats {
   double hosted_s = 0;    ///< attention time spent for other instances' requests
 };
 
+/// How the engine's steps are laid out, for their timing.
+struct step_layout {
+  int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;  ///< the engine's (two lanes from)
+  /// The share of a layer's dense time before its attention (norm, QKV projection, RoPE): what a lane's
+  /// holders wait for; the output projection and feed-forward come after.
+  double front_share = 0.25;
+};
+
+/// The share of a layer's weights, and so of its dense time, in its QKV projection.
+double dense_front_share(const gpu::model_config& shape);
+
 /// What a simulated worker needs.
 struct sim_worker_config {
   instance_id id = 0;
   placement::profile model;
+  step_layout layout;
   std::shared_ptr<std::vector<caf::actor>> workers;  ///< every simulated worker, by instance id
   std::shared_ptr<sim_worker_stats> stats;           ///< optional
 };
@@ -38,7 +54,8 @@ struct step_cost {
 };
 
 /// Predicts a step of `plan` on instance `self` (exposed for tests).
-step_cost predict_step(const placement::profile& model, instance_id self, const gpu::step_plan& plan);
+step_cost predict_step(const placement::profile& model, instance_id self, const gpu::step_plan& plan,
+                       const step_layout& layout);
 
 /// Spawns a scheduled simulated worker.
 caf::actor spawn_sim_worker(caf::actor_system& sys, sim_worker_config config);

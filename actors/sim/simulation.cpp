@@ -327,7 +327,8 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     rc.answer_timeout = o.lease;
     caf::actor rm = spawn_rmanager(sys, rc);
     stats.push_back(std::make_shared<sim_worker_stats>());
-    caf::actor worker = spawn_sim_worker(sys, {instance_id(i), model, workers, stats.back()});
+    const step_layout layout{o.overlap_min_tokens, dense_front_share(shape)};
+    caf::actor worker = spawn_sim_worker(sys, {instance_id(i), model, layout, workers, stats.back()});
     workers->push_back(worker);
     instance_config ic;
     ic.id = instance_id(i);

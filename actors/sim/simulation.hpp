@@ -15,6 +15,7 @@
 #include "actors/frontend/trace_replay.hpp"
 #include "actors/placement/greedy_policy.hpp"
 #include "actors/placement/perf_model.hpp"
+#include "gpu/engine.hpp"
 
 namespace illm::actors::sim {
 
@@ -48,6 +49,8 @@ struct sim_options {
   int max_unstarted = 2;
   int max_batch_tokens = 2048;
   int max_batch_seqs = 256;
+  /// Steps of at least this many tokens with remote blocks run as two lanes (the engine's option; 0: never).
+  int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;
   std::chrono::milliseconds heartbeat_period{200};
   std::chrono::milliseconds policy_period{500};
   std::chrono::milliseconds lease{10000};

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 
+#include "actors/sim/sim_worker.hpp"
 #include "actors/sim/simulation.hpp"
+#include "gpu/batcher.hpp"
 
+using namespace illm;
 using namespace illm::actors;
 
 namespace {
@@ -22,9 +25,54 @@ std::vector<frontend::trace_row> long_among_short() {
   return {{0, 2000, 50}, {1, 120000, 20}, {2, 3000, 40}, {3, 500, 30}};
 }
 
+/// A prefill chunk of 2048 tokens at 200K: its first 10K tokens and its own here (pool 0), the rest spread
+/// over holders 1-4.
+struct long_prefill {
+  gpu::block_table table;
+  gpu::step_plan plan;
+  long_prefill() {
+    const int32_t pos0 = 200000, n = 2048;
+    for (uint32_t b = 0; b < gpu::blocks_for_tokens(pos0 + n); ++b)
+      table.push_back({b * gpu::kv_block_tokens < 10000 || b * gpu::kv_block_tokens >= pos0 ? 0u : 1 + b % 4, b});
+    plan.entries.push_back({1, nullptr, n, pos0, &table, true});
+    plan.params.resize(1);
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("actors") {
+  TEST_CASE("a long prefill with remote blocks is timed as two lanes: its dense layers beside its holders' attention") {
+    const auto model = placement::roofline_profile("a100-80g", "llama2-13b").value();
+    const long_prefill chunk;
+    const sim::step_layout one_lane{0, 0.25}, two_lanes{512, 0.25};
+    const sim::step_cost one = sim::predict_step(model, 0, chunk.plan, one_lane);
+    const sim::step_cost two = sim::predict_step(model, 0, chunk.plan, two_lanes);
+    // Each holder attends the same (query, key) pairs either way.
+    REQUIRE(one.hosted_s.size() == 4);
+    CHECK(two.hosted_s == one.hosted_s);
+    double slowest_holder = 0;
+    for (const auto& [holder, seconds] : one.hosted_s) slowest_holder = std::max(slowest_holder, seconds);
+    // The owner's own attention: the 10K keys here, and the chunk's causal pairs among its own tokens.
+    const double local = placement::attention_time(model, 0, 2048.0 * 10000 + 2048.0 * 2049 / 2);
+    const double outside = model.step_overhead_s + model.sampled_row_s;
+    const double dense = model.n_layers * placement::dense_time(model, 2048);
+    // One lane: each layer's dense, then the slower of the local and the remote attention.
+    CHECK(one.seconds == doctest::Approx(outside + dense + std::max(local, slowest_holder)));
+    // Two lanes: faster, but no faster than the owner's work or the busiest holder's alone.
+    const double owner_work = 2 * model.n_layers * placement::dense_time(model, 1024) + local;
+    CHECK(two.seconds < one.seconds * 0.9);
+    CHECK(two.seconds >= outside + std::max(owner_work, slowest_holder));
+    // Below the engine's threshold, or with every block here, a step runs as one lane.
+    CHECK(sim::predict_step(model, 0, chunk.plan, {4096, 0.25}).seconds == doctest::Approx(one.seconds));
+    gpu::block_table local_only = chunk.table;
+    for (auto& ref : local_only) ref.pool = 0;
+    gpu::step_plan here = chunk.plan;
+    here.entries[0].table = &local_only;
+    CHECK(sim::predict_step(model, 0, here, two_lanes).seconds ==
+          doctest::Approx(sim::predict_step(model, 0, here, one_lane).seconds));
+  }
+
   TEST_CASE("under light load every policy completes the trace with the same throughput within 5%") {
     auto trace = frontend::read_trace(ILLM_TEST_DATA_DIR "/traces/azure2023_conv.csv");
     REQUIRE(trace.is_ok());

@@ -21,6 +21,8 @@ def main():
         (["bench", "--rate-scale", "0"], "--rate-scale: must be a number above zero, not 0"),
         (["sim", "--trace", "x.csv", "--rate-scale", "nan"], "--rate-scale: must be a number, 0 or more, not nan"),
         (["sim", "--trace", "x.csv", "--slo", "1e400"], "--slo: must be a number above zero, not 1e400"),
+        (["sim", "--trace", "x.csv", "--overlap-min-tokens", "-1"], "--overlap-min-tokens: Value -1 not in range 0 to 1048576"),
+        (["sim", "--trace", "x.csv", "--max-unstarted", "-1"], "--max-unstarted: Value -1 not in range 0 to 1048576"),
     ]
     for args, message in refused:
         result = run(*args)
