@@ -18,7 +18,8 @@ gpu::status remote_router::begin(int lane, std::span<const gpu::remote_attention
   {
     std::lock_guard lock(mutex_);
     std::erase_if(pending_, [lane](const auto& entry) { return entry.second.lane == lane; });
-    rounds_[size_t(lane)] = {jobs.size(), gpu::status::ok(), std::chrono::steady_clock::now()};
+    const auto now = std::chrono::steady_clock::now();
+    rounds_[size_t(lane)] = {jobs.size(), gpu::status::ok(), now, now};
   }
   for (const gpu::remote_attention_job& job : jobs) {
     attend a;
@@ -48,7 +49,7 @@ gpu::status remote_router::begin(int lane, std::span<const gpu::remote_attention
 void remote_router::settle(pending& p, gpu::status why) {
   p.done = true;
   round& r = rounds_[size_t(p.lane)];
-  --r.outstanding;
+  if (--r.outstanding == 0) r.answered = std::chrono::steady_clock::now();
   if (!why.is_ok() && r.first_error.is_ok()) r.first_error = std::move(why);
   answered_.notify_all();
 }
@@ -95,8 +96,11 @@ gpu::status remote_router::finish(int lane) {
   round& r = rounds_[size_t(lane)];
   const bool answered = answered_.wait_for(lock, timeout_, [&r] { return r.outstanding == 0; });
   const bool any = std::any_of(pending_.begin(), pending_.end(), [lane](const auto& e) { return e.second.lane == lane; });
-  if (latency_ && any)
-    latency_->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - r.started).count());
+  if (latency_ && any) {
+    // Until the last answer, not until this call: the engine may have run the other lane meanwhile.
+    const auto end = answered ? r.answered : std::chrono::steady_clock::now();
+    latency_->observe(std::chrono::duration<double>(end - r.started).count());
+  }
   if (!answered) {
     for (auto& [tag, p] : pending_)
       if (p.lane == lane && !p.done)

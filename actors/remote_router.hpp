@@ -45,7 +45,7 @@ class remote_router final : public gpu::attention_router {
   struct round {
     size_t outstanding = 0;
     gpu::status first_error;
-    std::chrono::steady_clock::time_point started;
+    std::chrono::steady_clock::time_point started, answered;  // queries sent; the last job settled
   };
   void fail(uint64_t tag, gpu::status why);
   /// Marks `p` answered; `why` (if not ok) becomes its lane's error unless one came first. Holds mutex_.
@@ -59,7 +59,7 @@ class remote_router final : public gpu::attention_router {
   std::map<uint64_t, pending> pending_;
   std::array<round, lanes> rounds_;
   uint64_t next_tag_ = 1;
-  metrics::histogram* latency_;  // waits for partials, per layer and lane
+  metrics::histogram* latency_;  // queries sent to the last partial in, per layer and lane
 };
 
 }  // namespace illm::actors

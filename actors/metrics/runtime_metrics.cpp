@@ -32,7 +32,7 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
       move_bytes(r.add_counter(prefix + "kv_move_bytes_total", "KV bytes moved between instances, by source instance.",
                                {"instance"})),
       remote_attention_latency(r.add_histogram(prefix + "remote_attention_latency_seconds",
-                                               "Wait for the partials of remote holders, per layer.",
+                                               "From a layer's queries sent to remote holders to the last of their partials in, per layer and lane.",
                                                latency_buckets(), {"instance"})),
       heartbeat_age(r.add_gauge(prefix + "heartbeat_age_seconds", "Age of an instance's last heartbeat at the gManager.",
                                 {"instance"})),
