@@ -35,6 +35,9 @@ void print_profile(const actors::placement::profile& p) {
   fmt::print("  non-attention time per layer (and throughput f):\n");
   for (const auto& [tokens, seconds] : p.dense_s)
     fmt::print("  {:>6} tokens  {:>9.4f} ms  {:>10.0f} tokens/s\n", tokens, seconds * 1e3, tokens / seconds);
+  if (p.sampled_s.empty()) return;
+  fmt::print("  classifier and sampling:\n");
+  for (const auto& [rows, seconds] : p.sampled_s) fmt::print("  {:>6} rows    {:>9.4f} ms\n", rows, seconds * 1e3);
 }
 
 /// The profile to check: read from --profile, which must describe the model it is checked on; one measured

@@ -13,17 +13,38 @@
 
 namespace illm::actors::placement {
 
-double dense_time(const profile& p, double beta) {
-  const auto& pts = p.dense_s;
+namespace {
+
+/// Seconds at `x` from (x, seconds) points in ascending x: proportional below the first, linear between
+/// points, along the last segment's slope beyond them.
+double interpolate(const std::vector<std::pair<double, double>>& pts, double x) {
   if (pts.empty()) return 0.0;
-  if (pts.size() == 1 || beta <= pts.front().first) return pts.front().second * std::max(beta, 0.0) / pts.front().first;
+  if (pts.size() == 1 || x <= pts.front().first) return pts.front().second * std::max(x, 0.0) / pts.front().first;
   for (size_t i = 1; i < pts.size(); ++i)
-    if (beta <= pts[i].first || i + 1 == pts.size()) {
+    if (x <= pts[i].first || i + 1 == pts.size()) {
       const auto [x0, y0] = pts[i - 1];
       const auto [x1, y1] = pts[i];
-      return y0 + (y1 - y0) * (beta - x0) / (x1 - x0);  // beyond the last point: its slope
+      return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
     }
   return pts.back().second;
+}
+
+/// Whether `pts` is a table interpolate() can read: ascending x above 0, no seconds below `least`.
+bool valid_table(const std::vector<std::pair<double, double>>& pts, double least, bool strictly) {
+  return std::is_sorted(pts.begin(), pts.end()) && (pts.empty() || pts.front().first > 0) &&
+         std::adjacent_find(pts.begin(), pts.end(), [](const auto& a, const auto& b) { return a.first == b.first; }) ==
+             pts.end() &&
+         std::all_of(pts.begin(), pts.end(),
+                     [&](const auto& point) { return strictly ? point.second > least : point.second >= least; });
+}
+
+}  // namespace
+
+double dense_time(const profile& p, double beta) { return interpolate(p.dense_s, beta); }
+
+double sampled_time(const profile& p, double rows) {
+  if (rows <= 0) return 0.0;
+  return p.sampled_s.empty() ? rows * p.sampled_row_s : interpolate(p.sampled_s, rows);
 }
 
 double dense_throughput(const profile& p, double beta) {
@@ -44,7 +65,7 @@ double creditor_layer_time(const profile& p, double beta, double kv_tokens, doub
 }
 
 double step_time(const profile& p, double beta, double kv_tokens, double sampled) {
-  return p.step_overhead_s + sampled * p.sampled_row_s + p.n_layers * layer_time(p, beta, kv_tokens);
+  return p.step_overhead_s + sampled_time(p, sampled) + p.n_layers * layer_time(p, beta, kv_tokens);
 }
 
 double attention_time(const profile& p, double decode_kv_tokens, double prefill_pairs) {
@@ -72,7 +93,7 @@ double cluster_tps(const profile& p, const std::vector<std::pair<double, double>
 std::string to_json(const profile& p) {
   nlohmann::json dense = nlohmann::json::array();
   for (const auto& [tokens, seconds] : p.dense_s) dense.push_back({{"tokens", tokens}, {"seconds", seconds}});
-  return nlohmann::json{{"name", p.name},
+  nlohmann::json j{{"name", p.name},
                         {"model", p.model},
                         {"n_layers", p.n_layers},
                         {"gpus", p.gpus},
@@ -82,8 +103,12 @@ std::string to_json(const profile& p) {
                         {"step_overhead_s", p.step_overhead_s},
                         {"sampled_row_s", p.sampled_row_s},
                         {"kv_bytes_per_token", p.kv_bytes_per_token},
-                        {"kv_capacity_tokens", p.kv_capacity_tokens}}
-      .dump(2);
+                        {"kv_capacity_tokens", p.kv_capacity_tokens}};
+  if (!p.sampled_s.empty()) {
+    nlohmann::json& sampled = j["sampled_seconds"] = nlohmann::json::array();
+    for (const auto& [rows, seconds] : p.sampled_s) sampled.push_back({{"rows", rows}, {"seconds", seconds}});
+  }
+  return j.dump(2);
 }
 
 gpu::result<profile> profile_from_json(const std::string& text) {
@@ -106,15 +131,18 @@ gpu::result<profile> profile_from_json(const std::string& text) {
     p.sampled_row_s = j.value("sampled_row_s", 0.0);
     p.kv_bytes_per_token = j.value("kv_bytes_per_token", uint64_t(0));
     p.kv_capacity_tokens = j.value("kv_capacity_tokens", uint64_t(0));
+    if (j.contains("sampled_seconds"))
+      for (const auto& point : j.at("sampled_seconds"))
+        p.sampled_s.emplace_back(point.at("rows").get<double>(), point.at("seconds").get<double>());
   } catch (const nlohmann::json::exception& e) {
     return bad(e.what());
   }
   if (p.n_layers <= 0 || p.dense_s.empty() || !(p.attention_tokens_per_s > 0))
     return bad("needs n_layers, dense_seconds_per_layer and attention_tokens_per_s > 0");
-  if (!std::is_sorted(p.dense_s.begin(), p.dense_s.end()) || p.dense_s.front().first <= 0)
-    return bad("dense_seconds_per_layer must be in ascending tokens, above 0");
-  if (std::any_of(p.dense_s.begin(), p.dense_s.end(), [](const auto& point) { return !(point.second > 0); }))
-    return bad("dense_seconds_per_layer needs seconds above 0");
+  if (!valid_table(p.dense_s, 0, true))
+    return bad("dense_seconds_per_layer must be in ascending tokens above 0, with seconds above 0");
+  if (!valid_table(p.sampled_s, 0, false))
+    return bad("sampled_seconds must be in ascending rows above 0, with seconds of 0 or more");
   if (p.prefill_pairs_per_s < 0 || p.step_overhead_s < 0 || p.sampled_row_s < 0 || p.gpus < 1)
     return bad("prefill_pairs_per_s, step_overhead_s and sampled_row_s must be 0 or more, gpus 1 or more");
   return p;

@@ -33,12 +33,17 @@ struct profile {
   double prefill_pairs_per_s = 0;     ///< h: (query, key) pairs of prefill attention per second, per layer
   double step_overhead_s = 0;         ///< per step, outside the layers
   double sampled_row_s = 0;           ///< per sampled token (classifier, sampling)
+  /// Measured: classifier and sampling time of n sampled rows, at row counts (ascending), as dense_s is
+  /// read; a kernel that pads small batches makes it a staircase, not a line. Empty: n · sampled_row_s.
+  std::vector<std::pair<double, double>> sampled_s;
   uint64_t kv_bytes_per_token = 0;    ///< all layers
   uint64_t kv_capacity_tokens = 0;    ///< KV one instance holds
 };
 
 /// W(β)/f(β): one layer's non-attention time for β tokens.
 double dense_time(const profile& p, double beta);
+/// The classifier and sampling time of `rows` sampled rows: the sampled_s table, or rows · sampled_row_s.
+double sampled_time(const profile& p, double rows);
 /// f(β): non-attention tokens per second at batch β.
 double dense_throughput(const profile& p, double beta);
 /// T(β, S).

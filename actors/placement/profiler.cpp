@@ -102,8 +102,9 @@ double fit_slope(const std::vector<std::pair<double, double>>& points) {
 constexpr int fit_chunk = 128;
 constexpr std::array<int, 4> fit_contexts{512, 2048, 4096, longest_context};
 constexpr std::array<int, 4> fit_positions{0, 1024, 2048, 4096};
-constexpr std::array<int, 10> fit_dense_tokens{1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
-constexpr std::array<int, 3> fit_sampled_rows{16, 64, 128};
+// Row counts on both sides of the multiples of 16 that small-batch kernels pad to, where the time steps.
+constexpr std::array<int, 15> fit_dense_tokens{1, 2, 4, 8, 16, 17, 32, 33, 48, 49, 64, 65, 128, 256, 512};
+constexpr std::array<int, 10> fit_sampled_rows{1, 16, 17, 32, 33, 48, 49, 64, 65, 128};
 
 }  // namespace
 
@@ -161,10 +162,14 @@ gpu::result<profile> fit_profile(std::span<const double> t, const gpu::model_con
     p.dense_s.emplace_back(n, std::max(1e-9, (t[p.dense_s.size()] - attention_s) / layers));
   }
   t = t.subspan(fit_dense_tokens.size());
-  // The classifier and sampling: n decode rows that sample against the same rows that do not.
+  // The classifier and sampling: n decode rows that sample against the same rows that do not; the mean
+  // per row for profiles read as a line.
   double row_sum = 0;
-  for (size_t i = 0; i < fit_sampled_rows.size(); ++i)
-    row_sum += std::max(0.0, t[2 * i] - t[2 * i + 1]) / fit_sampled_rows[i];
+  for (size_t i = 0; i < fit_sampled_rows.size(); ++i) {
+    const double seconds = std::max(0.0, t[2 * i] - t[2 * i + 1]);
+    p.sampled_s.emplace_back(fit_sampled_rows[i], seconds);
+    row_sum += seconds / fit_sampled_rows[i];
+  }
   p.sampled_row_s = row_sum / double(fit_sampled_rows.size());
   p.kv_bytes_per_token = uint64_t(2) * c.n_layers * c.kv_dim() * gpu::dtype_bytes(gpu::dtype::f32);
   p.kv_capacity_tokens = (uint64_t(8) << 30) / std::max<uint64_t>(1, p.kv_bytes_per_token);  // 8 GiB of KV

@@ -5,7 +5,9 @@
 //   g:        one decode query at growing contexts (the slope of time over KV tokens read);
 //   h:        a prefill chunk at growing positions (the slope over (query, key) pairs);
 //   dense(n): prefill chunks of n tokens at position 0 (no sampling), less their attention, per layer;
-//   sampled:  decode rows that sample against the same rows that do not (classifier and sampling).
+//   sampled(n): n decode rows that sample against the same rows that do not (classifier and sampling).
+// Small-batch kernels pad rows to a multiple of 16, so dense(n) and sampled(n) are measured on both sides
+// of those steps and read as tables.
 
 #include <span>
 #include <string>

@@ -131,7 +131,7 @@ step_cost predict_step(const placement::profile& model, instance_id self, const 
     sampled += w.sampled;
     layers.push_back(std::move(layer));
   }
-  cost.seconds = time_layers(layers, model.n_layers) + model.step_overhead_s + sampled * model.sampled_row_s;
+  cost.seconds = time_layers(layers, model.n_layers) + model.step_overhead_s + placement::sampled_time(model, sampled);
   return cost;
 }
 

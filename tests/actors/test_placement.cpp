@@ -4,6 +4,8 @@
 // gained, and the paper's Fig. 5 scenario placed as in Fig. 5c.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "actors/placement/greedy_policy.hpp"
 #include "actors/placement/perf_model.hpp"
 #include "actors/placement/profiler.hpp"
@@ -72,6 +74,30 @@ TEST_SUITE("actors") {
     CHECK(profile_from_json(to_json(negative)).error().message().find("must be 0 or more") != std::string::npos);
   }
 
+  TEST_CASE("a measured profile reads sampled rows from its table, a staircase where kernels pad rows") {
+    profile p = toy();
+    CHECK(sampled_time(p, 3) == doctest::Approx(3 * 0.1e-3));  // no table: a line
+    p.sampled_s = {{16, 4e-3}, {17, 8e-3}, {32, 8e-3}, {33, 12e-3}};
+    CHECK(sampled_time(p, 0) == 0);
+    CHECK(sampled_time(p, 8) == doctest::Approx(2e-3));    // proportional below the first point
+    CHECK(sampled_time(p, 24) == doctest::Approx(8e-3));   // flat between 17 and 32: one padded size
+    CHECK(sampled_time(p, 34) == doctest::Approx(16e-3));  // the last slope beyond the points
+    CHECK(step_time(p, 24, 0, 24) == doctest::Approx(0.5e-3 + 8e-3 + 2 * dense_time(p, 24)));
+    auto back = profile_from_json(to_json(p));
+    REQUIRE(back.is_ok());
+    CHECK(back->sampled_s == p.sampled_s);
+    CHECK(profile_from_json(to_json(toy()))->sampled_s.empty());  // optional: older profiles have none
+    for (auto bad : {std::vector<std::pair<double, double>>{{17, 1e-3}, {16, 1e-3}},  // descending
+                     {{16, 1e-3}, {16, 2e-3}},                                        // a repeated count
+                     {{0, 1e-3}}, {{16, -1e-3}}}) {
+      profile broken = toy();
+      broken.sampled_s = bad;
+      auto read = profile_from_json(to_json(broken));
+      REQUIRE_FALSE(read.is_ok());
+      CHECK(read.error().message().find("sampled_seconds") != std::string::npos);
+    }
+  }
+
   TEST_CASE("the profiler counts a step's work and fits back the profile its times came from") {
     // A decode of context 100 and a 10-token chunk at position 5: 11 tokens, KV read 100 + 15, the chunk's
     // causal pairs 10 * 5 + 55, one sampled row.
@@ -85,10 +111,13 @@ TEST_SUITE("actors") {
     const illm::gpu::model_config shape = illm::gpu::preset_config("stories15m").value();
     profile truth;
     truth.n_layers = shape.n_layers;
-    for (double n : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) truth.dense_s.emplace_back(n, 1e-4 + n * 3e-6);
+    // Padded to 16 rows up to 64, as the cpu kernels do: the fit reads the steps on both sides.
+    const auto padded = [](double n) { return n <= 64 ? 16 * std::ceil(n / 16) : n; };
+    for (double n : {1, 2, 4, 8, 16, 17, 32, 33, 48, 49, 64, 65, 128, 256, 512})
+      truth.dense_s.emplace_back(n, 1e-4 + padded(n) * 3e-6);
+    for (double n : {1, 16, 17, 32, 33, 48, 49, 64, 65, 128}) truth.sampled_s.emplace_back(n, padded(n) * 2e-4);
     truth.attention_tokens_per_s = 5e6;
     truth.prefill_pairs_per_s = 2e8;
-    truth.sampled_row_s = 2e-4;
     std::vector<double> times;
     for (const probe& step : fit_probes()) times.push_back(predict(truth, work_of(step)));
     const auto exactly = [](double v) { return doctest::Approx(v).epsilon(1e-7).scale(0); };  // relative
@@ -97,7 +126,14 @@ TEST_SUITE("actors") {
     CHECK(fitted->n_layers == truth.n_layers);
     CHECK(fitted->attention_tokens_per_s == exactly(truth.attention_tokens_per_s));
     CHECK(fitted->prefill_pairs_per_s == exactly(truth.prefill_pairs_per_s));
-    CHECK(fitted->sampled_row_s == exactly(truth.sampled_row_s));
+    REQUIRE(fitted->sampled_s.size() == truth.sampled_s.size());
+    double per_row = 0;
+    for (size_t i = 0; i < truth.sampled_s.size(); ++i) {
+      CHECK(fitted->sampled_s[i].first == truth.sampled_s[i].first);
+      CHECK(fitted->sampled_s[i].second == exactly(truth.sampled_s[i].second));
+      per_row += truth.sampled_s[i].second / truth.sampled_s[i].first / double(truth.sampled_s.size());
+    }
+    CHECK(fitted->sampled_row_s == exactly(per_row));
     REQUIRE(fitted->dense_s.size() == truth.dense_s.size());
     for (size_t i = 0; i < truth.dense_s.size(); ++i) {
       CHECK(fitted->dense_s[i].first == truth.dense_s[i].first);

@@ -55,7 +55,7 @@ TEST_SUITE("actors") {
     for (const auto& [holder, seconds] : one.hosted_s) slowest_holder = std::max(slowest_holder, seconds);
     // The owner's own attention: the 10K keys here, and the chunk's causal pairs among its own tokens.
     const double local = placement::attention_time(model, 0, 2048.0 * 10000 + 2048.0 * 2049 / 2);
-    const double outside = model.step_overhead_s + model.sampled_row_s;
+    const double outside = model.step_overhead_s + placement::sampled_time(model, 1);
     const double dense = model.n_layers * placement::dense_time(model, 2048);
     // One lane: each layer's dense, then the slower of the local and the remote attention.
     CHECK(one.seconds == doctest::Approx(outside + dense + std::max(local, slowest_holder)));

@@ -32,6 +32,9 @@ def check_profile(path):
     assert tokens == sorted(tokens) and tokens[0] >= 1, tokens
     assert all(point["seconds"] > 0 for point in p["dense_seconds_per_layer"]), p
     assert p["attention_tokens_per_s"] > 0 and p["prefill_pairs_per_s"] > 0 and p["sampled_row_s"] >= 0, p
+    rows = [point["rows"] for point in p["sampled_seconds"]]
+    assert rows == sorted(set(rows)) and rows[0] >= 1 and 17 in rows, rows  # both sides of the padded sizes
+    assert all(point["seconds"] >= 0 for point in p["sampled_seconds"]), p
 
 
 def check_validation(path):
