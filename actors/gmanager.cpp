@@ -222,12 +222,16 @@ void run_policy(self_ptr self) {
   self->delayed_send(self, st.config.policy_period, policy_tick_atom::value);
   update_membership_metrics(self);
   if (!st.config.policy) return;
+  // A member's spare blocks, less those granted to rooms and those it holds back for the waiting room: the
+  // members refuse moves into those, so the policy plans none.
+  const auto held = held_for_room(self);
   std::vector<placement::instance_snapshot> snapshot;
   for (const auto& [id, m] : st.members)
     if (alive(self, m)) {
       placement::instance_snapshot s{id, m.stats, m.placement};
       s.stats.draining = s.stats.draining || m.draining;
-      s.stats.free_blocks = unreserved_free(st, id, m);
+      const uint32_t free = unreserved_free(st, id, m), kept_back = held.count(id) ? held.at(id) : 0;
+      s.stats.free_blocks = free - std::min(free, kept_back);
       snapshot.push_back(std::move(s));
     }
   // One order at a time per source: the next waits for the report of the last (or for it to be lost).

@@ -158,12 +158,12 @@ void publish_placement(self_ptr self) {
   self->send(st.config.rmanager, std::move(update));
 }
 
+/// Whether another instance has blocks this one may move into.
 bool others_have_free(const instance_state& st) {
   return std::any_of(st.view.instances.begin(), st.view.instances.end(), [&](const instance_view& i) {
-    return i.inst_id != st.config.id && !i.draining && i.free_blocks > 0;
+    return i.inst_id != st.config.id && !i.draining && i.movable_into() > 0;
   });
 }
-
 
 /// Tells the clients of finished sequences and releases their blocks elsewhere.
 void notify_finished(self_ptr self) {

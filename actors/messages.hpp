@@ -6,6 +6,7 @@
 // Structs with `inspect` overloads, registered by register_messages() so that they can cross
 // process boundaries; CAF 0.17 atoms hold at most 10 characters, so only timers use atoms.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -119,6 +120,9 @@ struct instance_view {
   std::vector<uint8_t> plane_address;  ///< its data plane's worker address; empty: in-process (already connected)
   /// Blocks it keeps free for a long request that waits for room: it starts no new request in them.
   uint32_t held_for_room = 0;
+  /// What other instances may move into: its spare blocks less those held for the waiting room (it refuses
+  /// moves into them).
+  uint32_t movable_into() const { return free_blocks - std::min(free_blocks, held_for_room); }
 };
 
 /// gManager -> rManager (answer to join and heartbeat): the cluster as of the last heartbeats.

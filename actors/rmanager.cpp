@@ -366,11 +366,11 @@ std::optional<loan_plan> plan_loan(const rmanager_state& st, request_id short_re
   if (best) return best;
   const instance_view* sparest = nullptr;
   for (const instance_view& i : st.view.instances)
-    if (i.inst_id != st.config.id && !i.draining && i.free_blocks > 0 &&
-        (!sparest || i.free_blocks > sparest->free_blocks))
+    if (i.inst_id != st.config.id && !i.draining && i.movable_into() > 0 &&
+        (!sparest || i.movable_into() > sparest->movable_into()))
       sparest = &i;
   if (!sparest) return std::nullopt;
-  return loan_plan{st.rooms.count(short_req) ? 0 : short_req, sparest->inst_id, sparest->free_blocks};
+  return loan_plan{st.rooms.count(short_req) ? 0 : short_req, sparest->inst_id, sparest->movable_into()};
 }
 
 /// The instance is short of blocks: lend some of them to a room's holder or the sparest instance.
