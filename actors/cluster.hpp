@@ -14,6 +14,7 @@
 #include "actors/messages.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "actors/placement/types.hpp"
+#include "gpu/engine.hpp"
 #include "actors/request.hpp"
 #include "actors/request_router.hpp"
 #include "gpu/weights.hpp"
@@ -30,6 +31,7 @@ struct cluster_options {
   int threads_per_instance = 0;  ///< 0: cores / instances, at least one
   int max_batch_tokens = 512;
   int max_batch_seqs = 64;
+  int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;  ///< steps this long with remote blocks: two lanes
   std::chrono::milliseconds heartbeat_period{20};
   std::chrono::milliseconds policy_period{50};
   std::chrono::milliseconds lease{2000};

@@ -55,7 +55,9 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   if (!attention_device.is_ok()) return attention_device.error();
   n->device = to_shared(std::move(device).value());
   n->attention_device = to_shared(std::move(attention_device).value());
-  auto eng = gpu::engine::create(weights, *n->device, {options.max_batch_tokens, options.max_batch_seqs});
+  gpu::engine_options engine_options{options.max_batch_tokens, options.max_batch_seqs};
+  engine_options.overlap_min_tokens = options.overlap_min_tokens;
+  auto eng = gpu::engine::create(weights, *n->device, engine_options);
   if (!eng.is_ok()) return eng.error();
   n->engine = to_shared(std::move(eng).value());
   auto pool = gpu::kv_pool::create(*n->device, n->engine->pool_layout(), options.kv_blocks);

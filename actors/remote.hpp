@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/engine.hpp"
 #include "actors/event_log.hpp"
 #include "actors/messages.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
@@ -25,6 +26,7 @@ struct instance_node_options {
   int threads = 0;  ///< 0: all cores
   int max_batch_tokens = 512;
   int max_batch_seqs = 64;
+  int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;  ///< steps this long with remote blocks: two lanes
   std::chrono::milliseconds heartbeat_period{20};
   std::chrono::milliseconds lease{2000};
   std::chrono::milliseconds attention_timeout{30000};

@@ -77,6 +77,7 @@ struct generate_flags {
   uint32_t kv_blocks_per_instance = 0;
   int threads = 0;
   int max_batch_tokens = 512;
+  int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;
   std::string backend = "auto";
   bool json = false;
   std::string gmanager;  // HOST:PORT of a cluster of processes (illm gmanager): the request goes there
@@ -210,6 +211,7 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
           : gpu::blocks_for_tokens(int64_t(options.prompt_ids.size()) + options.max_tokens) + 1;
   co.threads_per_instance = f.threads;
   co.max_batch_tokens = f.max_batch_tokens;
+  co.overlap_min_tokens = f.overlap_min_tokens;
   auto started = actors::cluster::start(model.weights, co);
   if (!started.is_ok()) fail(started.error().message());
   actors::cluster& c = *started.value();
@@ -316,6 +318,11 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--max-batch-tokens", flags->max_batch_tokens, "Tokens per step (prefill chunk)")
       ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  cmd->add_option("--overlap-min-tokens", flags->overlap_min_tokens,
+                  "With --instances: steps of this many tokens whose queries attend remote blocks run as two "
+                  "lanes, one's dense layers beside the other's remote attention (0: never)")
+      ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--backend", flags->backend, "auto (cuda when a GPU is present, else cpu), cpu, cpu-reference or cuda")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print one JSON object");

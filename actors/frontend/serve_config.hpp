@@ -7,6 +7,7 @@
 #include <string>
 
 #include "actors/frontend/service.hpp"
+#include "gpu/engine.hpp"
 
 namespace illm::actors::frontend {
 
@@ -21,6 +22,7 @@ struct serve_config {
   int threads_per_instance = 0;  ///< 0: cores / instances
   int max_batch_tokens = 512;
   int max_batch_seqs = 64;
+  int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;  ///< steps this long with remote blocks: two lanes
   int heartbeat_ms = 50;
   int policy_ms = 100;
   int shutdown_grace_s = 10;

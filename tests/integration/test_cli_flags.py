@@ -1,6 +1,7 @@
 """Numeric flags of the commands refuse what is not a number in their range (nan, inf, out of range) with a
 message naming the flag and the value, before doing anything; values in range are taken."""
 
+import json
 import subprocess
 import sys
 
@@ -22,6 +23,8 @@ def main():
         (["sim", "--trace", "x.csv", "--rate-scale", "nan"], "--rate-scale: must be a number, 0 or more, not nan"),
         (["sim", "--trace", "x.csv", "--slo", "1e400"], "--slo: must be a number above zero, not 1e400"),
         (["sim", "--trace", "x.csv", "--overlap-min-tokens", "-1"], "--overlap-min-tokens: Value -1 not in range 0 to 1048576"),
+        (["generate", "--prompt", "hi", "--instances", "2", "--overlap-min-tokens", "-3"],
+         "--overlap-min-tokens: Value -3 not in range 0 to 1048576"),
         (["sim", "--trace", "x.csv", "--max-unstarted", "-1"], "--max-unstarted: Value -1 not in range 0 to 1048576"),
     ]
     for args, message in refused:
@@ -31,6 +34,18 @@ def main():
     # In range: a greedy generation of two tokens with the edge values.
     result = run("generate", "--prompt", "Once upon a time", "--max-tokens", "2", "--temperature", "0", "--top-p", "1")
     assert result.returncode == 0, result.stderr
+    # A prompt of ~1800 tokens spread over four small pools: every prefill step with remote blocks in two
+    # lanes (from 2 tokens) or in one (0) gives the same ids.
+    prompt = "The intent of this document is to state the conditions under which a Package may be copied. " * 90
+    ids = []
+    for overlap in ("2", "0"):
+        result = run("generate", "--prompt", prompt, "--max-tokens", "8", "--temperature", "0", "--instances", "4",
+                     "--kv-blocks-per-instance", "48", "--overlap-min-tokens", overlap, "--json")
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert sum(1 for n in report["blocks_per_instance"] if n > 0) >= 3, report["blocks_per_instance"]
+        ids.append(report["token_ids"])
+    assert ids[0] == ids[1] and len(ids[0]) == 8, ids
     print("test_cli_flags: all checks passed")
 
 
