@@ -89,6 +89,12 @@ void remote_router::peer_failed(transport::peer_id peer, const std::string& why)
                  fmt::format("instance {} holding blocks of request {} failed: {}", peer, p.job.seq_id, why)});
 }
 
+void remote_router::cancel() {
+  std::lock_guard lock(mutex_);
+  pending_.clear();
+  for (round& r : rounds_) r.outstanding = 0;
+}
+
 gpu::status remote_router::finish(int lane) {
   if (lane < 0 || lane >= lanes)
     return {gpu::status_code::invalid_argument, fmt::format("no lane {} (a router has {})", lane, lanes)};

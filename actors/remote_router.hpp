@@ -28,6 +28,7 @@ class remote_router final : public gpu::attention_router {
 
   gpu::status begin(int lane, std::span<const gpu::remote_attention_job> jobs) override;
   gpu::status finish(int lane) override;
+  void cancel() override;
 
   /// Transport handler of the partials channel: an answer from a holder.
   void on_partials(transport::peer_id from, std::vector<uint8_t> payload);

@@ -40,6 +40,8 @@ class attention_router {
   virtual status begin(int lane, std::span<const remote_attention_job> jobs) = 0;
   /// Waits until every job of `lane`'s last begin() has written its outputs.
   virtual status finish(int lane) = 0;
+  /// Drops every round still in flight (a step that failed left it): later answers write nothing.
+  virtual void cancel() {}
 };
 
 }  // namespace illm::gpu

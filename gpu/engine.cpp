@@ -443,6 +443,8 @@ status engine::step(std::span<const batch_entry> batch, const kv_pools& pools, a
             text::format("batch of {} sequences exceeds the engine's {}", batch.size(), options_.max_batch_seqs)};
   if (pools.local >= pools.by_id.size() || !pools.by_id[pools.local])
     return {status_code::invalid_argument, "the engine's local pool is missing"};
+  // A step that failed may have left the other lane's round in flight: its answers must not land in this one.
+  if (router) router->cancel();
   split_into_lanes(batch, overlaps(batch, pools));
   ILLM_RETURN_IF_ERROR(plan(pools));
   const int m = int(tokens_.size());

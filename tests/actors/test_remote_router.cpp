@@ -113,5 +113,14 @@ TEST_SUITE("actors") {
     REQUIRE(router.begin(1, lane1).is_ok());  // a new round starts clean
     router.on_partials(1, answer(plane->sent[0].second, 1.0f));
     CHECK(router.finish(1).is_ok());
+
+    // A round left in flight by a failed step is dropped at the next step: its late answer writes nothing.
+    plane->sent.clear();
+    b0.ma[0] = -1.0f;
+    REQUIRE(router.begin(1, lane1).is_ok());
+    router.cancel();
+    router.on_partials(1, answer(plane->sent[0].second, 9.0f));
+    CHECK(b0.ma[0] == -1.0f);
+    CHECK(router.finish(1).is_ok());  // nothing outstanding
   }
 }

@@ -32,6 +32,8 @@ class dropping_router final : public gpu::attention_router {
       }
     return gpu::status::ok();
   }
+  void cancel() override { inner_.cancel(); }
+
  private:
   gpu::attention_router& inner_;
   uint32_t dropped_;
@@ -52,6 +54,7 @@ class lane_counting_router final : public gpu::attention_router {
     return inner_.begin(lane, jobs);
   }
   gpu::status finish(int lane) override { return inner_.finish(lane); }
+  void cancel() override { inner_.cancel(); }
 
  private:
   gpu::attention_router& inner_;
