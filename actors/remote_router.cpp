@@ -12,9 +12,18 @@ remote_router::remote_router(std::shared_ptr<transport::data_plane> plane, int n
                              std::chrono::milliseconds timeout, metrics::histogram* latency)
     : plane_(std::move(plane)), n_heads_(n_heads), head_dim_(head_dim), timeout_(timeout), latency_(latency) {}
 
+namespace {
+
+gpu::status check_lane(int lane) {
+  if (lane >= 0 && lane < gpu::attention_router::lanes) return gpu::status::ok();
+  return {gpu::status_code::invalid_argument,
+          fmt::format("no lane {} (a router has {})", lane, gpu::attention_router::lanes)};
+}
+
+}  // namespace
+
 gpu::status remote_router::begin(int lane, std::span<const gpu::remote_attention_job> jobs) {
-  if (lane < 0 || lane >= lanes)
-    return {gpu::status_code::invalid_argument, fmt::format("no lane {} (a router has {})", lane, lanes)};
+  if (gpu::status bad = check_lane(lane); !bad.is_ok()) return bad;
   {
     std::lock_guard lock(mutex_);
     std::erase_if(pending_, [lane](const auto& entry) { return entry.second.lane == lane; });
@@ -96,8 +105,7 @@ void remote_router::cancel() {
 }
 
 gpu::status remote_router::finish(int lane) {
-  if (lane < 0 || lane >= lanes)
-    return {gpu::status_code::invalid_argument, fmt::format("no lane {} (a router has {})", lane, lanes)};
+  if (gpu::status bad = check_lane(lane); !bad.is_ok()) return bad;
   std::unique_lock lock(mutex_);
   round& r = rounds_[size_t(lane)];
   const bool answered = answered_.wait_for(lock, timeout_, [&r] { return r.outstanding == 0; });

@@ -97,19 +97,20 @@ const void* engine::device_matrix(std::initializer_list<std::pair<const float*, 
   return owned_.back().get();
 }
 
-bool engine::runs_two_lanes(const engine_options& options, int64_t tokens, bool remote) {
-  return remote && options.overlap_min_tokens > 0 && tokens >= std::max(2, options.overlap_min_tokens);
+bool engine::long_enough_for_lanes(int overlap_min_tokens, int64_t tokens) {
+  return overlap_min_tokens > 0 && tokens >= std::max(2, overlap_min_tokens);
 }
 
 bool engine::overlaps(std::span<const batch_entry> batch, const kv_pools& pools) const {
   int64_t tokens = 0;
-  bool remote = false;
+  for (const batch_entry& b : batch) tokens += b.n_tokens;
+  if (!long_enough_for_lanes(options_.overlap_min_tokens, tokens)) return false;  // decode steps stop here
   for (const batch_entry& b : batch) {
-    tokens += b.n_tokens;
     const size_t blocks = b.table ? std::min<size_t>(blocks_for_tokens(int64_t(b.pos0) + b.n_tokens), b.table->size()) : 0;
-    for (size_t i = 0; i < blocks && !remote; ++i) remote = (*b.table)[i].pool != pools.local;
+    for (size_t i = 0; i < blocks; ++i)
+      if ((*b.table)[i].pool != pools.local) return true;
   }
-  return runs_two_lanes(options_, tokens, remote);
+  return false;
 }
 
 void engine::split_into_lanes(std::span<const batch_entry> batch, bool overlap) {

@@ -65,9 +65,9 @@ class engine {
   static result<std::unique_ptr<engine>> create(std::shared_ptr<const model_weights> weights, backend& device,
                                                 const engine_options& options);
 
-  /// Whether a step of `tokens` tokens runs as two lanes under `options`; `remote`: some of its queries
-  /// attend blocks that another pool holds.
-  static bool runs_two_lanes(const engine_options& options, int64_t tokens, bool remote);
+  /// Whether a step of `tokens` tokens is long enough for two lanes under `overlap_min_tokens`: it runs as
+  /// two when some of its queries also attend blocks another pool holds.
+  static bool long_enough_for_lanes(int overlap_min_tokens, int64_t tokens);
 
   /// One forward pass over `batch`; the entries with sample set get logits, in batch order.
   status step(std::span<const batch_entry> batch, const kv_pools& pools, attention_router* router);

@@ -29,13 +29,14 @@ double interpolate(const std::vector<std::pair<double, double>>& pts, double x) 
   return pts.back().second;
 }
 
-/// Whether `pts` is a table interpolate() can read: ascending x above 0, no seconds below `least`.
-bool valid_table(const std::vector<std::pair<double, double>>& pts, double least, bool strictly) {
+/// Whether `pts` is a table interpolate() can read: x ascending, distinct and above 0; seconds above 0, or
+/// (`zero_allowed`) 0 or more.
+bool valid_table(const std::vector<std::pair<double, double>>& pts, bool zero_allowed) {
+  const auto distinct = [](const auto& a, const auto& b) { return a.first == b.first; };
+  const auto seconds_ok = [&](const auto& point) { return zero_allowed ? point.second >= 0 : point.second > 0; };
   return std::is_sorted(pts.begin(), pts.end()) && (pts.empty() || pts.front().first > 0) &&
-         std::adjacent_find(pts.begin(), pts.end(), [](const auto& a, const auto& b) { return a.first == b.first; }) ==
-             pts.end() &&
-         std::all_of(pts.begin(), pts.end(),
-                     [&](const auto& point) { return strictly ? point.second > least : point.second >= least; });
+         std::adjacent_find(pts.begin(), pts.end(), distinct) == pts.end() &&
+         std::all_of(pts.begin(), pts.end(), seconds_ok);
 }
 
 }  // namespace
@@ -94,16 +95,16 @@ std::string to_json(const profile& p) {
   nlohmann::json dense = nlohmann::json::array();
   for (const auto& [tokens, seconds] : p.dense_s) dense.push_back({{"tokens", tokens}, {"seconds", seconds}});
   nlohmann::json j{{"name", p.name},
-                        {"model", p.model},
-                        {"n_layers", p.n_layers},
-                        {"gpus", p.gpus},
-                        {"dense_seconds_per_layer", dense},
-                        {"attention_tokens_per_s", p.attention_tokens_per_s},
-                        {"prefill_pairs_per_s", p.prefill_pairs_per_s},
-                        {"step_overhead_s", p.step_overhead_s},
-                        {"sampled_row_s", p.sampled_row_s},
-                        {"kv_bytes_per_token", p.kv_bytes_per_token},
-                        {"kv_capacity_tokens", p.kv_capacity_tokens}};
+                   {"model", p.model},
+                   {"n_layers", p.n_layers},
+                   {"gpus", p.gpus},
+                   {"dense_seconds_per_layer", dense},
+                   {"attention_tokens_per_s", p.attention_tokens_per_s},
+                   {"prefill_pairs_per_s", p.prefill_pairs_per_s},
+                   {"step_overhead_s", p.step_overhead_s},
+                   {"sampled_row_s", p.sampled_row_s},
+                   {"kv_bytes_per_token", p.kv_bytes_per_token},
+                   {"kv_capacity_tokens", p.kv_capacity_tokens}};
   if (!p.sampled_s.empty()) {
     nlohmann::json& sampled = j["sampled_seconds"] = nlohmann::json::array();
     for (const auto& [rows, seconds] : p.sampled_s) sampled.push_back({{"rows", rows}, {"seconds", seconds}});
@@ -139,9 +140,9 @@ gpu::result<profile> profile_from_json(const std::string& text) {
   }
   if (p.n_layers <= 0 || p.dense_s.empty() || !(p.attention_tokens_per_s > 0))
     return bad("needs n_layers, dense_seconds_per_layer and attention_tokens_per_s > 0");
-  if (!valid_table(p.dense_s, 0, true))
+  if (!valid_table(p.dense_s, false))
     return bad("dense_seconds_per_layer must be in ascending tokens above 0, with seconds above 0");
-  if (!valid_table(p.sampled_s, 0, false))
+  if (!valid_table(p.sampled_s, true))
     return bad("sampled_seconds must be in ascending rows above 0, with seconds of 0 or more");
   if (p.prefill_pairs_per_s < 0 || p.step_overhead_s < 0 || p.sampled_row_s < 0 || p.gpus < 1)
     return bad("prefill_pairs_per_s, step_overhead_s and sampled_row_s must be 0 or more, gpus 1 or more");

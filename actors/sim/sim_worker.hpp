@@ -3,7 +3,7 @@
 // its batch, on the actor clock: the non-attention part for its tokens, and attention DistAttention-style
 // (the owner attends its local blocks while each holder of its remote blocks attends those; a layer goes
 // on when the slowest has). A holder spends that time too: it is added to the holder's next step. A step
-// the engine runs as two lanes (gpu::engine::runs_two_lanes) is timed layer by layer as the engine orders
+// the engine runs as two lanes (gpu::engine::long_enough_for_lanes, with remote blocks) is timed layer by layer as the engine orders
 // it: one lane's dense layers run while the holders attend the other lane's queries.
 // Every sampled token is an ordinary token (not an end of text), so requests run to their max tokens.
 

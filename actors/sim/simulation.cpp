@@ -300,6 +300,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   gpu::sim::sim_backend device;
   const gpu::kv_layout layout{shape.n_layers, shape.n_kv_heads, shape.head_dim(), gpu::dtype::f16};
   const bool lending = o.policy == "infinite" || o.policy == "passive";
+  const step_layout steps{o.overlap_min_tokens, dense_front_share(shape)};
   std::vector<caf::actor> instances, everyone{gm};
   std::vector<std::shared_ptr<gpu::kv_pool>> pools;
   std::vector<std::shared_ptr<sim_worker_stats>> stats;
@@ -327,8 +328,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     rc.answer_timeout = o.lease;
     caf::actor rm = spawn_rmanager(sys, rc);
     stats.push_back(std::make_shared<sim_worker_stats>());
-    const step_layout layout{o.overlap_min_tokens, dense_front_share(shape)};
-    caf::actor worker = spawn_sim_worker(sys, {instance_id(i), model, layout, workers, stats.back()});
+    caf::actor worker = spawn_sim_worker(sys, {instance_id(i), model, steps, workers, stats.back()});
     workers->push_back(worker);
     instance_config ic;
     ic.id = instance_id(i);
