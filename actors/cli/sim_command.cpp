@@ -40,6 +40,20 @@ std::vector<std::string> split(const std::string& text) {
   return out;
 }
 
+nlohmann::json timeline_json(const std::vector<actors::sim::timeline_row>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& t : rows)
+    out.push_back({{"end_s", t.end_s},
+                   {"stepping_instances", t.stepping},
+                   {"busy_fraction", t.busy_fraction},
+                   {"hosted_fraction", t.hosted_fraction},
+                   {"kv_used_fraction", t.kv_used_fraction},
+                   {"kv_promised_fraction", t.kv_promised_fraction},
+                   {"started", t.started},
+                   {"finished", t.finished}});
+  return out;
+}
+
 nlohmann::json report_json(const actors::sim::sim_report& r) {
   auto pct = [](const actors::sim::percentiles& p) { return nlohmann::json{{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}}; };
   return {{"throughput_tok_s", r.throughput_tok_s},
@@ -65,7 +79,8 @@ nlohmann::json report_json(const actors::sim::sim_report& r) {
           {"hosted_fraction", r.hosted_fraction},
           {"kv_used_fraction", r.kv_used_fraction},
           {"kv_promised_fraction", r.kv_promised_fraction},
-          {"wall_s", r.wall_s}};
+          {"wall_s", r.wall_s},
+          {"timeline", timeline_json(r.timeline)}};
 }
 
 void print_report(const actors::sim::sim_report& r) {
@@ -77,6 +92,16 @@ void print_report(const actors::sim::sim_report& r) {
              r.tpot_s.p50 * 1e3, r.tpot_s.p99 * 1e3, r.moves, r.preemptions, r.mean_step_tokens, r.mean_step_sampled,
              r.busy_fraction * 100, r.hosted_fraction * 100, r.kv_used_fraction * 100, r.kv_promised_fraction * 100,
              r.wall_s);
+}
+
+void print_timeline(const std::vector<actors::sim::timeline_row>& rows) {
+  if (rows.empty()) return;
+  fmt::print("  {:>9}  {:>8}  {:>5}  {:>7}  {:>7}  {:>8}  {:>7}  {:>7}\n", "until (s)", "stepping", "busy", "hosting",
+             "KV used", "promised", "started", "done");
+  for (const auto& t : rows)
+    fmt::print("  {:>9.1f}  {:>8}  {:>4.0f}%  {:>6.0f}%  {:>6.0f}%  {:>7.0f}%  {:>7}  {:>7}\n", t.end_s, t.stepping,
+               t.busy_fraction * 100, t.hosted_fraction * 100, t.kv_used_fraction * 100,
+               t.kv_promised_fraction * 100, t.started, t.finished);
 }
 
 /// The first policy's throughput over each other policy's (those with any throughput), keyed by the other.
@@ -243,11 +268,13 @@ void run_sim(const sim_flags& f) {
                    {"rate_scale", f.options.rate_scale > 0 ? nlohmann::json(f.options.rate_scale) : nlohmann::json("saturating")},
                    {"max_batch_tokens", f.options.max_batch_tokens},
                    {"max_batch_seqs", f.options.max_batch_seqs},
-                   {"overlap_min_tokens", f.options.overlap_min_tokens}};
+                   {"overlap_min_tokens", f.options.overlap_min_tokens},
+                   {"kv_scale", f.options.kv_scale}};
   if (!f.json)
-    fmt::print("illm sim: {} ({} requests), {} x {}, arrivals {}, batches <= {} tokens / {} sequences, {}\n",
+    fmt::print("illm sim: {} ({} requests), {} x {}{}, arrivals {}, batches <= {} tokens / {} sequences, {}\n",
                f.trace, j["settings"]["requests"].get<size_t>(), f.options.instances,
                instance_label(flags.options),
+               f.options.kv_scale != 1 ? fmt::format(" with {}x its KV memory", f.options.kv_scale) : "",
                f.options.rate_scale > 0 ? fmt::format("x{}", f.options.rate_scale) : "all at once",
                f.options.max_batch_tokens, f.options.max_batch_seqs,
                f.options.overlap_min_tokens > 0
@@ -259,7 +286,10 @@ void run_sim(const sim_flags& f) {
     auto r = actors::sim::simulate(trace.value(), o);
     if (!r.is_ok()) fail(r.error().message());
     j["results"][policy] = report_json(r.value());
-    if (!f.json) print_report(r.value());
+    if (!f.json) {
+      print_report(r.value());
+      print_timeline(r->timeline);
+    }
   }
   j["throughput_ratio"] = throughput_ratios(j["results"], policies);
   if (!f.json)
@@ -304,6 +334,16 @@ void add_sim_command(CLI::App& app) {
                   "Steps of this many tokens or more whose queries attend remote blocks run as two lanes, one's dense "
                   "layers beside the other's remote attention (0: never)")
       ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--kv-scale", f->options.kv_scale,
+                  "Pools this many times the profile's KV capacity, for every policy (what if: more memory, a "
+                  "smaller KV format)")
+      ->check(above_zero())
+      ->capture_default_str();
+  cmd->add_option("--timeline", f->options.timeline_period_s,
+                  "Per policy, a row per this many simulated seconds: instances stepping, GPU time, KV memory, "
+                  "requests started and done (0: none)")
+      ->check(number_from(0))
       ->capture_default_str();
   cmd->add_option("--profile", f->profile_file, "A measured profile (illm profile) instead of the GPU's roofline");
   cmd->add_flag("--json", f->json, "Print one JSON object (results keyed by policy; with --sweep, the sweep as well)");

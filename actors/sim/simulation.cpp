@@ -216,6 +216,10 @@ class kv_meter {
     used_ = total ? double(used) / double(total) : 0;
     promised_ = total ? double(promised) / double(total) : 0;
   }
+  /// Blocks in use over all blocks at the last sample.
+  double used_now() const { return used_; }
+  /// Free blocks promised over all blocks at the last sample.
+  double promised_now() const { return promised_; }
   /// Blocks in use over all blocks, mean from the first sample to the last.
   double used_fraction() const { return last_t_ > 0 ? used_s_ / last_t_ : 0; }
   /// Free blocks promised over all blocks, mean from the first sample to the last.
@@ -225,6 +229,40 @@ class kv_meter {
   std::vector<std::shared_ptr<gpu::kv_pool>> pools_;
   std::vector<std::shared_ptr<pool_promises>> promises_;
   double used_s_ = 0, promised_s_ = 0, last_t_ = 0, used_ = 0, promised_ = 0;
+};
+
+/// The run period by period (timeline_row): the workers' step and hosting time since the last row, the KV
+/// meter's last sample and the driver's counts.
+class timeline_meter {
+ public:
+  timeline_meter(double period_s, std::vector<std::shared_ptr<sim_worker_stats>> stats)
+      : period_s_(period_s), stats_(std::move(stats)), seen_(stats_.size()) {}
+
+  /// Adds a row at simulated second `t` when it has passed the current period's end, or `last`.
+  void sample(double t, const kv_meter& kv, const driver_record& record, bool last) {
+    if (period_s_ <= 0 || t <= last_t_ || (t < last_t_ + period_s_ && !last)) return;
+    timeline_row row{t, 0, 0, 0, kv.used_now(), kv.promised_now(), 0, record.finished};
+    for (size_t i = 0; i < stats_.size(); ++i) {
+      const double busy = stats_[i]->busy_s - seen_[i].busy_s, hosted = stats_[i]->hosted_s - seen_[i].hosted_s;
+      row.stepping += stats_[i]->steps > seen_[i].steps ? 1 : 0;
+      row.busy_fraction += busy;
+      row.hosted_fraction += hosted;
+      seen_[i] = *stats_[i];
+    }
+    const double gpu_s = (t - last_t_) * double(stats_.size());
+    row.busy_fraction /= gpu_s;
+    row.hosted_fraction /= gpu_s;
+    for (const tracked& q : record.requests) row.started += q.started ? 1 : 0;
+    rows_.push_back(row);
+    last_t_ = t;
+  }
+  const std::vector<timeline_row>& rows() const { return rows_; }
+
+ private:
+  double period_s_, last_t_ = 0;
+  std::vector<std::shared_ptr<sim_worker_stats>> stats_;
+  std::vector<sim_worker_stats> seen_;
+  std::vector<timeline_row> rows_;
 };
 
 void add_step_figures(sim_report& r, const std::vector<std::shared_ptr<sim_worker_stats>>& stats) {
@@ -260,6 +298,10 @@ gpu::result<resolved_options> resolve(const sim_options& o) {
   if (std::find(names.begin(), names.end(), o.policy) == names.end())
     return gpu::status{gpu::status_code::invalid_argument,
                        fmt::format("unknown policy '{}' (known: {})", o.policy, fmt::join(names, ", "))};
+  if (!(o.kv_scale > 0) || !(o.timeline_period_s >= 0))
+    return gpu::status{gpu::status_code::invalid_argument,
+                       fmt::format("the KV scale must be above 0 ({}) and the timeline period not below 0 ({})",
+                                   o.kv_scale, o.timeline_period_s)};
   auto chosen = profile_for(o);
   if (!chosen.is_ok()) return chosen.error();
   auto shape = gpu::preset_config(chosen->model.model);
@@ -280,7 +322,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   if (!resolved.is_ok()) return resolved.error();
   const auto& [model, n_instances, batch_scale] = resolved->chosen;
   const gpu::model_config& shape = resolved->shape;
-  const uint32_t blocks = uint32_t(model.kv_capacity_tokens / gpu::kv_block_tokens);
+  const uint32_t blocks = uint32_t(double(model.kv_capacity_tokens) * o.kv_scale / gpu::kv_block_tokens);
   if (blocks < 2) return gpu::status{gpu::status_code::invalid_argument, "the model leaves no room for KV"};
 
   caf::actor_system_config cfg;
@@ -364,9 +406,12 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   uint64_t steps_seen = 0;
   auto last_progress = sched.clock().now();
   kv_meter kv{pools, promises};
+  timeline_meter timeline{o.timeline_period_s, stats};
+  auto since_start = [&] { return std::chrono::duration<double>(sched.clock().now() - record->start).count(); };
   do {
     sched.run();
-    kv.sample(std::chrono::duration<double>(sched.clock().now() - record->start).count());
+    kv.sample(since_start());
+    timeline.sample(since_start(), kv, *record, false);
     if (const uint64_t steps = total_steps(stats); steps != steps_seen) {
       steps_seen = steps;
       last_progress = sched.clock().now();
@@ -374,6 +419,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
       break;
     }
   } while (record->finished < n && sched.clock().trigger_timeout());
+  timeline.sample(since_start(), kv, *record, true);
   for (auto& a : everyone) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   sched.run();
   const std::vector<tracked>& outcome = record->requests;
@@ -421,6 +467,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   for (const auto& m : events->moves()) (m.ok ? r.moves : r.moves_failed) += 1;
   add_step_figures(r, stats);
   r.kv_used_fraction = kv.used_fraction();
+  r.timeline = timeline.rows();
   r.kv_promised_fraction = kv.promised_fraction();
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return r;

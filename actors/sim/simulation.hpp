@@ -57,6 +57,22 @@ struct sim_options {
   std::chrono::seconds stall_limit{600};  ///< end the run when no instance has stepped for this long
   placement::greedy_options greedy;
   std::optional<placement::profile> profile;  ///< instead of the GPU's roofline
+  /// Pools this many times the profile's KV capacity, for every policy (what if: more memory per GPU, a
+  /// smaller KV format).
+  double kv_scale = 1;
+  double timeline_period_s = 0;  ///< a timeline row per this many simulated seconds (0: no timeline)
+};
+
+/// One period of a run: who stepped, where the GPUs' time went, and the KV memory and requests at its end.
+struct timeline_row {
+  double end_s = 0;            ///< simulated seconds from the first arrival to the period's end
+  int stepping = 0;            ///< instances that started steps of their own in the period
+  double busy_fraction = 0;    ///< the time of their own steps started in the period over it, mean per instance
+  double hosted_fraction = 0;  ///< attention computed for other instances' requests over the period, mean
+  double kv_used_fraction = 0;      ///< at the period's end: KV blocks in use over all blocks
+  double kv_promised_fraction = 0;  ///< at the period's end: free blocks promised (to growth, to rooms)
+  size_t started = 0;   ///< requests whose first token came by the period's end
+  size_t finished = 0;  ///< requests that ended by the period's end
 };
 
 /// Percentiles of a latency.
@@ -91,6 +107,7 @@ struct sim_report {
   /// Per request of the trace, in order: simulated seconds from the first arrival to its end; -1 when it
   /// did not complete.
   std::vector<double> finished_s;
+  std::vector<timeline_row> timeline;  ///< with sim_options::timeline_period_s: the run, period by period
 };
 
 /// Whether `options` can be simulated (a known policy; a GPU and model with a profile, enough GPUs per

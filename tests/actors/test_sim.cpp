@@ -134,6 +134,53 @@ TEST_SUITE("actors") {
     }
   }
 
+  TEST_CASE("the timeline cuts the run into periods that add up to the report's figures") {
+    sim::sim_options o;
+    o.instances = 4;
+    o.timeline_period_s = 2;
+    const auto r = simulate(long_among_short(), o, "infinite");
+    REQUIRE(r.completed == 4);
+    REQUIRE(r.timeline.size() >= 2);
+    double busy_s = 0, hosted_s = 0, before = 0;
+    size_t finished = 0;
+    bool hosted = false;
+    for (const auto& t : r.timeline) {
+      CHECK(t.end_s > before);
+      CHECK(t.finished >= finished);
+      CHECK(t.started >= t.finished);
+      CHECK(t.stepping <= o.instances);
+      CHECK(t.kv_used_fraction + t.kv_promised_fraction <= 1.0 + 1e-9);
+      busy_s += t.busy_fraction * (t.end_s - before);
+      hosted_s += t.hosted_fraction * (t.end_s - before);
+      hosted = hosted || t.hosted_fraction > 0;
+      before = t.end_s;
+      finished = t.finished;
+    }
+    CHECK(r.timeline.front().end_s >= o.timeline_period_s);
+    CHECK(r.timeline.back().finished == 4);
+    CHECK(r.timeline.back().end_s == doctest::Approx(r.makespan_s).epsilon(1e-6));
+    CHECK(busy_s == doctest::Approx(r.busy_fraction * r.makespan_s).epsilon(1e-6));
+    CHECK(hosted_s == doctest::Approx(r.hosted_fraction * r.makespan_s).epsilon(1e-6));
+    CHECK(hosted);  // the long request's holders attend for it
+    o.timeline_period_s = 0;
+    CHECK(simulate(long_among_short(), o, "infinite").timeline.empty());
+  }
+
+  TEST_CASE("pools scaled up hold a request that one instance's memory could not") {
+    sim::sim_options o;
+    o.instances = 4;
+    o.kv_scale = 3;  // about 162K tokens each: the 120K request fits one instance
+    const auto multi = simulate(long_among_short(), o, "static-multi");
+    CHECK(multi.completed == 4);
+    CHECK(multi.refused == 0);
+    CHECK(multi.kv_tokens_per_instance > 120000);
+    o.kv_scale = 0;
+    CHECK_FALSE(sim::check_options(o).is_ok());
+    o.kv_scale = 1;
+    o.timeline_period_s = -1;
+    CHECK_FALSE(sim::check_options(o).is_ok());
+  }
+
   TEST_CASE("a request that finds its idle instance's pool full of another's KV starts with a room") {
     // 3 a100-80g with llama2-13b hold 53,664 tokens each. Round robin: an 80K-token request on instance 0
     // with a long answer keeps most of its KV in a room on instances 1 and 2; a tiny one goes to 1. A 30K

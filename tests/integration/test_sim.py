@@ -116,6 +116,23 @@ def main():
         assert (r["completed"], r["refused"], r["instances"]) == (4, 0, 2), r
         assert "x4" in r["profile"] and r["kv_tokens_per_instance"] > 4 * multi["kv_tokens_per_instance"], r
 
+        # A timeline per policy: rows of a period each, up to the last request's end, with the same memory scale
+        # echoed; pools three times larger hold the long request on one instance, so static-multi completes it.
+        result = run("--trace", trace, "--instances", "4", "--policy", "infinite,static-multi", "--timeline", "5",
+                     "--kv-scale", "3", "--json")
+        assert result.returncode == 0, result.stdout + result.stderr
+        scaled = json.loads(result.stdout)
+        assert scaled["settings"]["kv_scale"] == 3, scaled["settings"]
+        for name, r in scaled["results"].items():
+            rows = r["timeline"]
+            assert rows and [t["end_s"] for t in rows] == sorted(t["end_s"] for t in rows), (name, rows)
+            assert abs(rows[-1]["end_s"] - r["makespan_s"]) < 1e-6 * r["makespan_s"], (name, rows[-1], r)
+            assert rows[-1]["finished"] == r["completed"] + r["refused"] == 4, (name, rows[-1])
+        assert scaled["results"]["static-multi"]["completed"] == 4
+        assert results["infinite"]["timeline"] == []  # none asked
+        human = run("--trace", trace, "--instances", "4", "--policy", "infinite", "--timeline", "5")
+        assert human.returncode == 0 and "until (s)  stepping   busy  hosting" in human.stdout, human.stdout
+
         check_sweep(tmp)
 
         bad = run("--trace", trace, "--policy", "infinite,bogus")
@@ -140,7 +157,9 @@ def main():
                                    ("--slo", "0", "must be a number above zero, not 0"),
                                    ("--slo", "inf", "must be a number above zero, not inf"),
                                    ("--rate-scale", "nan", "must be a number, 0 or more, not nan"),
-                                   ("--rate-scale", "-1", "must be a number, 0 or more, not -1")]:
+                                   ("--rate-scale", "-1", "must be a number, 0 or more, not -1"),
+                                   ("--kv-scale", "0", "must be a number above zero, not 0"),
+                                   ("--timeline", "-5", "must be a number, 0 or more, not -5")]:
             bad = run("--trace", trace, flag, value)
             assert bad.returncode != 0 and flag in bad.stderr and error in bad.stderr, (flag, bad.stderr)
         # A GPU or model without a profile is refused before anything is printed.
