@@ -63,6 +63,7 @@ nlohmann::json report_json(const actors::sim::sim_report& r) {
           {"failed", r.failed},
           {"output_tokens", r.output_tokens},
           {"makespan_s", r.makespan_s},
+          {"work_bound_s", r.work_bound_s},
           {"ttft_s", pct(r.ttft_s)},
           {"tpot_s", pct(r.tpot_s)},
           {"median_normalized_latency_s", r.median_normalized_latency_s},
@@ -84,11 +85,12 @@ nlohmann::json report_json(const actors::sim::sim_report& r) {
 }
 
 void print_report(const actors::sim::sim_report& r) {
-  fmt::print("{:<14} {:>12.1f} tok/s  {:>6} done {:>5} refused {:>4} failed  makespan {:>9.1f} s  "
+  fmt::print("{:<14} {:>12.1f} tok/s  {:>6} done {:>5} refused {:>4} failed  makespan {:>9.1f} s (work {:.0f}%)  "
              "TTFT p50/p99 {:.2f}/{:.2f} s  TPOT p50/p99 {:.1f}/{:.1f} ms  moves {}  preempted {}  "
              "step {:.0f} tokens / {:.0f} sampled  busy {:.0f}% + hosting {:.0f}%  "
              "KV used {:.0f}% + promised {:.0f}%  ({:.1f} s wall)\n",
-             r.policy, r.throughput_tok_s, r.completed, r.refused, r.failed, r.makespan_s, r.ttft_s.p50, r.ttft_s.p99,
+             r.policy, r.throughput_tok_s, r.completed, r.refused, r.failed, r.makespan_s,
+             r.makespan_s > 0 ? r.work_bound_s / r.makespan_s * 100 : 0, r.ttft_s.p50, r.ttft_s.p99,
              r.tpot_s.p50 * 1e3, r.tpot_s.p99 * 1e3, r.moves, r.preemptions, r.mean_step_tokens, r.mean_step_sampled,
              r.busy_fraction * 100, r.hosted_fraction * 100, r.kv_used_fraction * 100, r.kv_promised_fraction * 100,
              r.wall_s);

@@ -265,6 +265,24 @@ class timeline_meter {
   std::vector<timeline_row> rows_;
 };
 
+/// Seconds no schedule can finish the completed requests' work in on `instances` instances of `model`: each
+/// token's dense layers at the cheapest batch of at most `max_tokens`, each prompt's causal (query, key) pairs
+/// and each answer token's KV reads at the attention rates, the sum spread evenly over the instances.
+double work_bound_s(const placement::profile& model, const std::vector<tracked>& requests, int max_tokens,
+                    int instances) {
+  double dense_per_token = placement::dense_time(model, max_tokens) / max_tokens;
+  for (int beta = 1; beta < max_tokens; beta *= 2)
+    dense_per_token = std::min(dense_per_token, placement::dense_time(model, beta) / beta);
+  double seconds = 0;
+  for (const tracked& t : requests) {
+    if (!t.done || t.end.reason == "error" || t.end.generated < 1) continue;
+    const double p = t.input, decodes = t.end.generated - 1;  // the first answer token comes from the prefill
+    const double pairs = p * (p + 1) / 2, kv_read = decodes * p + decodes * (decodes + 1) / 2;
+    seconds += (p + decodes) * dense_per_token * model.n_layers + placement::attention_time(model, kv_read, pairs);
+  }
+  return seconds / instances;
+}
+
 void add_step_figures(sim_report& r, const std::vector<std::shared_ptr<sim_worker_stats>>& stats) {
   sim_worker_stats all;
   for (const auto& s : stats) {
@@ -466,6 +484,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   r.request_rate = span > 0 ? double(n) / span : 0;
   for (const auto& m : events->moves()) (m.ok ? r.moves : r.moves_failed) += 1;
   add_step_figures(r, stats);
+  r.work_bound_s = work_bound_s(model, outcome, o.max_batch_tokens * batch_scale, n_instances);
   r.kv_used_fraction = kv.used_fraction();
   r.timeline = timeline.rows();
   r.kv_promised_fraction = kv.promised_fraction();

@@ -166,6 +166,28 @@ TEST_SUITE("actors") {
     CHECK(simulate(long_among_short(), o, "infinite").timeline.empty());
   }
 
+  TEST_CASE("the work bound is below every policy's makespan and close to a lone one-step request's") {
+    sim::sim_options o;
+    o.instances = 1;
+    // One step: a 2048-token prompt at the full batch, sampling its one answer token.
+    const auto one_step = simulate({{0, 2048, 1}}, o, "static-multi");
+    REQUIRE(one_step.completed == 1);
+    CHECK(one_step.work_bound_s <= one_step.makespan_s);
+    CHECK(one_step.work_bound_s >= 0.95 * one_step.makespan_s);  // the step's overhead and sampling aside
+    o.instances = 4;
+    for (const char* policy : {"infinite", "passive", "static-multi", "static-single"}) {
+      const auto r = simulate(long_among_short(), o, policy);
+      CAPTURE(policy);
+      CHECK(r.work_bound_s > 0);
+      CHECK(r.work_bound_s <= r.makespan_s);
+    }
+    // Twice the instances halve it.
+    const auto four = simulate({{0, 2048, 1}, {0, 2048, 1}}, o, "static-multi");
+    o.instances = 8;
+    CHECK(simulate({{0, 2048, 1}, {0, 2048, 1}}, o, "static-multi").work_bound_s ==
+          doctest::Approx(four.work_bound_s / 2));
+  }
+
   TEST_CASE("pools scaled up hold a request that one instance's memory could not") {
     sim::sim_options o;
     o.instances = 4;
