@@ -486,8 +486,8 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   add_step_figures(r, stats);
   r.work_bound_s = work_bound_s(model, outcome, o.max_batch_tokens * batch_scale, n_instances);
   r.kv_used_fraction = kv.used_fraction();
-  r.timeline = timeline.rows();
   r.kv_promised_fraction = kv.promised_fraction();
+  r.timeline = timeline.rows();
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return r;
 }
