@@ -25,6 +25,7 @@ struct sim_flags {
   actors::sim::sim_options options;
   std::string profile_file;
   std::string router = "least-requests";
+  std::string hosted = "priority";
   bool json = false;
   bool sweep = false;
   double slo_s = 0.05;  ///< median e2e latency per output token
@@ -249,6 +250,10 @@ void run_sim(const sim_flags& f) {
   const auto router = std::find(routers.begin(), routers.end(), f.router);
   if (router == routers.end()) fail("unknown --router '" + f.router + "'", 2);
   flags.options.router = actors::sim::routing(router - routers.begin());
+  const auto timings = actors::sim::hosted_timing_names();
+  const auto hosted = std::find(timings.begin(), timings.end(), f.hosted);
+  if (hosted == timings.end()) fail("unknown --hosted-attention '" + f.hosted + "' (priority, shared or queued)", 2);
+  flags.options.hosted = actors::sim::hosted_timing(hosted - timings.begin());
   const auto policies = split(f.policies);
   if (policies.empty()) fail("--policy needs at least one policy", 2);
   for (const auto& policy : policies) {  // before any output
@@ -271,9 +276,10 @@ void run_sim(const sim_flags& f) {
                    {"max_batch_tokens", f.options.max_batch_tokens},
                    {"max_batch_seqs", f.options.max_batch_seqs},
                    {"overlap_min_tokens", f.options.overlap_min_tokens},
-                   {"kv_scale", f.options.kv_scale}};
+                   {"kv_scale", f.options.kv_scale},
+                   {"hosted_attention", f.hosted}};
   if (!f.json)
-    fmt::print("illm sim: {} ({} requests), {} x {}{}, arrivals {}, batches <= {} tokens / {} sequences, {}\n",
+    fmt::print("illm sim: {} ({} requests), {} x {}{}, arrivals {}, batches <= {} tokens / {} sequences, {}{}\n",
                f.trace, j["settings"]["requests"].get<size_t>(), f.options.instances,
                instance_label(flags.options),
                f.options.kv_scale != 1 ? fmt::format(" with {}x its KV memory", f.options.kv_scale) : "",
@@ -281,7 +287,8 @@ void run_sim(const sim_flags& f) {
                f.options.max_batch_tokens, f.options.max_batch_seqs,
                f.options.overlap_min_tokens > 0
                    ? fmt::format("two lanes from {} tokens with remote blocks", f.options.overlap_min_tokens)
-                   : "one lane");
+                   : "one lane",
+               f.hosted == "priority" ? "" : ", hosted attention " + f.hosted);
   for (const auto& policy : policies) {
     actors::sim::sim_options o = flags.options;
     o.policy = policy;
@@ -346,6 +353,10 @@ void add_sim_command(CLI::App& app) {
                   "Per policy, a row per this many simulated seconds: instances stepping, GPU time, KV memory, "
                   "requests started and done (0: none)")
       ->check(number_from(0))
+      ->capture_default_str();
+  cmd->add_option("--hosted-attention", f->hosted,
+                  "How a holder's GPU fits the attention it computes for others beside its own steps: priority "
+                  "(first), shared (half speed beside them) or queued (after them)")
       ->capture_default_str();
   cmd->add_option("--profile", f->profile_file, "A measured profile (illm profile) instead of the GPU's roofline");
   cmd->add_flag("--json", f->json, "Print one JSON object (results keyed by policy; with --sweep, the sweep as well)");

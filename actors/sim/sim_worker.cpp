@@ -77,8 +77,13 @@ struct lane_layer {
 
 /// Times the layers as the engine runs them: each lane's front (dense, then its queries sent and its
 /// local attention), then, layer by layer and lane by lane, the wait for its holders and its back.
-/// Holders attend their jobs in the order they come.
-double time_layers(const std::vector<lane_layer>& lanes, int n_layers) {
+/// Holders attend their jobs in the order they come, beside their queued work as `hosted` has it.
+double time_layers(const std::vector<lane_layer>& lanes, int n_layers, hosted_timing hosted,
+                   const std::map<instance_id, double>& holders_busy_s) {
+  auto busy_for = [&](instance_id holder) {
+    const auto it = holders_busy_s.find(holder);
+    return it == holders_busy_s.end() ? 0.0 : it->second;
+  };
   double owner = 0;
   std::map<instance_id, double> holder_free;
   std::vector<double> ready(lanes.size(), 0);  // when a lane's partials are all in
@@ -88,8 +93,10 @@ double time_layers(const std::vector<lane_layer>& lanes, int n_layers) {
     owner += lanes[i].local;
     ready[i] = owner;
     for (const auto& [holder, seconds] : lanes[i].holders) {
-      double& free = holder_free[holder];
-      free = std::max(free, sent) + seconds;
+      const double busy = busy_for(holder);
+      double& free = holder_free.try_emplace(holder, hosted == hosted_timing::queued ? busy : 0.0).first->second;
+      const double begin = std::max(free, sent);
+      free = begin + (hosted == hosted_timing::shared && begin < busy ? 2 * seconds : seconds);
       ready[i] = std::max(ready[i], free);
     }
   };
@@ -110,7 +117,7 @@ double dense_front_share(const gpu::model_config& c) {
 }
 
 step_cost predict_step(const placement::profile& model, instance_id self, const gpu::step_plan& plan,
-                       const step_layout& layout) {
+                       const step_layout& layout, const std::map<instance_id, double>& holders_busy_s) {
   int64_t rows = 0;
   for (const gpu::batch_entry& e : plan.entries) rows += e.n_tokens;
   const bool two_lanes =
@@ -139,7 +146,7 @@ step_cost predict_step(const placement::profile& model, instance_id self, const 
     sampled += w.sampled;
     layers.push_back(std::move(layer));
   }
-  cost.seconds = time_layers(layers, model.n_layers) + model.step_overhead_s + placement::sampled_time(model, sampled);
+  cost.seconds = time_layers(layers, model.n_layers, layout.hosted, holders_busy_s) + model.step_overhead_s + placement::sampled_time(model, sampled);
   return cost;
 }
 
@@ -161,10 +168,20 @@ double now_s(caf::local_actor* self) {
 
 /// Queues `seconds` of work on the GPU; returns when it ends. Attention hosted for others runs while the
 /// GPU would otherwise idle, or delays its next step.
-double occupy(self_ptr self, double seconds) {
+double occupy(self_ptr self, const sim_worker_config& cfg, double seconds) {
   auto& st = self->state;
   st.busy_until_s = std::max(st.busy_until_s, now_s(self)) + seconds;
+  if (cfg.busy_until && cfg.id < cfg.busy_until->size()) (*cfg.busy_until)[cfg.id] = st.busy_until_s;
   return st.busy_until_s;
+}
+
+/// Seconds from now until each other worker's GPU is done with its queued work, when the timing asks.
+std::map<instance_id, double> holders_busy(self_ptr self, const sim_worker_config& cfg) {
+  std::map<instance_id, double> out;
+  if (cfg.layout.hosted == hosted_timing::priority || !cfg.busy_until) return out;
+  for (size_t i = 0; i < cfg.busy_until->size(); ++i)
+    if (instance_id(i) != cfg.id) out[instance_id(i)] = std::max(0.0, (*cfg.busy_until)[i] - now_s(self));
+  return out;
 }
 
 void count_step(sim_worker_stats& s, const gpu::step_plan& plan, double seconds) {
@@ -176,9 +193,9 @@ void count_step(sim_worker_stats& s, const gpu::step_plan& plan, double seconds)
 
 /// Starts a step: its time, the holders' share of it, and the answer when the time has passed.
 caf::response_promise start_step(self_ptr self, const sim_worker_config& cfg, run_step& job) {
-  step_cost cost = predict_step(cfg.model, cfg.id, *job.plan, cfg.layout);
+  step_cost cost = predict_step(cfg.model, cfg.id, *job.plan, cfg.layout, holders_busy(self, cfg));
   const double waited = std::max(0.0, self->state.busy_until_s - now_s(self));
-  const double seconds = occupy(self, cost.seconds) - now_s(self);
+  const double seconds = occupy(self, cfg, cost.seconds) - now_s(self);
   for (const auto& [holder, s] : cost.hosted_s)
     if (cfg.workers && holder < cfg.workers->size() && (*cfg.workers)[holder])
       self->send((*cfg.workers)[holder], hosted_atom::value, s);
@@ -199,7 +216,7 @@ caf::behavior sim_worker_behavior(self_ptr self, sim_worker_config config) {
   return {
       [=](run_step& job) -> caf::response_promise { return start_step(self, *cfg, job); },
       [=](hosted_atom, double seconds) {
-        occupy(self, seconds);
+        occupy(self, *cfg, seconds);
         if (cfg->stats) cfg->stats->hosted_s += seconds;
       },
       [=](deliver_atom, uint64_t id) {

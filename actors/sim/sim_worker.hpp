@@ -2,7 +2,8 @@
 // The simulator's worker: it runs no model. A step takes the time the performance model predicts for
 // its batch, on the actor clock: the non-attention part for its tokens, and attention DistAttention-style
 // (the owner attends its local blocks while each holder of its remote blocks attends those; a layer goes
-// on when the slowest has). A holder spends that time too: it is added to the holder's next step. A step
+// on when the slowest has). A holder spends that time too: it is added to the work queued on its GPU, and
+// step_layout::hosted says whether it runs first (the default), beside that work or after it. A step
 // the engine runs as two lanes (gpu::engine::long_enough_for_lanes, with remote blocks) is timed layer by layer as the engine orders
 // it: one lane's dense layers run while the holders attend the other lane's queries.
 // Every sampled token is an ordinary token (not an end of text), so requests run to their max tokens.
@@ -13,6 +14,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/placement/perf_model.hpp"
+#include "actors/sim/hosted_timing.hpp"
 #include "gpu/engine.hpp"
 #include "gpu/model_config.hpp"
 
@@ -33,6 +35,7 @@ struct step_layout {
   /// The share of a layer's dense time before its attention (norm, QKV projection, RoPE): what a lane's
   /// holders wait for; the output projection and feed-forward come after.
   double front_share = 0.25;
+  hosted_timing hosted = hosted_timing::priority;
 };
 
 /// The share of a layer's weights, and so of its dense time, in its QKV projection.
@@ -45,6 +48,9 @@ struct sim_worker_config {
   step_layout layout;
   std::shared_ptr<std::vector<caf::actor>> workers;  ///< every simulated worker, by instance id
   std::shared_ptr<sim_worker_stats> stats;           ///< optional
+  /// By instance id, the simulated second each worker's GPU is done with the work queued on it: every
+  /// worker writes its own and reads its holders' (the test coordinator runs one actor at a time).
+  std::shared_ptr<std::vector<double>> busy_until;
 };
 
 /// The predicted cost of a step.
@@ -53,9 +59,10 @@ struct step_cost {
   std::map<instance_id, double> hosted_s;  ///< attention each holder of remote blocks does for it
 };
 
-/// Predicts a step of `plan` on instance `self` (exposed for tests).
+/// Predicts a step of `plan` on instance `self` (exposed for tests); `holders_busy_s`: seconds from the step's
+/// start until each holder's GPU is done with the work queued on it (none: idle).
 step_cost predict_step(const placement::profile& model, instance_id self, const gpu::step_plan& plan,
-                       const step_layout& layout);
+                       const step_layout& layout, const std::map<instance_id, double>& holders_busy_s = {});
 
 /// Spawns a scheduled simulated worker.
 caf::actor spawn_sim_worker(caf::actor_system& sys, sim_worker_config config);

@@ -360,12 +360,13 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   gpu::sim::sim_backend device;
   const gpu::kv_layout layout{shape.n_layers, shape.n_kv_heads, shape.head_dim(), gpu::dtype::f16};
   const bool lending = o.policy == "infinite" || o.policy == "passive";
-  const step_layout steps{o.overlap_min_tokens, dense_front_share(shape)};
+  const step_layout steps{o.overlap_min_tokens, dense_front_share(shape), o.hosted};
   std::vector<caf::actor> instances, everyone{gm};
   std::vector<std::shared_ptr<gpu::kv_pool>> pools;
   std::vector<std::shared_ptr<sim_worker_stats>> stats;
   std::vector<std::shared_ptr<pool_promises>> promises;
   auto workers = std::make_shared<std::vector<caf::actor>>();
+  auto busy_until = std::make_shared<std::vector<double>>(size_t(n_instances), 0.0);
   for (int i = 0; i < n_instances; ++i) {
     auto pool = gpu::kv_pool::create(device, layout, blocks);
     if (!pool.is_ok()) return pool.error();
@@ -388,7 +389,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     rc.answer_timeout = o.lease;
     caf::actor rm = spawn_rmanager(sys, rc);
     stats.push_back(std::make_shared<sim_worker_stats>());
-    caf::actor worker = spawn_sim_worker(sys, {instance_id(i), model, steps, workers, stats.back()});
+    caf::actor worker = spawn_sim_worker(sys, {instance_id(i), model, steps, workers, stats.back(), busy_until});
     workers->push_back(worker);
     instance_config ic;
     ic.id = instance_id(i);

@@ -15,6 +15,7 @@
 #include "actors/frontend/trace_replay.hpp"
 #include "actors/placement/greedy_policy.hpp"
 #include "actors/placement/perf_model.hpp"
+#include "actors/sim/hosted_timing.hpp"
 #include "gpu/engine.hpp"
 
 namespace illm::actors::sim {
@@ -61,6 +62,7 @@ struct sim_options {
   /// smaller KV format).
   double kv_scale = 1;
   double timeline_period_s = 0;  ///< a timeline row per this many simulated seconds (0: no timeline)
+  hosted_timing hosted = hosted_timing::priority;  ///< how a holder's GPU fits the attention it hosts
 };
 
 /// One period of a run: who stepped, where the GPUs' time went, and the KV memory and requests at its end.

@@ -73,6 +73,33 @@ TEST_SUITE("actors") {
           doctest::Approx(sim::predict_step(model, 0, here, one_lane).seconds));
   }
 
+  TEST_CASE("a holder busy with its own step attends first, beside it at half speed, or after it") {
+    const auto model = placement::roofline_profile("a100-80g", "llama2-13b").value();
+    const long_prefill chunk;
+    sim::step_layout layout{0, 0.25};  // one lane
+    const sim::step_cost idle = sim::predict_step(model, 0, chunk.plan, layout);
+    const std::map<instance_id, double> busy{{1, 10.0}};  // holder 1 has 10 s of its own work queued
+    const double holder_1 = idle.hosted_s.at(1);
+    // First (the default): its own work waits, the owner does not.
+    CHECK(sim::predict_step(model, 0, chunk.plan, layout, busy).seconds == doctest::Approx(idle.seconds));
+    // After it: the owner's first layer waits the 10 s, then holder 1 attends as before.
+    layout.hosted = sim::hosted_timing::queued;
+    const double queued = sim::predict_step(model, 0, chunk.plan, layout, busy).seconds;
+    CHECK(queued >= 10.0 + holder_1);
+    CHECK(queued <= idle.seconds + 10.0 + 1e-9);
+    // Beside it at half speed: slower than first, by at most holder 1's work again.
+    layout.hosted = sim::hosted_timing::shared;
+    const double shared = sim::predict_step(model, 0, chunk.plan, layout, busy).seconds;
+    CHECK(shared > idle.seconds * 1.01);
+    CHECK(shared <= idle.seconds + holder_1 + 1e-9);
+    // With every holder idle the three agree.
+    for (const auto timing : {sim::hosted_timing::shared, sim::hosted_timing::queued}) {
+      layout.hosted = timing;
+      CHECK(sim::predict_step(model, 0, chunk.plan, layout, {{1, 0.0}, {2, 0.0}}).seconds ==
+            doctest::Approx(idle.seconds));
+    }
+  }
+
   TEST_CASE("under light load every policy completes the trace with the same throughput within 5%") {
     auto trace = frontend::read_trace(ILLM_TEST_DATA_DIR "/traces/azure2023_conv.csv");
     REQUIRE(trace.is_ok());

@@ -132,6 +132,15 @@ def main():
             assert rows[-1]["finished"] == r["completed"] + r["refused"] == 4, (name, rows[-1])
         assert scaled["results"]["static-multi"]["completed"] == 4
         assert results["infinite"]["timeline"] == []  # none asked
+        queued = run("--trace", trace, "--instances", "4", "--policy", "infinite", "--hosted-attention", "queued",
+                     "--json")
+        assert queued.returncode == 0, queued.stdout + queued.stderr
+        queued = json.loads(queued.stdout)
+        assert queued["settings"]["hosted_attention"] == "queued" and scaled["settings"]["hosted_attention"] == \
+            "priority", queued["settings"]
+        assert queued["results"]["infinite"]["completed"] == 4, queued["results"]
+        bad = run("--trace", trace, "--hosted-attention", "sometimes")
+        assert bad.returncode != 0 and "unknown --hosted-attention 'sometimes'" in bad.stderr, bad.stderr
         human = run("--trace", trace, "--instances", "4", "--policy", "infinite", "--timeline", "5")
         assert human.returncode == 0 and "until (s)  stepping   busy  hosting" in human.stdout, human.stdout
 
