@@ -129,12 +129,19 @@ uint32_t promised_blocks(const instance_state& st) {
   return promised;
 }
 
+/// Blocks the head of the queue keeps here when the room granted to it starts it (0: it has no room yet).
+uint32_t granted_keep(const instance_state& st) {
+  return !st.waiting.empty() && st.room_granted == st.waiting.front().id ? st.room_keep : 0;
+}
+
 /// Tells the rManager, through the shared promises, what the running requests will still take here (before
 /// blocks that become theirs are freed: it lends only what is not promised) and what the request first in
-/// the queue needs (lent away, those blocks would leave this GPU idle while others' KV fills its pool).
+/// the queue needs (lent away, those blocks would leave this GPU idle while others' KV fills its pool). A
+/// head whose room is granted counts as running: were its blocks here promised to a later room, it would
+/// wait for that room's request while that request waited for it.
 void note_promised(const instance_state& st) {
   if (!st.config.promises) return;
-  st.config.promises->set_running(promised_blocks(st));
+  st.config.promises->set_running(promised_blocks(st) + granted_keep(st));
   const generate_request* head = st.waiting.empty() ? nullptr : &st.waiting.front();
   const uint32_t need = head ? blocks_needed(head->prompt.size(), head->max_tokens) : 0;
   st.config.promises->set_queued(need <= st.config.pool->total_blocks() ? need : 0);
@@ -242,10 +249,12 @@ enum class verdict { admit, wait, refuse };
 /// Free blocks a new request needing `need` blocks may take here, `promised` being spoken for by running
 /// requests. Blocks promised to others' rooms stay free until their moves come: a request that fits here
 /// whole may use them meanwhile (it ends; the room fills over a long prefill), unless a room already
-/// waits for them; other requests (a long one's part here) may not.
-uint32_t blocks_for_new(const instance_state& st, uint32_t need, uint32_t promised) {
+/// waits for them; other requests (a long one's part here) may not. Blocks held back for a room still
+/// waiting are not for new requests either, except the one whose room was granted before it (`granted`).
+uint32_t blocks_for_new(const instance_state& st, uint32_t need, uint32_t promised, bool granted = false) {
   const uint32_t available = st.config.pool->free_blocks();
-  const uint32_t unpromised = available - std::min(available, promised + held_for_room(st));
+  const uint32_t held = granted ? 0 : held_for_room(st);
+  const uint32_t unpromised = available - std::min(available, promised + held);
   const auto* rooms = st.config.promises.get();
   if (!rooms || (need <= st.config.pool->total_blocks() && !rooms->overdrawn())) return unpromised;
   return unpromised - std::min(unpromised, rooms->rooms_total());
@@ -264,7 +273,7 @@ verdict judge(self_ptr self, uint32_t need, uint32_t promised) {
   const uint32_t capacity = capacity_for(st);
   if (need > capacity) return !st.config.lending || st.views_received > st.waiting_since.front() ? verdict::refuse
                                                                                                   : verdict::wait;
-  const uint32_t fits_here = blocks_for_new(st, need, promised);
+  const uint32_t fits_here = blocks_for_new(st, need, promised, st.room_granted == r.id);
   if (need <= fits_here) return verdict::admit;
   if (st.config.lending && need > st.config.pool->total_blocks()) {
     // It keeps its working set here and the rest in a room, where its full blocks go as it grows; when the

@@ -215,6 +215,22 @@ TEST_SUITE("actors") {
           doctest::Approx(four.work_bound_s / 2));
   }
 
+  TEST_CASE("a long request whose room is granted keeps its blocks here from rooms granted after it") {
+    // The first 40 requests of claudecode_sessions_t0.csv on 8 instances, hosted attention after the holders'
+    // own steps: the room granted to the first request (71K tokens, keeping 1803 blocks here) once saw
+    // those blocks promised to younger rooms and held for a waiting one, whose owners waited in turn, and
+    // 12 requests never ended.
+    auto trace = frontend::read_trace(std::string(ILLM_TEST_DATA_DIR) + "/traces/claudecode_sessions_t0.csv");
+    REQUIRE(trace.is_ok());
+    trace->resize(40);
+    sim::sim_options o;
+    o.instances = 8;
+    o.hosted = sim::hosted_timing::queued;
+    const auto r = simulate(trace.value(), o, "infinite");
+    CHECK(r.completed == 40);
+    CHECK(r.failed == 0);
+  }
+
   TEST_CASE("pools scaled up hold a request that one instance's memory could not") {
     sim::sim_options o;
     o.instances = 4;
