@@ -135,13 +135,14 @@ uint32_t granted_keep(const instance_state& st) {
 }
 
 /// Tells the rManager, through the shared promises, what the running requests will still take here (before
-/// blocks that become theirs are freed: it lends only what is not promised) and what the request first in
-/// the queue needs (lent away, those blocks would leave this GPU idle while others' KV fills its pool). A
-/// head whose room is granted counts as running: were its blocks here promised to a later room, it would
-/// wait for that room's request while that request waited for it.
+/// blocks that become theirs are freed: it lends only what is not promised), what the request first in
+/// the queue needs (lent away, those blocks would leave this GPU idle while others' KV fills its pool), and
+/// what a head whose room is granted keeps here: were those blocks promised to a later room, it would wait
+/// for that room's request while that request waited for it.
 void note_promised(const instance_state& st) {
   if (!st.config.promises) return;
-  st.config.promises->set_running(promised_blocks(st) + granted_keep(st));
+  st.config.promises->set_running(promised_blocks(st));
+  st.config.promises->set_kept(granted_keep(st));
   const generate_request* head = st.waiting.empty() ? nullptr : &st.waiting.front();
   const uint32_t need = head ? blocks_needed(head->prompt.size(), head->max_tokens) : 0;
   st.config.promises->set_queued(need <= st.config.pool->total_blocks() ? need : 0);
@@ -295,6 +296,23 @@ verdict judge(self_ptr self, uint32_t need, uint32_t promised) {
   // less than a working set is free: then it waits for blocks held for others to go).
   if (!st.batcher->idle() && st.with_room.empty()) ask_loan(self, 0, need - fits_here);
   return verdict::wait;
+}
+
+/// Whether the blocks the head asked to keep here were promised to other rooms since it asked (granted
+/// between its ask and its own grant): waiting for them, it could wait for a request that waits for it.
+bool keep_promised_since(const instance_state& st) {
+  if (st.waiting.empty() || !st.config.promises) return false;
+  const uint32_t free = st.config.pool->free_blocks(), running = promised_blocks(st);
+  const uint32_t unpromised = free - std::min(free, running);
+  const uint32_t rooms = st.config.promises->rooms_total();
+  return unpromised >= st.room_keep && unpromised - std::min(unpromised, rooms) < st.room_keep;
+}
+
+/// Gives a granted room back (its holders forget it) and asks again after the next view.
+void give_up_room(self_ptr self, request_id req) {
+  auto& st = self->state;
+  self->send(st.config.rmanager, request_released{req});
+  st.rooms_refused = true;
 }
 
 /// Puts the waiting request at `index` of the queue into the batch.
@@ -560,7 +578,9 @@ caf::behavior instance_behavior(self_ptr self, instance_config config) {
         auto& st = self->state;
         if (a.req_id != st.room_asked) return;
         st.room_asked = 0;
-        if (a.granted) {
+        if (a.granted && keep_promised_since(st)) {
+          give_up_room(self, a.req_id);
+        } else if (a.granted) {
           st.room_granted = a.req_id;
         } else {
           st.rooms_refused = true;

@@ -33,6 +33,12 @@ class pool_promises {
   /// The blocks the running requests will still take (as last set).
   uint32_t running() const { return running_; }
 
+  /// Sets the blocks the request first in the instance's queue keeps here once the room granted to it starts
+  /// it (0: none has a granted room). No new promise or loan takes them; rooms promised before may.
+  void set_kept(uint32_t blocks) { kept_ = blocks; }
+  /// The blocks a queued request with a granted room keeps here (as last set).
+  uint32_t kept() const { return kept_; }
+
   /// Sets the blocks the request first in the instance's queue needs (0: none waits, or it needs a room).
   void set_queued(uint32_t blocks) { queued_ = blocks; }
   /// The blocks the first queued request needs (as last set).
@@ -58,7 +64,7 @@ class pool_promises {
   bool overdrawn() const { return overdrawn_; }
 
  private:
-  std::atomic<uint32_t> running_{0}, queued_{0};
+  std::atomic<uint32_t> running_{0}, queued_{0}, kept_{0};
   std::atomic<bool> overdrawn_{false};
   mutable std::mutex mutex_;  // the rooms' promises
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> promised_;

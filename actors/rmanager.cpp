@@ -77,10 +77,12 @@ struct rmanager_state {
     const uint32_t queued = me && me->held_for_room > 0 ? 0 : config.promises->queued();
     return unroomed_blocks() - std::min(unroomed_blocks(), queued);
   }
-  /// Free blocks not spoken for by this instance's running requests nor promised to rooms: what a room the
-  /// gManager granted may have (its grant came while this instance held blocks back for it).
+  /// Free blocks not spoken for by this instance's running requests nor promised to rooms nor kept for the
+  /// queued request whose room is granted: what a room the gManager granted may have (its grant came while
+  /// this instance held blocks back for it). Moves into rooms promised before may take kept blocks.
   uint32_t unroomed_blocks() const {
-    return unpromised_blocks() - std::min(unpromised_blocks(), config.promises->rooms_total());
+    const uint64_t spoken = uint64_t(config.promises->rooms_total()) + config.promises->kept();
+    return unpromised_blocks() - uint32_t(std::min<uint64_t>(unpromised_blocks(), spoken));
   }
   /// The room promises are covered again once the unpromised blocks hold them all.
   void check_promises() {
