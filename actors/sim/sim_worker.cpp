@@ -146,7 +146,8 @@ step_cost predict_step(const placement::profile& model, instance_id self, const 
     sampled += w.sampled;
     layers.push_back(std::move(layer));
   }
-  cost.seconds = time_layers(layers, model.n_layers, layout.hosted, holders_busy_s) + model.step_overhead_s + placement::sampled_time(model, sampled);
+  cost.seconds = time_layers(layers, model.n_layers, layout.hosted, holders_busy_s) + model.step_overhead_s +
+                 placement::sampled_time(model, sampled);
   return cost;
 }
 
@@ -166,8 +167,8 @@ double now_s(caf::local_actor* self) {
   return std::chrono::duration<double>(self->clock().now().time_since_epoch()).count();
 }
 
-/// Queues `seconds` of work on the GPU; returns when it ends. Attention hosted for others runs while the
-/// GPU would otherwise idle, or delays its next step.
+/// Queues `seconds` of work on the GPU and tells the other workers when it is done; returns when it ends.
+/// Attention hosted for others runs while the GPU would otherwise idle, or delays its next step.
 double occupy(self_ptr self, const sim_worker_config& cfg, double seconds) {
   auto& st = self->state;
   st.busy_until_s = std::max(st.busy_until_s, now_s(self)) + seconds;

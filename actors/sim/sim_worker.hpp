@@ -4,8 +4,9 @@
 // (the owner attends its local blocks while each holder of its remote blocks attends those; a layer goes
 // on when the slowest has). A holder spends that time too: it is added to the work queued on its GPU, and
 // step_layout::hosted says whether it runs first (the default), beside that work or after it. A step
-// the engine runs as two lanes (gpu::engine::long_enough_for_lanes, with remote blocks) is timed layer by layer as the engine orders
-// it: one lane's dense layers run while the holders attend the other lane's queries.
+// the engine runs as two lanes (gpu::engine::long_enough_for_lanes, with remote blocks) is timed layer by
+// layer as the engine orders it: one lane's dense layers run while the holders attend the other lane's
+// queries.
 // Every sampled token is an ordinary token (not an end of text), so requests run to their max tokens.
 
 #include <map>
@@ -35,7 +36,7 @@ struct step_layout {
   /// The share of a layer's dense time before its attention (norm, QKV projection, RoPE): what a lane's
   /// holders wait for; the output projection and feed-forward come after.
   double front_share = 0.25;
-  hosted_timing hosted = hosted_timing::priority;
+  hosted_timing hosted = hosted_timing::priority;  ///< how a holder fits the attention it hosts
 };
 
 /// The share of a layer's weights, and so of its dense time, in its QKV projection.
