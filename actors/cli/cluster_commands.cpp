@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/cli/commands.hpp"
+#include "actors/cli/stop_signals.hpp"
 #include "actors/gmanager.hpp"
 #include "actors/messages.hpp"
 #include "actors/placement/simple_policy.hpp"
@@ -36,28 +37,6 @@
 namespace illm::cli {
 
 namespace {
-
-/// Blocks SIGINT and SIGTERM in this thread and every thread started from it (they are waited for here).
-sigset_t block_stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
-}
-
-/// Waits for SIGINT or SIGTERM (returns it) or for `stop` (returns 0).
-int wait_for_signal(const sigset_t& set, const std::atomic<bool>& stop) {
-  const timespec period{0, 100'000'000};
-  while (!stop.load()) {
-    const int s = sigtimedwait(&set, nullptr, &period);
-    if (s > 0) return s;
-  }
-  return 0;
-}
-
-const char* signal_name(int s) { return s == SIGINT ? "SIGINT" : "SIGTERM"; }
 
 template <class... Args>
 void log(fmt::format_string<Args...> format, Args&&... args) {
@@ -128,8 +107,8 @@ void run_gmanager(const gmanager_flags& flags) {
       flags.policy_period_ms, flags.heartbeat_timeout_ms);
 
   std::atomic<bool> never{false};
-  const int signal = wait_for_signal(stop_signals, never);
-  log("illm gmanager: {} received: stopping ({} members)", signal_name(signal), members->load());
+  const int signal = wait_for_stop_signal(stop_signals, never);
+  log("illm gmanager: {} received: stopping ({} members)", stop_signal_name(signal), members->load());
   sys.middleman().unpublish(gm, *port);
   caf::anon_send_exit(gm, caf::exit_reason::user_shutdown);
   gm = caf::actor{};
@@ -331,7 +310,7 @@ void run_instance(const instance_flags& flags) {
                      "meanwhile)", me, o.id));
   }
 
-  const int signal = wait_for_signal(stop_signals, watch->gone);
+  const int signal = wait_for_stop_signal(stop_signals, watch->gone);
   if (signal == 0) {
     std::string why;
     {
@@ -343,7 +322,7 @@ void run_instance(const instance_flags& flags) {
   }
 
   // Drain: the gManager stops lending to it and routing to it; wait until it serves and hosts nothing, then leave.
-  log("{}: {} received: draining", me, signal_name(signal));
+  log("{}: {} received: draining", me, stop_signal_name(signal));
   s->send(*gm, actors::drain_instance{o.id});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(flags.drain_timeout_s);
   bool idle = false;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "actors/cli/commands.hpp"
+#include "actors/cli/stop_signals.hpp"
 #include "actors/frontend/serve_config.hpp"
 #include "actors/frontend/service.hpp"
 #include "actors/cluster.hpp"
@@ -102,11 +103,7 @@ void run_serve(const serve_flags& flags) {
   const actors::frontend::serve_config c = resolve(flags);
   if (!c.gmanager.empty()) (void)parse_host_port(c.gmanager, "--gmanager");  // a bad address fails before loading
   // Every thread started from here on leaves SIGINT and SIGTERM to this one, which waits for them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const sigset_t stop_signals = block_stop_signals();
 
   auto model = gpu::load_model(c.model);
   if (!model.is_ok()) fail(model.error().message());
@@ -121,9 +118,9 @@ void run_serve(const serve_flags& flags) {
   fmt::print("illm serve: {} on {} at http://{}:{}\n", model->name, routed.description, c.host, svc.port());
   std::fflush(stdout);
 
-  int signal = 0;
-  sigwait(&stop_signals, &signal);
-  fmt::print("illm serve: {} received: finishing {} requests (up to {} s)\n", signal == SIGINT ? "SIGINT" : "SIGTERM",
+  const std::atomic<bool> never{false};
+  const int signal = wait_for_stop_signal(stop_signals, never);
+  fmt::print("illm serve: {} received: finishing {} requests (up to {} s)\n", stop_signal_name(signal),
              svc.in_flight(), c.shutdown_grace_s);
   std::fflush(stdout);
   svc.drain(std::chrono::seconds(c.shutdown_grace_s));

@@ -4,6 +4,7 @@ serving; API keys, the in-flight limit, a client that disconnects mid-stream and
 
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -129,6 +130,17 @@ def in_flight_limit_and_sigterm():
         check(len(results) == 2 and all(r and r[-1] == "[DONE]" for r in results), [r[-2:] for r in results])
 
 
+def repeated_stop_signal():
+    # A second SIGTERM (or a SIGINT from the terminal and a SIGTERM from the shell that forwards it) while the
+    # server stops is ignored: it still finishes its stop and exits 0.
+    with Server(ILLM, "--instances", "1", "--kv-blocks-per-instance", "256") as s:
+        s.process.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        s.process.send_signal(signal.SIGTERM)
+        code = s.stop(grace_s=60)
+        check(code == 0 and "illm serve: stopped" in s.output(), f"exit code {code}: {s.output()}")
+
+
 def main():
     config = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
     json.dump({"instances": 2, "kv_blocks_per_instance": 256, "max_body_bytes": 65536, "max_prompt_tokens": 1024,
@@ -141,6 +153,7 @@ def main():
             disconnect_mid_stream(s.port)
         api_keys()
         in_flight_limit_and_sigterm()
+        repeated_stop_signal()
     finally:
         os.unlink(config.name)
     print("test_serve_api: all checks passed")
