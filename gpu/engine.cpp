@@ -101,16 +101,20 @@ bool engine::long_enough_for_lanes(int overlap_min_tokens, int64_t tokens) {
   return overlap_min_tokens > 0 && tokens >= std::max(2, overlap_min_tokens);
 }
 
-bool engine::overlaps(std::span<const batch_entry> batch, const kv_pools& pools) const {
-  int64_t tokens = 0;
-  for (const batch_entry& b : batch) tokens += b.n_tokens;
-  if (!long_enough_for_lanes(options_.overlap_min_tokens, tokens)) return false;  // decode steps stop here
+bool engine::attends_elsewhere(std::span<const batch_entry> batch, uint32_t local) {
   for (const batch_entry& b : batch) {
     const size_t blocks = b.table ? std::min<size_t>(blocks_for_tokens(int64_t(b.pos0) + b.n_tokens), b.table->size()) : 0;
     for (size_t i = 0; i < blocks; ++i)
-      if ((*b.table)[i].pool != pools.local) return true;
+      if ((*b.table)[i].pool != local) return true;
   }
   return false;
+}
+
+bool engine::overlaps(std::span<const batch_entry> batch, const kv_pools& pools) const {
+  int64_t tokens = 0;
+  for (const batch_entry& b : batch) tokens += b.n_tokens;
+  // Decode steps stop at the length check, before any block table is walked.
+  return long_enough_for_lanes(options_.overlap_min_tokens, tokens) && attends_elsewhere(batch, pools.local);
 }
 
 void engine::split_into_lanes(std::span<const batch_entry> batch, bool overlap) {

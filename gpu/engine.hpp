@@ -68,6 +68,8 @@ class engine {
   /// Whether a step of `tokens` tokens is long enough for two lanes under `overlap_min_tokens`: it runs as
   /// two when some of its queries also attend blocks another pool holds.
   static bool long_enough_for_lanes(int overlap_min_tokens, int64_t tokens);
+  /// Whether some query of `batch` attends a block that another pool than `local` holds.
+  static bool attends_elsewhere(std::span<const batch_entry> batch, uint32_t local);
 
   /// One forward pass over `batch`; the entries with sample set get logits, in batch order.
   status step(std::span<const batch_entry> batch, const kv_pools& pools, attention_router* router);

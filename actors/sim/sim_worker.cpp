@@ -58,16 +58,6 @@ lane_work work_of_rows(const gpu::step_plan& plan, int64_t row0, int64_t row1) {
   return out;
 }
 
-/// Whether some query of `plan` attends a block that another instance than `self` holds.
-bool attends_elsewhere(const gpu::step_plan& plan, instance_id self) {
-  for (const gpu::batch_entry& e : plan.entries) {
-    const size_t blocks = std::min<size_t>(gpu::blocks_for_tokens(int64_t(e.pos0) + e.n_tokens), e.table->size());
-    for (size_t b = 0; b < blocks; ++b)
-      if ((*e.table)[b].pool != self) return true;
-  }
-  return false;
-}
-
 /// One layer of a lane, in seconds: the owner's dense before and after attention and its local attention,
 /// and each holder's attention.
 struct lane_layer {
@@ -121,7 +111,8 @@ step_cost predict_step(const placement::profile& model, instance_id self, const 
   int64_t rows = 0;
   for (const gpu::batch_entry& e : plan.entries) rows += e.n_tokens;
   const bool two_lanes =
-      gpu::engine::long_enough_for_lanes(layout.overlap_min_tokens, rows) && attends_elsewhere(plan, self);
+      gpu::engine::long_enough_for_lanes(layout.overlap_min_tokens, rows) &&
+      gpu::engine::attends_elsewhere(plan.entries, self);
   const std::vector<lane_work> work =
       two_lanes ? std::vector{work_of_rows(plan, 0, rows / 2), work_of_rows(plan, rows / 2, rows)}
                 : std::vector{work_of_rows(plan, 0, rows)};
