@@ -420,20 +420,9 @@ void maybe_step(self_ptr self) {
             });
 }
 
-void on_step_done(self_ptr self, step_done& done) {
+/// Streams the tokens a completed step gave its sequences (only the first one, without streaming).
+void send_new_tokens(self_ptr self, const gpu::step_plan& plan) {
   auto& st = self->state;
-  gpu::step_plan& plan = *done.plan;
-  if (!done.error.empty()) {
-    for (gpu::sequence* s : plan.sequences) {
-      s->finish = gpu::finish_reason::error;
-      s->error = done.error;
-    }
-    plan.sampled.assign(plan.params.size(), 0);
-  }
-  for (gpu::sequence* s : plan.sequences)  // before complete() frees the finished ones' blocks
-    if (auto it = st.requests.find(s->id); it != st.requests.end()) it->second.placement = placement_of(*s, st.config.id);
-  st.batcher->complete(plan);
-  st.in_flight = nullptr;
   for (gpu::sequence* s : plan.sequences) {
     auto it = st.requests.find(s->id);
     if (it == st.requests.end()) continue;
@@ -446,6 +435,27 @@ void on_step_done(self_ptr self, step_done& done) {
       self->send(it->second.client,
                  token_event{s->id, s->tokens[size_t(s->n_prompt) + it->second.tokens_sent]});
   }
+}
+
+void on_step_done(self_ptr self, step_done& done) {
+  auto& st = self->state;
+  gpu::step_plan& plan = *done.plan;
+  for (gpu::sequence* s : plan.sequences)  // before the batcher frees the finished ones' blocks
+    if (auto it = st.requests.find(s->id); it != st.requests.end())
+      it->second.placement = placement_of(*s, st.config.id);
+  // When the holders of some sequences' blocks failed, those end and the others run the step again.
+  if (done.error.empty() || !st.batcher->fail_step(plan, done.failed, done.error)) {
+    if (!done.error.empty()) {
+      for (gpu::sequence* s : plan.sequences) {
+        s->finish = gpu::finish_reason::error;
+        s->error = done.error;
+      }
+      plan.sampled.assign(plan.params.size(), 0);
+    }
+    st.batcher->complete(plan);
+    send_new_tokens(self, plan);
+  }
+  st.in_flight = nullptr;
   for (auto& change : std::exchange(st.after_step, {})) change();
   notify_finished(self);
   publish_placement(self);

@@ -319,6 +319,9 @@ struct run_step {
 struct step_done {
   std::shared_ptr<gpu::step_plan> plan;
   std::string error;
+  /// With an error: the sequences it is due to, when the router could tell (their remote attention
+  /// failed); the others of the plan run the step again. Empty: the error is every sequence's.
+  std::vector<uint64_t> failed;
 };
 
 // ---- timers ---------------------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ void remote_router::settle(pending& p, gpu::status why) {
   p.done = true;
   round& r = rounds_[size_t(p.lane)];
   if (--r.outstanding == 0) r.answered = std::chrono::steady_clock::now();
+  if (!why.is_ok()) failed_.insert(p.job.seq_id);
   if (!why.is_ok() && r.first_error.is_ok()) r.first_error = std::move(why);
   answered_.notify_all();
 }
@@ -116,13 +117,25 @@ gpu::status remote_router::finish(int lane) {
     latency_->observe(std::chrono::duration<double>(end - r.started).count());
   }
   if (!answered) {
+    gpu::status late = gpu::status::ok();
     for (auto& [tag, p] : pending_)
-      if (p.lane == lane && !p.done)
-        return {gpu::status_code::io_error, fmt::format("instance {} did not answer remote attention for request {} "
-                                                        "within {} ms",
-                                                        p.job.holder, p.job.seq_id, timeout_.count())};
+      if (p.lane == lane && !p.done) {
+        failed_.insert(p.job.seq_id);
+        if (late.is_ok())
+          late = {gpu::status_code::io_error, fmt::format("instance {} did not answer remote attention for request {} "
+                                                          "within {} ms",
+                                                          p.job.holder, p.job.seq_id, timeout_.count())};
+      }
+    if (!late.is_ok()) return late;
   }
   return r.first_error;
+}
+
+std::vector<uint64_t> remote_router::take_failed() {
+  std::lock_guard lock(mutex_);
+  std::vector<uint64_t> out(failed_.begin(), failed_.end());
+  failed_.clear();
+  return out;
 }
 
 }  // namespace illm::actors

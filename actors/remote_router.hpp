@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ class remote_router final : public gpu::attention_router {
   gpu::status begin(int lane, std::span<const gpu::remote_attention_job> jobs) override;
   gpu::status finish(int lane) override;
   void cancel() override;
+  std::vector<uint64_t> take_failed() override;
 
   /// Transport handler of the partials channel: an answer from a holder.
   void on_partials(transport::peer_id from, std::vector<uint8_t> payload);
@@ -59,6 +61,7 @@ class remote_router final : public gpu::attention_router {
   std::condition_variable answered_;
   std::map<uint64_t, pending> pending_;
   std::array<round, lanes> rounds_;
+  std::set<uint64_t> failed_;  // sequences whose jobs failed, until take_failed()
   uint64_t next_tag_ = 1;
   metrics::histogram* latency_;  // queries sent to the last partial in, per layer and lane
 };

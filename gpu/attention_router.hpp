@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "gpu/status.hpp"
 
@@ -42,6 +43,10 @@ class attention_router {
   virtual status finish(int lane) = 0;
   /// Drops every round still in flight (a step that failed left it): later answers write nothing.
   virtual void cancel() {}
+  /// The sequences whose remote attention failed since the last call (their holder died, did not answer
+  /// in time, or could not attend them), each once. A step that failed for them alone can run again
+  /// without them.
+  virtual std::vector<uint64_t> take_failed() { return {}; }
 };
 
 }  // namespace illm::gpu

@@ -181,6 +181,22 @@ void batcher::complete(step_plan& plan) {
   retire();
 }
 
+bool batcher::fail_step(step_plan& plan, const std::vector<uint64_t>& failed, const std::string& why) {
+  const auto is_failed = [&](const sequence* s) {
+    return std::find(failed.begin(), failed.end(), s->id) != failed.end();
+  };
+  if (std::none_of(plan.sequences.begin(), plan.sequences.end(), is_failed)) return false;
+  last_tokens_ = 0;
+  last_decodes_ = 0;
+  for (sequence* s : plan.sequences)
+    if (!s->finished() && is_failed(s)) {
+      s->finish = finish_reason::error;
+      s->error = why;
+    }
+  retire();
+  return true;
+}
+
 status batcher::step(const kv_pools& pools, attention_router* router) {
   if (!engine_) return status(status_code::invalid_argument, "batcher: step() needs an engine");
   step_plan next;

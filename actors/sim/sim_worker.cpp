@@ -216,7 +216,7 @@ caf::behavior sim_worker_behavior(self_ptr self, sim_worker_config config) {
         auto promise = st.pending.find(id);
         auto plan = st.plans.find(id);
         if (promise == st.pending.end() || plan == st.plans.end()) return;
-        promise->second.deliver(step_done{std::move(plan->second), {}});
+        promise->second.deliver(step_done{std::move(plan->second), {}, {}});
         st.pending.erase(promise);
         st.plans.erase(plan);
       },

@@ -62,8 +62,8 @@ struct job_buffers {
   int32_t pos = 7;
   std::vector<float> m = std::vector<float>(n_heads), e = std::vector<float>(n_heads),
                      ma = std::vector<float>(n_heads * head_dim);
-  gpu::remote_attention_job job(uint32_t holder) {
-    return {1, 0, holder, {}, {}, q.data(), q.size(), &pos, 1, m.data(), e.data(), ma.data()};
+  gpu::remote_attention_job job(uint32_t holder, uint64_t seq = 1) {
+    return {seq, 0, holder, {}, {}, q.data(), q.size(), &pos, 1, m.data(), e.data(), ma.data()};
   }
 };
 
@@ -122,5 +122,35 @@ TEST_SUITE("actors") {
     router.on_partials(1, answer(plane->sent[0].second, 9.0f));
     CHECK(b0.ma[0] == -1.0f);
     CHECK(router.finish(1).is_ok());  // nothing outstanding
+  }
+
+  TEST_CASE("the remote router names the requests whose attention failed, once each") {
+    auto plane = std::make_shared<recording_plane>();
+    remote_router router(plane, n_heads, head_dim, std::chrono::milliseconds(100));
+    job_buffers a, b, c;
+    const gpu::remote_attention_job lane0[] = {a.job(1, 1), b.job(2, 2), c.job(1, 3)};
+    REQUIRE(router.begin(0, lane0).is_ok());
+    router.on_partials(2, answer(plane->sent[1].second, 1.0f));
+    router.peer_failed(1, "connection reset");  // holder 1 held blocks of requests 1 and 3
+    CHECK_FALSE(router.finish(0).is_ok());
+    CHECK(router.take_failed() == std::vector<uint64_t>{1, 3});
+    CHECK(router.take_failed().empty());
+    // A holder that does not answer in time: its requests failed, those answered did not.
+    plane->sent.clear();
+    const gpu::remote_attention_job lane1[] = {a.job(1, 4), b.job(2, 5)};
+    REQUIRE(router.begin(1, lane1).is_ok());
+    router.on_partials(1, answer(plane->sent[0].second, 1.0f));
+    const gpu::status late = router.finish(1);
+    CHECK_FALSE(late.is_ok());
+    CHECK(late.message().find("did not answer") != std::string::npos);
+    CHECK(router.take_failed() == std::vector<uint64_t>{5});
+    // A holder that cannot attend one request names that request alone.
+    plane->sent.clear();
+    REQUIRE(router.begin(0, lane0).is_ok());
+    router.on_partials(1, answer(plane->sent[0].second, 1.0f));
+    router.on_partials(2, answer(plane->sent[1].second, 0, false));
+    router.on_partials(1, answer(plane->sent[2].second, 1.0f));
+    CHECK_FALSE(router.finish(0).is_ok());
+    CHECK(router.take_failed() == std::vector<uint64_t>{2});
   }
 }

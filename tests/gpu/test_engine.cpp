@@ -79,6 +79,30 @@ std::shared_ptr<const gpu::model_weights> synthetic_gqa() {
   return w;
 }
 
+/// Stands for a holder that dies: once armed, the remote attention of one sequence at `dead` fails.
+class dying_holder_router final : public gpu::attention_router {
+ public:
+  dying_holder_router(gpu::attention_router& inner, uint64_t victim, uint32_t dead)
+      : inner_(inner), victim_(victim), dead_(dead) {}
+  gpu::status begin(int lane, std::span<const gpu::remote_attention_job> jobs) override {
+    for (const auto& job : jobs)
+      if (armed && job.seq_id == victim_ && job.holder == dead_) {
+        failed_.push_back(victim_);
+        return {gpu::status_code::io_error, "instance 2 holding blocks of request 2 failed"};
+      }
+    return inner_.begin(lane, jobs);
+  }
+  gpu::status finish(int lane) override { return inner_.finish(lane); }
+  std::vector<uint64_t> take_failed() override { return std::exchange(failed_, {}); }
+  bool armed = false;
+
+ private:
+  gpu::attention_router& inner_;
+  uint64_t victim_;
+  uint32_t dead_;
+  std::vector<uint64_t> failed_;
+};
+
 /// A block source over one pool that has no block for one sequence (its blocks are being found elsewhere).
 class refusing_source final : public gpu::block_source {
  public:
@@ -255,6 +279,61 @@ TEST_SUITE("gpu") {
     }
     CHECK(pool.used_blocks() == 0);
     CHECK(pool.check().is_ok());
+  }
+
+  TEST_CASE("a holder that fails one sequence's attention ends it alone; the others run the step again") {
+    const auto& model = test::real_model();
+    const auto& c = model.weights->config();
+    gpu::backend& device = test::cpu_device();
+    auto eng = gpu::engine::create(model.weights, device, {64, 4}).value();
+    std::vector<gpu::kv_pool> pools;
+    for (int p = 0; p < 3; ++p) pools.push_back(gpu::kv_pool::create(device, eng->pool_layout(), 64).value());
+    gpu::kv_pools view{{&pools[0], &pools[1], &pools[2]}, 0};
+    gpu::spread_block_source source(view.by_id, 3);
+    gpu::pool_router inner(device, view, {c.n_heads, c.n_kv_heads, c.head_dim()});
+    dying_holder_router router(inner, 2, 2);
+    gpu::batcher runner(*eng, source, {64, 4});
+    std::vector<std::shared_ptr<gpu::sequence>> seqs;
+    for (size_t c : {0, 6, 2}) {  // request 2 (the 604-token prompt) has blocks in every pool
+      auto s = std::make_shared<gpu::sequence>();
+      s->id = seqs.size() + 1;
+      s->tokens = test::golden()["cases"][c]["prompt_token_ids"].get<std::vector<int32_t>>();
+      s->n_prompt = int(s->tokens.size());
+      s->max_new_tokens = 12;
+      s->ignore_eos = true;
+      runner.add(s);
+      seqs.push_back(s);
+    }
+    int failed_steps = 0;
+    while (!runner.idle()) {
+      router.armed = seqs[1]->n_generated() >= 5;  // instance 2 dies once request 2 has five tokens
+      gpu::step_plan plan;
+      REQUIRE(runner.plan(plan).is_ok());
+      const gpu::status s = gpu::batcher::execute(*eng, plan, view, &router);
+      if (s.is_ok()) {
+        runner.complete(plan);
+        continue;
+      }
+      ++failed_steps;
+      REQUIRE(runner.fail_step(plan, router.take_failed(), s.message()));
+    }
+    CHECK(failed_steps == 1);
+    CHECK(seqs[1]->finish == gpu::finish_reason::error);
+    CHECK(seqs[1]->error.find("instance 2") != std::string::npos);
+    CHECK(seqs[1]->n_generated() == 5);
+    for (size_t i : {size_t(0), size_t(2)}) {
+      const auto& s = seqs[i];
+      const std::vector<int32_t> prompt(s->tokens.begin(), s->tokens.begin() + s->n_prompt);
+      const std::vector<int32_t> got(s->tokens.begin() + s->n_prompt, s->tokens.end());
+      CHECK_MESSAGE(got == test::run_greedy(model.weights, prompt, 12, {}).ids, "sequence ", i + 1);
+      CHECK(s->finish == gpu::finish_reason::length);
+    }
+    for (auto& p : pools) {
+      CHECK(p.used_blocks() == 0);
+      CHECK(p.check().is_ok());
+    }
+    gpu::step_plan none;  // an error of nobody in the plan is not theirs alone
+    CHECK_FALSE(runner.fail_step(none, {2}, "late"));
   }
 
   TEST_CASE("a full pool preempts the newest sequence and recomputes it") {
