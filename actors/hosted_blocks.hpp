@@ -38,6 +38,8 @@ class hosted_blocks {
   std::optional<blocks> find(uint32_t owner, uint64_t req, uint32_t count) const;
   /// Hosted blocks in all.
   uint32_t count() const;
+  /// The requests of `owner` with blocks here.
+  std::vector<uint64_t> requests_of(uint32_t owner) const;
 
  private:
   struct move_blocks {

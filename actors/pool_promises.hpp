@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 namespace illm::actors {
 
@@ -57,6 +58,8 @@ class pool_promises {
   uint32_t of(uint32_t owner, uint64_t req) const;
   /// Blocks still promised, to every room.
   uint32_t rooms_total() const;
+  /// The requests of `owner` with a promise here (forgotten ones not).
+  std::vector<uint64_t> requests_of(uint32_t owner) const;
 
   /// Marks the promises overdrawn (a room's move found its blocks in use) or covered again.
   void set_overdrawn(bool overdrawn) { overdrawn_ = overdrawn; }

@@ -1,6 +1,8 @@
 #include "actors/remote_cluster.hpp"
 
+#include <algorithm>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <caf/io/all.hpp>
@@ -15,6 +17,38 @@ request_id random_first_id() {
   std::random_device rd;
   const uint64_t r = uint64_t(rd()) << 32 | rd();
   return (r & ((uint64_t(1) << 51) - 1)) + 1;
+}
+
+constexpr auto watch_period = std::chrono::milliseconds(500);
+
+/// Watches the cluster for this front end's requests. A request actor monitors its instance, but the down
+/// message of an instance in another process may never reach this one (CAF routes it through the
+/// gManager's node), so the watcher asks the gManager's view every period and, when an instance left it
+/// (or the gManager is gone), tells the request actors the view: those served by a missing instance end.
+caf::behavior watch_cluster(caf::event_based_actor* self, caf::actor gm, std::shared_ptr<std::atomic<bool>> alive,
+                            request_table* requests) {
+  auto members = std::make_shared<std::set<instance_id>>();
+  self->monitor(gm);
+  self->set_down_handler([=](const caf::down_msg&) {
+    *alive = false;
+    requests->tell_view(cluster_view{});
+  });
+  self->send(self, liveness_tick_atom::value);
+  return {
+      [=](liveness_tick_atom) {
+        self->delayed_send(self, watch_period, liveness_tick_atom::value);
+        self->request(gm, std::chrono::seconds(5), view_atom::value)
+            .then(
+                [=](const cluster_view& v) {
+                  std::set<instance_id> now;
+                  for (const auto& i : v.instances) now.insert(i.inst_id);
+                  const bool left = !std::includes(now.begin(), now.end(), members->begin(), members->end());
+                  *members = std::move(now);
+                  if (left) requests->tell_view(v);
+                },
+                [](const caf::error&) {});  // a slow gManager: the next period asks again
+      },
+  };
 }
 
 }  // namespace
@@ -36,11 +70,7 @@ gpu::result<std::unique_ptr<remote_cluster>> remote_cluster::connect(const std::
     return gpu::status{gpu::status_code::io_error,
                        fmt::format("cannot reach the gManager at {}:{}: {}", host, port, c->system_->render(gm.error()))};
   c->gmanager_ = *gm;
-  c->watcher_ = c->system_->spawn([alive = c->gmanager_alive_, gm = *gm](caf::event_based_actor* self) -> caf::behavior {
-    self->monitor(gm);
-    self->set_down_handler([alive](const caf::down_msg&) { *alive = false; });
-    return {[](int32_t) {}};  // it only watches
-  });
+  c->watcher_ = c->system_->spawn(watch_cluster, *gm, c->gmanager_alive_, &c->requests_);
   std::string error;
   caf::scoped_actor s{*c->system_, true};
   s->request(c->gmanager_, std::chrono::seconds(5), view_atom::value)

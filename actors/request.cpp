@@ -1,5 +1,7 @@
 #include "actors/request.hpp"
 
+#include <algorithm>
+
 namespace illm::actors {
 
 struct request_state {
@@ -47,6 +49,11 @@ caf::behavior request_behavior(self_ptr self, generate_request request, caf::act
         if (f.req_id == self->state.request.id) end(self, f);
       },
       [=](const cancel_request&) { self->send(self->state.instance, cancel_request{self->state.request.id}); },
+      [=](const cluster_view& v) {  // its instance's down message may not reach this process: the view tells
+        const caf::actor& mine = self->state.instance;
+        if (std::none_of(v.instances.begin(), v.instances.end(), [&](const auto& i) { return i.instance == mine; }))
+          end(self, {self->state.request.id, "error", "the instance serving the request left the cluster", 0, {}});
+      },
   };
 }
 

@@ -56,6 +56,11 @@ void request_table::exit_all() {
   for (auto& [id, r] : requests_) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
 }
 
+void request_table::tell_view(const cluster_view& view) {
+  std::lock_guard lock(mutex_);
+  for (auto& [id, r] : requests_) caf::anon_send(r, view);
+}
+
 size_t request_table::size() {
   std::lock_guard lock(mutex_);
   return requests_.size();

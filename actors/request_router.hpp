@@ -67,6 +67,8 @@ class request_table {
   void cancel_all();
   /// Sends every request actor an exit.
   void exit_all();
+  /// Tells every request actor the cluster's view: those whose instance is not in it end with an error.
+  void tell_view(const cluster_view& view);
   /// Requests still in flight.
   size_t size();
   /// Drops every handle (after the actors are done).

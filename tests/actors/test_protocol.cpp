@@ -622,6 +622,32 @@ TEST_SUITE("actors") {
     CHECK(f.promises[2]->of(0, 5) == 1);
   }
 
+  TEST_CASE("an owner that dies leaves nothing behind: its hosted blocks and rooms are released") {
+    protocol_fixture f(3);
+    f.give_blocks(0, 7, 4);
+    f.orders.next.push_back({7, 0, 1, 3});  // request 7: three blocks hosted on instance 1
+    f.settle();
+    REQUIRE(f.pools[1]->blocks_of(7) == 3);
+    const room_answer room = f.ask_room(0, 8, 6);  // request 8: a room promised on instances 1 and 2
+    REQUIRE(room.granted);
+    REQUIRE(f.promises[1]->of(0, 8) + f.promises[2]->of(0, 8) == 6);
+    // Instance 2 hosts a request of instance 1: it stays, as does what instance 1 lent itself.
+    f.give_blocks(1, 9, 2);
+    f.orders.next.push_back({9, 1, 2, 2});
+    f.settle();
+    REQUIRE(f.pools[2]->blocks_of(9) == 2);
+    caf::anon_send_exit(f.rmanagers[0], caf::exit_reason::kill);
+    f.settle();
+    CHECK(f.pools[1]->blocks_of(7) == 0);
+    CHECK(f.promises[1]->rooms_total() == 0);
+    CHECK(f.promises[2]->rooms_total() == 0);
+    CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks - 2);  // instance 1's own request 9
+    CHECK(f.pools[2]->blocks_of(9) == 2);
+    CHECK(f.pools[1]->check().is_ok());
+    CHECK(f.pools[2]->check().is_ok());
+    for (const instance_view& i : f.view().instances) CHECK(i.inst_id != 0);
+  }
+
   TEST_CASE("a room spreads over its holders as evenly as their spare blocks allow") {
     protocol_fixture f(3);
     f.give_blocks(2, 99, 4);  // instance 1 has 8 spare blocks, instance 2 has 4

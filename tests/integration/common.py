@@ -211,3 +211,31 @@ class ProcGroup:
         finally:
             self.finish(ok)
         print("ok")
+
+
+SENTENCES = [
+    "Once upon a time, there was a little girl named Lily who lived in a small house near the woods.",
+    "Every morning she walked to the river with her dog Max and looked at the fish in the water.",
+    "One day she found a shiny red ball under a big tree, and she wanted to show it to her mom.",
+    "Max barked and ran in circles, because he wanted to play with the ball too.",
+    "They played all afternoon in the sun, and then they went home for a warm bowl of soup.",
+    "At night Lily looked at the stars from her window and thought about the next adventure.",
+]
+
+
+def make_prompt(words_wanted=2460):
+    out, words, i = [], 0, 0
+    while words < words_wanted:
+        s = SENTENCES[i % len(SENTENCES)]
+        if i % len(SENTENCES) == 0:
+            s = f"On day {i // len(SENTENCES) + 1}: " + s
+        out.append(s)
+        words += len(s.split())
+        i += 1
+    return " ".join(out)
+
+
+def run_json(args, timeout_s):
+    done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout_s, text=True)
+    assert done.returncode == 0, (args, done.returncode, done.stderr[-4000:])
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr

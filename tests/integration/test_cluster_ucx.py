@@ -19,34 +19,12 @@ import subprocess
 import sys
 import tempfile
 
-from common import ProcGroup, SkipTest, free_port, wait_until
+from common import ProcGroup, SkipTest, free_port, make_prompt, run_json, wait_until
 
 JOIN_S = 120
 RUN_S = 600
 EXIT_S = 60
 MAX_TOKENS = 12
-
-SENTENCES = [
-    "Once upon a time, there was a little girl named Lily who lived in a small house near the woods.",
-    "Every morning she walked to the river with her dog Max and looked at the fish in the water.",
-    "One day she found a shiny red ball under a big tree, and she wanted to show it to her mom.",
-    "Max barked and ran in circles, because he wanted to play with the ball too.",
-    "They played all afternoon in the sun, and then they went home for a warm bowl of soup.",
-    "At night Lily looked at the stars from her window and thought about the next adventure.",
-]
-
-
-def make_prompt(words_wanted=2460):
-    out, words, i = [], 0, 0
-    while words < words_wanted:
-        s = SENTENCES[i % len(SENTENCES)]
-        if i % len(SENTENCES) == 0:
-            s = f"On day {i // len(SENTENCES) + 1}: " + s
-        out.append(s)
-        words += len(s.split())
-        i += 1
-    return " ".join(out)
-
 
 def tcp_bytes(port):
     """Bytes on the loopback TCP connections now open, from the kernel's counters (ss -ti): those with an
@@ -65,12 +43,6 @@ def tcp_bytes(port):
         else:
             other += sent
     return at_port, other
-
-
-def run_json(args, timeout_s):
-    done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout_s, text=True)
-    assert done.returncode == 0, (args, done.returncode, done.stderr[-4000:])
-    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
 def main():
