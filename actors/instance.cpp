@@ -44,7 +44,11 @@ struct running_request {
   size_t tokens_sent = 0;  // generated tokens already streamed
   std::vector<request_placement_entry> placement;
   int64_t first_token_ns = 0;
+  uint32_t kv_losses = 0;  // times it started over because a holder of its KV failed
 };
+
+/// How often a request starts over after holders of its KV failed before it ends with the error.
+constexpr uint32_t max_kv_losses = 3;
 
 int64_t now_ns(caf::local_actor* self) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(self->clock().now().time_since_epoch()).count();
@@ -79,6 +83,9 @@ struct instance_state {
   request_id room_too_big = 0;  // a request whose room (all but its working set) was refused: it keeps more here
   request_id room_granted = 0;  // ... and has granted: it starts at the next admission
   std::map<request_id, uint32_t> with_room;  // running requests with a room -> blocks they keep here; loans go there
+  /// Requests that lost KV with a failed holder and wait in the queue to start over: their sequences, with
+  /// the tokens so far (the queue entry's prompt is prompt and answer so far).
+  std::map<request_id, std::shared_ptr<gpu::sequence>> resuming;
   bool rooms_refused = false;   // until the next view
   static inline const char* name = "instance";
 };
@@ -173,6 +180,16 @@ bool others_have_free(const instance_state& st) {
   });
 }
 
+/// Request `req` no longer holds blocks here as it did (it ended, or starts over): the rManager releases
+/// its blocks elsewhere and its room, and its moves under way are forgotten.
+void release_elsewhere(self_ptr self, request_id req) {
+  auto& st = self->state;
+  self->send(st.config.rmanager, request_released{req});
+  st.with_room.erase(req);
+  for (auto m = st.moving.begin(); m != st.moving.end();) m = m->first == req ? st.moving.erase(m) : std::next(m);
+  for (auto p = st.picks.begin(); p != st.picks.end();) p = p->second.req == req ? st.picks.erase(p) : std::next(p);
+}
+
 /// Tells the clients of finished sequences and releases their blocks elsewhere.
 void notify_finished(self_ptr self) {
   auto& st = self->state;
@@ -185,9 +202,7 @@ void notify_finished(self_ptr self) {
     self->send(it->second.client,
                request_finished{seq->id, gpu::to_string(seq->finish), seq->error, seq->preemptions,
                                 it->second.placement, seq->n_generated(), it->second.first_token_ns, now_ns(self)});
-    self->send(st.config.rmanager, request_released{seq->id});
-    st.with_room.erase(seq->id);
-    for (auto m = st.moving.begin(); m != st.moving.end();) m = m->first == seq->id ? st.moving.erase(m) : std::next(m);
+    release_elsewhere(self, seq->id);
     st.requests.erase(it);
   }
 }
@@ -319,16 +334,21 @@ void give_up_room(self_ptr self, request_id req) {
 void start_waiting(self_ptr self, size_t index) {
   auto& st = self->state;
   const generate_request& r = st.waiting[index];
-  auto seq = std::make_shared<gpu::sequence>();
-  seq->id = r.id;
-  seq->tokens = r.prompt;
-  seq->n_prompt = int(r.prompt.size());
-  seq->sampling = {r.temperature, r.top_p};
-  seq->rng = r.seed;
-  seq->max_new_tokens = r.max_tokens;
-  seq->ignore_eos = r.ignore_eos;
-  st.requests[r.id] = {r.client, seq, 0, {}};
-  st.batcher->add(seq);
+  if (auto resumed = st.resuming.find(r.id); resumed != st.resuming.end()) {
+    st.batcher->add(std::move(resumed->second));  // its running_request (tokens streamed so far) stays
+    st.resuming.erase(resumed);
+  } else {
+    auto seq = std::make_shared<gpu::sequence>();
+    seq->id = r.id;
+    seq->tokens = r.prompt;
+    seq->n_prompt = int(r.prompt.size());
+    seq->sampling = {r.temperature, r.top_p};
+    seq->rng = r.seed;
+    seq->max_new_tokens = r.max_tokens;
+    seq->ignore_eos = r.ignore_eos;
+    st.requests[r.id] = {r.client, seq, 0, {}};
+    st.batcher->add(seq);
+  }
   if (st.room_granted == r.id) {
     st.room_granted = 0;
     st.with_room[r.id] = st.room_keep;
@@ -379,6 +399,8 @@ void admit(self_ptr self) {
     }
     if (v == verdict::refuse) {
       refuse(self, r, fmt::format("the request needs {} KV blocks; the cluster has {}", need, capacity_for(st)));
+      st.requests.erase(r.id);  // one that started over
+      st.resuming.erase(r.id);
       st.waiting.pop_front();
       st.waiting_since.pop_front();
       continue;
@@ -420,6 +442,34 @@ void maybe_step(self_ptr self) {
             });
 }
 
+/// Request `id` lost KV with a failed holder (`why`): it starts over from its tokens (prompt and answer so
+/// far, the sampling state kept, so the answer goes on as it would have), first in the queue but behind a
+/// head whose room is under way, once its blocks elsewhere and its room are released. One that lost KV
+/// more than max_kv_losses times ends with the error.
+void start_over(self_ptr self, request_id id, const std::string& why) {
+  auto& st = self->state;
+  auto req = st.requests.find(id);
+  if (req == st.requests.end() || req->second.seq->finished()) return;
+  gpu::sequence& running = *req->second.seq;
+  if (++req->second.kv_losses > max_kv_losses) {
+    running.finish = gpu::finish_reason::error;  // retired and reported at the next plan
+    running.error = fmt::format("{} (its KV was lost {} times)", why, req->second.kv_losses);
+    return;
+  }
+  std::shared_ptr<gpu::sequence> seq = st.batcher->take_back(id);
+  if (!seq) return;
+  release_elsewhere(self, id);
+  const bool head_has_room = !st.waiting.empty() && (st.room_asked == st.waiting.front().id ||
+                                                     st.room_granted == st.waiting.front().id);
+  const auto at = head_has_room ? 1 : 0;
+  const int32_t left = seq->max_new_tokens - seq->n_generated();
+  st.waiting.insert(st.waiting.begin() + at, generate_request{id, seq->tokens, left, seq->sampling.temperature,
+                                                              seq->sampling.top_p, seq->rng, seq->ignore_eos,
+                                                              req->second.client});
+  st.waiting_since.insert(st.waiting_since.begin() + at, st.views_received);
+  st.resuming[id] = std::move(seq);
+}
+
 /// Streams the tokens a completed step gave its sequences (only the first one, without streaming).
 void send_new_tokens(self_ptr self, const gpu::step_plan& plan) {
   auto& st = self->state;
@@ -443,8 +493,13 @@ void on_step_done(self_ptr self, step_done& done) {
   for (gpu::sequence* s : plan.sequences)  // before the batcher frees the finished ones' blocks
     if (auto it = st.requests.find(s->id); it != st.requests.end())
       it->second.placement = placement_of(*s, st.config.id);
-  // When the holders of some sequences' blocks failed, those end and the others run the step again.
-  if (done.error.empty() || !st.batcher->fail_step(plan, done.failed, done.error)) {
+  if (!done.error.empty() && std::any_of(plan.sequences.begin(), plan.sequences.end(), [&](const gpu::sequence* s) {
+        return std::find(done.failed.begin(), done.failed.end(), s->id) != done.failed.end();
+      })) {
+    // Holders of some sequences' KV failed: those start over from their tokens, the others run the step again.
+    st.batcher->discard(plan);
+    for (uint64_t id : done.failed) start_over(self, id, done.error);
+  } else {
     if (!done.error.empty()) {
       for (gpu::sequence* s : plan.sequences) {
         s->finish = gpu::finish_reason::error;
@@ -571,6 +626,8 @@ caf::behavior instance_behavior(self_ptr self, instance_config config) {
           self->send(w->client, request_finished{c.req_id, "cancelled", {}, 0, {}});
           st.waiting_since.erase(st.waiting_since.begin() + (w - st.waiting.begin()));
           st.waiting.erase(w);
+          st.requests.erase(c.req_id);  // one that started over
+          st.resuming.erase(c.req_id);
           return;
         }
         if (st.batcher->cancel(c.req_id)) maybe_step(self);

@@ -41,7 +41,7 @@ class remote_cluster final : public request_router {
  private:
   remote_cluster();
 
-  request_table requests_;
+  request_table requests_{true};  // a request whose instance left goes on on another
   std::atomic<request_id> next_request_;
   std::shared_ptr<std::atomic<bool>> gmanager_alive_;
   caf::actor gmanager_;

@@ -1,14 +1,21 @@
 #include "actors/request.hpp"
 
 #include <algorithm>
+#include <chrono>
+
+#include "actors/request_router.hpp"
 
 namespace illm::actors {
 
 struct request_state {
-  generate_request request;
+  generate_request request;  ///< as the client gave it
   std::vector<int32_t> tokens;
   request_callbacks callbacks;
   caf::actor instance;
+  bool resume_elsewhere = false;
+  int32_t resumed = 0;           ///< times it went on on another instance
+  int32_t generated_before = 0;  ///< tokens it had when it last went on on another instance
+  caf::actor_addr lost;          ///< an instance whose down message came, until a view says where to go on
   bool ended = false;
   static inline const char* name = "request";
 };
@@ -16,6 +23,9 @@ struct request_state {
 namespace {
 
 using self_ptr = caf::stateful_actor<request_state>*;
+
+/// How long a request whose instance is down waits for a view that says where to go on.
+constexpr auto resume_wait = std::chrono::seconds(10);
 
 void end(self_ptr self, const request_finished& f) {
   auto& st = self->state;
@@ -25,34 +35,83 @@ void end(self_ptr self, const request_finished& f) {
   self->quit();
 }
 
+void end_with_error(self_ptr self, std::string why) {
+  end(self, {self->state.request.id, "error", std::move(why), self->state.resumed, {}});
+}
+
+/// Hands the request to `target`.
+void submit(self_ptr self, caf::actor target, generate_request r) {
+  auto& st = self->state;
+  st.instance = std::move(target);
+  self->monitor(st.instance);
+  self->send(st.instance, std::move(r));
+}
+
+/// Its instance left the cluster: the request goes on on the instance of `view` with the most free blocks,
+/// as a request of its prompt and the tokens so far for the tokens still to come (a greedy answer goes on
+/// as it would have; a sampled one with its sampling stream started again).
+void resume(self_ptr self, const cluster_view& view) {
+  auto& st = self->state;
+  caf::actor target = most_free_instance(view);
+  if (!target)
+    return end_with_error(self, "the instance serving the request left the cluster, and no other takes requests");
+  const int32_t left = st.request.max_tokens - int32_t(st.tokens.size());
+  if (left <= 0) return end(self, {st.request.id, "length", {}, st.resumed, {}});
+  generate_request r = st.request;
+  r.prompt.insert(r.prompt.end(), st.tokens.begin(), st.tokens.end());
+  r.max_tokens = left;
+  ++st.resumed;
+  st.generated_before = int32_t(st.tokens.size());
+  st.lost = caf::actor_addr{};
+  submit(self, std::move(target), std::move(r));
+}
+
+/// Whether the message being handled comes from the instance serving the request now (not one it left).
+bool from_instance(self_ptr self) {
+  return self->current_sender() == caf::actor_cast<caf::strong_actor_ptr>(self->state.instance);
+}
+
 caf::behavior request_behavior(self_ptr self, generate_request request, caf::actor instance,
-                               request_callbacks callbacks) {
+                               request_callbacks callbacks, bool resume_elsewhere) {
   auto& st = self->state;
   st.request = std::move(request);
   st.request.client = caf::actor_cast<caf::actor>(self);
   st.callbacks = std::move(callbacks);
-  st.instance = std::move(instance);
-  self->monitor(st.instance);
-  self->set_down_handler([=](const caf::down_msg&) {
-    end(self, {self->state.request.id, "error", "the instance serving the request stopped", 0, {}});
+  st.resume_elsewhere = resume_elsewhere;
+  self->set_down_handler([=](const caf::down_msg& down) {
+    auto& st = self->state;
+    if (down.source != st.instance.address()) return;  // one it left
+    if (!st.resume_elsewhere) return end_with_error(self, "the instance serving the request stopped");
+    st.lost = down.source;  // the next view without it says where to go on
+    self->delayed_send(self, resume_wait, liveness_tick_atom::value);
   });
-  self->send(st.instance, st.request);
+  submit(self, std::move(instance), st.request);
   return {
       [=](const token_event& t) {
         auto& st = self->state;
-        if (st.ended || t.req_id != st.request.id) return;
+        if (st.ended || t.req_id != st.request.id || !from_instance(self)) return;
         if (int32_t(st.tokens.size()) >= st.request.max_tokens) return;  // never more than asked
         st.tokens.push_back(t.token);
         if (st.callbacks.on_token) st.callbacks.on_token(t.token);
       },
-      [=](const request_finished& f) {
-        if (f.req_id == self->state.request.id) end(self, f);
+      [=](request_finished& f) {
+        if (f.req_id != self->state.request.id || !from_instance(self)) return;
+        f.preemptions += self->state.resumed;  // its new instance counts from where it went on
+        f.generated += self->state.generated_before;
+        end(self, f);
       },
       [=](const cancel_request&) { self->send(self->state.instance, cancel_request{self->state.request.id}); },
       [=](const cluster_view& v) {  // its instance's down message may not reach this process: the view tells
         const caf::actor& mine = self->state.instance;
-        if (std::none_of(v.instances.begin(), v.instances.end(), [&](const auto& i) { return i.instance == mine; }))
-          end(self, {self->state.request.id, "error", "the instance serving the request left the cluster", 0, {}});
+        if (std::any_of(v.instances.begin(), v.instances.end(), [&](const auto& i) { return i.instance == mine; }))
+          return;
+        if (!self->state.resume_elsewhere)
+          return end_with_error(self, "the instance serving the request left the cluster");
+        resume(self, v);
+      },
+      [=](liveness_tick_atom) {
+        if (self->state.lost && self->state.lost == self->state.instance.address())
+          end_with_error(self, "the instance serving the request stopped");
       },
   };
 }
@@ -60,8 +119,8 @@ caf::behavior request_behavior(self_ptr self, generate_request request, caf::act
 }  // namespace
 
 caf::actor spawn_request(caf::actor_system& sys, generate_request request, caf::actor instance,
-                         request_callbacks callbacks) {
-  return sys.spawn(request_behavior, std::move(request), std::move(instance), std::move(callbacks));
+                         request_callbacks callbacks, bool resume_elsewhere) {
+  return sys.spawn(request_behavior, std::move(request), std::move(instance), std::move(callbacks), resume_elsewhere);
 }
 
 }  // namespace illm::actors

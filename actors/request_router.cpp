@@ -38,7 +38,7 @@ void request_table::spawn(caf::actor_system& sys, request_id id, const generate_
     if (on_finished) on_finished(f);
   };
   std::lock_guard lock(mutex_);
-  requests_[id] = spawn_request(sys, std::move(r), std::move(target), std::move(callbacks));
+  requests_[id] = spawn_request(sys, std::move(r), std::move(target), std::move(callbacks), resume_elsewhere_);
 }
 
 void request_table::cancel(request_id id) {

@@ -60,6 +60,8 @@ class request_router {
 /// the actors it spawned (the owner awaits them before destroying it).
 class request_table {
  public:
+  /// With `resume_elsewhere`, a request whose instance left the cluster goes on on another one.
+  explicit request_table(bool resume_elsewhere = false) : resume_elsewhere_(resume_elsewhere) {}
   /// Spawns the request actor of `id`, which submits it to `target`.
   void spawn(caf::actor_system& sys, request_id id, const generate_params& params, caf::actor target,
              request_callbacks callbacks);
@@ -75,6 +77,7 @@ class request_table {
   void clear();
 
  private:
+  bool resume_elsewhere_;
   std::mutex mutex_;
   std::map<request_id, caf::actor> requests_;
 };

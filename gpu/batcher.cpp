@@ -181,20 +181,26 @@ void batcher::complete(step_plan& plan) {
   retire();
 }
 
-bool batcher::fail_step(step_plan& plan, const std::vector<uint64_t>& failed, const std::string& why) {
-  const auto is_failed = [&](const sequence* s) {
-    return std::find(failed.begin(), failed.end(), s->id) != failed.end();
-  };
-  if (std::none_of(plan.sequences.begin(), plan.sequences.end(), is_failed)) return false;
+void batcher::discard(step_plan& plan) {
   last_tokens_ = 0;
   last_decodes_ = 0;
-  for (sequence* s : plan.sequences)
-    if (!s->finished() && is_failed(s)) {
-      s->finish = finish_reason::error;
-      s->error = why;
-    }
-  retire();
-  return true;
+  plan = {};
+  retire();  // those cancelled meanwhile
+}
+
+std::shared_ptr<sequence> batcher::take_back(uint64_t id) {
+  auto it = std::find_if(active_.begin(), active_.end(), [&](const auto& s) { return s->id == id && !s->finished(); });
+  if (it == active_.end()) return nullptr;
+  std::shared_ptr<sequence> seq = *it;
+  active_.erase(it);
+  if (status s = release_all(*seq); !s.is_ok()) {
+    seq->finish = finish_reason::error;
+    seq->error = s.message();
+    finished_.push_back(seq);
+    return nullptr;
+  }
+  ++seq->preemptions;
+  return seq;
 }
 
 status batcher::step(const kv_pools& pools, attention_router* router) {

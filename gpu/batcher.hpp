@@ -102,10 +102,13 @@ class batcher {
   static status execute(engine& e, step_plan& plan, const kv_pools& pools, attention_router* router);
   /// Applies a run plan: appends the sampled tokens, finishes and retires sequences.
   void complete(step_plan& plan);
-  /// Drops a plan whose step failed because of the sequences `failed` alone: they end with `why`, and
-  /// the others keep nothing of the step and run it again in the next plan (its KV is written again).
-  /// False, changing nothing, when none of them is in the plan.
-  bool fail_step(step_plan& plan, const std::vector<uint64_t>& failed, const std::string& why);
+  /// Drops a plan whose step failed: its sequences keep nothing of it and run it again in the next plan
+  /// (the KV it wrote is written again).
+  void discard(step_plan& plan);
+  /// Takes running sequence `id` out to start it over later (KV of it was lost): releases its blocks and
+  /// returns it with nothing cached, its tokens (prompt and answer so far) and sampling state kept. Null
+  /// when no unfinished sequence has that id.
+  std::shared_ptr<sequence> take_back(uint64_t id);
   /// plan + execute + complete on this batcher's engine.
   status step(const kv_pools& pools, attention_router* router);
 

@@ -1,6 +1,7 @@
 // The gManager's membership reports on CAF's deterministic scheduler: joined once per instance, draining,
 // left, and down when a monitored rManager dies, with the requests it owned (its placement map) and the
-// requests of others that had blocks hosted on it, so that none is lost track of.
+// requests of others that had blocks hosted on it, so that none is lost track of. And what a request
+// actor does when its instance leaves: it goes on on another from its prompt and tokens, or ends clearly.
 #include <algorithm>
 
 #include <caf/all.hpp>
@@ -9,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include "actors/gmanager.hpp"
+#include "actors/request.hpp"
 
 using namespace illm::actors;
 using namespace std::chrono_literals;
@@ -87,5 +89,93 @@ TEST_SUITE("membership") {
     f.sched->run();
     CHECK(f.count(membership_event::kind::down, 2) == 0);
     CHECK(std::string(to_string(membership_event::kind::down)) == "down");
+  }
+}
+
+namespace {
+
+/// A stand-in instance: keeps the requests it is given.
+caf::behavior recording_instance(caf::event_based_actor*, std::shared_ptr<std::vector<generate_request>> got) {
+  return {[got](const generate_request& r) { got->push_back(r); }, [](const cancel_request&) {}};
+}
+
+/// What a request actor told its client.
+struct client_log {
+  std::vector<int32_t> tokens;
+  std::vector<request_finished> ends;
+  request_callbacks callbacks() {
+    return {[this](int32_t t) { tokens.push_back(t); }, [this](const request_finished& e) { ends.push_back(e); }};
+  }
+};
+
+/// A view of one instance.
+cluster_view view_of(instance_id id, const caf::actor& instance) {
+  cluster_view v;
+  v.epoch = 5;
+  v.instances.push_back({id, 64, 64, false, {}, instance, {}, 0});
+  return v;
+}
+
+}  // namespace
+
+TEST_SUITE("membership") {
+  TEST_CASE("a request whose instance left the cluster goes on on another from its prompt and its tokens") {
+    membership_fixture f;
+    auto at_a = std::make_shared<std::vector<generate_request>>();
+    auto at_b = std::make_shared<std::vector<generate_request>>();
+    caf::actor a = f.sys->spawn(recording_instance, at_a), b = f.sys->spawn(recording_instance, at_b);
+    client_log client;
+    caf::actor req = spawn_request(*f.sys, {7, {1, 5, 9}, 6, 0.0f, 1.0f, 3, false, {}}, a, client.callbacks(), true);
+    f.sched->run();
+    REQUIRE(at_a->size() == 1);
+    for (int32_t t : {11, 12}) caf::send_as(a, req, token_event{7, t});
+    f.sched->run();
+    caf::anon_send(req, view_of(1, a));  // its instance is still there: nothing changes
+    f.sched->run();
+    CHECK(at_b->empty());
+    caf::anon_send(req, view_of(2, b));
+    f.sched->run();
+    REQUIRE(at_b->size() == 1);
+    CHECK(at_b->front().prompt == std::vector<int32_t>{1, 5, 9, 11, 12});
+    CHECK(at_b->front().max_tokens == 4);
+    CHECK(at_b->front().seed == 3);
+    caf::send_as(a, req, token_event{7, 99});  // the instance it left is not heard any more
+    caf::send_as(a, req, request_finished{7, "error", "late", 0, {}});
+    caf::send_as(b, req, token_event{7, 13});
+    caf::send_as(b, req, request_finished{7, "length", {}, 0, {}, 1});
+    f.sched->run();
+    CHECK(client.tokens == std::vector<int32_t>{11, 12, 13});
+    REQUIRE(client.ends.size() == 1);
+    CHECK(client.ends[0].reason == "length");
+    CHECK(client.ends[0].preemptions == 1);
+    CHECK(client.ends[0].generated == 3);
+    for (auto& x : {a, b}) caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
+    f.sched->run();
+  }
+
+  TEST_CASE("a request whose instance left ends with an error without resuming, with none left, or with no view") {
+    membership_fixture f;
+    auto got = std::make_shared<std::vector<generate_request>>();
+    caf::actor a = f.sys->spawn(recording_instance, got);
+    client_log fixed, stranded, unheard;
+    caf::actor r1 = spawn_request(*f.sys, {1, {1, 2}, 4, 0.0f, 1.0f, 0, false, {}}, a, fixed.callbacks(), false);
+    caf::actor r2 = spawn_request(*f.sys, {2, {1, 2}, 4, 0.0f, 1.0f, 0, false, {}}, a, stranded.callbacks(), true);
+    f.sched->run();
+    for (auto& r : {r1, r2}) caf::anon_send(r, cluster_view{6, {}});
+    f.sched->run();
+    REQUIRE(fixed.ends.size() == 1);
+    CHECK(fixed.ends[0].error.find("left the cluster") != std::string::npos);
+    REQUIRE(stranded.ends.size() == 1);
+    CHECK(stranded.ends[0].error.find("no other takes requests") != std::string::npos);
+    // Its instance dies and no view comes: it waits a while for one, then ends.
+    caf::actor r3 = spawn_request(*f.sys, {3, {1, 2}, 4, 0.0f, 1.0f, 0, false, {}}, a, unheard.callbacks(), true);
+    f.sched->run();
+    caf::anon_send_exit(a, caf::exit_reason::kill);
+    f.sched->run();
+    CHECK(unheard.ends.empty());
+    f.sched->clock().advance_time(std::chrono::seconds(10));
+    f.sched->run();
+    REQUIRE(unheard.ends.size() == 1);
+    CHECK(unheard.ends[0].error.find("stopped") != std::string::npos);
   }
 }

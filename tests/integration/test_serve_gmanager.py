@@ -3,8 +3,9 @@
 Through the front end's HTTP API: /health counts the joined instances; a short completion and one whose
 prompt needs more than one instance's pool (its blocks move between the instance processes) return the
 text of the same prompt on one embedded instance with enough memory; a streamed completion goes on while
-an instance process is SIGKILLed, and the request that lost its blocks ends with an error event, not a
-hang, while the front end keeps serving on the other instance. With the gManager gone, /health and new
+an instance process is SIGKILLed, and the request that lost its blocks, too long to start over on the one
+instance left, ends with an error event, not a hang, while the front end keeps serving on the other
+instance. With the gManager gone, /health and new
 requests answer 503; SIGTERM stops the front end (exit 0). Every process started here is gone at the end.
 Only generous upper bounds on the waits: no timing assertions.
 
