@@ -27,7 +27,7 @@ if [ $port_given -eq 0 ]; then args=(--port "$port" "${args[@]}"); fi
 build/illm serve "${args[@]}" &
 server=$!
 trap 'kill -TERM "$server" 2>/dev/null; wait "$server"' INT TERM
-for _ in $(seq 100); do
+for _ in $(seq 600); do
   curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
   kill -0 "$server" 2>/dev/null || { wait "$server"; exit 1; }
   sleep 0.1

@@ -27,6 +27,7 @@
 #include "actors/cli/stop_signals.hpp"
 #include "actors/gmanager.hpp"
 #include "actors/messages.hpp"
+#include "actors/placement/greedy_policy.hpp"
 #include "actors/placement/simple_policy.hpp"
 #include "actors/remote.hpp"
 #include "gpu/model_files.hpp"
@@ -56,6 +57,7 @@ std::unique_ptr<caf::actor_system_config> networked_config() {
 
 struct gmanager_flags {
   std::string listen;
+  std::string profile;  // the greedy policy's; empty: the simple policy
   int policy_period_ms = 50;
   int heartbeat_timeout_ms = 2000;
 };
@@ -73,7 +75,14 @@ void run_gmanager(const gmanager_flags& flags) {
   actors::gmanager_config g;
   g.policy_period = std::chrono::milliseconds(flags.policy_period_ms);
   g.heartbeat_timeout = std::chrono::milliseconds(flags.heartbeat_timeout_ms);
+  std::string placement = "simple";
   g.policy = actors::placement::policy(actors::placement::simple_policy);
+  if (!flags.profile.empty()) {
+    auto loaded = actors::placement::profile_from_file(flags.profile);
+    if (!loaded.is_ok()) fail(loaded.error().message(), 2);
+    placement = fmt::format("greedy on {}", loaded->name);
+    g.policy = actors::placement::greedy_policy(std::move(loaded).value());
+  }
   g.on_membership = [members](const actors::membership_event& e) {
     using kind = actors::membership_event::kind;
     if (e.what == kind::joined) ++*members;
@@ -103,8 +112,8 @@ void run_gmanager(const gmanager_flags& flags) {
     sys.await_all_actors_done();
     fail(fmt::format("cannot listen on {}:{}: {}", at.host, at.port, why));
   }
-  log("illm gmanager: listening on {}:{} (policy every {} ms, heartbeat timeout {} ms)", at.host, *port,
-      flags.policy_period_ms, flags.heartbeat_timeout_ms);
+  log("illm gmanager: listening on {}:{} ({} placement every {} ms, heartbeat timeout {} ms)", at.host, *port,
+      placement, flags.policy_period_ms, flags.heartbeat_timeout_ms);
 
   std::atomic<bool> never{false};
   const int signal = wait_for_stop_signal(stop_signals, never);
@@ -407,6 +416,9 @@ void add_cluster_commands(CLI::App& app) {
   gcmd->add_option("--heartbeat-timeout-ms", g->heartbeat_timeout_ms,
                    "An instance silent this long is left out of the view and the policy (default 2000)")
       ->check(CLI::Range(1, 3600000));
+  gcmd->add_option("--profile", g->profile,
+                   "Profile of the instances (illm profile --out on their host): the greedy placement policy runs on it "
+                   "(default: the simple policy)");
   add_config_file(gcmd, R"({"listen": "0.0.0.0:7000", "heartbeat-timeout-ms": 2000})");
   gcmd->callback([g] { run_gmanager(*g); });
 

@@ -1,9 +1,11 @@
 // `illm serve`: the OpenAI-compatible HTTP API in front of an embedded cluster, or of a cluster of
 // processes (--gmanager HOST:PORT: requests go to its joined instances), until SIGINT or SIGTERM.
 
+#include <chrono>
 #include <csignal>
 #include <functional>
 #include <iostream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -12,7 +14,10 @@
 #include "actors/frontend/serve_config.hpp"
 #include "actors/frontend/service.hpp"
 #include "actors/cluster.hpp"
+#include "actors/placement/greedy_policy.hpp"
+#include "actors/placement/profiler.hpp"
 #include "actors/remote_cluster.hpp"
+#include "gpu/backend_registry.hpp"
 #include "gpu/model_files.hpp"
 
 namespace illm::cli {
@@ -22,7 +27,7 @@ namespace {
 /// Flags given on the command line; each overrides the config file.
 struct serve_flags {
   std::string config;
-  std::string model, host, metrics_prefix, gmanager;
+  std::string model, host, metrics_prefix, gmanager, policy, profile;
   int port = -1, instances = 0, threads = -1, max_requests = 0;
   uint32_t kv_blocks = 0;
   std::vector<std::string> api_keys;
@@ -45,6 +50,8 @@ actors::frontend::serve_config resolve(const serve_flags& f) {
   if (f.max_requests > 0) c.service.max_requests_in_flight = f.max_requests;
   if (!f.api_keys.empty()) c.service.api_keys = f.api_keys;
   if (!f.metrics_prefix.empty()) c.metrics_prefix = f.metrics_prefix;
+  if (!f.policy.empty()) c.policy = f.policy;
+  if (!f.profile.empty()) c.profile = f.profile;
   return c;
 }
 
@@ -54,6 +61,31 @@ struct routed_cluster {
   std::function<void()> stop;
   std::string description;
 };
+
+/// The greedy policy's profile: read from `c.profile` (it must describe `model`), or measured here on the CPU
+/// with the instances' thread count (a few seconds; illm profile --out FILE, then --profile FILE, skips it).
+actors::placement::profile greedy_profile(const actors::frontend::serve_config& c, const gpu::loaded_model& model,
+                                          int threads) {
+  if (!c.profile.empty()) {
+    auto loaded = actors::placement::profile_from_file(c.profile);
+    if (!loaded.is_ok()) fail(loaded.error().message());
+    if (loaded->model != model.name || loaded->n_layers != model.weights->config().n_layers)
+      fail(fmt::format("{} describes {}, not {}: measure one with illm profile --model {}", c.profile,
+                       loaded->model.empty() ? "an unnamed model" : loaded->model, model.name, c.model));
+    return loaded.value();
+  }
+  auto device = gpu::make_backend("cpu", threads);
+  if (!device.is_ok()) fail(device.error().message());
+  actors::placement::profiler_options options;
+  options.repeats = 2;
+  const auto started = std::chrono::steady_clock::now();
+  auto measured = actors::placement::measure_profile(model, *device.value(), options);
+  if (!measured.is_ok()) fail("measuring the placement profile: " + measured.error().message());
+  fmt::print("illm serve: placement profile measured in {:.1f} s ({}; --profile FILE from illm profile skips this)\n",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), measured->name);
+  std::fflush(stdout);
+  return measured.value();
+}
 
 routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu::loaded_model& model,
                               std::shared_ptr<actors::metrics::runtime_metrics> metrics) {
@@ -67,6 +99,9 @@ routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu
   co.heartbeat_period = std::chrono::milliseconds(c.heartbeat_ms);
   co.policy_period = std::chrono::milliseconds(c.policy_ms);
   co.metrics = std::move(metrics);
+  const int threads = co.threads_per_instance > 0 ? co.threads_per_instance
+                                                  : std::max(1, int(std::thread::hardware_concurrency()) / co.instances);
+  if (c.policy == "greedy") co.policy = actors::placement::greedy_policy(greedy_profile(c, model, threads));
   auto started = actors::cluster::start(model.weights, co);
   if (!started.is_ok()) fail(started.error().message());
   actors::cluster* cl = started.value().get();
@@ -75,7 +110,8 @@ routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu
             cl->wait_pools_free(std::chrono::seconds(5));
             cl->shutdown();
           },
-          fmt::format("{} instances ({} KV blocks each)", c.instances, c.kv_blocks_per_instance)};
+          fmt::format("{} instances ({} KV blocks each, {} placement)", c.instances, c.kv_blocks_per_instance,
+                      c.policy)};
 }
 
 routed_cluster connect_remote(const actors::frontend::serve_config& c) {
@@ -151,6 +187,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--metrics-prefix", flags->metrics_prefix,
                   "Metric name prefix: illm: (default, as vLLM's vllm:) or illm_ (promtool's linter wants no ':')")
       ->check(CLI::IsMember({"illm:", "illm_"}));
+  cmd->add_option("--policy", flags->policy,
+                  "The embedded gManager's placement: greedy (the performance model, default) or simple")
+      ->check(CLI::IsMember({"greedy", "simple"}));
+  cmd->add_option("--profile", flags->profile,
+                  "Profile of the greedy policy (from illm profile --out; default: measured at start, a few seconds)");
   cmd->add_option("--api-key", flags->api_keys, "Accepted Bearer key (repeatable; default: none needed)");
   cmd->callback([flags] { run_serve(*flags); });
 }

@@ -56,6 +56,14 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
         "steps of this many tokens with remote blocks run as two lanes, dense beside remote attention (0: never)"}},
       {"heartbeat_ms", {integer(&serve_config::heartbeat_ms, 1, 60000), "rManager heartbeat period"}},
       {"policy_ms", {integer(&serve_config::policy_ms, 1, 3600000), "gManager placement period"}},
+      {"policy",
+       {[](const json& v, serve_config& c) {
+          if (!v.is_string() || (v != "greedy" && v != "simple")) return false;
+          c.policy = v.get<std::string>();
+          return true;
+        },
+        "the embedded gManager's placement: \"greedy\" (the performance model) or \"simple\""}},
+      {"profile", {text(&serve_config::profile), "profile of the greedy policy (illm profile --out); default: measured at start"}},
       {"shutdown_grace_s", {integer(&serve_config::shutdown_grace_s, 0, 3600), "time in-flight requests get on SIGTERM"}},
       {"metrics_prefix",
        {[](const json& v, serve_config& c) {

@@ -25,6 +25,8 @@ struct serve_config {
   int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;  ///< steps this long with remote blocks: two lanes
   int heartbeat_ms = 50;
   int policy_ms = 100;
+  std::string policy = "greedy";  ///< the embedded gManager's placement: greedy (the performance model) or simple
+  std::string profile;  ///< the greedy policy's profile (illm profile --out); empty: measured at start
   int shutdown_grace_s = 10;
   std::string metrics_prefix = "illm:";  ///< or "illm_"
   service_options service;

@@ -13,6 +13,8 @@
 #include <set>
 
 #include "actors/cluster.hpp"
+#include "actors/placement/greedy_policy.hpp"
+#include "actors/placement/profiler.hpp"
 #include "gpu/backend_registry.hpp"
 #include "gpu/generate.hpp"
 
@@ -114,6 +116,28 @@ generate_params greedy(std::vector<int32_t> prompt, int max_tokens) {
   return {std::move(prompt), max_tokens, 0.0f, 1.0f, 0, true};
 }
 
+/// A 2900-token request on 4 pools of 64 blocks with `policy` (empty: the simple one) run every 20 ms: its ids
+/// are those of one instance, its blocks end on 3 or more instances, some moved by the gManager's orders,
+/// and the pools are whole again after it.
+void check_spread_by_orders(placement::policy policy) {
+  const auto prompt = long_prompt(2900);
+  cluster_options o;
+  o.instances = 4;
+  o.kv_blocks_per_instance = 64;
+  o.policy_period = 20ms;
+  o.policy = std::move(policy);
+  auto c = cluster::start(model().weights, o);
+  REQUIRE(c.is_ok());
+  const auto got = run_all(*c.value(), {greedy(prompt, 16)});
+  REQUIRE(got[0].end.reason == "length");
+  CHECK(got[0].tokens == alone(prompt, 16));
+  CHECK(instances_holding(got[0].end) >= 3);
+  const auto moves = c.value()->moves();
+  CHECK(std::any_of(moves.begin(), moves.end(), [](const move_report& m) { return m.ok && !m.self_initiated; }));
+  check_pools_back_to_start(*c.value());
+  c.value()->shutdown();
+}
+
 }  // namespace
 
 TEST_SUITE("actors") {
@@ -138,21 +162,18 @@ TEST_SUITE("actors") {
   }
 
   TEST_CASE("the gManager's moves spread a long request with the ids of one instance") {
-    const auto prompt = long_prompt(2900);
-    cluster_options o;
-    o.instances = 4;
-    o.kv_blocks_per_instance = 64;
-    o.policy_period = 20ms;
-    auto c = cluster::start(model().weights, o);
-    REQUIRE(c.is_ok());
-    const auto got = run_all(*c.value(), {greedy(prompt, 16)});
-    REQUIRE(got[0].end.reason == "length");
-    CHECK(got[0].tokens == alone(prompt, 16));
-    CHECK(instances_holding(got[0].end) >= 3);
-    const auto moves = c.value()->moves();
-    CHECK(std::any_of(moves.begin(), moves.end(), [](const move_report& m) { return m.ok && !m.self_initiated; }));
-    check_pools_back_to_start(*c.value());
-    c.value()->shutdown();
+    check_spread_by_orders({});  // the simple policy
+  }
+
+  TEST_CASE("the greedy policy on a measured profile spreads a long request's attention with the ids of one instance") {
+    auto device = gpu::make_backend("cpu", 1);
+    REQUIRE(device.is_ok());
+    placement::profiler_options po;
+    po.repeats = 1;
+    auto profile = placement::measure_profile(model(), *device.value(), po);
+    REQUIRE(profile.is_ok());
+    // The owner is a debtor (one request), the idle instances creditors: its attention is worth spreading.
+    check_spread_by_orders(placement::greedy_policy(profile.value()));
   }
 
   TEST_CASE("a request that needs most of two pools keeps what fits on its owner and the rest in a room") {

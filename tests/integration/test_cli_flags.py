@@ -1,5 +1,6 @@
 """Numeric flags of the commands refuse what is not a number in their range (nan, inf, out of range) with a
-message naming the flag and the value, before doing anything; values in range are taken."""
+message naming the flag and the value, before doing anything; values in range are taken. A placement policy
+that is not one, or a profile that cannot be read, is refused by name."""
 
 import json
 import subprocess
@@ -26,6 +27,9 @@ def main():
         (["generate", "--prompt", "hi", "--instances", "2", "--overlap-min-tokens", "-3"],
          "--overlap-min-tokens: Value -3 not in range 0 to 1048576"),
         (["sim", "--trace", "x.csv", "--max-unstarted", "-1"], "--max-unstarted: Value -1 not in range 0 to 1048576"),
+        (["serve", "--policy", "best"], "--policy: best not in {greedy,simple}"),
+        (["serve", "--port", "0", "--profile", "/nonexistent/p.json"], "cannot read /nonexistent/p.json"),
+        (["gmanager", "--listen", "127.0.0.1:0", "--profile", "/nonexistent/p.json"], "cannot read /nonexistent/p.json"),
     ]
     for args, message in refused:
         result = run(*args)

@@ -1,5 +1,6 @@
 """A request on a cluster of processes over the UCX data plane: `illm gmanager` on a free loopback port and
 four `illm instance --join` processes with small pools (64 blocks of 16 tokens each, UCX over tcp on lo).
+The gManager places with the greedy policy on a profile measured here (`illm profile`, `--profile`).
 The instances exchange their worker addresses through the gManager's view and connect their planes; a
 prompt of about 2900 tokens (about three pools) goes to the cluster with `illm generate --gmanager`, so its
 KV blocks move between processes (put + flush into the destination's reserved memory) and its attention is
@@ -66,10 +67,17 @@ def main():
         print(f"reference (1 instance, 1024 blocks): {n_prompt} prompt tokens -> {reference['token_ids']}",
               flush=True)
 
-        gm = start("gmanager", "gmanager", "--listen", f"127.0.0.1:{port}", "--heartbeat-timeout-ms", "5000")
+        # The gManager places with the greedy policy on a profile of the instances measured here.
+        profile = prompt.name + ".profile.json"
+        procs.files.append(profile)
+        subprocess.run([illm, "profile", "--out", profile, "--repeats", "1", "--threads", "1"], check=True,
+                       stdout=subprocess.DEVNULL, timeout=RUN_S)
+        gm = start("gmanager", "gmanager", "--listen", f"127.0.0.1:{port}", "--heartbeat-timeout-ms", "5000",
+                   "--profile", profile)
         wait_until(lambda: gm.has(r"listening on 127\.0\.0\.1:%d" % port) or gm.process.poll() is not None, 60,
                    "the gManager to listen")
         assert gm.process.poll() is None, f"illm gmanager exited with {gm.process.returncode}"
+        assert gm.has(r"\(greedy on cpu .* placement every"), gm.output()
         ids = [0, 1, 2, 3]
         insts = [start(f"instance{i}", "instance", "--join", f"127.0.0.1:{port}", "--id", str(i),
                        "--kv-blocks-per-instance", "64", "--threads", "1", "--heartbeat-ms", "50",
