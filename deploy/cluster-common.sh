@@ -27,6 +27,7 @@ opt_illm="$cc_repo/build/illm"
 opt_model=""
 opt_log_dir=""
 opt_threads=""
+opt_profile=""
 opt_timeout=180
 opt_setup=0
 opt_frontend=1
@@ -78,6 +79,8 @@ Options:
   --illm PATH                  the illm binary (default build/illm)
   --model M                    model name or path, for the instances and the front end (default: illm's)
   --threads T                  engine threads per instance (default: cores / instances, at least 1)
+  --profile FILE               the instances' profile (illm profile --out) for the gManager's greedy
+                               placement (default: measured at start with illm profile, a few seconds)
   --log-dir DIR                each process's log in DIR (default: a temporary folder, removed on a
                                clean exit, kept and named when something failed)
   --timeout S                  how long starting may take (default 180)
@@ -115,6 +118,7 @@ cc_parse() {
       --illm) cc_need_value "$@"; opt_illm=$2; shift ;;
       --model) cc_need_value "$@"; opt_model=$2; shift ;;
       --threads) cc_need_value "$@"; opt_threads=$2; shift ;;
+      --profile) cc_need_value "$@"; opt_profile=$2; shift ;;
       --log-dir) cc_need_value "$@"; opt_log_dir=$2; shift ;;
       --timeout) cc_need_value "$@"; opt_timeout=$2; shift ;;
       --no-frontend) opt_frontend=0 ;;
@@ -288,9 +292,25 @@ cc_health_ok() {
 
 cc_model_args() { [ -n "$opt_model" ] && printf '%s\n' --model "$opt_model"; return 0; }
 
+# The instances' profile for the gManager's greedy placement: --profile, or measured here on their thread count.
+cc_placement_profile() {
+  local model=()
+  if [ -n "$opt_profile" ]; then
+    [ -r "$opt_profile" ] || cc_die "--profile $opt_profile: cannot read it"
+    case "$opt_profile" in /*) ;; *) opt_profile="$PWD/$opt_profile" ;; esac
+    return 0
+  fi
+  mapfile -t model < <(cc_model_args)
+  opt_profile="$opt_log_dir/profile.json"
+  "$opt_illm" profile --out "$opt_profile" --threads "$opt_threads" --repeats 2 "${model[@]}" \
+    >"$opt_log_dir/profile.log" 2>&1 || { cat "$opt_log_dir/profile.log" >&2; cc_die "measuring the profile failed"; }
+  cc_say "the instances' profile for the greedy placement is measured ($(cc_elapsed))"
+}
+
 cc_start_gmanager() {
   local port
-  cc_start gm gmanager gmanager --listen "$(node_addr gm):$opt_gm_port" "${opt_gm_args[@]}"
+  cc_placement_profile
+  cc_start gm gmanager gmanager --listen "$(node_addr gm):$opt_gm_port" --profile "$opt_profile" "${opt_gm_args[@]}"
   cc_wait_until "the gManager to listen" cc_log_has gm "^illm gmanager: listening on "
   port=$(sed -n 's/^illm gmanager: listening on [^ ]*:\([0-9]*\) .*/\1/p' "${cc_log[gm]}" | head -n 1)
   [ -n "$port" ] || cc_fail "cannot read the gManager's port from its log" gm
