@@ -459,6 +459,7 @@ void start_over(self_ptr self, request_id id, const std::string& why) {
   std::shared_ptr<gpu::sequence> seq = st.batcher->take_back(id);
   if (!seq) return;
   release_elsewhere(self, id);
+  if (auto* m = st.config.metrics.get()) m->requests_restarted.with({std::to_string(st.config.id)}).add();
   const bool head_has_room = !st.waiting.empty() && (st.room_asked == st.waiting.front().id ||
                                                      st.room_granted == st.waiting.front().id);
   const auto at = head_has_room ? 1 : 0;

@@ -25,6 +25,8 @@
 
 #include "actors/cli/commands.hpp"
 #include "actors/cli/stop_signals.hpp"
+#include "actors/frontend/http_server.hpp"
+#include "actors/metrics/runtime_metrics.hpp"
 #include "actors/gmanager.hpp"
 #include "actors/messages.hpp"
 #include "actors/placement/greedy_policy.hpp"
@@ -53,10 +55,47 @@ std::unique_ptr<caf::actor_system_config> networked_config() {
   return cfg;
 }
 
+// ---- /metrics of a gManager or instance process ----------------------------------------------------------
+
+/// A process's metrics: its runtime metrics on a registry, served at /metrics on --metrics-listen (no
+/// metrics, and no server, without it).
+struct metrics_endpoint {
+  std::shared_ptr<actors::metrics::registry> registry;
+  std::shared_ptr<actors::metrics::runtime_metrics> metrics;
+  std::unique_ptr<actors::frontend::http_server> server;
+};
+
+/// Serves `who`'s metrics (names under `prefix`) on `listen` (HOST:PORT, port 0: any free one), logged.
+metrics_endpoint start_metrics(const std::string& listen, const std::string& prefix, const std::string& who) {
+  metrics_endpoint out;
+  if (listen.empty()) return out;
+  const host_port at = parse_host_port(listen, "--metrics-listen", true);
+  out.registry = std::make_shared<actors::metrics::registry>();
+  out.metrics = std::make_shared<actors::metrics::runtime_metrics>(*out.registry, prefix);
+  out.server = std::make_unique<actors::frontend::http_server>();
+  out.server->route("/metrics", [registry = out.registry](const actors::frontend::http_request&,
+                                                          actors::frontend::http_reply& reply) {
+    reply.send(200, "text/plain; version=0.0.4; charset=utf-8", registry->expose());
+  });
+  if (gpu::status s = out.server->start(at.host, at.port, 2, 4096); !s.is_ok())
+    fail(fmt::format("--metrics-listen {}: {}", listen, s.message()), 2);
+  log("{}: metrics on http://{}:{}/metrics", who, at.host, out.server->port());
+  return out;
+}
+
+/// Adds --metrics-listen and --metrics-prefix to `cmd`.
+void add_metrics_options(CLI::App* cmd, std::string& listen, std::string& prefix) {
+  cmd->add_option("--metrics-listen", listen,
+                  "HOST:PORT to serve Prometheus metrics on, at /metrics (port 0: any free one; default: none)");
+  cmd->add_option("--metrics-prefix", prefix, "Metric name prefix: illm: (default) or illm_")
+      ->check(CLI::IsMember({"illm:", "illm_"}));
+}
+
 // ---- illm gmanager ---------------------------------------------------------------------------------------
 
 struct gmanager_flags {
   std::string listen;
+  std::string metrics_listen, metrics_prefix = "illm:";
   std::string profile;  // the greedy policy's; empty: the simple policy
   int policy_period_ms = 50;
   int heartbeat_timeout_ms = 2000;
@@ -71,8 +110,10 @@ void run_gmanager(const gmanager_flags& flags) {
   auto cfg = networked_config();
   caf::actor_system sys{*cfg};
 
+  metrics_endpoint endpoint = start_metrics(flags.metrics_listen, flags.metrics_prefix, "illm gmanager");
   auto members = std::make_shared<std::atomic<int>>(0);
   actors::gmanager_config g;
+  g.metrics = endpoint.metrics;
   g.policy_period = std::chrono::milliseconds(flags.policy_period_ms);
   g.heartbeat_timeout = std::chrono::milliseconds(flags.heartbeat_timeout_ms);
   std::string placement = "simple";
@@ -129,6 +170,7 @@ void run_gmanager(const gmanager_flags& flags) {
 
 struct instance_flags {
   std::string join;
+  std::string metrics_listen, metrics_prefix = "illm:";
   int id = 0;
   uint32_t kv_blocks = 256;
   std::string model = "stories15M";
@@ -254,6 +296,8 @@ void run_instance(const instance_flags& flags) {
     sys.await_actors_before_shutdown(false);
     fail(fmt::format("{}: {}", me, taken), 2);
   }
+  metrics_endpoint endpoint = start_metrics(flags.metrics_listen, flags.metrics_prefix, me);
+  o.metrics = endpoint.metrics;
   o.kv_blocks = flags.kv_blocks;
   o.threads = flags.threads;
   o.heartbeat_period = std::chrono::milliseconds(flags.heartbeat_ms);
@@ -419,6 +463,7 @@ void add_cluster_commands(CLI::App& app) {
   gcmd->add_option("--profile", g->profile,
                    "Profile of the instances (illm profile --out on their host): the greedy placement policy runs on it "
                    "(default: the simple policy)");
+  add_metrics_options(gcmd, g->metrics_listen, g->metrics_prefix);
   add_config_file(gcmd, R"({"listen": "0.0.0.0:7000", "heartbeat-timeout-ms": 2000})");
   gcmd->callback([g] { run_gmanager(*g); });
 
@@ -435,6 +480,7 @@ void add_cluster_commands(CLI::App& app) {
   icmd->add_option("--heartbeat-ms", f->heartbeat_ms, "Heartbeat period (default 50)")->check(CLI::Range(1, 60000));
   icmd->add_option("--drain-timeout-s", f->drain_timeout_s, "On SIGTERM, how long to wait to be idle (default 30)")
       ->check(CLI::Range(0, 3600));
+  add_metrics_options(icmd, f->metrics_listen, f->metrics_prefix);
   add_config_file(icmd, R"({"join": "10.0.0.1:7000", "id": 3, "kv-blocks-per-instance": 4096, "ucx-net-devices": "eth0"})");
   icmd->callback([f] { run_instance(*f); });
 }

@@ -34,6 +34,10 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
       remote_attention_latency(r.add_histogram(prefix + "remote_attention_latency_seconds",
                                                "From a layer's queries sent to remote holders to the last of their partials in, per layer and lane.",
                                                latency_buckets(), {"instance"})),
+      requests_restarted(r.add_counter(prefix + "requests_restarted_total",
+                                       "Requests that started over from their tokens because a holder of their KV "
+                                       "failed, by owner instance.",
+                                       {"instance"})),
       heartbeat_age(r.add_gauge(prefix + "heartbeat_age_seconds", "Age of an instance's last heartbeat at the gManager.",
                                 {"instance"})),
       instances_alive(r.add_gauge(prefix + "instances_alive", "Instances with a recent heartbeat.")) {}

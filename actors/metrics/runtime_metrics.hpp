@@ -38,6 +38,8 @@ struct runtime_metrics {
   family<counter>& moves_failed;    ///< illm:kv_moves_failed_total{instance}
   family<counter>& move_bytes;      ///< illm:kv_move_bytes_total{instance}
   family<histogram>& remote_attention_latency;  ///< illm:remote_attention_latency_seconds{instance}
+  /// illm:requests_restarted_total{instance}: requests that started over because a holder of their KV failed
+  family<counter>& requests_restarted;
 
   // Membership (the gManager).
   family<gauge>& heartbeat_age;    ///< illm:heartbeat_age_seconds{instance}

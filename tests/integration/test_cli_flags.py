@@ -30,6 +30,9 @@ def main():
         (["serve", "--policy", "best"], "--policy: best not in {greedy,simple}"),
         (["serve", "--port", "0", "--profile", "/nonexistent/p.json"], "cannot read /nonexistent/p.json"),
         (["gmanager", "--listen", "127.0.0.1:0", "--profile", "/nonexistent/p.json"], "cannot read /nonexistent/p.json"),
+        (["gmanager", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:x"],
+         "--metrics-listen 127.0.0.1:x: expected HOST:PORT with a port in 0..65535"),
+        (["instance", "--join", "127.0.0.1:1", "--metrics-prefix", "bad"], "--metrics-prefix: bad not in {illm:,illm_}"),
     ]
     for args, message in refused:
         result = run(*args)

@@ -3,7 +3,8 @@ processes with small pools (64 blocks of 16 tokens each, UCX over tcp on lo).
 
 A holder dies: a prompt of about one and a half pools goes to the cluster, so some of its KV blocks move
 to another process; that process is SIGKILLed while the request runs. The owner starts the request over
-from its tokens on the survivors (a preemption), and it completes with the ids of one instance.
+from its tokens on the survivors (a preemption, counted by the owner's illm:requests_restarted_total at its
+--metrics-listen), and it completes with the ids of one instance.
 
 An owner dies: the long prompt goes to the cluster again, 16 or more of its blocks move to another
 instance, and the owner is SIGKILLed. The holder releases what it kept for the dead owner; the client goes
@@ -20,7 +21,7 @@ import signal
 import sys
 import tempfile
 
-from common import ProcGroup, SkipTest, free_port, make_prompt, run_json, wait_until
+from common import ProcGroup, SkipTest, free_port, make_prompt, metric, request, run_json, wait_until
 
 JOIN_S = 120
 RUN_S = 600
@@ -90,7 +91,15 @@ def main():
                    "the gManager to listen")
         insts = {i: start(f"instance{i}", "instance", "--join", f"127.0.0.1:{port}", "--id", str(i),
                           "--kv-blocks-per-instance", str(POOL_BLOCKS), "--threads", "1", "--heartbeat-ms", "50",
-                          "--ucx-tls", "tcp", "--ucx-net-devices", "lo") for i in (0, 1, 2, 3)}
+                          "--ucx-tls", "tcp", "--ucx-net-devices", "lo", "--metrics-listen", "127.0.0.1:0")
+                 for i in (0, 1, 2, 3)}
+
+        def metrics_of(i):
+            """Instance i's Prometheus exposition, from the port its log names."""
+            port = int(re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", insts[i].output())[1])
+            status, text = request(port, "GET", "/metrics", timeout=10)
+            assert status == 200, (status, text)
+            return text
 
         def all_connected():
             for p in insts.values():
@@ -121,6 +130,8 @@ def main():
         result = answer_of(victim)
         assert result["token_ids"] == long_reference["token_ids"], (result["token_ids"], long_reference["token_ids"])
         assert result["preemptions"] >= 1, result  # it started over
+        restarted = metric(metrics_of(owner), "illm:requests_restarted_total", {"instance": owner})
+        assert restarted >= 1, metrics_of(owner)
         print(f"  it started over ({result['preemptions']} preemption) and completed: the {len(result['token_ids'])} "
               f"ids of one instance", flush=True)
         assert insts[holder].wait_exit(EXIT_S) == -signal.SIGKILL
