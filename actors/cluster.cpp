@@ -91,8 +91,9 @@ int cluster::size() const { return int(nodes_.size()); }
 
 request_id cluster::submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) {
   const request_id id = next_request_++;
-  caf::actor target = most_free_instance(view);
-  if (!target) target = nodes_.front()->instance();
+  const instance_view* most_free = most_free_instance(view);
+  serving_instance target = most_free ? serving_instance{most_free->instance, most_free->inst_id}
+                                      : serving_instance{nodes_.front()->instance(), nodes_.front()->id()};
   requests_.spawn(*system_, id, params, std::move(target), std::move(callbacks));
   return id;
 }

@@ -121,6 +121,7 @@ cluster_view view_of(self_ptr self) {
   cluster_view v;
   v.epoch = st.epoch;
   const auto held = held_for_room(self);
+  for (const auto& [id, m] : st.members) v.members.push_back(id);
   for (const auto& [id, m] : st.members)
     if (alive(self, m))
       v.instances.push_back({id, m.stats.total_blocks, unreserved_free(st, id, m), m.draining || m.stats.draining,

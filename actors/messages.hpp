@@ -128,7 +128,12 @@ struct instance_view {
 /// gManager -> rManager (answer to join and heartbeat): the cluster as of the last heartbeats.
 struct cluster_view {
   uint64_t epoch = 0;
-  std::vector<instance_view> instances;
+  std::vector<instance_view> instances;  ///< the members heard from lately
+  /// Every member's id, those silent for a while (left out of `instances`) too: an id missing here has
+  /// left the cluster or died, one only missing from `instances` may come back.
+  std::vector<instance_id> members;
+  /// Whether instance `id` is a member (heard from lately or not).
+  bool has_member(instance_id id) const { return std::find(members.begin(), members.end(), id) != members.end(); }
   uint32_t free_blocks() const {
     uint32_t n = 0;
     for (const auto& i : instances) n += i.free_blocks;
@@ -401,7 +406,7 @@ typename Inspector::result_type inspect(Inspector& f, instance_view& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
-  return f(caf::meta::type_name("cluster_view"), x.epoch, x.instances);
+  return f(caf::meta::type_name("cluster_view"), x.epoch, x.instances, x.members);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_cluster& x) {

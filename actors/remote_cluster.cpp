@@ -23,8 +23,9 @@ constexpr auto watch_period = std::chrono::milliseconds(500);
 
 /// Watches the cluster for this front end's requests. A request actor monitors its instance, but the down
 /// message of an instance in another process may never reach this one (CAF routes it through the
-/// gManager's node), so the watcher asks the gManager's view every period and, when an instance left it
-/// (or the gManager is gone), tells the request actors the view: those served by a missing instance end.
+/// gManager's node), so the watcher asks the gManager's view every period and, when a member left it (or
+/// the gManager is gone), tells the request actors the view: those served by a missing member go on
+/// elsewhere.
 caf::behavior watch_cluster(caf::event_based_actor* self, caf::actor gm, std::shared_ptr<std::atomic<bool>> alive,
                             request_table* requests) {
   auto members = std::make_shared<std::set<instance_id>>();
@@ -40,8 +41,7 @@ caf::behavior watch_cluster(caf::event_based_actor* self, caf::actor gm, std::sh
         self->request(gm, std::chrono::seconds(5), view_atom::value)
             .then(
                 [=](const cluster_view& v) {
-                  std::set<instance_id> now;
-                  for (const auto& i : v.instances) now.insert(i.inst_id);
+                  const std::set<instance_id> now(v.members.begin(), v.members.end());
                   const bool left = !std::includes(now.begin(), now.end(), members->begin(), members->end());
                   *members = std::move(now);
                   if (left) requests->tell_view(v);
@@ -101,7 +101,7 @@ std::vector<move_report> remote_cluster::moves_of(request_id id) {
 request_id remote_cluster::submit(const generate_params& params, request_callbacks callbacks,
                                   const cluster_view& view) {
   const request_id id = next_request_++;
-  caf::actor target = stopped_ ? caf::actor{} : most_free_instance(view);
+  const instance_view* target = stopped_ ? nullptr : most_free_instance(view);
   if (!target) {
     const char* why = stopped_            ? "the front end is stopping"
                       : gmanager_alive() ? "the cluster has no instance that takes requests"
@@ -109,7 +109,7 @@ request_id remote_cluster::submit(const generate_params& params, request_callbac
     if (callbacks.on_finished) callbacks.on_finished({id, "error", why, 0, {}});
     return id;
   }
-  requests_.spawn(*system_, id, params, std::move(target), std::move(callbacks));
+  requests_.spawn(*system_, id, params, {target->instance, target->inst_id}, std::move(callbacks));
   return id;
 }
 

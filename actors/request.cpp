@@ -12,6 +12,7 @@ struct request_state {
   std::vector<int32_t> tokens;
   request_callbacks callbacks;
   caf::actor instance;
+  instance_id serving_id = 0;  ///< its id in the cluster's views
   bool resume_elsewhere = false;
   int32_t resumed = 0;           ///< times it went on on another instance
   int32_t generated_before = 0;  ///< tokens it had when it last went on on another instance
@@ -40,9 +41,10 @@ void end_with_error(self_ptr self, std::string why) {
 }
 
 /// Hands the request to `target`.
-void submit(self_ptr self, caf::actor target, generate_request r) {
+void submit(self_ptr self, serving_instance target, generate_request r) {
   auto& st = self->state;
-  st.instance = std::move(target);
+  st.instance = std::move(target.actor);
+  st.serving_id = target.id;
   self->monitor(st.instance);
   self->send(st.instance, std::move(r));
 }
@@ -52,7 +54,7 @@ void submit(self_ptr self, caf::actor target, generate_request r) {
 /// as it would have; a sampled one with its sampling stream started again).
 void resume(self_ptr self, const cluster_view& view) {
   auto& st = self->state;
-  caf::actor target = most_free_instance(view);
+  const instance_view* target = most_free_instance(view);
   if (!target)
     return end_with_error(self, "the instance serving the request left the cluster, and no other takes requests");
   const int32_t left = st.request.max_tokens - int32_t(st.tokens.size());
@@ -63,7 +65,7 @@ void resume(self_ptr self, const cluster_view& view) {
   ++st.resumed;
   st.generated_before = int32_t(st.tokens.size());
   st.lost = caf::actor_addr{};
-  submit(self, std::move(target), std::move(r));
+  submit(self, {target->instance, target->inst_id}, std::move(r));
 }
 
 /// Whether the message being handled comes from the instance serving the request now (not one it left).
@@ -71,7 +73,7 @@ bool from_instance(self_ptr self) {
   return self->current_sender() == caf::actor_cast<caf::strong_actor_ptr>(self->state.instance);
 }
 
-caf::behavior request_behavior(self_ptr self, generate_request request, caf::actor instance,
+caf::behavior request_behavior(self_ptr self, generate_request request, serving_instance instance,
                                request_callbacks callbacks, bool resume_elsewhere) {
   auto& st = self->state;
   st.request = std::move(request);
@@ -102,9 +104,7 @@ caf::behavior request_behavior(self_ptr self, generate_request request, caf::act
       },
       [=](const cancel_request&) { self->send(self->state.instance, cancel_request{self->state.request.id}); },
       [=](const cluster_view& v) {  // its instance's down message may not reach this process: the view tells
-        const caf::actor& mine = self->state.instance;
-        if (std::any_of(v.instances.begin(), v.instances.end(), [&](const auto& i) { return i.instance == mine; }))
-          return;
+        if (v.has_member(self->state.serving_id)) return;  // there, or only silent a while
         if (!self->state.resume_elsewhere)
           return end_with_error(self, "the instance serving the request left the cluster");
         resume(self, v);
@@ -118,7 +118,7 @@ caf::behavior request_behavior(self_ptr self, generate_request request, caf::act
 
 }  // namespace
 
-caf::actor spawn_request(caf::actor_system& sys, generate_request request, caf::actor instance,
+caf::actor spawn_request(caf::actor_system& sys, generate_request request, serving_instance instance,
                          request_callbacks callbacks, bool resume_elsewhere) {
   return sys.spawn(request_behavior, std::move(request), std::move(instance), std::move(callbacks), resume_elsewhere);
 }

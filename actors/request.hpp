@@ -15,12 +15,18 @@ struct request_callbacks {
   std::function<void(const request_finished& end)> on_finished;
 };
 
+/// Where a request runs: an instance's actor and its id in the cluster's views.
+struct serving_instance {
+  caf::actor actor;
+  instance_id id = 0;
+};
+
 /// Spawns a request actor that submits `request` to `instance` (request.client is set to itself).
-/// Send it cancel_request to stop the request, and the cluster_view when an instance left it: a request
-/// whose instance is not in the view ends with an error or, with `resume_elsewhere`, goes on on the
+/// Send it cancel_request to stop the request, and the cluster_view when a member left: a request whose
+/// instance is no member of the view ends with an error or, with `resume_elsewhere`, goes on on the
 /// view's instance with the most free blocks from its prompt and the tokens so far (then its instance's
 /// down message only starts a wait for that view).
-caf::actor spawn_request(caf::actor_system& sys, generate_request request, caf::actor instance,
+caf::actor spawn_request(caf::actor_system& sys, generate_request request, serving_instance instance,
                          request_callbacks callbacks, bool resume_elsewhere = false);
 
 }  // namespace illm::actors

@@ -4,14 +4,10 @@
 
 namespace illm::actors {
 
-caf::actor most_free_instance(const cluster_view& view) {
-  caf::actor target;
-  uint32_t best = 0;
+const instance_view* most_free_instance(const cluster_view& view) {
+  const instance_view* target = nullptr;
   for (const instance_view& i : view.instances)
-    if (!i.draining && i.instance && (!target || i.free_blocks > best)) {
-      best = i.free_blocks;
-      target = i.instance;
-    }
+    if (!i.draining && i.instance && (!target || i.free_blocks > target->free_blocks)) target = &i;
   return target;
 }
 
@@ -25,8 +21,8 @@ serving_capacity capacity_of(const cluster_view& view) {
   return c;
 }
 
-void request_table::spawn(caf::actor_system& sys, request_id id, const generate_params& params, caf::actor target,
-                          request_callbacks callbacks) {
+void request_table::spawn(caf::actor_system& sys, request_id id, const generate_params& params,
+                          serving_instance target, request_callbacks callbacks) {
   generate_request r{id, params.prompt, params.max_tokens, params.temperature, params.top_p, params.seed,
                      params.ignore_eos, {}};
   auto on_finished = std::move(callbacks.on_finished);

@@ -23,8 +23,8 @@ struct generate_params {
 };
 
 /// Where a new request goes: the instance of the view, not draining, with the most free blocks (the
-/// first such one when none has any); an empty handle when the view has none.
-caf::actor most_free_instance(const cluster_view& view);
+/// first such one when none has any); null when the view has none.
+const instance_view* most_free_instance(const cluster_view& view);
 
 /// The instances of a view that take new requests, and the tokens of KV their pools hold in all.
 struct serving_capacity {
@@ -63,7 +63,7 @@ class request_table {
   /// With `resume_elsewhere`, a request whose instance left the cluster goes on on another one.
   explicit request_table(bool resume_elsewhere = false) : resume_elsewhere_(resume_elsewhere) {}
   /// Spawns the request actor of `id`, which submits it to `target`.
-  void spawn(caf::actor_system& sys, request_id id, const generate_params& params, caf::actor target,
+  void spawn(caf::actor_system& sys, request_id id, const generate_params& params, serving_instance target,
              request_callbacks callbacks);
   void cancel(request_id id);
   void cancel_all();

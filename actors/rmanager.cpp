@@ -143,19 +143,20 @@ void connect_peers(rmanager_state& st) {
 
 void release_hosted(self_ptr self, const release_blocks& r);
 
-/// Owners that were in the last view and are not in `next` (they left, or died): nobody will attend or
-/// release the blocks kept here for their requests, nor fill their rooms, so those go now.
+/// Owners that were members in the last view and are not in `next` (they left, or died; one only silent
+/// for a while stays a member): nobody will attend or release the blocks kept here for their requests, nor
+/// fill their rooms, so those go now.
 void release_departed(self_ptr self, const cluster_view& next) {
   auto& st = self->state;
-  for (const instance_view& was : st.view.instances) {
-    if (was.inst_id == st.config.id || find_instance(next, was.inst_id)) continue;
+  for (instance_id gone : st.view.members) {
+    if (gone == st.config.id || next.has_member(gone)) continue;
     std::set<request_id> requests;
-    for (uint64_t req : st.config.hosted->requests_of(was.inst_id)) requests.insert(req);
-    for (uint64_t req : st.config.promises->requests_of(was.inst_id)) requests.insert(req);
-    for (request_id req : requests) release_hosted(self, release_blocks{req, was.inst_id});
+    for (uint64_t req : st.config.hosted->requests_of(gone)) requests.insert(req);
+    for (uint64_t req : st.config.promises->requests_of(gone)) requests.insert(req);
+    for (request_id req : requests) release_hosted(self, release_blocks{req, gone});
     if (!requests.empty())
       plane_log(st, fmt::format("rmanager {}: instance {} is gone: released what was kept here for its {} request(s)",
-                                st.config.id, was.inst_id, requests.size()));
+                                st.config.id, gone, requests.size()));
   }
 }
 

@@ -108,11 +108,13 @@ struct client_log {
   }
 };
 
-/// A view of one instance.
-cluster_view view_of(instance_id id, const caf::actor& instance) {
+/// A view of one instance, heard from lately, and of other members silent for a while.
+cluster_view view_of(instance_id id, const caf::actor& instance, std::vector<instance_id> silent = {}) {
   cluster_view v;
   v.epoch = 5;
   v.instances.push_back({id, 64, 64, false, {}, instance, {}, 0});
+  v.members = std::move(silent);
+  v.members.push_back(id);
   return v;
 }
 
@@ -125,12 +127,14 @@ TEST_SUITE("membership") {
     auto at_b = std::make_shared<std::vector<generate_request>>();
     caf::actor a = f.sys->spawn(recording_instance, at_a), b = f.sys->spawn(recording_instance, at_b);
     client_log client;
-    caf::actor req = spawn_request(*f.sys, {7, {1, 5, 9}, 6, 0.0f, 1.0f, 3, false, {}}, a, client.callbacks(), true);
+    caf::actor req =
+        spawn_request(*f.sys, {7, {1, 5, 9}, 6, 0.0f, 1.0f, 3, false, {}}, {a, 1}, client.callbacks(), true);
     f.sched->run();
     REQUIRE(at_a->size() == 1);
     for (int32_t t : {11, 12}) caf::send_as(a, req, token_event{7, t});
     f.sched->run();
     caf::anon_send(req, view_of(1, a));  // its instance is still there: nothing changes
+    caf::anon_send(req, view_of(2, b, {1}));  // nor while it is a member only silent for a while
     f.sched->run();
     CHECK(at_b->empty());
     caf::anon_send(req, view_of(2, b));
@@ -158,8 +162,8 @@ TEST_SUITE("membership") {
     auto got = std::make_shared<std::vector<generate_request>>();
     caf::actor a = f.sys->spawn(recording_instance, got);
     client_log fixed, stranded, unheard;
-    caf::actor r1 = spawn_request(*f.sys, {1, {1, 2}, 4, 0.0f, 1.0f, 0, false, {}}, a, fixed.callbacks(), false);
-    caf::actor r2 = spawn_request(*f.sys, {2, {1, 2}, 4, 0.0f, 1.0f, 0, false, {}}, a, stranded.callbacks(), true);
+    caf::actor r1 = spawn_request(*f.sys, {1, {1, 2}, 4, 0.0f, 1.0f, 0, false, {}}, {a, 1}, fixed.callbacks(), false);
+    caf::actor r2 = spawn_request(*f.sys, {2, {1, 2}, 4, 0.0f, 1.0f, 0, false, {}}, {a, 1}, stranded.callbacks(), true);
     f.sched->run();
     for (auto& r : {r1, r2}) caf::anon_send(r, cluster_view{6, {}});
     f.sched->run();
@@ -168,7 +172,7 @@ TEST_SUITE("membership") {
     REQUIRE(stranded.ends.size() == 1);
     CHECK(stranded.ends[0].error.find("no other takes requests") != std::string::npos);
     // Its instance dies and no view comes: it waits a while for one, then ends.
-    caf::actor r3 = spawn_request(*f.sys, {3, {1, 2}, 4, 0.0f, 1.0f, 0, false, {}}, a, unheard.callbacks(), true);
+    caf::actor r3 = spawn_request(*f.sys, {3, {1, 2}, 4, 0.0f, 1.0f, 0, false, {}}, {a, 1}, unheard.callbacks(), true);
     f.sched->run();
     caf::anon_send_exit(a, caf::exit_reason::kill);
     f.sched->run();

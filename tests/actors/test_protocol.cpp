@@ -636,6 +636,14 @@ TEST_SUITE("actors") {
     f.orders.next.push_back({9, 1, 2, 2});
     f.settle();
     REQUIRE(f.pools[2]->blocks_of(9) == 2);
+    // A view that leaves instance 0 out while it is still a member (silent a while) releases nothing.
+    cluster_view silent = f.view();  // as new as any the rManager has seen
+    std::erase_if(silent.instances, [](const instance_view& i) { return i.inst_id == 0; });
+    REQUIRE(silent.has_member(0));
+    caf::anon_send(f.rmanagers[1], silent);
+    f.sched->run();
+    CHECK(f.pools[1]->blocks_of(7) == 3);
+    CHECK(f.promises[1]->rooms_total() + f.promises[2]->rooms_total() == 6);
     caf::anon_send_exit(f.rmanagers[0], caf::exit_reason::kill);
     f.settle();
     CHECK(f.pools[1]->blocks_of(7) == 0);
