@@ -99,9 +99,10 @@ EOF
 EOF
   cat <<EOF
 
-The command gets ILLM_GMANAGER (host:port), ILLM_URL (http://host:port), ILLM_LOG_DIR, ILLM_INSTANCES
-and ILLM_PIDS (every process started, gManager first)${CC_NETNS_ENV:-}. A process that dies while the
-command runs is reported, and the command goes on (it may be testing exactly that).
+The command gets ILLM_GMANAGER (host:port), ILLM_URL (http://host:port), ILLM_LOG_DIR, ILLM_INSTANCES,
+ILLM_PIDS (every process started, gManager first) and ILLM_METRICS_TARGETS (HOST:PORT of every process's
+/metrics, also in prometheus-targets.json in the log folder, for Prometheus' file_sd)${CC_NETNS_ENV:-}.
+A process that dies while the command runs is reported, and the command goes on (it may be testing exactly that).
 EOF
 }
 
@@ -310,7 +311,8 @@ cc_placement_profile() {
 cc_start_gmanager() {
   local port
   cc_placement_profile
-  cc_start gm gmanager gmanager --listen "$(node_addr gm):$opt_gm_port" --profile "$opt_profile" "${opt_gm_args[@]}"
+  cc_start gm gmanager gmanager --listen "$(node_addr gm):$opt_gm_port" --profile "$opt_profile" \
+    --metrics-listen "$(node_addr gm):0" "${opt_gm_args[@]}"
   cc_wait_until "the gManager to listen" cc_log_has gm "^illm gmanager: listening on "
   port=$(sed -n 's/^illm gmanager: listening on [^ ]*:\([0-9]*\) .*/\1/p' "${cc_log[gm]}" | head -n 1)
   [ -n "$port" ] || cc_fail "cannot read the gManager's port from its log" gm
@@ -324,7 +326,7 @@ cc_start_instances() {
   for ((i = 0; i < opt_instances; ++i)); do
     cc_start "i$i" "instance-$i" instance --join "$cc_gmanager" --id "$i" --kv-blocks-per-instance "$opt_kv_blocks" \
       --threads "$opt_threads" --ucx-tls tcp --ucx-net-devices "$(node_ucx_device "i$i")" "${model[@]}" \
-      "${opt_instance_args[@]}"
+      --metrics-listen "$(node_addr "i$i"):0" "${opt_instance_args[@]}"
   done
   cc_wait_until "$opt_instances instances to join" cc_instances_joined
   cc_say "every instance joined ($opt_instances; $(cc_elapsed))"
@@ -345,6 +347,22 @@ cc_start_frontend() {
   cc_say "the front end at $cc_url is healthy ($(cc_elapsed))"
 }
 
+# Every process's /metrics (the front end's too), for Prometheus: ILLM_METRICS_TARGETS and, as a file_sd
+# target file, prometheus-targets.json in the log folder. Each port is read from the line its process logged.
+cc_write_metrics_targets() {
+  local i role port targets=() json roles=(gm)
+  for ((i = 0; i < opt_instances; ++i)); do roles+=("i$i"); done
+  for role in "${roles[@]}"; do
+    port=$(sed -n 's|.*: metrics on http://.*:\([0-9]*\)/metrics$|\1|p' "${cc_log[$role]}" | head -n 1)
+    [ -n "$port" ] || cc_fail "cannot read the metrics port from its log" "$role"
+    targets+=("$(node_addr "$role"):$port")
+  done
+  [ "$opt_frontend" = 1 ] && targets+=("${cc_url#http://}")
+  ILLM_METRICS_TARGETS=$(IFS=,; echo "${targets[*]}")
+  json=$(printf '"%s",' "${targets[@]}")
+  echo "[{\"targets\": [${json%,}], \"labels\": {\"job\": \"illm\"}}]" >"$opt_log_dir/prometheus-targets.json"
+}
+
 cc_summary() {
   local i
   echo "$CC_NAME: up in $((SECONDS - cc_t0)) s; logs in $opt_log_dir"
@@ -356,11 +374,14 @@ cc_summary() {
   [ "$opt_frontend" = 1 ] &&
     echo "  front end    $cc_url  ($(node_where fe), pid ${cc_pid[fe]}; OpenAI API under /v1, /health, /metrics)"
   net_summary
+  cc_write_metrics_targets
+  echo "  metrics      $ILLM_METRICS_TARGETS (/metrics; $opt_log_dir/prometheus-targets.json for file_sd)"
   export ILLM_GMANAGER=$cc_gmanager ILLM_LOG_DIR=$opt_log_dir ILLM_INSTANCES=$opt_instances
+  export ILLM_METRICS_TARGETS
   ILLM_PIDS=$(for role in "${cc_roles[@]}"; do printf '%s ' "${cc_pid[$role]}"; done)
   export ILLM_PIDS=${ILLM_PIDS% }
   if [ "$opt_frontend" = 1 ]; then export ILLM_URL=$cc_url; else unset ILLM_URL; fi
-  for var in ILLM_GMANAGER ILLM_URL ILLM_LOG_DIR ILLM_INSTANCES ILLM_PIDS ${CC_EXPORTS:-}; do
+  for var in ILLM_GMANAGER ILLM_URL ILLM_LOG_DIR ILLM_INSTANCES ILLM_PIDS ILLM_METRICS_TARGETS ${CC_EXPORTS:-}; do
     [ -n "${!var:-}" ] && echo "export $var='${!var}'"
   done
   return 0
