@@ -1,17 +1,74 @@
 #include "actors/attention_server.hpp"
 
+#include <chrono>
+
 #include <fmt/format.h>
 
 namespace illm::actors {
 
 namespace {
 
+using written_atom = caf::atom_constant<caf::atom("written")>;
+using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
+
+/// A chunk's attend whose blocks are not written that far yet.
+struct parked_attend {
+  instance_id from = 0;
+  attend request;
+  std::chrono::steady_clock::time_point since;
+};
+
+struct attention_server_state {
+  std::vector<parked_attend> parked;
+  bool recheck_due = false;
+  static inline const char* name = "attention_server";
+};
+
+using self_ptr = caf::stateful_actor<attention_server_state>*;
+
+/// MicroAttention of `a`'s queries over `physical` (first tokens at `first_token`) into `p`.
+void attend_blocks(const attention_server_config& c, const attend& a, const std::vector<uint32_t>& physical,
+                   const std::vector<int32_t>& first_token, partials& p) {
+  const size_t row = size_t(c.shape.n_heads) * c.shape.head_dim;
+  const size_t rows = size_t(a.n_q) * c.shape.n_heads;
+  p.m.resize(rows);
+  p.e.resize(rows);
+  p.ma.resize(rows * c.shape.head_dim);
+  const gpu::status s = c.device->micro_attention(c.shape, a.q.data(), row, a.q_pos.data(), a.n_q,
+                                                  c.pool->layer_view(a.layer), physical.data(), first_token.data(),
+                                                  int(physical.size()), p.m.data(), p.e.data(), p.ma.data());
+  p.ok = s.is_ok();
+  if (!p.ok) p.error = s.message();
+}
+
+/// Why `a` cannot be answered here (empty: it can): a shape that is not this model's, or (for a chunk's
+/// queries) a listed block that this pool does not keep for that request of that owner.
+std::string refusal(const attention_server_config& c, const attend& a, instance_id from) {
+  const size_t row = size_t(c.shape.n_heads) * c.shape.head_dim;
+  if (a.layer >= c.n_layers || a.q.size() != size_t(a.n_q) * row) return "attend does not match this model's shape";
+  for (uint32_t b : a.blocks)
+    if (!c.pool->is_used(b) || c.pool->owner(b) != gpu::block_owner{a.req_id, a.owner})
+      return fmt::format("instance {} keeps no block {} of request {} of instance {} (asked by instance {})",
+                         c.plane->self(), b, a.req_id, a.owner, from);
+  return {};
+}
+
+/// Whether every listed block has `a`'s layer written.
+bool written(const attention_server_config& c, const attend& a) {
+  for (uint32_t b : a.blocks)
+    if (c.pool->layers_written(b) <= uint32_t(a.layer)) return false;
+  return true;
+}
+
 partials answer(const attention_server_config& c, const attend& a, instance_id from) {
   partials p;
   p.tag = a.tag;
-  const size_t row = size_t(c.shape.n_heads) * c.shape.head_dim;
-  if (a.layer >= c.n_layers || a.q.size() != size_t(a.n_q) * row) {
-    p.error = "attend does not match this model's shape";
+  if (std::string why = refusal(c, a, from); !why.empty()) {
+    p.error = std::move(why);
+    return p;
+  }
+  if (!a.blocks.empty()) {
+    attend_blocks(c, a, a.blocks, a.block_pos, p);
     return p;
   }
   const std::optional<hosted_blocks::blocks> found = c.hosted->find(from, a.req_id, a.num_blocks);
@@ -20,33 +77,71 @@ partials answer(const attention_server_config& c, const attend& a, instance_id f
                           a.num_blocks, a.req_id, from);
     return p;
   }
-  const hosted_blocks::blocks& held = *found;
-  const size_t rows = size_t(a.n_q) * c.shape.n_heads;
-  p.m.resize(rows);
-  p.e.resize(rows);
-  p.ma.resize(rows * c.shape.head_dim);
-  const gpu::status s = c.device->micro_attention(c.shape, a.q.data(), row, a.q_pos.data(), a.n_q,
-                                                  c.pool->layer_view(a.layer), held.physical.data(),
-                                                  held.first_token.data(), int(held.physical.size()), p.m.data(),
-                                                  p.e.data(), p.ma.data());
-  p.ok = s.is_ok();
-  if (!p.ok) p.error = s.message();
+  attend_blocks(c, a, found->physical, found->first_token, p);
   return p;
 }
 
-caf::behavior attention_server_behavior(caf::event_based_actor*, attention_server_config config) {
+void send_answer(const attention_server_config& c, instance_id to, const partials& p) {
+  const std::vector<uint8_t> payload = encode(p);
+  c.plane->send(to, transport::channel::partials, payload, [](gpu::status) {});
+}
+
+/// Answers the parked attends whose blocks are written now, refuses those whose blocks went (their request
+/// ended) or that waited past the limit, and keeps the rest.
+void retry_parked(self_ptr self, const attention_server_config& c) {
+  auto& parked = self->state.parked;
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<parked_attend> still;
+  for (parked_attend& w : parked) {
+    if (std::string why = refusal(c, w.request, w.from); !why.empty()) {
+      send_answer(c, w.from, partials{w.request.tag, false, std::move(why), {}, {}, {}});
+    } else if (written(c, w.request)) {
+      send_answer(c, w.from, answer(c, w.request, w.from));
+    } else if (now - w.since > c.wait_limit) {
+      send_answer(c, w.from, partials{w.request.tag, false,
+                                      fmt::format("the blocks of request {} were not written within {} ms",
+                                                  w.request.req_id, c.wait_limit.count()),
+                                      {}, {}, {}});
+    } else {
+      still.push_back(std::move(w));
+    }
+  }
+  parked = std::move(still);
+}
+
+/// While attends wait, looks at them every so often too: their blocks may be released without a write.
+void schedule_recheck(self_ptr self) {
+  if (self->state.parked.empty() || self->state.recheck_due) return;
+  self->state.recheck_due = true;
+  self->delayed_send(self, std::chrono::milliseconds(200), recheck_atom::value);
+}
+
+caf::behavior attention_server_behavior(self_ptr self, attention_server_config config) {
   auto cfg = std::make_shared<attention_server_config>(std::move(config));
+  auto me = caf::actor_cast<caf::weak_actor_ptr>(self);
+  cfg->pool->set_written_listener([me] {
+    if (auto server = caf::actor_cast<caf::actor>(me)) caf::anon_send(server, written_atom::value);
+  });
   return {
-      [cfg](const incoming_attend& in) {
+      [=](const incoming_attend& in) {
         auto request = decode_attend(in.payload);
-        partials p;
-        if (request.is_ok()) {
-          p = answer(*cfg, request.value(), in.from);
-        } else {
-          p.error = request.error().message();  // the tag is unknown: the owner times out on it
+        if (!request.is_ok()) {  // the tag is unknown: the owner times out on it
+          send_answer(*cfg, in.from, partials{0, false, request.error().message(), {}, {}, {}});
+          return;
         }
-        const std::vector<uint8_t> payload = encode(p);
-        cfg->plane->send(in.from, transport::channel::partials, payload, [](gpu::status) {});
+        attend& a = request.value();
+        if (!a.blocks.empty() && refusal(*cfg, a, in.from).empty() && !written(*cfg, a)) {
+          self->state.parked.push_back({in.from, std::move(a), std::chrono::steady_clock::now()});
+          schedule_recheck(self);
+          return;
+        }
+        send_answer(*cfg, in.from, answer(*cfg, a, in.from));
+      },
+      [=](written_atom) { retry_parked(self, *cfg); },
+      [=](recheck_atom) {
+        self->state.recheck_due = false;
+        retry_parked(self, *cfg);
+        schedule_recheck(self);
       },
   };
 }

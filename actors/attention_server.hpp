@@ -2,7 +2,13 @@
 // The attention server of an instance: it answers other instances' remote MicroAttention over the
 // blocks this instance hosts for them. It runs on its own thread with its own kernels, apart from the
 // worker, so that two instances that lend to each other never wait on each other's step.
+//
+// The queries of a chunk that another instance prefills for a request name the blocks they read, which
+// may be ones a chunk before it is still computing here: such an attend waits, without holding the
+// thread, until the pool marks their layer written (kv_pool::mark_written), and fails when their request
+// ends first or when it has waited wait_limit.
 
+#include <chrono>
 #include <memory>
 
 #include "actors/hosted_blocks.hpp"
@@ -21,6 +27,7 @@ struct attention_server_config {
   gpu::attention_shape shape;
   int n_layers = 0;
   std::shared_ptr<transport::data_plane> plane;
+  std::chrono::milliseconds wait_limit{60000};  ///< how long a chunk's attend waits for its blocks
 };
 
 /// Spawns a detached attention server; feed it the data plane's attend messages (incoming_attend).

@@ -85,6 +85,8 @@ std::vector<uint8_t> encode(const attend& a) {
   w.value(a.num_blocks);
   w.array(a.q);
   w.array(a.q_pos);
+  w.array(a.blocks);
+  w.array(a.block_pos);
   return w.take();
 }
 
@@ -106,9 +108,10 @@ gpu::result<attend> decode_attend(const std::vector<uint8_t>& bytes) {
   uint32_t magic = 0;
   if (!r.value(magic) || magic != attend_magic || !r.value(a.tag) || !r.value(a.req_id) || !r.value(a.owner) ||
       !r.value(a.layer) || !r.value(a.n_q) || !r.value(a.num_blocks) || !r.array(a.q) || !r.array(a.q_pos) ||
-      !r.at_end())
+      !r.array(a.blocks) || !r.array(a.block_pos) || !r.at_end())
     return corrupt("attend");
-  if (a.n_q <= 0 || a.q_pos.size() != size_t(a.n_q) || a.q.size() % size_t(a.n_q) != 0 || a.layer < 0)
+  if (a.n_q <= 0 || a.q_pos.size() != size_t(a.n_q) || a.q.size() % size_t(a.n_q) != 0 || a.layer < 0 ||
+      a.blocks.size() != a.block_pos.size() || (!a.blocks.empty() && a.blocks.size() != a.num_blocks))
     return corrupt("attend");
   return a;
 }

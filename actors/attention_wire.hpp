@@ -13,7 +13,10 @@
 namespace illm::actors {
 
 /// Owner -> holder: MicroAttention of n_q queries over every block the holder keeps for req_id (the
-/// holder knows which: only the queries travel, whatever the context length).
+/// holder knows which: only the queries travel, whatever the context length). From an instance that
+/// prefills a chunk of another's request: over the blocks listed, which the holder keeps for that request
+/// of `owner` (or which are the owner's own), once their layer is written (an earlier chunk may still be
+/// computing them).
 struct attend {
   uint64_t tag = 0;  ///< matches the answer to the request
   uint64_t req_id = 0;
@@ -23,6 +26,8 @@ struct attend {
   uint32_t num_blocks = 0;  ///< blocks the owner's table places there (checked by the holder)
   std::vector<float> q;     ///< [n_q][n_heads][head_dim]
   std::vector<int32_t> q_pos;
+  std::vector<uint32_t> blocks;    ///< empty, or (for a chunk's queries) the physical blocks to attend
+  std::vector<int32_t> block_pos;  ///< with blocks: the position of each one's first token
 };
 
 /// Holder -> owner: the partial (m, e, MA) per query row, or why there is none.

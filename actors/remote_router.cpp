@@ -32,8 +32,12 @@ gpu::status remote_router::begin(int lane, std::span<const gpu::remote_attention
   }
   for (const gpu::remote_attention_job& job : jobs) {
     attend a;
-    a.req_id = job.seq_id;
-    a.owner = plane_->self();
+    a.req_id = job.foreign_request ? job.foreign_request : job.seq_id;
+    a.owner = job.foreign_request ? job.foreign_owner : plane_->self();
+    if (job.foreign_request) {  // a chunk of another's request: its blocks there may still be written
+      a.blocks.assign(job.blocks.begin(), job.blocks.end());
+      a.block_pos.assign(job.block_pos.begin(), job.block_pos.end());
+    }
     a.layer = job.layer;
     a.n_q = job.n_q;
     const size_t row = size_t(n_heads_) * head_dim_;

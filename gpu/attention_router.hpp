@@ -25,6 +25,10 @@ struct remote_attention_job {
   float* m = nullptr;                   ///< out [n_q][n_heads]
   float* e = nullptr;                   ///< out [n_q][n_heads]
   float* ma = nullptr;                  ///< out [n_q][n_heads][head_dim]
+  /// Nonzero: the queries are of a chunk computed here for that request of instance foreign_owner, whose
+  /// blocks the holder keeps for the owner (or are the owner's own); the holder is told the blocks to read.
+  uint64_t foreign_request = 0;
+  uint32_t foreign_owner = 0;
 };
 
 /// Delivers remote MicroAttention jobs to the holders of the blocks and collects their partials. A step

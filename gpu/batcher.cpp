@@ -43,18 +43,24 @@ std::vector<batcher::planned> batcher::pick(const std::vector<const sequence*>& 
   std::vector<planned> batch;
   int budget = options_.max_batch_tokens;
   auto sits_out = [&](const sequence* s) { return std::find(waiting.begin(), waiting.end(), s) != waiting.end(); };
-  // Decode tokens first (one per running sequence), then prefill chunks in arrival order.
+  auto runs = [&](const sequence& s) {
+    return !s.finished() && !s.held && int(batch.size()) < options_.max_batch_seqs && !sits_out(&s);
+  };
+  // Decode tokens first (one per running sequence), then chunks for other instances (whole: the instances
+  // after them wait for their blocks), then prefill chunks in arrival order.
   for (const auto& s : active_)
-    if (!s->finished() && int(s->tokens.size()) - s->n_cached == 1 && budget > 0 &&
-        int(batch.size()) < options_.max_batch_seqs && !sits_out(s.get())) {
+    if (runs(*s) && !s->foreign() && int(s->tokens.size()) - s->n_cached == 1 && budget > 0) {
       batch.push_back({s.get(), 1});
       --budget;
     }
+  for (const auto& s : active_)
+    if (const int pending = int(s->tokens.size()) - s->n_cached; runs(*s) && s->foreign() && pending <= budget) {
+      batch.push_back({s.get(), pending});
+      budget -= pending;
+    }
   for (const auto& s : active_) {
     const int pending = int(s->tokens.size()) - s->n_cached;
-    if (s->finished() || pending <= 1 || budget == 0 || int(batch.size()) >= options_.max_batch_seqs ||
-        sits_out(s.get()))
-      continue;
+    if (!runs(*s) || s->foreign() || pending <= 1 || budget == 0) continue;
     const int n = std::min(pending, budget);
     batch.push_back({s.get(), n});
     budget -= n;
@@ -64,6 +70,7 @@ std::vector<batcher::planned> batcher::pick(const std::vector<const sequence*>& 
 
 status batcher::release_all(sequence& seq) {
   status first = status::ok();
+  if (seq.foreign()) seq.table.clear();  // the blocks are the request's, reserved for it here
   for (const block_ref& ref : seq.table)
     if (status s = blocks_.release(ref); !s.is_ok() && first.is_ok()) first = s;
   seq.table.clear();
@@ -100,7 +107,7 @@ status batcher::reserve_blocks(std::vector<planned>& batch, std::vector<const se
       }
       // Recompute the newest other sequence later; alone, this one cannot fit.
       auto victim = std::find_if(active_.rbegin(), active_.rend(), [&](const auto& s) {
-        return s.get() != &seq && !s->finished() && !s->table.empty();
+        return s.get() != &seq && !s->finished() && !s->table.empty() && !s->held && !s->foreign();
       });
       if (victim == active_.rend()) {
         seq.finish = finish_reason::error;
@@ -139,8 +146,9 @@ status batcher::plan(step_plan& out) {
   retire();  // sequences that could never fit
   for (const planned& p : batch) {
     sequence& s = *p.seq;
-    const bool completes = s.n_cached + p.n_tokens == int(s.tokens.size());
-    out.entries.push_back({s.id, s.tokens.data() + s.n_cached, p.n_tokens, s.n_cached, &s.table, completes});
+    const bool completes = s.n_cached + p.n_tokens == int(s.tokens.size()) && !s.foreign();
+    out.entries.push_back({s.id, s.tokens.data() + s.n_cached, p.n_tokens, s.n_cached, &s.table, completes,
+                           s.foreign_request, s.foreign_owner});
     out.sequences.push_back(&s);
     if (completes) {
       out.params.push_back(s.sampling);
@@ -215,7 +223,8 @@ status batcher::step(const kv_pools& pools, attention_router* router) {
 void batcher::retire() {
   for (auto it = active_.begin(); it != active_.end();) {
     sequence& s = **it;
-    if (!s.finished() && s.n_generated() >= s.max_new_tokens) s.finish = finish_reason::length;
+    const bool done = s.foreign() ? s.n_cached == int(s.tokens.size()) : s.n_generated() >= s.max_new_tokens;
+    if (!s.finished() && done) s.finish = finish_reason::length;
     if (!s.finished()) {
       ++it;
       continue;

@@ -1,6 +1,7 @@
 #pragma once
-// Continuous batching over one engine: every step takes one decode token from each running sequence
-// and fills the rest of the token budget with prefill chunks, first come first served. A sequence
+// Continuous batching over one engine: every step takes one decode token from each running sequence,
+// then the chunks it computes for other instances' requests (each whole), and fills the rest of the
+// token budget with prefill chunks, first come first served. A sequence
 // keeps every token it has (prompt and generated), so it can always be rebuilt: when blocks run out,
 // the newest sequence is preempted by recompute (its blocks freed, its KV computed again later), or,
 // where the caller can find blocks elsewhere, the short sequence waits for them.
@@ -39,7 +40,16 @@ struct sequence {
   std::string error;            ///< why, when finish is error
   int preemptions = 0;
   int partials_per_layer = 0;   ///< pools its attention merged at its last step
+  /// Nonzero: this sequence is a chunk of that request of instance foreign_owner, prefilled here into blocks
+  /// reserved for it (the table is theirs, not this batcher's): its tokens before n_cached are placeholders,
+  /// it samples nothing, runs whole in one step, ends once every token has KV, is never preempted, and
+  /// releases no block when it ends.
+  uint64_t foreign_request = 0;
+  uint32_t foreign_owner = 0;
+  /// Sits out every step (its prompt is being prefilled elsewhere meanwhile) and is never preempted.
+  bool held = false;
 
+  bool foreign() const { return foreign_request != 0; }
   int n_generated() const { return int(tokens.size()) - n_prompt; }
   bool finished() const { return finish != finish_reason::none; }
   /// Logical blocks whose 16 tokens all have KV (only those may move).

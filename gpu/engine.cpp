@@ -302,7 +302,8 @@ status engine::begin_attention(int layer, int lane, const kv_pools& pools, atten
       auto [m, e, ma] = partials_of(host ? partials : remote_partials_.data(), i, g);
       const float* q = host ? qkv_ + size_t(plans_[i].row0) * ld : nullptr;
       jobs.push_back({entries_[i].seq_id, layer, group.pool, group.blocks, group.block_pos, q, ld,
-                      pos_.data() + plans_[i].row0, entries_[i].n_tokens, m, e, ma});
+                      pos_.data() + plans_[i].row0, entries_[i].n_tokens, m, e, ma, entries_[i].foreign_request,
+                      entries_[i].foreign_owner});
     }
   if (!jobs.empty()) {
     if (!router)
@@ -421,7 +422,29 @@ status engine::layer_front(int layer, int lane, const kv_pools& pools, attention
   ILLM_RETURN_IF_ERROR(device_->rope(qkv, ld_qkv, m, c.n_heads, hd, rope_ + r0 * size_t(hd)));
   ILLM_RETURN_IF_ERROR(device_->rope(qkv + d, ld_qkv, m, c.n_kv_heads, hd, rope_ + r0 * size_t(hd)));
   ILLM_RETURN_IF_ERROR(store_new_kv(layer, span, pools));
+  ILLM_RETURN_IF_ERROR(mark_foreign_written(layer, lane, pools));
   return begin_attention(layer, lane, pools, router);
+}
+
+status engine::mark_foreign_written(int layer, int lane, const kv_pools& pools) {
+  const lane_span& span = lanes_[size_t(lane)];
+  std::vector<uint32_t> written;
+  for (size_t i = span.e0; i < span.e1; ++i) {
+    const batch_entry& e = entries_[i];
+    // An entry cut between the lanes is written once its last part is.
+    if (!e.foreign_request || (i + 1 < entries_.size() && origin_[i + 1] == origin_[i])) continue;
+    size_t first = i;
+    while (first > 0 && origin_[first - 1] == origin_[i]) --first;
+    const int64_t begin = entries_[first].pos0, end = int64_t(e.pos0) + e.n_tokens;
+    // Only whole blocks: a chunk starts and (but for a prompt's last) ends at a block boundary.
+    for (int64_t b = (begin + kv_block_tokens - 1) / kv_block_tokens; b < end / kv_block_tokens; ++b)
+      if ((*e.table)[size_t(b)].pool == pools.local) written.push_back((*e.table)[size_t(b)].block);
+  }
+  if (written.empty()) return status::ok();
+  // What the readers of these blocks see must be on the device first.
+  ILLM_RETURN_IF_ERROR(device_->synchronize());
+  pools.by_id[pools.local]->mark_written(written, uint32_t(layer + 1));
+  return status::ok();
 }
 
 status engine::layer_back(int layer, int lane, attention_router* router) {

@@ -24,6 +24,12 @@ struct batch_entry {
   int32_t pos0 = 0;
   const block_table* table = nullptr;  ///< covers positions [0, pos0 + n_tokens)
   bool sample = false;                 ///< produce logits for the last token
+  /// Nonzero for a chunk of another instance's request computed here into blocks reserved for it: remote
+  /// attention names that request and its owner and lists the blocks it reads (they may still be written
+  /// elsewhere), and the local blocks this entry fills are marked written layer by layer
+  /// (kv_pool::mark_written), for the chunks after it on other instances.
+  uint64_t foreign_request = 0;
+  uint32_t foreign_owner = 0;  ///< with foreign_request: the instance that owns it
 };
 
 /// The pools a step may touch, by pool id: the local one is attended here; others are attended
@@ -142,6 +148,9 @@ class engine {
   /// The m, e and ma partials of entry i, group g, in `base` (the device buffer or its host copy).
   std::array<float*, 3> partials_of(float* base, size_t i, size_t g) const;
   status store_new_kv(int layer, const lane_span& lane, const kv_pools& pools);
+  /// After a lane's KV of `layer` is stored: marks the local blocks of the foreign chunks that end in this lane
+  /// written up to that layer.
+  status mark_foreign_written(int layer, int lane, const kv_pools& pools);
   status classify();
 
   std::shared_ptr<const model_weights> weights_;

@@ -24,6 +24,7 @@ result<kv_pool> kv_pool::create(backend& device, const kv_layout& layout, uint32
                   text::format("cannot allocate a KV pool of {} blocks ({:.1f} MiB)", n_blocks, bytes / 1048576.0)};
   pool.owners_.resize(n_blocks);
   pool.used_.assign(n_blocks, false);
+  pool.written_ = std::make_unique<std::atomic<uint32_t>[]>(n_blocks);
   pool.free_list_.resize(n_blocks);
   // Lowest block ids are handed out first.
   for (uint32_t b = 0; b < n_blocks; ++b) pool.free_list_[b] = n_blocks - 1 - b;
@@ -43,6 +44,8 @@ kv_pool& kv_pool::operator=(kv_pool&& o) noexcept {
     free_list_ = std::move(o.free_list_);
     owners_ = std::move(o.owners_);
     used_ = std::move(o.used_);
+    written_ = std::move(o.written_);
+    listener_ = std::move(o.listener_);
   }
   return *this;
 }
@@ -59,6 +62,7 @@ result<uint32_t> kv_pool::allocate(const block_owner& owner) {
   free_list_.pop_back();
   used_[b] = true;
   owners_[b] = owner;
+  written_[b] = uint32_t(layout_.n_layers);
   return b;
 }
 
@@ -72,6 +76,7 @@ result<std::vector<uint32_t>> kv_pool::allocate_many(const block_owner& owner, u
     free_list_.pop_back();
     used_[b] = true;
     owners_[b] = owner;
+    written_[b] = 0;
     blocks.push_back(b);
   }
   return blocks;
@@ -142,6 +147,29 @@ status kv_pool::check() const {
     return {status_code::internal,
             text::format("{} used + {} free != {} blocks", used, free_list_.size(), total_blocks())};
   return status::ok();
+}
+
+uint32_t kv_pool::layers_written(uint32_t block) const { return block < total_ ? written_[block].load() : 0; }
+
+void kv_pool::mark_written(std::span<const uint32_t> blocks, uint32_t layers) {
+  for (uint32_t b : blocks)
+    if (b < total_) {
+      uint32_t now = written_[b].load();
+      while (now < layers && !written_[b].compare_exchange_weak(now, layers)) {
+      }
+    }
+  std::shared_ptr<const std::function<void()>> listener;
+  {
+    std::lock_guard lock(*mutex_);
+    listener = listener_;
+  }
+  if (listener && *listener) (*listener)();
+}
+
+void kv_pool::set_written_listener(std::function<void()> listener) {
+  auto shared = std::make_shared<const std::function<void()>>(std::move(listener));
+  std::lock_guard lock(*mutex_);
+  listener_ = std::move(shared);
 }
 
 }  // namespace illm::gpu

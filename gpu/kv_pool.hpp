@@ -1,10 +1,19 @@
 #pragma once
 // The KV block pool: a fixed arena of equal blocks allocated once, a free list, an owner per block,
 // and accounting that can be checked. A block holds 16 tokens of K and V for every layer.
+//
+// Each block also says how many of its layers are written, for a reader on another thread that must not
+// attend a block still being computed (a chunk of a long prompt prefilled here while later chunks, on
+// other instances, already attend it): a block taken with allocate() counts as written (its owner writes
+// it as it goes and is the only one to read it meanwhile); one taken with allocate_many() (reserved for
+// a move or a chunk computed here) as empty, until its writer marks layers written or its move commits.
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "gpu/backend.hpp"
@@ -92,6 +101,13 @@ class kv_pool {
   /// Verifies the accounting: every block is either on the free list once or used, never both.
   status check() const;
 
+  /// Layers of `block` whose K and V are written for all its tokens (0 for a block outside the pool).
+  uint32_t layers_written(uint32_t block) const;
+  /// Marks the first `layers` layers of `blocks` written (never fewer than before), then calls the listener.
+  void mark_written(std::span<const uint32_t> blocks, uint32_t layers);
+  /// Called after every mark_written, on the writer's thread: how a reader waiting for blocks hears of them.
+  void set_written_listener(std::function<void()> listener);
+
  private:
   kv_pool() = default;
   std::unique_ptr<std::mutex> mutex_;
@@ -102,6 +118,8 @@ class kv_pool {
   std::vector<uint32_t> free_list_;
   std::vector<block_owner> owners_;
   std::vector<bool> used_;
+  std::unique_ptr<std::atomic<uint32_t>[]> written_;  // layers written, per block
+  std::shared_ptr<const std::function<void()>> listener_;  // under mutex_
 };
 
 /// Where one logical block of a request lives.

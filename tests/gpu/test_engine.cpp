@@ -121,9 +121,116 @@ class refusing_source final : public gpu::block_source {
   uint64_t refused_;
 };
 
+/// Notes, as each round of remote jobs goes out, how far the blocks a foreign chunk fills lag behind the layer
+/// attended (in two lanes, the chunk's blocks are marked once its last part, in the second lane, is stored),
+/// and passes the jobs on.
+class written_checking_router final : public gpu::attention_router {
+ public:
+  written_checking_router(gpu::attention_router& inner, const gpu::kv_pool& pool, std::vector<uint32_t> blocks)
+      : inner_(inner), pool_(pool), blocks_(std::move(blocks)) {}
+  gpu::status begin(int lane, std::span<const gpu::remote_attention_job> jobs) override {
+    for (const auto& job : jobs) {
+      for (uint32_t b : blocks_)
+        worst_lag[size_t(lane)] = std::max(worst_lag[size_t(lane)], int(job.layer + 1) - int(pool_.layers_written(b)));
+      foreign_jobs += job.foreign_request != 0;
+    }
+    return inner_.begin(lane, jobs);
+  }
+  gpu::status finish(int lane) override { return inner_.finish(lane); }
+  std::array<int, gpu::attention_router::lanes> worst_lag{-1000, -1000};  // per lane, at worst
+  int foreign_jobs = 0;
+
+ private:
+  gpu::attention_router& inner_;
+  const gpu::kv_pool& pool_;
+  std::vector<uint32_t> blocks_;
+};
+
+/// Blocks of one pool, for the sequences of its instance.
+class one_pool_source final : public gpu::block_source {
+ public:
+  one_pool_source(gpu::kv_pool& pool, uint32_t id) : pool_(pool), id_(id) {}
+  gpu::result<gpu::block_ref> allocate(const gpu::sequence& seq, uint32_t) override {
+    auto block = pool_.allocate({seq.id, id_});
+    if (!block.is_ok()) return block.error();
+    return gpu::block_ref{id_, block.value()};
+  }
+  gpu::status release(const gpu::block_ref& ref) override {
+    return ref.pool == id_ ? pool_.release(ref.block) : gpu::status::ok();
+  }
+
+ private:
+  gpu::kv_pool& pool_;
+  uint32_t id_;
+};
+
 }  // namespace
 
 TEST_SUITE("gpu") {
+  TEST_CASE("chunks of a prompt computed in other pools, while its sequence waits, give the ids of one pool") {
+    const auto& model = test::real_model();
+    const auto& c = model.weights->config();
+    gpu::backend& device = test::cpu_device();
+    // 128-token steps; from 64 tokens with remote blocks a step runs as two lanes.
+    auto eng = gpu::engine::create(model.weights, device, {128, 4, gpu::dtype::f32, gpu::dtype::f32, 64}).value();
+    std::vector<gpu::kv_pool> pools;
+    for (int p = 0; p < 3; ++p) pools.push_back(gpu::kv_pool::create(device, eng->pool_layout(), 64).value());
+    const std::vector<gpu::kv_pool*> by_id{&pools[0], &pools[1], &pools[2]};
+    const gpu::kv_pools all{by_id, 0};
+    gpu::pool_router router(device, all, {c.n_heads, c.n_kv_heads, c.head_dim()});
+    one_pool_source source(pools[0], 0);
+    gpu::batcher owner(*eng, source, {128, 4});
+    auto seq = std::make_shared<gpu::sequence>();
+    seq->id = 5;
+    seq->tokens = test::golden()["cases"][6]["prompt_token_ids"].get<std::vector<int32_t>>();  // 604 tokens
+    seq->n_prompt = int(seq->tokens.size());
+    seq->max_new_tokens = 12;
+    seq->ignore_eos = true;
+    owner.add(seq);
+    REQUIRE(owner.step({by_id, 0}, &router).is_ok());  // [0, 128) here
+    REQUIRE(seq->n_cached == 128);
+    // [128, 256) in pool 1, then [256, 384) in pool 2 (which attends pool 1's chunk), the owner's sequence held.
+    seq->held = true;
+    for (uint32_t holder : {1u, 2u}) {
+      auto reserved = pools[holder].allocate_many({seq->id, 0}, 8).value();
+      for (uint32_t b : reserved) CHECK(pools[holder].layers_written(b) == 0);
+      for (uint32_t b : reserved) seq->table.push_back({holder, b});
+      one_pool_source unused(pools[holder], holder);
+      gpu::batcher remote(*eng, unused, {128, 4});
+      auto chunk = std::make_shared<gpu::sequence>();
+      chunk->id = 900 + holder;
+      chunk->foreign_request = seq->id;
+      chunk->foreign_owner = 0;
+      const int end = 128 * int(holder + 1);
+      chunk->tokens.assign(seq->tokens.begin(), seq->tokens.begin() + end);
+      chunk->n_prompt = end;
+      chunk->n_cached = end - 128;
+      chunk->table = seq->table;
+      remote.add(chunk);
+      REQUIRE(owner.step({by_id, 0}, &router).is_ok());  // the held sequence sits out
+      CHECK(owner.last_step_tokens() == 0);
+      written_checking_router checking(router, pools[holder], reserved);
+      const gpu::status ran = remote.step({by_id, holder}, &checking);
+      REQUIRE_MESSAGE(ran.is_ok(), ran.message());
+      CHECK(checking.foreign_jobs > 0);
+      CHECK(checking.worst_lag[0] == 1);  // the first lane's queries leave before the rest of the chunk is stored
+      CHECK(checking.worst_lag[1] == 0);
+      const auto done = remote.take_finished();
+      REQUIRE(done.size() == 1);
+      CHECK(done[0]->finish == gpu::finish_reason::length);
+      CHECK(done[0]->table.empty());  // handed back, not released
+      for (uint32_t b : reserved) CHECK(pools[holder].layers_written(b) == uint32_t(c.n_layers));
+      CHECK(pools[holder].used_blocks() == 8);
+    }
+    seq->n_cached = 384;
+    seq->held = false;
+    while (!owner.idle()) REQUIRE(owner.step({by_id, 0}, &router).is_ok());
+    const std::vector<int32_t> prompt(seq->tokens.begin(), seq->tokens.begin() + seq->n_prompt);
+    const std::vector<int32_t> got(seq->tokens.begin() + seq->n_prompt, seq->tokens.end());
+    CHECK(got == test::run_greedy(model.weights, prompt, 12, {}).ids);
+    CHECK(pools[0].used_blocks() == 0);
+  }
+
   TEST_CASE("a sequence waiting for blocks leaves its tokens of the step to the others") {
     auto pool = gpu::kv_pool::create(test::cpu_device(), {1, 1, 4, gpu::dtype::f32}, 16).value();
     refusing_source source(pool, 1);

@@ -1,5 +1,5 @@
-// The KV pool: the block byte layout of the design, allocation until exhaustion, release errors, and
-// accounting that check() verifies.
+// The KV pool: the block byte layout of the design, allocation until exhaustion, release errors,
+// accounting that check() verifies, and the layers written per block that readers of chunks wait for.
 #include "gpu/kv_pool.hpp"
 #include "tests/gpu/support.hpp"
 
@@ -53,5 +53,24 @@ TEST_SUITE("gpu") {
     const auto* base = static_cast<const char*>(pool.base());
     CHECK(static_cast<const char*>(pool.block_data(3)) - base == 3 * 16 * 16 * 2 * 4);
     CHECK_FALSE(gpu::kv_pool::create(test::cpu_device(), {1, 1, 16, gpu::dtype::f32}, 0).is_ok());
+  }
+
+  TEST_CASE("a reserved block counts as empty until its layers are marked; an allocated one as written") {
+    auto pool = gpu::kv_pool::create(test::cpu_device(), {3, 1, 16, gpu::dtype::f32}, 4).value();
+    int heard = 0;
+    pool.set_written_listener([&] { ++heard; });
+    const uint32_t own = pool.allocate({1, 0}).value();
+    CHECK(pool.layers_written(own) == 3);
+    const auto reserved = pool.allocate_many({2, 5}, 2).value();
+    for (uint32_t b : reserved) CHECK(pool.layers_written(b) == 0);
+    pool.mark_written(reserved, 2);
+    CHECK(heard == 1);
+    for (uint32_t b : reserved) CHECK(pool.layers_written(b) == 2);
+    pool.mark_written(reserved, 1);  // never back
+    for (uint32_t b : reserved) CHECK(pool.layers_written(b) == 2);
+    CHECK(pool.layers_written(4) == 0);  // outside the pool
+    for (uint32_t b : reserved) REQUIRE(pool.release(b).is_ok());
+    const auto again = pool.allocate_many({3, 5}, 3).value();  // a reused block starts empty again
+    for (uint32_t b : again) CHECK(pool.layers_written(b) == 0);
   }
 }
