@@ -63,6 +63,7 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
   o.max_batch_tokens = options.max_batch_tokens;
   o.max_batch_seqs = options.max_batch_seqs;
   o.overlap_min_tokens = options.overlap_min_tokens;
+  o.room_prefill_min_chunks = options.room_prefill_min_chunks;
   o.heartbeat_period = options.heartbeat_period;
   o.lease = options.lease;
   o.attention_timeout = options.attention_timeout;

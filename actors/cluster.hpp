@@ -12,6 +12,7 @@
 
 #include "actors/event_log.hpp"
 #include "actors/messages.hpp"
+#include "actors/room_prefill.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "actors/placement/types.hpp"
 #include "gpu/engine.hpp"
@@ -32,6 +33,7 @@ struct cluster_options {
   int max_batch_tokens = 512;
   int max_batch_seqs = 64;
   int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;  ///< steps this long with remote blocks: two lanes
+  int room_prefill_min_chunks = default_room_prefill_min_chunks;  ///< 0: rooms are filled by moves only
   std::chrono::milliseconds heartbeat_period{20};
   std::chrono::milliseconds policy_period{50};
   std::chrono::milliseconds lease{2000};

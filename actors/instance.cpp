@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/room_prefill.hpp"
 #include "gpu/batcher.hpp"
 
 namespace illm::actors {
@@ -60,6 +61,14 @@ struct picked_blocks {
   std::vector<uint32_t> logical, physical;
 };
 
+/// A chunk of another instance's request computed here, until its step has ended.
+struct hosted_chunk {
+  std::shared_ptr<gpu::sequence> seq;
+  caf::typed_response_promise<chunk_done> done;  // answers the prefill_chunk
+  caf::actor owner;            // the owner's instance, which hears chunk_started
+  bool started = false;
+};
+
 }  // namespace
 
 struct instance_state {
@@ -87,6 +96,11 @@ struct instance_state {
   /// the tokens so far (the queue entry's prompt is prompt and answer so far).
   std::map<request_id, std::shared_ptr<gpu::sequence>> resuming;
   bool rooms_refused = false;   // until the next view
+  std::vector<std::pair<instance_id, uint32_t>> granted_holders;  // the granted room's holders and their blocks
+  std::map<request_id, room_prefill_plan> prefills;  // requests whose room's holders prefill their prompt
+  std::map<move_id, request_id> chunk_requests;       // their chunks under way, to their request
+  std::map<move_id, hosted_chunk> hosted_chunks;      // other instances' chunks computed here
+  uint64_t next_chunk = 1;
   static inline const char* name = "instance";
 };
 
@@ -125,7 +139,7 @@ uint32_t promised_blocks(const instance_state& st) {
   for (const auto& s : st.batcher->active()) {
     const int64_t grows = int64_t(blocks_needed(s->tokens.size(), s->max_new_tokens - s->n_generated())) -
                           int64_t(s->table.size());
-    if (grows <= 0) continue;
+    if (grows <= 0 || s->foreign()) continue;
     const auto room = st.with_room.find(s->id);
     if (room == st.with_room.end()) {
       promised += uint32_t(grows);
@@ -160,7 +174,8 @@ void publish_placement(self_ptr self) {
   note_promised(st);
   placement_update update;
   for (const auto& s : st.batcher->active())
-    for (const auto& e : placement_of(*s, st.config.id)) update.placement.push_back(e);
+    if (!s->foreign())  // a chunk's blocks are its owner's to report
+      for (const auto& e : placement_of(*s, st.config.id)) update.placement.push_back(e);
   update.batch_size = uint32_t(st.batcher->active().size());
   update.waiting = uint32_t(st.waiting.size());
   for (const auto& r : st.waiting) update.waiting_blocks += blocks_needed(r.prompt.size(), r.max_tokens);
@@ -181,19 +196,30 @@ bool others_have_free(const instance_state& st) {
 }
 
 /// Request `req` no longer holds blocks here as it did (it ended, or starts over): the rManager releases
-/// its blocks elsewhere and its room, and its moves under way are forgotten.
+/// its blocks elsewhere and its room (and gives its chunks' reservations back), and its moves and room
+/// prefill under way are forgotten.
 void release_elsewhere(self_ptr self, request_id req) {
   auto& st = self->state;
   self->send(st.config.rmanager, request_released{req});
   st.with_room.erase(req);
+  if (auto p = st.prefills.find(req); p != st.prefills.end()) {
+    for (move_id id : p->second.under_way()) st.chunk_requests.erase(id);
+    st.prefills.erase(p);
+  }
   for (auto m = st.moving.begin(); m != st.moving.end();) m = m->first == req ? st.moving.erase(m) : std::next(m);
   for (auto p = st.picks.begin(); p != st.picks.end();) p = p->second.req == req ? st.picks.erase(p) : std::next(p);
 }
 
 /// Tells the clients of finished sequences and releases their blocks elsewhere.
+void finish_hosted_chunk(self_ptr self, const gpu::sequence& seq);
+
 void notify_finished(self_ptr self) {
   auto& st = self->state;
   for (const auto& seq : st.batcher->take_finished()) {
+    if (seq->foreign()) {
+      finish_hosted_chunk(self, *seq);
+      continue;
+    }
     auto it = st.requests.find(seq->id);
     if (it == st.requests.end()) continue;
     if (st.config.stream_tokens)
@@ -330,6 +356,8 @@ void give_up_room(self_ptr self, request_id req) {
   st.rooms_refused = true;
 }
 
+void begin_room_prefill(self_ptr self, request_id req);
+
 /// Puts the waiting request at `index` of the queue into the batch.
 void start_waiting(self_ptr self, size_t index) {
   auto& st = self->state;
@@ -349,12 +377,15 @@ void start_waiting(self_ptr self, size_t index) {
     st.requests[r.id] = {r.client, seq, 0, {}};
     st.batcher->add(seq);
   }
-  if (st.room_granted == r.id) {
+  const bool granted = st.room_granted == r.id;
+  if (granted) {
     st.room_granted = 0;
     st.with_room[r.id] = st.room_keep;
   }
+  const request_id id = r.id;
   st.waiting.erase(st.waiting.begin() + ptrdiff_t(index));
   st.waiting_since.erase(st.waiting_since.begin() + ptrdiff_t(index));
+  if (granted) begin_room_prefill(self, id);
 }
 
 /// Blocks the head of the queue, a long request waiting for its room, needs here when it starts.
@@ -413,6 +444,7 @@ void admit(self_ptr self) {
 }
 
 void on_step_done(self_ptr self, step_done& done);
+void tell_chunks_started(self_ptr self, const gpu::step_plan& plan);
 
 /// Plans and starts the next step unless one is running.
 void maybe_step(self_ptr self) {
@@ -434,6 +466,7 @@ void maybe_step(self_ptr self) {
     return;
   }
   st.in_flight = plan;
+  tell_chunks_started(self, *plan);
   self->request(st.config.worker, caf::infinite, run_step{plan})
       .then([=](step_done& done) { on_step_done(self, done); },
             [=](const caf::error& err) {
@@ -499,7 +532,14 @@ void on_step_done(self_ptr self, step_done& done) {
       })) {
     // Holders of some sequences' KV failed: those start over from their tokens, the others run the step again.
     st.batcher->discard(plan);
-    for (uint64_t id : done.failed) start_over(self, id, done.error);
+    for (uint64_t id : done.failed) {
+      if (auto chunk = st.hosted_chunks.find(id); chunk != st.hosted_chunks.end()) {
+        chunk->second.seq->finish = gpu::finish_reason::error;  // answered when it is retired
+        chunk->second.seq->error = done.error;
+        continue;
+      }
+      start_over(self, id, done.error);
+    }
   } else {
     if (!done.error.empty()) {
       for (gpu::sequence* s : plan.sequences) {
@@ -536,8 +576,9 @@ gpu::batcher_options batch_options(self_ptr self) {
     // throw away KV that took loans to build): blocks come back as requests end.
     if (!st.config.lending) return gpu::shortage_action::preempt;
     if (st.with_room.count(seq.id)) return gpu::shortage_action::wait;  // its room's blocks come as others end
-    auto victim = std::find_if(st.batcher->active().rbegin(), st.batcher->active().rend(),
-                               [&](const auto& s) { return s.get() != &seq && !s->finished() && !s->table.empty(); });
+    auto victim = std::find_if(st.batcher->active().rbegin(), st.batcher->active().rend(), [&](const auto& s) {
+      return s.get() != &seq && !s->finished() && !s->table.empty() && !s->held && !s->foreign();
+    });
     if (victim == st.batcher->active().rend() || spread(st, **victim)) return gpu::shortage_action::wait;
     return gpu::shortage_action::preempt;
   };
@@ -549,6 +590,8 @@ block_pick pick(self_ptr self, const pick_blocks& ask) {
   auto& st = self->state;
   auto candidates = [&](const gpu::sequence& s) {
     std::vector<uint32_t> out;
+    // A chunk's blocks are its owner's; a request whose prompt its room prefills is read there as it is.
+    if (s.foreign() || st.prefills.count(s.id)) return out;
     for (uint32_t i = 0; i < s.full_blocks() && i < s.table.size() && out.size() < ask.max_blocks; ++i)
       if (s.table[i].pool == st.config.id && !st.moving.count({s.id, i})) out.push_back(i);
     return out;
@@ -600,6 +643,255 @@ bool switch_blocks(self_ptr self, const blocks_moved& m) {
   return ok;
 }
 
+// ---- room prefill, at the owner: the prompt's chunks handed to the room's holders --------------------------
+
+/// Tokens of a room's chunk: half a step, so that a holder runs one whole beside its own decode tokens.
+int32_t chunk_tokens(const instance_state& st) {
+  const int32_t b = gpu::kv_block_tokens;
+  return std::max(b, st.config.max_batch_tokens / 2 / b * b);
+}
+
+const instance_view* member(const instance_state& st, instance_id id) {
+  for (const auto& i : st.view.instances)
+    if (i.inst_id == id) return &i;
+  return nullptr;
+}
+
+void hand_out_chunk(self_ptr self, request_id req);
+
+/// The room's holders stop prefilling `req` (a chunk failed, or a holder is gone): it starts over from its
+/// tokens, its chunks' reservations given back.
+void abandon_room_prefill(self_ptr self, request_id req, const std::string& why) {
+  auto& st = self->state;
+  auto it = st.prefills.find(req);
+  if (it == st.prefills.end()) return;
+  for (move_id id : it->second.under_way()) {
+    self->send(st.config.rmanager, abort_chunk{id});
+    st.chunk_requests.erase(id);
+  }
+  st.prefills.erase(it);
+  if (auto r = st.requests.find(req); r != st.requests.end()) r->second.seq->held = false;
+  start_over(self, req, why);
+  maybe_step(self);
+}
+
+/// Every chunk is committed: this instance prefills the rest of the prompt and decodes.
+void end_room_prefill(self_ptr self, request_id req) {
+  auto& st = self->state;
+  auto it = st.prefills.find(req);
+  auto r = st.requests.find(req);
+  if (it == st.prefills.end() || r == st.requests.end()) return;
+  gpu::sequence& seq = *r->second.seq;
+  seq.n_cached = it->second.covered();
+  seq.table.resize(gpu::blocks_for_tokens(seq.n_cached));
+  seq.held = false;
+  st.prefills.erase(it);
+  publish_placement(self);
+  maybe_step(self);
+}
+
+/// Starts `req`'s room prefill (its room is granted) when enough of its prompt would go to the holders.
+void begin_room_prefill(self_ptr self, request_id req) {
+  auto& st = self->state;
+  auto r = st.requests.find(req);
+  if (r == st.requests.end() || st.config.room_prefill_min_chunks <= 0) return;
+  gpu::sequence& seq = *r->second.seq;
+  if (size_t(seq.n_cached) != seq.table.size() * gpu::kv_block_tokens) return;
+  auto plan = room_prefill_plan::make(seq.n_cached, int32_t(seq.tokens.size()), chunk_tokens(st), st.granted_holders,
+                                      st.config.room_prefill_min_chunks);
+  if (!plan) return;
+  seq.held = true;
+  st.prefills.insert_or_assign(req, std::move(*plan));
+  hand_out_chunk(self, req);
+}
+
+/// A chunk's blocks are reserved at its holder (or not): hand it over with the table up to its end.
+void on_chunk_reserved(self_ptr self, request_id req, move_id id, const move_reservation& reservation);
+
+/// Asks for the next chunk of `req`'s prompt, if one may go now; ends the room prefill once none will.
+void hand_out_chunk(self_ptr self, request_id req) {
+  auto& st = self->state;
+  auto it = st.prefills.find(req);
+  if (it == st.prefills.end()) return;
+  if (it->second.finished()) return end_room_prefill(self, req);
+  const auto next = it->second.next();
+  if (!next) return;
+  const move_id id = (uint64_t(st.config.id) + 1) << 40 | uint64_t(1) << 39 | st.next_chunk++;
+  it->second.asked(id, *next);
+  st.chunk_requests[id] = req;
+  self->request(st.config.rmanager, caf::infinite, reserve_chunk{id, req, next->holder, next->blocks})
+      .then([=](const move_reservation& r) { on_chunk_reserved(self, req, id, r); },
+            [=](const caf::error& e) {
+              move_reservation refused;
+              refused.id = id;
+              refused.reason = self->system().render(e);
+              on_chunk_reserved(self, req, id, refused);
+            });
+}
+
+void on_chunk_done(self_ptr self, request_id req, move_id id, const chunk_done& done);
+
+void on_chunk_reserved(self_ptr self, request_id req, move_id id, const move_reservation& reservation) {
+  auto& st = self->state;
+  auto it = st.prefills.find(req);
+  auto r = st.requests.find(req);
+  const auto c = it == st.prefills.end() ? std::nullopt : it->second.chunk_of(id);
+  if (!c || r == st.requests.end()) {  // it ended or started over meanwhile
+    if (reservation.granted) self->send(st.config.rmanager, abort_chunk{id});
+    return;
+  }
+  const instance_view* holder = member(st, c->holder);
+  if (!reservation.granted || !holder || !holder->instance) {
+    if (reservation.granted) self->send(st.config.rmanager, abort_chunk{id});
+    it->second.refused(id);
+    st.chunk_requests.erase(id);
+    return hand_out_chunk(self, req);
+  }
+  gpu::sequence& seq = *r->second.seq;
+  for (uint32_t b : reservation.blocks) seq.table.push_back({c->holder, b});  // chunks go out in order
+  prefill_chunk chunk{id, st.config.id, req, c->pos0, {}, {}, {}};
+  chunk.tokens.assign(seq.tokens.begin() + c->pos0, seq.tokens.begin() + c->end);
+  for (size_t b = 0; b < size_t(c->end / gpu::kv_block_tokens); ++b) {
+    chunk.table_pools.push_back(seq.table[b].pool);
+    chunk.table_blocks.push_back(seq.table[b].block);
+  }
+  publish_placement(self);
+  self->request(holder->instance, caf::infinite, std::move(chunk))
+      .then([=](const chunk_done& d) { on_chunk_done(self, req, id, d); },
+            [=](const caf::error& e) { on_chunk_done(self, req, id, chunk_done{id, false, self->system().render(e)}); });
+}
+
+/// The holder started the step computing chunk `id`: the next chunk may go.
+void on_chunk_started(self_ptr self, move_id id) {
+  auto& st = self->state;
+  auto req = st.chunk_requests.find(id);
+  if (req == st.chunk_requests.end()) return;
+  const request_id r = req->second;
+  if (auto it = st.prefills.find(r); it != st.prefills.end()) it->second.started(id);
+  hand_out_chunk(self, r);
+}
+
+void on_chunk_done(self_ptr self, request_id req, move_id id, const chunk_done& done) {
+  auto& st = self->state;
+  auto it = st.prefills.find(req);
+  const auto c = it == st.prefills.end() ? std::nullopt : it->second.chunk_of(id);
+  if (!c) return;  // given up meanwhile
+  if (!done.ok)
+    return abandon_room_prefill(self, req, fmt::format("a chunk of its prompt at instance {} failed: {}", c->holder,
+                                                       done.error));
+  it->second.started(id);
+  commit_chunk commit{id, req, {}};
+  for (int32_t b = c->pos0 / gpu::kv_block_tokens; b < c->end / gpu::kv_block_tokens; ++b)
+    commit.logical.push_back(uint32_t(b));
+  self->request(st.config.rmanager, caf::infinite, std::move(commit))
+      .then(
+          [=](bool committed) {
+            auto& st = self->state;
+            auto jt = st.prefills.find(req);
+            if (jt == st.prefills.end() || !jt->second.chunk_of(id)) return;
+            if (!committed) return abandon_room_prefill(self, req, "its holder did not commit a chunk of its prompt");
+            jt->second.committed(id);
+            st.chunk_requests.erase(id);
+            hand_out_chunk(self, req);
+          },
+          [=](const caf::error& e) { abandon_room_prefill(self, req, "no commit: " + self->system().render(e)); });
+}
+
+/// Room prefills whose chunk went to an instance that left the view start over.
+void check_prefill_holders(self_ptr self) {
+  auto& st = self->state;
+  std::vector<std::pair<request_id, instance_id>> lost;
+  for (const auto& [req, plan] : st.prefills)
+    for (move_id id : plan.under_way())
+      if (!st.view.has_member(plan.holder_of(id))) lost.emplace_back(req, plan.holder_of(id));
+  for (const auto& [req, holder] : lost)
+    abandon_room_prefill(self, req, fmt::format("instance {}, prefilling a chunk of its prompt, is gone", holder));
+}
+
+// ---- room prefill, at a holder: other instances' chunks computed here ------------------------------------
+
+/// Why chunk `c` cannot be computed here (empty: it can): its positions, block table and size must fit.
+std::string chunk_refusal(const instance_state& st, const prefill_chunk& c) {
+  const int64_t b = gpu::kv_block_tokens, end = int64_t(c.pos0) + int64_t(c.tokens.size());
+  if (c.tokens.empty() || c.pos0 < 0 || c.pos0 % b != 0 || end % b != 0 || c.owner == st.config.id)
+    return "a chunk must cover whole blocks of another instance's request";
+  if (int64_t(c.tokens.size()) > st.config.max_batch_tokens)
+    return fmt::format("a chunk of {} tokens exceeds this instance's {} per step", c.tokens.size(),
+                       st.config.max_batch_tokens);
+  if (c.table_pools.size() != size_t(end / b) || c.table_blocks.size() != c.table_pools.size())
+    return "the chunk's block table does not cover its positions";
+  for (int32_t t : c.tokens)
+    if (t < 0) return "the chunk has a negative token id";
+  return {};
+}
+
+/// Starts computing chunk `c` into `blocks` (its reservation here), if they are the chunk's own blocks.
+void start_hosted_chunk(self_ptr self, const prefill_chunk& c, const std::vector<uint32_t>& blocks,
+                        caf::typed_response_promise<chunk_done> done, caf::actor owner) {
+  auto& st = self->state;
+  const size_t first = size_t(c.pos0 / gpu::kv_block_tokens);
+  bool matches = !blocks.empty() && first + blocks.size() == c.table_blocks.size();
+  for (size_t i = 0; matches && i < blocks.size(); ++i)
+    matches = c.table_pools[first + i] == st.config.id && c.table_blocks[first + i] == blocks[i];
+  if (!matches) {
+    if (!blocks.empty()) self->send(st.config.rmanager, return_reservation{c.id});
+    done.deliver(chunk_done{c.id, false, fmt::format("instance {} has no reservation {} for these blocks of "
+                                                     "request {}", st.config.id, c.id, c.req_id)});
+    return;
+  }
+  auto seq = std::make_shared<gpu::sequence>();
+  seq->id = c.id;
+  seq->foreign_request = c.req_id;
+  seq->foreign_owner = c.owner;
+  seq->tokens.assign(size_t(c.pos0), 0);  // placeholders: those positions' KV is elsewhere
+  seq->tokens.insert(seq->tokens.end(), c.tokens.begin(), c.tokens.end());
+  seq->n_prompt = int(seq->tokens.size());
+  seq->n_cached = c.pos0;
+  for (size_t i = 0; i < c.table_pools.size(); ++i) seq->table.push_back({c.table_pools[i], c.table_blocks[i]});
+  st.hosted_chunks[c.id] = {seq, std::move(done), std::move(owner), false};
+  st.batcher->add(std::move(seq));
+  maybe_step(self);
+}
+
+/// A chunk of another instance's request, from its owner: computed here into its reserved blocks.
+caf::result<chunk_done> accept_chunk(self_ptr self, prefill_chunk& c) {
+  auto& st = self->state;
+  if (std::string why = chunk_refusal(st, c); !why.empty()) return chunk_done{c.id, false, std::move(why)};
+  if (st.hosted_chunks.count(c.id)) return chunk_done{c.id, false, "that chunk is already being computed here"};
+  caf::actor owner = caf::actor_cast<caf::actor>(self->current_sender());  // before the promise takes it
+  auto done = self->make_response_promise<chunk_done>();
+  auto chunk = std::make_shared<prefill_chunk>(std::move(c));
+  self->request(st.config.rmanager, caf::infinite, take_reservation{chunk->id, chunk->owner, chunk->req_id})
+      .then([=](const std::vector<uint32_t>& blocks) mutable { start_hosted_chunk(self, *chunk, blocks, done, owner); },
+            [=](const caf::error& e) mutable {
+              done.deliver(chunk_done{chunk->id, false, "no reservation: " + self->system().render(e)});
+            });
+  return done;
+}
+
+/// Tells the owners of the chunks in `plan` that their step started (once each).
+void tell_chunks_started(self_ptr self, const gpu::step_plan& plan) {
+  for (const gpu::sequence* s : plan.sequences) {
+    auto it = s->foreign() ? self->state.hosted_chunks.find(s->id) : self->state.hosted_chunks.end();
+    if (it == self->state.hosted_chunks.end() || it->second.started) continue;
+    it->second.started = true;
+    self->send(it->second.owner, chunk_started{s->id});
+  }
+}
+
+/// A chunk computed here ended (written, failed or cancelled): its owner hears it, and its reservation goes
+/// back to the rManager, which waits for the owner's commit.
+void finish_hosted_chunk(self_ptr self, const gpu::sequence& seq) {
+  auto& st = self->state;
+  auto it = st.hosted_chunks.find(seq.id);
+  if (it == st.hosted_chunks.end()) return;
+  const bool ok = seq.finish == gpu::finish_reason::length;
+  const std::string why = seq.finish == gpu::finish_reason::cancelled ? "cancelled" : seq.error;
+  it->second.done.deliver(chunk_done{seq.id, ok, ok ? "" : why});
+  self->send(st.config.rmanager, return_reservation{seq.id});
+  st.hosted_chunks.erase(it);
+}
+
 }  // namespace
 
 caf::behavior instance_behavior(self_ptr self, instance_config config) {
@@ -640,6 +932,7 @@ caf::behavior instance_behavior(self_ptr self, instance_config config) {
         ++st.views_received;
         st.loans_refused = false;
         st.rooms_refused = false;
+        check_prefill_holders(self);
         maybe_step(self);
       },
       [=](const room_answer& a) {
@@ -650,6 +943,7 @@ caf::behavior instance_behavior(self_ptr self, instance_config config) {
           give_up_room(self, a.req_id);
         } else if (a.granted) {
           st.room_granted = a.req_id;
+          st.granted_holders = a.holders;
         } else {
           st.rooms_refused = true;
           st.room_too_big = a.req_id;
@@ -675,6 +969,13 @@ caf::behavior instance_behavior(self_ptr self, instance_config config) {
         return promise;
       },
       [=](const move_abandoned& m) { unmark(self, m.id); },
+      [=](prefill_chunk& c) { return accept_chunk(self, c); },
+      [=](const chunk_started& c) { on_chunk_started(self, c.id); },
+      [=](const cancel_chunk& c) {
+        auto& st = self->state;
+        if (auto it = st.hosted_chunks.find(c.id); it != st.hosted_chunks.end() && st.batcher->cancel(c.id))
+          maybe_step(self);
+      },
       [=](caf::get_atom) {  // for reports: requests running and waiting
         return std::make_pair(uint32_t(self->state.batcher->active().size()), uint32_t(self->state.waiting.size()));
       },

@@ -3,12 +3,15 @@
 // cluster's free blocks (its rManager's latest view), runs continuous batching (its worker executes
 // each step), streams tokens to the request actors, and keeps every request's block table. When its
 // pool is full, a sequence waits while the rManager borrows room elsewhere (moving full blocks out);
-// only when no instance has a free block is a sequence preempted and recomputed later.
+// only when no instance has a free block is a sequence preempted and recomputed later. A long request's
+// prompt may be prefilled by its room's holders (room prefill), and this instance computes chunks of
+// others' prompts into blocks reserved for them.
 
 #include <memory>
 
 #include "actors/messages.hpp"
 #include "actors/pool_promises.hpp"
+#include "actors/room_prefill.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/engine.hpp"
 
@@ -27,6 +30,10 @@ struct instance_config {
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
   bool stream_tokens = true;  ///< false (the simulator): only the first token and the end are sent
   bool lending = true;        ///< false (static-multi): admit against the local pool, never borrow
+  /// Room prefill (actors/room_prefill.hpp): a request with a room has its prompt prefilled by the room's
+  /// holders, in chunks of half a step's tokens, when at least this many chunks go out. 0: never (this
+  /// instance prefills it and moves its blocks into the room).
+  int room_prefill_min_chunks = default_room_prefill_min_chunks;
   /// What its pool is promised to (shared with its rManager): the instance sets its running requests'
   /// share and reads the rooms'. None: nothing is promised to rooms, and the rManager hears the running
   /// requests' share with their placement.

@@ -45,7 +45,16 @@ void register_messages(caf::actor_system_config& cfg) {
       .add_message_type<generate_request>("generate_request")
       .add_message_type<token_event>("token_event")
       .add_message_type<request_finished>("request_finished")
-      .add_message_type<cancel_request>("cancel_request");
+      .add_message_type<cancel_request>("cancel_request")
+      .add_message_type<reserve_chunk>("reserve_chunk")
+      .add_message_type<prefill_chunk>("prefill_chunk")
+      .add_message_type<chunk_started>("chunk_started")
+      .add_message_type<chunk_done>("chunk_done")
+      .add_message_type<commit_chunk>("commit_chunk")
+      .add_message_type<abort_chunk>("abort_chunk")
+      .add_message_type<take_reservation>("take_reservation")
+      .add_message_type<return_reservation>("return_reservation")
+      .add_message_type<cancel_chunk>("cancel_chunk");
 }
 
 }  // namespace illm::actors

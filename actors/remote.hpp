@@ -12,6 +12,7 @@
 #include "gpu/engine.hpp"
 #include "actors/event_log.hpp"
 #include "actors/messages.hpp"
+#include "actors/room_prefill.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/kv_pool.hpp"
 #include "gpu/weights.hpp"
@@ -27,6 +28,7 @@ struct instance_node_options {
   int max_batch_tokens = 512;
   int max_batch_seqs = 64;
   int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;  ///< steps this long with remote blocks: two lanes
+  int room_prefill_min_chunks = default_room_prefill_min_chunks;  ///< 0: rooms are filled by moves only
   std::chrono::milliseconds heartbeat_period{20};
   std::chrono::milliseconds lease{2000};
   std::chrono::milliseconds attention_timeout{30000};

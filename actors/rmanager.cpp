@@ -36,6 +36,17 @@ struct incoming_move {
   std::vector<uint32_t> blocks;
   state stage = state::reserved;
   uint32_t promised = 0;  // of them, blocks that were promised to the request's room
+  caf::actor_clock::time_point lease_end;  // a reservation not committed by then expires
+  bool computing = false;      // a room's chunk is being computed into it here: it neither expires nor goes back
+  bool abort_pending = false;  // ... and goes back once the chunk has stopped
+};
+
+/// A chunk of one of this instance's requests that a holder computes (room prefill), until it is committed.
+struct outgoing_chunk {
+  request_id req = 0;
+  instance_id dst = 0;
+  caf::actor dst_rmanager;
+  uint32_t blocks = 0;
 };
 
 const instance_view* find_instance(const cluster_view& view, instance_id id) {
@@ -54,6 +65,7 @@ struct rmanager_state {
   placement_update placement;
   std::map<move_id, outgoing_move> outgoing;
   std::map<move_id, incoming_move> incoming;
+  std::map<move_id, outgoing_chunk> chunks;  // reserved for this instance's requests' chunks, not yet committed
   std::map<request_id, std::map<instance_id, uint32_t>> lent;  // this instance's requests' blocks elsewhere
   std::map<request_id, std::map<instance_id, uint32_t>> rooms;  // blocks others keep for our long requests
   std::set<std::pair<request_id, instance_id>> room_refused;  // our rooms' holders that refused a move, until the next view
@@ -472,6 +484,96 @@ void ask_room(self_ptr self, const reserve_room& r) {
           });
 }
 
+// ---- a room's chunks, at the owner ------------------------------------------------------------------------
+
+move_reservation refused_reservation(move_id id, instance_id holder, std::string reason) {
+  move_reservation r;
+  r.id = id;
+  r.dst_inst = holder;
+  r.reason = std::move(reason);
+  return r;
+}
+
+/// Reserves a chunk's blocks at its holder, out of the request's room there (the instance hands the chunk to
+/// the holder once it has them).
+caf::result<move_reservation> reserve_for_chunk(self_ptr self, const reserve_chunk& c) {
+  auto& st = self->state;
+  const instance_view* holder = find_instance(st.view, c.holder);
+  if (!holder || !holder->rmanager || c.holder == st.config.id || !reachable(st, c.holder))
+    return refused_reservation(c.id, c.holder, fmt::format("instance {} is not a holder now", c.holder));
+  auto promise = self->make_response_promise<move_reservation>();
+  caf::actor dst = holder->rmanager;
+  self->request(dst, st.config.answer_timeout, try_move_kvcache{c.id, c.req_id, c.num_blocks, st.config.id})
+      .then(
+          [=](move_reservation& r) mutable {
+            if (r.granted && r.blocks.size() != c.num_blocks) {
+              self->send(dst, abort_move{c.id});
+              r = refused_reservation(c.id, c.holder, "the reservation does not match the chunk");
+            }
+            if (r.granted) self->state.chunks[c.id] = {c.req_id, c.holder, dst, c.num_blocks};
+            promise.deliver(std::move(r));
+          },
+          [=](const caf::error& err) mutable {
+            promise.deliver(refused_reservation(c.id, c.holder, "no answer: " + self->system().render(err)));
+          });
+  return promise;
+}
+
+/// Reports how a chunk's placement ended, as a move (computed where it lives, nothing copied).
+void report_chunk(self_ptr self, move_id id, const outgoing_chunk& c, bool ok, std::string reason) {
+  auto& st = self->state;
+  const move_report report{id, c.req, st.config.id, c.dst, c.blocks, ok, false, std::move(reason), true};
+  if (st.config.events) st.config.events->record(report);
+  if (st.config.gmanager) self->send(st.config.gmanager, report);
+}
+
+/// Commits a written chunk at its holder: its blocks become hosted blocks of the request there.
+caf::result<bool> commit_written_chunk(self_ptr self, const commit_chunk& c) {
+  auto& st = self->state;
+  auto it = st.chunks.find(c.id);
+  if (it == st.chunks.end() || it->second.req != c.req_id || c.logical.size() != it->second.blocks) return false;
+  auto promise = self->make_response_promise<bool>();
+  self->request(it->second.dst_rmanager, st.config.answer_timeout,
+                commit_move{c.id, c.req_id, st.config.id, c.logical, false, 0})
+      .then(
+          [=](const commit_result& r) mutable {
+            auto jt = self->state.chunks.find(c.id);
+            if (jt == self->state.chunks.end()) {  // given up meanwhile
+              promise.deliver(false);
+              return;
+            }
+            const outgoing_chunk chunk = jt->second;
+            self->state.chunks.erase(jt);
+            if (r.committed) {
+              self->state.lent[chunk.req][chunk.dst] += chunk.blocks;
+              if (auto room = self->state.rooms.find(chunk.req); room != self->state.rooms.end())
+                if (auto held = room->second.find(chunk.dst); held != room->second.end())
+                  held->second -= std::min(held->second, chunk.blocks);
+            } else {
+              self->send(chunk.dst_rmanager, abort_move{c.id});
+            }
+            report_chunk(self, c.id, chunk, r.committed, r.committed ? "" : "commit refused: " + r.reason);
+            promise.deliver(r.committed);
+          },
+          [=](const caf::error& err) mutable {
+            if (auto jt = self->state.chunks.find(c.id); jt != self->state.chunks.end()) {
+              self->send(jt->second.dst_rmanager, abort_move{c.id});
+              report_chunk(self, c.id, jt->second, false, "no commit answer: " + self->system().render(err));
+              self->state.chunks.erase(jt);
+            }
+            promise.deliver(false);
+          });
+  return promise;
+}
+
+/// Gives a chunk's reservation back at its holder.
+void abort_outgoing_chunk(self_ptr self, move_id id) {
+  auto it = self->state.chunks.find(id);
+  if (it == self->state.chunks.end()) return;
+  self->send(it->second.dst_rmanager, abort_move{id});
+  self->state.chunks.erase(it);
+}
+
 // ---- the destination side ---------------------------------------------------------------------------------
 
 /// A holder's side of a room: promise the blocks, all or none. They stay in the pool until the owner's
@@ -529,7 +631,7 @@ move_reservation grant(self_ptr self, const try_move_kvcache& ask) {
     r.granted = true;
     r.blocks = got.blocks;
     st.incoming[ask.id] = {ask.req_id, ask.src_inst, std::move(got.blocks), incoming_move::state::reserved,
-                           got.promised};
+                           got.promised, self->clock().now() + st.config.lease};
     self->delayed_send(self, st.config.lease, lease_check_atom::value, ask.id);
   }
   r.free_blocks = st.spare_blocks();
@@ -571,9 +673,42 @@ commit_result accept_commit(self_ptr self, const commit_move& c) {
     return {c.id, false, fmt::format("the blocks arrived with checksum {:016x}, sent with {:016x}", arrived.value(),
                                      c.checksum)};
   move.stage = incoming_move::state::committed;
+  st.config.pool->mark_written(move.blocks, uint32_t(st.config.pool->layout().n_layers));  // all of them arrived
   st.config.hosted->add(move.src, move.req, c.logical, move.blocks);
   if (auto* m = st.config.metrics.get()) m->blocks_lent.with({std::to_string(st.config.id)}).add(double(move.blocks.size()));
   return {c.id, true, {}};
+}
+
+/// A chunk computed into reservation `id` is no longer wanted: its blocks go back once the instance has
+/// stopped writing them (return_reservation).
+void stop_chunk(self_ptr self, move_id id, incoming_move& move) {
+  if (move.abort_pending) return;
+  move.abort_pending = true;
+  if (self->state.instance) self->send(self->state.instance, cancel_chunk{id});
+}
+
+/// The instance computes a chunk into reservation `t.id`: the blocks, if it is that request's and still reserved.
+std::vector<uint32_t> take_for_chunk(self_ptr self, const take_reservation& t) {
+  auto it = self->state.incoming.find(t.id);
+  if (it == self->state.incoming.end()) return {};
+  incoming_move& move = it->second;
+  if (move.stage != incoming_move::state::reserved || move.computing || move.req != t.req_id || move.src != t.owner)
+    return {};
+  move.computing = true;
+  return move.blocks;
+}
+
+/// The instance stopped computing the chunk of reservation `id`: it waits for its commit for a lease again, or
+/// goes back now if it was aborted or its request ended meanwhile.
+void chunk_returned(self_ptr self, move_id id) {
+  auto& st = self->state;
+  auto it = st.incoming.find(id);
+  if (it == st.incoming.end() || !it->second.computing) return;
+  incoming_move& move = it->second;
+  move.computing = false;
+  if (move.abort_pending) return give_back(self, move, incoming_move::state::given_back);
+  move.lease_end = self->clock().now() + st.config.lease;
+  self->delayed_send(self, st.config.lease, lease_check_atom::value, id);
 }
 
 /// Frees every block held for req and forgets its room's promise (owner's request ended).
@@ -582,9 +717,11 @@ void release_hosted(self_ptr self, const release_blocks& r) {
   st.config.promises->forget(r.owner, r.req_id);
   for (uint32_t b : st.config.hosted->remove_request(r.owner, r.req_id))  // empty for a duplicate
     (void)st.config.pool->release(b);
-  for (auto& [id, move] : st.incoming)
-    if (move.req == r.req_id && move.src == r.owner && move.stage == incoming_move::state::committed)
-      move.stage = incoming_move::state::given_back;
+  for (auto& [id, move] : st.incoming) {
+    if (move.req != r.req_id || move.src != r.owner) continue;
+    if (move.stage == incoming_move::state::committed) move.stage = incoming_move::state::given_back;
+    if (move.computing) stop_chunk(self, id, move);
+  }
 }
 
 /// This instance's request ended: free its blocks elsewhere and stop its moves.
@@ -605,6 +742,10 @@ void release_everywhere(self_ptr self, request_id req) {
       self->send(v->rmanager, release_blocks{req, st.config.id});
   for (auto& [id, move] : st.outgoing)
     if (move.req == req || move.picked.req_id == req) move.cancelled = true;
+  std::vector<move_id> chunks;
+  for (const auto& [id, chunk] : st.chunks)
+    if (chunk.req == req) chunks.push_back(id);
+  for (move_id id : chunks) abort_outgoing_chunk(self, id);
 }
 
 // ---- heartbeat ------------------------------------------------------------------------------------------------
@@ -670,15 +811,22 @@ caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
       [=](const commit_move& c) { return accept_commit(self, c); },
       [=](const abort_move& a) {
         auto it = self->state.incoming.find(a.id);
-        if (it != self->state.incoming.end() && (it->second.stage == incoming_move::state::reserved ||
-                                                 it->second.stage == incoming_move::state::committed))
+        if (it == self->state.incoming.end()) return;
+        if (it->second.computing) return stop_chunk(self, a.id, it->second);
+        if (it->second.stage == incoming_move::state::reserved || it->second.stage == incoming_move::state::committed)
           give_back(self, it->second, incoming_move::state::given_back);
       },
       [=](lease_check_atom, move_id id) {
         auto it = self->state.incoming.find(id);
-        if (it != self->state.incoming.end() && it->second.stage == incoming_move::state::reserved)
+        if (it != self->state.incoming.end() && it->second.stage == incoming_move::state::reserved &&
+            !it->second.computing && self->clock().now() >= it->second.lease_end)
           give_back(self, it->second, incoming_move::state::expired);
       },
+      [=](const reserve_chunk& c) { return reserve_for_chunk(self, c); },
+      [=](const commit_chunk& c) { return commit_written_chunk(self, c); },
+      [=](const abort_chunk& a) { abort_outgoing_chunk(self, a.id); },
+      [=](const take_reservation& t) { return take_for_chunk(self, t); },
+      [=](const return_reservation& r) { chunk_returned(self, r.id); },
       [=](const release_blocks& r) { release_hosted(self, r); },
       [=](const drain_instance&) { self->state.draining = true; },
       [=](const request_released& r) { release_everywhere(self, r.req_id); },
@@ -698,6 +846,8 @@ caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
         for (const auto& [id, move] : st.outgoing)
           if (move.dst == p.peer) doomed.push_back(id);
         for (move_id id : doomed) finish_move(self, id, false, "data plane peer failed: " + p.reason);
+        for (auto c = st.chunks.begin(); c != st.chunks.end();)  // the instance hears it from its chunk's holder
+          c = c->second.dst == p.peer ? st.chunks.erase(c) : std::next(c);
       },
       [=](caf::get_atom) { return self->state.stats(); },
   };

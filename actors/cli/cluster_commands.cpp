@@ -139,7 +139,7 @@ void run_gmanager(const gmanager_flags& flags) {
   g.on_move = [](const actors::move_report& r) {
     if (r.ok)
       log("illm gmanager: move {} of request {}: instance {} -> {}, {} blocks ({})", r.id, r.req_id, r.src_inst,
-          r.dst_inst, r.blocks, r.self_initiated ? "loan" : "order");
+          r.dst_inst, r.blocks, r.computed ? "prefilled there" : r.self_initiated ? "loan" : "order");
     else
       log("illm gmanager: move {} of request {}: instance {} -> {} failed: {}", r.id, r.req_id, r.src_inst, r.dst_inst,
           r.reason);
@@ -179,6 +179,7 @@ struct instance_flags {
   int threads = 0;
   int heartbeat_ms = 50;
   int drain_timeout_s = 30;
+  int room_prefill_min_chunks = actors::default_room_prefill_min_chunks;
 };
 
 /// What the watcher of the gManager saw.
@@ -300,6 +301,7 @@ void run_instance(const instance_flags& flags) {
   o.metrics = endpoint.metrics;
   o.kv_blocks = flags.kv_blocks;
   o.threads = flags.threads;
+  o.room_prefill_min_chunks = flags.room_prefill_min_chunks;
   o.heartbeat_period = std::chrono::milliseconds(flags.heartbeat_ms);
   auto started = actors::instance_node::start(sys, model->weights, o, plane, *gm);
   // Stops this instance's actors and waits (bounded) until each is down. Not await_all_actors_done: after a
@@ -480,6 +482,10 @@ void add_cluster_commands(CLI::App& app) {
   icmd->add_option("--heartbeat-ms", f->heartbeat_ms, "Heartbeat period (default 50)")->check(CLI::Range(1, 60000));
   icmd->add_option("--drain-timeout-s", f->drain_timeout_s, "On SIGTERM, how long to wait to be idle (default 30)")
       ->check(CLI::Range(0, 3600));
+  icmd->add_option("--room-prefill-min-chunks", f->room_prefill_min_chunks,
+                   "A request with a room has its prompt prefilled by the room's holders when at least this many "
+                   "chunks go out (0: never; default 2)")
+      ->check(CLI::Range(0, 1 << 20));
   add_metrics_options(icmd, f->metrics_listen, f->metrics_prefix);
   add_config_file(icmd, R"({"join": "10.0.0.1:7000", "id": 3, "kv-blocks-per-instance": 4096, "ucx-net-devices": "eth0"})");
   icmd->callback([f] { run_instance(*f); });

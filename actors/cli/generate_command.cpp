@@ -78,6 +78,7 @@ struct generate_flags {
   int threads = 0;
   int max_batch_tokens = 512;
   int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;
+  int room_prefill_min_chunks = actors::default_room_prefill_min_chunks;
   std::string backend = "auto";
   bool json = false;
   std::string gmanager;  // HOST:PORT of a cluster of processes (illm gmanager): the request goes there
@@ -190,7 +191,8 @@ void add_moves(generation_report& r, const std::vector<actors::move_report>& mov
   r.extra["refusals"] = nlohmann::json::array();
   for (const auto& m : moves) {
     nlohmann::json j = {{"move_id", m.id}, {"request", m.req_id}, {"source", m.src_inst},
-                        {"destination", m.dst_inst}, {"blocks", m.blocks}, {"loan", m.self_initiated}};
+                        {"destination", m.dst_inst}, {"blocks", m.blocks}, {"loan", m.self_initiated},
+                        {"prefilled", m.computed}};
     if (m.ok) {
       r.extra["moves"].push_back(j);
     } else {
@@ -212,6 +214,7 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
   co.threads_per_instance = f.threads;
   co.max_batch_tokens = f.max_batch_tokens;
   co.overlap_min_tokens = f.overlap_min_tokens;
+  co.room_prefill_min_chunks = f.room_prefill_min_chunks;
   auto started = actors::cluster::start(model.weights, co);
   if (!started.is_ok()) fail(started.error().message());
   actors::cluster& c = *started.value();
@@ -322,6 +325,11 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--overlap-min-tokens", flags->overlap_min_tokens,
                   "With --instances: steps of this many tokens whose queries attend remote blocks run as two "
                   "lanes, one's dense layers beside the other's remote attention (0: never)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--room-prefill-min-chunks", flags->room_prefill_min_chunks,
+                  "With --instances: a request with a room has its prompt prefilled by the room's holders, chunk by "
+                  "chunk where its KV stays, when at least this many chunks go out (0: never)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--backend", flags->backend, "auto (cuda when a GPU is present, else cpu), cpu, cpu-reference or cuda")->capture_default_str();

@@ -96,6 +96,7 @@ routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu
   co.max_batch_tokens = c.max_batch_tokens;
   co.max_batch_seqs = c.max_batch_seqs;
   co.overlap_min_tokens = c.overlap_min_tokens;
+  co.room_prefill_min_chunks = c.room_prefill_min_chunks;
   co.heartbeat_period = std::chrono::milliseconds(c.heartbeat_ms);
   co.policy_period = std::chrono::milliseconds(c.policy_ms);
   co.metrics = std::move(metrics);

@@ -276,10 +276,11 @@ void run_sim(const sim_flags& f) {
                    {"max_batch_tokens", f.options.max_batch_tokens},
                    {"max_batch_seqs", f.options.max_batch_seqs},
                    {"overlap_min_tokens", f.options.overlap_min_tokens},
+                   {"room_prefill_min_chunks", f.options.room_prefill_min_chunks},
                    {"kv_scale", f.options.kv_scale},
                    {"hosted_attention", f.hosted}};
   if (!f.json)
-    fmt::print("illm sim: {} ({} requests), {} x {}{}, arrivals {}, batches <= {} tokens / {} sequences, {}{}\n",
+    fmt::print("illm sim: {} ({} requests), {} x {}{}, arrivals {}, batches <= {} tokens / {} sequences, {}, {}{}\n",
                f.trace, j["settings"]["requests"].get<size_t>(), f.options.instances,
                instance_label(flags.options),
                f.options.kv_scale != 1 ? fmt::format(" with {}x its KV memory", f.options.kv_scale) : "",
@@ -288,6 +289,9 @@ void run_sim(const sim_flags& f) {
                f.options.overlap_min_tokens > 0
                    ? fmt::format("two lanes from {} tokens with remote blocks", f.options.overlap_min_tokens)
                    : "one lane",
+               f.options.room_prefill_min_chunks > 0
+                   ? fmt::format("room prefill from {} chunks", f.options.room_prefill_min_chunks)
+                   : "rooms filled by moves",
                f.hosted == "priority" ? "" : ", hosted attention " + f.hosted);
   for (const auto& policy : policies) {
     actors::sim::sim_options o = flags.options;
@@ -342,6 +346,11 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--overlap-min-tokens", f->options.overlap_min_tokens,
                   "Steps of this many tokens or more whose queries attend remote blocks run as two lanes, one's dense "
                   "layers beside the other's remote attention (0: never)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--room-prefill-min-chunks", f->options.room_prefill_min_chunks,
+                  "A request with a room has its prompt prefilled by the room's holders, chunk by chunk where its KV "
+                  "stays, when at least this many chunks go out (0: never; the owner prefills and moves its blocks)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--kv-scale", f->options.kv_scale,

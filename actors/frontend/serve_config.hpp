@@ -7,6 +7,7 @@
 #include <string>
 
 #include "actors/frontend/service.hpp"
+#include "actors/room_prefill.hpp"
 #include "gpu/engine.hpp"
 
 namespace illm::actors::frontend {
@@ -23,6 +24,7 @@ struct serve_config {
   int max_batch_tokens = 512;
   int max_batch_seqs = 64;
   int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;  ///< steps this long with remote blocks: two lanes
+  int room_prefill_min_chunks = default_room_prefill_min_chunks;  ///< room prefill when at least this many chunks go out (0: never)
   int heartbeat_ms = 50;
   int policy_ms = 100;
   std::string policy = "greedy";  ///< the embedded gManager's placement: greedy (the performance model) or simple

@@ -65,11 +65,20 @@ struct lane_layer {
   std::map<instance_id, double> holders;
 };
 
+/// The earliest second a holder's attention of `layer` may begin in lane `lane` (0: at once).
+double gate_of(const layer_gates& gates, size_t lane, instance_id holder, int layer) {
+  if (lane >= gates.size()) return 0;
+  const auto it = gates[lane].find(holder);
+  return it == gates[lane].end() || size_t(layer) >= it->second.size() ? 0.0 : it->second[size_t(layer)];
+}
+
 /// Times the layers as the engine runs them: each lane's front (dense, then its queries sent and its
 /// local attention), then, layer by layer and lane by lane, the wait for its holders and its back.
-/// Holders attend their jobs in the order they come, beside their queued work as `hosted` has it.
+/// Holders attend their jobs in the order they come, beside their queued work as `hosted` has it, and no
+/// earlier than the gates let them. `stored` gets, per lane and layer, when that layer's KV is stored.
 double time_layers(const std::vector<lane_layer>& lanes, int n_layers, hosted_timing hosted,
-                   const std::map<instance_id, double>& holders_busy_s) {
+                   const std::map<instance_id, double>& holders_busy_s, const layer_gates& gates,
+                   std::vector<std::vector<double>>& stored) {
   auto busy_for = [&](instance_id holder) {
     const auto it = holders_busy_s.find(holder);
     return it == holders_busy_s.end() ? 0.0 : it->second;
@@ -77,24 +86,26 @@ double time_layers(const std::vector<lane_layer>& lanes, int n_layers, hosted_ti
   double owner = 0;
   std::map<instance_id, double> holder_free;
   std::vector<double> ready(lanes.size(), 0);  // when a lane's partials are all in
-  auto front = [&](size_t i) {
+  stored.assign(lanes.size(), std::vector<double>(size_t(n_layers), 0.0));
+  auto front = [&](size_t i, int layer) {
     owner += lanes[i].front;
     const double sent = owner;
+    stored[i][size_t(layer)] = sent;
     owner += lanes[i].local;
     ready[i] = owner;
     for (const auto& [holder, seconds] : lanes[i].holders) {
       const double busy = busy_for(holder);
       double& free = holder_free.try_emplace(holder, hosted == hosted_timing::queued ? busy : 0.0).first->second;
-      const double begin = std::max(free, sent);
+      const double begin = std::max({free, sent, gate_of(gates, i, holder, layer)});
       free = begin + (hosted == hosted_timing::shared && begin < busy ? 2 * seconds : seconds);
       ready[i] = std::max(ready[i], free);
     }
   };
-  for (size_t i = 0; i < lanes.size(); ++i) front(i);
+  for (size_t i = 0; i < lanes.size(); ++i) front(i, 0);
   for (int l = 0; l < n_layers; ++l)
     for (size_t i = 0; i < lanes.size(); ++i) {
       owner = std::max(owner, ready[i]) + lanes[i].back;
-      if (l + 1 < n_layers) front(i);
+      if (l + 1 < n_layers) front(i, l + 1);
     }
   return owner;
 }
@@ -107,7 +118,8 @@ double dense_front_share(const gpu::model_config& c) {
 }
 
 step_cost predict_step(const placement::profile& model, instance_id self, const gpu::step_plan& plan,
-                       const step_layout& layout, const std::map<instance_id, double>& holders_busy_s) {
+                       const step_layout& layout, const std::map<instance_id, double>& holders_busy_s,
+                       const layer_gates& gates) {
   int64_t rows = 0;
   for (const gpu::batch_entry& e : plan.entries) rows += e.n_tokens;
   const bool two_lanes =
@@ -137,9 +149,29 @@ step_cost predict_step(const placement::profile& model, instance_id self, const 
     sampled += w.sampled;
     layers.push_back(std::move(layer));
   }
-  cost.seconds = time_layers(layers, model.n_layers, layout.hosted, holders_busy_s) + model.step_overhead_s +
-                 placement::sampled_time(model, sampled);
+  cost.middle_row = two_lanes ? rows / 2 : rows;
+  cost.seconds = time_layers(layers, model.n_layers, layout.hosted, holders_busy_s, gates, cost.stored_s) +
+                 model.step_overhead_s + placement::sampled_time(model, sampled);
   return cost;
+}
+
+void chunk_layers::add(uint32_t owner, uint64_t request, uint64_t id, uint32_t pool, int64_t pos0,
+                       std::vector<double> written_s) {
+  chunks_[id] = {owner, request, pool, pos0, std::move(written_s)};
+}
+
+void chunk_layers::remove(uint64_t id) { chunks_.erase(id); }
+
+std::map<instance_id, std::vector<double>> chunk_layers::before(uint32_t owner, uint64_t request, int64_t pos,
+                                                                uint32_t pool) const {
+  std::map<instance_id, std::vector<double>> out;
+  for (const auto& [id, c] : chunks_) {
+    if (c.owner != owner || c.request != request || c.pool == pool || c.pos0 >= pos) continue;
+    std::vector<double>& latest = out[c.pool];
+    latest.resize(std::max(latest.size(), c.written_s.size()), 0.0);
+    for (size_t l = 0; l < c.written_s.size(); ++l) latest[l] = std::max(latest[l], c.written_s[l]);
+  }
+  return out;
 }
 
 struct sim_worker_state {
@@ -183,11 +215,56 @@ void count_step(sim_worker_stats& s, const gpu::step_plan& plan, double seconds)
   s.busy_s += seconds;
 }
 
+/// The lanes of a step whose rows end at `middle` (the first lane) and after: the lane of row `row`.
+size_t lane_of(int64_t row, int64_t middle) { return row < middle ? 0 : 1; }
+
+/// Per lane, when the holders of chunks before this step's chunks write each layer (seconds from `start`,
+/// when the step starts).
+layer_gates gates_for(const sim_worker_config& cfg, const gpu::step_plan& plan, double start) {
+  layer_gates gates(2);
+  if (!cfg.chunks) return gates;
+  int64_t rows = 0;
+  for (const gpu::batch_entry& e : plan.entries) rows += e.n_tokens;
+  const bool two = gpu::engine::long_enough_for_lanes(cfg.layout.overlap_min_tokens, rows) &&
+                   gpu::engine::attends_elsewhere(plan.entries, cfg.id);
+  int64_t row = 0;
+  for (const gpu::batch_entry& e : plan.entries) {
+    if (e.foreign_request)
+      for (const auto& [pool, written] : cfg.chunks->before(e.foreign_owner, e.foreign_request, e.pos0, cfg.id))
+        for (size_t lane = lane_of(row, two ? rows / 2 : rows); lane <= lane_of(row + e.n_tokens - 1, two ? rows / 2 : rows);
+             ++lane) {
+          std::vector<double>& gate = gates[lane][pool];
+          gate.resize(std::max(gate.size(), written.size()), 0.0);
+          for (size_t l = 0; l < written.size(); ++l) gate[l] = std::max(gate[l], written[l] - start);
+        }
+    row += e.n_tokens;
+  }
+  return gates;
+}
+
+/// Keeps when each layer of this step's chunks is written (the stored time of the lane of their last row).
+void note_chunks(const sim_worker_config& cfg, const gpu::step_plan& plan, const step_cost& cost, double start) {
+  if (!cfg.chunks) return;
+  int64_t row = 0;
+  for (const gpu::batch_entry& e : plan.entries) {
+    if (e.foreign_request) {
+      const size_t lane = std::min(lane_of(row + e.n_tokens - 1, cost.middle_row), cost.stored_s.size() - 1);
+      std::vector<double> written = cost.stored_s[lane];
+      for (double& t : written) t += start;
+      cfg.chunks->add(e.foreign_owner, e.foreign_request, e.seq_id, cfg.id, e.pos0, std::move(written));
+    }
+    row += e.n_tokens;
+  }
+}
+
 /// Starts a step: its time, the holders' share of it, and the answer when the time has passed.
 caf::response_promise start_step(self_ptr self, const sim_worker_config& cfg, run_step& job) {
-  step_cost cost = predict_step(cfg.model, cfg.id, *job.plan, cfg.layout, holders_busy(self, cfg));
   const double waited = std::max(0.0, self->state.busy_until_s - now_s(self));
+  const double start = now_s(self) + waited;  // after the attention queued on this GPU for others
+  step_cost cost =
+      predict_step(cfg.model, cfg.id, *job.plan, cfg.layout, holders_busy(self, cfg), gates_for(cfg, *job.plan, start));
   const double seconds = occupy(self, cfg, cost.seconds) - now_s(self);
+  note_chunks(cfg, *job.plan, cost, start);
   for (const auto& [holder, s] : cost.hosted_s)
     if (cfg.workers && holder < cfg.workers->size() && (*cfg.workers)[holder])
       self->send((*cfg.workers)[holder], hosted_atom::value, s);
@@ -216,6 +293,9 @@ caf::behavior sim_worker_behavior(self_ptr self, sim_worker_config config) {
         auto promise = st.pending.find(id);
         auto plan = st.plans.find(id);
         if (promise == st.pending.end() || plan == st.plans.end()) return;
+        if (cfg->chunks)
+          for (const gpu::batch_entry& e : plan->second->entries)
+            if (e.foreign_request) cfg->chunks->remove(e.seq_id);
         promise->second.deliver(step_done{std::move(plan->second), {}, {}});
         st.pending.erase(promise);
         st.plans.erase(plan);

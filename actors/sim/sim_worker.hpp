@@ -7,6 +7,10 @@
 // the engine runs as two lanes (gpu::engine::long_enough_for_lanes, with remote blocks) is timed layer by
 // layer as the engine orders it: one lane's dense layers run while the holders attend the other lane's
 // queries.
+// A room's chunk (a batch entry computed for another instance's request) reads the blocks of the chunks
+// before it, which other workers may still be computing: its queries of a layer reach such a holder no
+// earlier than that holder's step has written the layer (chunk_layers, shared by the workers), and its
+// own layers' written times are kept for the chunks after it.
 // Every sampled token is an ordinary token (not an end of text), so requests run to their max tokens.
 
 #include <map>
@@ -42,6 +46,34 @@ struct step_layout {
 /// The share of a layer's weights, and so of its dense time, in its QKV projection.
 double dense_front_share(const gpu::model_config& shape);
 
+/// When each layer of the room chunks under way is written, in simulated seconds: what the chunks after
+/// them wait for. Shared by the workers (the test coordinator runs one actor at a time).
+class chunk_layers {
+ public:
+  /// A chunk of (owner, request) at `pool`, positions [pos0, end), its layers written at these times.
+  void add(uint32_t owner, uint64_t request, uint64_t chunk, uint32_t pool, int64_t pos0, std::vector<double> written_s);
+  /// Forgets chunk `chunk` (its step ended: its layers are all written).
+  void remove(uint64_t chunk);
+  /// Per pool other than `pool`: the latest time each layer of the chunks of (owner, request) before position
+  /// `before` is written, for those under way.
+  std::map<instance_id, std::vector<double>> before(uint32_t owner, uint64_t request, int64_t before,
+                                                    uint32_t pool) const;
+
+ private:
+  struct chunk {
+    uint32_t owner = 0;
+    uint64_t request = 0;
+    uint32_t pool = 0;
+    int64_t pos0 = 0;
+    std::vector<double> written_s;
+  };
+  std::map<uint64_t, chunk> chunks_;
+};
+
+/// Per lane of a step: for each holder, the earliest second (from the step's start) its attention of each
+/// layer may begin, when it waits for a chunk before it to write that layer.
+using layer_gates = std::vector<std::map<instance_id, std::vector<double>>>;
+
 /// What a simulated worker needs.
 struct sim_worker_config {
   instance_id id = 0;
@@ -52,18 +84,23 @@ struct sim_worker_config {
   /// By instance id, the simulated second each worker's GPU is done with the work queued on it: every
   /// worker writes its own and reads its holders' (the test coordinator runs one actor at a time).
   std::shared_ptr<std::vector<double>> busy_until;
+  std::shared_ptr<chunk_layers> chunks;  ///< the room chunks under way (none: chunks wait for nothing)
 };
 
 /// The predicted cost of a step.
 struct step_cost {
   double seconds = 0;                      ///< until the owner has every partial
   std::map<instance_id, double> hosted_s;  ///< attention each holder of remote blocks does for it
+  std::vector<std::vector<double>> stored_s;  ///< per lane and layer: seconds until that layer's KV is stored
+  int64_t middle_row = 0;                     ///< the first row of the second lane (the rows, with one lane)
 };
 
 /// Predicts a step of `plan` on instance `self` (exposed for tests); `holders_busy_s`: seconds from the step's
-/// start until each holder's GPU is done with the work queued on it (none: idle).
+/// start until each holder's GPU is done with the work queued on it (none: idle); `gates`: when holders'
+/// attention may begin, per lane and layer (none: at once).
 step_cost predict_step(const placement::profile& model, instance_id self, const gpu::step_plan& plan,
-                       const step_layout& layout, const std::map<instance_id, double>& holders_busy_s = {});
+                       const step_layout& layout, const std::map<instance_id, double>& holders_busy_s = {},
+                       const layer_gates& gates = {});
 
 /// Spawns a scheduled simulated worker.
 caf::actor spawn_sim_worker(caf::actor_system& sys, sim_worker_config config);

@@ -367,6 +367,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   std::vector<std::shared_ptr<pool_promises>> promises;
   auto workers = std::make_shared<std::vector<caf::actor>>();
   auto busy_until = std::make_shared<std::vector<double>>(size_t(n_instances), 0.0);
+  auto chunks = std::make_shared<chunk_layers>();
   for (int i = 0; i < n_instances; ++i) {
     auto pool = gpu::kv_pool::create(device, layout, blocks);
     if (!pool.is_ok()) return pool.error();
@@ -389,7 +390,8 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     rc.answer_timeout = o.lease;
     caf::actor rm = spawn_rmanager(sys, rc);
     stats.push_back(std::make_shared<sim_worker_stats>());
-    caf::actor worker = spawn_sim_worker(sys, {instance_id(i), model, steps, workers, stats.back(), busy_until});
+    caf::actor worker =
+        spawn_sim_worker(sys, {instance_id(i), model, steps, workers, stats.back(), busy_until, chunks});
     workers->push_back(worker);
     instance_config ic;
     ic.id = instance_id(i);
@@ -403,6 +405,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     ic.max_waiting = 1u << 30;
     ic.stream_tokens = false;
     ic.lending = lending;
+    ic.room_prefill_min_chunks = o.room_prefill_min_chunks;
     caf::actor inst = spawn_instance(sys, ic);
     caf::anon_send(rm, attach_atom::value, inst);
     instances.push_back(inst);

@@ -15,6 +15,7 @@
 #include "actors/frontend/trace_replay.hpp"
 #include "actors/placement/greedy_policy.hpp"
 #include "actors/placement/perf_model.hpp"
+#include "actors/room_prefill.hpp"
 #include "actors/sim/hosted_timing.hpp"
 #include "gpu/engine.hpp"
 
@@ -52,6 +53,9 @@ struct sim_options {
   int max_batch_seqs = 256;
   /// Steps of at least this many tokens with remote blocks run as two lanes (the engine's option; 0: never).
   int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;
+  /// A request with a room has its prompt prefilled by the room's holders when at least this many chunks go
+  /// out (the instances' option; 0: never, the owner prefills it and moves its blocks into the room).
+  int room_prefill_min_chunks = default_room_prefill_min_chunks;
   std::chrono::milliseconds heartbeat_period{200};
   std::chrono::milliseconds policy_period{500};
   std::chrono::milliseconds lease{10000};

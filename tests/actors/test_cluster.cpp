@@ -1,8 +1,8 @@
 // Embedded clusters on the real model: a request about three times one instance's pool completes,
-// its blocks spread by moves (loans of a full owner, or the gManager's orders) with the token ids of
-// one instance with enough memory; concurrent requests of mixed lengths get their ids alone and leave
-// every pool as it started; remote attention moves only queries and partials, the same bytes per
-// decode step at 1K and at 3K tokens of context.
+// its blocks spread by moves (loans of a full owner, or the gManager's orders) or prefilled where they
+// stay by its room's holders, with the token ids of one instance with enough memory; concurrent requests
+// of mixed lengths get their ids alone and leave every pool as it started; remote attention moves only
+// queries and partials, the same bytes per decode step at 1K and at 3K tokens of context.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -116,49 +116,69 @@ generate_params greedy(std::vector<int32_t> prompt, int max_tokens) {
   return {std::move(prompt), max_tokens, 0.0f, 1.0f, 0, true};
 }
 
-/// A 2900-token request on 4 pools of 64 blocks with `policy` (empty: the simple one) run every 20 ms: its ids
-/// are those of one instance, its blocks end on 3 or more instances, some moved by the gManager's orders,
-/// and the pools are whole again after it.
-void check_spread_by_orders(placement::policy policy) {
-  const auto prompt = long_prompt(2900);
+/// 4 instances of 64 blocks (1024 tokens) each, the gManager's policy every `policy_period`.
+cluster_options four_small_pools(std::chrono::milliseconds policy_period) {
   cluster_options o;
   o.instances = 4;
   o.kv_blocks_per_instance = 64;
-  o.policy_period = 20ms;
-  o.policy = std::move(policy);
+  o.policy_period = policy_period;
+  return o;
+}
+
+/// A 2900-token request (about three pools) alone on a cluster of `o`: its ids are those of one instance, its
+/// blocks end on 3 or more instances, and the pools are whole again after it. Returns the cluster's moves.
+std::vector<move_report> run_long_request(const cluster_options& o, int max_tokens) {
+  const auto prompt = long_prompt(2900);
   auto c = cluster::start(model().weights, o);
   REQUIRE(c.is_ok());
-  const auto got = run_all(*c.value(), {greedy(prompt, 16)});
+  const auto got = run_all(*c.value(), {greedy(prompt, max_tokens)});
   REQUIRE(got[0].end.reason == "length");
-  CHECK(got[0].tokens == alone(prompt, 16));
+  CHECK(got[0].tokens == alone(prompt, max_tokens));
   CHECK(instances_holding(got[0].end) >= 3);
-  const auto moves = c.value()->moves();
-  CHECK(std::any_of(moves.begin(), moves.end(), [](const move_report& m) { return m.ok && !m.self_initiated; }));
+  auto moves = c.value()->moves();
   check_pools_back_to_start(*c.value());
   c.value()->shutdown();
+  return moves;
+}
+
+/// The long request with `policy` (empty: the simple one) run every 20 ms and its owner prefilling it: some of
+/// its blocks are moved by the gManager's orders.
+void check_spread_by_orders(placement::policy policy) {
+  cluster_options o = four_small_pools(20ms);
+  o.policy = std::move(policy);
+  o.room_prefill_min_chunks = 0;
+  const auto moves = run_long_request(o, 16);
+  CHECK(std::any_of(moves.begin(), moves.end(),
+                    [](const move_report& m) { return m.ok && !m.self_initiated && !m.computed; }));
 }
 
 }  // namespace
 
 TEST_SUITE("actors") {
   TEST_CASE("a request three times one pool completes on loans with the ids of one instance") {
-    const auto prompt = long_prompt(2900);
-    cluster_options o;
-    o.instances = 4;
-    o.kv_blocks_per_instance = 64;
-    o.policy_period = 3600s;  // the gManager stays out: only the full owner's own loans move blocks
-    auto c = cluster::start(model().weights, o);
-    REQUIRE(c.is_ok());
-    const auto got = run_all(*c.value(), {greedy(prompt, 32)});
-    REQUIRE(got[0].end.reason == "length");
-    CHECK(got[0].tokens == alone(prompt, 32));
-    CHECK(instances_holding(got[0].end) >= 3);
-    const auto moves = c.value()->moves();
+    cluster_options o = four_small_pools(3600s);  // the gManager stays out: only the full owner's own loans move blocks
+    o.room_prefill_min_chunks = 0;
+    const auto moves = run_long_request(o, 32);
     REQUIRE_FALSE(moves.empty());
     for (const auto& m : moves)
       if (m.ok) CHECK(m.self_initiated);
-    check_pools_back_to_start(*c.value());
-    c.value()->shutdown();
+  }
+
+  TEST_CASE("a request three times one pool is prefilled by its room's holders with the ids of one instance") {
+    cluster_options o = four_small_pools(3600s);
+    o.max_batch_tokens = 256;   // chunks of 128 tokens: about twenty go out
+    o.overlap_min_tokens = 64;  // the holders' steps run as two lanes
+    const auto moves = run_long_request(o, 32);
+    std::set<instance_id> prefilled_at;
+    size_t chunks = 0;
+    for (const auto& m : moves)
+      if (m.ok && m.computed) {
+        ++chunks;
+        prefilled_at.insert(m.dst_inst);
+        CHECK(m.blocks == 8);
+      }
+    CHECK(chunks >= 12);
+    CHECK(prefilled_at.size() >= 2);
   }
 
   TEST_CASE("the gManager's moves spread a long request with the ids of one instance") {

@@ -27,6 +27,7 @@ struct instance_log {
   std::vector<move_abandoned> abandoned;
   std::vector<loan_result> loans;
   std::vector<room_answer> rooms;
+  std::vector<move_id> chunks_cancelled;
 };
 
 /// A stand-in instance: picks its requests' blocks oldest first and records what the rManager tells it.
@@ -48,6 +49,7 @@ caf::behavior fake_instance(caf::event_based_actor*, std::shared_ptr<instance_lo
       [log](const move_abandoned& m) { log->abandoned.push_back(m); },
       [log](const loan_result& r) { log->loans.push_back(r); },
       [log](const room_answer& a) { log->rooms.push_back(a); },
+      [log](const cancel_chunk& c) { log->chunks_cancelled.push_back(c.id); },
       [](const cluster_view&) {},
   };
 }
@@ -209,6 +211,31 @@ struct protocol_fixture {
     });
     sched->run();
     return out;
+  }
+
+  /// The answer `to` gives to `message`, delivered on the coordinator (none: it gave none yet).
+  template <class Answer, class Message>
+  std::optional<Answer> ask(const caf::actor& to, Message message) {
+    auto out = std::make_shared<std::optional<Answer>>();
+    sys->spawn([out, to, message](caf::event_based_actor* self) {
+      self->request(to, caf::infinite, message).then([out](Answer& a) { *out = std::move(a); });
+    });
+    sched->run();
+    return *out;
+  }
+
+  /// A chunk of request 5 of instance 0 in its room at instance 1, reserved by instance 0's rManager and taken
+  /// by instance 1 to compute it (as the holder's instance does when the chunk arrives): its blocks there.
+  std::vector<uint32_t> chunk_being_computed(move_id id, uint32_t blocks) {
+    REQUIRE(ask_room(0, 5, blocks).granted);
+    const auto reserved = ask<move_reservation>(rmanagers[0], reserve_chunk{id, 5, 1, blocks});
+    REQUIRE(reserved);
+    REQUIRE(reserved->granted);
+    const auto taken = ask<std::vector<uint32_t>>(rmanagers[1], take_reservation{id, 0, 5});
+    REQUIRE(taken);
+    REQUIRE(*taken == reserved->blocks);
+    for (uint32_t b : *taken) CHECK(pools[1]->layers_written(b) == 0);
+    return *taken;
   }
 
   /// Instance `inst` in view `v`.
@@ -671,5 +698,78 @@ TEST_SUITE("actors") {
     const room_answer second = f.ask_room(0, 6, 4);
     REQUIRE(second.granted);
     CHECK(second.holders == holders{{1, 3}, {2, 1}});
+  }
+
+  TEST_CASE("a room's chunk computed at its holder is committed there as the request's hosted blocks") {
+    protocol_fixture f(2);
+    const auto blocks = f.chunk_being_computed(41, 4);
+    CHECK(f.promises[1]->of(0, 5) == 0);  // the room's promise went to the chunk
+    f.settle(150ms);  // past the lease: the chunk is being computed, its reservation stays
+    CHECK(f.pools[1]->blocks_of(5) == 4);
+    f.pools[1]->mark_written(blocks, 1);  // the holder's engine wrote every layer (the pool has one)
+    caf::anon_send(f.rmanagers[1], return_reservation{41});
+    f.sched->run();
+    CHECK(f.ask<bool>(f.rmanagers[0], commit_chunk{41, 5, {0, 1, 2, 3}}) == true);
+    f.settle();
+    CHECK(f.pools[1]->blocks_of(5) == 4);
+    const auto reports = f.events->moves();
+    REQUIRE_FALSE(reports.empty());
+    CHECK(reports.back().ok);
+    CHECK(reports.back().computed);
+    CHECK(reports.back().blocks == 4);
+    CHECK(f.ask<instance_stats>(f.rmanagers[0], caf::get_atom::value)->borrowed_blocks == 4);
+    caf::anon_send(f.rmanagers[0], request_released{5});  // the request ends: its holder frees them
+    f.settle();
+    CHECK(f.pools[1]->blocks_of(5) == 0);
+    CHECK(f.pools[1]->check().is_ok());
+  }
+
+  TEST_CASE("a chunk given up while its holder computes it goes back once the holder has stopped") {
+    protocol_fixture f(2);
+    f.chunk_being_computed(42, 4);
+    caf::anon_send(f.rmanagers[0], abort_chunk{42});
+    f.settle();
+    REQUIRE(f.logs[1]->chunks_cancelled == std::vector<move_id>{42});  // the holder is told to stop
+    CHECK(f.pools[1]->blocks_of(5) == 4);  // its engine may still be writing them
+    caf::anon_send(f.rmanagers[1], return_reservation{42});
+    f.settle();
+    CHECK(f.pools[1]->blocks_of(5) == 0);
+    CHECK(f.promises[1]->of(0, 5) == 4);  // back to the room
+    CHECK_FALSE(f.ask<bool>(f.rmanagers[0], commit_chunk{42, 5, {0, 1, 2, 3}}).value());
+  }
+
+  TEST_CASE("a request that ends while its chunk is computed has the holder stop and free the chunk") {
+    protocol_fixture f(2);
+    f.chunk_being_computed(43, 3);
+    caf::anon_send(f.rmanagers[0], request_released{5});
+    f.settle();
+    REQUIRE(f.logs[1]->chunks_cancelled == std::vector<move_id>{43});
+    CHECK(f.pools[1]->blocks_of(5) == 3);
+    caf::anon_send(f.rmanagers[1], return_reservation{43});
+    f.settle();
+    CHECK(f.pools[1]->blocks_of(5) == 0);
+    CHECK(f.promises[1]->rooms_total() == 0);
+    CHECK(f.pools[1]->check().is_ok());
+  }
+
+  TEST_CASE("a computed chunk whose owner never commits it goes back a lease after it ended") {
+    protocol_fixture f(2);
+    f.chunk_being_computed(44, 2);
+    caf::anon_send(f.rmanagers[1], return_reservation{44});
+    f.settle(20ms);  // 40 ms: within the lease
+    CHECK(f.pools[1]->blocks_of(5) == 2);
+    f.settle(100ms);
+    CHECK(f.pools[1]->blocks_of(5) == 0);
+    CHECK(f.ask<move_reservation>(f.rmanagers[1], try_move_kvcache{44, 5, 2, 0})->granted == false);  // expired
+  }
+
+  TEST_CASE("a chunk's reservation is taken only by its own request, once") {
+    protocol_fixture f(2);
+    REQUIRE(f.ask_room(0, 5, 2).granted);
+    REQUIRE(f.ask<move_reservation>(f.rmanagers[0], reserve_chunk{45, 5, 1, 2})->granted);
+    CHECK(f.ask<std::vector<uint32_t>>(f.rmanagers[1], take_reservation{45, 0, 6})->empty());  // another request
+    CHECK(f.ask<std::vector<uint32_t>>(f.rmanagers[1], take_reservation{45, 0, 5})->size() == 2);
+    CHECK(f.ask<std::vector<uint32_t>>(f.rmanagers[1], take_reservation{45, 0, 5})->empty());  // already taken
+    CHECK(f.ask<std::vector<uint32_t>>(f.rmanagers[1], take_reservation{99, 0, 5})->empty());  // no such move
   }
 }

@@ -1,0 +1,94 @@
+#include "actors/room_prefill.hpp"
+
+#include <algorithm>
+
+namespace illm::actors {
+
+namespace {
+constexpr int32_t block_tokens = 16;
+}
+
+std::optional<room_prefill_plan> room_prefill_plan::make(int32_t begin, int32_t prompt, int32_t chunk_tokens,
+                                                         const std::vector<std::pair<uint32_t, uint32_t>>& holders,
+                                                         int min_chunks) {
+  if (chunk_tokens < block_tokens || chunk_tokens % block_tokens != 0 || begin % block_tokens != 0 ||
+      begin >= prompt)
+    return std::nullopt;
+  room_prefill_plan plan;
+  plan.chunk_tokens_ = chunk_tokens;
+  plan.next_pos_ = begin;
+  const uint32_t per_chunk = uint32_t(chunk_tokens / block_tokens);
+  for (const auto& [holder, blocks] : holders) plan.left_[holder] += blocks;
+  int64_t room = 0;  // whole chunks the holders can take
+  for (const auto& [holder, blocks] : plan.left_) room += blocks / per_chunk;
+  // Whole chunks, the owner keeping at least the last token; no more than the room holds.
+  const int64_t chunks = std::min<int64_t>((int64_t(prompt) - 1 - begin) / chunk_tokens, room);
+  if (chunks < std::max(1, min_chunks)) return std::nullopt;
+  plan.end_ = begin + int32_t(chunks) * chunk_tokens;
+  return plan;
+}
+
+std::optional<room_prefill_plan::chunk> room_prefill_plan::next() const {
+  if (next_pos_ >= end_) return std::nullopt;
+  for (const auto& [id, s] : under_way_)
+    if (!s.started) return std::nullopt;  // the one before has not started: its step must come first
+  const uint32_t blocks = uint32_t(chunk_tokens_ / block_tokens);
+  std::optional<chunk> best;
+  uint32_t best_left = 0;
+  for (const auto& [holder, left] : left_) {
+    if (left < blocks || refusing_.count(holder)) continue;
+    const bool busy = std::any_of(under_way_.begin(), under_way_.end(),
+                                  [&](const auto& u) { return u.second.c.holder == holder; });
+    if (busy || (best && left <= best_left)) continue;
+    best = chunk{holder, next_pos_, next_pos_ + chunk_tokens_, blocks};
+    best_left = left;
+  }
+  return best;
+}
+
+void room_prefill_plan::asked(uint64_t id, const chunk& c) {
+  under_way_[id] = {c, false};
+  left_[c.holder] -= std::min(left_[c.holder], c.blocks);
+  next_pos_ = c.end;
+}
+
+void room_prefill_plan::refused(uint64_t id) {
+  auto it = under_way_.find(id);
+  if (it == under_way_.end()) return;
+  refusing_.insert(it->second.c.holder);
+  // Its positions go to the next chunk (the chunks are asked for one at a time, in order).
+  next_pos_ = it->second.c.pos0;
+  under_way_.erase(it);
+}
+
+void room_prefill_plan::started(uint64_t id) {
+  if (auto it = under_way_.find(id); it != under_way_.end()) it->second.started = true;
+}
+
+void room_prefill_plan::committed(uint64_t id) { under_way_.erase(id); }
+
+bool room_prefill_plan::stalled() const {
+  if (next_pos_ >= end_) return true;
+  const uint32_t blocks = uint32_t(chunk_tokens_ / block_tokens);
+  return std::none_of(left_.begin(), left_.end(),
+                      [&](const auto& h) { return h.second >= blocks && !refusing_.count(h.first); });
+}
+
+std::vector<uint64_t> room_prefill_plan::under_way() const {
+  std::vector<uint64_t> out;
+  for (const auto& [id, s] : under_way_) out.push_back(id);
+  return out;
+}
+
+uint32_t room_prefill_plan::holder_of(uint64_t id) const {
+  auto it = under_way_.find(id);
+  return it == under_way_.end() ? 0 : it->second.c.holder;
+}
+
+std::optional<room_prefill_plan::chunk> room_prefill_plan::chunk_of(uint64_t id) const {
+  auto it = under_way_.find(id);
+  if (it == under_way_.end()) return std::nullopt;
+  return it->second.c;
+}
+
+}  // namespace illm::actors
