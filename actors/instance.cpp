@@ -645,10 +645,11 @@ bool switch_blocks(self_ptr self, const blocks_moved& m) {
 
 // ---- room prefill, at the owner: the prompt's chunks handed to the room's holders --------------------------
 
-/// Tokens of a room's chunk: half a step, so that a holder runs one whole beside its own decode tokens.
+/// Tokens of a room's chunk: a step's, less a decode token for every sequence a step may hold (at least half
+/// a step), so that a holder runs one whole beside its own decode tokens.
 int32_t chunk_tokens(const instance_state& st) {
-  const int32_t b = gpu::kv_block_tokens;
-  return std::max(b, st.config.max_batch_tokens / 2 / b * b);
+  const int32_t b = gpu::kv_block_tokens, step = st.config.max_batch_tokens;
+  return std::max(b, std::max(step - st.config.max_batch_seqs, step / 2) / b * b);
 }
 
 const instance_view* member(const instance_state& st, instance_id id) {
@@ -771,11 +772,28 @@ void on_chunk_started(self_ptr self, move_id id) {
   hand_out_chunk(self, r);
 }
 
+/// The holder turned chunk `id` down before computing it: it goes elsewhere (that holder gets no more), its
+/// reservation given back.
+void turn_down_chunk(self_ptr self, request_id req, move_id id) {
+  auto& st = self->state;
+  auto it = st.prefills.find(req);
+  auto r = st.requests.find(req);
+  const auto c = it == st.prefills.end() ? std::nullopt : it->second.chunk_of(id);
+  if (!c || r == st.requests.end()) return;
+  self->send(st.config.rmanager, abort_chunk{id});
+  r->second.seq->table.resize(size_t(c->pos0 / gpu::kv_block_tokens));  // it was the last chunk handed out
+  it->second.refused(id);
+  st.chunk_requests.erase(id);
+  publish_placement(self);
+  hand_out_chunk(self, req);
+}
+
 void on_chunk_done(self_ptr self, request_id req, move_id id, const chunk_done& done) {
   auto& st = self->state;
   auto it = st.prefills.find(req);
   const auto c = it == st.prefills.end() ? std::nullopt : it->second.chunk_of(id);
   if (!c) return;  // given up meanwhile
+  if (!done.ok && !it->second.has_started(id)) return turn_down_chunk(self, req, id);
   if (!done.ok)
     return abandon_room_prefill(self, req, fmt::format("a chunk of its prompt at instance {} failed: {}", c->holder,
                                                        done.error));

@@ -85,6 +85,11 @@ uint32_t room_prefill_plan::holder_of(uint64_t id) const {
   return it == under_way_.end() ? 0 : it->second.c.holder;
 }
 
+bool room_prefill_plan::has_started(uint64_t id) const {
+  auto it = under_way_.find(id);
+  return it != under_way_.end() && it->second.started;
+}
+
 std::optional<room_prefill_plan::chunk> room_prefill_plan::chunk_of(uint64_t id) const {
   auto it = under_way_.find(id);
   if (it == under_way_.end()) return std::nullopt;

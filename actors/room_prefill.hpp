@@ -42,7 +42,8 @@ class room_prefill_plan {
   std::optional<chunk> next() const;
   /// Chunk `id` (what next() gave) is being reserved at its holder.
   void asked(uint64_t id, const chunk& c);
-  /// Its reservation was refused: that holder takes no more chunks.
+  /// Its reservation was refused, or its holder turned it down before it started: that holder takes no more
+  /// chunks, and the next chunk has its positions (it was the last asked for).
   void refused(uint64_t id);
   /// The step computing it started at its holder.
   void started(uint64_t id);
@@ -61,6 +62,8 @@ class room_prefill_plan {
   uint32_t holder_of(uint64_t id) const;
   /// The chunk `id` went to, if it is under way.
   std::optional<chunk> chunk_of(uint64_t id) const;
+  /// Whether the step computing chunk `id` has started.
+  bool has_started(uint64_t id) const;
 
  private:
   struct state {

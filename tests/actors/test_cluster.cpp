@@ -166,7 +166,7 @@ TEST_SUITE("actors") {
 
   TEST_CASE("a request three times one pool is prefilled by its room's holders with the ids of one instance") {
     cluster_options o = four_small_pools(3600s);
-    o.max_batch_tokens = 256;   // chunks of 128 tokens: about twenty go out
+    o.max_batch_tokens = 256;   // chunks of 256 - 64 (a decode token per sequence) = 192 tokens: about 15 go out
     o.overlap_min_tokens = 64;  // the holders' steps run as two lanes
     const auto moves = run_long_request(o, 32);
     std::set<instance_id> prefilled_at;
@@ -175,9 +175,9 @@ TEST_SUITE("actors") {
       if (m.ok && m.computed) {
         ++chunks;
         prefilled_at.insert(m.dst_inst);
-        CHECK(m.blocks == 8);
+        CHECK(m.blocks == 12);
       }
-    CHECK(chunks >= 12);
+    CHECK(chunks >= 10);
     CHECK(prefilled_at.size() >= 2);
   }
 
