@@ -31,9 +31,9 @@ struct instance_config {
   bool stream_tokens = true;  ///< false (the simulator): only the first token and the end are sent
   bool lending = true;        ///< false (static-multi): admit against the local pool, never borrow
   /// Room prefill (actors/room_prefill.hpp): a request with a room has its prompt prefilled by the room's
-  /// holders, in chunks of a step's tokens less one per sequence a step holds (at least half a step), when at
-  /// least this many chunks go out. 0: never (this
-  /// instance prefills it and moves its blocks into the room).
+  /// holders, in chunks of a step's tokens less one per sequence a step holds (at least half a step), when
+  /// their part is more than this many chunks less one. 0: never (this instance prefills it and moves its
+  /// blocks into the room).
   int room_prefill_min_chunks = default_room_prefill_min_chunks;
   /// What its pool is promised to (shared with its rManager): the instance sets its running requests'
   /// share and reads the rooms'. None: nothing is promised to rooms, and the rManager hears the running

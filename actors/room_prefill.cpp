@@ -17,14 +17,17 @@ std::optional<room_prefill_plan> room_prefill_plan::make(int32_t begin, int32_t 
   room_prefill_plan plan;
   plan.chunk_tokens_ = chunk_tokens;
   plan.next_pos_ = begin;
-  const uint32_t per_chunk = uint32_t(chunk_tokens / block_tokens);
-  for (const auto& [holder, blocks] : holders) plan.left_[holder] += blocks;
-  int64_t room = 0;  // whole chunks the holders can take
-  for (const auto& [holder, blocks] : plan.left_) room += blocks / per_chunk;
-  // Whole chunks, the owner keeping at least the last token; no more than the room holds.
-  const int64_t chunks = std::min<int64_t>((int64_t(prompt) - 1 - begin) / chunk_tokens, room);
-  if (chunks < std::max(1, min_chunks)) return std::nullopt;
-  plan.end_ = begin + int32_t(chunks) * chunk_tokens;
+  int64_t room = 0;  // tokens the holders keep room for
+  for (const auto& [holder, blocks] : holders) {
+    plan.left_[holder] += blocks;
+    room += int64_t(blocks) * block_tokens;
+  }
+  // Whole blocks, the owner keeping at least the last token; no more than the room holds.
+  const int64_t whole = (int64_t(prompt) - 1 - begin) / block_tokens * block_tokens;
+  plan.end_ = begin + int32_t(std::min(whole, room));
+  // Worth it once more than min_chunks - 1 full chunks go out.
+  if (plan.end_ - begin <= int64_t(std::max(1, min_chunks) - 1) * chunk_tokens || plan.end_ == begin)
+    return std::nullopt;
   return plan;
 }
 
@@ -32,15 +35,16 @@ std::optional<room_prefill_plan::chunk> room_prefill_plan::next() const {
   if (next_pos_ >= end_) return std::nullopt;
   for (const auto& [id, s] : under_way_)
     if (!s.started) return std::nullopt;  // the one before has not started: its step must come first
-  const uint32_t blocks = uint32_t(chunk_tokens_ / block_tokens);
   std::optional<chunk> best;
   uint32_t best_left = 0;
   for (const auto& [holder, left] : left_) {
-    if (left < blocks || refusing_.count(holder)) continue;
+    if (left == 0 || refusing_.count(holder)) continue;
     const bool busy = std::any_of(under_way_.begin(), under_way_.end(),
                                   [&](const auto& u) { return u.second.c.holder == holder; });
     if (busy || (best && left <= best_left)) continue;
-    best = chunk{holder, next_pos_, next_pos_ + chunk_tokens_, blocks};
+    // A chunk, or what is left of the prompt or of the holder's room if less.
+    const int32_t tokens = std::min({chunk_tokens_, int32_t(left) * block_tokens, end_ - next_pos_});
+    best = chunk{holder, next_pos_, next_pos_ + tokens, uint32_t(tokens / block_tokens)};
     best_left = left;
   }
   return best;
@@ -69,9 +73,8 @@ void room_prefill_plan::committed(uint64_t id) { under_way_.erase(id); }
 
 bool room_prefill_plan::stalled() const {
   if (next_pos_ >= end_) return true;
-  const uint32_t blocks = uint32_t(chunk_tokens_ / block_tokens);
   return std::none_of(left_.begin(), left_.end(),
-                      [&](const auto& h) { return h.second >= blocks && !refusing_.count(h.first); });
+                      [&](const auto& h) { return h.second > 0 && !refusing_.count(h.first); });
 }
 
 std::vector<uint64_t> room_prefill_plan::under_way() const {

@@ -4,9 +4,11 @@
 // layers run on many GPUs at once instead of on the owner's alone. The chunks go out in prompt order, each
 // once the step computing the one before it has started (every step then waits only for steps that
 // started before it: no cycle), to the holder with the most of the room left that has no chunk of it
-// under way. The owner keeps the prompt's last tokens (up to a chunk): it samples the first token, after
-// every chunk is committed. A holder that refuses a chunk's reservation gets no more of them; when no
-// holder can take the next chunk, the holders' part ends there and the owner prefills the rest itself.
+// under way; a holder's last chunk is what its room there still holds, if less than a chunk. The holders
+// take as much of the prompt as the room holds; the owner keeps the rest, at least the last token (it
+// samples the first token, after every chunk is committed). A holder that refuses a chunk's reservation
+// gets no more of them; when no holder can take the next chunk, the holders' part ends there and the
+// owner prefills the rest itself.
 
 #include <cstdint>
 #include <map>
@@ -30,9 +32,9 @@ class room_prefill_plan {
     uint32_t blocks = 0;
   };
 
-  /// The plan for positions [begin, prompt) of a prompt in chunks of `chunk_tokens` (a multiple of 16),
-  /// over holders that keep the given blocks for its room; none when fewer than `min_chunks` chunks would
-  /// go out (the owner then prefills it itself).
+  /// The plan for positions [begin, prompt) of a prompt in chunks of up to `chunk_tokens` (a multiple of 16),
+  /// over holders that keep the given blocks for its room; none when the holders' part would not pass
+  /// `min_chunks` - 1 whole chunks (the owner then prefills it itself).
   static std::optional<room_prefill_plan> make(int32_t begin, int32_t prompt, int32_t chunk_tokens,
                                                const std::vector<std::pair<uint32_t, uint32_t>>& holders,
                                                int min_chunks);

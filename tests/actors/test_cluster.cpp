@@ -171,13 +171,16 @@ TEST_SUITE("actors") {
     const auto moves = run_long_request(o, 32);
     std::set<instance_id> prefilled_at;
     size_t chunks = 0;
+    uint32_t blocks = 0;
     for (const auto& m : moves)
       if (m.ok && m.computed) {
         ++chunks;
+        blocks += m.blocks;
         prefilled_at.insert(m.dst_inst);
-        CHECK(m.blocks == 12);
+        CHECK(m.blocks <= 12);  // a holder's last chunk is what its room still holds
       }
     CHECK(chunks >= 10);
+    CHECK(blocks >= 120);  // of the prompt's 182 blocks: the room holds all but the owner's part
     CHECK(prefilled_at.size() >= 2);
   }
 

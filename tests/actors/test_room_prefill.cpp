@@ -1,37 +1,52 @@
-// The owner's plan of a room prefill: whole chunks in prompt order, the owner keeping the last tokens; a
-// chunk goes out only once the one before it has started, to the holder with the most room left that has
-// none under way; a refusing holder gets no more, its chunk's positions going to the next one.
+// The owner's plan of a room prefill: chunks in prompt order over all the room holds, the owner keeping the
+// last tokens; a chunk goes out only once the one before it has started, to the holder with the most room
+// left that has none under way; a refusing holder gets no more, its chunk's positions going to the next.
 #include <doctest/doctest.h>
+
+#include <map>
 
 #include "actors/room_prefill.hpp"
 
 using namespace illm::actors;
 
 TEST_SUITE("actors") {
-  TEST_CASE("a room prefill covers whole chunks the room can hold, and only when enough go out") {
+  TEST_CASE("a room prefill covers what the room holds in chunks, and only when enough goes out") {
     const std::vector<std::pair<uint32_t, uint32_t>> holders{{1, 60}, {2, 60}, {3, 60}};
     auto plan = room_prefill_plan::make(0, 2900, 128, holders, 2);
     REQUIRE(plan);
     CHECK(plan->covered() == 0);
     CHECK_FALSE(plan->finished());
-    // Each holder takes 7 whole chunks of 8 blocks; the prompt has 22 whole chunks before its last token.
-    int chunks = 0;
+    // The room holds 180 blocks (2880 tokens) of the prompt's 2896 whole-block tokens before its last one:
+    // chunks of 8 blocks, each holder's last of the 4 it has left.
+    int32_t at = 0;
+    std::map<uint32_t, uint32_t> given;
     for (uint64_t id = 1; auto c = plan->next(); ++id) {
-      CHECK(c->pos0 == 128 * chunks);
-      CHECK(c->end == c->pos0 + 128);
-      CHECK(c->blocks == 8);
+      CHECK(c->pos0 == at);
+      CHECK(c->end - c->pos0 == int32_t(c->blocks) * 16);
+      CHECK((c->blocks == 8 || c->blocks == 4));
+      given[c->holder] += c->blocks;
+      at = c->end;
       plan->asked(id, *c);
       plan->started(id);
       plan->committed(id);
-      ++chunks;
     }
-    CHECK(chunks == 21);
+    CHECK(at == 2880);
+    CHECK(given == std::map<uint32_t, uint32_t>{{1, 60}, {2, 60}, {3, 60}});
     CHECK(plan->finished());
-    CHECK(plan->covered() == 21 * 128);
-    CHECK(room_prefill_plan::make(0, 2900, 128, {{1, 20}}, 2));  // two chunks' worth of room
-    CHECK_FALSE(room_prefill_plan::make(0, 2900, 128, {{1, 15}}, 2));  // room for one chunk only
-    CHECK_FALSE(room_prefill_plan::make(0, 200, 128, holders, 2));     // one whole chunk before the last token
-    CHECK_FALSE(room_prefill_plan::make(0, 2900, 100, holders, 2));    // not whole blocks
+    CHECK(plan->covered() == 2880);
+    // A room larger than the prompt: the holders take all but its last block's tokens.
+    auto roomy = room_prefill_plan::make(0, 1000, 128, {{1, 100}}, 2);
+    REQUIRE(roomy);
+    for (uint64_t id = 1; auto c = roomy->next(); ++id) {
+      roomy->asked(id, *c);
+      roomy->started(id);
+      roomy->committed(id);
+    }
+    CHECK(roomy->covered() == 992);
+    CHECK(room_prefill_plan::make(0, 2900, 128, {{1, 9}}, 2));          // more than one chunk's worth of room
+    CHECK_FALSE(room_prefill_plan::make(0, 2900, 128, {{1, 8}}, 2));    // one chunk's worth only
+    CHECK_FALSE(room_prefill_plan::make(0, 140, 128, holders, 2));      // one chunk's worth of prompt
+    CHECK_FALSE(room_prefill_plan::make(0, 2900, 100, holders, 2));     // not whole blocks
   }
 
   TEST_CASE("a chunk goes out once the one before has started, to a free holder with the most room left") {

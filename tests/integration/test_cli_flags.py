@@ -1,6 +1,7 @@
 """Numeric flags of the commands refuse what is not a number in their range (nan, inf, out of range) with a
-message naming the flag and the value, before doing anything; values in range are taken. A placement policy
-that is not one, or a profile that cannot be read, is refused by name."""
+message naming the flag and the value, before doing anything; values in range are taken (two lanes or one,
+room prefill or not, give the same ids). A placement policy that is not one, or a profile that cannot be
+read, is refused by name."""
 
 import json
 import subprocess
@@ -27,6 +28,12 @@ def main():
         (["generate", "--prompt", "hi", "--instances", "2", "--overlap-min-tokens", "-3"],
          "--overlap-min-tokens: Value -3 not in range 0 to 1048576"),
         (["sim", "--trace", "x.csv", "--max-unstarted", "-1"], "--max-unstarted: Value -1 not in range 0 to 1048576"),
+        (["sim", "--trace", "x.csv", "--room-prefill-min-chunks", "-1"],
+         "--room-prefill-min-chunks: Value -1 not in range 0 to 1048576"),
+        (["generate", "--prompt", "hi", "--instances", "2", "--room-prefill-min-chunks", "x"],
+         "--room-prefill-min-chunks: Value x not in range 0 to 1048576"),
+        (["instance", "--join", "127.0.0.1:1", "--room-prefill-min-chunks", "-2"],
+         "--room-prefill-min-chunks: Value -2 not in range 0 to 1048576"),
         (["serve", "--policy", "best"], "--policy: best not in {greedy,simple}"),
         (["serve", "--port", "0", "--profile", "/nonexistent/p.json"], "cannot read /nonexistent/p.json"),
         (["gmanager", "--listen", "127.0.0.1:0", "--profile", "/nonexistent/p.json"], "cannot read /nonexistent/p.json"),
@@ -53,6 +60,15 @@ def main():
         assert sum(1 for n in report["blocks_per_instance"] if n > 0) >= 3, report["blocks_per_instance"]
         ids.append(report["token_ids"])
     assert ids[0] == ids[1] and len(ids[0]) == 8, ids
+    # The same prompt with its room's holders prefilling it (2) or its owner alone (0): the same ids.
+    for chunks in ("2", "0"):
+        result = run("generate", "--prompt", prompt, "--max-tokens", "8", "--temperature", "0", "--instances", "4",
+                     "--kv-blocks-per-instance", "48", "--room-prefill-min-chunks", chunks, "--json")
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        prefilled = [m for m in report["moves"] if m["prefilled"]]
+        assert bool(prefilled) == (chunks == "2"), report["moves"]
+        assert report["token_ids"] == ids[0], (chunks, report["token_ids"], ids[0])
     print("test_cli_flags: all checks passed")
 
 
