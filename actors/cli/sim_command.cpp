@@ -278,12 +278,14 @@ void run_sim(const sim_flags& f) {
                    {"overlap_min_tokens", f.options.overlap_min_tokens},
                    {"room_prefill_min_chunks", f.options.room_prefill_min_chunks},
                    {"kv_scale", f.options.kv_scale},
+                   {"timed_links", f.options.timed_links},
                    {"hosted_attention", f.hosted}};
   if (!f.json)
-    fmt::print("illm sim: {} ({} requests), {} x {}{}, arrivals {}, batches <= {} tokens / {} sequences, {}, {}{}\n",
+    fmt::print("illm sim: {} ({} requests), {} x {}{}{}, arrivals {}, batches <= {} tokens / {} sequences, {}, {}{}\n",
                f.trace, j["settings"]["requests"].get<size_t>(), f.options.instances,
                instance_label(flags.options),
                f.options.kv_scale != 1 ? fmt::format(" with {}x its KV memory", f.options.kv_scale) : "",
+               f.options.timed_links ? "" : ", links taking no time",
                f.options.rate_scale > 0 ? fmt::format("x{}", f.options.rate_scale) : "all at once",
                f.options.max_batch_tokens, f.options.max_batch_seqs,
                f.options.overlap_min_tokens > 0
@@ -353,6 +355,9 @@ void add_sim_command(CLI::App& app) {
                   "stays, when at least this many chunks go out (0: never; the owner prefills and moves its blocks)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
+  cmd->add_flag("--free-links", [f](int64_t) { f->options.timed_links = false; },
+               "Queries, partials and moved KV blocks cross between instances in no time (what if; by default at "
+               "the GPU's NVLink inside a node of 8 and its NIC between nodes)");
   cmd->add_option("--kv-scale", f->options.kv_scale,
                   "Pools this many times the profile's KV capacity, for every policy (what if: more memory, a "
                   "smaller KV format)")

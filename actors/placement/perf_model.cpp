@@ -105,6 +105,11 @@ std::string to_json(const profile& p) {
                    {"sampled_row_s", p.sampled_row_s},
                    {"kv_bytes_per_token", p.kv_bytes_per_token},
                    {"kv_capacity_tokens", p.kv_capacity_tokens}};
+  if (p.node_link_bytes_per_s > 0 || p.network_bytes_per_s > 0) {
+    j["node_link_bytes_per_s"] = p.node_link_bytes_per_s;
+    j["network_bytes_per_s"] = p.network_bytes_per_s;
+    j["gpus_per_node"] = p.gpus_per_node;
+  }
   if (!p.sampled_s.empty()) {
     nlohmann::json& sampled = j["sampled_seconds"] = nlohmann::json::array();
     for (const auto& [rows, seconds] : p.sampled_s) sampled.push_back({{"rows", rows}, {"seconds", seconds}});
@@ -132,6 +137,9 @@ gpu::result<profile> profile_from_json(const std::string& text) {
     p.sampled_row_s = j.value("sampled_row_s", 0.0);
     p.kv_bytes_per_token = j.value("kv_bytes_per_token", uint64_t(0));
     p.kv_capacity_tokens = j.value("kv_capacity_tokens", uint64_t(0));
+    p.node_link_bytes_per_s = j.value("node_link_bytes_per_s", 0.0);
+    p.network_bytes_per_s = j.value("network_bytes_per_s", 0.0);
+    p.gpus_per_node = j.value("gpus_per_node", 8);
     if (j.contains("sampled_seconds"))
       for (const auto& point : j.at("sampled_seconds"))
         p.sampled_s.emplace_back(point.at("rows").get<double>(), point.at("seconds").get<double>());
@@ -146,6 +154,8 @@ gpu::result<profile> profile_from_json(const std::string& text) {
     return bad("sampled_seconds must be in ascending rows above 0, with seconds of 0 or more");
   if (p.prefill_pairs_per_s < 0 || p.step_overhead_s < 0 || p.sampled_row_s < 0 || p.gpus < 1)
     return bad("prefill_pairs_per_s, step_overhead_s and sampled_row_s must be 0 or more, gpus 1 or more");
+  if (!(p.node_link_bytes_per_s >= 0) || !(p.network_bytes_per_s >= 0) || p.gpus_per_node < 1)
+    return bad("node_link_bytes_per_s and network_bytes_per_s must be 0 or more, gpus_per_node 1 or more");
   return p;
 }
 
@@ -253,6 +263,9 @@ profile make_profile(const gpu_spec& g, const gpu::model_config& c, std::string_
   p.sampled_row_s = 2.0 * c.vocab_size * c.dim / (g.flops * compute_efficiency * gpus_per_instance);
   p.step_overhead_s = 2.0 * c.vocab_size * c.dim / (g.hbm_bytes_per_s * memory_efficiency) + scheduling_s;
   p.kv_bytes_per_token = uint64_t(kv_bytes_per_layer_token * c.n_layers);
+  p.node_link_bytes_per_s = g.nvlink_bytes_per_s;
+  p.network_bytes_per_s = g.network_bytes_per_s;
+  p.gpus_per_node = gpus_per_node;
   // The instance holds as many tokens as its busiest GPU does: its share of the weights and of each token's KV.
   const auto [params, params_here] = layer_params(c, split);
   const double weights_here = 2.0 * double(c.parameter_count(false)) * params_here / params;

@@ -38,6 +38,11 @@ struct profile {
   std::vector<std::pair<double, double>> sampled_s;
   uint64_t kv_bytes_per_token = 0;    ///< all layers
   uint64_t kv_capacity_tokens = 0;    ///< KV one instance holds
+  /// The links between GPUs, one direction, per GPU: NVLink inside a node of gpus_per_node, a NIC between
+  /// nodes (0: not modelled, as between instances of one process).
+  double node_link_bytes_per_s = 0;
+  double network_bytes_per_s = 0;
+  int gpus_per_node = 8;
 };
 
 /// W(β)/f(β): one layer's non-attention time for β tokens.

@@ -1,6 +1,7 @@
 #include "actors/sim/sim_worker.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "gpu/batcher.hpp"
 
@@ -25,9 +26,9 @@ double block_pairs(int64_t pos0, int64_t end, int64_t start) {
   return ramp + double(b) * double(std::max<int64_t>(0, x1 - std::max(x0 - 1, b)));
 }
 
-/// Attention work per pool: decode KV tokens and prefill pairs.
+/// Attention work per pool: decode KV tokens and prefill pairs, and the query rows it takes.
 struct pool_work {
-  double decode_kv = 0, prefill_pairs = 0;
+  double decode_kv = 0, prefill_pairs = 0, rows = 0;
 };
 
 /// A lane's share of a step: its tokens, sampled rows and attention work per pool.
@@ -48,21 +49,30 @@ lane_work work_of_rows(const gpu::step_plan& plan, int64_t row0, int64_t row1) {
       out.tokens += double(last - first);
       out.sampled += e.sample && last == row + e.n_tokens ? 1 : 0;
       const size_t blocks = std::min<size_t>(gpu::blocks_for_tokens(end), e.table->size());
+      std::set<uint32_t> pools;
       for (size_t b = 0; b < blocks; ++b) {
         pool_work& w = out.pools[(*e.table)[b].pool];
         (e.n_tokens == 1 ? w.decode_kv : w.prefill_pairs) += block_pairs(pos0, end, int64_t(b) * gpu::kv_block_tokens);
+        pools.insert((*e.table)[b].pool);
       }
+      for (uint32_t pool : pools) out.pools[pool].rows += double(last - first);
     }
     row += e.n_tokens;
   }
   return out;
 }
 
+/// What one holder does in a layer of a lane: its attention, and the queries' and partials' way there and back.
+struct holder_layer {
+  double attention = 0, queries = 0, partials = 0;
+  bool near = false;  ///< over NVLink (else the NIC)
+};
+
 /// One layer of a lane, in seconds: the owner's dense before and after attention and its local attention,
-/// and each holder's attention.
+/// and each holder's share.
 struct lane_layer {
   double front = 0, back = 0, local = 0;
-  std::map<instance_id, double> holders;
+  std::map<instance_id, holder_layer> holders;
 };
 
 /// The earliest second a holder's attention of `layer` may begin in lane `lane` (0: at once).
@@ -93,12 +103,18 @@ double time_layers(const std::vector<lane_layer>& lanes, int n_layers, hosted_ti
     stored[i][size_t(layer)] = sent;
     owner += lanes[i].local;
     ready[i] = owner;
-    for (const auto& [holder, seconds] : lanes[i].holders) {
+    // Queries leave one holder after another on each kind of link, and partials come back the same way.
+    double out_near = sent, out_far = sent, in_near = 0, in_far = 0;
+    for (const auto& [holder, h] : lanes[i].holders) {
       const double busy = busy_for(holder);
       double& free = holder_free.try_emplace(holder, hosted == hosted_timing::queued ? busy : 0.0).first->second;
-      const double begin = std::max({free, sent, gate_of(gates, i, holder, layer)});
-      free = begin + (hosted == hosted_timing::shared && begin < busy ? 2 * seconds : seconds);
-      ready[i] = std::max(ready[i], free);
+      double& out = h.near ? out_near : out_far;
+      out += h.queries;
+      const double begin = std::max({free, out, gate_of(gates, i, holder, layer)});
+      free = begin + (hosted == hosted_timing::shared && begin < busy ? 2 * h.attention : h.attention);
+      double& in = h.near ? in_near : in_far;
+      in = std::max(in, free) + h.partials;
+      ready[i] = std::max(ready[i], in);
     }
   };
   for (size_t i = 0; i < lanes.size(); ++i) front(i, 0);
@@ -141,10 +157,12 @@ step_cost predict_step(const placement::profile& model, instance_id self, const 
       const double seconds = placement::attention_time(model, p.decode_kv, p.prefill_pairs);
       if (pool == self) {
         layer.local = seconds / n_layers;
-      } else {
-        layer.holders[pool] = seconds / n_layers;
-        cost.hosted_s[pool] += seconds;
+        continue;
       }
+      const link_model& links = layout.links;
+      layer.holders[pool] = {seconds / n_layers, links.seconds(self, pool, p.rows * layout.row_bytes.query),
+                             links.seconds(pool, self, p.rows * layout.row_bytes.partial), links.same_node(self, pool)};
+      cost.hosted_s[pool] += seconds;
     }
     sampled += w.sampled;
     layers.push_back(std::move(layer));

@@ -6,7 +6,7 @@
 // step_layout::hosted says whether it runs first (the default), beside that work or after it. A step
 // the engine runs as two lanes (gpu::engine::long_enough_for_lanes, with remote blocks) is timed layer by
 // layer as the engine orders it: one lane's dense layers run while the holders attend the other lane's
-// queries.
+// queries. Queries reach a holder, and partials come back, over the links between them (links.hpp).
 // A room's chunk (a batch entry computed for another instance's request) reads the blocks of the chunks
 // before it, which other workers may still be computing: its queries of a layer reach such a holder no
 // earlier than that holder's step has written the layer (chunk_layers, shared by the workers), and its
@@ -20,6 +20,7 @@
 #include "actors/messages.hpp"
 #include "actors/placement/perf_model.hpp"
 #include "actors/sim/hosted_timing.hpp"
+#include "actors/sim/links.hpp"
 #include "gpu/engine.hpp"
 #include "gpu/model_config.hpp"
 
@@ -41,6 +42,10 @@ struct step_layout {
   /// holders wait for; the output projection and feed-forward come after.
   double front_share = 0.25;
   hosted_timing hosted = hosted_timing::priority;  ///< how a holder fits the attention it hosts
+  /// What a lane's queries and their partials take to and from each holder: in a layer, those over NVLink
+  /// go one after another, as do those over the NIC (none: no time).
+  link_model links;
+  attention_row_bytes row_bytes;
 };
 
 /// The share of a layer's weights, and so of its dense time, in its QKV projection.

@@ -24,6 +24,18 @@
 
 namespace illm::actors::sim {
 
+/// A put's completion, due when its bytes have arrived.
+struct put_arrived {
+  std::shared_ptr<transport::completion> done;
+};
+
+}  // namespace illm::actors::sim
+
+// A put's completion stays in the simulator's process.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(illm::actors::sim::put_arrived)
+
+namespace illm::actors::sim {
+
 std::vector<std::string> policy_names() { return {"infinite", "passive", "static-multi", "static-single"}; }
 std::vector<std::string> routing_names() { return {"least-requests", "least-prompt-tokens", "least-tokens", "round-robin"}; }
 
@@ -152,6 +164,30 @@ caf::behavior driver(caf::stateful_actor<driver_state>* self, std::shared_ptr<dr
       [=](const token_event& e) {
         if (tracked* t = find(e.req_id)) mark_started(self, *t);
       },
+  };
+}
+
+caf::behavior put_clock(caf::event_based_actor*) {
+  return {[](const put_arrived& p) { (*p.done)(gpu::status::ok()); }};
+}
+
+/// How long the moves' puts take: each source sends its puts one after another over its NVLink or its NIC,
+/// at the links' bandwidth (none when the profile has no links: at once).
+transport::put_timer timed_puts(caf::actor_system& sys, caf::scheduler::test_coordinator& sched,
+                                const link_model& links, int n_instances, std::vector<caf::actor>& everyone) {
+  if (!(links.node_bytes_per_s > 0) && !(links.network_bytes_per_s > 0)) return nullptr;
+  caf::actor clock = sys.spawn(put_clock);
+  everyone.push_back(clock);
+  // Per source: when its NVLink and its NIC are done with the puts given them so far.
+  auto free = std::make_shared<std::vector<std::pair<double, double>>>(size_t(n_instances), std::pair{0.0, 0.0});
+  return [clock, free, links, &sched](transport::peer_id from, transport::peer_id to, uint64_t bytes,
+                                      transport::completion done) {
+    const double now = std::chrono::duration<double>(sched.clock().now().time_since_epoch()).count();
+    auto& [near, far] = (*free)[from % free->size()];
+    double& link = links.same_node(from, to) ? near : far;
+    link = std::max(link, now) + links.seconds(from, to, double(bytes));
+    caf::delayed_anon_send(clock, std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(link - now)),
+                           put_arrived{std::make_shared<transport::completion>(std::move(done))});
   };
 }
 
@@ -360,8 +396,13 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   gpu::sim::sim_backend device;
   const gpu::kv_layout layout{shape.n_layers, shape.n_kv_heads, shape.head_dim(), gpu::dtype::f16};
   const bool lending = o.policy == "infinite" || o.policy == "passive";
-  const step_layout steps{o.overlap_min_tokens, dense_front_share(shape), o.hosted};
+  const link_model links = o.timed_links ? link_model{model.node_link_bytes_per_s, model.network_bytes_per_s,
+                                                      model.gpus_per_node, model.gpus}
+                                         : link_model{};
+  const step_layout steps{o.overlap_min_tokens, dense_front_share(shape), o.hosted, links,
+                          attention_row_bytes::of(shape)};
   std::vector<caf::actor> instances, everyone{gm};
+  const transport::put_timer put_timer = timed_puts(sys, sched, links, n_instances, everyone);
   std::vector<std::shared_ptr<gpu::kv_pool>> pools;
   std::vector<std::shared_ptr<sim_worker_stats>> stats;
   std::vector<std::shared_ptr<pool_promises>> promises;
@@ -373,7 +414,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     if (!pool.is_ok()) return pool.error();
     pools.push_back(std::make_shared<gpu::kv_pool>(std::move(pool).value()));
     auto hosted = std::make_shared<hosted_blocks>();  // the rManager's registry (the sim's workers attend nothing)
-    auto plane = std::make_shared<transport::sim_plane>(instance_id(i));
+    auto plane = std::make_shared<transport::sim_plane>(instance_id(i), put_timer);
     rmanager_config rc;
     rc.id = instance_id(i);
     rc.pool = pools.back();
@@ -497,3 +538,4 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
 }
 
 }  // namespace illm::actors::sim
+

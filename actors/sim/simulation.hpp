@@ -65,6 +65,9 @@ struct sim_options {
   /// Pools this many times the profile's KV capacity, for every policy (what if: more memory per GPU, a
   /// smaller KV format).
   double kv_scale = 1;
+  /// Queries, partials and moved blocks cross the links between instances at the profile's bandwidths
+  /// (false: they take no time, what if).
+  bool timed_links = true;
   double timeline_period_s = 0;  ///< a timeline row per this many simulated seconds (0: no timeline)
   hosted_timing hosted = hosted_timing::priority;  ///< how a holder's GPU fits the attention it hosts
 };

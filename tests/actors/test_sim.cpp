@@ -6,6 +6,7 @@
 
 #include "actors/sim/sim_worker.hpp"
 #include "actors/sim/simulation.hpp"
+#include "gpu/model_config.hpp"
 #include "gpu/batcher.hpp"
 
 using namespace illm;
@@ -120,6 +121,48 @@ TEST_SUITE("actors") {
     // Gates past already: no wait.
     const sim::layer_gates past{{{2, std::vector<double>(size_t(model.n_layers), -1.0)}}};
     CHECK(sim::predict_step(model, 0, chunk.plan, layout, {}, past).seconds == doctest::Approx(free.seconds));
+  }
+
+  TEST_CASE("a step's queries and partials cross NVLink to holders on its node and the NIC to others") {
+    const auto model = placement::roofline_profile("a100-80g", "llama2-13b").value();
+    const auto shape = gpu::preset_config("llama2-13b").value();
+    const long_prefill near;  // holders 1-4: on the owner's node of 8
+    sim::step_layout layout{0, 0.25};  // one lane
+    layout.row_bytes = sim::attention_row_bytes::of(shape);
+    const double untimed = sim::predict_step(model, 0, near.plan, layout).seconds;
+    layout.links = {model.node_link_bytes_per_s, model.network_bytes_per_s, 8, 1};
+    const double over_nvlink = sim::predict_step(model, 0, near.plan, layout).seconds;
+    // The same holders on another node (ids 9-12), and on two others.
+    long_prefill far;
+    for (auto& ref : far.table)
+      if (ref.pool != 0) ref.pool += 8;
+    const double over_nic = sim::predict_step(model, 0, far.plan, layout).seconds;
+    // Per layer, the queries to the four holders leave one after another, and their partials come back so.
+    const double rows = 2048, queries = 4 * rows * layout.row_bytes.query, partials = 4 * rows * layout.row_bytes.partial;
+    CHECK(over_nvlink > untimed);
+    CHECK(over_nic > over_nvlink);
+    CHECK(over_nic >= untimed + model.n_layers * (queries + partials) / model.network_bytes_per_s * 0.5);
+    CHECK(over_nic <= untimed + model.n_layers * (queries + partials) / model.network_bytes_per_s + 1e-9);
+    CHECK(layout.links.same_node(0, 7));
+    CHECK_FALSE(layout.links.same_node(7, 8));
+    const sim::link_model pairs{1e9, 1e8, 8, 4};  // instances of 4 GPUs: two a node
+    CHECK(pairs.same_node(0, 1));
+    CHECK_FALSE(pairs.same_node(1, 2));
+    CHECK(pairs.seconds(1, 2, 4e8) == doctest::Approx(1.0));  // four NICs at once
+  }
+
+  TEST_CASE("moved blocks cross the links: a run that moves them takes longer than with free links") {
+    const std::vector<frontend::trace_row> one{{0, 200000, 20}};
+    sim::sim_options o;
+    o.instances = 8;
+    o.room_prefill_min_chunks = 0;  // its owner prefills it and moves its blocks into the room
+    const auto timed = simulate(one, o, "infinite");
+    o.timed_links = false;
+    const auto free = simulate(one, o, "infinite");
+    REQUIRE(timed.completed == 1);
+    REQUIRE(free.completed == 1);
+    CHECK(timed.moves > 0);
+    CHECK(timed.makespan_s > free.makespan_s);
   }
 
   TEST_CASE("a long prompt prefilled by its room's holders has its first token sooner, within its work's bound") {

@@ -139,6 +139,14 @@ def main():
         assert queued["settings"]["hosted_attention"] == "queued" and scaled["settings"]["hosted_attention"] == \
             "priority", queued["settings"]
         assert queued["results"]["infinite"]["completed"] == 4, queued["results"]
+        # Links that take no time (what if), and room prefill off, are echoed; the long request still completes.
+        free = run("--trace", trace, "--instances", "4", "--policy", "infinite", "--free-links",
+                   "--room-prefill-min-chunks", "0", "--json")
+        assert free.returncode == 0, free.stdout + free.stderr
+        free = json.loads(free.stdout)
+        assert free["settings"]["timed_links"] is False and queued["settings"]["timed_links"] is True, free["settings"]
+        assert free["settings"]["room_prefill_min_chunks"] == 0, free["settings"]
+        assert free["results"]["infinite"]["completed"] == 4, free["results"]
         bad = run("--trace", trace, "--hosted-attention", "sometimes")
         assert bad.returncode != 0 and "unknown --hosted-attention 'sometimes'" in bad.stderr, bad.stderr
         human = run("--trace", trace, "--instances", "4", "--policy", "infinite", "--timeline", "5")

@@ -1,23 +1,29 @@
 #pragma once
-// The data plane of the simulator: the pools there have no memory behind them, so a put copies nothing;
-// it and every message complete at once and are counted, as the inproc plane counts them.
+// The data plane of the simulator: the pools there have no memory behind them, so a put copies nothing.
+// A put completes when its timer says its bytes would have arrived (at once without one); messages
+// complete at once; both are counted, as the inproc plane counts them.
 
+#include <functional>
 #include <mutex>
 
 #include "transport/transport.hpp"
 
 namespace illm::transport {
 
+/// Completes a put of `bytes` from `from` to `to` when they would have arrived (the simulator's clock).
+using put_timer = std::function<void(peer_id from, peer_id to, uint64_t bytes, completion done)>;
+
 /// A data plane that moves no bytes (the simulator's).
 class sim_plane final : public data_plane {
  public:
-  explicit sim_plane(peer_id id) : id_(id) {}
+  explicit sim_plane(peer_id id, put_timer timer = nullptr) : id_(id), timer_(std::move(timer)) {}
   peer_id self() const override { return id_; }
   result<remote_region> register_memory(void* base, uint64_t bytes) override {
     return remote_region{reinterpret_cast<uint64_t>(base), bytes, {}};
   }
-  void put(peer_id, const void*, uint64_t bytes, const remote_region&, uint64_t, completion done) override {
+  void put(peer_id peer, const void*, uint64_t bytes, const remote_region&, uint64_t, completion done) override {
     count_put(bytes);
+    if (timer_) return timer_(id_, peer, bytes, std::move(done));
     done(status::ok());
   }
   void flush(peer_id, completion done) override { done(status::ok()); }
@@ -41,6 +47,7 @@ class sim_plane final : public data_plane {
     traffic_.put_bytes += bytes;
   }
   peer_id id_;
+  put_timer timer_;
   mutable std::mutex mutex_;
   traffic traffic_;
 };
