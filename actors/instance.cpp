@@ -67,6 +67,7 @@ struct hosted_chunk {
   caf::typed_response_promise<chunk_done> done;  // answers the prefill_chunk
   caf::actor owner;            // the owner's instance, which hears chunk_started
   bool started = false;
+  uint32_t blocks = 0;  // that it fills
 };
 
 }  // namespace
@@ -866,7 +867,7 @@ void start_hosted_chunk(self_ptr self, const prefill_chunk& c, const std::vector
   seq->n_prompt = int(seq->tokens.size());
   seq->n_cached = c.pos0;
   for (size_t i = 0; i < c.table_pools.size(); ++i) seq->table.push_back({c.table_pools[i], c.table_blocks[i]});
-  st.hosted_chunks[c.id] = {seq, std::move(done), std::move(owner), false};
+  st.hosted_chunks[c.id] = {seq, std::move(done), std::move(owner), false, uint32_t(blocks.size())};
   st.batcher->add(std::move(seq));
   maybe_step(self);
 }
@@ -905,6 +906,8 @@ void finish_hosted_chunk(self_ptr self, const gpu::sequence& seq) {
   if (it == st.hosted_chunks.end()) return;
   const bool ok = seq.finish == gpu::finish_reason::length;
   const std::string why = seq.finish == gpu::finish_reason::cancelled ? "cancelled" : seq.error;
+  if (auto* m = st.config.metrics.get(); m && ok)
+    m->blocks_prefilled.with({std::to_string(st.config.id)}).add(double(it->second.blocks));
   it->second.done.deliver(chunk_done{seq.id, ok, ok ? "" : why});
   self->send(st.config.rmanager, return_reservation{seq.id});
   st.hosted_chunks.erase(it);

@@ -2,8 +2,8 @@
 // The metrics of the runtime, under the `illm:` prefix. Names follow vLLM's where the meaning is the
 // same (requests running and waiting, KV cache usage, prompt and generation tokens, TTFT, inter-token
 // and end-to-end latency); the rest are this system's own: blocks hosted and borrowed per instance,
-// blocks lent, moves started / refused / failed, bytes moved, remote attention latency, heartbeat age,
-// instances alive. Labels stay low-cardinality (instance, reason; never a request id).
+// blocks lent and prefilled for others, moves started / refused / failed, bytes moved, remote attention
+// latency, heartbeat age, instances alive. Labels stay low-cardinality (instance, reason; never a request id).
 
 #include <memory>
 #include <string>
@@ -33,6 +33,8 @@ struct runtime_metrics {
   family<gauge>& blocks_hosted;     ///< illm:kv_blocks_hosted{instance}: other instances' blocks kept here
   family<gauge>& blocks_borrowed;   ///< illm:kv_blocks_borrowed{instance}: its requests' blocks elsewhere
   family<counter>& blocks_lent;     ///< illm:kv_blocks_lent_total{instance}: blocks it took in for others
+  /// illm:kv_blocks_prefilled_total{instance}: blocks of others' requests it computed (their rooms' chunks)
+  family<counter>& blocks_prefilled;
   family<counter>& moves_started;   ///< illm:kv_moves_started_total{instance} (as the source)
   family<counter>& moves_refused;   ///< illm:kv_moves_refused_total{instance}
   family<counter>& moves_failed;    ///< illm:kv_moves_failed_total{instance}

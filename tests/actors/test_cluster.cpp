@@ -168,7 +168,11 @@ TEST_SUITE("actors") {
     cluster_options o = four_small_pools(3600s);
     o.max_batch_tokens = 256;   // chunks of 256 - 64 (a decode token per sequence) = 192 tokens: about 15 go out
     o.overlap_min_tokens = 64;  // the holders' steps run as two lanes
+    metrics::registry registry;
+    o.metrics = std::make_shared<metrics::runtime_metrics>(registry);
     const auto moves = run_long_request(o, 32);
+    double counted = 0;  // illm:kv_blocks_prefilled_total, over the holders
+    o.metrics->blocks_prefilled.each([&](const metrics::label_values&, const metrics::counter& c) { counted += c.value(); });
     std::set<instance_id> prefilled_at;
     size_t chunks = 0;
     uint32_t blocks = 0;
@@ -181,6 +185,7 @@ TEST_SUITE("actors") {
       }
     CHECK(chunks >= 10);
     CHECK(blocks >= 120);  // of the prompt's 182 blocks: the room holds all but the owner's part
+    CHECK(counted == blocks);
     CHECK(prefilled_at.size() >= 2);
   }
 
