@@ -1,6 +1,7 @@
 #include "actors/attention_server.hpp"
 
 #include <chrono>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -16,10 +17,25 @@ struct parked_attend {
   instance_id from = 0;
   attend request;
   std::chrono::steady_clock::time_point since;
+  uint64_t relay = 0;  // the relay its partial goes into (0: answered to `from`)
+};
+
+/// An attend this server relays to holders on its node: its partial and theirs, merged, go back to `from`.
+struct relay_state {
+  instance_id from = 0;
+  uint64_t tag = 0;       // the requester's
+  size_t waiting = 0;     // partials still to come, its own included
+  partials merged;        // so far
+  bool any = false;       // merged holds one yet
+  std::string error;      // the first error
+  std::chrono::steady_clock::time_point since;
 };
 
 struct attention_server_state {
   std::vector<parked_attend> parked;
+  std::map<uint64_t, relay_state> relays;       // by relay id
+  std::map<uint64_t, uint64_t> relayed;         // a forwarded attend's tag -> its relay id
+  uint64_t next_relay = 1;
   bool recheck_due = false;
   static inline const char* name = "attention_server";
 };
@@ -86,6 +102,66 @@ void send_answer(const attention_server_config& c, instance_id to, const partial
   c.plane->send(to, transport::channel::partials, payload, [](gpu::status) {});
 }
 
+/// A partial of relay `id` is in (its own, or a forwarded holder's): merged, and once all are, answered.
+void contribute(self_ptr self, const attention_server_config& c, uint64_t id, const partials& p) {
+  auto& relays = self->state.relays;
+  auto it = relays.find(id);
+  if (it == relays.end()) return;  // answered already (an error came first, or it expired)
+  relay_state& r = it->second;
+  if (!p.ok && r.error.empty()) r.error = p.error.empty() ? "a relayed holder could not attend" : p.error;
+  if (p.ok && !r.any) {
+    r.merged = p;
+    r.any = true;
+  } else if (p.ok) {
+    merge_partials(r.merged, p, c.shape.head_dim);
+  }
+  if (--r.waiting > 0 && r.error.empty()) return;
+  partials out = r.error.empty() ? std::move(r.merged) : partials{};
+  out.tag = r.tag;
+  out.ok = r.error.empty();
+  out.error = r.error;
+  send_answer(c, r.from, out);
+  relays.erase(it);
+  std::erase_if(self->state.relayed, [id](const auto& entry) { return entry.second == id; });
+}
+
+/// Where attend `a`'s partial goes: to its requester, or into relay `relay`.
+void deliver(self_ptr self, const attention_server_config& c, instance_id from, uint64_t relay, partials p) {
+  if (relay) return contribute(self, c, relay, p);
+  send_answer(c, from, p);
+}
+
+/// Relays `a`'s queries to the holders it forwards to (over this node's links), each over its own blocks;
+/// returns the relay that merges their partials with this holder's own.
+uint64_t start_relay(self_ptr self, const attention_server_config& c, instance_id from, const attend& a) {
+  auto& st = self->state;
+  const uint64_t id = st.next_relay++;
+  st.relays[id] = {from, a.tag, a.forwards.size() + 1, {}, false, {}, std::chrono::steady_clock::now()};
+  if (c.metrics) c.metrics->attention_relays.with({std::to_string(c.plane->self())}).add();
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  for (const attend::forward& f : a.forwards) {
+    attend sub;
+    sub.tag = relay_tag_bit | (uint64_t(c.plane->self()) << 44) | st.next_relay++;
+    sub.req_id = a.req_id;
+    sub.owner = a.owner;
+    sub.layer = a.layer;
+    sub.n_q = a.n_q;
+    sub.num_blocks = uint32_t(f.blocks.size());
+    sub.q = a.q;
+    sub.q_pos = a.q_pos;
+    sub.blocks = f.blocks;
+    sub.block_pos = f.block_pos;
+    st.relayed[sub.tag] = id;
+    const uint64_t tag = sub.tag;
+    const uint32_t peer = f.peer;
+    c.plane->send(peer, transport::channel::attend, encode(sub), [me, tag, peer](gpu::status s) {
+      if (s.is_ok()) return;
+      caf::anon_send(me, incoming_partials{peer, encode(partials{tag, false, s.message(), {}, {}, {}})});
+    });
+  }
+  return id;
+}
+
 /// Answers the parked attends whose blocks are written now, refuses those whose blocks went (their request
 /// ended) or that waited past the limit, and keeps the rest.
 void retry_parked(self_ptr self, const attention_server_config& c) {
@@ -94,24 +170,36 @@ void retry_parked(self_ptr self, const attention_server_config& c) {
   std::vector<parked_attend> still;
   for (parked_attend& w : parked) {
     if (std::string why = refusal(c, w.request, w.from); !why.empty()) {
-      send_answer(c, w.from, partials{w.request.tag, false, std::move(why), {}, {}, {}});
+      deliver(self, c, w.from, w.relay, partials{w.request.tag, false, std::move(why), {}, {}, {}});
     } else if (written(c, w.request)) {
-      send_answer(c, w.from, answer(c, w.request, w.from));
+      deliver(self, c, w.from, w.relay, answer(c, w.request, w.from));
     } else if (now - w.since > c.wait_limit) {
-      send_answer(c, w.from, partials{w.request.tag, false,
-                                      fmt::format("the blocks of request {} were not written within {} ms",
-                                                  w.request.req_id, c.wait_limit.count()),
-                                      {}, {}, {}});
+      deliver(self, c, w.from, w.relay,
+              partials{w.request.tag, false,
+                       fmt::format("the blocks of request {} were not written within {} ms", w.request.req_id,
+                                   c.wait_limit.count()),
+                       {}, {}, {}});
     } else {
       still.push_back(std::move(w));
     }
   }
   parked = std::move(still);
+  // Relays whose forwarded holders never answered.
+  for (auto it = self->state.relays.begin(); it != self->state.relays.end();) {
+    if (now - it->second.since <= c.wait_limit) {
+      ++it;
+      continue;
+    }
+    send_answer(c, it->second.from, partials{it->second.tag, false, "relayed holders did not answer in time", {}, {}, {}});
+    const uint64_t id = it->first;
+    std::erase_if(self->state.relayed, [id](const auto& entry) { return entry.second == id; });
+    it = self->state.relays.erase(it);
+  }
 }
 
 /// While attends wait, looks at them every so often too: their blocks may be released without a write.
 void schedule_recheck(self_ptr self) {
-  if (self->state.parked.empty() || self->state.recheck_due) return;
+  if ((self->state.parked.empty() && self->state.relays.empty()) || self->state.recheck_due) return;
   self->state.recheck_due = true;
   self->delayed_send(self, std::chrono::milliseconds(200), recheck_atom::value);
 }
@@ -130,12 +218,24 @@ caf::behavior attention_server_behavior(self_ptr self, attention_server_config c
           return;
         }
         attend& a = request.value();
+        const uint64_t relay = a.forwards.empty() ? 0 : start_relay(self, *cfg, in.from, a);
+        if (relay) schedule_recheck(self);
         if (!a.blocks.empty() && refusal(*cfg, a, in.from).empty() && !written(*cfg, a)) {
-          self->state.parked.push_back({in.from, std::move(a), std::chrono::steady_clock::now()});
+          self->state.parked.push_back({in.from, std::move(a), std::chrono::steady_clock::now(), relay});
           schedule_recheck(self);
           return;
         }
-        send_answer(*cfg, in.from, answer(*cfg, a, in.from));
+        deliver(self, *cfg, in.from, relay, answer(*cfg, a, in.from));
+      },
+      [=](const incoming_partials& in) {
+        auto p = decode_partials(in.payload);
+        if (!p.is_ok()) return;
+        auto& relayed = self->state.relayed;
+        const auto it = relayed.find(p->tag);
+        if (it == relayed.end()) return;  // late: its relay has ended
+        const uint64_t relay = it->second;
+        relayed.erase(it);
+        contribute(self, *cfg, relay, p.value());
       },
       [=](written_atom) { retry_parked(self, *cfg); },
       [=](recheck_atom) {

@@ -6,13 +6,16 @@
 // The queries of a chunk that another instance prefills for a request name the blocks they read, which
 // may be ones a chunk before it is still computing here: such an attend waits, without holding the
 // thread, until the pool marks their layer written (kv_pool::mark_written), and fails when their request
-// ends first or when it has waited wait_limit.
+// ends first or when it has waited wait_limit. An attend that forwards to other holders on this node is
+// relayed to them (their partials come back as incoming_partials), and their partials are merged into
+// this one's before it is answered.
 
 #include <chrono>
 #include <memory>
 
 #include "actors/hosted_blocks.hpp"
 #include "actors/messages.hpp"
+#include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/backend.hpp"
 #include "gpu/kv_pool.hpp"
 #include "transport/transport.hpp"
@@ -28,6 +31,7 @@ struct attention_server_config {
   int n_layers = 0;
   std::shared_ptr<transport::data_plane> plane;
   std::chrono::milliseconds wait_limit{60000};  ///< how long a chunk's attend waits for its blocks
+  std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional: counts the attends relayed
 };
 
 /// Spawns a detached attention server; feed it the data plane's attend messages (incoming_attend).

@@ -1,5 +1,7 @@
 #include "actors/attention_wire.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -68,6 +70,17 @@ class reader {
   size_t at_ = 0;
 };
 
+constexpr uint64_t max_forwards = 64;
+
+bool read_forwards(reader& r, std::vector<attend::forward>& out) {
+  uint64_t n = 0;
+  if (!r.value(n) || n > max_forwards) return false;
+  out.resize(size_t(n));
+  for (attend::forward& f : out)
+    if (!r.value(f.peer) || !r.array(f.blocks) || !r.array(f.block_pos)) return false;
+  return true;
+}
+
 gpu::status corrupt(const char* what) {
   return {gpu::status_code::invalid_argument, fmt::format("malformed {} payload from a peer", what)};
 }
@@ -87,6 +100,12 @@ std::vector<uint8_t> encode(const attend& a) {
   w.array(a.q_pos);
   w.array(a.blocks);
   w.array(a.block_pos);
+  w.value(uint64_t(a.forwards.size()));
+  for (const attend::forward& f : a.forwards) {
+    w.value(f.peer);
+    w.array(f.blocks);
+    w.array(f.block_pos);
+  }
   return w.take();
 }
 
@@ -108,8 +127,10 @@ gpu::result<attend> decode_attend(const std::vector<uint8_t>& bytes) {
   uint32_t magic = 0;
   if (!r.value(magic) || magic != attend_magic || !r.value(a.tag) || !r.value(a.req_id) || !r.value(a.owner) ||
       !r.value(a.layer) || !r.value(a.n_q) || !r.value(a.num_blocks) || !r.array(a.q) || !r.array(a.q_pos) ||
-      !r.array(a.blocks) || !r.array(a.block_pos) || !r.at_end())
+      !r.array(a.blocks) || !r.array(a.block_pos) || !read_forwards(r, a.forwards) || !r.at_end())
     return corrupt("attend");
+  for (const attend::forward& f : a.forwards)
+    if (f.blocks.empty() || f.blocks.size() != f.block_pos.size()) return corrupt("attend");
   if (a.n_q <= 0 || a.q_pos.size() != size_t(a.n_q) || a.q.size() % size_t(a.n_q) != 0 || a.layer < 0 ||
       a.blocks.size() != a.block_pos.size() || (!a.blocks.empty() && a.blocks.size() != a.num_blocks))
     return corrupt("attend");
@@ -126,6 +147,33 @@ gpu::result<partials> decode_partials(const std::vector<uint8_t>& bytes) {
     return corrupt("partials");
   p.ok = ok != 0;
   return p;
+}
+
+void merge_partials(partials& a, const partials& b, int head_dim) {
+  const size_t hd = size_t(head_dim);
+  for (size_t r = 0; r < a.m.size() && r < b.m.size(); ++r) {
+    if (b.e[r] == 0.0f) continue;
+    if (a.e[r] == 0.0f) {
+      a.m[r] = b.m[r];
+      a.e[r] = b.e[r];
+      std::copy_n(b.ma.begin() + std::ptrdiff_t(r * hd), hd, a.ma.begin() + std::ptrdiff_t(r * hd));
+      continue;
+    }
+    const float top = std::max(a.m[r], b.m[r]), sa = std::exp(a.m[r] - top), sb = std::exp(b.m[r] - top);
+    a.m[r] = top;
+    a.e[r] = a.e[r] * sa + b.e[r] * sb;
+    for (size_t d = 0; d < hd; ++d) a.ma[r * hd + d] = a.ma[r * hd + d] * sa + b.ma[r * hd + d] * sb;
+  }
+}
+
+std::optional<uint64_t> partials_tag(const std::vector<uint8_t>& bytes) {
+  uint32_t magic = 0;
+  uint64_t tag = 0;
+  if (bytes.size() < sizeof(magic) + sizeof(tag)) return std::nullopt;
+  std::memcpy(&magic, bytes.data(), sizeof(magic));
+  std::memcpy(&tag, bytes.data() + sizeof(magic), sizeof(tag));
+  if (magic != partials_magic) return std::nullopt;
+  return tag;
 }
 
 }  // namespace illm::actors

@@ -1,10 +1,12 @@
 #pragma once
 // The remote-attention payloads and their wire format. An owner sends `attend` (its queries and the
 // ids of blocks a holder keeps for it) and gets `partials` (m, e, MA per query row) back, through the
-// transport's attend and partials channels. The format is little-endian fields and raw arrays, with
+// transport's attend and partials channels; a holder may relay an attend to others on its node and merge
+// their partials into its answer. The format is little-endian fields and raw arrays, with
 // every length checked on decode: a malformed payload from a peer is an error, never a crash.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,15 @@ struct attend {
   std::vector<int32_t> q_pos;
   std::vector<uint32_t> blocks;    ///< empty, or (for a chunk's queries) the physical blocks to attend
   std::vector<int32_t> block_pos;  ///< with blocks: the position of each one's first token
+  /// Holders on the receiver's node that attend the same queries over the blocks listed for them: the
+  /// receiver relays the queries to them over its node's links and answers with every partial merged into
+  /// its own, so that the queries and partials cross the network once per node rather than once per holder.
+  struct forward {
+    uint32_t peer = 0;
+    std::vector<uint32_t> blocks;
+    std::vector<int32_t> block_pos;
+  };
+  std::vector<forward> forwards;
 };
 
 /// Holder -> owner: the partial (m, e, MA) per query row, or why there is none.
@@ -37,6 +48,17 @@ struct partials {
   std::string error;
   std::vector<float> m, e, ma;
 };
+
+/// Tags of a relay's own attends to the holders it forwards to (their partials go to its attention server,
+/// not to its router): the top bit set.
+constexpr uint64_t relay_tag_bit = uint64_t(1) << 63;
+
+/// Merges partial `b` into `a` (same rows): per row, the larger m, the exp-sums and MA rescaled to it; a row
+/// with an exp-sum of 0 (no keys seen) adds nothing. `head_dim` floats of MA per row.
+void merge_partials(partials& a, const partials& b, int head_dim);
+
+/// The tag of a partials payload, if it is one (a relay's router reads only this before handing it on).
+std::optional<uint64_t> partials_tag(const std::vector<uint8_t>& bytes);
 
 /// Encodes for the transport.
 std::vector<uint8_t> encode(const attend& a);

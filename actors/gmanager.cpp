@@ -18,6 +18,7 @@ struct member {
   caf::actor instance;
   instance_stats stats;
   std::vector<uint8_t> plane_address;
+  std::string node;
   std::vector<request_placement_entry> placement;
   uint64_t last_seq = 0;
   caf::actor_clock::time_point last_heard;
@@ -125,7 +126,7 @@ cluster_view view_of(self_ptr self) {
   for (const auto& [id, m] : st.members)
     if (alive(self, m))
       v.instances.push_back({id, m.stats.total_blocks, unreserved_free(st, id, m), m.draining || m.stats.draining,
-                             m.rmanager, m.instance, m.plane_address, held.count(id) ? held.at(id) : 0});
+                             m.rmanager, m.instance, m.plane_address, held.count(id) ? held.at(id) : 0, m.node});
   return v;
 }
 
@@ -266,6 +267,7 @@ caf::result<cluster_view> on_join(self_ptr self, const join_cluster& j) {
   m.rmanager = j.rmanager;
   if (j.instance) m.instance = j.instance;
   if (!j.plane_address.empty()) m.plane_address = j.plane_address;
+  m.node = j.node;
   m.stats = j.stats;
   m.last_heard = self->clock().now();
   ++st.epoch;

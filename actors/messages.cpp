@@ -30,6 +30,7 @@ void register_messages(caf::actor_system_config& cfg) {
       .add_message_type<transfer_done>("transfer_done")
       .add_message_type<peer_failed>("peer_failed")
       .add_message_type<incoming_attend>("incoming_attend")
+      .add_message_type<incoming_partials>("incoming_partials")
       .add_message_type<reserve_room>("reserve_room")
       .add_message_type<room_answer>("room_answer")
       .add_message_type<release_room>("release_room")

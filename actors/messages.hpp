@@ -121,6 +121,7 @@ struct instance_view {
   std::vector<uint8_t> plane_address;  ///< its data plane's worker address; empty: in-process (already connected)
   /// Blocks it keeps free for a long request that waits for room: it starts no new request in them.
   uint32_t held_for_room = 0;
+  std::string node;  ///< the node (host) it runs on; empty: the same as every other's
   /// What other instances may move into: its spare blocks less those held for the waiting room (it refuses
   /// moves into them).
   uint32_t movable_into() const { return free_blocks - std::min(free_blocks, held_for_room); }
@@ -149,6 +150,7 @@ struct join_cluster {
   caf::actor instance;
   instance_stats stats;
   std::vector<uint8_t> plane_address;  ///< its data plane's worker address (UCX); empty: in-process
+  std::string node;                    ///< the node (host) it runs on; empty: the same as every other's
 };
 
 /// -> gManager: stop lending to inst_id and stop routing requests to it.
@@ -352,6 +354,12 @@ struct incoming_attend {
   std::vector<uint8_t> payload;
 };
 
+/// A partials payload answering an attend that the attention server relayed, for it.
+struct incoming_partials {
+  instance_id from = 0;
+  std::vector<uint8_t> payload;
+};
+
 // ---- requests --------------------------------------------------------------------------------------------
 
 /// A generation request, as a request actor hands it to an instance.
@@ -515,7 +523,7 @@ typename Inspector::result_type inspect(Inspector& f, cancel_chunk& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, instance_view& x) {
   return f(caf::meta::type_name("instance_view"), x.inst_id, x.total_blocks, x.free_blocks, x.draining, x.rmanager,
-           x.instance, x.plane_address, x.held_for_room);
+           x.instance, x.plane_address, x.held_for_room, x.node);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
@@ -523,7 +531,8 @@ typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, join_cluster& x) {
-  return f(caf::meta::type_name("join_cluster"), x.inst_id, x.rmanager, x.instance, x.stats, x.plane_address);
+  return f(caf::meta::type_name("join_cluster"), x.inst_id, x.rmanager, x.instance, x.stats, x.plane_address,
+           x.node);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, drain_instance& x) {
@@ -552,6 +561,10 @@ typename Inspector::result_type inspect(Inspector& f, peer_failed& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, incoming_attend& x) {
   return f(caf::meta::type_name("incoming_attend"), x.from, x.payload);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, incoming_partials& x) {
+  return f(caf::meta::type_name("incoming_partials"), x.from, x.payload);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, reserve_room& x) {

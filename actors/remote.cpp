@@ -69,15 +69,22 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
 
   metrics::histogram* latency =
       options.metrics ? &options.metrics->remote_attention_latency.with({std::to_string(n->id)}) : nullptr;
-  n->router = std::make_shared<remote_router>(n->plane, mc.n_heads, mc.head_dim(), options.attention_timeout, latency);
+  auto nodes = std::make_shared<peer_nodes>();
+  n->router = std::make_shared<remote_router>(n->plane, mc.n_heads, mc.head_dim(), options.attention_timeout, latency,
+                                              nodes);
   auto hosted = std::make_shared<hosted_blocks>();
-  n->attention_server = spawn_attention_server(sys, {n->pool, hosted, n->attention_device, shape, mc.n_layers, n->plane});
+  attention_server_config acfg{n->pool, hosted, n->attention_device, shape, mc.n_layers, n->plane};
+  acfg.metrics = options.metrics;
+  n->attention_server = spawn_attention_server(sys, acfg);
   caf::actor server = n->attention_server;
   n->plane->on_message(transport::channel::attend, [server](transport::peer_id from, std::vector<uint8_t> bytes) {
     caf::anon_send(server, incoming_attend{from, std::move(bytes)});
   });
   std::weak_ptr<remote_router> router = n->router;
-  n->plane->on_message(transport::channel::partials, [router](transport::peer_id from, std::vector<uint8_t> bytes) {
+  n->plane->on_message(transport::channel::partials, [router, server](transport::peer_id from,
+                                                                      std::vector<uint8_t> bytes) {
+    if (const auto tag = partials_tag(bytes); tag && (*tag & relay_tag_bit))  // answers to what this one relays
+      return caf::anon_send(server, incoming_partials{from, std::move(bytes)});
     if (auto r = router.lock()) r->on_partials(from, std::move(bytes));
   });
 
@@ -94,6 +101,8 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.lease = options.lease;
   rcfg.metrics = options.metrics;
   rcfg.plane_address = options.plane_address;
+  rcfg.node = options.node;
+  rcfg.nodes = nodes;
   rcfg.connect_peer = options.connect_peer;
   rcfg.log = options.log;
   n->rmanager = spawn_rmanager(sys, rcfg);

@@ -37,6 +37,7 @@ struct instance_node_options {
   /// The plane's worker address, sent with the join; and how to connect to a peer of the view (see
   /// rmanager_config). Both empty for an in-process plane.
   std::vector<uint8_t> plane_address;
+  std::string node;  ///< the node (host) it runs on, in its join (empty: one node for the whole cluster)
   std::function<std::string(instance_id peer, const std::vector<uint8_t>& address)> connect_peer;
   std::function<void(const std::string&)> log;
 };

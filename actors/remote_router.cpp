@@ -1,6 +1,8 @@
 #include "actors/remote_router.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -9,8 +11,15 @@
 namespace illm::actors {
 
 remote_router::remote_router(std::shared_ptr<transport::data_plane> plane, int n_heads, int head_dim,
-                             std::chrono::milliseconds timeout, metrics::histogram* latency)
-    : plane_(std::move(plane)), n_heads_(n_heads), head_dim_(head_dim), timeout_(timeout), latency_(latency) {}
+                             std::chrono::milliseconds timeout, metrics::histogram* latency,
+                             std::shared_ptr<peer_nodes> nodes, int relay_min_rows)
+    : plane_(std::move(plane)),
+      nodes_(std::move(nodes)),
+      relay_min_rows_(relay_min_rows),
+      n_heads_(n_heads),
+      head_dim_(head_dim),
+      timeout_(timeout),
+      latency_(latency) {}
 
 namespace {
 
@@ -22,40 +31,66 @@ gpu::status check_lane(int lane) {
 
 }  // namespace
 
+std::vector<std::vector<gpu::remote_attention_job>> remote_router::group(
+    std::span<const gpu::remote_attention_job> jobs) const {
+  std::vector<std::vector<gpu::remote_attention_job>> groups;
+  std::map<std::tuple<uint64_t, uint64_t, std::string>, size_t> relayed;  // (sequence, request, node) -> group
+  for (const gpu::remote_attention_job& job : jobs) {
+    const bool relays = nodes_ && job.n_q >= relay_min_rows_ && nodes_->apart(plane_->self(), job.holder);
+    if (!relays) {
+      groups.push_back({job});
+      continue;
+    }
+    const auto key = std::make_tuple(job.seq_id, job.foreign_request, nodes_->of(job.holder));
+    auto [it, fresh] = relayed.try_emplace(key, groups.size());
+    if (fresh) groups.emplace_back();
+    groups[it->second].push_back(job);
+  }
+  return groups;
+}
+
+void remote_router::send_group(int lane, std::vector<gpu::remote_attention_job> group) {
+  const gpu::remote_attention_job& job = group.front();
+  attend a;
+  a.req_id = job.foreign_request ? job.foreign_request : job.seq_id;
+  a.owner = job.foreign_request ? job.foreign_owner : plane_->self();
+  if (job.foreign_request) {  // a chunk of another's request: its blocks there may still be written
+    a.blocks.assign(job.blocks.begin(), job.blocks.end());
+    a.block_pos.assign(job.block_pos.begin(), job.block_pos.end());
+  }
+  for (size_t i = 1; i < group.size(); ++i)  // relayed: the holder there is told each one's blocks
+    a.forwards.push_back({group[i].holder, {group[i].blocks.begin(), group[i].blocks.end()},
+                          {group[i].block_pos.begin(), group[i].block_pos.end()}});
+  a.layer = job.layer;
+  a.n_q = job.n_q;
+  const size_t row = size_t(n_heads_) * head_dim_;
+  a.q.resize(size_t(job.n_q) * row);
+  for (int t = 0; t < job.n_q; ++t) std::copy_n(job.q + size_t(t) * job.q_ld, row, a.q.data() + size_t(t) * row);
+  a.q_pos.assign(job.q_pos, job.q_pos + job.n_q);
+  a.num_blocks = uint32_t(job.blocks.size());
+  const uint32_t holder = job.holder;
+  {
+    std::lock_guard lock(mutex_);
+    a.tag = next_tag_++;
+    pending_[a.tag] = {job, lane, false, std::vector<gpu::remote_attention_job>(group.begin() + 1, group.end())};
+  }
+  const uint64_t tag = a.tag;
+  const std::vector<uint8_t> payload = encode(a);
+  plane_->send(holder, transport::channel::attend, payload, [this, tag](gpu::status s) {
+    if (!s.is_ok()) fail(tag, s);
+  });
+}
+
 gpu::status remote_router::begin(int lane, std::span<const gpu::remote_attention_job> jobs) {
   if (gpu::status bad = check_lane(lane); !bad.is_ok()) return bad;
+  auto groups = group(jobs);
   {
     std::lock_guard lock(mutex_);
     std::erase_if(pending_, [lane](const auto& entry) { return entry.second.lane == lane; });
     const auto now = std::chrono::steady_clock::now();
-    rounds_[size_t(lane)] = {jobs.size(), gpu::status::ok(), now, now};
+    rounds_[size_t(lane)] = {groups.size(), gpu::status::ok(), now, now};
   }
-  for (const gpu::remote_attention_job& job : jobs) {
-    attend a;
-    a.req_id = job.foreign_request ? job.foreign_request : job.seq_id;
-    a.owner = job.foreign_request ? job.foreign_owner : plane_->self();
-    if (job.foreign_request) {  // a chunk of another's request: its blocks there may still be written
-      a.blocks.assign(job.blocks.begin(), job.blocks.end());
-      a.block_pos.assign(job.block_pos.begin(), job.block_pos.end());
-    }
-    a.layer = job.layer;
-    a.n_q = job.n_q;
-    const size_t row = size_t(n_heads_) * head_dim_;
-    a.q.resize(size_t(job.n_q) * row);
-    for (int t = 0; t < job.n_q; ++t) std::copy_n(job.q + size_t(t) * job.q_ld, row, a.q.data() + size_t(t) * row);
-    a.q_pos.assign(job.q_pos, job.q_pos + job.n_q);
-    a.num_blocks = uint32_t(job.blocks.size());
-    {
-      std::lock_guard lock(mutex_);
-      a.tag = next_tag_++;
-      pending_[a.tag] = {job, lane, false};
-    }
-    const uint64_t tag = a.tag;
-    const std::vector<uint8_t> payload = encode(a);
-    plane_->send(job.holder, transport::channel::attend, payload, [this, tag](gpu::status s) {
-      if (!s.is_ok()) fail(tag, s);
-    });
-  }
+  for (auto& g : groups) send_group(lane, std::move(g));
   return gpu::status::ok();
 }
 
@@ -92,13 +127,22 @@ void remote_router::on_partials(transport::peer_id from, std::vector<uint8_t> pa
   std::copy(p.m.begin(), p.m.end(), job.m);
   std::copy(p.e.begin(), p.e.end(), job.e);
   std::copy(p.ma.begin(), p.ma.end(), job.ma);
+  for (const gpu::remote_attention_job& other : it->second.relayed) {  // merged into the relay's
+    std::fill_n(other.m, rows, -INFINITY);
+    std::fill_n(other.e, rows, 0.0f);
+    std::fill_n(other.ma, rows * head_dim_, 0.0f);
+  }
   settle(it->second, gpu::status::ok());
 }
 
 void remote_router::peer_failed(transport::peer_id peer, const std::string& why) {
   std::lock_guard lock(mutex_);
+  auto involves = [peer](const pending& p) {
+    return p.job.holder == peer ||
+           std::any_of(p.relayed.begin(), p.relayed.end(), [peer](const auto& j) { return j.holder == peer; });
+  };
   for (auto& [tag, p] : pending_)
-    if (!p.done && p.job.holder == peer)
+    if (!p.done && involves(p))
       settle(p, {gpu::status_code::io_error,
                  fmt::format("instance {} holding blocks of request {} failed: {}", peer, p.job.seq_id, why)});
 }

@@ -1,7 +1,9 @@
 #pragma once
 // The attention_router of an instance in a cluster: remote MicroAttention jobs go to the holders'
 // attention servers as `attend` messages on the data plane, and the engine's worker waits for their
-// `partials`. Only queries and partials travel; the blocks stay where they are.
+// `partials`. Only queries and partials travel; the blocks stay where they are. A long step's queries to
+// several holders on another node go there once, to one of them, which relays them and answers with all
+// their partials merged (the others' jobs then get an empty partial, which the merge passes over).
 
 #include <array>
 #include <chrono>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "actors/metrics/metrics.hpp"
+#include "actors/peer_nodes.hpp"
 #include "gpu/attention_router.hpp"
 #include "transport/transport.hpp"
 
@@ -24,8 +27,11 @@ namespace illm::actors {
 class remote_router final : public gpu::attention_router {
  public:
   /// `n_heads` and `head_dim` size the answers; a holder that does not answer within `timeout` fails the step.
+  /// With `nodes`, a sequence's jobs of at least `relay_min_rows` queries to several holders on another node
+  /// go as one attend to the first of them, which relays them to the others there (attend::forwards).
   remote_router(std::shared_ptr<transport::data_plane> plane, int n_heads, int head_dim,
-                std::chrono::milliseconds timeout, metrics::histogram* latency = nullptr);
+                std::chrono::milliseconds timeout, metrics::histogram* latency = nullptr,
+                std::shared_ptr<peer_nodes> nodes = nullptr, int relay_min_rows = 64);
 
   gpu::status begin(int lane, std::span<const gpu::remote_attention_job> jobs) override;
   gpu::status finish(int lane) override;
@@ -43,7 +49,12 @@ class remote_router final : public gpu::attention_router {
     gpu::remote_attention_job job;
     int lane = 0;
     bool done = false;
+    std::vector<gpu::remote_attention_job> relayed;  // answered through job's holder, merged into its partial
   };
+  /// The lane's jobs as attends go out: one per job, or per sequence and other node where they relay.
+  std::vector<std::vector<gpu::remote_attention_job>> group(std::span<const gpu::remote_attention_job> jobs) const;
+  /// Sends one attend for a group of jobs (the first's holder relays to the others).
+  void send_group(int lane, std::vector<gpu::remote_attention_job> group);
   /// One lane's round of jobs.
   struct round {
     size_t outstanding = 0;
@@ -55,6 +66,8 @@ class remote_router final : public gpu::attention_router {
   void settle(pending& p, gpu::status why);
 
   std::shared_ptr<transport::data_plane> plane_;
+  std::shared_ptr<peer_nodes> nodes_;
+  int relay_min_rows_;
   int n_heads_, head_dim_;
   std::chrono::milliseconds timeout_;
   std::mutex mutex_;

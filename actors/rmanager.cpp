@@ -179,6 +179,11 @@ void adopt_view(self_ptr self, cluster_view v) {
   self->state.view = std::move(v);
   self->state.room_refused.clear();
   connect_peers(self->state);
+  if (auto& nodes = self->state.config.nodes) {
+    std::map<uint32_t, std::string> where;
+    for (const instance_view& i : self->state.view.instances) where[i.inst_id] = i.node;
+    nodes->update(std::move(where));
+  }
 }
 
 // ---- the source side of a move ---------------------------------------------------------------------------
@@ -777,7 +782,7 @@ void join(self_ptr self) {
   if (!st.config.gmanager) return;
   self->request(st.config.gmanager, st.config.answer_timeout,
                 join_cluster{st.config.id, caf::actor_cast<caf::actor>(self), st.instance, st.stats(),
-                             st.config.plane_address})
+                             st.config.plane_address, st.config.node})
       .then([=](cluster_view& v) { adopt_view(self, std::move(v)); },
             [=](const caf::error& e) {
               if (e == caf::sec::request_timeout) return;  // heartbeats go on; the gManager may be slow

@@ -17,6 +17,7 @@
 
 #include "actors/event_log.hpp"
 #include "actors/hosted_blocks.hpp"
+#include "actors/peer_nodes.hpp"
 #include "actors/pool_promises.hpp"
 #include "actors/messages.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
@@ -44,6 +45,9 @@ struct rmanager_config {
   bool verify_moves = true;
   /// This instance's data-plane address, sent with its join (empty: an in-process plane, nothing to exchange).
   std::vector<uint8_t> plane_address;
+  std::string node;  ///< the node (host) this instance runs on, sent with its join (empty: one node for all)
+  /// Where the view's instances run, kept up to date from every view (none: not kept).
+  std::shared_ptr<peer_nodes> nodes;
   /// Connects the data plane to a peer of the view that has an address and is not connected yet (or whose
   /// address changed); returns an empty string or why not. Empty: never called (an in-process plane).
   std::function<std::string(instance_id peer, const std::vector<uint8_t>& address)> connect_peer;

@@ -18,6 +18,8 @@
 #include <string>
 #include <thread>
 
+#include <unistd.h>
+
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <fmt/format.h>
@@ -180,7 +182,14 @@ struct instance_flags {
   int heartbeat_ms = 50;
   int drain_timeout_s = 30;
   int room_prefill_min_chunks = actors::default_room_prefill_min_chunks;
+  std::string node;  // the node it runs on; empty: this host's name
 };
+
+/// This host's name, the node an instance runs on unless told.
+std::string host_name() {
+  char name[256] = {};
+  return gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string("localhost");
+}
 
 /// What the watcher of the gManager saw.
 struct gmanager_watch {
@@ -291,6 +300,7 @@ void run_instance(const instance_flags& flags) {
   });
 
   o.id = actors::instance_id(flags.id);
+  o.node = flags.node.empty() ? host_name() : flags.node;
   if (const std::string taken = id_in_use(sys, *gm, o.id); !taken.empty()) {
     caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
     watcher = caf::actor{};
@@ -482,6 +492,9 @@ void add_cluster_commands(CLI::App& app) {
   icmd->add_option("--heartbeat-ms", f->heartbeat_ms, "Heartbeat period (default 50)")->check(CLI::Range(1, 60000));
   icmd->add_option("--drain-timeout-s", f->drain_timeout_s, "On SIGTERM, how long to wait to be idle (default 30)")
       ->check(CLI::Range(0, 3600));
+  icmd->add_option("--node", f->node,
+                   "The node (host) this instance runs on (default: the host name): a long step's queries to "
+                   "several holders on another node go there once, through one of them");
   icmd->add_option("--room-prefill-min-chunks", f->room_prefill_min_chunks,
                    "A request with a room has its prompt prefilled by the room's holders when at least this many "
                    "chunks go out (0: never; default 2)")

@@ -37,6 +37,10 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
       remote_attention_latency(r.add_histogram(prefix + "remote_attention_latency_seconds",
                                                "From a layer's queries sent to remote holders to the last of their partials in, per layer and lane.",
                                                latency_buckets(), {"instance"})),
+      attention_relays(r.add_counter(prefix + "remote_attention_relays_total",
+                                     "Remote attention requests relayed to holders on this instance's node, their "
+                                     "partials merged into one answer.",
+                                     {"instance"})),
       requests_restarted(r.add_counter(prefix + "requests_restarted_total",
                                        "Requests that started over from their tokens because a holder of their KV "
                                        "failed, by owner instance.",

@@ -40,6 +40,8 @@ struct runtime_metrics {
   family<counter>& moves_failed;    ///< illm:kv_moves_failed_total{instance}
   family<counter>& move_bytes;      ///< illm:kv_move_bytes_total{instance}
   family<histogram>& remote_attention_latency;  ///< illm:remote_attention_latency_seconds{instance}
+  /// illm:remote_attention_relays_total{instance}: attends it relayed to holders on its node, their partials merged
+  family<counter>& attention_relays;
   /// illm:requests_restarted_total{instance}: requests that started over because a holder of their KV failed
   family<counter>& requests_restarted;
 

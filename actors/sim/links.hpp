@@ -17,11 +17,10 @@ struct link_model {
   int gpus_per_node = 8;
   int gpus_per_instance = 1;
 
+  /// The node instance a sits on.
+  int64_t node_of(uint32_t a) const { return int64_t(a) * gpus_per_instance / (gpus_per_node > 0 ? gpus_per_node : 1); }
   /// Whether instances a and b sit on one node.
-  bool same_node(uint32_t a, uint32_t b) const {
-    const int per_node = gpus_per_node > 0 ? gpus_per_node : 1;
-    return int64_t(a) * gpus_per_instance / per_node == int64_t(b) * gpus_per_instance / per_node;
-  }
+  bool same_node(uint32_t a, uint32_t b) const { return node_of(a) == node_of(b); }
   /// Seconds `bytes` take from instance a to b (0 when the links are not modelled).
   double seconds(uint32_t a, uint32_t b, double bytes) const {
     const double per_gpu = same_node(a, b) ? node_bytes_per_s : network_bytes_per_s;

@@ -1,6 +1,7 @@
 #include "actors/sim/sim_worker.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "gpu/batcher.hpp"
@@ -62,10 +63,12 @@ lane_work work_of_rows(const gpu::step_plan& plan, int64_t row0, int64_t row1) {
   return out;
 }
 
-/// What one holder does in a layer of a lane: its attention, and the queries' and partials' way there and back.
+/// What one holder does in a layer of a lane: its attention, and the queries' and partials' way there and back
+/// (from and to the owner, or, for a holder the queries are relayed to, from and to its relay over NVLink).
 struct holder_layer {
   double attention = 0, queries = 0, partials = 0;
   bool near = false;  ///< over NVLink (else the NIC)
+  std::optional<instance_id> relay;  ///< the holder on its node it gets the queries through
 };
 
 /// One layer of a lane, in seconds: the owner's dense before and after attention and its local attention,
@@ -103,17 +106,31 @@ double time_layers(const std::vector<lane_layer>& lanes, int n_layers, hosted_ti
     stored[i][size_t(layer)] = sent;
     owner += lanes[i].local;
     ready[i] = owner;
-    // Queries leave one holder after another on each kind of link, and partials come back the same way.
+    // Queries leave one holder after another on each kind of link, and partials come back the same way; a
+    // relay passes the queries on to the holders behind it one after another and merges their partials.
     double out_near = sent, out_far = sent, in_near = 0, in_far = 0;
-    for (const auto& [holder, h] : lanes[i].holders) {
+    auto attend = [&](instance_id holder, const holder_layer& h, double arrived) {
       const double busy = busy_for(holder);
       double& free = holder_free.try_emplace(holder, hosted == hosted_timing::queued ? busy : 0.0).first->second;
+      const double begin = std::max({free, arrived, gate_of(gates, i, holder, layer)});
+      free = begin + (hosted == hosted_timing::shared && begin < busy ? 2 * h.attention : h.attention);
+      return free;
+    };
+    for (const auto& [holder, h] : lanes[i].holders) {
+      if (h.relay && *h.relay != holder) continue;  // relayed: with its relay
       double& out = h.near ? out_near : out_far;
       out += h.queries;
-      const double begin = std::max({free, out, gate_of(gates, i, holder, layer)});
-      free = begin + (hosted == hosted_timing::shared && begin < busy ? 2 * h.attention : h.attention);
+      double done = attend(holder, h, out);
+      if (h.relay) {  // this one relays to the others of its node
+        double relayed = out;
+        for (const auto& [behind, b] : lanes[i].holders)
+          if (b.relay == holder && behind != holder) {
+            relayed += b.queries;
+            done = std::max(done, attend(behind, b, relayed)) + b.partials;
+          }
+      }
       double& in = h.near ? in_near : in_far;
-      in = std::max(in, free) + h.partials;
+      in = std::max(in, done) + h.partials;
       ready[i] = std::max(ready[i], in);
     }
   };
@@ -153,17 +170,33 @@ step_cost predict_step(const placement::profile& model, instance_id self, const 
     const double dense = placement::dense_time(model, w.tokens);
     layer.front = dense * layout.front_share;
     layer.back = dense - layer.front;
+    const link_model& links = layout.links;
+    std::map<int64_t, instance_id> relays;  // per other node: its first holder this lane relays through
     for (const auto& [pool, p] : w.pools) {
       const double seconds = placement::attention_time(model, p.decode_kv, p.prefill_pairs);
       if (pool == self) {
         layer.local = seconds / n_layers;
         continue;
       }
-      const link_model& links = layout.links;
-      layer.holders[pool] = {seconds / n_layers, links.seconds(self, pool, p.rows * layout.row_bytes.query),
-                             links.seconds(pool, self, p.rows * layout.row_bytes.partial), links.same_node(self, pool)};
+      holder_layer h{seconds / n_layers, links.seconds(self, pool, p.rows * layout.row_bytes.query),
+                     links.seconds(pool, self, p.rows * layout.row_bytes.partial), links.same_node(self, pool), {}};
+      if (!h.near && layout.relay_min_rows > 0 && p.rows >= layout.relay_min_rows) {
+        const auto [relay, first] = relays.try_emplace(links.node_of(pool), pool);
+        h.relay = relay->second;
+        if (!first) {  // from its relay over the node's NVLink
+          h.queries = links.seconds(relay->second, pool, p.rows * layout.row_bytes.query);
+          h.partials = links.seconds(pool, relay->second, p.rows * layout.row_bytes.partial);
+        }
+      }
+      layer.holders[pool] = h;
       cost.hosted_s[pool] += seconds;
     }
+    // A relay with nobody behind it is an ordinary holder.
+    for (auto& [pool, h] : layer.holders)
+      if (h.relay && *h.relay == pool &&
+          std::none_of(layer.holders.begin(), layer.holders.end(),
+                       [pool = pool](const auto& o) { return o.first != pool && o.second.relay == pool; }))
+        h.relay.reset();
     sampled += w.sampled;
     layers.push_back(std::move(layer));
   }

@@ -46,6 +46,10 @@ struct step_layout {
   /// go one after another, as do those over the NIC (none: no time).
   link_model links;
   attention_row_bytes row_bytes;
+  /// A lane's queries of at least this many rows to several holders on another node go there once, to the
+  /// first of them, which relays them over its node's links and sends their partials back merged (the
+  /// runtime's remote router; 0: never).
+  int relay_min_rows = 64;
 };
 
 /// The share of a layer's weights, and so of its dense time, in its QKV projection.

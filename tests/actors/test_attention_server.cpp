@@ -1,6 +1,8 @@
 // The attention server answers a chunk's queries over the blocks they name only once those blocks' layer
 // is written (a chunk before it may still be computing them), with the partials of those blocks, and
-// refuses blocks it does not keep for that request, or that are released while the queries wait.
+// refuses blocks it does not keep for that request, or that are released while the queries wait. It
+// relays queries to a holder on its node and answers once with both partials merged; merging partials
+// over two sets of blocks gives the partial over both.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -11,6 +13,7 @@
 #include "actors/attention_server.hpp"
 #include "actors/attention_wire.hpp"
 #include "gpu/backend_registry.hpp"
+#include "transport/inproc/inproc.hpp"
 
 using namespace illm;
 using namespace illm::actors;
@@ -147,5 +150,117 @@ TEST_SUITE("actors") {
     REQUIRE(answers.size() == 2);
     CHECK(answers[1].tag == 22);
     CHECK_FALSE(answers[1].ok);
+  }
+
+  TEST_CASE("merging the partials over two sets of blocks gives the partial over both") {
+    server_rig rig;  // its pool and device
+    const auto blocks = rig.pool->allocate_many({7, 0}, 4).value();
+    const attend q = decode_attend(chunk_query(1, 1, blocks, 70).payload).value();
+    auto partial = [&](size_t first, size_t n) {
+      partials p;
+      p.m.resize(n_heads);
+      p.e.resize(n_heads);
+      p.ma.resize(n_heads * head_dim);
+      REQUIRE(rig.device
+                  ->micro_attention({n_heads, n_heads, head_dim}, q.q.data(), n_heads * head_dim, q.q_pos.data(), 1,
+                                    rig.pool->layer_view(1), q.blocks.data() + first, q.block_pos.data() + first,
+                                    int(n), p.m.data(), p.e.data(), p.ma.data())
+                  .is_ok());
+      return p;
+    };
+    partials both = partial(0, 2);
+    merge_partials(both, partial(2, 2), head_dim);
+    const partials all = partial(0, 4);
+    for (size_t r = 0; r < all.m.size(); ++r) {
+      CHECK(both.m[r] == doctest::Approx(all.m[r]).epsilon(1e-6));
+      CHECK(both.e[r] == doctest::Approx(all.e[r]).epsilon(1e-5));
+    }
+    for (size_t i = 0; i < all.ma.size(); ++i) CHECK(both.ma[i] == doctest::Approx(all.ma[i]).epsilon(1e-5));
+    partials empty = all;  // a partial with no keys seen adds nothing
+    std::fill(empty.e.begin(), empty.e.end(), 0.0f);
+    partials same = all;
+    merge_partials(same, empty, head_dim);
+    CHECK(same.ma == all.ma);
+  }
+
+  TEST_CASE("an attend relayed to a holder on the node is answered once, the two holders' partials merged") {
+    caf::actor_system_config cfg;
+    register_messages(cfg);
+    caf::actor_system sys{cfg};
+    auto device = std::shared_ptr<gpu::backend>(std::move(gpu::make_backend("cpu", 1)).value());
+    auto fabric = std::make_shared<transport::inproc_fabric>();
+    auto requester = fabric->connect(0).value();
+    std::mutex mutex;
+    std::condition_variable arrived;
+    std::vector<partials> answers;
+    requester->on_message(transport::channel::partials, [&](transport::peer_id, std::vector<uint8_t> bytes) {
+      std::lock_guard lock(mutex);
+      answers.push_back(decode_partials(bytes).value());
+      arrived.notify_all();
+    });
+    std::vector<std::shared_ptr<gpu::kv_pool>> pools;
+    std::vector<std::shared_ptr<transport::inproc_endpoint>> planes;
+    std::vector<caf::actor> servers;
+    for (uint32_t id : {1u, 2u}) {
+      auto pool = std::make_shared<gpu::kv_pool>(
+          gpu::kv_pool::create(*device, {n_layers, n_heads, head_dim, gpu::dtype::f32}, 8).value());
+      float* kv = pool->base_f32();
+      for (size_t i = 0; i < size_t(8) * pool->layout().block_elements(); ++i)
+        kv[i] = float((i * (7919 + 104 * id)) % 97) / 97.0f;
+      auto plane = fabric->connect(id).value();
+      auto own_device = std::shared_ptr<gpu::backend>(std::move(gpu::make_backend("cpu", 1)).value());  // a kernel's scratch is its own
+      caf::actor server = spawn_attention_server(
+          sys, {pool, std::make_shared<hosted_blocks>(), own_device, {n_heads, n_heads, head_dim}, n_layers, plane});
+      plane->on_message(transport::channel::attend, [server](transport::peer_id from, std::vector<uint8_t> b) {
+        caf::anon_send(server, incoming_attend{from, std::move(b)});
+      });
+      plane->on_message(transport::channel::partials, [server](transport::peer_id from, std::vector<uint8_t> b) {
+        caf::anon_send(server, incoming_partials{from, std::move(b)});  // this test's holders only relay
+      });
+      pools.push_back(pool);
+      planes.push_back(plane);
+      servers.push_back(server);
+    }
+    const auto here = pools[0]->allocate_many({7, 0}, 2).value(), there = pools[1]->allocate_many({7, 0}, 2).value();
+    pools[0]->mark_written(here, n_layers);
+    pools[1]->mark_written(there, n_layers);
+    attend a = decode_attend(chunk_query(31, 1, here, 90).payload).value();
+    a.forwards.push_back({2, there, {32, 48}});
+    requester->send(1, transport::channel::attend, encode(a), [](gpu::status) {});
+    std::unique_lock lock(mutex);
+    REQUIRE(arrived.wait_for(lock, std::chrono::seconds(30), [&] { return !answers.empty(); }));
+    REQUIRE(answers.size() == 1);
+    REQUIRE_MESSAGE(answers[0].ok, answers[0].error);
+    CHECK(answers[0].tag == 31);
+    // What the two holders compute over their own blocks, merged: what the relay answered.
+    auto partial_at = [&](size_t holder, const std::vector<uint32_t>& blocks, const std::vector<int32_t>& pos) {
+      partials p;
+      p.m.resize(n_heads);
+      p.e.resize(n_heads);
+      p.ma.resize(n_heads * head_dim);
+      REQUIRE(device
+                  ->micro_attention({n_heads, n_heads, head_dim}, a.q.data(), n_heads * head_dim, a.q_pos.data(), 1,
+                                    pools[holder]->layer_view(1), blocks.data(), pos.data(), int(blocks.size()),
+                                    p.m.data(), p.e.data(), p.ma.data())
+                  .is_ok());
+      return p;
+    };
+    partials expected = partial_at(0, here, {0, 16});
+    merge_partials(expected, partial_at(1, there, {32, 48}), head_dim);
+    CHECK(answers[0].m == expected.m);
+    CHECK(answers[0].e == expected.e);
+    CHECK(answers[0].ma == expected.ma);
+    // A relayed holder that keeps no such blocks makes the whole answer an error.
+    a.tag = 32;
+    a.forwards = {{2, {7}, {64}}};
+    requester->send(1, transport::channel::attend, encode(a), [](gpu::status) {});
+    REQUIRE(arrived.wait_for(lock, std::chrono::seconds(30), [&] { return answers.size() == 2; }));
+    CHECK(answers[1].tag == 32);
+    CHECK_FALSE(answers[1].ok);
+    CHECK(answers[1].error.find("keeps no block") != std::string::npos);
+    lock.unlock();
+    for (auto& server : servers) caf::anon_send_exit(server, caf::exit_reason::user_shutdown);
+    servers.clear();
+    sys.await_all_actors_done();
   }
 }

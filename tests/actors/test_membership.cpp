@@ -64,9 +64,9 @@ TEST_SUITE("membership") {
   TEST_CASE("a dead rManager is reported down with the requests it owned and the blocks it hosted") {
     membership_fixture f;
     caf::actor a = f.member(), b = f.member();
-    f.from(a, caf::make_message(join_cluster{1, a, {}, {}, {}}));
-    f.from(a, caf::make_message(join_cluster{1, a, {}, {}, {}}));  // joins again with its instance: one report
-    f.from(b, caf::make_message(join_cluster{2, b, {}, {}, {}}));
+    f.from(a, caf::make_message(join_cluster{1, a, {}, {}, {}, {}}));
+    f.from(a, caf::make_message(join_cluster{1, a, {}, {}, {}, {}}));  // joins again with its instance: one report
+    f.from(b, caf::make_message(join_cluster{2, b, {}, {}, {}, {}}));
     CHECK(f.count(membership_event::kind::joined, 1) == 1);
     CHECK(f.count(membership_event::kind::joined, 2) == 1);
     // Instance 1 owns requests 7 (local, and lent to 2) and 8; instance 2 owns 9, with blocks hosted on 1.

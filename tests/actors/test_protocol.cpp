@@ -450,7 +450,7 @@ TEST_SUITE("actors") {
       instance_stats stale = fresh;
       stale.free_blocks = 8;
       // This actor is the rManager of instance 5.
-      self->request(gm, caf::infinite, join_cluster{5, caf::actor_cast<caf::actor>(self), {}, stale, {}})
+      self->request(gm, caf::infinite, join_cluster{5, caf::actor_cast<caf::actor>(self), {}, stale, {}, {}})
           .then([=, &views](cluster_view&) {
             self->request(gm, caf::infinite, heartbeat{5, 1000000, fresh, {}}).then([&views](cluster_view& v) { views.push_back(v); });
             self->request(gm, caf::infinite, heartbeat{5, 999999, stale, {}}).then([&views](cluster_view& v) { views.push_back(v); });
@@ -474,7 +474,7 @@ TEST_SUITE("actors") {
       instance_stats claimed;
       claimed.total_blocks = 1000;
       claimed.free_blocks = 1000;
-      self->request(gm, caf::infinite, join_cluster{0, caf::actor_cast<caf::actor>(self), {}, claimed, {}})
+      self->request(gm, caf::infinite, join_cluster{0, caf::actor_cast<caf::actor>(self), {}, claimed, {}, {}})
           .then([](cluster_view&) {}, [&](caf::error& e) { refusal = e; });
       self->request(gm, caf::infinite, heartbeat{0, 1000000, claimed, {}}).then([&](cluster_view& v) { views.push_back(v); });
       return {[](caf::ok_atom) {}};

@@ -1,8 +1,10 @@
 // The remote router keeps the engine's two lanes apart: each lane's answers, errors and latency are its
-// own, a lost holder fails what both lanes wait for from it, and the latency runs until the last answer.
+// own, a lost holder fails what both lanes wait for from it, and the latency runs until the last answer. A
+// long step's queries to several holders on another node go once, through the first of them.
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cmath>
 #include <mutex>
 #include <thread>
 
@@ -64,6 +66,21 @@ struct job_buffers {
                      ma = std::vector<float>(n_heads * head_dim);
   gpu::remote_attention_job job(uint32_t holder, uint64_t seq = 1) {
     return {seq, 0, holder, {}, {}, q.data(), q.size(), &pos, 1, m.data(), e.data(), ma.data()};
+  }
+};
+
+/// Where a job of four query rows comes from and its partial goes.
+struct row_buffers {
+  static constexpr int rows = 4;
+  std::vector<float> q = std::vector<float>(rows * n_heads * head_dim, 1.0f);
+  std::vector<int32_t> pos = {10, 11, 12, 13};
+  std::vector<float> m = std::vector<float>(rows * n_heads, 7.0f), e = std::vector<float>(rows * n_heads, 7.0f),
+                     ma = std::vector<float>(rows * n_heads * head_dim, 7.0f);
+  std::vector<uint32_t> blocks = {5};
+  std::vector<int32_t> block_pos = {0};
+  gpu::remote_attention_job job(uint32_t holder, uint64_t seq, int n_q = rows) {
+    return {seq, 0, holder, blocks, block_pos, q.data(), size_t(n_heads * head_dim), pos.data(), n_q, m.data(),
+            e.data(), ma.data()};
   }
 };
 
@@ -152,5 +169,52 @@ TEST_SUITE("actors") {
     router.on_partials(1, answer(plane->sent[2].second, 1.0f));
     CHECK_FALSE(router.finish(0).is_ok());
     CHECK(router.take_failed() == std::vector<uint64_t>{2});
+  }
+
+  TEST_CASE("a long step's jobs to several holders on another node go once, through the first of them") {
+    auto plane = std::make_shared<recording_plane>();  // instance 0
+    auto nodes = std::make_shared<peer_nodes>();
+    nodes->update({{0, "a"}, {1, "b"}, {2, "b"}, {3, "a"}, {4, "b"}});
+    remote_router router(plane, n_heads, head_dim, std::chrono::milliseconds(2000), nullptr, nodes, 4);
+    row_buffers h1, h2, h3, h4, other, short_step;
+    h2.blocks = {8, 9};
+    h2.block_pos = {16, 32};
+    const gpu::remote_attention_job lane[] = {h1.job(1, 1), h2.job(2, 1), h3.job(3, 1), h4.job(4, 1),
+                                              other.job(2, 6), short_step.job(4, 7, 2)};
+    REQUIRE(router.begin(0, lane).is_ok());
+    // Request 1: holders 1, 2 and 4 on node b through holder 1, holder 3 on this node directly; request 6 and
+    // the short step of request 7 alone.
+    REQUIRE(plane->sent.size() == 4);
+    const attend& relayed = plane->sent[0].second;
+    CHECK(plane->sent[0].first == 1);
+    REQUIRE(relayed.forwards.size() == 2);
+    CHECK(relayed.forwards[0].peer == 2);
+    CHECK(relayed.forwards[0].blocks == std::vector<uint32_t>{8, 9});
+    CHECK(relayed.forwards[0].block_pos == std::vector<int32_t>{16, 32});
+    CHECK(relayed.forwards[1].peer == 4);
+    CHECK(plane->sent[1].first == 3);
+    CHECK(plane->sent[1].second.forwards.empty());
+    CHECK(plane->sent[2].first == 2);  // request 6
+    CHECK(plane->sent[2].second.forwards.empty());
+    CHECK(plane->sent[3].first == 4);  // fewer rows than relayed
+    CHECK(plane->sent[3].second.forwards.empty());
+    for (const auto& [peer, a] : plane->sent) router.on_partials(peer, answer(a, 2.0f));
+    REQUIRE(router.finish(0).is_ok());
+    // The relay's merged partial stands for all three; the other two add nothing to the merge.
+    CHECK(h1.ma[0] == 2.0f);
+    CHECK(h3.ma[0] == 2.0f);
+    for (const row_buffers* b : {&h2, &h4}) {
+      CHECK(std::isinf(b->m[0]));
+      CHECK(b->e[0] == 0.0f);
+      CHECK(b->ma[0] == 0.0f);
+    }
+    // A relayed holder that is lost fails the relay's job.
+    plane->sent.clear();
+    REQUIRE(router.begin(0, lane).is_ok());
+    router.peer_failed(4, "connection reset");
+    for (size_t i = 1; i < plane->sent.size(); ++i) router.on_partials(plane->sent[i].first, answer(plane->sent[i].second, 1.0f));
+    CHECK_FALSE(router.finish(0).is_ok());
+    const auto failed = router.take_failed();
+    CHECK(std::find(failed.begin(), failed.end(), 1) != failed.end());
   }
 }

@@ -131,18 +131,26 @@ TEST_SUITE("actors") {
     layout.row_bytes = sim::attention_row_bytes::of(shape);
     const double untimed = sim::predict_step(model, 0, near.plan, layout).seconds;
     layout.links = {model.node_link_bytes_per_s, model.network_bytes_per_s, 8, 1};
+    layout.relay_min_rows = 0;  // each holder's queries over the owner's link
     const double over_nvlink = sim::predict_step(model, 0, near.plan, layout).seconds;
-    // The same holders on another node (ids 9-12), and on two others.
+    // The same holders on another node (ids 9-12).
     long_prefill far;
     for (auto& ref : far.table)
       if (ref.pool != 0) ref.pool += 8;
     const double over_nic = sim::predict_step(model, 0, far.plan, layout).seconds;
     // Per layer, the queries to the four holders leave one after another, and their partials come back so.
-    const double rows = 2048, queries = 4 * rows * layout.row_bytes.query, partials = 4 * rows * layout.row_bytes.partial;
+    const double rows = 2048, queries = rows * layout.row_bytes.query, partials = rows * layout.row_bytes.partial;
     CHECK(over_nvlink > untimed);
     CHECK(over_nic > over_nvlink);
-    CHECK(over_nic >= untimed + model.n_layers * (queries + partials) / model.network_bytes_per_s * 0.5);
-    CHECK(over_nic <= untimed + model.n_layers * (queries + partials) / model.network_bytes_per_s + 1e-9);
+    CHECK(over_nic >= untimed + model.n_layers * 4 * (queries + partials) / model.network_bytes_per_s * 0.5);
+    CHECK(over_nic <= untimed + model.n_layers * 4 * (queries + partials) / model.network_bytes_per_s + 1e-9);
+    // Relayed through the first of them: the queries and one merged partial cross the NIC once a layer.
+    layout.relay_min_rows = 64;
+    const double relayed = sim::predict_step(model, 0, far.plan, layout).seconds;
+    CHECK(relayed < over_nic);
+    CHECK(relayed >= untimed + model.n_layers * (queries + partials) / model.network_bytes_per_s);
+    layout.relay_min_rows = 4096;  // fewer rows than that: not relayed
+    CHECK(sim::predict_step(model, 0, far.plan, layout).seconds == doctest::Approx(over_nic));
     CHECK(layout.links.same_node(0, 7));
     CHECK_FALSE(layout.links.same_node(7, 8));
     const sim::link_model pairs{1e9, 1e8, 8, 4};  // instances of 4 GPUs: two a node

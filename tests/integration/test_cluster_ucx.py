@@ -9,7 +9,9 @@ reserved memory), and its attention is computed remotely. Its token ids must equ
 prompt on one instance with enough memory, and the gManager must have logged chunks prefilled there. The
 KV moves through UCX RMA: the instances report at least the bytes of the committed copies as puts, every
 move committed what arrived intact (checksums), and the kernel's TCP counters show CAF's connections
-carried far less than the KV placed on other processes. Every process started here is gone at the end.
+carried far less than the KV placed on other processes. The instances say they run on two nodes of two:
+some of the long steps' queries to the other node go there once, relayed by one holder to the other
+(illm:remote_attention_relays_total), with the same ids. Every process started here is gone at the end.
 
 Usage: test_cluster_ucx.py ILLM [SOURCE_DIR]"""
 
@@ -21,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import ProcGroup, SkipTest, free_port, make_prompt, run_json, wait_until
+from common import ProcGroup, SkipTest, free_port, make_prompt, metric, request, run_json, wait_until
 
 JOIN_S = 120
 RUN_S = 600
@@ -80,9 +82,11 @@ def main():
         assert gm.process.poll() is None, f"illm gmanager exited with {gm.process.returncode}"
         assert gm.has(r"\(greedy on cpu .* placement every"), gm.output()
         ids = [0, 1, 2, 3]
+        # Two "nodes" of two instances: a long step's queries to both holders of the other node go there once.
         insts = [start(f"instance{i}", "instance", "--join", f"127.0.0.1:{port}", "--id", str(i),
                        "--kv-blocks-per-instance", "64", "--threads", "1", "--heartbeat-ms", "50",
-                       "--ucx-tls", "tcp", "--ucx-net-devices", "lo") for i in ids]
+                       "--ucx-tls", "tcp", "--ucx-net-devices", "lo", "--node", "node-a" if i < 2 else "node-b",
+                       "--metrics-listen", "127.0.0.1:0") for i in ids]
 
         def all_joined():
             for p in insts:
@@ -123,6 +127,14 @@ def main():
         assert sum(1 for b in blocks if b > 0) >= 3, blocks  # its KV spread over at least three processes
         for p in insts:
             assert not p.has(r"data plane peer \d+ failed"), p.output()
+        relays = 0
+        for i, p in zip(ids, insts):
+            mport = int(re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", p.output())[1])
+            status, text = request(mport, "GET", "/metrics", timeout=10)
+            assert status == 200, (status, text)
+            relays += metric(text, "illm:remote_attention_relays_total", {"instance": str(i)}) or 0
+        assert relays > 0, relays  # some of its steps' queries went to the other node once, relayed there
+        print(f"{int(relays)} attends relayed to the other holder of a node", flush=True)
         assert not gm.has(r"checksum"), gm.output()  # every move committed what arrived intact
         caf_bytes, other_bytes = tcp_bytes(port) if shutil.which("ss") else (None, None)
 
