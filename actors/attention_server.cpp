@@ -102,6 +102,17 @@ void send_answer(const attention_server_config& c, instance_id to, const partial
   c.plane->send(to, transport::channel::partials, payload, [](gpu::status) {});
 }
 
+/// Answers relay `id` with `p` (its tag set here) and forgets it and its forwarded attends.
+void end_relay(self_ptr self, const attention_server_config& c, uint64_t id, partials p) {
+  auto& st = self->state;
+  auto it = st.relays.find(id);
+  if (it == st.relays.end()) return;
+  p.tag = it->second.tag;
+  send_answer(c, it->second.from, p);
+  st.relays.erase(it);
+  std::erase_if(st.relayed, [id](const auto& entry) { return entry.second == id; });
+}
+
 /// A partial of relay `id` is in (its own, or a forwarded holder's): merged, and once all are, answered.
 void contribute(self_ptr self, const attention_server_config& c, uint64_t id, const partials& p) {
   auto& relays = self->state.relays;
@@ -117,12 +128,9 @@ void contribute(self_ptr self, const attention_server_config& c, uint64_t id, co
   }
   if (--r.waiting > 0 && r.error.empty()) return;
   partials out = r.error.empty() ? std::move(r.merged) : partials{};
-  out.tag = r.tag;
   out.ok = r.error.empty();
   out.error = r.error;
-  send_answer(c, r.from, out);
-  relays.erase(it);
-  std::erase_if(self->state.relayed, [id](const auto& entry) { return entry.second == id; });
+  end_relay(self, c, id, std::move(out));
 }
 
 /// Where attend `a`'s partial goes: to its requester, or into relay `relay`.
@@ -185,16 +193,10 @@ void retry_parked(self_ptr self, const attention_server_config& c) {
   }
   parked = std::move(still);
   // Relays whose forwarded holders never answered.
-  for (auto it = self->state.relays.begin(); it != self->state.relays.end();) {
-    if (now - it->second.since <= c.wait_limit) {
-      ++it;
-      continue;
-    }
-    send_answer(c, it->second.from, partials{it->second.tag, false, "relayed holders did not answer in time", {}, {}, {}});
-    const uint64_t id = it->first;
-    std::erase_if(self->state.relayed, [id](const auto& entry) { return entry.second == id; });
-    it = self->state.relays.erase(it);
-  }
+  std::vector<uint64_t> late;
+  for (const auto& [id, r] : self->state.relays)
+    if (now - r.since > c.wait_limit) late.push_back(id);
+  for (uint64_t id : late) end_relay(self, c, id, partials{0, false, "relayed holders did not answer in time", {}, {}, {}});
 }
 
 /// While attends wait, looks at them every so often too: their blocks may be released without a write.

@@ -653,12 +653,6 @@ int32_t chunk_tokens(const instance_state& st) {
   return std::max(b, std::max(step - st.config.max_batch_seqs, step / 2) / b * b);
 }
 
-const instance_view* member(const instance_state& st, instance_id id) {
-  for (const auto& i : st.view.instances)
-    if (i.inst_id == id) return &i;
-  return nullptr;
-}
-
 void hand_out_chunk(self_ptr self, request_id req);
 
 /// The room's holders stop prefilling `req` (a chunk failed, or a holder is gone): it starts over from its
@@ -733,29 +727,43 @@ void hand_out_chunk(self_ptr self, request_id req) {
 
 void on_chunk_done(self_ptr self, request_id req, move_id id, const chunk_done& done);
 
-void on_chunk_reserved(self_ptr self, request_id req, move_id id, const move_reservation& reservation) {
-  auto& st = self->state;
+/// Chunk `id` of `req`'s room prefill, its plan and the request's sequence, while all are under way.
+struct chunk_under_way {
+  room_prefill_plan* plan;
+  gpu::sequence* seq;
+  room_prefill_plan::chunk chunk;
+};
+
+std::optional<chunk_under_way> find_chunk(instance_state& st, request_id req, move_id id) {
   auto it = st.prefills.find(req);
   auto r = st.requests.find(req);
-  const auto c = it == st.prefills.end() ? std::nullopt : it->second.chunk_of(id);
-  if (!c || r == st.requests.end()) {  // it ended or started over meanwhile
+  if (it == st.prefills.end() || r == st.requests.end()) return std::nullopt;
+  const auto c = it->second.chunk_of(id);
+  if (!c) return std::nullopt;
+  return chunk_under_way{&it->second, r->second.seq.get(), *c};
+}
+
+void on_chunk_reserved(self_ptr self, request_id req, move_id id, const move_reservation& reservation) {
+  auto& st = self->state;
+  const auto found = find_chunk(st, req, id);
+  if (!found) {  // it ended or started over meanwhile
     if (reservation.granted) self->send(st.config.rmanager, abort_chunk{id});
     return;
   }
-  const instance_view* holder = member(st, c->holder);
+  const auto& [plan, seq, c] = *found;
+  const instance_view* holder = st.view.find(c.holder);
   if (!reservation.granted || !holder || !holder->instance) {
     if (reservation.granted) self->send(st.config.rmanager, abort_chunk{id});
-    it->second.refused(id);
+    plan->refused(id);
     st.chunk_requests.erase(id);
     return hand_out_chunk(self, req);
   }
-  gpu::sequence& seq = *r->second.seq;
-  for (uint32_t b : reservation.blocks) seq.table.push_back({c->holder, b});  // chunks go out in order
-  prefill_chunk chunk{id, st.config.id, req, c->pos0, {}, {}, {}};
-  chunk.tokens.assign(seq.tokens.begin() + c->pos0, seq.tokens.begin() + c->end);
-  for (size_t b = 0; b < size_t(c->end / gpu::kv_block_tokens); ++b) {
-    chunk.table_pools.push_back(seq.table[b].pool);
-    chunk.table_blocks.push_back(seq.table[b].block);
+  for (uint32_t b : reservation.blocks) seq->table.push_back({c.holder, b});  // chunks go out in order
+  prefill_chunk chunk{id, st.config.id, req, c.pos0, {}, {}, {}};
+  chunk.tokens.assign(seq->tokens.begin() + c.pos0, seq->tokens.begin() + c.end);
+  for (size_t b = 0; b < size_t(c.end / gpu::kv_block_tokens); ++b) {
+    chunk.table_pools.push_back(seq->table[b].pool);
+    chunk.table_blocks.push_back(seq->table[b].block);
   }
   publish_placement(self);
   self->request(holder->instance, caf::infinite, std::move(chunk))
@@ -775,15 +783,11 @@ void on_chunk_started(self_ptr self, move_id id) {
 
 /// The holder turned chunk `id` down before computing it: it goes elsewhere (that holder gets no more), its
 /// reservation given back.
-void turn_down_chunk(self_ptr self, request_id req, move_id id) {
+void turn_down_chunk(self_ptr self, const chunk_under_way& at, request_id req, move_id id) {
   auto& st = self->state;
-  auto it = st.prefills.find(req);
-  auto r = st.requests.find(req);
-  const auto c = it == st.prefills.end() ? std::nullopt : it->second.chunk_of(id);
-  if (!c || r == st.requests.end()) return;
   self->send(st.config.rmanager, abort_chunk{id});
-  r->second.seq->table.resize(size_t(c->pos0 / gpu::kv_block_tokens));  // it was the last chunk handed out
-  it->second.refused(id);
+  at.seq->table.resize(size_t(at.chunk.pos0 / gpu::kv_block_tokens));  // it was the last chunk handed out
+  at.plan->refused(id);
   st.chunk_requests.erase(id);
   publish_placement(self);
   hand_out_chunk(self, req);
@@ -791,25 +795,24 @@ void turn_down_chunk(self_ptr self, request_id req, move_id id) {
 
 void on_chunk_done(self_ptr self, request_id req, move_id id, const chunk_done& done) {
   auto& st = self->state;
-  auto it = st.prefills.find(req);
-  const auto c = it == st.prefills.end() ? std::nullopt : it->second.chunk_of(id);
-  if (!c) return;  // given up meanwhile
-  if (!done.ok && !it->second.has_started(id)) return turn_down_chunk(self, req, id);
+  const auto found = find_chunk(st, req, id);
+  if (!found) return;  // given up meanwhile
+  const room_prefill_plan::chunk& c = found->chunk;
+  if (!done.ok && !found->plan->has_started(id)) return turn_down_chunk(self, *found, req, id);
   if (!done.ok)
-    return abandon_room_prefill(self, req, fmt::format("a chunk of its prompt at instance {} failed: {}", c->holder,
+    return abandon_room_prefill(self, req, fmt::format("a chunk of its prompt at instance {} failed: {}", c.holder,
                                                        done.error));
-  it->second.started(id);
   commit_chunk commit{id, req, {}};
-  for (int32_t b = c->pos0 / gpu::kv_block_tokens; b < c->end / gpu::kv_block_tokens; ++b)
+  for (int32_t b = c.pos0 / gpu::kv_block_tokens; b < c.end / gpu::kv_block_tokens; ++b)
     commit.logical.push_back(uint32_t(b));
   self->request(st.config.rmanager, caf::infinite, std::move(commit))
       .then(
           [=](bool committed) {
             auto& st = self->state;
-            auto jt = st.prefills.find(req);
-            if (jt == st.prefills.end() || !jt->second.chunk_of(id)) return;
+            const auto now = find_chunk(st, req, id);
+            if (!now) return;
             if (!committed) return abandon_room_prefill(self, req, "its holder did not commit a chunk of its prompt");
-            jt->second.committed(id);
+            now->plan->committed(id);
             st.chunk_requests.erase(id);
             hand_out_chunk(self, req);
           },

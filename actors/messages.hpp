@@ -136,6 +136,11 @@ struct cluster_view {
   std::vector<instance_id> members;
   /// Whether instance `id` is a member (heard from lately or not).
   bool has_member(instance_id id) const { return std::find(members.begin(), members.end(), id) != members.end(); }
+  /// Instance `id` as the view has it (none: left out of this view).
+  const instance_view* find(instance_id id) const {
+    auto it = std::find_if(instances.begin(), instances.end(), [id](const instance_view& i) { return i.inst_id == id; });
+    return it == instances.end() ? nullptr : &*it;
+  }
   uint32_t free_blocks() const {
     uint32_t n = 0;
     for (const auto& i : instances) n += i.free_blocks;

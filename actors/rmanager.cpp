@@ -49,11 +49,6 @@ struct outgoing_chunk {
   uint32_t blocks = 0;
 };
 
-const instance_view* find_instance(const cluster_view& view, instance_id id) {
-  auto it = std::find_if(view.instances.begin(), view.instances.end(),
-                         [&](const instance_view& i) { return i.inst_id == id; });
-  return it == view.instances.end() ? nullptr : &*it;
-}
 
 }  // namespace
 
@@ -85,7 +80,7 @@ struct rmanager_state {
   /// request first in its queue: what others may have. While this instance holds blocks back for a long
   /// request waiting for its room, that room comes before its queue.
   uint32_t spare_blocks() const {
-    const instance_view* me = find_instance(view, config.id);
+    const instance_view* me = view.find(config.id);
     const uint32_t queued = me && me->held_for_room > 0 ? 0 : config.promises->queued();
     return unroomed_blocks() - std::min(unroomed_blocks(), queued);
   }
@@ -188,6 +183,14 @@ void adopt_view(self_ptr self, cluster_view v) {
 
 // ---- the source side of a move ---------------------------------------------------------------------------
 
+/// `blocks` of request `req` are committed at `holder` (moved or computed there): they count as lent, and
+/// as taken from its room there.
+void note_placed(rmanager_state& st, request_id req, instance_id holder, uint32_t blocks) {
+  st.lent[req][holder] += blocks;
+  if (auto room = st.rooms.find(req); room != st.rooms.end())
+    if (auto held = room->second.find(holder); held != room->second.end()) held->second -= std::min(held->second, blocks);
+}
+
 /// Ends a move: reports it, undoes what it held, and answers a pending loan.
 void finish_move(self_ptr self, move_id id, bool ok, std::string reason) {
   auto& st = self->state;
@@ -214,12 +217,9 @@ void finish_move(self_ptr self, move_id id, bool ok, std::string reason) {
   }
   if (st.config.events) st.config.events->record(report);
   if (st.config.gmanager) self->send(st.config.gmanager, report);
-  if (auto room = st.rooms.find(report.req_id); room != st.rooms.end())
-    if (auto held = room->second.find(move.dst); held != room->second.end()) {
-      if (ok) held->second -= std::min(held->second, report.blocks);
-      else if (report.reason.rfind("refused", 0) == 0)
-        st.room_refused.insert({report.req_id, move.dst});  // try its other holders until the next view
-    }
+  if (!ok && report.reason.rfind("refused", 0) == 0 && st.rooms.count(report.req_id) &&
+      st.rooms[report.req_id].count(move.dst))
+    st.room_refused.insert({report.req_id, move.dst});  // try its other holders until the next view
   if (move.self_initiated) {
     st.loan_in_flight = false;
     self->send(st.instance, loan_result{ok, report.reason});
@@ -254,8 +254,8 @@ void commit(self_ptr self, move_id id) {
                     jt->second.picked.logical.clear();  // nothing to unmark: the request is gone
                     return finish_move(self, id, false, "the request ended during the move");
                   }
-                  self->state.lent[jt->second.picked.req_id][jt->second.dst] +=
-                      uint32_t(jt->second.picked.logical.size());
+                  note_placed(self->state, jt->second.picked.req_id, jt->second.dst,
+                              uint32_t(jt->second.picked.logical.size()));
                   finish_move(self, id, true, {});
                 });
           },
@@ -340,7 +340,7 @@ void start_move(self_ptr self, move_id id, request_id req, uint32_t num_blocks, 
   move.dst = dst;
   move.asked = num_blocks;
   move.self_initiated = loan;
-  const instance_view* target = find_instance(st.view, dst);
+  const instance_view* target = st.view.find(dst);
   st.outgoing.emplace(id, std::move(move));
   if (!target || !target->rmanager || dst == st.config.id || !st.instance)
     return finish_move(self, id, false, fmt::format("instance {} is not a destination", dst));
@@ -378,7 +378,7 @@ std::optional<loan_plan> room_plan(const rmanager_state& st, request_id req) {
   std::optional<loan_plan> best;
   uint32_t best_holds = 0;
   for (const auto& [holder, kept] : room->second) {
-    if (kept == 0 || !find_instance(st.view, holder) || st.room_refused.count({req, holder})) continue;
+    if (kept == 0 || !st.view.find(holder) || st.room_refused.count({req, holder})) continue;
     const uint32_t holds = blocks_on(st, req, holder);
     if (!best || holds < best_holds || (holds == best_holds && kept > best->max_blocks)) {
       best = {req, holder, kept};
@@ -457,7 +457,7 @@ void keep_room(self_ptr self, room_answer a) {
     self->send(st.instance, std::move(t->answer));
   };
   for (const auto& [holder, n] : t->answer.holders) {
-    const instance_view* v = find_instance(self->state.view, holder);
+    const instance_view* v = self->state.view.find(holder);
     if (!v || !v->rmanager) {
       t->all_kept = false;
       if (--t->pending == 0) done();
@@ -503,7 +503,7 @@ move_reservation refused_reservation(move_id id, instance_id holder, std::string
 /// the holder once it has them).
 caf::result<move_reservation> reserve_for_chunk(self_ptr self, const reserve_chunk& c) {
   auto& st = self->state;
-  const instance_view* holder = find_instance(st.view, c.holder);
+  const instance_view* holder = st.view.find(c.holder);
   if (!holder || !holder->rmanager || c.holder == st.config.id || !reachable(st, c.holder))
     return refused_reservation(c.id, c.holder, fmt::format("instance {} is not a holder now", c.holder));
   auto promise = self->make_response_promise<move_reservation>();
@@ -549,14 +549,10 @@ caf::result<bool> commit_written_chunk(self_ptr self, const commit_chunk& c) {
             }
             const outgoing_chunk chunk = jt->second;
             self->state.chunks.erase(jt);
-            if (r.committed) {
-              self->state.lent[chunk.req][chunk.dst] += chunk.blocks;
-              if (auto room = self->state.rooms.find(chunk.req); room != self->state.rooms.end())
-                if (auto held = room->second.find(chunk.dst); held != room->second.end())
-                  held->second -= std::min(held->second, chunk.blocks);
-            } else {
+            if (r.committed)
+              note_placed(self->state, chunk.req, chunk.dst, chunk.blocks);
+            else
               self->send(chunk.dst_rmanager, abort_move{c.id});
-            }
             report_chunk(self, c.id, chunk, r.committed, r.committed ? "" : "commit refused: " + r.reason);
             promise.deliver(r.committed);
           },
@@ -603,7 +599,7 @@ struct reserved_blocks {
 reserved_blocks reserve_blocks(rmanager_state& st, const try_move_kvcache& ask, std::string& reason) {
   const uint32_t promised = std::min(ask.num_blocks, st.config.promises->of(ask.src_inst, ask.req_id));
   const uint32_t unpromised = st.unpromised_blocks();
-  const instance_view* me = find_instance(st.view, st.config.id);
+  const instance_view* me = st.view.find(st.config.id);
   const uint32_t held = me ? me->held_for_room : 0, not_held = st.spare_blocks();
   const uint32_t spare = not_held - std::min(not_held, held);
   if (ask.num_blocks - promised <= spare && ask.num_blocks <= unpromised) {
@@ -743,7 +739,7 @@ void release_everywhere(self_ptr self, request_id req) {
     if (st.config.gmanager) self->send(st.config.gmanager, release_room{st.config.id, req});
   }
   for (instance_id holder : holders)
-    if (const instance_view* v = find_instance(st.view, holder); v && v->rmanager)
+    if (const instance_view* v = st.view.find(holder); v && v->rmanager)
       self->send(v->rmanager, release_blocks{req, st.config.id});
   for (auto& [id, move] : st.outgoing)
     if (move.req == req || move.picked.req_id == req) move.cancelled = true;

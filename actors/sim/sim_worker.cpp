@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <set>
 
 #include "gpu/batcher.hpp"
 
@@ -30,6 +29,7 @@ double block_pairs(int64_t pos0, int64_t end, int64_t start) {
 /// Attention work per pool: decode KV tokens and prefill pairs, and the query rows it takes.
 struct pool_work {
   double decode_kv = 0, prefill_pairs = 0, rows = 0;
+  const gpu::batch_entry* rows_of = nullptr;  // the last entry whose rows are counted
 };
 
 /// A lane's share of a step: its tokens, sampled rows and attention work per pool.
@@ -50,13 +50,14 @@ lane_work work_of_rows(const gpu::step_plan& plan, int64_t row0, int64_t row1) {
       out.tokens += double(last - first);
       out.sampled += e.sample && last == row + e.n_tokens ? 1 : 0;
       const size_t blocks = std::min<size_t>(gpu::blocks_for_tokens(end), e.table->size());
-      std::set<uint32_t> pools;
       for (size_t b = 0; b < blocks; ++b) {
         pool_work& w = out.pools[(*e.table)[b].pool];
         (e.n_tokens == 1 ? w.decode_kv : w.prefill_pairs) += block_pairs(pos0, end, int64_t(b) * gpu::kv_block_tokens);
-        pools.insert((*e.table)[b].pool);
+        if (w.rows_of != &e) {  // the entry's queries go to this pool once
+          w.rows += double(last - first);
+          w.rows_of = &e;
+        }
       }
-      for (uint32_t pool : pools) out.pools[pool].rows += double(last - first);
     }
     row += e.n_tokens;
   }
@@ -76,6 +77,7 @@ struct holder_layer {
 struct lane_layer {
   double front = 0, back = 0, local = 0;
   std::map<instance_id, holder_layer> holders;
+  std::map<instance_id, std::vector<instance_id>> behind;  ///< per relay: the holders it relays to
 };
 
 /// The earliest second a holder's attention of `layer` may begin in lane `lane` (0: at once).
@@ -121,13 +123,13 @@ double time_layers(const std::vector<lane_layer>& lanes, int n_layers, hosted_ti
       double& out = h.near ? out_near : out_far;
       out += h.queries;
       double done = attend(holder, h, out);
-      if (h.relay) {  // this one relays to the others of its node
-        double relayed = out;
-        for (const auto& [behind, b] : lanes[i].holders)
-          if (b.relay == holder && behind != holder) {
-            relayed += b.queries;
-            done = std::max(done, attend(behind, b, relayed)) + b.partials;
-          }
+      if (const auto relays = lanes[i].behind.find(holder); relays != lanes[i].behind.end()) {
+        double relayed = out;  // this one relays to the others of its node
+        for (instance_id behind : relays->second) {
+          const holder_layer& b = lanes[i].holders.at(behind);
+          relayed += b.queries;
+          done = std::max(done, attend(behind, b, relayed)) + b.partials;
+        }
       }
       double& in = h.near ? in_near : in_far;
       in = std::max(in, done) + h.partials;
@@ -150,16 +152,25 @@ double dense_front_share(const gpu::model_config& c) {
   return qkv / (qkv + d * d + 3.0 * d * c.hidden_dim);
 }
 
+/// The first row of a step's second lane, as the engine splits it: its middle row when it runs as two lanes,
+/// else its row count.
+int64_t middle_row(const step_layout& layout, instance_id self, const gpu::step_plan& plan) {
+  int64_t rows = 0;
+  for (const gpu::batch_entry& e : plan.entries) rows += e.n_tokens;
+  const bool two = gpu::engine::long_enough_for_lanes(layout.overlap_min_tokens, rows) &&
+                   gpu::engine::attends_elsewhere(plan.entries, self);
+  return two ? rows / 2 : rows;
+}
+
 step_cost predict_step(const placement::profile& model, instance_id self, const gpu::step_plan& plan,
                        const step_layout& layout, const std::map<instance_id, double>& holders_busy_s,
                        const layer_gates& gates) {
   int64_t rows = 0;
   for (const gpu::batch_entry& e : plan.entries) rows += e.n_tokens;
-  const bool two_lanes =
-      gpu::engine::long_enough_for_lanes(layout.overlap_min_tokens, rows) &&
-      gpu::engine::attends_elsewhere(plan.entries, self);
+  const int64_t middle = middle_row(layout, self, plan);
+  const bool two_lanes = middle < rows;
   const std::vector<lane_work> work =
-      two_lanes ? std::vector{work_of_rows(plan, 0, rows / 2), work_of_rows(plan, rows / 2, rows)}
+      two_lanes ? std::vector{work_of_rows(plan, 0, middle), work_of_rows(plan, middle, rows)}
                 : std::vector{work_of_rows(plan, 0, rows)};
   step_cost cost;
   std::vector<lane_layer> layers;
@@ -188,19 +199,17 @@ step_cost predict_step(const placement::profile& model, instance_id self, const 
           h.partials = links.seconds(pool, relay->second, p.rows * layout.row_bytes.partial);
         }
       }
+      if (h.relay && *h.relay != pool) layer.behind[*h.relay].push_back(pool);
       layer.holders[pool] = h;
       cost.hosted_s[pool] += seconds;
     }
     // A relay with nobody behind it is an ordinary holder.
     for (auto& [pool, h] : layer.holders)
-      if (h.relay && *h.relay == pool &&
-          std::none_of(layer.holders.begin(), layer.holders.end(),
-                       [pool = pool](const auto& o) { return o.first != pool && o.second.relay == pool; }))
-        h.relay.reset();
+      if (h.relay && *h.relay == pool && !layer.behind.count(pool)) h.relay.reset();
     sampled += w.sampled;
     layers.push_back(std::move(layer));
   }
-  cost.middle_row = two_lanes ? rows / 2 : rows;
+  cost.middle_row = middle;
   cost.seconds = time_layers(layers, model.n_layers, layout.hosted, holders_busy_s, gates, cost.stored_s) +
                  model.step_overhead_s + placement::sampled_time(model, sampled);
   return cost;
@@ -274,16 +283,12 @@ size_t lane_of(int64_t row, int64_t middle) { return row < middle ? 0 : 1; }
 layer_gates gates_for(const sim_worker_config& cfg, const gpu::step_plan& plan, double start) {
   layer_gates gates(2);
   if (!cfg.chunks) return gates;
-  int64_t rows = 0;
-  for (const gpu::batch_entry& e : plan.entries) rows += e.n_tokens;
-  const bool two = gpu::engine::long_enough_for_lanes(cfg.layout.overlap_min_tokens, rows) &&
-                   gpu::engine::attends_elsewhere(plan.entries, cfg.id);
+  const int64_t middle = middle_row(cfg.layout, cfg.id, plan);
   int64_t row = 0;
   for (const gpu::batch_entry& e : plan.entries) {
     if (e.foreign_request)
       for (const auto& [pool, written] : cfg.chunks->before(e.foreign_owner, e.foreign_request, e.pos0, cfg.id))
-        for (size_t lane = lane_of(row, two ? rows / 2 : rows); lane <= lane_of(row + e.n_tokens - 1, two ? rows / 2 : rows);
-             ++lane) {
+        for (size_t lane = lane_of(row, middle); lane <= lane_of(row + e.n_tokens - 1, middle); ++lane) {
           std::vector<double>& gate = gates[lane][pool];
           gate.resize(std::max(gate.size(), written.size()), 0.0);
           for (size_t l = 0; l < written.size(); ++l) gate[l] = std::max(gate[l], written[l] - start);

@@ -538,4 +538,3 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
 }
 
 }  // namespace illm::actors::sim
-
