@@ -209,9 +209,10 @@ void schedule_recheck(self_ptr self) {
 caf::behavior attention_server_behavior(self_ptr self, attention_server_config config) {
   auto cfg = std::make_shared<attention_server_config>(std::move(config));
   auto me = caf::actor_cast<caf::weak_actor_ptr>(self);
-  cfg->pool->set_written_listener([me] {
-    if (auto server = caf::actor_cast<caf::actor>(me)) caf::anon_send(server, written_atom::value);
-  });
+  if (cfg->watches_writes)
+    cfg->pool->set_written_listener([me] {
+      if (auto server = caf::actor_cast<caf::actor>(me)) caf::anon_send(server, written_atom::value);
+    });
   return {
       [=](const incoming_attend& in) {
         auto request = decode_attend(in.payload);
@@ -252,6 +253,19 @@ caf::behavior attention_server_behavior(self_ptr self, attention_server_config c
 
 caf::actor spawn_attention_server(caf::actor_system& sys, attention_server_config config) {
   return sys.spawn<caf::detached>(attention_server_behavior, std::move(config));
+}
+
+void attention_servers::accept(instance_id from, std::vector<uint8_t> bytes) const {
+  const caf::actor& to = is_decode_attend(bytes) ? decode : prefill;
+  caf::anon_send(to, incoming_attend{from, std::move(bytes)});
+}
+
+attention_servers spawn_attention_servers(caf::actor_system& sys, attention_server_config config,
+                                          std::shared_ptr<gpu::backend> decode_device) {
+  attention_server_config decode = config;
+  decode.device = std::move(decode_device);
+  decode.watches_writes = false;  // its attends name no blocks, so none waits for a write
+  return {spawn_attention_server(sys, std::move(decode)), spawn_attention_server(sys, std::move(config))};
 }
 
 }  // namespace illm::actors

@@ -9,6 +9,10 @@
 // ends first or when it has waited wait_limit. An attend that forwards to other holders on this node is
 // relayed to them (their partials come back as incoming_partials), and their partials are merged into
 // this one's before it is answered.
+//
+// An instance runs two: decode tokens' attends (one query row each) go to one, prefill queries (chunks',
+// relays, an owner's own long prompt) to the other, so that a decode token never waits behind the prefill
+// queries queued here. Each has its own thread and kernels; the one for prefill watches the pool's writes.
 
 #include <chrono>
 #include <memory>
@@ -32,9 +36,22 @@ struct attention_server_config {
   std::shared_ptr<transport::data_plane> plane;
   std::chrono::milliseconds wait_limit{60000};  ///< how long a chunk's attend waits for its blocks
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional: counts the attends relayed
+  /// Listens for the pool's writes, for the chunks' attends that wait (one server per pool does).
+  bool watches_writes = true;
 };
 
 /// Spawns a detached attention server; feed it the data plane's attend messages (incoming_attend).
 caf::actor spawn_attention_server(caf::actor_system& sys, attention_server_config config);
+
+/// An instance's attention servers: one for decode tokens' attends, one for everything else.
+struct attention_servers {
+  caf::actor decode, prefill;
+  /// Hands an attend payload from `from` to the server of its kind (is_decode_attend).
+  void accept(instance_id from, std::vector<uint8_t> bytes) const;
+};
+
+/// Spawns both: the prefill one with `config`, the decode one with `decode_device` (its own kernels).
+attention_servers spawn_attention_servers(caf::actor_system& sys, attention_server_config config,
+                                          std::shared_ptr<gpu::backend> decode_device);
 
 }  // namespace illm::actors

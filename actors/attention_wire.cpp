@@ -64,6 +64,13 @@ class reader {
     return true;
   }
   bool at_end() const { return at_ == in_.size(); }
+  /// Passes over an array of T; returns its length.
+  template <class T>
+  bool skip_array(uint64_t& n) {
+    if (!value(n) || n > max_array || (in_.size() - at_) / sizeof(T) < n) return false;
+    at_ += n * sizeof(T);
+    return true;
+  }
 
  private:
   const std::vector<uint8_t>& in_;
@@ -135,6 +142,17 @@ gpu::result<attend> decode_attend(const std::vector<uint8_t>& bytes) {
       a.blocks.size() != a.block_pos.size() || (!a.blocks.empty() && a.blocks.size() != a.num_blocks))
     return corrupt("attend");
   return a;
+}
+
+bool is_decode_attend(const std::vector<uint8_t>& bytes) {
+  reader r(bytes);
+  uint32_t magic = 0, owner = 0, num_blocks = 0;
+  uint64_t tag = 0, req_id = 0, q = 0, q_pos = 0, blocks = 0, block_pos = 0, forwards = 0;
+  int32_t layer = 0, n_q = 0;
+  return r.value(magic) && magic == attend_magic && r.value(tag) && r.value(req_id) && r.value(owner) &&
+         r.value(layer) && r.value(n_q) && n_q == 1 && r.value(num_blocks) && r.skip_array<float>(q) &&
+         r.skip_array<int32_t>(q_pos) && r.skip_array<uint32_t>(blocks) && blocks == 0 &&
+         r.skip_array<int32_t>(block_pos) && r.value(forwards) && forwards == 0;
 }
 
 gpu::result<partials> decode_partials(const std::vector<uint8_t>& bytes) {

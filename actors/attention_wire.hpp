@@ -60,6 +60,10 @@ void merge_partials(partials& a, const partials& b, int head_dim);
 /// The tag of a partials payload, if it is one (a relay's router reads only this before handing it on).
 std::optional<uint64_t> partials_tag(const std::vector<uint8_t>& bytes);
 
+/// Whether an attend payload is a decode token's: one query row over the blocks kept for its request (none
+/// named, nothing to relay). Anything else, a malformed payload included, is not.
+bool is_decode_attend(const std::vector<uint8_t>& bytes);
+
 /// Encodes for the transport.
 std::vector<uint8_t> encode(const attend& a);
 std::vector<uint8_t> encode(const partials& p);

@@ -14,13 +14,14 @@ namespace illm::actors {
 
 struct instance_node::parts {
   instance_id id = 0;
-  std::shared_ptr<gpu::backend> device, attention_device;
+  std::shared_ptr<gpu::backend> device, attention_device, decode_attention_device;
   std::shared_ptr<gpu::engine> engine;
   std::shared_ptr<gpu::kv_pool> pool;
   std::shared_ptr<transport::data_plane> plane;
   std::shared_ptr<remote_router> router;
   std::shared_ptr<event_log> events;
-  caf::actor rmanager, attention_server, worker, instance;
+  caf::actor rmanager, worker, instance;
+  attention_servers attention;
 };
 
 namespace {
@@ -50,11 +51,13 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   const gpu::attention_shape shape{mc.n_heads, mc.n_kv_heads, mc.head_dim()};
   const int threads = options.threads > 0 ? options.threads : std::max(1, int(std::thread::hardware_concurrency()));
   auto device = gpu::make_backend("cpu", threads);
-  auto attention_device = gpu::make_backend("cpu", 1);
+  auto attention_device = gpu::make_backend("cpu", 1), decode_attention_device = gpu::make_backend("cpu", 1);
   if (!device.is_ok()) return device.error();
   if (!attention_device.is_ok()) return attention_device.error();
+  if (!decode_attention_device.is_ok()) return decode_attention_device.error();
   n->device = to_shared(std::move(device).value());
   n->attention_device = to_shared(std::move(attention_device).value());
+  n->decode_attention_device = to_shared(std::move(decode_attention_device).value());
   gpu::engine_options engine_options{options.max_batch_tokens, options.max_batch_seqs};
   engine_options.overlap_min_tokens = options.overlap_min_tokens;
   auto eng = gpu::engine::create(weights, *n->device, engine_options);
@@ -75,10 +78,11 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   auto hosted = std::make_shared<hosted_blocks>();
   attention_server_config acfg{n->pool, hosted, n->attention_device, shape, mc.n_layers, n->plane};
   acfg.metrics = options.metrics;
-  n->attention_server = spawn_attention_server(sys, acfg);
-  caf::actor server = n->attention_server;
-  n->plane->on_message(transport::channel::attend, [server](transport::peer_id from, std::vector<uint8_t> bytes) {
-    caf::anon_send(server, incoming_attend{from, std::move(bytes)});
+  n->attention = spawn_attention_servers(sys, acfg, n->decode_attention_device);
+  const attention_servers servers = n->attention;
+  caf::actor server = servers.prefill;  // the one that relays
+  n->plane->on_message(transport::channel::attend, [servers](transport::peer_id from, std::vector<uint8_t> bytes) {
+    servers.accept(instance_id(from), std::move(bytes));
   });
   std::weak_ptr<remote_router> router = n->router;
   n->plane->on_message(transport::channel::partials, [router, server](transport::peer_id from,
@@ -138,7 +142,7 @@ const gpu::kv_pool& instance_node::pool() const { return *p_->pool; }
 const transport::data_plane& instance_node::plane() const { return *p_->plane; }
 
 std::vector<caf::actor> instance_node::actors() const {
-  return {p_->instance, p_->worker, p_->attention_server, p_->rmanager};
+  return {p_->instance, p_->worker, p_->attention.decode, p_->attention.prefill, p_->rmanager};
 }
 
 void instance_node::peer_failed(instance_id peer, const std::string& why) {
@@ -151,10 +155,9 @@ void instance_node::stop() {
   if (!p_ || !p_->rmanager) return;
   p_->plane->on_message(transport::channel::attend, nullptr);
   p_->plane->on_message(transport::channel::partials, nullptr);
-  for (const caf::actor& a : {p_->instance, p_->worker, p_->attention_server, p_->rmanager})
-    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  for (const caf::actor& a : actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   // Detached actors' threads end only when the last handle to their actor is gone.
-  p_->instance = p_->worker = p_->attention_server = p_->rmanager = caf::actor{};
+  p_->instance = p_->worker = p_->attention.decode = p_->attention.prefill = p_->rmanager = caf::actor{};
 }
 
 }  // namespace illm::actors

@@ -61,7 +61,7 @@ class instance_node {
   const gpu::kv_pool& pool() const;
   /// Its data plane (for the traffic counters).
   const transport::data_plane& plane() const;
-  /// Its actors: instance, worker, attention server, rManager.
+  /// Its actors: instance, worker, the two attention servers (decode, prefill), rManager.
   std::vector<caf::actor> actors() const;
 
   /// The data plane lost `peer` (its endpoint failed): remote attention waiting for it fails at once and

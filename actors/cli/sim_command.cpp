@@ -26,6 +26,7 @@ struct sim_flags {
   std::string profile_file;
   std::string router = "least-requests";
   std::string hosted = "priority";
+  std::string hosted_order = "decode-first";
   bool json = false;
   bool sweep = false;
   double slo_s = 0.05;  ///< median e2e latency per output token
@@ -78,6 +79,7 @@ nlohmann::json report_json(const actors::sim::sim_report& r) {
           {"mean_step_tokens", r.mean_step_tokens},
           {"mean_step_sampled", r.mean_step_sampled},
           {"busy_fraction", r.busy_fraction},
+          {"computing_fraction", r.computing_fraction},
           {"hosted_fraction", r.hosted_fraction},
           {"kv_used_fraction", r.kv_used_fraction},
           {"kv_promised_fraction", r.kv_promised_fraction},
@@ -88,13 +90,13 @@ nlohmann::json report_json(const actors::sim::sim_report& r) {
 void print_report(const actors::sim::sim_report& r) {
   fmt::print("{:<14} {:>12.1f} tok/s  {:>6} done {:>5} refused {:>4} failed  makespan {:>9.1f} s (work {:.0f}%)  "
              "TTFT p50/p99 {:.2f}/{:.2f} s  TPOT p50/p99 {:.1f}/{:.1f} ms  moves {}  preempted {}  "
-             "step {:.0f} tokens / {:.0f} sampled  busy {:.0f}% + hosting {:.0f}%  "
+             "step {:.0f} tokens / {:.0f} sampled  busy {:.0f}% (computing {:.0f}%) + hosting {:.0f}%  "
              "KV used {:.0f}% + promised {:.0f}%  ({:.1f} s wall)\n",
              r.policy, r.throughput_tok_s, r.completed, r.refused, r.failed, r.makespan_s,
              r.makespan_s > 0 ? r.work_bound_s / r.makespan_s * 100 : 0, r.ttft_s.p50, r.ttft_s.p99,
              r.tpot_s.p50 * 1e3, r.tpot_s.p99 * 1e3, r.moves, r.preemptions, r.mean_step_tokens, r.mean_step_sampled,
-             r.busy_fraction * 100, r.hosted_fraction * 100, r.kv_used_fraction * 100, r.kv_promised_fraction * 100,
-             r.wall_s);
+             r.busy_fraction * 100, r.computing_fraction * 100, r.hosted_fraction * 100, r.kv_used_fraction * 100,
+             r.kv_promised_fraction * 100, r.wall_s);
 }
 
 void print_timeline(const std::vector<actors::sim::timeline_row>& rows) {
@@ -254,6 +256,9 @@ void run_sim(const sim_flags& f) {
   const auto hosted = std::find(timings.begin(), timings.end(), f.hosted);
   if (hosted == timings.end()) fail("unknown --hosted-attention '" + f.hosted + "' (priority, shared or queued)", 2);
   flags.options.hosted = actors::sim::hosted_timing(hosted - timings.begin());
+  if (f.hosted_order != "decode-first" && f.hosted_order != "arrival")
+    fail("unknown --hosted-order '" + f.hosted_order + "' (decode-first or arrival)", 2);
+  flags.options.decode_first = f.hosted_order == "decode-first";
   const auto policies = split(f.policies);
   if (policies.empty()) fail("--policy needs at least one policy", 2);
   for (const auto& policy : policies) {  // before any output
@@ -279,9 +284,10 @@ void run_sim(const sim_flags& f) {
                    {"room_prefill_min_chunks", f.options.room_prefill_min_chunks},
                    {"kv_scale", f.options.kv_scale},
                    {"timed_links", f.options.timed_links},
-                   {"hosted_attention", f.hosted}};
+                   {"hosted_attention", f.hosted},
+                   {"hosted_order", f.hosted_order}};
   if (!f.json)
-    fmt::print("illm sim: {} ({} requests), {} x {}{}{}, arrivals {}, batches <= {} tokens / {} sequences, {}, {}{}\n",
+    fmt::print("illm sim: {} ({} requests), {} x {}{}{}, arrivals {}, batches <= {} tokens / {} sequences, {}, {}{}{}\n",
                f.trace, j["settings"]["requests"].get<size_t>(), f.options.instances,
                instance_label(flags.options),
                f.options.kv_scale != 1 ? fmt::format(" with {}x its KV memory", f.options.kv_scale) : "",
@@ -294,7 +300,8 @@ void run_sim(const sim_flags& f) {
                f.options.room_prefill_min_chunks > 0
                    ? fmt::format("room prefill from {} chunks", f.options.room_prefill_min_chunks)
                    : "rooms filled by moves",
-               f.hosted == "priority" ? "" : ", hosted attention " + f.hosted);
+               f.hosted == "priority" ? "" : ", hosted attention " + f.hosted,
+               f.hosted_order == "decode-first" ? "" : ", hosted attention in arrival order");
   for (const auto& policy : policies) {
     actors::sim::sim_options o = flags.options;
     o.policy = policy;
@@ -371,6 +378,10 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--hosted-attention", f->hosted,
                   "How a holder's GPU fits the attention it computes for others beside its own steps: priority "
                   "(first), shared (half speed beside them) or queued (after them)")
+      ->capture_default_str();
+  cmd->add_option("--hosted-order", f->hosted_order,
+                  "The order a holder attends the queries it hosts in: decode-first (decode tokens before the "
+                  "prefill queries queued, as the runtime's attention server) or arrival")
       ->capture_default_str();
   cmd->add_option("--profile", f->profile_file, "A measured profile (illm profile) instead of the GPU's roofline");
   cmd->add_flag("--json", f->json, "Print one JSON object (results keyed by policy; with --sweep, the sweep as well)");

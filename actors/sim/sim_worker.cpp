@@ -68,6 +68,7 @@ lane_work work_of_rows(const gpu::step_plan& plan, int64_t row0, int64_t row1) {
 /// (from and to the owner, or, for a holder the queries are relayed to, from and to its relay over NVLink).
 struct holder_layer {
   double attention = 0, queries = 0, partials = 0;
+  double urgent = 0;  ///< the part of `attention` for decode tokens, when they go first (decode_first)
   bool near = false;  ///< over NVLink (else the NIC)
   std::optional<instance_id> relay;  ///< the holder on its node it gets the queries through
 };
@@ -89,17 +90,17 @@ double gate_of(const layer_gates& gates, size_t lane, instance_id holder, int la
 
 /// Times the layers as the engine runs them: each lane's front (dense, then its queries sent and its
 /// local attention), then, layer by layer and lane by lane, the wait for its holders and its back.
-/// Holders attend their jobs in the order they come, beside their queued work as `hosted` has it, and no
-/// earlier than the gates let them. `stored` gets, per lane and layer, when that layer's KV is stored.
+/// Holders attend each job in the first gap their calendar leaves once its queries are in, beside their
+/// queued work as `hosted` has it, and no earlier than the gates let them; the step starts at `start` on
+/// the calendar. `stored` gets, per lane and layer, when that layer's KV is stored.
 double time_layers(const std::vector<lane_layer>& lanes, int n_layers, hosted_timing hosted,
                    const std::map<instance_id, double>& holders_busy_s, const layer_gates& gates,
-                   std::vector<std::vector<double>>& stored) {
+                   hosted_calendar& calendar, double start, std::vector<std::vector<double>>& stored) {
   auto busy_for = [&](instance_id holder) {
     const auto it = holders_busy_s.find(holder);
     return it == holders_busy_s.end() ? 0.0 : it->second;
   };
   double owner = 0;
-  std::map<instance_id, double> holder_free;
   std::vector<double> ready(lanes.size(), 0);  // when a lane's partials are all in
   stored.assign(lanes.size(), std::vector<double>(size_t(n_layers), 0.0));
   auto front = [&](size_t i, int layer) {
@@ -113,10 +114,14 @@ double time_layers(const std::vector<lane_layer>& lanes, int n_layers, hosted_ti
     double out_near = sent, out_far = sent, in_near = 0, in_far = 0;
     auto attend = [&](instance_id holder, const holder_layer& h, double arrived) {
       const double busy = busy_for(holder);
-      double& free = holder_free.try_emplace(holder, hosted == hosted_timing::queued ? busy : 0.0).first->second;
-      const double begin = std::max({free, arrived, gate_of(gates, i, holder, layer)});
-      free = begin + (hosted == hosted_timing::shared && begin < busy ? 2 * h.attention : h.attention);
-      return free;
+      double earliest = std::max(arrived, gate_of(gates, i, holder, layer));
+      if (hosted == hosted_timing::queued) earliest = std::max(earliest, busy);
+      // Beside the holder's own queued work (shared), a job takes twice as long.
+      const double pace = hosted == hosted_timing::shared && earliest < busy ? 2.0 : 1.0;
+      using kind = hosted_calendar::kind;
+      const double urgent = calendar.book(holder, start + earliest, pace * h.urgent, kind::urgent);
+      const double queued = calendar.book(holder, start + earliest, pace * (h.attention - h.urgent), kind::queued);
+      return std::max(urgent, queued) - start;
     };
     for (const auto& [holder, h] : lanes[i].holders) {
       if (h.relay && *h.relay != holder) continue;  // relayed: with its relay
@@ -164,7 +169,7 @@ int64_t middle_row(const step_layout& layout, instance_id self, const gpu::step_
 
 step_cost predict_step(const placement::profile& model, instance_id self, const gpu::step_plan& plan,
                        const step_layout& layout, const std::map<instance_id, double>& holders_busy_s,
-                       const layer_gates& gates) {
+                       const layer_gates& gates, hosted_calendar* calendar, double start) {
   int64_t rows = 0;
   for (const gpu::batch_entry& e : plan.entries) rows += e.n_tokens;
   const int64_t middle = middle_row(layout, self, plan);
@@ -190,7 +195,9 @@ step_cost predict_step(const placement::profile& model, instance_id self, const 
         continue;
       }
       holder_layer h{seconds / n_layers, links.seconds(self, pool, p.rows * layout.row_bytes.query),
-                     links.seconds(pool, self, p.rows * layout.row_bytes.partial), links.same_node(self, pool), {}};
+                     links.seconds(pool, self, p.rows * layout.row_bytes.partial),
+                     layout.decode_first ? placement::attention_time(model, p.decode_kv, 0) / n_layers : 0.0,
+                     links.same_node(self, pool), {}};
       if (!h.near && layout.relay_min_rows > 0 && p.rows >= layout.relay_min_rows) {
         const auto [relay, first] = relays.try_emplace(links.node_of(pool), pool);
         h.relay = relay->second;
@@ -210,8 +217,13 @@ step_cost predict_step(const placement::profile& model, instance_id self, const 
     layers.push_back(std::move(layer));
   }
   cost.middle_row = middle;
-  cost.seconds = time_layers(layers, model.n_layers, layout.hosted, holders_busy_s, gates, cost.stored_s) +
-                 model.step_overhead_s + placement::sampled_time(model, sampled);
+  const double outside_layers = model.step_overhead_s + placement::sampled_time(model, sampled);
+  cost.computing_s = outside_layers;
+  for (const lane_layer& l : layers) cost.computing_s += n_layers * (l.front + l.back + l.local);
+  hosted_calendar this_step_only;
+  cost.seconds = time_layers(layers, model.n_layers, layout.hosted, holders_busy_s, gates,
+                             calendar ? *calendar : this_step_only, calendar ? start : 0.0, cost.stored_s) +
+                 outside_layers;
   return cost;
 }
 
@@ -268,8 +280,9 @@ std::map<instance_id, double> holders_busy(self_ptr self, const sim_worker_confi
   return out;
 }
 
-void count_step(sim_worker_stats& s, const gpu::step_plan& plan, double seconds) {
+void count_step(sim_worker_stats& s, const gpu::step_plan& plan, double seconds, double computing) {
   ++s.steps;
+  s.computing_s += computing;
   for (const gpu::batch_entry& e : plan.entries) s.tokens += uint64_t(e.n_tokens);
   s.sampled += plan.params.size();
   s.busy_s += seconds;
@@ -317,14 +330,15 @@ void note_chunks(const sim_worker_config& cfg, const gpu::step_plan& plan, const
 caf::response_promise start_step(self_ptr self, const sim_worker_config& cfg, run_step& job) {
   const double waited = std::max(0.0, self->state.busy_until_s - now_s(self));
   const double start = now_s(self) + waited;  // after the attention queued on this GPU for others
-  step_cost cost =
-      predict_step(cfg.model, cfg.id, *job.plan, cfg.layout, holders_busy(self, cfg), gates_for(cfg, *job.plan, start));
+  if (cfg.calendar) cfg.calendar->forget_before(now_s(self));
+  step_cost cost = predict_step(cfg.model, cfg.id, *job.plan, cfg.layout, holders_busy(self, cfg),
+                                gates_for(cfg, *job.plan, start), cfg.calendar.get(), start);
   const double seconds = occupy(self, cfg, cost.seconds) - now_s(self);
   note_chunks(cfg, *job.plan, cost, start);
   for (const auto& [holder, s] : cost.hosted_s)
     if (cfg.workers && holder < cfg.workers->size() && (*cfg.workers)[holder])
       self->send((*cfg.workers)[holder], hosted_atom::value, s);
-  if (cfg.stats) count_step(*cfg.stats, *job.plan, seconds - waited);
+  if (cfg.stats) count_step(*cfg.stats, *job.plan, seconds - waited, cost.computing_s);
   job.plan->partials.assign(job.plan->entries.size(), int(cost.hosted_s.size()) + 1);
   job.plan->sampled.assign(job.plan->params.size(), simulated_token);
   const uint64_t id = self->state.next++;

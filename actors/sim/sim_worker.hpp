@@ -3,7 +3,9 @@
 // its batch, on the actor clock: the non-attention part for its tokens, and attention DistAttention-style
 // (the owner attends its local blocks while each holder of its remote blocks attends those; a layer goes
 // on when the slowest has). A holder spends that time too: it is added to the work queued on its GPU, and
-// step_layout::hosted says whether it runs first (the default), beside that work or after it. A step
+// step_layout::hosted says whether it runs first (the default), beside that work or after it. A holder
+// attends one job at a time, booked on a calendar all the workers share (hosted_calendar.hpp): owners
+// that attend it at once take turns, decode tokens' jobs first. A step
 // the engine runs as two lanes (gpu::engine::long_enough_for_lanes, with remote blocks) is timed layer by
 // layer as the engine orders it: one lane's dense layers run while the holders attend the other lane's
 // queries. Queries reach a holder, and partials come back, over the links between them (links.hpp).
@@ -19,6 +21,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/placement/perf_model.hpp"
+#include "actors/sim/hosted_calendar.hpp"
 #include "actors/sim/hosted_timing.hpp"
 #include "actors/sim/links.hpp"
 #include "gpu/engine.hpp"
@@ -32,6 +35,7 @@ struct sim_worker_stats {
   uint64_t tokens = 0;    ///< batch tokens over all steps
   uint64_t sampled = 0;   ///< sampled rows (decode tokens and last prefill chunks)
   double busy_s = 0;      ///< simulated time spent in steps
+  double computing_s = 0; ///< of which computing: its dense layers, its own attention, sampling
   double hosted_s = 0;    ///< attention time spent for other instances' requests
 };
 
@@ -42,6 +46,9 @@ struct step_layout {
   /// holders wait for; the output projection and feed-forward come after.
   double front_share = 0.25;
   hosted_timing hosted = hosted_timing::priority;  ///< how a holder fits the attention it hosts
+  /// Whether a holder attends decode tokens first, before the prefill queries queued on it (the runtime's
+  /// attention server does: hosted_calendar::kind::urgent); else in the order they come.
+  bool decode_first = true;
   /// What a lane's queries and their partials take to and from each holder: in a layer, those over NVLink
   /// go one after another, as do those over the NIC (none: no time).
   link_model links;
@@ -94,11 +101,15 @@ struct sim_worker_config {
   /// worker writes its own and reads its holders' (the test coordinator runs one actor at a time).
   std::shared_ptr<std::vector<double>> busy_until;
   std::shared_ptr<chunk_layers> chunks;  ///< the room chunks under way (none: chunks wait for nothing)
+  /// The attention every GPU hosts, booked by all the workers (none: a holder attends each step's jobs as if
+  /// it hosted nothing else).
+  std::shared_ptr<hosted_calendar> calendar;
 };
 
 /// The predicted cost of a step.
 struct step_cost {
   double seconds = 0;                      ///< until the owner has every partial
+  double computing_s = 0;                  ///< of which the owner's GPU computes (the rest it waits)
   std::map<instance_id, double> hosted_s;  ///< attention each holder of remote blocks does for it
   std::vector<std::vector<double>> stored_s;  ///< per lane and layer: seconds until that layer's KV is stored
   int64_t middle_row = 0;                     ///< the first row of the second lane (the rows, with one lane)
@@ -106,10 +117,11 @@ struct step_cost {
 
 /// Predicts a step of `plan` on instance `self` (exposed for tests); `holders_busy_s`: seconds from the step's
 /// start until each holder's GPU is done with the work queued on it (none: idle); `gates`: when holders'
-/// attention may begin, per lane and layer (none: at once).
+/// attention may begin, per lane and layer (none: at once); `calendar`: the hosted attention the holders
+/// have booked, where this step, starting at second `start`, books its own (none: only its own).
 step_cost predict_step(const placement::profile& model, instance_id self, const gpu::step_plan& plan,
                        const step_layout& layout, const std::map<instance_id, double>& holders_busy_s = {},
-                       const layer_gates& gates = {});
+                       const layer_gates& gates = {}, hosted_calendar* calendar = nullptr, double start = 0);
 
 /// Spawns a scheduled simulated worker.
 caf::actor spawn_sim_worker(caf::actor_system& sys, sim_worker_config config);

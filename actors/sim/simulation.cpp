@@ -326,6 +326,7 @@ void add_step_figures(sim_report& r, const std::vector<std::shared_ptr<sim_worke
     all.tokens += s->tokens;
     all.sampled += s->sampled;
     all.busy_s += s->busy_s;
+    all.computing_s += s->computing_s;
     all.hosted_s += s->hosted_s;
   }
   r.batch_tokens = all.tokens;
@@ -335,6 +336,7 @@ void add_step_figures(sim_report& r, const std::vector<std::shared_ptr<sim_worke
   }
   if (r.makespan_s > 0 && !stats.empty()) {
     r.busy_fraction = all.busy_s / (r.makespan_s * double(stats.size()));
+    r.computing_fraction = all.computing_s / (r.makespan_s * double(stats.size()));
     r.hosted_fraction = all.hosted_s / (r.makespan_s * double(stats.size()));
   }
 }
@@ -399,7 +401,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   const link_model links = o.timed_links ? link_model{model.node_link_bytes_per_s, model.network_bytes_per_s,
                                                       model.gpus_per_node, model.gpus}
                                          : link_model{};
-  const step_layout steps{o.overlap_min_tokens, dense_front_share(shape), o.hosted, links,
+  const step_layout steps{o.overlap_min_tokens, dense_front_share(shape), o.hosted, o.decode_first, links,
                           attention_row_bytes::of(shape)};
   std::vector<caf::actor> instances, everyone{gm};
   const transport::put_timer put_timer = timed_puts(sys, sched, links, n_instances, everyone);
@@ -409,6 +411,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   auto workers = std::make_shared<std::vector<caf::actor>>();
   auto busy_until = std::make_shared<std::vector<double>>(size_t(n_instances), 0.0);
   auto chunks = std::make_shared<chunk_layers>();
+  auto calendar = std::make_shared<hosted_calendar>();
   for (int i = 0; i < n_instances; ++i) {
     auto pool = gpu::kv_pool::create(device, layout, blocks);
     if (!pool.is_ok()) return pool.error();
@@ -432,7 +435,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     caf::actor rm = spawn_rmanager(sys, rc);
     stats.push_back(std::make_shared<sim_worker_stats>());
     caf::actor worker =
-        spawn_sim_worker(sys, {instance_id(i), model, steps, workers, stats.back(), busy_until, chunks});
+        spawn_sim_worker(sys, {instance_id(i), model, steps, workers, stats.back(), busy_until, chunks, calendar});
     workers->push_back(worker);
     instance_config ic;
     ic.id = instance_id(i);

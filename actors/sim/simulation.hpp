@@ -70,6 +70,7 @@ struct sim_options {
   bool timed_links = true;
   double timeline_period_s = 0;  ///< a timeline row per this many simulated seconds (0: no timeline)
   hosted_timing hosted = hosted_timing::priority;  ///< how a holder's GPU fits the attention it hosts
+  bool decode_first = true;  ///< holders attend decode tokens before the prefill queries queued on them
 };
 
 /// One period of a run: who stepped, where the GPUs' time went, and the KV memory and requests at its end.
@@ -112,6 +113,7 @@ struct sim_report {
   double mean_step_tokens = 0;      ///< batch tokens per step, over all instances
   double mean_step_sampled = 0;     ///< sampled rows (decoding requests) per step
   double busy_fraction = 0;         ///< instances' step time over makespan, mean
+  double computing_fraction = 0;    ///< of which computing (not waiting for holders), mean
   double hosted_fraction = 0;       ///< attention computed for other instances' requests over makespan, mean
   double kv_used_fraction = 0;      ///< KV blocks in use over all blocks, mean over the run
   double kv_promised_fraction = 0;  ///< free KV blocks promised (to running requests' growth, to rooms), mean

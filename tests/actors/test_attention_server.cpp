@@ -5,6 +5,7 @@
 // over two sets of blocks gives the partial over both.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -262,5 +263,52 @@ TEST_SUITE("actors") {
     for (auto& server : servers) caf::anon_send_exit(server, caf::exit_reason::user_shutdown);
     servers.clear();
     sys.await_all_actors_done();
+  }
+}
+
+TEST_SUITE("actors") {
+  TEST_CASE("a decode token's attend is answered while the prefill attends queued before it still wait") {
+    server_rig rig;  // its pool, plane and system; the servers here are its instance's two
+    attention_server_config c{rig.pool, std::make_shared<hosted_blocks>(),
+                              std::shared_ptr<gpu::backend>(std::move(gpu::make_backend("cpu", 1)).value()),
+                              {n_heads, n_heads, head_dim}, n_layers, rig.plane, std::chrono::milliseconds(60000)};
+    c.watches_writes = false;  // the rig's own server does
+    const auto kept = rig.pool->allocate_many({9, 2}, 2).value();  // request 9 of instance 2, hosted here
+    c.hosted->add(2, 9, {0, 1}, kept);
+    const auto chunk_blocks = rig.pool->allocate_many({7, 0}, 6).value();
+    rig.pool->mark_written(chunk_blocks, n_layers);
+    const attention_servers servers =
+        spawn_attention_servers(*rig.sys, c, std::shared_ptr<gpu::backend>(std::move(gpu::make_backend("cpu", 1)).value()));
+    attend decode;
+    decode.tag = 1;
+    decode.req_id = 9;
+    decode.owner = 2;
+    decode.n_q = 1;
+    decode.num_blocks = 2;
+    decode.q.assign(n_heads * head_dim, 0.5f);
+    decode.q_pos = {40};
+    attend prefill = decode_attend(chunk_query(0, 1, chunk_blocks).payload).value();
+    prefill.n_q = 64;
+    prefill.q.assign(size_t(64) * n_heads * head_dim, 0.25f);
+    prefill.q_pos.assign(64, 100);
+    CHECK(is_decode_attend(encode(decode)));
+    CHECK_FALSE(is_decode_attend(encode(prefill)));
+    CHECK_FALSE(is_decode_attend(chunk_query(2, 1, chunk_blocks).payload));  // one row, but a chunk's: blocks named
+    CHECK_FALSE(is_decode_attend({1, 2, 3}));
+    constexpr size_t backlog = 4000;
+    std::vector<std::vector<uint8_t>> payloads;  // encoded first, so that they queue faster than they are answered
+    for (size_t i = 0; i < backlog; ++i) {
+      prefill.tag = 1000 + i;
+      payloads.push_back(encode(prefill));
+    }
+    for (auto& payload : payloads) servers.accept(2, std::move(payload));
+    servers.accept(2, encode(decode));  // after all of them
+    const auto answers = rig.plane->wait_for(backlog + 1, std::chrono::seconds(120));
+    REQUIRE(answers.size() == backlog + 1);
+    const auto it = std::find_if(answers.begin(), answers.end(), [](const partials& p) { return p.tag == 1; });
+    REQUIRE(it != answers.end());
+    REQUIRE_MESSAGE(it->ok, it->error);
+    CHECK(size_t(it - answers.begin()) < backlog / 2);  // one queue would have answered it last
+    for (const caf::actor& s : {servers.decode, servers.prefill}) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
   }
 }

@@ -101,6 +101,63 @@ TEST_SUITE("actors") {
     }
   }
 
+  TEST_CASE("a holder attends one job at a time: queued jobs take gaps, an urgent one goes first") {
+    sim::hosted_calendar c;
+    using kind = sim::hosted_calendar::kind;
+    CHECK(c.book(1, 0.0, 2.0) == doctest::Approx(2.0));   // [0, 2)
+    CHECK(c.book(1, 1.0, 1.0) == doctest::Approx(3.0));   // after it: [2, 3)
+    CHECK(c.book(1, 5.0, 1.0) == doctest::Approx(6.0));   // [5, 6)
+    CHECK(c.book(1, 0.0, 1.5) == doctest::Approx(4.5));   // the gap [3, 5) holds it
+    CHECK(c.book(1, 0.0, 1.0) == doctest::Approx(7.0));   // no gap left before 6
+    CHECK(c.book(2, 0.0, 1.0) == doctest::Approx(1.0));   // another GPU is free
+    CHECK(c.book(1, 8.0, 0.0) == doctest::Approx(8.0));   // nothing to do
+    // An urgent job begins when it comes, inside a queued one, which runs that much longer; the queued jobs
+    // after it move as far as they must.
+    sim::hosted_calendar u;
+    u.book(1, 0.0, 2.0);                                           // [0, 2)
+    u.book(1, 2.0, 1.0);                                           // [2, 3)
+    u.book(1, 10.0, 1.0);                                          // [10, 11)
+    CHECK(u.book(1, 1.0, 0.5, kind::urgent) == doctest::Approx(1.5));
+    CHECK(u.book(1, 1.2, 0.5, kind::urgent) == doctest::Approx(2.0));  // after the urgent one before it
+    CHECK(u.book(1, 3.5, 0.5) == doctest::Approx(4.5));             // [0, 2), [2, 3) ran to 3 and 4
+    CHECK(u.book(1, 0.0, 6.0) == doctest::Approx(17.0));            // no gap of 6 before 11
+    // A queued job steps over the urgent jobs in its way.
+    sim::hosted_calendar v;
+    v.book(1, 1.0, 1.0, kind::urgent);
+    CHECK(v.book(1, 0.0, 2.0) == doctest::Approx(3.0));  // [0, 3) with the urgent second inside
+    CHECK(v.size() == 2);
+    v.forget_before(2.5);  // the urgent job ended, the queued one did not
+    CHECK(v.size() == 1);
+    v.forget_before(3.0);
+    CHECK(v.size() == 0);
+  }
+
+  TEST_CASE("two owners attending one holder at once take turns; a decode token's attention goes first") {
+    const auto model = placement::roofline_profile("a100-80g", "llama2-13b").value();
+    const long_prefill chunk;
+    const sim::step_layout layout{0, 0.25};  // one lane
+    sim::hosted_calendar calendar;
+    const double alone = sim::predict_step(model, 0, chunk.plan, layout, {}, {}, &calendar, 0.0).seconds;
+    CHECK(alone == doctest::Approx(sim::predict_step(model, 0, chunk.plan, layout).seconds));
+    // The same queries from another owner at the same time, to the same holders: they wait their turn.
+    const double second = sim::predict_step(model, 5, chunk.plan, layout, {}, {}, &calendar, 0.0).seconds;
+    CHECK(second > alone * 1.2);
+    // A decode token over blocks on holder 1, booked after both, halfway through the first: it does not wait
+    // for them; in arrival order it would.
+    gpu::block_table decode_table;
+    for (uint32_t b = 0; b < 100; ++b) decode_table.push_back({b < 90 ? 1u : 6u, b});
+    gpu::step_plan decode;
+    decode.entries.push_back({2, nullptr, 1, 1599, &decode_table, true});
+    decode.params.resize(1);
+    const double free_decode = sim::predict_step(model, 6, decode, layout).seconds;
+    sim::hosted_calendar before = calendar;
+    CHECK(sim::predict_step(model, 6, decode, layout, {}, {}, &calendar, alone / 2).seconds ==
+          doctest::Approx(free_decode));
+    sim::step_layout in_order = layout;
+    in_order.decode_first = false;
+    CHECK(sim::predict_step(model, 6, decode, in_order, {}, {}, &before, alone / 2).seconds > 2 * free_decode);
+  }
+
   TEST_CASE("a chunk's queries reach a holder no earlier than the chunk before them there writes the layer") {
     const auto model = placement::roofline_profile("a100-80g", "llama2-13b").value();
     const long_prefill chunk;

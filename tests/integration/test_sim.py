@@ -93,6 +93,7 @@ def main():
         assert results["infinite"]["hosted_fraction"] > 0 and multi["hosted_fraction"] == 0
         for name, r in results.items():
             assert 0 < r["busy_fraction"] <= 1 + 1e-9, (name, r)
+            assert 0 < r["computing_fraction"] <= r["busy_fraction"] + 1e-9, (name, r)  # the rest waits for holders
             assert r["kv_used_fraction"] > 0 and r["kv_used_fraction"] + r["kv_promised_fraction"] <= 1 + 1e-9, r
             assert 0 < r["work_bound_s"] <= r["makespan_s"], (name, r)  # no schedule beats the work itself
         # The same memory and profile for the multi-instance policies; static-single is one instance.
@@ -103,7 +104,7 @@ def main():
 
         human = run("--trace", trace, "--instances", "4", "--policy", "infinite,static-multi")
         assert human.returncode == 0, human.stdout + human.stderr
-        assert "% + hosting " in human.stdout and "KV used " in human.stdout and " s (work " in human.stdout, \
+        assert "% (computing " in human.stdout and "%) + hosting " in human.stdout and "KV used " in human.stdout and " s (work " in human.stdout, \
             human.stdout
         line = next(l for l in human.stdout.splitlines() if l.startswith("throughput infinite / static-multi: "))
         assert line.endswith("x") and abs(float(line.split(": ")[1][:-1]) - ratios["static-multi"]) < 0.006, line
