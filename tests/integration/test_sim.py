@@ -150,6 +150,15 @@ def main():
         assert free["results"]["infinite"]["completed"] == 4, free["results"]
         bad = run("--trace", trace, "--hosted-attention", "sometimes")
         assert bad.returncode != 0 and "unknown --hosted-attention 'sometimes'" in bad.stderr, bad.stderr
+        # Hosted attention in arrival order (decode tokens queued behind prefill) is echoed and completes too.
+        arrival = run("--trace", trace, "--instances", "4", "--policy", "infinite", "--hosted-order", "arrival", "--json")
+        assert arrival.returncode == 0, arrival.stdout + arrival.stderr
+        arrival = json.loads(arrival.stdout)
+        assert arrival["settings"]["hosted_order"] == "arrival" and scaled["settings"]["hosted_order"] == \
+            "decode-first", arrival["settings"]
+        assert arrival["results"]["infinite"]["completed"] == 4, arrival["results"]
+        bad = run("--trace", trace, "--hosted-order", "random")
+        assert bad.returncode != 0 and "unknown --hosted-order 'random'" in bad.stderr, bad.stderr
         human = run("--trace", trace, "--instances", "4", "--policy", "infinite", "--timeline", "5")
         assert human.returncode == 0 and "until (s)  stepping   busy  hosting" in human.stdout, human.stdout
 
