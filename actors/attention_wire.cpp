@@ -50,10 +50,9 @@ class reader {
   template <class T>
   bool array(std::vector<T>& v) {
     uint64_t n = 0;
-    if (!value(n) || n > max_array || (in_.size() - at_) / sizeof(T) < n) return false;
+    if (!skip_array<T>(n)) return false;
     v.resize(n);
-    std::memcpy(v.data(), in_.data() + at_, n * sizeof(T));
-    at_ += n * sizeof(T);
+    std::memcpy(v.data(), in_.data() + at_ - n * sizeof(T), n * sizeof(T));
     return true;
   }
   bool text(std::string& s) {
@@ -64,7 +63,7 @@ class reader {
     return true;
   }
   bool at_end() const { return at_ == in_.size(); }
-  /// Passes over an array of T; returns its length.
+  /// Passes over an array of T, its length checked against what is left; `n` gets its length.
   template <class T>
   bool skip_array(uint64_t& n) {
     if (!value(n) || n > max_array || (in_.size() - at_) / sizeof(T) < n) return false;

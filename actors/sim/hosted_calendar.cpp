@@ -16,11 +16,6 @@ double out_of(const std::map<double, double>& jobs, double t) {
   return it->second > t ? it->second : t;
 }
 
-/// The first job in `jobs` that begins at or after `t`.
-std::map<double, double>::const_iterator from(const std::map<double, double>& jobs, double t) {
-  return jobs.lower_bound(t);
-}
-
 }  // namespace
 
 double hosted_calendar::book_queued(gpu_jobs& jobs, double earliest, double seconds) {
@@ -32,12 +27,12 @@ double hosted_calendar::book_queued(gpu_jobs& jobs, double earliest, double seco
     }
     // Runs from `begin` for `seconds` of the GPU's time, stepping over the urgent jobs on the way.
     double t = begin, left = seconds;
-    for (auto u = from(jobs.urgent, begin); u != jobs.urgent.end() && u->first < t + left; ++u) {
+    for (auto u = jobs.urgent.lower_bound(begin); u != jobs.urgent.end() && u->first < t + left; ++u) {
       left -= u->first - t;
       t = u->second;
     }
     const double end = t + left;
-    const auto next = from(jobs.queued, begin);
+    const auto next = jobs.queued.lower_bound(begin);  // the first that begins at or after it
     if (next == jobs.queued.end() || next->first >= end) {
       jobs.queued[begin] = end;
       return end;
