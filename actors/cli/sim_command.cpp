@@ -25,7 +25,7 @@ struct sim_flags {
   actors::sim::sim_options options;
   std::string profile_file;
   std::string router = "least-requests";
-  std::string hosted = "priority";
+  std::string hosted = "interleaved";
   std::string hosted_order = "decode-first";
   bool json = false;
   bool sweep = false;
@@ -254,7 +254,7 @@ void run_sim(const sim_flags& f) {
   flags.options.router = actors::sim::routing(router - routers.begin());
   const auto timings = actors::sim::hosted_timing_names();
   const auto hosted = std::find(timings.begin(), timings.end(), f.hosted);
-  if (hosted == timings.end()) fail("unknown --hosted-attention '" + f.hosted + "' (priority, shared or queued)", 2);
+  if (hosted == timings.end()) fail("unknown --hosted-attention '" + f.hosted + "' (interleaved, priority, shared or queued)", 2);
   flags.options.hosted = actors::sim::hosted_timing(hosted - timings.begin());
   if (f.hosted_order != "decode-first" && f.hosted_order != "arrival")
     fail("unknown --hosted-order '" + f.hosted_order + "' (decode-first or arrival)", 2);
@@ -300,7 +300,7 @@ void run_sim(const sim_flags& f) {
                f.options.room_prefill_min_chunks > 0
                    ? fmt::format("room prefill from {} chunks", f.options.room_prefill_min_chunks)
                    : "rooms filled by moves",
-               f.hosted == "priority" ? "" : ", hosted attention " + f.hosted,
+               f.hosted == "interleaved" ? "" : ", hosted attention " + f.hosted,
                f.hosted_order == "decode-first" ? "" : ", hosted attention in arrival order");
   for (const auto& policy : policies) {
     actors::sim::sim_options o = flags.options;
@@ -376,8 +376,10 @@ void add_sim_command(CLI::App& app) {
       ->check(number_from(0))
       ->capture_default_str();
   cmd->add_option("--hosted-attention", f->hosted,
-                  "How a holder's GPU fits the attention it computes for others beside its own steps: priority "
-                  "(first), shared (half speed beside them) or queued (after them)")
+                  "How a holder's GPU fits the attention it computes for others beside its own steps: interleaved "
+                  "(one job at a time with its own layers, the attention first, its own step that much longer), "
+                  "priority (first, its next step after it all), shared (half speed beside them) or queued (after "
+                  "them)")
       ->capture_default_str();
   cmd->add_option("--hosted-order", f->hosted_order,
                   "The order a holder attends the queries it hosts in: decode-first (decode tokens before the "

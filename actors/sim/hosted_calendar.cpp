@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <utility>
 #include <vector>
 
 namespace illm::actors::sim {
@@ -16,9 +17,33 @@ double out_of(const std::map<double, double>& jobs, double t) {
   return it->second > t ? it->second : t;
 }
 
+/// Books [begin, end) in `jobs` as one span with the jobs that end at `begin` or begin at `end`: the GPU is
+/// as busy either way, and the calendar stays short.
+void join(std::map<double, double>& jobs, double begin, double end) {
+  if (const auto after = jobs.find(end); after != jobs.end()) {
+    end = after->second;
+    jobs.erase(after);
+  }
+  if (auto before = jobs.lower_bound(begin); before != jobs.begin() && std::prev(before)->second == begin) {
+    std::prev(before)->second = end;
+    return;
+  }
+  jobs[begin] = end;
+}
+
+/// How much of [begin, end) the spans of `jobs` cover.
+double overlap(const std::map<double, double>& jobs, double begin, double end) {
+  double covered = 0;
+  auto it = jobs.upper_bound(begin);
+  if (it != jobs.begin()) --it;
+  for (; it != jobs.end() && it->first < end; ++it)
+    covered += std::max(0.0, std::min(end, it->second) - std::max(begin, it->first));
+  return covered;
+}
+
 }  // namespace
 
-double hosted_calendar::book_queued(gpu_jobs& jobs, double earliest, double seconds) {
+std::pair<double, double> hosted_calendar::book_queued(gpu_jobs& jobs, double earliest, double seconds) {
   double begin = earliest;
   for (;;) {
     for (double before = -1; before != begin;) {  // out of every job that holds it
@@ -35,13 +60,13 @@ double hosted_calendar::book_queued(gpu_jobs& jobs, double earliest, double seco
     const auto next = jobs.queued.lower_bound(begin);  // the first that begins at or after it
     if (next == jobs.queued.end() || next->first >= end) {
       jobs.queued[begin] = end;
-      return end;
+      return {begin, end};
     }
     begin = next->second;  // a queued job begins before this one would end: after it
   }
 }
 
-double hosted_calendar::book_urgent(gpu_jobs& jobs, double earliest, double seconds) {
+std::pair<double, double> hosted_calendar::book_urgent(gpu_jobs& jobs, double earliest, double seconds) {
   const double begin = out_of(jobs.urgent, earliest), end = begin + seconds;
   jobs.urgent[begin] = end;
   // The queued job it lands in runs longer; those after it move later as far as they must.
@@ -59,26 +84,56 @@ double hosted_calendar::book_urgent(gpu_jobs& jobs, double earliest, double seco
     it = jobs.queued.erase(it);
   }
   for (const auto& [b, e] : moved) jobs.queued[b] = e;
-  return end;
+  return {begin, end};
+}
+
+double hosted_calendar::book_own(gpu_jobs& jobs, double earliest, double seconds) {
+  double t = earliest, left = seconds;
+  while (left > 0) {
+    for (double before = -1; before != t;) {  // out of every job that holds it
+      before = t;
+      t = out_of(jobs.own, out_of(jobs.urgent, out_of(jobs.queued, t)));
+    }
+    double next = t + left;  // the next job's begin, if it comes before this one would end
+    for (const auto* booked : {&jobs.queued, &jobs.urgent, &jobs.own})
+      if (const auto it = booked->upper_bound(t); it != booked->end()) next = std::min(next, it->first);
+    if (!(next > t)) break;  // what is left is below the clock's resolution here
+    left -= next - t;
+    join(jobs.own, t, next);
+    t = next;
+  }
+  return t;
 }
 
 double hosted_calendar::book(uint32_t gpu, double earliest, double seconds, kind k) {
   if (!(seconds > 0)) return earliest;
   gpu_jobs& jobs = booked_[gpu];
-  return k == kind::urgent ? book_urgent(jobs, earliest, seconds) : book_queued(jobs, earliest, seconds);
+  if (k == kind::own) return book_own(jobs, earliest, seconds);
+  const auto [begin, end] =
+      k == kind::urgent ? book_urgent(jobs, earliest, seconds) : book_queued(jobs, earliest, seconds);
+  if (!jobs.own.empty()) jobs.pushed += overlap(jobs.own, begin, end);
+  return end;
+}
+
+double hosted_calendar::take_pushed(uint32_t gpu) {
+  const auto it = booked_.find(gpu);
+  if (it == booked_.end()) return 0;
+  return std::exchange(it->second.pushed, 0.0);
 }
 
 void hosted_calendar::forget_before(double now) {
   for (auto gpu = booked_.begin(); gpu != booked_.end();) {
-    for (auto* jobs : {&gpu->second.queued, &gpu->second.urgent})
+    gpu_jobs& g = gpu->second;
+    for (auto* jobs : {&g.queued, &g.urgent, &g.own})
       while (!jobs->empty() && jobs->begin()->second <= now) jobs->erase(jobs->begin());
-    gpu = gpu->second.queued.empty() && gpu->second.urgent.empty() ? booked_.erase(gpu) : std::next(gpu);
+    const bool empty = g.queued.empty() && g.urgent.empty() && g.own.empty() && g.pushed == 0;
+    gpu = empty ? booked_.erase(gpu) : std::next(gpu);
   }
 }
 
 size_t hosted_calendar::size() const {
   size_t n = 0;
-  for (const auto& [gpu, jobs] : booked_) n += jobs.queued.size() + jobs.urgent.size();
+  for (const auto& [gpu, jobs] : booked_) n += jobs.queued.size() + jobs.urgent.size() + jobs.own.size();
   return n;
 }
 

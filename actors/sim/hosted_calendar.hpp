@@ -9,9 +9,15 @@
 // before it: a queued job it lands in is stretched by its time, and the queued jobs after that one move
 // later as far as they must. The steps that booked those jobs were timed already, so each learns nothing
 // of its delay: its holder's time is still all counted, in the jobs booked after it.
+//
+// A GPU's own layers may be booked too (kind `own`, hosted_timing::interleaved): they run in pieces in the
+// time the hosted jobs booked before them leave free, so the attention a GPU hosts fills the time its own
+// step waits for its holders. A hosted job booked later still goes first: it does not see the GPU's own
+// pieces, and the GPU's own step ends later by the time the job overlaps its pieces (take_pushed).
 
 #include <cstdint>
 #include <map>
+#include <utility>
 
 namespace illm::actors::sim {
 
@@ -19,10 +25,17 @@ namespace illm::actors::sim {
 class hosted_calendar {
  public:
   /// How a job fits beside the jobs booked before it.
-  enum class kind { queued, urgent };
+  enum class kind {
+    queued,  ///< whole, in the first gap the jobs before it leave (stepping over urgent ones)
+    urgent,  ///< waits only for urgent jobs; the job it lands in runs that much longer
+    own,     ///< the GPU's own layers: in pieces, in the time the hosted jobs before them leave free
+  };
 
   /// Books a job of `seconds` on `gpu` at or after `earliest`; returns when it ends.
   double book(uint32_t gpu, double earliest, double seconds, kind k = kind::queued);
+  /// The time hosted jobs booked on `gpu` since the last call overlap its own pieces: how much later its
+  /// own step ends than booked.
+  double take_pushed(uint32_t gpu);
   /// Forgets the jobs that ended by `now`: nothing can begin before it.
   void forget_before(double now);
   /// Jobs booked and not forgotten, over every GPU (for tests).
@@ -32,9 +45,13 @@ class hosted_calendar {
   /// One GPU's jobs, each kind disjoint; a queued job's span includes the urgent jobs inside it.
   struct gpu_jobs {
     std::map<double, double> queued, urgent;  // begin -> end
+    std::map<double, double> own;             // the GPU's own pieces, disjoint from the jobs booked before them
+    double pushed = 0;                        // hosted time over own pieces, not yet taken
   };
-  static double book_queued(gpu_jobs& jobs, double earliest, double seconds);
-  static double book_urgent(gpu_jobs& jobs, double earliest, double seconds);
+  /// Each books a job and returns its span, from its begin to its end.
+  static std::pair<double, double> book_queued(gpu_jobs& jobs, double earliest, double seconds);
+  static std::pair<double, double> book_urgent(gpu_jobs& jobs, double earliest, double seconds);
+  static double book_own(gpu_jobs& jobs, double earliest, double seconds);
 
   std::map<uint32_t, gpu_jobs> booked_;
 };

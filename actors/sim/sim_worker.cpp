@@ -93,21 +93,26 @@ double gate_of(const layer_gates& gates, size_t lane, instance_id holder, int la
 /// Holders attend each job in the first gap their calendar leaves once its queries are in, beside their
 /// queued work as `hosted` has it, and no earlier than the gates let them; the step starts at `start` on
 /// the calendar. `stored` gets, per lane and layer, when that layer's KV is stored.
-double time_layers(const std::vector<lane_layer>& lanes, int n_layers, hosted_timing hosted,
+double time_layers(instance_id self, const std::vector<lane_layer>& lanes, int n_layers, hosted_timing hosted,
                    const std::map<instance_id, double>& holders_busy_s, const layer_gates& gates,
                    hosted_calendar& calendar, double start, std::vector<std::vector<double>>& stored) {
   auto busy_for = [&](instance_id holder) {
     const auto it = holders_busy_s.find(holder);
     return it == holders_busy_s.end() ? 0.0 : it->second;
   };
+  // The owner's own part of a layer from `ready` on: at once, or in the time its GPU's calendar leaves free.
+  auto own = [&](double ready, double seconds) {
+    if (hosted != hosted_timing::interleaved) return ready + seconds;
+    return calendar.book(self, start + ready, seconds, hosted_calendar::kind::own) - start;
+  };
   double owner = 0;
   std::vector<double> ready(lanes.size(), 0);  // when a lane's partials are all in
   stored.assign(lanes.size(), std::vector<double>(size_t(n_layers), 0.0));
   auto front = [&](size_t i, int layer) {
-    owner += lanes[i].front;
+    owner = own(owner, lanes[i].front);
     const double sent = owner;
     stored[i][size_t(layer)] = sent;
-    owner += lanes[i].local;
+    owner = own(owner, lanes[i].local);
     ready[i] = owner;
     // Queries leave one holder after another on each kind of link, and partials come back the same way; a
     // relay passes the queries on to the holders behind it one after another and merges their partials.
@@ -144,7 +149,7 @@ double time_layers(const std::vector<lane_layer>& lanes, int n_layers, hosted_ti
   for (size_t i = 0; i < lanes.size(); ++i) front(i, 0);
   for (int l = 0; l < n_layers; ++l)
     for (size_t i = 0; i < lanes.size(); ++i) {
-      owner = std::max(owner, ready[i]) + lanes[i].back;
+      owner = own(std::max(owner, ready[i]), lanes[i].back);
       if (l + 1 < n_layers) front(i, l + 1);
     }
   return owner;
@@ -221,9 +226,13 @@ step_cost predict_step(const placement::profile& model, instance_id self, const 
   cost.computing_s = outside_layers;
   for (const lane_layer& l : layers) cost.computing_s += n_layers * (l.front + l.back + l.local);
   hosted_calendar this_step_only;
-  cost.seconds = time_layers(layers, model.n_layers, layout.hosted, holders_busy_s, gates,
-                             calendar ? *calendar : this_step_only, calendar ? start : 0.0, cost.stored_s) +
-                 outside_layers;
+  hosted_calendar& booked = calendar ? *calendar : this_step_only;
+  const double on_calendar = calendar ? start : 0.0;
+  const double layers_done = time_layers(self, layers, model.n_layers, layout.hosted, holders_busy_s, gates, booked,
+                                         on_calendar, cost.stored_s);
+  cost.seconds = layout.hosted == hosted_timing::interleaved
+                     ? booked.book(self, on_calendar + layers_done, outside_layers, hosted_calendar::kind::own) - on_calendar
+                     : layers_done + outside_layers;
   return cost;
 }
 
@@ -258,6 +267,9 @@ namespace {
 
 using self_ptr = caf::stateful_actor<sim_worker_state>*;
 
+/// `seconds` on the actor clock, rounded up: a step never ends before its time has passed.
+caf::timespan at_least(double seconds) { return std::chrono::ceil<caf::timespan>(std::chrono::duration<double>(seconds)); }
+
 double now_s(caf::local_actor* self) {
   return std::chrono::duration<double>(self->clock().now().time_since_epoch()).count();
 }
@@ -274,7 +286,8 @@ double occupy(self_ptr self, const sim_worker_config& cfg, double seconds) {
 /// Seconds from now until each other worker's GPU is done with its queued work, when the timing asks.
 std::map<instance_id, double> holders_busy(self_ptr self, const sim_worker_config& cfg) {
   std::map<instance_id, double> out;
-  if (cfg.layout.hosted == hosted_timing::priority || !cfg.busy_until) return out;
+  const hosted_timing t = cfg.layout.hosted;
+  if (t == hosted_timing::priority || t == hosted_timing::interleaved || !cfg.busy_until) return out;
   for (size_t i = 0; i < cfg.busy_until->size(); ++i)
     if (instance_id(i) != cfg.id) out[instance_id(i)] = std::max(0.0, (*cfg.busy_until)[i] - now_s(self));
   return out;
@@ -328,12 +341,15 @@ void note_chunks(const sim_worker_config& cfg, const gpu::step_plan& plan, const
 
 /// Starts a step: its time, the holders' share of it, and the answer when the time has passed.
 caf::response_promise start_step(self_ptr self, const sim_worker_config& cfg, run_step& job) {
-  const double waited = std::max(0.0, self->state.busy_until_s - now_s(self));
-  const double start = now_s(self) + waited;  // after the attention queued on this GPU for others
+  // After the attention queued on this GPU for others, unless the calendar fits the step's layers among it.
+  const bool interleaved = cfg.layout.hosted == hosted_timing::interleaved && cfg.calendar;
+  const double waited = interleaved ? 0.0 : std::max(0.0, self->state.busy_until_s - now_s(self));
+  const double start = now_s(self) + waited;
   if (cfg.calendar) cfg.calendar->forget_before(now_s(self));
   step_cost cost = predict_step(cfg.model, cfg.id, *job.plan, cfg.layout, holders_busy(self, cfg),
                                 gates_for(cfg, *job.plan, start), cfg.calendar.get(), start);
-  const double seconds = occupy(self, cfg, cost.seconds) - now_s(self);
+  const double queued_until = occupy(self, cfg, cost.seconds) - now_s(self);
+  const double seconds = interleaved ? cost.seconds : queued_until;
   note_chunks(cfg, *job.plan, cost, start);
   for (const auto& [holder, s] : cost.hosted_s)
     if (cfg.workers && holder < cfg.workers->size() && (*cfg.workers)[holder])
@@ -345,9 +361,17 @@ caf::response_promise start_step(self_ptr self, const sim_worker_config& cfg, ru
   auto promise = self->make_response_promise();
   self->state.pending[id] = promise;
   self->state.plans[id] = std::move(job.plan);
-  self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(seconds)),
+  self->delayed_send(self, at_least(seconds),
                      deliver_atom::value, id);
   return promise;
+}
+
+/// How much later than booked the step under way ends, as attention hosted since went before its layers
+/// (interleaved timing; 0 for the others, whose steps wait for the hosted work before they start).
+double pushed_by_hosted(const sim_worker_config& cfg) {
+  if (cfg.layout.hosted != hosted_timing::interleaved || !cfg.calendar) return 0;
+  const double pushed = cfg.calendar->take_pushed(cfg.id);
+  return pushed > 1e-9 ? pushed : 0.0;
 }
 
 caf::behavior sim_worker_behavior(self_ptr self, sim_worker_config config) {
@@ -363,6 +387,11 @@ caf::behavior sim_worker_behavior(self_ptr self, sim_worker_config config) {
         auto promise = st.pending.find(id);
         auto plan = st.plans.find(id);
         if (promise == st.pending.end() || plan == st.plans.end()) return;
+        if (const double pushed = pushed_by_hosted(*cfg); pushed > 0) {  // hosted jobs went first: later
+          if (cfg->stats) cfg->stats->busy_s += pushed;
+          self->delayed_send(self, at_least(pushed), deliver_atom::value, id);
+          return;
+        }
         if (cfg->chunks)
           for (const gpu::batch_entry& e : plan->second->entries)
             if (e.foreign_request) cfg->chunks->remove(e.seq_id);

@@ -2,8 +2,11 @@
 // The simulator's worker: it runs no model. A step takes the time the performance model predicts for
 // its batch, on the actor clock: the non-attention part for its tokens, and attention DistAttention-style
 // (the owner attends its local blocks while each holder of its remote blocks attends those; a layer goes
-// on when the slowest has). A holder spends that time too: it is added to the work queued on its GPU, and
-// step_layout::hosted says whether it runs first (the default), beside that work or after it. A holder
+// on when the slowest has). A holder spends that time too, and step_layout::hosted says how it fits beside
+// the holder's own steps: by default (interleaved) the owner's own layers are booked on its GPU's calendar
+// too, in the time the attention it hosts leaves free, and attention booked over them later goes first and
+// makes the step end that much later; else it is added to the work queued on its GPU and runs first (its
+// next step waits for it all), beside that work or after it. A holder
 // attends one job at a time, booked on a calendar all the workers share (hosted_calendar.hpp): owners
 // that attend it at once take turns, decode tokens' jobs first. A step
 // the engine runs as two lanes (gpu::engine::long_enough_for_lanes, with remote blocks) is timed layer by
@@ -45,7 +48,7 @@ struct step_layout {
   /// The share of a layer's dense time before its attention (norm, QKV projection, RoPE): what a lane's
   /// holders wait for; the output projection and feed-forward come after.
   double front_share = 0.25;
-  hosted_timing hosted = hosted_timing::priority;  ///< how a holder fits the attention it hosts
+  hosted_timing hosted = hosted_timing::interleaved;  ///< how a holder fits the attention it hosts
   /// Whether a holder attends decode tokens first, before the prefill queries queued on it (the runtime's
   /// attention server does: hosted_calendar::kind::urgent); else in the order they come.
   bool decode_first = true;

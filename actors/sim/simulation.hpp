@@ -69,7 +69,7 @@ struct sim_options {
   /// (false: they take no time, what if).
   bool timed_links = true;
   double timeline_period_s = 0;  ///< a timeline row per this many simulated seconds (0: no timeline)
-  hosted_timing hosted = hosted_timing::priority;  ///< how a holder's GPU fits the attention it hosts
+  hosted_timing hosted = hosted_timing::interleaved;  ///< how a holder's GPU fits the attention it hosts
   bool decode_first = true;  ///< holders attend decode tokens before the prefill queries queued on them
 };
 

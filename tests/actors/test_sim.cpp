@@ -132,6 +132,69 @@ TEST_SUITE("actors") {
     CHECK(v.size() == 0);
   }
 
+  TEST_CASE("a GPU's own layers run in pieces in the time its hosted jobs leave free; later hosted jobs push them") {
+    sim::hosted_calendar c;
+    using kind = sim::hosted_calendar::kind;
+    c.book(1, 0.0, 1.0);                                            // hosted: [0, 1)
+    c.book(1, 2.0, 1.0);                                            // hosted: [2, 3)
+    CHECK(c.book(1, 0.5, 2.0, kind::own) == doctest::Approx(4.0));  // [1, 2) and [3, 4)
+    CHECK(c.take_pushed(1) == 0.0);
+    // A hosted job booked after them runs at once, and the GPU's own work ends that much later.
+    CHECK(c.book(1, 0.0, 0.5) == doctest::Approx(1.5));  // [1, 1.5), over its own piece
+    CHECK(c.take_pushed(1) == doctest::Approx(0.5));
+    CHECK(c.take_pushed(1) == 0.0);                                 // taken
+    CHECK(c.book(1, 3.0, 0.5) == doctest::Approx(3.5));             // [3, 3.5), over its own piece
+    CHECK(c.book(1, 4.5, 1.0) == doctest::Approx(5.5));             // after its own work
+    CHECK(c.take_pushed(1) == doctest::Approx(0.5));
+    // Own pieces step over everything booked: [4, 4.5) and [5.5, 6).
+    CHECK(c.book(1, 0.0, 1.0, kind::own) == doctest::Approx(6.0));
+    CHECK(c.book(2, 0.0, 1.0, kind::own) == doctest::Approx(1.0));  // another GPU
+    CHECK(c.take_pushed(3) == 0.0);                                 // none booked
+    // An urgent job over the GPU's own work pushes it too.
+    sim::hosted_calendar u;
+    u.book(1, 0.0, 2.0, kind::own);
+    CHECK(u.book(1, 1.0, 0.5, kind::urgent) == doctest::Approx(1.5));
+    CHECK(u.take_pushed(1) == doctest::Approx(0.5));
+    u.forget_before(10.0);
+    CHECK(u.size() == 0);
+  }
+
+  TEST_CASE("interleaved: a step's own layers take turns with the attention its GPU hosts for others") {
+    const auto model = placement::roofline_profile("a100-80g", "llama2-13b").value();
+    const long_prefill chunk;
+    sim::step_layout layout{0, 0.25};  // one lane
+    const sim::step_cost alone = sim::predict_step(model, 0, chunk.plan, layout);
+    layout.hosted = sim::hosted_timing::interleaved;
+    {  // an idle GPU: as if its layers ran at once
+      sim::hosted_calendar calendar;
+      CHECK(sim::predict_step(model, 0, chunk.plan, layout, {}, {}, &calendar, 0.0).seconds ==
+            doctest::Approx(alone.seconds));
+    }
+    // 10 s of attention hosted for others already booked on GPU 0: its first layer waits for it.
+    sim::hosted_calendar busy;
+    busy.book(0, 0.0, 10.0);
+    const double after = sim::predict_step(model, 0, chunk.plan, layout, {}, {}, &busy, 0.0).seconds;
+    CHECK(after >= 10.0);
+    CHECK(after <= 10.0 + alone.seconds + 1e-9);
+    // A hosted job booked once the step is under way goes first, and the step ends later by the time it
+    // takes over the step's own layers; what falls while the step waits for its holders does not count.
+    sim::hosted_calendar later;
+    const sim::step_cost booked = sim::predict_step(model, 0, chunk.plan, layout, {}, {}, &later, 0.0);
+    const double first_front = booked.stored_s[0][0];  // layer 0's dense part before its attention
+    CHECK(later.book(0, 0.0, first_front) == doctest::Approx(first_front));
+    CHECK(later.take_pushed(0) == doctest::Approx(first_front));
+    double hosted = 0;  // small jobs all over the step: some over its own layers, some in its waits
+    for (double t = 0; t < booked.seconds; t += booked.seconds / 100) {
+      later.book(0, t, 1e-4);
+      hosted += 1e-4;
+    }
+    const double pushed = later.take_pushed(0);
+    CHECK(pushed > 0);
+    CHECK(pushed < hosted * 0.9);
+    later.book(0, booked.seconds + 1.0, 1.0);  // after the step
+    CHECK(later.take_pushed(0) == 0.0);
+  }
+
   TEST_CASE("two owners attending one holder at once take turns; a decode token's attention goes first") {
     const auto model = placement::roofline_profile("a100-80g", "llama2-13b").value();
     const long_prefill chunk;

@@ -138,7 +138,7 @@ def main():
         assert queued.returncode == 0, queued.stdout + queued.stderr
         queued = json.loads(queued.stdout)
         assert queued["settings"]["hosted_attention"] == "queued" and scaled["settings"]["hosted_attention"] == \
-            "priority", queued["settings"]
+            "interleaved", queued["settings"]
         assert queued["results"]["infinite"]["completed"] == 4, queued["results"]
         # Links that take no time (what if), and room prefill off, are echoed; the long request still completes.
         free = run("--trace", trace, "--instances", "4", "--policy", "infinite", "--free-links",
@@ -148,6 +148,13 @@ def main():
         assert free["settings"]["timed_links"] is False and queued["settings"]["timed_links"] is True, free["settings"]
         assert free["settings"]["room_prefill_min_chunks"] == 0, free["settings"]
         assert free["results"]["infinite"]["completed"] == 4, free["results"]
+        # The coarser priority timing (a holder's next step waits for all it hosted) is echoed and completes.
+        coarse = run("--trace", trace, "--instances", "4", "--policy", "infinite", "--hosted-attention", "priority",
+                     "--json")
+        assert coarse.returncode == 0, coarse.stdout + coarse.stderr
+        coarse = json.loads(coarse.stdout)
+        assert coarse["settings"]["hosted_attention"] == "priority", coarse["settings"]
+        assert coarse["results"]["infinite"]["completed"] == 4, coarse["results"]
         bad = run("--trace", trace, "--hosted-attention", "sometimes")
         assert bad.returncode != 0 and "unknown --hosted-attention 'sometimes'" in bad.stderr, bad.stderr
         # Hosted attention in arrival order (decode tokens queued behind prefill) is echoed and completes too.
