@@ -92,10 +92,12 @@ double gate_of(const layer_gates& gates, size_t lane, instance_id holder, int la
 /// local attention), then, layer by layer and lane by lane, the wait for its holders and its back.
 /// Holders attend each job in the first gap their calendar leaves once its queries are in, beside their
 /// queued work as `hosted` has it, and no earlier than the gates let them; the step starts at `start` on
-/// the calendar. `stored` gets, per lane and layer, when that layer's KV is stored.
-double time_layers(instance_id self, const std::vector<lane_layer>& lanes, int n_layers, hosted_timing hosted,
-                   const std::map<instance_id, double>& holders_busy_s, const layer_gates& gates,
-                   hosted_calendar& calendar, double start, std::vector<std::vector<double>>& stored) {
+/// the calendar, and ends `after_layers` after its last layer. `stored` gets, per lane and layer, when that
+/// layer's KV is stored.
+double time_layers(instance_id self, const std::vector<lane_layer>& lanes, int n_layers, double after_layers,
+                   hosted_timing hosted, const std::map<instance_id, double>& holders_busy_s,
+                   const layer_gates& gates, hosted_calendar& calendar, double start,
+                   std::vector<std::vector<double>>& stored) {
   auto busy_for = [&](instance_id holder) {
     const auto it = holders_busy_s.find(holder);
     return it == holders_busy_s.end() ? 0.0 : it->second;
@@ -152,7 +154,7 @@ double time_layers(instance_id self, const std::vector<lane_layer>& lanes, int n
       owner = own(std::max(owner, ready[i]), lanes[i].back);
       if (l + 1 < n_layers) front(i, l + 1);
     }
-  return owner;
+  return own(owner, after_layers);
 }
 
 }  // namespace
@@ -226,13 +228,8 @@ step_cost predict_step(const placement::profile& model, instance_id self, const 
   cost.computing_s = outside_layers;
   for (const lane_layer& l : layers) cost.computing_s += n_layers * (l.front + l.back + l.local);
   hosted_calendar this_step_only;
-  hosted_calendar& booked = calendar ? *calendar : this_step_only;
-  const double on_calendar = calendar ? start : 0.0;
-  const double layers_done = time_layers(self, layers, model.n_layers, layout.hosted, holders_busy_s, gates, booked,
-                                         on_calendar, cost.stored_s);
-  cost.seconds = layout.hosted == hosted_timing::interleaved
-                     ? booked.book(self, on_calendar + layers_done, outside_layers, hosted_calendar::kind::own) - on_calendar
-                     : layers_done + outside_layers;
+  cost.seconds = time_layers(self, layers, model.n_layers, outside_layers, layout.hosted, holders_busy_s, gates,
+                             calendar ? *calendar : this_step_only, calendar ? start : 0.0, cost.stored_s);
   return cost;
 }
 
@@ -268,7 +265,9 @@ namespace {
 using self_ptr = caf::stateful_actor<sim_worker_state>*;
 
 /// `seconds` on the actor clock, rounded up: a step never ends before its time has passed.
-caf::timespan at_least(double seconds) { return std::chrono::ceil<caf::timespan>(std::chrono::duration<double>(seconds)); }
+caf::timespan at_least(double seconds) {
+  return std::chrono::ceil<caf::timespan>(std::chrono::duration<double>(seconds));
+}
 
 double now_s(caf::local_actor* self) {
   return std::chrono::duration<double>(self->clock().now().time_since_epoch()).count();
@@ -348,8 +347,8 @@ caf::response_promise start_step(self_ptr self, const sim_worker_config& cfg, ru
   if (cfg.calendar) cfg.calendar->forget_before(now_s(self));
   step_cost cost = predict_step(cfg.model, cfg.id, *job.plan, cfg.layout, holders_busy(self, cfg),
                                 gates_for(cfg, *job.plan, start), cfg.calendar.get(), start);
-  const double queued_until = occupy(self, cfg, cost.seconds) - now_s(self);
-  const double seconds = interleaved ? cost.seconds : queued_until;
+  // Interleaved, the calendar holds the GPU's queue; else the step ends once all queued before it is done.
+  const double seconds = interleaved ? cost.seconds : occupy(self, cfg, cost.seconds) - now_s(self);
   note_chunks(cfg, *job.plan, cost, start);
   for (const auto& [holder, s] : cost.hosted_s)
     if (cfg.workers && holder < cfg.workers->size() && (*cfg.workers)[holder])
@@ -361,8 +360,7 @@ caf::response_promise start_step(self_ptr self, const sim_worker_config& cfg, ru
   auto promise = self->make_response_promise();
   self->state.pending[id] = promise;
   self->state.plans[id] = std::move(job.plan);
-  self->delayed_send(self, at_least(seconds),
-                     deliver_atom::value, id);
+  self->delayed_send(self, at_least(seconds), deliver_atom::value, id);
   return promise;
 }
 
