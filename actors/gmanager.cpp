@@ -25,12 +25,12 @@ struct member {
   bool draining = false;
 };
 
-/// A long request waiting for its room, and when its owner last asked.
+/// A long request waiting for its room, when its owner last asked, and since when it waits.
 struct waiting_room {
   instance_id owner = 0;
   request_id req = 0;
   uint32_t blocks = 0;
-  caf::actor_clock::time_point asked;
+  caf::actor_clock::time_point asked, since;
 };
 
 }  // namespace
@@ -42,7 +42,8 @@ struct gmanager_state {
   std::map<std::pair<instance_id, request_id>, std::map<instance_id, std::pair<uint32_t, uint64_t>>> rooms;
   std::map<move_id, std::pair<instance_id, caf::actor_clock::time_point>> ordered;  // orders not yet reported
   /// The oldest long request refused a room: the members hold blocks back for it (instance_view::held_for_room)
-  /// and younger long requests wait, so that later requests cannot take the blocks it waits for forever.
+  /// and younger long requests wait, so that later requests cannot take the blocks it waits for forever (only
+  /// smaller rooms that fit now go first, for room_pass_limit).
   std::optional<waiting_room> waiting;
   std::deque<move_report> reports;  // the latest move reports, for (moves_atom, request)
   uint64_t epoch = 0;
@@ -152,8 +153,10 @@ std::vector<std::pair<instance_id, uint32_t>> spread_room(std::vector<std::pair<
 }
 
 /// Keeps blocks for a long request on the members with the most unreserved spare blocks, or none at all. The
-/// oldest request refused comes first: a younger one has a room only when both would fit, and until the
-/// oldest has its room the members hold blocks back for it (held_for_room in the view).
+/// oldest request refused comes first: a younger one has a room only when both would fit, or, for the oldest's
+/// first room_pass_limit of waiting, when its own room is no larger and fits (it ends sooner than the oldest
+/// would start: the blocks the oldest waits for free up meanwhile, and the cluster does not idle while
+/// they do); until the oldest has its room the members hold blocks back for it (held_for_room in the view).
 room_answer reserve(self_ptr self, const reserve_room& r) {
   auto& st = self->state;
   room_answer a{r.req_id, false, {}, {}};
@@ -171,14 +174,16 @@ room_answer reserve(self_ptr self, const reserve_room& r) {
         total += free;
       }
   const waiting_room* older = current_waiting(self);
-  if (older && (older->owner != r.owner || older->req != r.req_id) && total < uint64_t(older->blocks) + r.num_blocks) {
+  const bool younger = older && (older->owner != r.owner || older->req != r.req_id);
+  const auto now = self->clock().now();
+  const bool passes = younger && r.num_blocks <= older->blocks && now - older->since < st.config.room_pass_limit;
+  if (younger && !passes && total < uint64_t(older->blocks) + r.num_blocks) {
     a.reason = fmt::format("request {} of instance {} waits for room first", older->req, older->owner);
     return a;
   }
   if (total < r.num_blocks) {
     a.reason = "the cluster has " + std::to_string(total) + " spare blocks now";
-    if (!older || (older->owner == r.owner && older->req == r.req_id))
-      st.waiting = waiting_room{r.owner, r.req_id, r.num_blocks, self->clock().now()};
+    if (!younger) st.waiting = waiting_room{r.owner, r.req_id, r.num_blocks, now, older ? older->since : now};
     ++st.epoch;  // the members hold blocks back for it from the next view on
     return a;
   }

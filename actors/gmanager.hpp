@@ -41,6 +41,10 @@ struct gmanager_config {
   std::function<void(const membership_event&)> on_membership;
   /// Optional: told of every move report (orders and loans), on the gManager's thread (keep it short).
   std::function<void(const move_report&)> on_move;
+  /// While a long request waits for its room, a younger one whose room is no larger and fits in what is spare
+  /// has its room first, until the waiting one has waited this long; from then on the members hold blocks back
+  /// for it and younger rooms wait (0: they always wait).
+  std::chrono::milliseconds room_pass_limit{60000};
 };
 
 /// Spawns a gManager.

@@ -30,6 +30,7 @@ struct sim_flags {
   bool json = false;
   bool sweep = false;
   double slo_s = 0.05;  ///< median e2e latency per output token
+  double room_pass_limit_s = 60;  ///< sim_options::room_pass_limit, in seconds
   size_t sweep_limit = 2000;
   std::string sweep_out = "illm-sim-sweep";
 };
@@ -259,6 +260,7 @@ void run_sim(const sim_flags& f) {
   if (f.hosted_order != "decode-first" && f.hosted_order != "arrival")
     fail("unknown --hosted-order '" + f.hosted_order + "' (decode-first or arrival)", 2);
   flags.options.decode_first = f.hosted_order == "decode-first";
+  flags.options.room_pass_limit = std::chrono::milliseconds(int64_t(f.room_pass_limit_s * 1000 + 0.5));
   const auto policies = split(f.policies);
   if (policies.empty()) fail("--policy needs at least one policy", 2);
   for (const auto& policy : policies) {  // before any output
@@ -282,6 +284,7 @@ void run_sim(const sim_flags& f) {
                    {"max_batch_seqs", f.options.max_batch_seqs},
                    {"overlap_min_tokens", f.options.overlap_min_tokens},
                    {"room_prefill_min_chunks", f.options.room_prefill_min_chunks},
+                   {"room_pass_limit_s", f.room_pass_limit_s},
                    {"kv_scale", f.options.kv_scale},
                    {"timed_links", f.options.timed_links},
                    {"hosted_attention", f.hosted},
@@ -361,6 +364,11 @@ void add_sim_command(CLI::App& app) {
                   "A request with a room has its prompt prefilled by the room's holders, chunk by chunk where its KV "
                   "stays, when at least this many chunks go out (0: never; the owner prefills and moves its blocks)")
       ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--room-pass-limit", f->room_pass_limit_s,
+                  "While a long request waits for its room, younger requests whose rooms are no larger and fit have "
+                  "theirs first, for this many seconds of its waiting (0: they wait behind it)")
+      ->check(number_from(0, 1e9))
       ->capture_default_str();
   cmd->add_flag("--free-links", [f](int64_t) { f->options.timed_links = false; },
                "Queries, partials and moved KV blocks cross between instances in no time (what if; by default at "

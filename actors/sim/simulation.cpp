@@ -392,6 +392,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   gcfg.policy_period = o.policy_period;
   if (o.policy == "infinite") gcfg.policy = placement::greedy_policy(model, o.greedy);
   gcfg.heartbeat_timeout = o.heartbeat_period * 50;
+  gcfg.room_pass_limit = o.room_pass_limit;
   auto events = std::make_shared<event_log>();
   caf::actor gm = spawn_gmanager(sys, gcfg);
 

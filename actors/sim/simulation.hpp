@@ -56,6 +56,9 @@ struct sim_options {
   /// A request with a room has its prompt prefilled by the room's holders when at least this many chunks go
   /// out (the instances' option; 0: never, the owner prefills it and moves its blocks into the room).
   int room_prefill_min_chunks = default_room_prefill_min_chunks;
+  /// Younger, no larger rooms that fit go before a long request waiting for its room for this long (the
+  /// gManager's option; 0: never).
+  std::chrono::milliseconds room_pass_limit{60000};
   std::chrono::milliseconds heartbeat_period{200};
   std::chrono::milliseconds policy_period{500};
   std::chrono::milliseconds lease{10000};

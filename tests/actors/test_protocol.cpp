@@ -125,12 +125,13 @@ struct protocol_fixture {
   std::vector<std::shared_ptr<pool_promises>> promises;
   std::vector<caf::actor> rmanagers, instances;
 
-  explicit protocol_fixture(int n) {
+  /// `room_pass_limit`: the gManager's (how long younger, smaller rooms may go before a waiting one).
+  explicit protocol_fixture(int n, std::chrono::milliseconds room_pass_limit = 0ms) {
     register_messages(cfg);
     cfg.set("scheduler.policy", caf::atom("testing"));
     sys = std::make_unique<caf::actor_system>(cfg);
     sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
-    gmanager = spawn_gmanager(*sys, {10ms, orders.policy(), 1000ms, nullptr, {}, {}});
+    gmanager = spawn_gmanager(*sys, {10ms, orders.policy(), 1000ms, nullptr, {}, {}, room_pass_limit});
     for (int i = 0; i < n; ++i) add_instance(instance_id(i));
     settle();
   }
@@ -621,6 +622,35 @@ TEST_SUITE("actors") {
     f.settle();
     REQUIRE(f.logs[2]->rooms.size() == 2);
     CHECK(f.logs[2]->rooms[1].granted);
+  }
+
+  TEST_CASE("a younger room no larger than the waiting one goes first while it fits, until the pass limit") {
+    protocol_fixture f(3, 300ms);
+    f.give_blocks(1, 99, 6);  // instance 1 has 2 spare blocks, instance 2 has 8
+    f.give_blocks(0, 5, 4);   // and the long request's owner 4
+    f.settle();
+    const room_answer waiting = f.ask_room(0, 5, 12);
+    CHECK_FALSE(waiting.granted);
+    CHECK(protocol_fixture::member(f.view(), 2).held_for_room == 8);
+    // Request 7 of instance 2 needs 2 blocks: with 6 spare for it (4 on instance 0, 2 on instance 1) both rooms
+    // do not fit, but the smaller one goes first.
+    const room_answer passed = f.ask_room(2, 7, 2);
+    CHECK(passed.granted);
+    CHECK(f.promises[0]->of(2, 7) + f.promises[1]->of(2, 7) == 2);
+    // A room larger than the waiting one waits, whatever fits.
+    const room_answer larger = f.ask_room(1, 8, 13);
+    CHECK_FALSE(larger.granted);
+    CHECK(larger.reason.find("request 5 of instance 0 waits for room first") != std::string::npos);
+    // The waiting request asks again while it waits; once it has waited 300 ms, smaller rooms wait too.
+    for (int i = 0; i < 6; ++i) CHECK_FALSE(f.ask_room(0, 5, 12).granted);
+    const room_answer late = f.ask_room(2, 9, 2);
+    CHECK_FALSE(late.granted);
+    CHECK(late.reason.find("request 5 of instance 0 waits for room first") != std::string::npos);
+    // The blocks it waits for free up: it has its room.
+    f.end_request(1, 99);
+    caf::anon_send(f.rmanagers[2], request_released{7});
+    f.settle();
+    CHECK(f.ask_room(0, 5, 12).granted);
   }
 
   TEST_CASE("a request with a room moves its blocks into it, to the holder with the fewest of them") {

@@ -142,11 +142,13 @@ def main():
         assert queued["results"]["infinite"]["completed"] == 4, queued["results"]
         # Links that take no time (what if), and room prefill off, are echoed; the long request still completes.
         free = run("--trace", trace, "--instances", "4", "--policy", "infinite", "--free-links",
-                   "--room-prefill-min-chunks", "0", "--json")
+                   "--room-prefill-min-chunks", "0", "--room-pass-limit", "0", "--json")
         assert free.returncode == 0, free.stdout + free.stderr
         free = json.loads(free.stdout)
         assert free["settings"]["timed_links"] is False and queued["settings"]["timed_links"] is True, free["settings"]
         assert free["settings"]["room_prefill_min_chunks"] == 0, free["settings"]
+        assert free["settings"]["room_pass_limit_s"] == 0 and queued["settings"]["room_pass_limit_s"] == 60, \
+            free["settings"]
         assert free["results"]["infinite"]["completed"] == 4, free["results"]
         # The coarser priority timing (a holder's next step waits for all it hosted) is echoed and completes.
         coarse = run("--trace", trace, "--instances", "4", "--policy", "infinite", "--hosted-attention", "priority",
@@ -195,7 +197,8 @@ def main():
                                    ("--rate-scale", "nan", "must be a number, 0 or more, not nan"),
                                    ("--rate-scale", "-1", "must be a number, 0 or more, not -1"),
                                    ("--kv-scale", "0", "must be a number above zero, not 0"),
-                                   ("--timeline", "-5", "must be a number, 0 or more, not -5")]:
+                                   ("--timeline", "-5", "must be a number, 0 or more, not -5"),
+                                   ("--room-pass-limit", "-1", "must be a number from 0 to")]:
             bad = run("--trace", trace, flag, value)
             assert bad.returncode != 0 and flag in bad.stderr and error in bad.stderr, (flag, bad.stderr)
         # A GPU or model without a profile is refused before anything is printed.
