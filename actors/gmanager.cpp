@@ -154,9 +154,9 @@ std::vector<std::pair<instance_id, uint32_t>> spread_room(std::vector<std::pair<
 
 /// Keeps blocks for a long request on the members with the most unreserved spare blocks, or none at all. The
 /// oldest request refused comes first: a younger one has a room only when both would fit, or, for the oldest's
-/// first room_pass_limit of waiting, when its own room is no larger and fits (it ends sooner than the oldest
-/// would start: the blocks the oldest waits for free up meanwhile, and the cluster does not idle while
-/// they do); until the oldest has its room the members hold blocks back for it (held_for_room in the view).
+/// first room_pass_limit of waiting, when its own room is no larger and fits (so the cluster works while the
+/// blocks the oldest waits for free up); until the oldest has its room the members hold blocks back for it
+/// (held_for_room in the view).
 room_answer reserve(self_ptr self, const reserve_room& r) {
   auto& st = self->state;
   room_answer a{r.req_id, false, {}, {}};

@@ -13,6 +13,7 @@
 #include "actors/messages.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "actors/placement/types.hpp"
+#include "actors/room_prefill.hpp"
 
 namespace illm::actors {
 
@@ -44,7 +45,7 @@ struct gmanager_config {
   /// While a long request waits for its room, a younger one whose room is no larger and fits in what is spare
   /// has its room first, until the waiting one has waited this long; from then on the members hold blocks back
   /// for it and younger rooms wait (0: they always wait).
-  std::chrono::milliseconds room_pass_limit{60000};
+  std::chrono::milliseconds room_pass_limit = default_room_pass_limit;
 };
 
 /// Spawns a gManager.

@@ -10,6 +10,7 @@
 // gets no more of them; when no holder can take the next chunk, the holders' part ends there and the
 // owner prefills the rest itself.
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -21,6 +22,9 @@ namespace illm::actors {
 
 /// Room prefill goes ahead when at least this many chunks go out (an instance's default).
 constexpr int default_room_prefill_min_chunks = 2;
+/// How long younger, no larger rooms may go before a long request waiting for its room (the gManager's default,
+/// gmanager_config::room_pass_limit).
+constexpr std::chrono::milliseconds default_room_pass_limit{60000};
 
 /// Which positions of one prompt go to which holder, and how far the chunks are.
 class room_prefill_plan {

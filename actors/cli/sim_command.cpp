@@ -30,7 +30,7 @@ struct sim_flags {
   bool json = false;
   bool sweep = false;
   double slo_s = 0.05;  ///< median e2e latency per output token
-  double room_pass_limit_s = 60;  ///< sim_options::room_pass_limit, in seconds
+  double room_pass_limit_s = std::chrono::duration<double>(actors::default_room_pass_limit).count();  ///< in seconds
   size_t sweep_limit = 2000;
   std::string sweep_out = "illm-sim-sweep";
 };

@@ -58,7 +58,7 @@ struct sim_options {
   int room_prefill_min_chunks = default_room_prefill_min_chunks;
   /// Younger, no larger rooms that fit go before a long request waiting for its room for this long (the
   /// gManager's option; 0: never).
-  std::chrono::milliseconds room_pass_limit{60000};
+  std::chrono::milliseconds room_pass_limit = default_room_pass_limit;
   std::chrono::milliseconds heartbeat_period{200};
   std::chrono::milliseconds policy_period{500};
   std::chrono::milliseconds lease{10000};
