@@ -82,6 +82,13 @@ def main():
         for name, ratio in ratios.items():
             expected = results["infinite"]["throughput_tok_s"] / results[name]["throughput_tok_s"]
             assert abs(ratio - expected) < 1e-9 * expected, (name, ratio, expected)
+        # The most the first policy could gain: its output tokens at its work bound, over the other's throughput.
+        bounds = report["throughput_ratio_bound"]
+        assert sorted(bounds) == sorted(POLICIES[1:]), bounds
+        first = results["infinite"]
+        for name, bound in bounds.items():
+            expected = first["output_tokens"] / first["work_bound_s"] / results[name]["throughput_tok_s"]
+            assert abs(bound - expected) < 1e-9 * expected and bound >= ratios[name] - 1e-9, (name, bound, expected)
         for name in ("infinite", "passive", "static-single"):
             r = results[name]
             assert (r["completed"], r["refused"], r["failed"]) == (4, 0, 0), (name, r)
@@ -107,7 +114,9 @@ def main():
         assert "% (computing " in human.stdout and "%) + hosting " in human.stdout and "KV used " in human.stdout and " s (work " in human.stdout, \
             human.stdout
         line = next(l for l in human.stdout.splitlines() if l.startswith("throughput infinite / static-multi: "))
-        assert line.endswith("x") and abs(float(line.split(": ")[1][:-1]) - ratios["static-multi"]) < 0.006, line
+        ratio_text, bound_text = line.split(": ")[1].split(" (no schedule of infinite's work passes ")
+        assert ratio_text.endswith("x") and abs(float(ratio_text[:-1]) - ratios["static-multi"]) < 0.006, line
+        assert bound_text.endswith("x)") and abs(float(bound_text[:-2]) - bounds["static-multi"]) < 0.006, line
 
         # Two instances of 4 GPUs each (tensor parallel) hold the long request whole: static-multi completes it.
         result = run("--trace", trace, "--instances", "2", "--gpus-per-instance", "4", "--policy", "static-multi",
