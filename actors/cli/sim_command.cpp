@@ -110,28 +110,27 @@ void print_timeline(const std::vector<actors::sim::timeline_row>& rows) {
                t.kv_promised_fraction * 100, t.started, t.finished);
 }
 
-/// The first policy's throughput over each other policy's (those with any throughput), keyed by the other.
-nlohmann::json throughput_ratios(const nlohmann::json& results, const std::vector<std::string>& policies) {
+/// `first` over each other policy's throughput (those with any), keyed by the other policy.
+nlohmann::json over_others(double first, const nlohmann::json& results, const std::vector<std::string>& policies) {
   nlohmann::json out = nlohmann::json::object();
-  const double first = results[policies.front()]["throughput_tok_s"].get<double>();
   for (size_t i = 1; i < policies.size(); ++i)
     if (const double other = results[policies[i]]["throughput_tok_s"].get<double>(); other > 0)
       out[policies[i]] = first / other;
   return out;
 }
 
+/// The first policy's throughput over each other policy's, keyed by the other.
+nlohmann::json throughput_ratios(const nlohmann::json& results, const std::vector<std::string>& policies) {
+  return over_others(results[policies.front()]["throughput_tok_s"].get<double>(), results, policies);
+}
+
 /// The most the first policy's throughput could be over each other policy's: the first's output tokens over its
 /// work bound (no schedule finishes that work sooner), over the other's throughput, keyed by the other.
 nlohmann::json throughput_ratio_bounds(const nlohmann::json& results, const std::vector<std::string>& policies) {
-  nlohmann::json out = nlohmann::json::object();
   const auto& first = results[policies.front()];
   const double bound_s = first["work_bound_s"].get<double>();
-  if (bound_s <= 0) return out;
-  const double best = first["output_tokens"].get<double>() / bound_s;
-  for (size_t i = 1; i < policies.size(); ++i)
-    if (const double other = results[policies[i]]["throughput_tok_s"].get<double>(); other > 0)
-      out[policies[i]] = best / other;
-  return out;
+  if (bound_s <= 0) return nlohmann::json::object();
+  return over_others(first["output_tokens"].get<double>() / bound_s, results, policies);
 }
 
 /// What one instance is, for the header: "a100-80g llama2-13b", "2 a100-80g llama2-13b" or a profile's name.
