@@ -62,6 +62,7 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
   o.threads = threads_for(options);
   o.max_batch_tokens = options.max_batch_tokens;
   o.max_batch_seqs = options.max_batch_seqs;
+  o.mixed_step_tokens = options.mixed_step_tokens;
   o.overlap_min_tokens = options.overlap_min_tokens;
   o.room_prefill_min_chunks = options.room_prefill_min_chunks;
   o.heartbeat_period = options.heartbeat_period;

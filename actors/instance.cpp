@@ -569,6 +569,7 @@ gpu::batcher_options batch_options(self_ptr self) {
   gpu::batcher_options o;
   o.max_batch_tokens = self->state.config.max_batch_tokens;
   o.max_batch_seqs = self->state.config.max_batch_seqs;
+  o.mixed_step_tokens = self->state.config.mixed_step_tokens;
   o.on_shortage = [self](const gpu::sequence& seq, uint32_t short_by) {
     auto& st = self->state;
     if (ask_loan(self, seq.id, short_by)) return gpu::shortage_action::wait;

@@ -25,6 +25,7 @@ struct instance_config {
   caf::actor rmanager;
   int max_batch_tokens = 512;  ///< at most the worker's engine limits
   int max_batch_seqs = 64;
+  int mixed_step_tokens = 0;  ///< a step with decode tokens prefills up to this many tokens (0: max_batch_tokens)
   uint32_t max_waiting = 1024;   ///< queued requests beyond this are refused
   uint32_t min_loan_blocks = 8;  ///< a loan asks for at least this many blocks
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional

@@ -128,6 +128,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   icfg.promises = rcfg.promises;
   icfg.max_batch_tokens = options.max_batch_tokens;
   icfg.max_batch_seqs = options.max_batch_seqs;
+  icfg.mixed_step_tokens = options.mixed_step_tokens;
   icfg.room_prefill_min_chunks = options.room_prefill_min_chunks;
   icfg.metrics = options.metrics;
   n->instance = spawn_instance(sys, icfg);

@@ -27,6 +27,7 @@ struct instance_node_options {
   int threads = 0;  ///< 0: all cores
   int max_batch_tokens = 512;
   int max_batch_seqs = 64;
+  int mixed_step_tokens = 0;  ///< a step with decode tokens prefills up to this many tokens (0: max_batch_tokens)
   int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;  ///< steps this long with remote blocks: two lanes
   int room_prefill_min_chunks = default_room_prefill_min_chunks;  ///< 0: rooms are filled by moves only
   std::chrono::milliseconds heartbeat_period{20};

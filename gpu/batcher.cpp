@@ -58,6 +58,12 @@ std::vector<batcher::planned> batcher::pick(const std::vector<const sequence*>& 
       batch.push_back({s.get(), pending});
       budget -= pending;
     }
+  // A step with decode tokens prefills only up to mixed_step_tokens in all: a prompt spreads over the decode
+  // steps instead of stalling them.
+  const int taken = options_.max_batch_tokens - budget;
+  const bool decodes = !batch.empty() && !batch.front().seq->foreign();
+  if (decodes && options_.mixed_step_tokens > 0)
+    budget = std::min(budget, std::max(0, options_.mixed_step_tokens - taken));
   for (const auto& s : active_) {
     const int pending = int(s->tokens.size()) - s->n_cached;
     if (!runs(*s) || s->foreign() || pending <= 1 || budget == 0) continue;

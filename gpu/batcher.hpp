@@ -1,7 +1,8 @@
 #pragma once
 // Continuous batching over one engine: every step takes one decode token from each running sequence,
 // then the chunks it computes for other instances' requests (each whole), and fills the rest of the
-// token budget with prefill chunks, first come first served. A sequence
+// token budget with prefill chunks, first come first served (a step with decode tokens up to a smaller
+// budget, when one is set, so that prompts spread over the decode steps). A sequence
 // keeps every token it has (prompt and generated), so it can always be rebuilt: when blocks run out,
 // the newest sequence is preempted by recompute (its blocks freed, its KV computed again later), or,
 // where the caller can find blocks elsewhere, the short sequence waits for them.
@@ -77,6 +78,9 @@ struct batcher_options {
   int max_batch_seqs = 256;    ///< sequences per step
   /// Asked when `seq` is `blocks_short` blocks short; default: preempt.
   std::function<shortage_action(const sequence& seq, uint32_t blocks_short)> on_shortage = nullptr;
+  /// A step that carries decode tokens takes prefill chunks only up to this many tokens in all (0: up to
+  /// max_batch_tokens), so that a prompt's prefill spreads over the decode steps rather than stalling them.
+  int mixed_step_tokens = 0;
 };
 
 /// One planned step: engine entries and, parallel to them, the sequences and their sampling state.

@@ -77,6 +77,7 @@ struct generate_flags {
   uint32_t kv_blocks_per_instance = 0;
   int threads = 0;
   int max_batch_tokens = 512;
+  int mixed_step_tokens = 0;
   int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;
   int room_prefill_min_chunks = actors::default_room_prefill_min_chunks;
   std::string backend = "auto";
@@ -213,6 +214,7 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
           : gpu::blocks_for_tokens(int64_t(options.prompt_ids.size()) + options.max_tokens) + 1;
   co.threads_per_instance = f.threads;
   co.max_batch_tokens = f.max_batch_tokens;
+  co.mixed_step_tokens = f.mixed_step_tokens;
   co.overlap_min_tokens = f.overlap_min_tokens;
   co.room_prefill_min_chunks = f.room_prefill_min_chunks;
   auto started = actors::cluster::start(model.weights, co);
@@ -321,6 +323,11 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--max-batch-tokens", flags->max_batch_tokens, "Tokens per step (prefill chunk)")
       ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  cmd->add_option("--mixed-step-tokens", flags->mixed_step_tokens,
+                  "With --instances: a step with decode tokens prefills up to this many tokens in all (0: up to "
+                  "--max-batch-tokens)")
+      ->check(CLI::Range(0, 1 << 16))
       ->capture_default_str();
   cmd->add_option("--overlap-min-tokens", flags->overlap_min_tokens,
                   "With --instances: steps of this many tokens whose queries attend remote blocks run as two "

@@ -79,6 +79,7 @@ nlohmann::json report_json(const actors::sim::sim_report& r) {
           {"batch_tokens", r.batch_tokens},
           {"mean_step_tokens", r.mean_step_tokens},
           {"mean_step_sampled", r.mean_step_sampled},
+          {"mixed_step_tokens", r.mixed_step_tokens},
           {"busy_fraction", r.busy_fraction},
           {"computing_fraction", r.computing_fraction},
           {"hosted_fraction", r.hosted_fraction},
@@ -91,11 +92,12 @@ nlohmann::json report_json(const actors::sim::sim_report& r) {
 void print_report(const actors::sim::sim_report& r) {
   fmt::print("{:<14} {:>12.1f} tok/s  {:>6} done {:>5} refused {:>4} failed  makespan {:>9.1f} s (work {:.0f}%)  "
              "TTFT p50/p99 {:.2f}/{:.2f} s  TPOT p50/p99 {:.1f}/{:.1f} ms  moves {}  preempted {}  "
-             "step {:.0f} tokens / {:.0f} sampled  busy {:.0f}% (computing {:.0f}%) + hosting {:.0f}%  "
+             "step {:.0f} tokens / {:.0f} sampled{}  busy {:.0f}% (computing {:.0f}%) + hosting {:.0f}%  "
              "KV used {:.0f}% + promised {:.0f}%  ({:.1f} s wall)\n",
              r.policy, r.throughput_tok_s, r.completed, r.refused, r.failed, r.makespan_s,
              r.makespan_s > 0 ? r.work_bound_s / r.makespan_s * 100 : 0, r.ttft_s.p50, r.ttft_s.p99,
              r.tpot_s.p50 * 1e3, r.tpot_s.p99 * 1e3, r.moves, r.preemptions, r.mean_step_tokens, r.mean_step_sampled,
+             r.mixed_step_tokens > 0 ? fmt::format(" (<= {} with decodes)", r.mixed_step_tokens) : "",
              r.busy_fraction * 100, r.computing_fraction * 100, r.hosted_fraction * 100, r.kv_used_fraction * 100,
              r.kv_promised_fraction * 100, r.wall_s);
 }
@@ -295,6 +297,9 @@ void run_sim(const sim_flags& f) {
                    {"rate_scale", f.options.rate_scale > 0 ? nlohmann::json(f.options.rate_scale) : nlohmann::json("saturating")},
                    {"max_batch_tokens", f.options.max_batch_tokens},
                    {"max_batch_seqs", f.options.max_batch_seqs},
+                   {"mixed_step_tokens", f.options.mixed_step_tokens == actors::sim::auto_mixed_step_tokens
+                                             ? nlohmann::json("knee")
+                                             : nlohmann::json(f.options.mixed_step_tokens)},
                    {"overlap_min_tokens", f.options.overlap_min_tokens},
                    {"room_prefill_min_chunks", f.options.room_prefill_min_chunks},
                    {"room_pass_limit_s", f.room_pass_limit_s},
@@ -367,6 +372,11 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--max-batch-tokens", f->options.max_batch_tokens, "Tokens per step")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  cmd->add_option("--mixed-step-tokens", f->options.mixed_step_tokens,
+                  "A step with decode tokens prefills up to this many tokens in all, so that prompts spread over the "
+                  "decode steps (default: where the profile's dense time per token comes within 10% of its best; 0: "
+                  "up to --max-batch-tokens)")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--max-batch-seqs", f->options.max_batch_seqs, "Sequences per step")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();

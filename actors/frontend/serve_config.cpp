@@ -51,6 +51,10 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
       {"threads_per_instance", {integer(&serve_config::threads_per_instance, 0, 1024), "CPU threads per instance"}},
       {"max_batch_tokens", {integer(&serve_config::max_batch_tokens, 1, 1 << 16), "tokens per engine step"}},
       {"max_batch_seqs", {integer(&serve_config::max_batch_seqs, 1, 4096), "sequences per engine step"}},
+      {"mixed_step_tokens",
+       {integer(&serve_config::mixed_step_tokens, 0, 1 << 16),
+        "a step with decode tokens prefills up to this many tokens in all, spreading prompts over the decode steps "
+        "(0: up to max_batch_tokens)"}},
       {"overlap_min_tokens",
        {integer(&serve_config::overlap_min_tokens, 0, 1 << 20),
         "steps of this many tokens with remote blocks run as two lanes, dense beside remote attention (0: never)"}},

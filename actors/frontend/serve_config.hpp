@@ -23,6 +23,7 @@ struct serve_config {
   int threads_per_instance = 0;  ///< 0: cores / instances
   int max_batch_tokens = 512;
   int max_batch_seqs = 64;
+  int mixed_step_tokens = 0;  ///< a step with decode tokens prefills up to this many tokens (0: max_batch_tokens)
   int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;  ///< steps this long with remote blocks: two lanes
   int room_prefill_min_chunks = default_room_prefill_min_chunks;  ///< room prefill when at least this many chunks go out (0: never)
   int heartbeat_ms = 50;

@@ -53,6 +53,19 @@ double dense_throughput(const profile& p, double beta) {
   return t > 0 ? beta / t : 0.0;
 }
 
+double cheapest_dense_per_token(const profile& p, int max_tokens) {
+  double best = dense_time(p, max_tokens) / max_tokens;
+  for (int beta = 1; beta < max_tokens; beta *= 2) best = std::min(best, dense_time(p, beta) / beta);
+  return best;
+}
+
+int dense_knee_tokens(const profile& p, int max_tokens, double tolerance) {
+  const double good_enough = cheapest_dense_per_token(p, max_tokens) * (1 + tolerance);
+  for (int beta = 1; beta < max_tokens; beta *= 2)
+    if (dense_time(p, beta) / beta <= good_enough) return beta;
+  return max_tokens;
+}
+
 double layer_time(const profile& p, double beta, double kv_tokens) {
   return dense_time(p, beta) + std::max(0.0, kv_tokens) / p.attention_tokens_per_s;
 }

@@ -51,6 +51,12 @@ double dense_time(const profile& p, double beta);
 double sampled_time(const profile& p, double rows);
 /// f(β): non-attention tokens per second at batch β.
 double dense_throughput(const profile& p, double beta);
+/// The least non-attention time per token over batches of at most `max_tokens` (powers of two, and
+/// `max_tokens` itself): what the dense layers cost a token at best.
+double cheapest_dense_per_token(const profile& p, int max_tokens);
+/// The smallest power-of-two batch (at most `max_tokens`) whose non-attention time per token is within
+/// `tolerance` of the cheapest: below it a step pays for reading the weights more than for its tokens.
+int dense_knee_tokens(const profile& p, int max_tokens, double tolerance = 0.1);
 /// T(β, S).
 double layer_time(const profile& p, double beta, double kv_tokens);
 /// T(β, S) - K/g: a debtor whose K tokens are attended elsewhere.

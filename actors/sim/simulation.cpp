@@ -306,9 +306,7 @@ class timeline_meter {
 /// and each answer token's KV reads at the attention rates, the sum spread evenly over the instances.
 double work_bound_s(const placement::profile& model, const std::vector<tracked>& requests, int max_tokens,
                     int instances) {
-  double dense_per_token = placement::dense_time(model, max_tokens) / max_tokens;
-  for (int beta = 1; beta < max_tokens; beta *= 2)
-    dense_per_token = std::min(dense_per_token, placement::dense_time(model, beta) / beta);
+  const double dense_per_token = placement::cheapest_dense_per_token(model, max_tokens);
   double seconds = 0;
   for (const tracked& t : requests) {
     if (!t.done || t.end.reason == "error" || t.end.generated < 1) continue;
@@ -354,6 +352,9 @@ gpu::result<resolved_options> resolve(const sim_options& o) {
   if (std::find(names.begin(), names.end(), o.policy) == names.end())
     return gpu::status{gpu::status_code::invalid_argument,
                        fmt::format("unknown policy '{}' (known: {})", o.policy, fmt::join(names, ", "))};
+  if (o.mixed_step_tokens < 0 && o.mixed_step_tokens != auto_mixed_step_tokens)
+    return gpu::status{gpu::status_code::invalid_argument,
+                       fmt::format("the mixed step tokens must be 0 or more ({})", o.mixed_step_tokens)};
   if (!(o.kv_scale > 0) || !(o.timeline_period_s >= 0))
     return gpu::status{gpu::status_code::invalid_argument,
                        fmt::format("the KV scale must be above 0 ({}) and the timeline period not below 0 ({})",
@@ -404,6 +405,9 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
                                          : link_model{};
   const step_layout steps{o.overlap_min_tokens, dense_front_share(shape), o.hosted, o.decode_first, links,
                           attention_row_bytes::of(shape)};
+  const int mixed_step_tokens = o.mixed_step_tokens == auto_mixed_step_tokens
+                                    ? placement::dense_knee_tokens(model, o.max_batch_tokens * batch_scale)
+                                    : o.mixed_step_tokens;
   std::vector<caf::actor> instances, everyone{gm};
   const transport::put_timer put_timer = timed_puts(sys, sched, links, n_instances, everyone);
   std::vector<std::shared_ptr<gpu::kv_pool>> pools;
@@ -447,6 +451,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     // An instance over more GPUs (static-single's spans them all) steps batches as much larger.
     ic.max_batch_tokens = o.max_batch_tokens * batch_scale;
     ic.max_batch_seqs = o.max_batch_seqs * batch_scale;
+    ic.mixed_step_tokens = mixed_step_tokens;
     ic.max_waiting = 1u << 30;
     ic.stream_tokens = false;
     ic.lending = lending;
@@ -534,6 +539,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   for (const auto& m : events->moves()) (m.ok ? r.moves : r.moves_failed) += 1;
   add_step_figures(r, stats);
   r.work_bound_s = work_bound_s(model, outcome, o.max_batch_tokens * batch_scale, n_instances);
+  r.mixed_step_tokens = mixed_step_tokens;
   r.kv_used_fraction = kv.used_fraction();
   r.kv_promised_fraction = kv.promised_fraction();
   r.timeline = timeline.rows();

@@ -34,6 +34,9 @@ enum class routing {
 /// Names of the routings, in enum order.
 std::vector<std::string> routing_names();
 
+/// sim_options::mixed_step_tokens: the knee of the profile the instances run on.
+constexpr int auto_mixed_step_tokens = -1;
+
 /// One simulation's setting.
 struct sim_options {
   std::string gpu = "a100-80g";
@@ -51,6 +54,10 @@ struct sim_options {
   int max_unstarted = 2;
   int max_batch_tokens = 2048;
   int max_batch_seqs = 256;
+  /// A step that carries decode tokens prefills up to this many tokens in all, so that prompts spread over
+  /// the decode steps (0: up to max_batch_tokens; auto_mixed_step_tokens: each policy's profile's knee,
+  /// placement::dense_knee_tokens, where a step stops paying more for the weights than for its tokens).
+  int mixed_step_tokens = auto_mixed_step_tokens;
   /// Steps of at least this many tokens with remote blocks run as two lanes (the engine's option; 0: never).
   int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;
   /// A request with a room has its prompt prefilled by the room's holders when at least this many chunks go
@@ -115,6 +122,7 @@ struct sim_report {
   uint64_t batch_tokens = 0;        ///< tokens run through the model, recomputation included
   double mean_step_tokens = 0;      ///< batch tokens per step, over all instances
   double mean_step_sampled = 0;     ///< sampled rows (decoding requests) per step
+  int mixed_step_tokens = 0;        ///< the tokens a step with decode tokens prefilled up to (0: no such limit)
   double busy_fraction = 0;         ///< instances' step time over makespan, mean
   double computing_fraction = 0;    ///< of which computing (not waiting for holders), mean
   double hosted_fraction = 0;       ///< attention computed for other instances' requests over makespan, mean

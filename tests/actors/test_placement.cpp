@@ -183,6 +183,21 @@ TEST_SUITE("actors") {
     CHECK_FALSE(roofline_profile("tpu-v9", "llama2-7b").is_ok());
   }
 
+  TEST_CASE("the dense knee: the smallest power-of-two batch within a tolerance of the cheapest token") {
+    profile p = toy();
+    p.dense_s = {{1, 1e-3}, {3, 2e-3}, {64, 32.5e-3}};  // 0.5 ms a token from 1 on, and 0.5 ms fixed
+    // Per token: 1 ms at 1, 0.75 at 2, 0.625 at 4, 0.5625 at 8, 0.531 at 16, 0.516 at 32, 0.508 at 64.
+    CHECK(cheapest_dense_per_token(p, 64) == doctest::Approx(32.5e-3 / 64));
+    CHECK(cheapest_dense_per_token(p, 16) == doctest::Approx(dense_time(p, 16) / 16));
+    CHECK(dense_knee_tokens(p, 64) == 16);        // within 10% of 0.508 ms: 0.559 at most
+    CHECK(dense_knee_tokens(p, 64, 0.02) == 32);  // within 2%: 0.518 at most
+    CHECK(dense_knee_tokens(p, 4) == 4);          // never past the largest batch allowed
+    // a100-80g with llama2-13b: the weights' reads match the math at 115 tokens, so 128 is the knee.
+    auto a100 = roofline_profile("a100-80g", "llama2-13b");
+    REQUIRE(a100.is_ok());
+    CHECK(dense_knee_tokens(a100.value(), 2048) == 128);
+  }
+
   TEST_CASE("Fig 5: the saturated instance lends its long request to the emptiest instances") {
     const profile m = roofline_profile("a100-80g", "llama2-13b").value();
     const uint32_t total = 4200;

@@ -121,6 +121,16 @@ class refusing_source final : public gpu::block_source {
   uint64_t refused_;
 };
 
+/// A sequence of `tokens` prompt tokens (all id 3) that generates 4.
+std::shared_ptr<gpu::sequence> prompt_of(uint64_t id, int tokens) {
+  auto s = std::make_shared<gpu::sequence>();
+  s->id = id;
+  s->tokens.assign(size_t(tokens), 3);
+  s->n_prompt = tokens;
+  s->max_new_tokens = 4;
+  return s;
+}
+
 /// Notes, as each round of remote jobs goes out, how far the blocks a foreign chunk fills lag behind the layer
 /// attended (in two lanes, the chunk's blocks are marked once its last part, in the second lane, is stored),
 /// and passes the jobs on.
@@ -236,20 +246,36 @@ TEST_SUITE("gpu") {
     refusing_source source(pool, 1);
     gpu::batcher_options options{64, 4, [](const gpu::sequence&, uint32_t) { return gpu::shortage_action::wait; }};
     gpu::batcher runner(source, options);
-    for (uint64_t id : {1, 2}) {  // the first, at the head, would take the whole budget of 64 tokens
-      auto s = std::make_shared<gpu::sequence>();
-      s->id = id;
-      s->tokens.assign(id == 1 ? 100 : 40, 3);
-      s->n_prompt = int(s->tokens.size());
-      s->max_new_tokens = 4;
-      runner.add(s);
-    }
+    runner.add(prompt_of(1, 100));  // at the head, it would take the whole budget of 64 tokens
+    runner.add(prompt_of(2, 40));
     gpu::step_plan plan;
     REQUIRE(runner.plan(plan).is_ok());
     REQUIRE(plan.entries.size() == 1);
     CHECK(plan.entries[0].seq_id == 2);
     CHECK(plan.entries[0].n_tokens == 40);
     CHECK(pool.used_blocks() == 3);
+  }
+
+  TEST_CASE("a step with decode tokens prefills only up to the mixed-step budget; one without takes the whole") {
+    auto pool = gpu::kv_pool::create(test::cpu_device(), {1, 1, 4, gpu::dtype::f32}, 32).value();
+    refusing_source source(pool, 0);
+    gpu::batcher_options options{64, 4};
+    options.mixed_step_tokens = 24;
+    gpu::batcher runner(source, options);
+    runner.add(prompt_of(1, 10));
+    runner.add(prompt_of(2, 200));
+    auto step = [&](std::vector<int> expected_tokens) {
+      gpu::step_plan plan;
+      REQUIRE(runner.plan(plan).is_ok());
+      std::vector<int> got;
+      for (const auto& e : plan.entries) got.push_back(e.n_tokens);
+      CHECK(got == expected_tokens);
+      plan.sampled.assign(plan.params.size(), 7);
+      runner.complete(plan);
+    };
+    step({10, 54});  // nothing decodes yet: the whole budget of 64
+    step({1, 23});   // sequence 1 decodes: 24 tokens in all
+    step({1, 23});
   }
 
   TEST_CASE("dropping one pool's partial changes the output") {
@@ -352,41 +378,46 @@ TEST_SUITE("gpu") {
       for (const auto& ref : seq.table) REQUIRE(pools[ref.pool].release(ref.block).is_ok());
   }
 
-  TEST_CASE("continuous batching gives each sequence its ids alone") {
-    const auto& model = test::real_model();
-    gpu::backend& device = test::cpu_device();
-    auto eng = gpu::engine::create(model.weights, device, {64, 8}).value();
-    auto pool = gpu::kv_pool::create(device, eng->pool_layout(), 256).value();
-    gpu::kv_pools view{{&pool}, 0};
-    gpu::spread_block_source source({&pool}, 1);
-    gpu::batcher runner(*eng, source, {64, 8});
-    std::vector<std::shared_ptr<gpu::sequence>> seqs;
-    const auto& cases = test::golden()["cases"];
-    for (size_t i = 0; i < cases.size(); ++i) {
-      auto s = std::make_shared<gpu::sequence>();
-      s->id = i + 1;
-      s->tokens = cases[i]["prompt_token_ids"].get<std::vector<int32_t>>();
-      s->n_prompt = int(s->tokens.size());
-      s->max_new_tokens = 20;
-      s->ignore_eos = true;
-      seqs.push_back(s);
+  TEST_CASE("continuous batching gives each sequence its ids alone, its prefill spread over decode steps or not") {
+    for (const int mixed_step_tokens : {0, 12}) {
+      CAPTURE(mixed_step_tokens);
+      const auto& model = test::real_model();
+      gpu::backend& device = test::cpu_device();
+      auto eng = gpu::engine::create(model.weights, device, {64, 8}).value();
+      auto pool = gpu::kv_pool::create(device, eng->pool_layout(), 256).value();
+      gpu::kv_pools view{{&pool}, 0};
+      gpu::spread_block_source source({&pool}, 1);
+      gpu::batcher_options options{64, 8};
+      options.mixed_step_tokens = mixed_step_tokens;
+      gpu::batcher runner(*eng, source, options);
+      std::vector<std::shared_ptr<gpu::sequence>> seqs;
+      const auto& cases = test::golden()["cases"];
+      for (size_t i = 0; i < cases.size(); ++i) {
+        auto s = std::make_shared<gpu::sequence>();
+        s->id = i + 1;
+        s->tokens = cases[i]["prompt_token_ids"].get<std::vector<int32_t>>();
+        s->n_prompt = int(s->tokens.size());
+        s->max_new_tokens = 20;
+        s->ignore_eos = true;
+        seqs.push_back(s);
+      }
+      // Sequences arrive while others run: two at first, one more every other step.
+      size_t added = 0;
+      for (int step = 0; !runner.idle() || added < seqs.size(); ++step) {
+        while (added < seqs.size() && added < 2 + size_t(step / 2)) runner.add(seqs[added++]);
+        REQUIRE(runner.step(view, nullptr).is_ok());
+      }
+      CHECK(runner.take_finished().size() == seqs.size());
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        const auto prompt = std::vector<int32_t>(seqs[i]->tokens.begin(), seqs[i]->tokens.begin() + seqs[i]->n_prompt);
+        const auto expected = test::run_greedy(model.weights, prompt, 20, {}).ids;
+        const std::vector<int32_t> got(seqs[i]->tokens.begin() + seqs[i]->n_prompt, seqs[i]->tokens.end());
+        CHECK_MESSAGE(got == expected, "sequence ", i);
+        CHECK(seqs[i]->finish == gpu::finish_reason::length);
+      }
+      CHECK(pool.used_blocks() == 0);
+      CHECK(pool.check().is_ok());
     }
-    // Sequences arrive while others run: two at first, one more every other step.
-    size_t added = 0;
-    for (int step = 0; !runner.idle() || added < seqs.size(); ++step) {
-      while (added < seqs.size() && added < 2 + size_t(step / 2)) runner.add(seqs[added++]);
-      REQUIRE(runner.step(view, nullptr).is_ok());
-    }
-    CHECK(runner.take_finished().size() == seqs.size());
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      const auto prompt = std::vector<int32_t>(seqs[i]->tokens.begin(), seqs[i]->tokens.begin() + seqs[i]->n_prompt);
-      const auto expected = test::run_greedy(model.weights, prompt, 20, {}).ids;
-      const std::vector<int32_t> got(seqs[i]->tokens.begin() + seqs[i]->n_prompt, seqs[i]->tokens.end());
-      CHECK_MESSAGE(got == expected, "sequence ", i);
-      CHECK(seqs[i]->finish == gpu::finish_reason::length);
-    }
-    CHECK(pool.used_blocks() == 0);
-    CHECK(pool.check().is_ok());
   }
 
   TEST_CASE("a sequence whose holder fails starts over from its tokens; the others run the step again") {

@@ -180,6 +180,26 @@ def main():
         human = run("--trace", trace, "--instances", "4", "--policy", "infinite", "--timeline", "5")
         assert human.returncode == 0 and "until (s)  stepping   busy  hosting" in human.stdout, human.stdout
 
+        # Steps with decode tokens prefill up to the profile's knee by default (128 tokens on a100-80g with
+        # llama2-13b; static-single's tensor-parallel profile has its own), up to a given count, or up to the
+        # whole step with 0. A prompt spread over the decode steps makes those steps smaller.
+        assert report["settings"]["mixed_step_tokens"] == "knee", report["settings"]
+        assert results["infinite"]["mixed_step_tokens"] == multi["mixed_step_tokens"] == 128, results
+        azure = os.path.join(REPO, "tests/data/traces/azure2023_conv.csv")
+        spread = {}
+        for tokens in ("0", "64"):
+            result = run("--trace", azure, "--limit", "200", "--instances", "2", "--policy", "static-multi",
+                         "--mixed-step-tokens", tokens, "--json")
+            assert result.returncode == 0, result.stdout + result.stderr
+            spread[tokens] = json.loads(result.stdout)
+            assert spread[tokens]["settings"]["mixed_step_tokens"] == int(tokens), spread[tokens]["settings"]
+            r = spread[tokens]["results"]["static-multi"]
+            assert r["mixed_step_tokens"] == int(tokens) and r["completed"] == 200, r
+        whole, capped = (spread[t]["results"]["static-multi"] for t in ("0", "64"))
+        assert capped["mean_step_tokens"] < whole["mean_step_tokens"], (capped, whole)
+        assert capped["tpot_s"]["p50"] < whole["tpot_s"]["p50"], (capped["tpot_s"], whole["tpot_s"])
+        assert "(<= 128 with decodes)" in human.stdout, human.stdout
+
         check_sweep(tmp)
 
         bad = run("--trace", trace, "--policy", "infinite,bogus")
@@ -201,6 +221,7 @@ def main():
             assert bad.returncode != 0 and error in bad.stderr, (name, bad.stderr)
         for flag, value, error in [("--max-batch-tokens", "0", "not in range 1"),
                                    ("--max-batch-seqs", "-1", "not in range 1"),
+                                   ("--mixed-step-tokens", "-1", "not in range 0"),
                                    ("--slo", "0", "must be a number above zero, not 0"),
                                    ("--slo", "inf", "must be a number above zero, not inf"),
                                    ("--rate-scale", "nan", "must be a number, 0 or more, not nan"),
