@@ -1,6 +1,7 @@
 """`illm sim` as a user runs it: the policies side by side in one call (--json keyed by policy, with the
 first policy's throughput over each other's), a request longer than one instance completed by the lending
-policies and refused by static-multi, the rate sweep's CSV and PNG, instances over several GPUs, and clear
+policies and refused by static-multi, steps with decode tokens capped at the profile's knee by default (a lower
+cap gives smaller steps and a lower TPOT), the rate sweep's CSV and PNG, instances over several GPUs, and clear
 errors for a bad policy, too few GPUs for the model, a missing or malformed trace (rows out of arrival
 order, extra fields) and out-of-range flags."""
 
