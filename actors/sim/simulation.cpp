@@ -405,8 +405,10 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
                                          : link_model{};
   const step_layout steps{o.overlap_min_tokens, dense_front_share(shape), o.hosted, o.decode_first, links,
                           attention_row_bytes::of(shape)};
+  // An instance over more GPUs (static-single's spans them all) steps batches as much larger.
+  const int step_tokens = o.max_batch_tokens * batch_scale;
   const int mixed_step_tokens = o.mixed_step_tokens == auto_mixed_step_tokens
-                                    ? placement::dense_knee_tokens(model, o.max_batch_tokens * batch_scale)
+                                    ? placement::dense_knee_tokens(model, step_tokens)
                                     : o.mixed_step_tokens;
   std::vector<caf::actor> instances, everyone{gm};
   const transport::put_timer put_timer = timed_puts(sys, sched, links, n_instances, everyone);
@@ -448,8 +450,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     ic.worker = worker;
     ic.rmanager = rm;
     ic.promises = rc.promises;
-    // An instance over more GPUs (static-single's spans them all) steps batches as much larger.
-    ic.max_batch_tokens = o.max_batch_tokens * batch_scale;
+    ic.max_batch_tokens = step_tokens;
     ic.max_batch_seqs = o.max_batch_seqs * batch_scale;
     ic.mixed_step_tokens = mixed_step_tokens;
     ic.max_waiting = 1u << 30;
@@ -538,7 +539,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   r.request_rate = span > 0 ? double(n) / span : 0;
   for (const auto& m : events->moves()) (m.ok ? r.moves : r.moves_failed) += 1;
   add_step_figures(r, stats);
-  r.work_bound_s = work_bound_s(model, outcome, o.max_batch_tokens * batch_scale, n_instances);
+  r.work_bound_s = work_bound_s(model, outcome, step_tokens, n_instances);
   r.mixed_step_tokens = mixed_step_tokens;
   r.kv_used_fraction = kv.used_fraction();
   r.kv_promised_fraction = kv.promised_fraction();
