@@ -3,9 +3,9 @@
 #include <thread>
 
 #include "actors/attention_server.hpp"
-#include "actors/instance.hpp"
+#include "actors/instance/instance.hpp"
 #include "actors/remote_router.hpp"
-#include "actors/rmanager.hpp"
+#include "actors/rmanager/rmanager.hpp"
 #include "actors/worker.hpp"
 #include "gpu/backend_registry.hpp"
 #include "gpu/engine.hpp"

@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "actors/gmanager.hpp"
-#include "actors/rmanager.hpp"
+#include "actors/rmanager/rmanager.hpp"
 #include "gpu/cpu/cpu_backend.hpp"
 #include "transport/inproc/inproc.hpp"
 

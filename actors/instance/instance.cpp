@@ -1,0 +1,152 @@
+// The instance actor: its state's shared helpers and the composition of its behaviour from the protocol
+// files listed in state.hpp.
+#include <algorithm>
+
+#include "actors/instance/state.hpp"
+
+namespace illm::actors {
+namespace instance_impl {
+
+local_blocks::local_blocks(std::shared_ptr<gpu::kv_pool> pool, instance_id id,
+                           std::function<bool(const gpu::sequence&)> may_take)
+    : pool_(std::move(pool)), id_(id), may_take_(std::move(may_take)) {}
+
+gpu::result<gpu::block_ref> local_blocks::allocate(const gpu::sequence& seq, uint32_t) {
+  if (may_take_ && !may_take_(seq)) return gpu::status{gpu::status_code::out_of_blocks, "no spare block here"};
+  auto block = pool_->allocate({seq.id, id_});
+  if (!block.is_ok()) return block.error();
+  return gpu::block_ref{id_, block.value()};
+}
+
+gpu::status local_blocks::release(const gpu::block_ref& ref) {
+  return ref.pool == id_ ? pool_->release(ref.block) : gpu::status::ok();
+}
+
+int64_t now_ns(caf::local_actor* self) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(self->clock().now().time_since_epoch()).count();
+}
+
+std::vector<request_placement_entry> placement_of(const gpu::sequence& seq, instance_id self_id) {
+  std::map<uint32_t, uint32_t> per_pool;
+  for (const gpu::block_ref& ref : seq.table) ++per_pool[ref.pool];
+  std::vector<request_placement_entry> out;
+  for (const auto& [pool, n] : per_pool) out.push_back({seq.id, pool, n, pool == self_id});
+  return out;
+}
+
+uint32_t blocks_here(const instance_state& st, const gpu::sequence& seq) {
+  return uint32_t(std::count_if(seq.table.begin(), seq.table.end(),
+                                [&](const gpu::block_ref& b) { return b.pool == st.config.id; }));
+}
+
+/// All a running sequence will grow, or for a request with a room, what its working set here lacks.
+uint32_t promised_blocks(const instance_state& st) {
+  uint32_t promised = 0;
+  for (const auto& s : st.batcher->active()) {
+    const int64_t grows = int64_t(admission::blocks_needed(s->tokens.size(), s->max_new_tokens - s->n_generated())) -
+                          int64_t(s->table.size());
+    if (grows <= 0 || s->foreign()) continue;
+    const auto room = st.with_room.find(s->id);
+    if (room == st.with_room.end()) {
+      promised += uint32_t(grows);
+      continue;
+    }
+    promised += uint32_t(std::min<int64_t>(grows, std::max<int64_t>(0, int64_t(room->second) - blocks_here(st, *s))));
+  }
+  return promised;
+}
+
+namespace {
+
+/// Blocks the head of the queue keeps here when the room granted to it starts it (0: it has no room yet).
+uint32_t granted_keep(const instance_state& st) {
+  return !st.waiting.empty() && st.room_granted == st.waiting.front().id ? st.room_keep : 0;
+}
+
+}  // namespace
+
+/// What the running requests will still take here (before blocks that become theirs are freed: the rManager
+/// lends only what is not promised), what the request first in the queue needs (lent away, those blocks would
+/// leave this GPU idle while others' KV fills its pool), and what a head whose room is granted keeps here:
+/// were those blocks promised to a later room, it would wait for that room's request while that one waited.
+void note_promised(const instance_state& st) {
+  if (!st.config.promises) return;
+  st.config.promises->set_running(promised_blocks(st));
+  st.config.promises->set_kept(granted_keep(st));
+  const generate_request* head = st.waiting.empty() ? nullptr : &st.waiting.front();
+  const uint32_t need = head ? admission::blocks_needed(head->prompt.size(), head->max_tokens) : 0;
+  st.config.promises->set_queued(need <= st.config.pool->total_blocks() ? need : 0);
+}
+
+void publish_placement(self_ptr self) {
+  auto& st = self->state;
+  note_promised(st);
+  placement_update update;
+  for (const auto& s : st.batcher->active())
+    if (!s->foreign())  // a chunk's blocks are its owner's to report
+      for (const auto& e : placement_of(*s, st.config.id)) update.placement.push_back(e);
+  update.batch_size = uint32_t(st.batcher->active().size());
+  update.waiting = uint32_t(st.waiting.size());
+  for (const auto& r : st.waiting) update.waiting_blocks += admission::blocks_needed(r.prompt.size(), r.max_tokens);
+  update.promised_blocks = promised_blocks(st);
+  if (auto* m = st.config.metrics.get()) {
+    const metrics::label_values instance{std::to_string(st.config.id)};
+    m->requests_running.with(instance).set(update.batch_size);
+    m->requests_waiting.with(instance).set(update.waiting);
+  }
+  self->send(st.config.rmanager, std::move(update));
+}
+
+/// The rManager releases its blocks elsewhere and its room (and gives its chunks' reservations back), and its
+/// moves and room prefill under way are forgotten.
+void release_elsewhere(self_ptr self, request_id req) {
+  auto& st = self->state;
+  self->send(st.config.rmanager, request_released{req});
+  st.with_room.erase(req);
+  if (auto p = st.prefills.find(req); p != st.prefills.end()) {
+    for (move_id id : p->second.under_way()) st.chunk_requests.erase(id);
+    st.prefills.erase(p);
+  }
+  for (auto m = st.moving.begin(); m != st.moving.end();) m = m->first == req ? st.moving.erase(m) : std::next(m);
+  for (auto p = st.picks.begin(); p != st.picks.end();) p = p->second.req == req ? st.picks.erase(p) : std::next(p);
+}
+
+namespace {
+
+caf::behavior instance_behavior(self_ptr self, instance_config config) {
+  auto& st = self->state;
+  st.config = std::move(config);
+  st.blocks = std::make_unique<local_blocks>(st.config.pool, st.config.id,
+                                             [self](const gpu::sequence& seq) { return may_take_block(self->state, seq); });
+  st.batcher = std::make_unique<gpu::batcher>(*st.blocks, batch_options(self));
+  return {
+      // admission: requests in, rooms and loans for them
+      [=](generate_request& r) { on_generate(self, r); },
+      [=](const cancel_request& c) { on_cancel(self, c); },
+      [=](const room_answer& a) { on_room_answer(self, a); },
+      [=](const loan_result& r) { on_loan_result(self, r); },
+      // the step loop's view of the cluster
+      [=](cluster_view& v) { on_view(self, v); },
+      // block moves, with the rManager as the move's source
+      [=](const pick_blocks& ask) { return pick(self, ask); },
+      [=](const blocks_moved& m) { return on_blocks_moved(self, m); },
+      [=](const move_abandoned& m) { unmark(self, m.id); },
+      // room prefill: chunks computed here for others, and this instance's chunks started elsewhere
+      [=](prefill_chunk& c) { return accept_chunk(self, c); },
+      [=](const cancel_chunk& c) { on_cancel_chunk(self, c); },
+      [=](const chunk_started& c) { on_chunk_started(self, c.id); },
+      // reports: requests running and waiting
+      [=](caf::get_atom) {
+        return std::make_pair(uint32_t(self->state.batcher->active().size()), uint32_t(self->state.waiting.size()));
+      },
+  };
+}
+
+}  // namespace
+}  // namespace instance_impl
+
+caf::actor spawn_instance(caf::actor_system& sys, instance_config config) {
+  return sys.spawn(instance_impl::instance_behavior, std::move(config));
+}
+
+}  // namespace illm::actors

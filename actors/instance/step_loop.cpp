@@ -1,0 +1,171 @@
+// The instance's step loop: plans the next step of continuous batching after admitting what may start,
+// runs it on the worker (run_step -> step_done), streams the tokens it gave, retires finished sequences and
+// tells their clients. A step whose remote attention failed for some sequences starts those over and runs
+// again for the others. A new cluster view may let waiting requests start.
+#include <algorithm>
+
+#include "actors/instance/state.hpp"
+
+namespace illm::actors::instance_impl {
+
+namespace {
+
+/// Tells the clients of finished sequences and releases their blocks elsewhere.
+void notify_finished(self_ptr self) {
+  auto& st = self->state;
+  for (const auto& seq : st.batcher->take_finished()) {
+    if (seq->foreign()) {
+      finish_hosted_chunk(self, *seq);
+      continue;
+    }
+    auto it = st.requests.find(seq->id);
+    if (it == st.requests.end()) continue;
+    if (st.config.stream_tokens)
+      for (int32_t i = int32_t(it->second.tokens_sent); i < seq->n_generated(); ++i)
+        self->send(it->second.client, token_event{seq->id, seq->tokens[size_t(seq->n_prompt + i)]});
+    self->send(it->second.client,
+               request_finished{seq->id, gpu::to_string(seq->finish), seq->error, seq->preemptions,
+                                it->second.placement, seq->n_generated(), it->second.first_token_ns, now_ns(self)});
+    release_elsewhere(self, seq->id);
+    st.requests.erase(it);
+  }
+}
+
+/// Streams the tokens a completed step gave its sequences (only the first one, without streaming).
+void send_new_tokens(self_ptr self, const gpu::step_plan& plan) {
+  auto& st = self->state;
+  for (gpu::sequence* s : plan.sequences) {
+    auto it = st.requests.find(s->id);
+    if (it == st.requests.end()) continue;
+    if (!it->second.first_token_ns && s->n_generated() > 0) {
+      it->second.first_token_ns = now_ns(self);
+      if (!st.config.stream_tokens) self->send(it->second.client, token_event{s->id, s->tokens[size_t(s->n_prompt)]});
+    }
+    if (s->finished() || !st.config.stream_tokens) continue;
+    for (; int32_t(it->second.tokens_sent) < s->n_generated(); ++it->second.tokens_sent)
+      self->send(it->second.client,
+                 token_event{s->id, s->tokens[size_t(s->n_prompt) + it->second.tokens_sent]});
+  }
+}
+
+/// Holders of some sequences' KV failed: those start over from their tokens (a chunk computed for another
+/// instance fails), the others run the step again.
+void retry_without_failed(self_ptr self, const step_done& done) {
+  auto& st = self->state;
+  st.batcher->discard(*done.plan);
+  for (uint64_t id : done.failed) {
+    if (auto chunk = st.hosted_chunks.find(id); chunk != st.hosted_chunks.end()) {
+      chunk->second.seq->finish = gpu::finish_reason::error;  // answered when it is retired
+      chunk->second.seq->error = done.error;
+      continue;
+    }
+    start_over(self, id, done.error);
+  }
+}
+
+/// Whether the step's error is due to some of its sequences (their remote attention failed).
+bool failed_for_some(const step_done& done) {
+  const auto& seqs = done.plan->sequences;
+  return !done.error.empty() && std::any_of(seqs.begin(), seqs.end(), [&](const gpu::sequence* s) {
+           return std::find(done.failed.begin(), done.failed.end(), s->id) != done.failed.end();
+         });
+}
+
+void on_step_done(self_ptr self, step_done& done) {
+  auto& st = self->state;
+  gpu::step_plan& plan = *done.plan;
+  for (gpu::sequence* s : plan.sequences)  // before the batcher frees the finished ones' blocks
+    if (auto it = st.requests.find(s->id); it != st.requests.end())
+      it->second.placement = placement_of(*s, st.config.id);
+  if (failed_for_some(done)) {
+    retry_without_failed(self, done);
+  } else {
+    if (!done.error.empty()) {
+      for (gpu::sequence* s : plan.sequences) {
+        s->finish = gpu::finish_reason::error;
+        s->error = done.error;
+      }
+      plan.sampled.assign(plan.params.size(), 0);
+    }
+    st.batcher->complete(plan);
+    send_new_tokens(self, plan);
+  }
+  st.in_flight = nullptr;
+  for (auto& change : std::exchange(st.after_step, {})) change();
+  notify_finished(self);
+  publish_placement(self);
+  maybe_step(self);
+}
+
+/// Whether a sequence has a room or blocks on other instances.
+bool spread(const instance_state& st, const gpu::sequence& seq) {
+  return st.with_room.count(seq.id) ||
+         std::any_of(seq.table.begin(), seq.table.end(), [&](const gpu::block_ref& b) { return b.pool != st.config.id; });
+}
+
+/// No loan now: the batcher would recompute the newest other sequence holding blocks. With lending, wait
+/// instead when there is none, or when it is spread over other instances (recomputing it would throw away KV
+/// that took loans to build): blocks come back as requests end.
+gpu::shortage_action on_shortage(self_ptr self, const gpu::sequence& seq, uint32_t short_by) {
+  auto& st = self->state;
+  if (ask_loan(self, seq.id, short_by)) return gpu::shortage_action::wait;
+  if (!st.config.lending) return gpu::shortage_action::preempt;
+  if (st.with_room.count(seq.id)) return gpu::shortage_action::wait;  // its room's blocks come as others end
+  auto victim = std::find_if(st.batcher->active().rbegin(), st.batcher->active().rend(), [&](const auto& s) {
+    return s.get() != &seq && !s->finished() && !s->table.empty() && !s->held && !s->foreign();
+  });
+  if (victim == st.batcher->active().rend() || spread(st, **victim)) return gpu::shortage_action::wait;
+  return gpu::shortage_action::preempt;
+}
+
+}  // namespace
+
+gpu::batcher_options batch_options(self_ptr self) {
+  gpu::batcher_options o;
+  o.max_batch_tokens = self->state.config.max_batch_tokens;
+  o.max_batch_seqs = self->state.config.max_batch_seqs;
+  o.mixed_step_tokens = self->state.config.mixed_step_tokens;
+  o.on_shortage = [self](const gpu::sequence& seq, uint32_t short_by) { return on_shortage(self, seq, short_by); };
+  return o;
+}
+
+void maybe_step(self_ptr self) {
+  auto& st = self->state;
+  if (st.in_flight) return;
+  admit(self);
+  auto plan = std::make_shared<gpu::step_plan>();
+  if (gpu::status s = st.batcher->plan(*plan); !s.is_ok()) {
+    for (const auto& seq : st.batcher->active()) {
+      seq->finish = gpu::finish_reason::error;
+      seq->error = s.message();
+    }
+    (void)st.batcher->plan(*plan);  // retires them
+  }
+  note_promised(st);  // planning may have preempted a sequence: its blocks are free, and promised to it again
+  notify_finished(self);
+  if (plan->empty()) {
+    publish_placement(self);
+    return;
+  }
+  st.in_flight = plan;
+  tell_chunks_started(self, *plan);
+  self->request(st.config.worker, caf::infinite, run_step{plan})
+      .then([=](step_done& done) { on_step_done(self, done); },
+            [=](const caf::error& err) {
+              step_done failed{plan, "the worker failed: " + self->system().render(err)};
+              on_step_done(self, failed);
+            });
+}
+
+void on_view(self_ptr self, cluster_view& v) {
+  auto& st = self->state;
+  st.view = std::move(v);
+  st.have_view = true;
+  ++st.views_received;
+  st.loans_refused = false;
+  st.rooms_refused = false;
+  check_prefill_holders(self);
+  maybe_step(self);
+}
+
+}  // namespace illm::actors::instance_impl

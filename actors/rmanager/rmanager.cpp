@@ -1,0 +1,75 @@
+// The rManager actor: the composition of its behaviour from the protocol files listed in state.hpp.
+#include <cstdio>
+
+#include "actors/rmanager/state.hpp"
+
+namespace illm::actors {
+namespace rmanager_impl {
+
+void plane_log(const rmanager_state& st, const std::string& line) {
+  if (st.config.log) return st.config.log(line);
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+/// Whether the data plane reaches `peer` (always, for an in-process plane).
+bool reachable(const rmanager_state& st, instance_id peer) {
+  return !st.config.connect_peer || st.connected.count(peer) > 0;
+}
+
+namespace {
+
+caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
+  if (!config.promises) config.promises = std::make_shared<pool_promises>();
+  self->state.config = std::move(config);
+  join(self);
+  self->send(self, heartbeat_tick_atom::value);
+  return {
+      // view: the instance attached, heartbeats, views, peers
+      [=](attach_atom, caf::actor instance) {
+        self->state.instance = std::move(instance);
+        join(self);
+      },
+      [=](heartbeat_tick_atom) { send_heartbeat(self); },
+      [=](cluster_view& v) { adopt_view(self, std::move(v)); },
+      [=](const peer_failed& p) { on_peer_failed(self, p); },
+      [=](const drain_instance&) { self->state.draining = true; },
+      [=](placement_update& p) {
+        self->state.placement = std::move(p);
+        self->state.check_promises();
+      },
+      [=](caf::get_atom) { return self->state.stats(); },
+      // move source: orders, loans, the copy's completions
+      [=](const move_kvcache& m) { order_move(self, m); },
+      [=](const need_blocks& n) { start_loan(self, n); },
+      [=](const transfer_done& d) { on_transfer(self, d); },
+      // move destination
+      [=](const try_move_kvcache& t) { return grant(self, t); },
+      [=](const commit_move& c) { return accept_commit(self, c); },
+      [=](const abort_move& a) { on_abort_move(self, a); },
+      [=](lease_check_atom, move_id id) { on_lease_check(self, id); },
+      [=](const take_reservation& t) { return take_for_chunk(self, t); },
+      [=](const return_reservation& r) { chunk_returned(self, r.id); },
+      [=](const release_blocks& r) { release_hosted(self, r); },
+      // rooms and releases
+      [=](const keep_blocks& k) { return keep(self, k); },
+      [=](reserve_room& r) {
+        r.owner = self->state.config.id;
+        ask_room(self, r);
+      },
+      [=](const request_released& r) { release_everywhere(self, r.req_id); },
+      // chunk reservations
+      [=](const reserve_chunk& c) { return reserve_for_chunk(self, c); },
+      [=](const commit_chunk& c) { return commit_written_chunk(self, c); },
+      [=](const abort_chunk& a) { abort_outgoing_chunk(self, a.id); },
+  };
+}
+
+}  // namespace
+}  // namespace rmanager_impl
+
+caf::actor spawn_rmanager(caf::actor_system& sys, rmanager_config config) {
+  return sys.spawn(rmanager_impl::rmanager_behavior, std::move(config));
+}
+
+}  // namespace illm::actors

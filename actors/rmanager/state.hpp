@@ -1,0 +1,186 @@
+#pragma once
+// The rManager actor's state, and the functions its protocol files share. The behaviour is composed in
+// rmanager.cpp from one file per protocol:
+//   view.cpp                the cluster view: join, heartbeats, data-plane peers connected, departed owners
+//   move_source.cpp         moves out of this pool: the gManager's orders and this instance's loans
+//   move_destination.cpp    moves into this pool: reservations granted as leases, commits, releases
+//   rooms.cpp               a long request's room: asked of the gManager, kept by its holders, released
+//   chunk_reservations.cpp  room prefill at the owner: a chunk's blocks reserved at its holder, committed
+// Internal to actors/rmanager/: nothing outside it includes this header.
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actors/rmanager/rmanager.hpp"
+
+namespace illm::actors::rmanager_impl {
+
+/// A move this instance executes as the source.
+struct outgoing_move {
+  request_id req = 0;
+  instance_id dst = 0;
+  caf::actor dst_rmanager;
+  uint32_t asked = 0;
+  bool self_initiated = false;
+  bool cancelled = false;  // the request ended meanwhile: give everything back
+  block_pick picked;
+  move_reservation reservation;
+  uint32_t copies_left = 0;
+  bool checksummed = false;
+  uint64_t checksum = 0;  // of the picked blocks as they were put
+};
+
+/// A reservation this instance granted as the destination.
+struct incoming_move {
+  enum class state { reserved, committed, given_back, expired };
+  request_id req = 0;
+  instance_id src = 0;
+  std::vector<uint32_t> blocks;
+  state stage = state::reserved;
+  uint32_t promised = 0;  // of them, blocks that were promised to the request's room
+  caf::actor_clock::time_point lease_end;  // a reservation not committed by then expires
+  bool computing = false;      // a room's chunk is being computed into it here: it neither expires nor goes back
+  bool abort_pending = false;  // ... and goes back once the chunk has stopped
+};
+
+/// A chunk of one of this instance's requests that a holder computes (room prefill), until it is committed.
+struct outgoing_chunk {
+  request_id req = 0;
+  instance_id dst = 0;
+  caf::actor dst_rmanager;
+  uint32_t blocks = 0;
+};
+
+/// Everything an rManager keeps.
+struct rmanager_state {
+  rmanager_config config;
+  caf::actor instance;
+  cluster_view view;
+  uint64_t heartbeat_seq = 0;
+  placement_update placement;
+  std::map<move_id, outgoing_move> outgoing;
+  std::map<move_id, incoming_move> incoming;
+  std::map<move_id, outgoing_chunk> chunks;  // reserved for this instance's requests' chunks, not yet committed
+  std::map<request_id, std::map<instance_id, uint32_t>> lent;  // this instance's requests' blocks elsewhere
+  std::map<request_id, std::map<instance_id, uint32_t>> rooms;  // blocks others keep for our long requests
+  std::set<std::pair<request_id, instance_id>> room_refused;  // our rooms' holders that refused a move, until the next view
+  std::map<instance_id, std::vector<uint8_t>> connected;  // data-plane peers connected, by their address
+  std::map<instance_id, std::vector<uint8_t>> failed;     // peers whose endpoint failed, at that address
+  bool loan_in_flight = false;
+  bool draining = false;
+  uint64_t next_move = 1;
+  static inline const char* name = "rmanager";
+
+  /// Free blocks not spoken for by this instance's running requests (some may be promised to rooms).
+  uint32_t unpromised_blocks() const {
+    const uint32_t running = std::max(placement.promised_blocks, config.promises->running());
+    return config.pool->free_blocks() - std::min(config.pool->free_blocks(), running);
+  }
+  /// Free blocks not spoken for by this instance's running requests nor promised to rooms nor needed by the
+  /// request first in its queue: what others may have. While this instance holds blocks back for a long
+  /// request waiting for its room, that room comes before its queue.
+  uint32_t spare_blocks() const {
+    const instance_view* me = view.find(config.id);
+    const uint32_t queued = me && me->held_for_room > 0 ? 0 : config.promises->queued();
+    return unroomed_blocks() - std::min(unroomed_blocks(), queued);
+  }
+  /// Free blocks not spoken for by this instance's running requests nor promised to rooms nor kept for the
+  /// queued request whose room is granted: what a room the gManager granted may have (its grant came while
+  /// this instance held blocks back for it). Moves into rooms promised before may take kept blocks.
+  uint32_t unroomed_blocks() const {
+    const uint64_t spoken = uint64_t(config.promises->rooms_total()) + config.promises->kept();
+    return unpromised_blocks() - uint32_t(std::min<uint64_t>(unpromised_blocks(), spoken));
+  }
+  /// The room promises are covered again once the unpromised blocks hold them all.
+  void check_promises() {
+    if (config.promises->overdrawn() && unpromised_blocks() >= config.promises->rooms_total())
+      config.promises->set_overdrawn(false);
+  }
+
+  instance_stats stats() const {
+    instance_stats s;
+    s.total_blocks = config.pool->total_blocks();
+    s.free_blocks = spare_blocks();
+    s.hosted_blocks = config.hosted->count();
+    for (const auto& [req, holders] : lent)
+      for (const auto& [inst, n] : holders) s.borrowed_blocks += n;
+    s.batch_size = placement.batch_size;
+    s.waiting = placement.waiting;
+    s.waiting_blocks = placement.waiting_blocks;
+    s.draining = draining;
+    return s;
+  }
+};
+
+using self_ptr = caf::stateful_actor<rmanager_state>*;
+
+// ---- rmanager.cpp ---------------------------------------------------------------------------------------------
+
+/// Writes a line of the rManager's data-plane log.
+void plane_log(const rmanager_state& st, const std::string& line);
+/// Whether the data plane reaches `peer` (always, for an in-process plane).
+bool reachable(const rmanager_state& st, instance_id peer);
+
+// ---- view.cpp -------------------------------------------------------------------------------------------------
+
+/// A newer view: keep it, release what departed owners kept here, and connect to its new peers.
+void adopt_view(self_ptr self, cluster_view v);
+/// Sends a heartbeat (and schedules the next); the answer is the gManager's view.
+void send_heartbeat(self_ptr self);
+/// Joins the gManager, with the instance actor once it is attached.
+void join(self_ptr self);
+/// The data plane's endpoint to a peer failed: moves and chunks to it fail.
+void on_peer_failed(self_ptr self, const peer_failed& p);
+
+// ---- move_source.cpp ------------------------------------------------------------------------------------------
+
+/// `blocks` of request `req` are committed at `holder`: they count as lent, and as taken from its room there.
+void note_placed(rmanager_state& st, request_id req, instance_id holder, uint32_t blocks);
+/// Ends a move: reports it, undoes what it held, and answers a pending loan.
+void finish_move(self_ptr self, move_id id, bool ok, std::string reason);
+/// A put or the flush of a move completed.
+void on_transfer(self_ptr self, const transfer_done& done);
+/// The instance is short of blocks: lend some of them to a room's holder or the sparest instance.
+void start_loan(self_ptr self, const need_blocks& need);
+/// The gManager's order to move blocks of a request out.
+void order_move(self_ptr self, const move_kvcache& m);
+
+// ---- move_destination.cpp -------------------------------------------------------------------------------------
+
+/// Reserves blocks for a move into this pool, or says why not.
+move_reservation grant(self_ptr self, const try_move_kvcache& ask);
+/// The source's commit: the reserved blocks hold the request's KV now.
+commit_result accept_commit(self_ptr self, const commit_move& c);
+/// The source gives a reservation (or committed blocks) back.
+void on_abort_move(self_ptr self, const abort_move& a);
+/// A reservation's lease may be over.
+void on_lease_check(self_ptr self, move_id id);
+/// The instance computes a chunk into reservation `t.id`: its blocks, if it is that request's and still reserved.
+std::vector<uint32_t> take_for_chunk(self_ptr self, const take_reservation& t);
+/// The instance stopped computing the chunk of reservation `id`.
+void chunk_returned(self_ptr self, move_id id);
+/// Frees every block held for req and forgets its room's promise (the owner's request ended).
+void release_hosted(self_ptr self, const release_blocks& r);
+
+// ---- rooms.cpp ------------------------------------------------------------------------------------------------
+
+/// Asks the gManager for room elsewhere for a long request; the instance hears the answer.
+void ask_room(self_ptr self, const reserve_room& r);
+/// A holder's side of a room: promise the blocks, all or none.
+uint32_t keep(self_ptr self, const keep_blocks& k);
+/// This instance's request ended: free its blocks elsewhere, its room, and stop its moves.
+void release_everywhere(self_ptr self, request_id req);
+
+// ---- chunk_reservations.cpp -----------------------------------------------------------------------------------
+
+/// Reserves a chunk's blocks at its holder, out of the request's room there.
+caf::result<move_reservation> reserve_for_chunk(self_ptr self, const reserve_chunk& c);
+/// Commits a written chunk at its holder: its blocks become hosted blocks of the request there.
+caf::result<bool> commit_written_chunk(self_ptr self, const commit_chunk& c);
+/// Gives a chunk's reservation back at its holder.
+void abort_outgoing_chunk(self_ptr self, move_id id);
+
+}  // namespace illm::actors::rmanager_impl

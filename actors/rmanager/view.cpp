@@ -1,0 +1,117 @@
+// The rManager's view of the cluster: it joins the gManager, sends a heartbeat every period and adopts the
+// view that answers it (connecting the data plane to new peers, releasing what departed owners kept here),
+// and hears when a data-plane peer fails.
+#include <fmt/format.h>
+
+#include "actors/rmanager/state.hpp"
+
+namespace illm::actors::rmanager_impl {
+
+namespace {
+
+/// Connects the data plane to every peer of the view that has an address and is not connected at it yet
+/// (a peer that failed is connected again only at a new address: a restarted process).
+void connect_peers(rmanager_state& st) {
+  if (!st.config.connect_peer) return;
+  for (const instance_view& i : st.view.instances) {
+    if (i.inst_id == st.config.id || i.plane_address.empty()) continue;
+    if (auto c = st.connected.find(i.inst_id); c != st.connected.end() && c->second == i.plane_address) continue;
+    if (auto f = st.failed.find(i.inst_id); f != st.failed.end() && f->second == i.plane_address) continue;
+    const std::string why = st.config.connect_peer(i.inst_id, i.plane_address);
+    if (why.empty()) {
+      st.connected[i.inst_id] = i.plane_address;
+      st.failed.erase(i.inst_id);
+      plane_log(st, fmt::format("rmanager {}: data plane connected to instance {}", st.config.id, i.inst_id));
+    } else {
+      st.connected.erase(i.inst_id);
+      st.failed[i.inst_id] = i.plane_address;
+      plane_log(st, fmt::format("rmanager {}: data plane cannot connect to instance {}: {}", st.config.id, i.inst_id, why));
+    }
+  }
+}
+
+/// Owners that were members in the last view and are not in `next` (they left, or died; one only silent
+/// for a while stays a member): nobody will attend or release the blocks kept here for their requests, nor
+/// fill their rooms, so those go now.
+void release_departed(self_ptr self, const cluster_view& next) {
+  auto& st = self->state;
+  for (instance_id gone : st.view.members) {
+    if (gone == st.config.id || next.has_member(gone)) continue;
+    std::set<request_id> requests;
+    for (uint64_t req : st.config.hosted->requests_of(gone)) requests.insert(req);
+    for (uint64_t req : st.config.promises->requests_of(gone)) requests.insert(req);
+    for (request_id req : requests) release_hosted(self, release_blocks{req, gone});
+    if (!requests.empty())
+      plane_log(st, fmt::format("rmanager {}: instance {} is gone: released what was kept here for its {} request(s)",
+                                st.config.id, gone, requests.size()));
+  }
+}
+
+}  // namespace
+
+/// A newer view: keep it, release what departed owners kept here, and connect to its new peers.
+void adopt_view(self_ptr self, cluster_view v) {
+  if (v.epoch < self->state.view.epoch) return;  // a late answer
+  release_departed(self, v);
+  self->state.view = std::move(v);
+  self->state.room_refused.clear();
+  connect_peers(self->state);
+  if (auto& nodes = self->state.config.nodes) {
+    std::map<uint32_t, std::string> where;
+    for (const instance_view& i : self->state.view.instances) where[i.inst_id] = i.node;
+    nodes->update(std::move(where));
+  }
+}
+
+void send_heartbeat(self_ptr self) {
+  auto& st = self->state;
+  self->delayed_send(self, st.config.heartbeat_period, heartbeat_tick_atom::value);
+  if (!st.config.gmanager) return;
+  heartbeat hb{st.config.id, ++st.heartbeat_seq, st.stats(), st.placement.placement};
+  if (auto* m = st.config.metrics.get()) {
+    const metrics::label_values instance{std::to_string(st.config.id)};
+    m->blocks_hosted.with(instance).set(hb.stats.hosted_blocks);
+    m->blocks_borrowed.with(instance).set(hb.stats.borrowed_blocks);
+  }
+  self->request(st.config.gmanager, st.config.answer_timeout, std::move(hb))
+      .then(
+          [=](cluster_view& v) {
+            if (v.epoch < self->state.view.epoch) return;  // a late answer
+            adopt_view(self, std::move(v));
+            if (self->state.instance) self->send(self->state.instance, self->state.view);
+          },
+          [=](const caf::error&) {});  // the next period tries again; instances keep serving meanwhile
+}
+
+/// Joins the gManager, with the instance actor once it is attached (the gManager takes the second join as
+/// an update). A refusal (the id is taken) is logged; the gManager ignores this rManager's heartbeats then.
+void join(self_ptr self) {
+  auto& st = self->state;
+  if (!st.config.gmanager) return;
+  self->request(st.config.gmanager, st.config.answer_timeout,
+                join_cluster{st.config.id, caf::actor_cast<caf::actor>(self), st.instance, st.stats(),
+                             st.config.plane_address, st.config.node})
+      .then([=](cluster_view& v) { adopt_view(self, std::move(v)); },
+            [=](const caf::error& e) {
+              if (e == caf::sec::request_timeout) return;  // heartbeats go on; the gManager may be slow
+              plane_log(self->state, fmt::format("rmanager {}: join refused: {}", self->state.config.id,
+                                                 self->system().render(e)));
+            });
+}
+
+void on_peer_failed(self_ptr self, const peer_failed& p) {
+  auto& st = self->state;
+  plane_log(st, fmt::format("rmanager {}: data plane peer {} failed: {}", st.config.id, p.peer, p.reason));
+  if (auto c = st.connected.find(p.peer); c != st.connected.end()) {
+    st.failed[p.peer] = c->second;
+    st.connected.erase(c);
+  }
+  std::vector<move_id> doomed;
+  for (const auto& [id, move] : st.outgoing)
+    if (move.dst == p.peer) doomed.push_back(id);
+  for (move_id id : doomed) finish_move(self, id, false, "data plane peer failed: " + p.reason);
+  for (auto c = st.chunks.begin(); c != st.chunks.end();)  // the instance hears it from its chunk's holder
+    c = c->second.dst == p.peer ? st.chunks.erase(c) : std::next(c);
+}
+
+}  // namespace illm::actors::rmanager_impl
