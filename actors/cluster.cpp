@@ -7,7 +7,7 @@
 #include "actors/gmanager.hpp"
 #include "actors/placement/simple_policy.hpp"
 #include "actors/remote.hpp"
-#include "transport/inproc/inproc.hpp"
+#include "transport/registry.hpp"
 
 namespace illm::actors {
 
@@ -56,7 +56,7 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
   gcfg.metrics = options.metrics;
   gmanager_ = spawn_gmanager(*system_, gcfg);
 
-  auto fabric = std::make_shared<transport::inproc_fabric>();
+  const auto group = transport::make_plane_group("inproc");
   instance_node_options o;
   o.kv_blocks = options.kv_blocks_per_instance;
   o.threads = threads_for(options);
@@ -72,7 +72,7 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
   o.events = events_;
   for (int i = 0; i < options.instances; ++i) {
     o.id = instance_id(i);
-    auto endpoint = fabric->connect(o.id);
+    auto endpoint = transport::make_plane("inproc", {.self = o.id, .group = group});
     if (!endpoint.is_ok()) return endpoint.error();
     auto node = instance_node::start(*system_, weights, o, endpoint.value(), gmanager_);
     if (!node.is_ok()) return node.error();

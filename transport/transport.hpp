@@ -41,6 +41,9 @@ using completion = std::function<void(status)>;
 /// Called for every message that arrives on a channel, with the sender and the payload.
 using message_handler = std::function<void(peer_id from, std::vector<uint8_t> payload)>;
 
+/// Called once per failed peer (its endpoint reported an error), on the plane's progress thread.
+using peer_error_handler = std::function<void(peer_id peer, status why)>;
+
 /// Bytes that crossed the data plane, by kind.
 struct traffic {
   uint64_t put_bytes = 0;
@@ -76,6 +79,19 @@ class data_plane {
 
   /// Bytes moved from this endpoint so far.
   virtual traffic counters() const = 0;
+
+  // Between processes. An in-process plane is connected to its peers already: these do nothing there.
+
+  /// This endpoint's address, for peers to connect to (empty: in-process, nothing to exchange).
+  virtual std::vector<uint8_t> address() const { return {}; }
+  /// Creates the endpoint to `peer` from its address. A peer that failed may be connected again.
+  virtual status connect(peer_id, std::span<const uint8_t>) { return status::ok(); }
+  /// Closes the endpoint to `peer` at once: its pending operations fail, later ones are refused.
+  virtual status disconnect(peer_id) { return status::ok(); }
+  /// Installs the handler told when a peer fails (before traffic starts).
+  virtual void on_peer_error(peer_error_handler) {}
+  /// Starts the plane's background progress, where it needs one (once).
+  virtual status start_progress_thread() { return status::ok(); }
 };
 
 }  // namespace illm::transport

@@ -41,9 +41,7 @@
 #include "gpu/checksum.hpp"
 #include "gpu/decode_rig.hpp"
 #include "gpu/host_memory.hpp"
-#ifdef ILLM_HAVE_UCX
-#include "transport/ucx/ucx_plane.hpp"
-#endif
+#include "transport/registry.hpp"
 
 namespace illm::cli {
 
@@ -87,8 +85,6 @@ constexpr uint32_t parent_peer_id = 1, child_peer_id = 2;
 constexpr uint64_t max_frame_bytes = uint64_t(1) << 20;
 /// Most KV pool memory a run may ask for (the pool holds every token of the run).
 constexpr uint64_t max_pool_bytes = uint64_t(8) << 30;
-
-#ifdef ILLM_HAVE_UCX
 
 double seconds_between(bench_clock::time_point a, bench_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -202,11 +198,9 @@ result<frame> read_frame(int fd, std::optional<bench_clock::time_point> deadline
   return f;
 }
 
-transport::ucx_options plane_options(const migration_flags& f) {
-  transport::ucx_options o;
-  o.tls = f.tls;
-  o.net_devices = f.net_devices;
-  return o;
+/// A UCX plane for peer `self` on the run's transports.
+result<std::shared_ptr<transport::data_plane>> make_ucx_plane(const migration_flags& f, transport::peer_id self) {
+  return transport::make_plane("ucx", {.self = self, .tls = f.tls, .net_devices = f.net_devices});
 }
 
 // ---- The peer ------------------------------------------------------------------------------------------
@@ -241,7 +235,7 @@ void run_peer(const migration_flags& f) {
   gpu::host_array<uint8_t> arena(static_cast<uint8_t*>(gpu::host_alloc(f.arena_bytes)));
   if (!arena) peer_fail(fd, fmt::format("cannot allocate a {}-byte arena", f.arena_bytes));
   std::memset(arena.get(), 0, f.arena_bytes);  // pages in place before the first put, as a pool's are
-  auto plane = transport::ucx_plane::create(child_peer_id, plane_options(f));
+  auto plane = make_ucx_plane(f, child_peer_id);
   if (!plane.is_ok()) peer_fail(fd, "creating the UCX plane: " + plane.error().message());
   auto region = plane.value()->register_memory(arena.get(), f.arena_bytes);
   if (!region.is_ok()) peer_fail(fd, "registering the arena: " + region.error().message());
@@ -250,7 +244,7 @@ void run_peer(const migration_flags& f) {
   out.put_u64(region->address);
   out.put_u64(region->bytes);
   out.put_blob(region->packed_key);
-  out.put_blob(plane.value()->worker_address());
+  out.put_blob(plane.value()->address());
   if (!write_frame(fd, frame_kind::ready, out.bytes).is_ok()) return;
   serve_peer(fd, arena.get(), f.arena_bytes);
 }
@@ -482,7 +476,7 @@ struct migration_result {
 /// The decoding batch, the plane and the peer's region: runs phases and verifies what they moved.
 class migration_bench {
  public:
-  migration_bench(gpu::decode_rig& rig, transport::ucx_plane& plane, peer_process& peer,
+  migration_bench(gpu::decode_rig& rig, transport::data_plane& plane, peer_process& peer,
                   transport::remote_region region)
       : rig_(rig), plane_(plane), peer_(peer), region_(std::move(region)) {}
 
@@ -577,7 +571,7 @@ class migration_bench {
   }
 
   gpu::decode_rig& rig_;
-  transport::ucx_plane& plane_;
+  transport::data_plane& plane_;
   peer_process& peer_;
   transport::remote_region region_;
   uint64_t cursor_ = 0;
@@ -635,7 +629,7 @@ struct migration_setup {
   std::unique_ptr<peer_process> peer;
   transport::remote_region region;  ///< the peer's arena
   std::unique_ptr<gpu::decode_rig> rig;
-  std::unique_ptr<transport::ucx_plane> plane;
+  std::shared_ptr<transport::data_plane> plane;
 };
 
 gpu::decode_rig_options rig_options(const migration_flags& f) {
@@ -668,7 +662,7 @@ void start_peer(const migration_flags& f, migration_setup& s) {
   auto ready = s.peer->wait_ready();
   if (!ready.is_ok()) fail(ready.error().message());
   s.region = ready->region;
-  auto made = transport::ucx_plane::create(parent_peer_id, plane_options(f));
+  auto made = make_ucx_plane(f, parent_peer_id);
   if (!made.is_ok()) fail("creating the UCX plane: " + made.error().message());
   s.plane = std::move(made).value();
   if (status st = s.plane->start_progress_thread(); !st.is_ok()) fail(st.message());
@@ -850,11 +844,11 @@ void print_table(const migration_result& r) {
   fmt::print("  paper (Fig. 12): no loss at 16 tokens per step, -8.6% at 32; {:.1f} s in all\n", r.seconds);
 }
 
-#endif  // ILLM_HAVE_UCX
-
 void run_bench_migration(const migration_flags& f) {
-#ifdef ILLM_HAVE_UCX
   if (f.peer_fd >= 0) return run_peer(f);
+  const auto kinds = transport::plane_kinds();
+  if (std::find(kinds.begin(), kinds.end(), "ucx") == kinds.end())
+    fail("this build has no UCX plane (configure with -DILLM_ENABLE_UCX=ON and libucx-dev installed)", 77);
   if (f.batch * (f.context / gpu::kv_block_tokens) < max_blocks_per_step)
     fail("--batch x --context must hold at least two full blocks", 2);
   const migration_result r = measure(f);
@@ -866,10 +860,6 @@ void run_bench_migration(const migration_flags& f) {
     fail(fmt::format("the peer's arena differs from the bytes sent in {} of {} checks", r.verified.mismatches,
                      r.verified.checks));
   if (r.peer_exit != 0) fail(fmt::format("the peer exited with status {}", r.peer_exit));
-#else
-  (void)f;
-  fail("this build has no UCX plane (configure with -DILLM_ENABLE_UCX=ON and libucx-dev installed)", 77);
-#endif
 }
 
 }  // namespace

@@ -35,9 +35,7 @@
 #include "actors/placement/simple_policy.hpp"
 #include "actors/remote.hpp"
 #include "gpu/model_files.hpp"
-#ifdef ILLM_HAVE_UCX
-#include "transport/ucx/ucx_plane.hpp"
-#endif
+#include "transport/registry.hpp"
 
 namespace illm::cli {
 
@@ -208,13 +206,10 @@ struct peer_error_sink {
 std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, size_t& address_bytes,
                                                   actors::instance_node_options& o,
                                                   const std::shared_ptr<peer_error_sink>& sink) {
-#ifdef ILLM_HAVE_UCX
-  transport::ucx_options uo;
-  uo.tls = flags.ucx_tls;
-  uo.net_devices = flags.ucx_net_devices;
-  auto made = transport::ucx_plane::create(transport::peer_id(flags.id), uo);
+  auto made = transport::make_plane(
+      "ucx", {.self = transport::peer_id(flags.id), .tls = flags.ucx_tls, .net_devices = flags.ucx_net_devices});
   if (!made.is_ok()) fail("the UCX data plane: " + made.error().message());
-  std::shared_ptr<transport::ucx_plane> plane = std::move(made).value();
+  std::shared_ptr<transport::data_plane> plane = std::move(made).value();
   const int me = flags.id;
   plane->on_peer_error([sink, me](transport::peer_id peer, transport::status why) {
     log("illm instance {}: data plane peer {} failed: {}", me, peer, why.message());
@@ -222,9 +217,9 @@ std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, s
     if (sink->node) sink->node->peer_failed(actors::instance_id(peer), why.message());
   });
   if (auto s = plane->start_progress_thread(); !s.is_ok()) fail("the UCX data plane: " + s.message());
-  o.plane_address = plane->worker_address();
+  o.plane_address = plane->address();
   address_bytes = o.plane_address.size();
-  std::weak_ptr<transport::ucx_plane> weak = plane;
+  std::weak_ptr<transport::data_plane> weak = plane;
   o.connect_peer = [weak](actors::instance_id peer, const std::vector<uint8_t>& address) -> std::string {
     auto p = weak.lock();
     if (!p) return "the plane is gone";
@@ -234,13 +229,6 @@ std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, s
   };
   o.log = [](const std::string& line) { log("illm instance: {}", line); };
   return plane;
-#else
-  (void)flags;
-  (void)address_bytes;
-  (void)o;
-  (void)sink;
-  fail("this illm was built without UCX (ILLM_ENABLE_UCX): an instance process needs its data plane");
-#endif
 }
 
 /// What this instance's data plane carried: KV blocks it put into peers' pools, remote attention messages.

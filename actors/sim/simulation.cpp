@@ -20,7 +20,7 @@
 #include "gpu/kv_pool.hpp"
 #include "gpu/model_config.hpp"
 #include "gpu/sim/sim_backend.hpp"
-#include "transport/sim/sim_plane.hpp"
+#include "transport/registry.hpp"
 
 namespace illm::actors::sim {
 
@@ -424,7 +424,9 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     if (!pool.is_ok()) return pool.error();
     pools.push_back(std::make_shared<gpu::kv_pool>(std::move(pool).value()));
     auto hosted = std::make_shared<hosted_blocks>();  // the rManager's registry (the sim's workers attend nothing)
-    auto plane = std::make_shared<transport::sim_plane>(instance_id(i), put_timer);
+    auto made = transport::make_plane("sim", {.self = instance_id(i), .timer = put_timer});
+    if (!made.is_ok()) return made.error();
+    std::shared_ptr<transport::data_plane> plane = std::move(made).value();
     rmanager_config rc;
     rc.id = instance_id(i);
     rc.pool = pools.back();

@@ -8,14 +8,14 @@
 #include <memory>
 #include <mutex>
 
-#include "transport/transport.hpp"
+#include "transport/registry.hpp"
 
 namespace illm::transport {
 
 class inproc_endpoint;
 
 /// The shared medium of in-process endpoints.
-class inproc_fabric : public std::enable_shared_from_this<inproc_fabric> {
+class inproc_fabric : public plane_group, public std::enable_shared_from_this<inproc_fabric> {
  public:
   /// A new endpoint with id `id` (unique on this fabric).
   result<std::shared_ptr<inproc_endpoint>> connect(peer_id id);

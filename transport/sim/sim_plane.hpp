@@ -6,12 +6,9 @@
 #include <functional>
 #include <mutex>
 
-#include "transport/transport.hpp"
+#include "transport/registry.hpp"
 
 namespace illm::transport {
-
-/// Completes a put of `bytes` from `from` to `to` when they would have arrived (the simulator's clock).
-using put_timer = std::function<void(peer_id from, peer_id to, uint64_t bytes, completion done)>;
 
 /// A data plane that moves no bytes (the simulator's).
 class sim_plane final : public data_plane {

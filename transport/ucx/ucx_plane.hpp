@@ -41,9 +41,6 @@ struct ucx_options {
   int poll_timeout_ms = 50;
 };
 
-/// Called once per failed peer (its endpoint reported an error), on the progress thread.
-using peer_error_handler = std::function<void(peer_id peer, status why)>;
-
 /// A data_plane on one UCP worker.
 class ucx_plane final : public data_plane {
  public:
@@ -60,23 +57,24 @@ class ucx_plane final : public data_plane {
 
   /// This worker's address, to hand to peers out of band.
   std::vector<uint8_t> worker_address() const;
+  std::vector<uint8_t> address() const override { return worker_address(); }
 
   /// Creates the endpoint to `peer` from its worker address (peer error handling on). A peer that
   /// failed may be connected again; a live one may not.
-  status connect(peer_id peer, std::span<const uint8_t> address);
+  status connect(peer_id peer, std::span<const uint8_t> address) override;
 
   /// Closes the endpoint to `peer` at once: its pending operations fail, later ones are refused.
-  status disconnect(peer_id peer);
+  status disconnect(peer_id peer) override;
 
   /// Installs the handler told when a peer fails (before traffic starts).
-  void on_peer_error(peer_error_handler handler);
+  void on_peer_error(peer_error_handler handler) override;
 
   /// Progresses the worker (never blocks) and runs the completions and handlers that are ready.
   /// Returns how much happened (0: nothing). Does nothing when called from one of those callbacks.
   unsigned progress();
 
   /// Starts the background progress thread (once); the destructor stops it.
-  status start_progress_thread();
+  status start_progress_thread() override;
 
   /// Where puts read and write: "host". Debian's UCX has no CUDA transports, so pools registered
   /// here are host memory; a GPU pool would be staged through pinned host memory (see put()).
