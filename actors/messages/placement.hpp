@@ -1,0 +1,147 @@
+#pragma once
+// The paper's protocol (heartbeat, move_kvcache, try_move_kvcache; request_placement_entry and
+// instance_stats are in actors/placement/types.hpp) and what a move needs around it: the reservation as a
+// lease, commit and abort, the release of a request's blocks, and the report of how a move ended.
+
+#include <caf/all.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "actors/placement/types.hpp"
+
+namespace illm::actors {
+
+/// rManager -> gManager, every period: stats and the placement of the instance's requests.
+struct heartbeat {
+  instance_id inst_id = 0;
+  uint64_t seq = 0;
+  instance_stats stats;
+  std::vector<request_placement_entry> placement;
+};
+
+/// gManager -> source rManager: move num_blocks of req_id's blocks to dst_inst.
+struct move_kvcache {
+  move_id id = 0;
+  request_id req_id = 0;
+  uint32_t num_blocks = 0;
+  instance_id dst_inst = 0;
+};
+
+/// source rManager -> destination rManager: reserve num_blocks for req_id (answer: move_reservation,
+/// granted or refused), first come first served against the blocks free at that moment.
+struct try_move_kvcache {
+  move_id id = 0;
+  request_id req_id = 0;
+  uint32_t num_blocks = 0;
+  instance_id src_inst = 0;
+};
+
+/// The answer to try_move_kvcache: granted (blocks reserved at the destination until the lease ends,
+/// and where to put them) or refused (a result, not an error: the destination is full or draining).
+struct move_reservation {
+  move_id id = 0;
+  instance_id dst_inst = 0;
+  bool granted = false;
+  std::string reason;            ///< why not, when refused
+  uint32_t free_blocks = 0;      ///< free at the destination when it answered
+  std::vector<uint32_t> blocks;  ///< physical blocks at the destination
+  uint64_t region_address = 0;   ///< the destination pool's registered memory
+  uint64_t region_bytes = 0;
+  std::vector<uint8_t> region_key;
+  uint64_t block_bytes = 0;
+  int64_t lease_ms = 0;
+};
+
+/// source -> destination after the copy: the reserved blocks now hold req_id's KV at these logical
+/// places (answer: commit_result, refused when the lease is over).
+struct commit_move {
+  move_id id = 0;
+  request_id req_id = 0;
+  instance_id src_inst = 0;
+  std::vector<uint32_t> logical;  ///< one per reserved block, in the reservation's order
+  bool checksummed = false;       ///< the source sends a checksum: the destination verifies it
+  uint64_t checksum = 0;          ///< of the blocks as the source sent them (kv_pool::checksum), in that order
+};
+
+/// The answer to commit_move.
+struct commit_result {
+  move_id id = 0;
+  bool committed = false;
+  std::string reason;
+};
+
+/// source -> destination: give the reservation (or the committed blocks) of a move back.
+struct abort_move {
+  move_id id = 0;
+};
+
+/// owner -> holder: req_id ended; free every block held for it and forget its room's promise.
+struct release_blocks {
+  request_id req_id = 0;
+  instance_id owner = 0;
+};
+
+/// rManager -> gManager and the event log: how a move ended.
+struct move_report {
+  move_id id = 0;
+  request_id req_id = 0;
+  instance_id src_inst = 0;
+  instance_id dst_inst = 0;
+  uint32_t blocks = 0;
+  bool ok = false;
+  bool self_initiated = false;  ///< a loan the rManager asked for, not a gManager order
+  std::string reason;
+  bool computed = false;  ///< a room's chunk, computed at the destination (nothing was copied)
+};
+
+// ---- inspect overloads (CAF serialization) ---
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_placement_entry& x) {
+  return f(caf::meta::type_name("request_placement_entry"), x.req_id, x.inst_id, x.num_blocks, x.local);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, instance_stats& x) {
+  return f(caf::meta::type_name("instance_stats"), x.total_blocks, x.free_blocks, x.hosted_blocks,
+           x.borrowed_blocks, x.batch_size, x.waiting, x.waiting_blocks, x.draining);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, heartbeat& x) {
+  return f(caf::meta::type_name("heartbeat"), x.inst_id, x.seq, x.stats, x.placement);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, move_kvcache& x) {
+  return f(caf::meta::type_name("move_kvcache"), x.id, x.req_id, x.num_blocks, x.dst_inst);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, try_move_kvcache& x) {
+  return f(caf::meta::type_name("try_move_kvcache"), x.id, x.req_id, x.num_blocks, x.src_inst);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, move_reservation& x) {
+  return f(caf::meta::type_name("move_reservation"), x.id, x.dst_inst, x.granted, x.reason, x.free_blocks, x.blocks,
+           x.region_address, x.region_bytes, x.region_key, x.block_bytes, x.lease_ms);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, commit_move& x) {
+  return f(caf::meta::type_name("commit_move"), x.id, x.req_id, x.src_inst, x.logical, x.checksummed, x.checksum);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, commit_result& x) {
+  return f(caf::meta::type_name("commit_result"), x.id, x.committed, x.reason);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, abort_move& x) {
+  return f(caf::meta::type_name("abort_move"), x.id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, release_blocks& x) {
+  return f(caf::meta::type_name("release_blocks"), x.req_id, x.owner);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, move_report& x) {
+  return f(caf::meta::type_name("move_report"), x.id, x.req_id, x.src_inst, x.dst_inst, x.blocks, x.ok,
+           x.self_initiated, x.reason, x.computed);
+}
+
+}  // namespace illm::actors

@@ -1,0 +1,126 @@
+#pragma once
+// Room prefill: a long prompt prefilled by its room's holders, where its KV stays.
+//
+//
+// The owner hands its prompt out in chunks, each to a holder of its room: the owner's rManager reserves the
+// chunk's blocks there (a move's reservation, taken from the room's promise), the holder's instance computes
+// the chunk into them as part of its own steps, attending the blocks before it wherever they are (those of
+// chunks still being computed elsewhere once their layer is written: kv_pool::mark_written), and the owner
+// commits them as hosted blocks of its request. A chunk goes out only once the step computing the one
+// before it has started, so every step waits only for steps that started before it.
+
+#include <caf/all.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "actors/placement/types.hpp"
+
+namespace illm::actors {
+
+/// owner instance -> its rManager: reserve num_blocks at `holder` for a chunk of req_id that the holder will
+/// compute (answer: move_reservation, granted or refused).
+struct reserve_chunk {
+  move_id id = 0;
+  request_id req_id = 0;
+  instance_id holder = 0;
+  uint32_t num_blocks = 0;
+};
+
+/// owner instance -> holder instance: compute the KV of positions [pos0, pos0 + tokens.size()) of req_id into
+/// the blocks that move `id` reserved there, the blocks before them being where the table places them
+/// (answer: chunk_done once that KV is written, or why not).
+struct prefill_chunk {
+  move_id id = 0;
+  instance_id owner = 0;
+  request_id req_id = 0;
+  int32_t pos0 = 0;
+  std::vector<int32_t> tokens;
+  std::vector<uint32_t> table_pools;   ///< per logical block of [0, pos0 + tokens.size()): its instance
+  std::vector<uint32_t> table_blocks;  ///< ... and its physical block there
+};
+
+/// holder instance -> owner instance: the step computing chunk `id` has started; the next chunk may go.
+struct chunk_started {
+  move_id id = 0;
+};
+
+/// The answer to prefill_chunk.
+struct chunk_done {
+  move_id id = 0;
+  bool ok = false;
+  std::string error;
+};
+
+/// owner instance -> its rManager: chunk `id` of req_id is written: commit its blocks at their holder as these
+/// logical blocks of the request (answer: bool, whether the holder committed them).
+struct commit_chunk {
+  move_id id = 0;
+  request_id req_id = 0;
+  std::vector<uint32_t> logical;
+};
+
+/// owner instance -> its rManager: give chunk `id`'s reservation back (its request starts over or ended).
+struct abort_chunk {
+  move_id id = 0;
+};
+
+/// holder instance -> its rManager: chunk `id` of (owner, req_id) is being computed here: its reservation does
+/// not expire nor go back until return_reservation (answer: its blocks; none when there is no such reservation).
+struct take_reservation {
+  move_id id = 0;
+  instance_id owner = 0;
+  request_id req_id = 0;
+};
+
+/// holder instance -> its rManager: chunk `id` ended here (written, failed or cancelled): its reservation waits
+/// for the owner's commit for a lease again, or goes back now if it was aborted meanwhile.
+struct return_reservation {
+  move_id id = 0;
+};
+
+/// holder rManager -> its instance: stop computing chunk `id` (its request ended, or the owner gave it up).
+struct cancel_chunk {
+  move_id id = 0;
+};
+
+// ---- inspect overloads (CAF serialization) ---
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reserve_chunk& x) {
+  return f(caf::meta::type_name("reserve_chunk"), x.id, x.req_id, x.holder, x.num_blocks);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, prefill_chunk& x) {
+  return f(caf::meta::type_name("prefill_chunk"), x.id, x.owner, x.req_id, x.pos0, x.tokens, x.table_pools,
+           x.table_blocks);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, chunk_started& x) {
+  return f(caf::meta::type_name("chunk_started"), x.id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, chunk_done& x) {
+  return f(caf::meta::type_name("chunk_done"), x.id, x.ok, x.error);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, commit_chunk& x) {
+  return f(caf::meta::type_name("commit_chunk"), x.id, x.req_id, x.logical);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, abort_chunk& x) {
+  return f(caf::meta::type_name("abort_chunk"), x.id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, take_reservation& x) {
+  return f(caf::meta::type_name("take_reservation"), x.id, x.owner, x.req_id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, return_reservation& x) {
+  return f(caf::meta::type_name("return_reservation"), x.id);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cancel_chunk& x) {
+  return f(caf::meta::type_name("cancel_chunk"), x.id);
+}
+
+}  // namespace illm::actors
