@@ -9,8 +9,6 @@ namespace illm::actors {
 
 namespace {
 
-using written_atom = caf::atom_constant<caf::atom("written")>;
-using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
 
 /// A chunk's attend whose blocks are not written that far yet.
 struct parked_attend {
@@ -40,7 +38,7 @@ struct attention_server_state {
   static inline const char* name = "attention_server";
 };
 
-using self_ptr = caf::stateful_actor<attention_server_state>*;
+using self_ptr = attention_server_actor::stateful_pointer<attention_server_state>;
 
 /// MicroAttention of `a`'s queries over `physical` (first tokens at `first_token`) into `p`.
 void attend_blocks(const attention_server_config& c, const attend& a, const std::vector<uint32_t>& physical,
@@ -146,7 +144,7 @@ uint64_t start_relay(self_ptr self, const attention_server_config& c, instance_i
   const uint64_t id = st.next_relay++;
   st.relays[id] = {from, a.tag, a.forwards.size() + 1, {}, false, {}, std::chrono::steady_clock::now()};
   if (c.metrics) c.metrics->attention_relays.with({std::to_string(c.plane->self())}).add();
-  caf::actor me = caf::actor_cast<caf::actor>(self);
+  attention_server_actor me{self};
   for (const attend::forward& f : a.forwards) {
     attend sub;
     sub.tag = relay_tag_bit | (uint64_t(c.plane->self()) << 44) | st.next_relay++;
@@ -206,12 +204,14 @@ void schedule_recheck(self_ptr self) {
   self->delayed_send(self, std::chrono::milliseconds(200), recheck_atom::value);
 }
 
-caf::behavior attention_server_behavior(self_ptr self, attention_server_config config) {
+attention_server_actor::behavior_type attention_server_behavior(self_ptr self, attention_server_config config) {
   auto cfg = std::make_shared<attention_server_config>(std::move(config));
-  auto me = caf::actor_cast<caf::weak_actor_ptr>(self);
+  // The pool outlives the server: its listener holds the server weakly, and tells it only while it lives.
+  caf::weak_actor_ptr me{self->ctrl()};
   if (cfg->watches_writes)
     cfg->pool->set_written_listener([me] {
-      if (auto server = caf::actor_cast<caf::actor>(me)) caf::anon_send(server, written_atom::value);
+      if (caf::strong_actor_ptr server = me.lock())
+        server->enqueue(nullptr, caf::make_message_id(), caf::make_message(written_atom::value), nullptr);
     });
   return {
       [=](const incoming_attend& in) {
@@ -251,12 +251,12 @@ caf::behavior attention_server_behavior(self_ptr self, attention_server_config c
 
 }  // namespace
 
-caf::actor spawn_attention_server(caf::actor_system& sys, attention_server_config config) {
+attention_server_actor spawn_attention_server(caf::actor_system& sys, attention_server_config config) {
   return sys.spawn<caf::detached>(attention_server_behavior, std::move(config));
 }
 
 void attention_servers::accept(instance_id from, std::vector<uint8_t> bytes) const {
-  const caf::actor& to = is_decode_attend(bytes) ? decode : prefill;
+  const attention_server_actor& to = is_decode_attend(bytes) ? decode : prefill;
   caf::anon_send(to, incoming_attend{from, std::move(bytes)});
 }
 

@@ -41,11 +41,11 @@ struct attention_server_config {
 };
 
 /// Spawns a detached attention server; feed it the data plane's attend messages (incoming_attend).
-caf::actor spawn_attention_server(caf::actor_system& sys, attention_server_config config);
+attention_server_actor spawn_attention_server(caf::actor_system& sys, attention_server_config config);
 
 /// An instance's attention servers: one for decode tokens' attends, one for everything else.
 struct attention_servers {
-  caf::actor decode, prefill;
+  attention_server_actor decode, prefill;
   /// Hands an attend payload from `from` to the server of its kind (is_decode_attend).
   void accept(instance_id from, std::vector<uint8_t> bytes) const;
 };

@@ -60,11 +60,7 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
   instance_node_options o;
   o.kv_blocks = options.kv_blocks_per_instance;
   o.threads = threads_for(options);
-  o.max_batch_tokens = options.max_batch_tokens;
-  o.max_batch_seqs = options.max_batch_seqs;
-  o.mixed_step_tokens = options.mixed_step_tokens;
-  o.overlap_min_tokens = options.overlap_min_tokens;
-  o.room_prefill_min_chunks = options.room_prefill_min_chunks;
+  o.batch = options.batch;
   o.heartbeat_period = options.heartbeat_period;
   o.lease = options.lease;
   o.attention_timeout = options.attention_timeout;
@@ -123,12 +119,12 @@ void cluster::shutdown() {
   stopped_ = true;
   requests_.cancel_all();
   for (const auto& n : nodes_)
-    for (const caf::actor& a : n->actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    for (const caf::actor_addr& a : n->actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(gmanager_, caf::exit_reason::user_shutdown);
   requests_.exit_all();
   system_->await_all_actors_done();
   for (const auto& n : nodes_) n->stop();  // drops the handles: detached actors' threads end
-  gmanager_ = caf::actor{};
+  gmanager_ = gmanager_actor{};
   requests_.clear();
   system_.reset();
 }

@@ -13,6 +13,7 @@
 #include "actors/event_log.hpp"
 #include "actors/messages.hpp"
 #include "actors/room_prefill.hpp"
+#include "actors/settings/settings.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "actors/placement/types.hpp"
 #include "gpu/engine.hpp"
@@ -30,11 +31,7 @@ struct cluster_options {
   int instances = 2;
   uint32_t kv_blocks_per_instance = 256;
   int threads_per_instance = 0;  ///< 0: cores / instances, at least one
-  int max_batch_tokens = 512;
-  int max_batch_seqs = 64;
-  int mixed_step_tokens = 0;  ///< a step with decode tokens prefills up to this many tokens (0: max_batch_tokens)
-  int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;  ///< steps this long with remote blocks: two lanes
-  int room_prefill_min_chunks = default_room_prefill_min_chunks;  ///< 0: rooms are filled by moves only
+  batch_settings batch;  ///< how every instance batches its steps
   std::chrono::milliseconds heartbeat_period{20};
   std::chrono::milliseconds policy_period{50};
   std::chrono::milliseconds lease{2000};
@@ -91,7 +88,7 @@ class cluster final : public request_router {
   std::shared_ptr<event_log> events_;
   request_table requests_;
   std::atomic<request_id> next_request_{1};
-  caf::actor gmanager_;
+  gmanager_actor gmanager_;
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;  // destroyed first: its actors use the nodes
   bool stopped_ = false;

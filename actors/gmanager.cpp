@@ -14,8 +14,8 @@ namespace {
 
 /// One member as the gManager knows it.
 struct member {
-  caf::actor rmanager;
-  caf::actor instance;
+  rmanager_actor rmanager;
+  instance_actor instance;
   instance_stats stats;
   std::vector<uint8_t> plane_address;
   std::string node;
@@ -53,7 +53,7 @@ struct gmanager_state {
 
 namespace {
 
-using self_ptr = caf::stateful_actor<gmanager_state>*;
+using self_ptr = gmanager_actor::stateful_pointer<gmanager_state>;
 
 void tell(self_ptr self, membership_event e) {
   if (self->state.config.on_membership) self->state.config.on_membership(e);
@@ -305,7 +305,7 @@ void forget_rooms_of(gmanager_state& st, instance_id id) {
 
 }  // namespace
 
-caf::behavior gmanager_behavior(self_ptr self, gmanager_config config) {
+gmanager_actor::behavior_type gmanager_behavior(self_ptr self, gmanager_config config) {
   self->state.config = std::move(config);
   self->set_down_handler([=](const caf::down_msg& down) {
     auto& members = self->state.members;
@@ -372,7 +372,7 @@ const char* to_string(membership_event::kind k) {
   return "?";
 }
 
-caf::actor spawn_gmanager(caf::actor_system& sys, gmanager_config config) {
+gmanager_actor spawn_gmanager(caf::actor_system& sys, gmanager_config config) {
   return sys.spawn(gmanager_behavior, std::move(config));
 }
 

@@ -49,6 +49,6 @@ struct gmanager_config {
 };
 
 /// Spawns a gManager.
-caf::actor spawn_gmanager(caf::actor_system& sys, gmanager_config config);
+gmanager_actor spawn_gmanager(caf::actor_system& sys, gmanager_config config);
 
 }  // namespace illm::actors

@@ -4,10 +4,12 @@
 // them are what a real system needs: membership, leases (commit/abort), rooms, room prefill, block release,
 // the attention data-plane payloads, and the messages between an instance, its rManager, its worker and its
 // requests. Structs with `inspect` overloads, registered by register_messages() so that they can cross
-// process boundaries; CAF 0.17 atoms hold at most 10 characters, so only timers use atoms.
+// process boundaries. The typed interfaces of the actors that take them, and the atoms, are in
+// actors/interfaces.hpp.
 
 #include <caf/all.hpp>
 
+#include "actors/interfaces.hpp"
 #include "actors/messages/instance_rmanager.hpp"
 #include "actors/messages/membership.hpp"
 #include "actors/messages/placement.hpp"
@@ -17,19 +19,6 @@
 #include "actors/messages/worker.hpp"
 
 namespace illm::actors {
-
-// ---- timers ---------------------------------------------------------------------------------------------
-
-using heartbeat_tick_atom = caf::atom_constant<caf::atom("hb_tick")>;
-using policy_tick_atom = caf::atom_constant<caf::atom("pol_tick")>;
-using lease_check_atom = caf::atom_constant<caf::atom("lease_chk")>;
-using liveness_tick_atom = caf::atom_constant<caf::atom("live_tick")>;
-/// (attach_atom, actor): tells an rManager which instance it manages.
-using attach_atom = caf::atom_constant<caf::atom("attach")>;
-/// (view_atom): asks the gManager for its cluster_view.
-using view_atom = caf::atom_constant<caf::atom("view")>;
-/// (moves_atom, request_id) -> gManager: the reports of that request's moves it has (the latest ones).
-using moves_atom = caf::atom_constant<caf::atom("moves")>;
 
 /// Registers every message type with a configuration (call before creating the actor system).
 void register_messages(caf::actor_system_config& cfg);

@@ -20,7 +20,9 @@ struct instance_node::parts {
   std::shared_ptr<transport::data_plane> plane;
   std::shared_ptr<remote_router> router;
   std::shared_ptr<event_log> events;
-  caf::actor rmanager, worker, instance;
+  rmanager_actor rmanager;
+  caf::actor worker;
+  instance_actor instance;
   attention_servers attention;
 };
 
@@ -41,7 +43,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
                                                                  std::shared_ptr<const gpu::model_weights> weights,
                                                                  const instance_node_options& options,
                                                                  std::shared_ptr<transport::data_plane> plane,
-                                                                 caf::actor gmanager) {
+                                                                 gmanager_actor gmanager) {
   if (options.kv_blocks < 2) return gpu::status{gpu::status_code::invalid_argument, "an instance needs at least 2 KV blocks"};
   auto n = std::make_unique<parts>();
   n->id = options.id;
@@ -58,8 +60,8 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   n->device = to_shared(std::move(device).value());
   n->attention_device = to_shared(std::move(attention_device).value());
   n->decode_attention_device = to_shared(std::move(decode_attention_device).value());
-  gpu::engine_options engine_options{options.max_batch_tokens, options.max_batch_seqs};
-  engine_options.overlap_min_tokens = options.overlap_min_tokens;
+  gpu::engine_options engine_options{options.batch.max_batch_tokens, options.batch.max_batch_seqs};
+  engine_options.overlap_min_tokens = options.batch.overlap_min_tokens;
   auto eng = gpu::engine::create(weights, *n->device, engine_options);
   if (!eng.is_ok()) return eng.error();
   n->engine = to_shared(std::move(eng).value());
@@ -80,7 +82,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   acfg.metrics = options.metrics;
   n->attention = spawn_attention_servers(sys, acfg, n->decode_attention_device);
   const attention_servers servers = n->attention;
-  caf::actor server = servers.prefill;  // the one that relays
+  attention_server_actor server = servers.prefill;  // the one that relays
   n->plane->on_message(transport::channel::attend, [servers](transport::peer_id from, std::vector<uint8_t> bytes) {
     servers.accept(instance_id(from), std::move(bytes));
   });
@@ -126,10 +128,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   icfg.worker = n->worker;
   icfg.rmanager = n->rmanager;
   icfg.promises = rcfg.promises;
-  icfg.max_batch_tokens = options.max_batch_tokens;
-  icfg.max_batch_seqs = options.max_batch_seqs;
-  icfg.mixed_step_tokens = options.mixed_step_tokens;
-  icfg.room_prefill_min_chunks = options.room_prefill_min_chunks;
+  icfg.batch = options.batch;
   icfg.metrics = options.metrics;
   n->instance = spawn_instance(sys, icfg);
   caf::anon_send(n->rmanager, attach_atom::value, n->instance);
@@ -137,13 +136,14 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
 }
 
 instance_id instance_node::id() const { return p_->id; }
-caf::actor instance_node::rmanager() const { return p_->rmanager; }
-caf::actor instance_node::instance() const { return p_->instance; }
+rmanager_actor instance_node::rmanager() const { return p_->rmanager; }
+instance_actor instance_node::instance() const { return p_->instance; }
 const gpu::kv_pool& instance_node::pool() const { return *p_->pool; }
 const transport::data_plane& instance_node::plane() const { return *p_->plane; }
 
-std::vector<caf::actor> instance_node::actors() const {
-  return {p_->instance, p_->worker, p_->attention.decode, p_->attention.prefill, p_->rmanager};
+std::vector<caf::actor_addr> instance_node::actors() const {
+  return {p_->instance.address(), p_->worker.address(), p_->attention.decode.address(),
+          p_->attention.prefill.address(), p_->rmanager.address()};
 }
 
 void instance_node::peer_failed(instance_id peer, const std::string& why) {
@@ -156,9 +156,12 @@ void instance_node::stop() {
   if (!p_ || !p_->rmanager) return;
   p_->plane->on_message(transport::channel::attend, nullptr);
   p_->plane->on_message(transport::channel::partials, nullptr);
-  for (const caf::actor& a : actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  for (const caf::actor_addr& a : actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   // Detached actors' threads end only when the last handle to their actor is gone.
-  p_->instance = p_->worker = p_->attention.decode = p_->attention.prefill = p_->rmanager = caf::actor{};
+  p_->instance = instance_actor{};
+  p_->worker = caf::actor{};
+  p_->attention = attention_servers{};
+  p_->rmanager = rmanager_actor{};
 }
 
 }  // namespace illm::actors

@@ -13,6 +13,7 @@
 #include "actors/event_log.hpp"
 #include "actors/messages.hpp"
 #include "actors/room_prefill.hpp"
+#include "actors/settings/settings.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/kv_pool.hpp"
 #include "gpu/weights.hpp"
@@ -25,11 +26,7 @@ struct instance_node_options {
   instance_id id = 0;
   uint32_t kv_blocks = 256;
   int threads = 0;  ///< 0: all cores
-  int max_batch_tokens = 512;
-  int max_batch_seqs = 64;
-  int mixed_step_tokens = 0;  ///< a step with decode tokens prefills up to this many tokens (0: max_batch_tokens)
-  int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;  ///< steps this long with remote blocks: two lanes
-  int room_prefill_min_chunks = default_room_prefill_min_chunks;  ///< 0: rooms are filled by moves only
+  batch_settings batch;  ///< how it batches its steps
   std::chrono::milliseconds heartbeat_period{20};
   std::chrono::milliseconds lease{2000};
   std::chrono::milliseconds attention_timeout{30000};
@@ -51,19 +48,19 @@ class instance_node {
                                                           std::shared_ptr<const gpu::model_weights> weights,
                                                           const instance_node_options& options,
                                                           std::shared_ptr<transport::data_plane> plane,
-                                                          caf::actor gmanager);
+                                                          gmanager_actor gmanager);
   ~instance_node();
   instance_node(const instance_node&) = delete;
   instance_node& operator=(const instance_node&) = delete;
 
   instance_id id() const;
-  caf::actor rmanager() const;
-  caf::actor instance() const;
+  rmanager_actor rmanager() const;
+  instance_actor instance() const;
   const gpu::kv_pool& pool() const;
   /// Its data plane (for the traffic counters).
   const transport::data_plane& plane() const;
   /// Its actors: instance, worker, the two attention servers (decode, prefill), rManager.
-  std::vector<caf::actor> actors() const;
+  std::vector<caf::actor_addr> actors() const;
 
   /// The data plane lost `peer` (its endpoint failed): remote attention waiting for it fails at once and
   /// the rManager fails moves to it and reconnects when the view names it again.

@@ -26,7 +26,7 @@ constexpr auto watch_period = std::chrono::milliseconds(500);
 /// gManager's node), so the watcher asks the gManager's view every period and, when a member left it (or
 /// the gManager is gone), tells the request actors the view: those served by a missing member go on
 /// elsewhere.
-caf::behavior watch_cluster(caf::event_based_actor* self, caf::actor gm, std::shared_ptr<std::atomic<bool>> alive,
+caf::behavior watch_cluster(caf::event_based_actor* self, gmanager_actor gm, std::shared_ptr<std::atomic<bool>> alive,
                             request_table* requests) {
   auto members = std::make_shared<std::set<instance_id>>();
   self->monitor(gm);
@@ -65,7 +65,7 @@ gpu::result<std::unique_ptr<remote_cluster>> remote_cluster::connect(const std::
   quiet_idle_scheduler(*c->config_);
   c->config_->load<caf::io::middleman>();
   c->system_ = std::make_unique<caf::actor_system>(*c->config_);
-  auto gm = c->system_->middleman().remote_actor(host, port);
+  auto gm = c->system_->middleman().remote_actor<gmanager_actor>(host, port);
   if (!gm)
     return gpu::status{gpu::status_code::io_error,
                        fmt::format("cannot reach the gManager at {}:{}: {}", host, port, c->system_->render(gm.error()))};
@@ -123,7 +123,7 @@ void remote_cluster::shutdown(std::chrono::milliseconds grace) {
   requests_.exit_all();
   if (watcher_) caf::anon_send_exit(watcher_, caf::exit_reason::user_shutdown);
   watcher_ = caf::actor{};
-  gmanager_ = caf::actor{};
+  gmanager_ = gmanager_actor{};
   // Not await_all_actors_done: CAF 0.17 counts one of the middleman's own actors as running after a
   // session with a remote node (see illm instance).
   system_->await_actors_before_shutdown(false);

@@ -44,7 +44,7 @@ class remote_cluster final : public request_router {
   request_table requests_{true};  // a request whose instance left goes on on another
   std::atomic<request_id> next_request_;
   std::shared_ptr<std::atomic<bool>> gmanager_alive_;
-  caf::actor gmanager_;
+  gmanager_actor gmanager_;
   caf::actor watcher_;
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;

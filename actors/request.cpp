@@ -11,7 +11,7 @@ struct request_state {
   generate_request request;  ///< as the client gave it
   std::vector<int32_t> tokens;
   request_callbacks callbacks;
-  caf::actor instance;
+  instance_actor instance;
   instance_id serving_id = 0;  ///< its id in the cluster's views
   bool resume_elsewhere = false;
   int32_t resumed = 0;           ///< times it went on on another instance
@@ -68,11 +68,6 @@ void resume(self_ptr self, const cluster_view& view) {
   submit(self, {target->instance, target->inst_id}, std::move(r));
 }
 
-/// Whether the message being handled comes from the instance serving the request now (not one it left).
-bool from_instance(self_ptr self) {
-  return self->current_sender() == caf::actor_cast<caf::strong_actor_ptr>(self->state.instance);
-}
-
 caf::behavior request_behavior(self_ptr self, generate_request request, serving_instance instance,
                                request_callbacks callbacks, bool resume_elsewhere) {
   auto& st = self->state;
@@ -91,13 +86,13 @@ caf::behavior request_behavior(self_ptr self, generate_request request, serving_
   return {
       [=](const token_event& t) {
         auto& st = self->state;
-        if (st.ended || t.req_id != st.request.id || !from_instance(self)) return;
+        if (st.ended || t.req_id != st.request.id || t.from != st.serving_id) return;
         if (int32_t(st.tokens.size()) >= st.request.max_tokens) return;  // never more than asked
         st.tokens.push_back(t.token);
         if (st.callbacks.on_token) st.callbacks.on_token(t.token);
       },
       [=](request_finished& f) {
-        if (f.req_id != self->state.request.id || !from_instance(self)) return;
+        if (f.req_id != self->state.request.id || f.from != self->state.serving_id) return;
         f.preemptions += self->state.resumed;  // its new instance counts from where it went on
         f.generated += self->state.generated_before;
         end(self, f);

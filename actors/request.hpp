@@ -17,7 +17,7 @@ struct request_callbacks {
 
 /// Where a request runs: an instance's actor and its id in the cluster's views.
 struct serving_instance {
-  caf::actor actor;
+  instance_actor actor;
   instance_id id = 0;
 };
 

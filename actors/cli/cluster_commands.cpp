@@ -35,6 +35,7 @@
 #include "actors/placement/simple_policy.hpp"
 #include "actors/remote.hpp"
 #include "gpu/model_files.hpp"
+#include "actors/cli/setting_flags.hpp"
 #include "transport/registry.hpp"
 
 namespace illm::cli {
@@ -144,12 +145,12 @@ void run_gmanager(const gmanager_flags& flags) {
       log("illm gmanager: move {} of request {}: instance {} -> {} failed: {}", r.id, r.req_id, r.src_inst, r.dst_inst,
           r.reason);
   };
-  caf::actor gm = actors::spawn_gmanager(sys, g);
+  actors::gmanager_actor gm = actors::spawn_gmanager(sys, g);
   auto port = sys.middleman().publish(gm, at.port, at.host.c_str(), true);
   if (!port) {
     caf::anon_send_exit(gm, caf::exit_reason::user_shutdown);
     const std::string why = sys.render(port.error());
-    gm = caf::actor{};
+    gm = actors::gmanager_actor{};
     sys.await_all_actors_done();
     fail(fmt::format("cannot listen on {}:{}: {}", at.host, at.port, why));
   }
@@ -161,7 +162,7 @@ void run_gmanager(const gmanager_flags& flags) {
   log("illm gmanager: {} received: stopping ({} members)", stop_signal_name(signal), members->load());
   sys.middleman().unpublish(gm, *port);
   caf::anon_send_exit(gm, caf::exit_reason::user_shutdown);
-  gm = caf::actor{};
+  gm = actors::gmanager_actor{};
   sys.await_all_actors_done();
   log("illm gmanager: stopped");
 }
@@ -179,7 +180,7 @@ struct instance_flags {
   int threads = 0;
   int heartbeat_ms = 50;
   int drain_timeout_s = 30;
-  int room_prefill_min_chunks = actors::default_room_prefill_min_chunks;
+  actors::batch_settings batch;
   std::string node;  // the node it runs on; empty: this host's name
 };
 
@@ -240,7 +241,7 @@ void log_traffic(const std::string& me, const transport::traffic& t) {
 }
 
 /// Why `id` cannot join: the gManager's view has an instance with it already (empty: it can).
-std::string id_in_use(caf::actor_system& sys, const caf::actor& gm, actors::instance_id id) {
+std::string id_in_use(caf::actor_system& sys, const actors::gmanager_actor& gm, actors::instance_id id) {
   std::string why;
   caf::scoped_actor s{sys, true};
   s->request(gm, std::chrono::seconds(5), actors::view_atom::value)
@@ -270,7 +271,7 @@ void run_instance(const instance_flags& flags) {
 
   auto cfg = networked_config();
   caf::actor_system sys{*cfg};
-  auto gm = sys.middleman().remote_actor(gm_at.host, gm_at.port);
+  auto gm = sys.middleman().remote_actor<actors::gmanager_actor>(gm_at.host, gm_at.port);
   if (!gm) fail(fmt::format("cannot reach the gManager at {}:{}: {}", gm_at.host, gm_at.port, sys.render(gm.error())));
 
   // If the gManager goes away (its process ended, the link broke), this instance reports it and ends.
@@ -299,18 +300,18 @@ void run_instance(const instance_flags& flags) {
   o.metrics = endpoint.metrics;
   o.kv_blocks = flags.kv_blocks;
   o.threads = flags.threads;
-  o.room_prefill_min_chunks = flags.room_prefill_min_chunks;
+  o.batch = flags.batch;
   o.heartbeat_period = std::chrono::milliseconds(flags.heartbeat_ms);
   auto started = actors::instance_node::start(sys, model->weights, o, plane, *gm);
   // Stops this instance's actors and waits (bounded) until each is down. Not await_all_actors_done: after a
   // session with a remote gManager, CAF 0.17 keeps one actor of its own counted as running (not ours: each of
   // ours is down), which would hang it, and the actor system's destructor, for ever.
   auto stop_all = [&](std::unique_ptr<actors::instance_node>* node) {
-    std::vector<caf::actor> mine;
+    std::vector<caf::actor_addr> mine;
     if (node && *node) mine = (*node)->actors();
-    mine.push_back(watcher);
+    mine.push_back(watcher.address());
     caf::scoped_actor waiter{sys, true};
-    for (const caf::actor& a : mine) waiter->monitor(a);
+    for (const caf::actor_addr& a : mine) waiter->monitor(a);
     if (node && *node) (*node)->stop();
     {
       std::lock_guard lock(sink->mutex);
@@ -483,10 +484,7 @@ void add_cluster_commands(CLI::App& app) {
   icmd->add_option("--node", f->node,
                    "The node (host) this instance runs on (default: the host name): a long step's queries to "
                    "several holders on another node go there once, through one of them");
-  icmd->add_option("--room-prefill-min-chunks", f->room_prefill_min_chunks,
-                   "A request with a room has its prompt prefilled by the room's holders when at least this many "
-                   "chunks go out (0: never; default 2)")
-      ->check(CLI::Range(0, 1 << 20));
+  add_setting_flags(icmd, actors::batch_settings_table(), f->batch);
   add_metrics_options(icmd, f->metrics_listen, f->metrics_prefix);
   add_config_file(icmd, R"({"join": "10.0.0.1:7000", "id": 3, "kv-blocks-per-instance": 4096, "ucx-net-devices": "eth0"})");
   icmd->callback([f] { run_instance(*f); });

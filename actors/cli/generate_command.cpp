@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "actors/cli/setting_flags.hpp"
 #include "actors/cli/commands.hpp"
 #include "actors/cluster.hpp"
 #include "actors/remote_cluster.hpp"
@@ -76,10 +77,7 @@ struct generate_flags {
   int instances = 0;  // 0: no cluster, the single-process DistAttention path over kv_pools
   uint32_t kv_blocks_per_instance = 0;
   int threads = 0;
-  int max_batch_tokens = 512;
-  int mixed_step_tokens = 0;
-  int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;
-  int room_prefill_min_chunks = actors::default_room_prefill_min_chunks;
+  actors::batch_settings batch;  ///< max_batch_tokens on one engine too; the rest with --instances
   std::string backend = "auto";
   bool json = false;
   std::string gmanager;  // HOST:PORT of a cluster of processes (illm gmanager): the request goes there
@@ -213,10 +211,7 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
           ? f.kv_blocks_per_instance
           : gpu::blocks_for_tokens(int64_t(options.prompt_ids.size()) + options.max_tokens) + 1;
   co.threads_per_instance = f.threads;
-  co.max_batch_tokens = f.max_batch_tokens;
-  co.mixed_step_tokens = f.mixed_step_tokens;
-  co.overlap_min_tokens = f.overlap_min_tokens;
-  co.room_prefill_min_chunks = f.room_prefill_min_chunks;
+  co.batch = f.batch;
   auto started = actors::cluster::start(model.weights, co);
   if (!started.is_ok()) fail(started.error().message());
   actors::cluster& c = *started.value();
@@ -282,7 +277,7 @@ void run_generate(const generate_flags& f) {
   options.sampling = {f.temperature, f.top_p};
   options.seed = f.seed >= 0 ? uint64_t(f.seed) : std::random_device{}();
   options.ignore_eos = f.ignore_eos;
-  options.max_batch_tokens = f.max_batch_tokens;
+  options.max_batch_tokens = f.batch.max_batch_tokens;
   if (!f.gmanager.empty() && (f.instances > 0 || f.kv_pools > 1))
     fail("give --gmanager, --instances or --kv-pools, not two of them", 2);
   const generation_report r = !f.gmanager.empty() ? run_on_gmanager(f, options)
@@ -321,24 +316,7 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::Range(2u, 1u << 24));
   cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores; per instance with --instances)")
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--max-batch-tokens", flags->max_batch_tokens, "Tokens per step (prefill chunk)")
-      ->check(CLI::Range(1, 1 << 16))
-      ->capture_default_str();
-  cmd->add_option("--mixed-step-tokens", flags->mixed_step_tokens,
-                  "With --instances: a step with decode tokens prefills up to this many tokens in all (0: up to "
-                  "--max-batch-tokens)")
-      ->check(CLI::Range(0, 1 << 16))
-      ->capture_default_str();
-  cmd->add_option("--overlap-min-tokens", flags->overlap_min_tokens,
-                  "With --instances: steps of this many tokens whose queries attend remote blocks run as two "
-                  "lanes, one's dense layers beside the other's remote attention (0: never)")
-      ->check(CLI::Range(0, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--room-prefill-min-chunks", flags->room_prefill_min_chunks,
-                  "With --instances: a request with a room has its prompt prefilled by the room's holders, chunk by "
-                  "chunk where its KV stays, when at least this many chunks go out (0: never)")
-      ->check(CLI::Range(0, 1 << 20))
-      ->capture_default_str();
+  add_setting_flags(cmd, actors::batch_settings_table(), flags->batch);
   cmd->add_option("--backend", flags->backend, "auto (cuda when a GPU is present, else cpu), cpu, cpu-reference or cuda")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print one JSON object");
   cmd->add_option("--gmanager", flags->gmanager,

@@ -93,11 +93,7 @@ routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu
   co.instances = c.instances;
   co.kv_blocks_per_instance = c.kv_blocks_per_instance;
   co.threads_per_instance = c.threads_per_instance;
-  co.max_batch_tokens = c.max_batch_tokens;
-  co.max_batch_seqs = c.max_batch_seqs;
-  co.mixed_step_tokens = c.mixed_step_tokens;
-  co.overlap_min_tokens = c.overlap_min_tokens;
-  co.room_prefill_min_chunks = c.room_prefill_min_chunks;
+  co.batch = c.batch;
   co.heartbeat_period = std::chrono::milliseconds(c.heartbeat_ms);
   co.policy_period = std::chrono::milliseconds(c.policy_ms);
   co.metrics = std::move(metrics);

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "actors/cli/setting_flags.hpp"
 #include "actors/cli/commands.hpp"
 #include "actors/sim/simulation.hpp"
 
@@ -295,13 +296,13 @@ void run_sim(const sim_flags& f) {
                    {"router", f.router},
                    {"max_unstarted", f.options.max_unstarted},
                    {"rate_scale", f.options.rate_scale > 0 ? nlohmann::json(f.options.rate_scale) : nlohmann::json("saturating")},
-                   {"max_batch_tokens", f.options.max_batch_tokens},
-                   {"max_batch_seqs", f.options.max_batch_seqs},
-                   {"mixed_step_tokens", f.options.mixed_step_tokens == actors::sim::auto_mixed_step_tokens
+                   {"max_batch_tokens", f.options.batch.max_batch_tokens},
+                   {"max_batch_seqs", f.options.batch.max_batch_seqs},
+                   {"mixed_step_tokens", f.options.batch.mixed_step_tokens == actors::sim::auto_mixed_step_tokens
                                              ? nlohmann::json("knee")
-                                             : nlohmann::json(f.options.mixed_step_tokens)},
-                   {"overlap_min_tokens", f.options.overlap_min_tokens},
-                   {"room_prefill_min_chunks", f.options.room_prefill_min_chunks},
+                                             : nlohmann::json(f.options.batch.mixed_step_tokens)},
+                   {"overlap_min_tokens", f.options.batch.overlap_min_tokens},
+                   {"room_prefill_min_chunks", f.options.batch.room_prefill_min_chunks},
                    {"room_pass_limit_s", f.room_pass_limit_s},
                    {"kv_scale", f.options.kv_scale},
                    {"timed_links", f.options.timed_links},
@@ -314,12 +315,12 @@ void run_sim(const sim_flags& f) {
                f.options.kv_scale != 1 ? fmt::format(" with {}x its KV memory", f.options.kv_scale) : "",
                f.options.timed_links ? "" : ", links taking no time",
                f.options.rate_scale > 0 ? fmt::format("x{}", f.options.rate_scale) : "all at once",
-               f.options.max_batch_tokens, f.options.max_batch_seqs,
-               f.options.overlap_min_tokens > 0
-                   ? fmt::format("two lanes from {} tokens with remote blocks", f.options.overlap_min_tokens)
+               f.options.batch.max_batch_tokens, f.options.batch.max_batch_seqs,
+               f.options.batch.overlap_min_tokens > 0
+                   ? fmt::format("two lanes from {} tokens with remote blocks", f.options.batch.overlap_min_tokens)
                    : "one lane",
-               f.options.room_prefill_min_chunks > 0
-                   ? fmt::format("room prefill from {} chunks", f.options.room_prefill_min_chunks)
+               f.options.batch.room_prefill_min_chunks > 0
+                   ? fmt::format("room prefill from {} chunks", f.options.batch.room_prefill_min_chunks)
                    : "rooms filled by moves",
                f.hosted == "interleaved" ? "" : ", hosted attention " + f.hosted,
                f.hosted_order == "decode-first" ? "" : ", hosted attention in arrival order");
@@ -369,27 +370,9 @@ void add_sim_command(CLI::App& app) {
                   "Requests an instance may hold that have not started; the front end queues the rest (0: none held)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--max-batch-tokens", f->options.max_batch_tokens, "Tokens per step")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--mixed-step-tokens", f->options.mixed_step_tokens,
-                  "A step with decode tokens prefills up to this many tokens in all, so that prompts spread over the "
-                  "decode steps (default: where the profile's dense time per token comes within 10% of its best; 0: "
-                  "up to --max-batch-tokens)")
-      ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--max-batch-seqs", f->options.max_batch_seqs, "Sequences per step")
-      ->check(CLI::Range(1, 1 << 16))
-      ->capture_default_str();
-  cmd->add_option("--overlap-min-tokens", f->options.overlap_min_tokens,
-                  "Steps of this many tokens or more whose queries attend remote blocks run as two lanes, one's dense "
-                  "layers beside the other's remote attention (0: never)")
-      ->check(CLI::Range(0, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--room-prefill-min-chunks", f->options.room_prefill_min_chunks,
-                  "A request with a room has its prompt prefilled by the room's holders, chunk by chunk where its KV "
-                  "stays, when at least this many chunks go out (0: never; the owner prefills and moves its blocks)")
-      ->check(CLI::Range(0, 1 << 20))
-      ->capture_default_str();
+  add_setting_flags(cmd, actors::batch_settings_table(), f->options.batch);  // per GPU of an instance
+  cmd->get_option("--mixed-step-tokens")->default_str("the profile's knee: where its dense time per token comes within "
+                                                      "10% of its best");
   cmd->add_option("--room-pass-limit", f->room_pass_limit_s,
                   "While a long request waits for its room, younger requests whose rooms are no larger and fit have "
                   "theirs first, for this many seconds of its waiting (0: they wait behind it)")

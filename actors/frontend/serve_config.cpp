@@ -49,18 +49,6 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
       {"instances", {integer(&serve_config::instances, 1, 64), "instances of the embedded cluster"}},
       {"kv_blocks_per_instance", {integer(&serve_config::kv_blocks_per_instance, 2, 1 << 24), "KV blocks per instance"}},
       {"threads_per_instance", {integer(&serve_config::threads_per_instance, 0, 1024), "CPU threads per instance"}},
-      {"max_batch_tokens", {integer(&serve_config::max_batch_tokens, 1, 1 << 16), "tokens per engine step"}},
-      {"max_batch_seqs", {integer(&serve_config::max_batch_seqs, 1, 4096), "sequences per engine step"}},
-      {"mixed_step_tokens",
-       {integer(&serve_config::mixed_step_tokens, 0, 1 << 16),
-        "a step with decode tokens prefills up to this many tokens in all, spreading prompts over the decode steps "
-        "(0: up to max_batch_tokens)"}},
-      {"overlap_min_tokens",
-       {integer(&serve_config::overlap_min_tokens, 0, 1 << 20),
-        "steps of this many tokens with remote blocks run as two lanes, dense beside remote attention (0: never)"}},
-      {"room_prefill_min_chunks",
-       {integer(&serve_config::room_prefill_min_chunks, 0, 1 << 20),
-        "a request with a room has its prompt prefilled by the room's holders when this many chunks go out (0: never)"}},
       {"heartbeat_ms", {integer(&serve_config::heartbeat_ms, 1, 60000), "rManager heartbeat period"}},
       {"policy_ms", {integer(&serve_config::policy_ms, 1, 3600000), "gManager placement period"}},
       {"policy",
@@ -112,6 +100,13 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
   return k;
 }
 
+/// What a batch setting means and its range, for an error about it.
+std::string help_of(const std::string& key) {
+  for (const auto& s : batch_settings_table())
+    if (key == s.key) return fmt::format("{}; {} to {}", s.help, s.lo, s.hi);
+  return {};
+}
+
 }  // namespace
 
 gpu::result<serve_config> load_serve_config(const std::string& path) {
@@ -126,6 +121,11 @@ gpu::result<serve_config> load_serve_config(const std::string& path) {
   if (!j.is_object()) return gpu::status{gpu::status_code::invalid_argument, fmt::format("config file {}: not an object", path)};
   serve_config c;
   for (const auto& [key, value] : j.items()) {
+    const setting_read batch = read_setting(batch_settings_table(), key, value, c.batch);
+    if (batch == setting_read::read) continue;
+    if (batch == setting_read::bad_value)
+      return gpu::status{gpu::status_code::invalid_argument,
+                         fmt::format("config file {}: bad value for '{}' ({})", path, key, help_of(key))};
     auto it = keys().find(key);
     if (it == keys().end())
       return gpu::status{gpu::status_code::invalid_argument, fmt::format("config file {}: unknown key '{}'", path, key)};
@@ -137,8 +137,11 @@ gpu::result<serve_config> load_serve_config(const std::string& path) {
 }
 
 std::string serve_config_keys() {
+  std::map<std::string, std::string> all;
+  for (const auto& [key, entry] : keys()) all[key] = entry.second;
+  for (const auto& s : batch_settings_table()) all[s.key] = fmt::format("{} ({} to {})", s.help, s.lo, s.hi);
   std::string out;
-  for (const auto& [key, entry] : keys()) out += fmt::format("  {:<24} {}\n", key, entry.second);
+  for (const auto& [key, help] : all) out += fmt::format("  {:<24} {}\n", key, help);
   return out;
 }
 

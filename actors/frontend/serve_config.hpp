@@ -7,8 +7,7 @@
 #include <string>
 
 #include "actors/frontend/service.hpp"
-#include "actors/room_prefill.hpp"
-#include "gpu/engine.hpp"
+#include "actors/settings/settings.hpp"
 
 namespace illm::actors::frontend {
 
@@ -21,11 +20,7 @@ struct serve_config {
   int instances = 2;
   uint32_t kv_blocks_per_instance = 1024;
   int threads_per_instance = 0;  ///< 0: cores / instances
-  int max_batch_tokens = 512;
-  int max_batch_seqs = 64;
-  int mixed_step_tokens = 0;  ///< a step with decode tokens prefills up to this many tokens (0: max_batch_tokens)
-  int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;  ///< steps this long with remote blocks: two lanes
-  int room_prefill_min_chunks = default_room_prefill_min_chunks;  ///< room prefill when at least this many chunks go out (0: never)
+  batch_settings batch;  ///< how every instance batches its steps (keys: batch_settings_table())
   int heartbeat_ms = 50;
   int policy_ms = 100;
   std::string policy = "greedy";  ///< the embedded gManager's placement: greedy (the performance model) or simple

@@ -15,7 +15,7 @@ namespace {
 constexpr uint32_t max_kv_losses = 3;
 
 void refuse(self_ptr self, const generate_request& r, std::string why) {
-  self->send(r.client, request_finished{r.id, "error", std::move(why), 0, {}});
+  tell_client(self, r.client, request_finished{r.id, "error", std::move(why), 0, {}});
 }
 
 /// Whether another instance has blocks this one may move into.
@@ -68,7 +68,7 @@ uint32_t blocks_for_new(const instance_state& st, uint32_t need, uint32_t promis
 }
 
 uint32_t working_set(const instance_state& st) {
-  return admission::working_set(st.config.max_batch_tokens, st.config.pool->total_blocks());
+  return admission::working_set(st.config.batch.max_batch_tokens, st.config.pool->total_blocks());
 }
 
 /// Decides about the head of the queue and asks for the room or loan the decision names.
@@ -155,7 +155,7 @@ void backfill(self_ptr self, uint32_t head_need, uint32_t promised) {
   const uint32_t keep = admission::head_keeps(head_need, st.config.pool->total_blocks(),
                                               st.room_granted == st.waiting.front().id, st.room_keep, working_set(st));
   if (keep == 0) return;
-  for (size_t i = 1; i < st.waiting.size() && int(st.batcher->active().size()) < st.config.max_batch_seqs;) {
+  for (size_t i = 1; i < st.waiting.size() && int(st.batcher->active().size()) < st.config.batch.max_batch_seqs;) {
     const generate_request& r = st.waiting[i];
     const uint32_t need = admission::blocks_needed(r.prompt.size(), r.max_tokens);
     if (!admission::may_backfill(need, st.config.pool->total_blocks(), keep, blocks_for_new(st, need, promised))) {
@@ -206,7 +206,7 @@ void admit(self_ptr self) {
   auto& st = self->state;
   uint32_t promised = promised_blocks(st);
   bool admitted = false;
-  while (!st.waiting.empty() && int(st.batcher->active().size()) < st.config.max_batch_seqs) {
+  while (!st.waiting.empty() && int(st.batcher->active().size()) < st.config.batch.max_batch_seqs) {
     const generate_request& r = st.waiting.front();
     const uint32_t need = admission::blocks_needed(r.prompt.size(), r.max_tokens);
     const admission::verdict v = judge(self, need, promised);
@@ -271,7 +271,7 @@ void on_cancel(self_ptr self, const cancel_request& c) {
   auto& st = self->state;
   auto w = std::find_if(st.waiting.begin(), st.waiting.end(), [&](const auto& r) { return r.id == c.req_id; });
   if (w != st.waiting.end()) {
-    self->send(w->client, request_finished{c.req_id, "cancelled", {}, 0, {}});
+    tell_client(self, w->client, request_finished{c.req_id, "cancelled", {}, 0, {}});
     st.waiting_since.erase(st.waiting_since.begin() + (w - st.waiting.begin()));
     st.waiting.erase(w);
     st.requests.erase(c.req_id);  // one that started over

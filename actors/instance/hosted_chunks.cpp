@@ -15,9 +15,10 @@ std::string chunk_refusal(const instance_state& st, const prefill_chunk& c) {
   const int64_t b = gpu::kv_block_tokens, end = int64_t(c.pos0) + int64_t(c.tokens.size());
   if (c.tokens.empty() || c.pos0 < 0 || c.pos0 % b != 0 || end % b != 0 || c.owner == st.config.id)
     return "a chunk must cover whole blocks of another instance's request";
-  if (int64_t(c.tokens.size()) > st.config.max_batch_tokens)
+  if (!c.owner_instance) return "a chunk must name its owner's instance";
+  if (int64_t(c.tokens.size()) > st.config.batch.max_batch_tokens)
     return fmt::format("a chunk of {} tokens exceeds this instance's {} per step", c.tokens.size(),
-                       st.config.max_batch_tokens);
+                       st.config.batch.max_batch_tokens);
   if (c.table_pools.size() != size_t(end / b) || c.table_blocks.size() != c.table_pools.size())
     return "the chunk's block table does not cover its positions";
   for (int32_t t : c.tokens)
@@ -50,7 +51,7 @@ std::shared_ptr<gpu::sequence> chunk_sequence(const prefill_chunk& c) {
 
 /// Starts computing chunk `c` into `blocks` (its reservation here), if they are the chunk's own blocks.
 void start_hosted_chunk(self_ptr self, const prefill_chunk& c, const std::vector<uint32_t>& blocks,
-                        caf::typed_response_promise<chunk_done> done, caf::actor owner) {
+                        caf::typed_response_promise<chunk_done> done) {
   auto& st = self->state;
   if (!reservation_matches(st, c, blocks)) {
     if (!blocks.empty()) self->send(st.config.rmanager, return_reservation{c.id});
@@ -59,7 +60,7 @@ void start_hosted_chunk(self_ptr self, const prefill_chunk& c, const std::vector
     return;
   }
   auto seq = chunk_sequence(c);
-  st.hosted_chunks[c.id] = {seq, std::move(done), std::move(owner), false, uint32_t(blocks.size())};
+  st.hosted_chunks[c.id] = {seq, std::move(done), c.owner_instance, false, uint32_t(blocks.size())};
   st.batcher->add(std::move(seq));
   maybe_step(self);
 }
@@ -70,11 +71,10 @@ caf::result<chunk_done> accept_chunk(self_ptr self, prefill_chunk& c) {
   auto& st = self->state;
   if (std::string why = chunk_refusal(st, c); !why.empty()) return chunk_done{c.id, false, std::move(why)};
   if (st.hosted_chunks.count(c.id)) return chunk_done{c.id, false, "that chunk is already being computed here"};
-  caf::actor owner = caf::actor_cast<caf::actor>(self->current_sender());  // before the promise takes it
   auto done = self->make_response_promise<chunk_done>();
   auto chunk = std::make_shared<prefill_chunk>(std::move(c));
   self->request(st.config.rmanager, caf::infinite, take_reservation{chunk->id, chunk->owner, chunk->req_id})
-      .then([=](const std::vector<uint32_t>& blocks) mutable { start_hosted_chunk(self, *chunk, blocks, done, owner); },
+      .then([=](const std::vector<uint32_t>& blocks) mutable { start_hosted_chunk(self, *chunk, blocks, done); },
             [=](const caf::error& e) mutable {
               done.deliver(chunk_done{chunk->id, false, "no reservation: " + self->system().render(e)});
             });

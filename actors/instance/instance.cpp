@@ -78,6 +78,16 @@ void note_promised(const instance_state& st) {
   st.config.promises->set_queued(need <= st.config.pool->total_blocks() ? need : 0);
 }
 
+void tell_client(self_ptr self, const caf::actor& client, token_event e) {
+  e.from = self->state.config.id;
+  caf::anon_send(client, std::move(e));
+}
+
+void tell_client(self_ptr self, const caf::actor& client, request_finished e) {
+  e.from = self->state.config.id;
+  caf::anon_send(client, std::move(e));
+}
+
 void publish_placement(self_ptr self) {
   auto& st = self->state;
   note_promised(st);
@@ -113,7 +123,7 @@ void release_elsewhere(self_ptr self, request_id req) {
 
 namespace {
 
-caf::behavior instance_behavior(self_ptr self, instance_config config) {
+instance_actor::behavior_type instance_behavior(self_ptr self, instance_config config) {
   auto& st = self->state;
   st.config = std::move(config);
   st.blocks = std::make_unique<local_blocks>(st.config.pool, st.config.id,
@@ -135,17 +145,13 @@ caf::behavior instance_behavior(self_ptr self, instance_config config) {
       [=](prefill_chunk& c) { return accept_chunk(self, c); },
       [=](const cancel_chunk& c) { on_cancel_chunk(self, c); },
       [=](const chunk_started& c) { on_chunk_started(self, c.id); },
-      // reports: requests running and waiting
-      [=](caf::get_atom) {
-        return std::make_pair(uint32_t(self->state.batcher->active().size()), uint32_t(self->state.waiting.size()));
-      },
   };
 }
 
 }  // namespace
 }  // namespace instance_impl
 
-caf::actor spawn_instance(caf::actor_system& sys, instance_config config) {
+instance_actor spawn_instance(caf::actor_system& sys, instance_config config) {
   return sys.spawn(instance_impl::instance_behavior, std::move(config));
 }
 

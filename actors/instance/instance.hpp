@@ -12,6 +12,7 @@
 #include "actors/messages.hpp"
 #include "actors/pool_promises.hpp"
 #include "actors/room_prefill.hpp"
+#include "actors/settings/settings.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/engine.hpp"
 
@@ -22,20 +23,17 @@ struct instance_config {
   instance_id id = 0;
   std::shared_ptr<gpu::kv_pool> pool;
   caf::actor worker;
-  caf::actor rmanager;
-  int max_batch_tokens = 512;  ///< at most the worker's engine limits
-  int max_batch_seqs = 64;
-  int mixed_step_tokens = 0;  ///< a step with decode tokens prefills up to this many tokens (0: max_batch_tokens)
+  rmanager_actor rmanager;
+  /// How it batches its steps (max_batch_tokens at most the worker's engine limits). Room prefill
+  /// (actors/room_prefill.hpp): a request with a room has its prompt prefilled by the room's holders, in chunks of
+  /// a step's tokens less one per sequence a step holds (at least half a step), when their part is at least
+  /// room_prefill_min_chunks chunks.
+  batch_settings batch;
   uint32_t max_waiting = 1024;   ///< queued requests beyond this are refused
   uint32_t min_loan_blocks = 8;  ///< a loan asks for at least this many blocks
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
   bool stream_tokens = true;  ///< false (the simulator): only the first token and the end are sent
   bool lending = true;        ///< false (static-multi): admit against the local pool, never borrow
-  /// Room prefill (actors/room_prefill.hpp): a request with a room has its prompt prefilled by the room's
-  /// holders, in chunks of a step's tokens less one per sequence a step holds (at least half a step), when
-  /// their part is more than this many chunks less one. 0: never (this instance prefills it and moves its
-  /// blocks into the room).
-  int room_prefill_min_chunks = default_room_prefill_min_chunks;
   /// What its pool is promised to (shared with its rManager): the instance sets its running requests'
   /// share and reads the rooms'. None: nothing is promised to rooms, and the rManager hears the running
   /// requests' share with their placement.
@@ -43,6 +41,6 @@ struct instance_config {
 };
 
 /// Spawns an instance (on the scheduler: its handlers never block).
-caf::actor spawn_instance(caf::actor_system& sys, instance_config config);
+instance_actor spawn_instance(caf::actor_system& sys, instance_config config);
 
 }  // namespace illm::actors

@@ -13,8 +13,8 @@ namespace {
 /// Tokens of a room's chunk: a step's, less a decode token for every sequence a step may hold (at least half
 /// a step), so that a holder runs one whole beside its own decode tokens.
 int32_t chunk_tokens(const instance_state& st) {
-  const int32_t b = gpu::kv_block_tokens, step = st.config.max_batch_tokens;
-  return std::max(b, std::max(step - st.config.max_batch_seqs, step / 2) / b * b);
+  const int32_t b = gpu::kv_block_tokens, step = st.config.batch.max_batch_tokens;
+  return std::max(b, std::max(step - st.config.batch.max_batch_seqs, step / 2) / b * b);
 }
 
 void hand_out_chunk(self_ptr self, request_id req);
@@ -71,7 +71,7 @@ void on_chunk_done(self_ptr self, request_id req, move_id id, const chunk_done& 
 /// The chunk's positions and the table up to its end, for its holder.
 prefill_chunk chunk_message(const instance_state& st, move_id id, request_id req, const gpu::sequence& seq,
                             const room_prefill_plan::chunk& c) {
-  prefill_chunk chunk{id, st.config.id, req, c.pos0, {}, {}, {}};
+  prefill_chunk chunk{id, st.config.id, req, c.pos0, {}, {}, {}, {}};
   chunk.tokens.assign(seq.tokens.begin() + c.pos0, seq.tokens.begin() + c.end);
   for (size_t b = 0; b < size_t(c.end / gpu::kv_block_tokens); ++b) {
     chunk.table_pools.push_back(seq.table[b].pool);
@@ -98,6 +98,7 @@ void on_chunk_reserved(self_ptr self, request_id req, move_id id, const move_res
   }
   for (uint32_t b : reservation.blocks) seq->table.push_back({c.holder, b});  // chunks go out in order
   prefill_chunk chunk = chunk_message(st, id, req, *seq, c);
+  chunk.owner_instance = instance_actor{self};
   publish_placement(self);
   self->request(holder->instance, caf::infinite, std::move(chunk))
       .then([=](const chunk_done& d) { on_chunk_done(self, req, id, d); },
@@ -170,11 +171,11 @@ void on_chunk_done(self_ptr self, request_id req, move_id id, const chunk_done& 
 void begin_room_prefill(self_ptr self, request_id req) {
   auto& st = self->state;
   auto r = st.requests.find(req);
-  if (r == st.requests.end() || st.config.room_prefill_min_chunks <= 0) return;
+  if (r == st.requests.end() || st.config.batch.room_prefill_min_chunks <= 0) return;
   gpu::sequence& seq = *r->second.seq;
   if (size_t(seq.n_cached) != seq.table.size() * gpu::kv_block_tokens) return;
   auto plan = room_prefill_plan::make(seq.n_cached, int32_t(seq.tokens.size()), chunk_tokens(st), st.granted_holders,
-                                      st.config.room_prefill_min_chunks);
+                                      st.config.batch.room_prefill_min_chunks);
   if (!plan) return;
   seq.held = true;
   st.prefills.insert_or_assign(req, std::move(*plan));

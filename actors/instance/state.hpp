@@ -57,7 +57,7 @@ struct picked_blocks {
 struct hosted_chunk {
   std::shared_ptr<gpu::sequence> seq;
   caf::typed_response_promise<chunk_done> done;  ///< answers the prefill_chunk
-  caf::actor owner;                              ///< the owner's instance, which hears chunk_started
+  instance_actor owner;                          ///< the owner's instance, which hears chunk_started
   bool started = false;
   uint32_t blocks = 0;  ///< that it fills
 };
@@ -96,7 +96,7 @@ struct instance_state {
   static inline const char* name = "instance";
 };
 
-using self_ptr = caf::stateful_actor<instance_state>*;
+using self_ptr = instance_actor::stateful_pointer<instance_state>;
 
 // ---- instance.cpp: what every protocol reads ----------------------------------------------------------------
 
@@ -110,6 +110,9 @@ uint32_t blocks_here(const instance_state& st, const gpu::sequence& seq);
 uint32_t promised_blocks(const instance_state& st);
 /// Tells the rManager, through the shared promises, what is spoken for here.
 void note_promised(const instance_state& st);
+/// Tells a request's client (its request actor, not a typed actor) a token or the end, as from this instance.
+void tell_client(self_ptr self, const caf::actor& client, token_event e);
+void tell_client(self_ptr self, const caf::actor& client, request_finished e);
 /// Sends the rManager the placement and load of this instance.
 void publish_placement(self_ptr self);
 /// Request `req` no longer holds blocks here as it did: its blocks elsewhere, room, moves and prefill go.

@@ -22,8 +22,8 @@ void notify_finished(self_ptr self) {
     if (it == st.requests.end()) continue;
     if (st.config.stream_tokens)
       for (int32_t i = int32_t(it->second.tokens_sent); i < seq->n_generated(); ++i)
-        self->send(it->second.client, token_event{seq->id, seq->tokens[size_t(seq->n_prompt + i)]});
-    self->send(it->second.client,
+        tell_client(self, it->second.client, token_event{seq->id, seq->tokens[size_t(seq->n_prompt + i)]});
+    tell_client(self, it->second.client,
                request_finished{seq->id, gpu::to_string(seq->finish), seq->error, seq->preemptions,
                                 it->second.placement, seq->n_generated(), it->second.first_token_ns, now_ns(self)});
     release_elsewhere(self, seq->id);
@@ -39,11 +39,11 @@ void send_new_tokens(self_ptr self, const gpu::step_plan& plan) {
     if (it == st.requests.end()) continue;
     if (!it->second.first_token_ns && s->n_generated() > 0) {
       it->second.first_token_ns = now_ns(self);
-      if (!st.config.stream_tokens) self->send(it->second.client, token_event{s->id, s->tokens[size_t(s->n_prompt)]});
+      if (!st.config.stream_tokens) tell_client(self, it->second.client, token_event{s->id, s->tokens[size_t(s->n_prompt)]});
     }
     if (s->finished() || !st.config.stream_tokens) continue;
     for (; int32_t(it->second.tokens_sent) < s->n_generated(); ++it->second.tokens_sent)
-      self->send(it->second.client,
+      tell_client(self, it->second.client,
                  token_event{s->id, s->tokens[size_t(s->n_prompt) + it->second.tokens_sent]});
   }
 }
@@ -122,9 +122,9 @@ gpu::shortage_action on_shortage(self_ptr self, const gpu::sequence& seq, uint32
 
 gpu::batcher_options batch_options(self_ptr self) {
   gpu::batcher_options o;
-  o.max_batch_tokens = self->state.config.max_batch_tokens;
-  o.max_batch_seqs = self->state.config.max_batch_seqs;
-  o.mixed_step_tokens = self->state.config.mixed_step_tokens;
+  o.max_batch_tokens = self->state.config.batch.max_batch_tokens;
+  o.max_batch_seqs = self->state.config.batch.max_batch_seqs;
+  o.mixed_step_tokens = self->state.config.batch.mixed_step_tokens;
   o.on_shortage = [self](const gpu::sequence& seq, uint32_t short_by) { return on_shortage(self, seq, short_by); };
   return o;
 }

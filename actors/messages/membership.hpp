@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "actors/interfaces.hpp"
 #include "actors/placement/types.hpp"
 
 namespace illm::actors {
@@ -17,8 +18,8 @@ struct instance_view {
   uint32_t total_blocks = 0;
   uint32_t free_blocks = 0;  ///< spare: free, not promised to its requests nor to a room
   bool draining = false;
-  caf::actor rmanager;
-  caf::actor instance;
+  rmanager_actor rmanager;
+  instance_actor instance;
   std::vector<uint8_t> plane_address;  ///< its data plane's worker address; empty: in-process (already connected)
   /// Blocks it keeps free for a long request that waits for room: it starts no new request in them.
   uint32_t held_for_room = 0;
@@ -52,8 +53,8 @@ struct cluster_view {
 /// rManager -> gManager: a new instance and its actors.
 struct join_cluster {
   instance_id inst_id = 0;
-  caf::actor rmanager;
-  caf::actor instance;
+  rmanager_actor rmanager;
+  instance_actor instance;
   instance_stats stats;
   std::vector<uint8_t> plane_address;  ///< its data plane's worker address (UCX); empty: in-process
   std::string node;                    ///< the node (host) it runs on; empty: the same as every other's

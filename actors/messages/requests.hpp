@@ -26,6 +26,7 @@ struct generate_request {
 struct token_event {
   request_id req_id = 0;
   int32_t token = 0;
+  instance_id from = 0;  ///< the instance that sent it (a request that went on elsewhere ignores its old one)
 };
 
 /// instance -> request actor: the request ended.
@@ -38,6 +39,7 @@ struct request_finished {
   int32_t generated = 0;       ///< tokens generated
   int64_t first_token_ns = 0;  ///< the instance's clock (virtual in the simulator) at the first token; 0: none
   int64_t finished_ns = 0;     ///< ... and at the end
+  instance_id from = 0;        ///< the instance that sent it
 };
 
 /// -> request actor or instance: stop generating req_id.
@@ -54,12 +56,12 @@ typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_event& x) {
-  return f(caf::meta::type_name("token_event"), x.req_id, x.token);
+  return f(caf::meta::type_name("token_event"), x.req_id, x.token, x.from);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_finished& x) {
   return f(caf::meta::type_name("request_finished"), x.req_id, x.reason, x.error, x.preemptions, x.placement,
-           x.generated, x.first_token_ns, x.finished_ns);
+           x.generated, x.first_token_ns, x.finished_ns, x.from);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cancel_request& x) {

@@ -37,6 +37,7 @@ struct prefill_chunk {
   std::vector<int32_t> tokens;
   std::vector<uint32_t> table_pools;   ///< per logical block of [0, pos0 + tokens.size()): its instance
   std::vector<uint32_t> table_blocks;  ///< ... and its physical block there
+  instance_actor owner_instance;       ///< the owner's instance, which hears chunk_started
 };
 
 /// holder instance -> owner instance: the step computing chunk `id` has started; the next chunk may go.
@@ -92,7 +93,7 @@ typename Inspector::result_type inspect(Inspector& f, reserve_chunk& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, prefill_chunk& x) {
   return f(caf::meta::type_name("prefill_chunk"), x.id, x.owner, x.req_id, x.pos0, x.tokens, x.table_pools,
-           x.table_blocks);
+           x.table_blocks, x.owner_instance);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, chunk_started& x) {

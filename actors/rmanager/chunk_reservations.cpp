@@ -27,7 +27,7 @@ caf::result<move_reservation> reserve_for_chunk(self_ptr self, const reserve_chu
   if (!holder || !holder->rmanager || c.holder == st.config.id || !reachable(st, c.holder))
     return refused_reservation(c.id, c.holder, fmt::format("instance {} is not a holder now", c.holder));
   auto promise = self->make_response_promise<move_reservation>();
-  caf::actor dst = holder->rmanager;
+  rmanager_actor dst = holder->rmanager;
   self->request(dst, st.config.answer_timeout, try_move_kvcache{c.id, c.req_id, c.num_blocks, st.config.id})
       .then(
           [=](move_reservation& r) mutable {

@@ -103,7 +103,7 @@ void copy_blocks(self_ptr self, move_id id) {
     move.checksummed = true;
     move.checksum = sum.value();
   }
-  caf::actor me = caf::actor_cast<caf::actor>(self);
+  rmanager_actor me{self};
   for (size_t i = 0; i < move.picked.physical.size(); ++i) {
     const uint64_t remote = move.reservation.region_address + move.reservation.blocks[i] * move.reservation.block_bytes;
     st.config.plane->put(move.dst, st.config.pool->block_data(move.picked.physical[i]), move.reservation.block_bytes,
@@ -124,7 +124,7 @@ void on_transfer(self_ptr self, const transfer_done& done) {
   outgoing_move& move = it->second;
   if (move.copies_left == 0) return commit(self, done.id);  // this was the flush
   if (--move.copies_left > 0) return;
-  caf::actor me = caf::actor_cast<caf::actor>(self);
+  rmanager_actor me{self};
   const move_id id = done.id;
   st.config.plane->flush(move.dst, [me, id](gpu::status s) {
     caf::anon_send(me, transfer_done{id, s.is_ok(), s.message()});

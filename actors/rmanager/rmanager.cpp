@@ -19,14 +19,14 @@ bool reachable(const rmanager_state& st, instance_id peer) {
 
 namespace {
 
-caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
+rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config config) {
   if (!config.promises) config.promises = std::make_shared<pool_promises>();
   self->state.config = std::move(config);
   join(self);
   self->send(self, heartbeat_tick_atom::value);
   return {
       // view: the instance attached, heartbeats, views, peers
-      [=](attach_atom, caf::actor instance) {
+      [=](attach_atom, instance_actor instance) {
         self->state.instance = std::move(instance);
         join(self);
       },
@@ -68,7 +68,7 @@ caf::behavior rmanager_behavior(self_ptr self, rmanager_config config) {
 }  // namespace
 }  // namespace rmanager_impl
 
-caf::actor spawn_rmanager(caf::actor_system& sys, rmanager_config config) {
+rmanager_actor spawn_rmanager(caf::actor_system& sys, rmanager_config config) {
   return sys.spawn(rmanager_impl::rmanager_behavior, std::move(config));
 }
 

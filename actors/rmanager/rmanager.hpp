@@ -34,7 +34,7 @@ struct rmanager_config {
   std::shared_ptr<pool_promises> promises;  ///< shared with the instance (one is made when none is given)
   std::shared_ptr<transport::data_plane> plane;
   transport::remote_region region;  ///< the pool's registered memory
-  caf::actor gmanager;
+  gmanager_actor gmanager;
   std::shared_ptr<event_log> events;
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
   std::chrono::milliseconds heartbeat_period{50};
@@ -57,6 +57,6 @@ struct rmanager_config {
 
 /// Spawns an rManager; it joins the gManager at once. Its instance is attached afterwards with
 /// (attach_atom, instance).
-caf::actor spawn_rmanager(caf::actor_system& sys, rmanager_config config);
+rmanager_actor spawn_rmanager(caf::actor_system& sys, rmanager_config config);
 
 }  // namespace illm::actors

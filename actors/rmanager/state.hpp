@@ -22,7 +22,7 @@ namespace illm::actors::rmanager_impl {
 struct outgoing_move {
   request_id req = 0;
   instance_id dst = 0;
-  caf::actor dst_rmanager;
+  rmanager_actor dst_rmanager;
   uint32_t asked = 0;
   bool self_initiated = false;
   bool cancelled = false;  // the request ended meanwhile: give everything back
@@ -50,14 +50,14 @@ struct incoming_move {
 struct outgoing_chunk {
   request_id req = 0;
   instance_id dst = 0;
-  caf::actor dst_rmanager;
+  rmanager_actor dst_rmanager;
   uint32_t blocks = 0;
 };
 
 /// Everything an rManager keeps.
 struct rmanager_state {
   rmanager_config config;
-  caf::actor instance;
+  instance_actor instance;
   cluster_view view;
   uint64_t heartbeat_seq = 0;
   placement_update placement;
@@ -115,7 +115,7 @@ struct rmanager_state {
   }
 };
 
-using self_ptr = caf::stateful_actor<rmanager_state>*;
+using self_ptr = rmanager_actor::stateful_pointer<rmanager_state>;
 
 // ---- rmanager.cpp ---------------------------------------------------------------------------------------------
 

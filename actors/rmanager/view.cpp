@@ -89,7 +89,7 @@ void join(self_ptr self) {
   auto& st = self->state;
   if (!st.config.gmanager) return;
   self->request(st.config.gmanager, st.config.answer_timeout,
-                join_cluster{st.config.id, caf::actor_cast<caf::actor>(self), st.instance, st.stats(),
+                join_cluster{st.config.id, rmanager_actor{self}, st.instance, st.stats(),
                              st.config.plane_address, st.config.node})
       .then([=](cluster_view& v) { adopt_view(self, std::move(v)); },
             [=](const caf::error& e) {

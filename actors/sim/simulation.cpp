@@ -62,7 +62,7 @@ struct driver_record {
 
 struct driver_state {
   std::shared_ptr<driver_record> record;
-  std::vector<caf::actor> instances;
+  std::vector<instance_actor> instances;
   routing router = routing::least_requests;
   int max_unstarted = 0;
   std::vector<uint64_t> load;  // per instance, unfinished: requests, prompt tokens or all tokens (the routing's)
@@ -128,7 +128,7 @@ void mark_started(caf::stateful_actor<driver_state>* self, tracked& t) {
 /// The trace's client: sends each request at its arrival time to the instance the routing picks, and
 /// keeps what comes back.
 caf::behavior driver(caf::stateful_actor<driver_state>* self, std::shared_ptr<driver_record> record,
-                     std::vector<caf::actor> instances, routing router, int max_unstarted) {
+                     std::vector<instance_actor> instances, routing router, int max_unstarted) {
   auto& st = self->state;
   st.record = std::move(record);
   st.instances = std::move(instances);
@@ -171,13 +171,28 @@ caf::behavior put_clock(caf::event_based_actor*) {
   return {[](const put_arrived& p) { (*p.done)(gpu::status::ok()); }};
 }
 
+/// Every actor of a run, held until the run ends and then stopped.
+class run_actors {
+ public:
+  template <class Handle>
+  void add(Handle h) {
+    stops_.push_back([h] { caf::anon_send_exit(h, caf::exit_reason::user_shutdown); });
+  }
+  void stop() {
+    for (auto& s : stops_) s();
+  }
+
+ private:
+  std::vector<std::function<void()>> stops_;
+};
+
 /// How long the moves' puts take: each source sends its puts one after another over its NVLink or its NIC,
 /// at the links' bandwidth (none when the profile has no links: at once).
 transport::put_timer timed_puts(caf::actor_system& sys, caf::scheduler::test_coordinator& sched,
-                                const link_model& links, int n_instances, std::vector<caf::actor>& everyone) {
+                                const link_model& links, int n_instances, run_actors& everyone) {
   if (!(links.node_bytes_per_s > 0) && !(links.network_bytes_per_s > 0)) return nullptr;
   caf::actor clock = sys.spawn(put_clock);
-  everyone.push_back(clock);
+  everyone.add(clock);
   // Per source: when its NVLink and its NIC are done with the puts given them so far.
   auto free = std::make_shared<std::vector<std::pair<double, double>>>(size_t(n_instances), std::pair{0.0, 0.0});
   return [clock, free, links, &sched](transport::peer_id from, transport::peer_id to, uint64_t bytes,
@@ -352,9 +367,9 @@ gpu::result<resolved_options> resolve(const sim_options& o) {
   if (std::find(names.begin(), names.end(), o.policy) == names.end())
     return gpu::status{gpu::status_code::invalid_argument,
                        fmt::format("unknown policy '{}' (known: {})", o.policy, fmt::join(names, ", "))};
-  if (o.mixed_step_tokens < 0 && o.mixed_step_tokens != auto_mixed_step_tokens)
+  if (o.batch.mixed_step_tokens < 0 && o.batch.mixed_step_tokens != auto_mixed_step_tokens)
     return gpu::status{gpu::status_code::invalid_argument,
-                       fmt::format("the mixed step tokens must be 0 or more ({})", o.mixed_step_tokens)};
+                       fmt::format("the mixed step tokens must be 0 or more ({})", o.batch.mixed_step_tokens)};
   if (!(o.kv_scale > 0) || !(o.timeline_period_s >= 0))
     return gpu::status{gpu::status_code::invalid_argument,
                        fmt::format("the KV scale must be above 0 ({}) and the timeline period not below 0 ({})",
@@ -395,7 +410,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   gcfg.heartbeat_timeout = o.heartbeat_period * 50;
   gcfg.room_pass_limit = o.room_pass_limit;
   auto events = std::make_shared<event_log>();
-  caf::actor gm = spawn_gmanager(sys, gcfg);
+  gmanager_actor gm = spawn_gmanager(sys, gcfg);
 
   gpu::sim::sim_backend device;
   const gpu::kv_layout layout{shape.n_layers, shape.n_kv_heads, shape.head_dim(), gpu::dtype::f16};
@@ -403,14 +418,16 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   const link_model links = o.timed_links ? link_model{model.node_link_bytes_per_s, model.network_bytes_per_s,
                                                       model.gpus_per_node, model.gpus}
                                          : link_model{};
-  const step_layout steps{o.overlap_min_tokens, dense_front_share(shape), o.hosted, o.decode_first, links,
+  const step_layout steps{o.batch.overlap_min_tokens, dense_front_share(shape), o.hosted, o.decode_first, links,
                           attention_row_bytes::of(shape)};
   // An instance over more GPUs (static-single's spans them all) steps batches as much larger.
-  const int step_tokens = o.max_batch_tokens * batch_scale;
-  const int mixed_step_tokens = o.mixed_step_tokens == auto_mixed_step_tokens
+  const int step_tokens = o.batch.max_batch_tokens * batch_scale;
+  const int mixed_step_tokens = o.batch.mixed_step_tokens == auto_mixed_step_tokens
                                     ? placement::dense_knee_tokens(model, step_tokens)
-                                    : o.mixed_step_tokens;
-  std::vector<caf::actor> instances, everyone{gm};
+                                    : o.batch.mixed_step_tokens;
+  std::vector<instance_actor> instances;
+  run_actors everyone;
+  everyone.add(gm);
   const transport::put_timer put_timer = timed_puts(sys, sched, links, n_instances, everyone);
   std::vector<std::shared_ptr<gpu::kv_pool>> pools;
   std::vector<std::shared_ptr<sim_worker_stats>> stats;
@@ -441,7 +458,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     rc.lease = o.lease;
     rc.verify_moves = false;  // the sim pools have no contents
     rc.answer_timeout = o.lease;
-    caf::actor rm = spawn_rmanager(sys, rc);
+    rmanager_actor rm = spawn_rmanager(sys, rc);
     stats.push_back(std::make_shared<sim_worker_stats>());
     caf::actor worker =
         spawn_sim_worker(sys, {instance_id(i), model, steps, workers, stats.back(), busy_until, chunks, calendar});
@@ -452,17 +469,19 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     ic.worker = worker;
     ic.rmanager = rm;
     ic.promises = rc.promises;
-    ic.max_batch_tokens = step_tokens;
-    ic.max_batch_seqs = o.max_batch_seqs * batch_scale;
-    ic.mixed_step_tokens = mixed_step_tokens;
+    ic.batch = o.batch;
+    ic.batch.max_batch_tokens = step_tokens;
+    ic.batch.max_batch_seqs = o.batch.max_batch_seqs * batch_scale;
+    ic.batch.mixed_step_tokens = mixed_step_tokens;
     ic.max_waiting = 1u << 30;
     ic.stream_tokens = false;
     ic.lending = lending;
-    ic.room_prefill_min_chunks = o.room_prefill_min_chunks;
-    caf::actor inst = spawn_instance(sys, ic);
+    instance_actor inst = spawn_instance(sys, ic);
     caf::anon_send(rm, attach_atom::value, inst);
     instances.push_back(inst);
-    everyone.insert(everyone.end(), {rm, worker, inst});
+    everyone.add(rm);
+    everyone.add(worker);
+    everyone.add(inst);
   }
   sched.run();  // joins, first heartbeats
 
@@ -473,7 +492,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   for (size_t i = 0; i < n; ++i)
     record->requests[i] = {(trace[i].arrival_s - trace[0].arrival_s) / scale, std::max(1, trace[i].input_tokens),
                            std::max(1, trace[i].output_tokens), 0, false, false, {}};
-  everyone.push_back(sys.spawn(driver, record, instances, o.router, o.max_unstarted));
+  everyone.add(sys.spawn(driver, record, instances, o.router, o.max_unstarted));
 
   // Discrete events: deliver every message, then jump the clock to the next timer. Heartbeats never
   // stop, so a run where no instance has stepped for o.stall_limit (simulated) ends: what is unfinished
@@ -495,7 +514,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     }
   } while (record->finished < n && sched.clock().trigger_timeout());
   timeline.sample(since_start(), kv, *record, true);
-  for (auto& a : everyone) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  everyone.stop();
   sched.run();
   const std::vector<tracked>& outcome = record->requests;
   const auto start = record->start;

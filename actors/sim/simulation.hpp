@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/settings/settings.hpp"
 #include "actors/frontend/trace_replay.hpp"
 #include "actors/placement/greedy_policy.hpp"
 #include "actors/placement/perf_model.hpp"
@@ -52,17 +53,11 @@ struct sim_options {
   /// Requests an instance may have that have not started (no first token yet); the front end holds the
   /// rest in one queue, first come first served (0: send each on arrival).
   int max_unstarted = 2;
-  int max_batch_tokens = 2048;
-  int max_batch_seqs = 256;
-  /// A step that carries decode tokens prefills up to this many tokens in all, so that prompts spread over
-  /// the decode steps (0: up to max_batch_tokens; auto_mixed_step_tokens: each policy's profile's knee,
-  /// placement::dense_knee_tokens, where a step stops paying more for the weights than for its tokens).
-  int mixed_step_tokens = auto_mixed_step_tokens;
-  /// Steps of at least this many tokens with remote blocks run as two lanes (the engine's option; 0: never).
-  int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;
-  /// A request with a room has its prompt prefilled by the room's holders when at least this many chunks go
-  /// out (the instances' option; 0: never, the owner prefills it and moves its blocks into the room).
-  int room_prefill_min_chunks = default_room_prefill_min_chunks;
+  /// How the instances batch (batch_settings_table() says what each means), per GPU of an instance: steps of
+  /// 2048 tokens and 256 sequences; mixed_step_tokens auto_mixed_step_tokens is each policy's profile's knee
+  /// (placement::dense_knee_tokens, where a step stops paying more for the weights than for its tokens).
+  batch_settings batch{2048, 256, auto_mixed_step_tokens, gpu::engine_options{}.overlap_min_tokens,
+                       default_room_prefill_min_chunks};
   /// Younger, no larger rooms that fit go before a long request waiting for its room for this long (the
   /// gManager's option; 0: never).
   std::chrono::milliseconds room_pass_limit = default_room_pass_limit;

@@ -82,7 +82,7 @@ struct server_rig {
   std::shared_ptr<gpu::backend> device{std::move(gpu::make_backend("cpu", 1)).value()};
   std::shared_ptr<gpu::kv_pool> pool;
   std::shared_ptr<answer_plane> plane = std::make_shared<answer_plane>();
-  caf::actor server;
+  attention_server_actor server;
 
   server_rig() {
     register_messages(cfg);
@@ -98,7 +98,7 @@ struct server_rig {
   }
   ~server_rig() {
     caf::anon_send_exit(server, caf::exit_reason::user_shutdown);
-    server = caf::actor{};
+    server = attention_server_actor{};
     sys->await_all_actors_done();
   }
 };
@@ -201,7 +201,7 @@ TEST_SUITE("actors") {
     });
     std::vector<std::shared_ptr<gpu::kv_pool>> pools;
     std::vector<std::shared_ptr<transport::inproc_endpoint>> planes;
-    std::vector<caf::actor> servers;
+    std::vector<attention_server_actor> servers;
     for (uint32_t id : {1u, 2u}) {
       auto pool = std::make_shared<gpu::kv_pool>(
           gpu::kv_pool::create(*device, {n_layers, n_heads, head_dim, gpu::dtype::f32}, 8).value());
@@ -210,7 +210,7 @@ TEST_SUITE("actors") {
         kv[i] = float((i * (7919 + 104 * id)) % 97) / 97.0f;
       auto plane = fabric->connect(id).value();
       auto own_device = std::shared_ptr<gpu::backend>(std::move(gpu::make_backend("cpu", 1)).value());  // a kernel's scratch is its own
-      caf::actor server = spawn_attention_server(
+      attention_server_actor server = spawn_attention_server(
           sys, {pool, std::make_shared<hosted_blocks>(), own_device, {n_heads, n_heads, head_dim}, n_layers, plane});
       plane->on_message(transport::channel::attend, [server](transport::peer_id from, std::vector<uint8_t> b) {
         caf::anon_send(server, incoming_attend{from, std::move(b)});
@@ -309,6 +309,6 @@ TEST_SUITE("actors") {
     REQUIRE(it != answers.end());
     REQUIRE_MESSAGE(it->ok, it->error);
     CHECK(size_t(it - answers.begin()) < backlog / 2);  // one queue would have answered it last
-    for (const caf::actor& s : {servers.decode, servers.prefill}) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+    for (const attention_server_actor& s : {servers.decode, servers.prefill}) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
   }
 }

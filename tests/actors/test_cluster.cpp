@@ -146,7 +146,7 @@ std::vector<move_report> run_long_request(const cluster_options& o, int max_toke
 void check_spread_by_orders(placement::policy policy) {
   cluster_options o = four_small_pools(20ms);
   o.policy = std::move(policy);
-  o.room_prefill_min_chunks = 0;
+  o.batch.room_prefill_min_chunks = 0;
   const auto moves = run_long_request(o, 16);
   CHECK(std::any_of(moves.begin(), moves.end(),
                     [](const move_report& m) { return m.ok && !m.self_initiated && !m.computed; }));
@@ -157,7 +157,7 @@ void check_spread_by_orders(placement::policy policy) {
 TEST_SUITE("actors") {
   TEST_CASE("a request three times one pool completes on loans with the ids of one instance") {
     cluster_options o = four_small_pools(3600s);  // the gManager stays out: only the full owner's own loans move blocks
-    o.room_prefill_min_chunks = 0;
+    o.batch.room_prefill_min_chunks = 0;
     const auto moves = run_long_request(o, 32);
     REQUIRE_FALSE(moves.empty());
     for (const auto& m : moves)
@@ -166,8 +166,8 @@ TEST_SUITE("actors") {
 
   TEST_CASE("a request three times one pool is prefilled by its room's holders with the ids of one instance") {
     cluster_options o = four_small_pools(3600s);
-    o.max_batch_tokens = 256;   // chunks of 256 - 64 (a decode token per sequence) = 192 tokens: about 15 go out
-    o.overlap_min_tokens = 64;  // the holders' steps run as two lanes
+    o.batch.max_batch_tokens = 256;   // chunks of 256 - 64 (a decode token per sequence) = 192 tokens: about 15 go out
+    o.batch.overlap_min_tokens = 64;  // the holders' steps run as two lanes
     metrics::registry registry;
     o.metrics = std::make_shared<metrics::runtime_metrics>(registry);
     const auto moves = run_long_request(o, 32);
@@ -211,7 +211,7 @@ TEST_SUITE("actors") {
     o.instances = 2;
     o.kv_blocks_per_instance = 32;
     o.policy_period = 3600s;
-    o.max_batch_tokens = 128;
+    o.batch.max_batch_tokens = 128;
     auto c = cluster::start(model().weights, o);
     REQUIRE(c.is_ok());
     const auto got = run_all(*c.value(), {greedy(prompt, 60)});

@@ -22,7 +22,7 @@ struct membership_fixture {
   std::unique_ptr<caf::actor_system> sys;
   caf::scheduler::test_coordinator* sched = nullptr;
   std::shared_ptr<std::vector<membership_event>> events = std::make_shared<std::vector<membership_event>>();
-  caf::actor gmanager;
+  gmanager_actor gmanager;
 
   membership_fixture() {
     register_messages(cfg);
@@ -47,7 +47,8 @@ struct membership_fixture {
     });
   }
 
-  void from(const caf::actor& who, caf::message m) {
+  template <class Message>
+  void from(const caf::actor& who, Message m) {
     caf::send_as(who, gmanager, std::move(m));
     sched->run();
   }
@@ -64,14 +65,14 @@ TEST_SUITE("membership") {
   TEST_CASE("a dead rManager is reported down with the requests it owned and the blocks it hosted") {
     membership_fixture f;
     caf::actor a = f.member(), b = f.member();
-    f.from(a, caf::make_message(join_cluster{1, a, {}, {}, {}, {}}));
-    f.from(a, caf::make_message(join_cluster{1, a, {}, {}, {}, {}}));  // joins again with its instance: one report
-    f.from(b, caf::make_message(join_cluster{2, b, {}, {}, {}, {}}));
+    f.from(a, join_cluster{1, caf::actor_cast<rmanager_actor>(a), {}, {}, {}, {}});
+    f.from(a, join_cluster{1, caf::actor_cast<rmanager_actor>(a), {}, {}, {}, {}});  // joins again with its instance: one report
+    f.from(b, join_cluster{2, caf::actor_cast<rmanager_actor>(b), {}, {}, {}, {}});
     CHECK(f.count(membership_event::kind::joined, 1) == 1);
     CHECK(f.count(membership_event::kind::joined, 2) == 1);
     // Instance 1 owns requests 7 (local, and lent to 2) and 8; instance 2 owns 9, with blocks hosted on 1.
-    f.from(a, caf::make_message(heartbeat{1, 1, {}, {{7, 1, 3, true}, {7, 2, 2, false}, {8, 1, 1, true}}}));
-    f.from(b, caf::make_message(heartbeat{2, 1, {}, {{9, 2, 4, true}, {9, 1, 2, false}}}));
+    f.from(a, heartbeat{1, 1, {}, {{7, 1, 3, true}, {7, 2, 2, false}, {8, 1, 1, true}}});
+    f.from(b, heartbeat{2, 1, {}, {{9, 2, 4, true}, {9, 1, 2, false}}});
     caf::anon_send_exit(a, caf::exit_reason::kill);
     f.sched->run();
     REQUIRE(f.count(membership_event::kind::down, 1) == 1);
@@ -80,9 +81,9 @@ TEST_SUITE("membership") {
     CHECK(down.lost_hosted == std::vector<request_id>{9});
     CHECK_FALSE(down.reason.empty());
     // Drain and leave: reported once each, and a later death of a member that left reports nothing.
-    f.from(b, caf::make_message(drain_instance{2}));
-    f.from(b, caf::make_message(drain_instance{2}));
-    f.from(b, caf::make_message(leave_cluster{2}));
+    f.from(b, drain_instance{2});
+    f.from(b, drain_instance{2});
+    f.from(b, leave_cluster{2});
     CHECK(f.count(membership_event::kind::draining, 2) == 1);
     CHECK(f.count(membership_event::kind::left, 2) == 1);
     caf::anon_send_exit(b, caf::exit_reason::kill);
@@ -95,8 +96,19 @@ TEST_SUITE("membership") {
 namespace {
 
 /// A stand-in instance: keeps the requests it is given.
-caf::behavior recording_instance(caf::event_based_actor*, std::shared_ptr<std::vector<generate_request>> got) {
-  return {[got](const generate_request& r) { got->push_back(r); }, [](const cancel_request&) {}};
+instance_actor::behavior_type recording_instance(instance_actor::pointer,
+                                                 std::shared_ptr<std::vector<generate_request>> got) {
+  return {[got](const generate_request& r) { got->push_back(r); },
+          [](const cancel_request&) {},
+          [](const room_answer&) {},
+          [](const loan_result&) {},
+          [](const cluster_view&) {},
+          [](const pick_blocks& p) { return block_pick{p.id, p.req_id, {}, {}}; },
+          [](const blocks_moved&) { return false; },
+          [](const move_abandoned&) {},
+          [](const prefill_chunk& c) { return chunk_done{c.id, false, "a stand-in computes no chunk"}; },
+          [](const cancel_chunk&) {},
+          [](const chunk_started&) {}};
 }
 
 /// What a request actor told its client.
@@ -109,7 +121,7 @@ struct client_log {
 };
 
 /// A view of one instance, heard from lately, and of other members silent for a while.
-cluster_view view_of(instance_id id, const caf::actor& instance, std::vector<instance_id> silent = {}) {
+cluster_view view_of(instance_id id, const instance_actor& instance, std::vector<instance_id> silent = {}) {
   cluster_view v;
   v.epoch = 5;
   v.instances.push_back({id, 64, 64, false, {}, instance, {}, 0});
@@ -125,13 +137,13 @@ TEST_SUITE("membership") {
     membership_fixture f;
     auto at_a = std::make_shared<std::vector<generate_request>>();
     auto at_b = std::make_shared<std::vector<generate_request>>();
-    caf::actor a = f.sys->spawn(recording_instance, at_a), b = f.sys->spawn(recording_instance, at_b);
+    instance_actor a = f.sys->spawn(recording_instance, at_a), b = f.sys->spawn(recording_instance, at_b);
     client_log client;
     caf::actor req =
         spawn_request(*f.sys, {7, {1, 5, 9}, 6, 0.0f, 1.0f, 3, false, {}}, {a, 1}, client.callbacks(), true);
     f.sched->run();
     REQUIRE(at_a->size() == 1);
-    for (int32_t t : {11, 12}) caf::send_as(a, req, token_event{7, t});
+    for (int32_t t : {11, 12}) caf::anon_send(req, token_event{7, t, 1});
     f.sched->run();
     caf::anon_send(req, view_of(1, a));  // its instance is still there: nothing changes
     caf::anon_send(req, view_of(2, b, {1}));  // nor while it is a member only silent for a while
@@ -143,10 +155,10 @@ TEST_SUITE("membership") {
     CHECK(at_b->front().prompt == std::vector<int32_t>{1, 5, 9, 11, 12});
     CHECK(at_b->front().max_tokens == 4);
     CHECK(at_b->front().seed == 3);
-    caf::send_as(a, req, token_event{7, 99});  // the instance it left is not heard any more
-    caf::send_as(a, req, request_finished{7, "error", "late", 0, {}});
-    caf::send_as(b, req, token_event{7, 13});
-    caf::send_as(b, req, request_finished{7, "length", {}, 0, {}, 1});
+    caf::anon_send(req, token_event{7, 99, 1});  // the instance it left is not heard any more
+    caf::anon_send(req, request_finished{7, "error", "late", 0, {}, 0, 0, 0, 1});
+    caf::anon_send(req, token_event{7, 13, 2});
+    caf::anon_send(req, request_finished{7, "length", {}, 0, {}, 1, 0, 0, 2});
     f.sched->run();
     CHECK(client.tokens == std::vector<int32_t>{11, 12, 13});
     REQUIRE(client.ends.size() == 1);
@@ -160,7 +172,7 @@ TEST_SUITE("membership") {
   TEST_CASE("a request whose instance left ends with an error without resuming, with none left, or with no view") {
     membership_fixture f;
     auto got = std::make_shared<std::vector<generate_request>>();
-    caf::actor a = f.sys->spawn(recording_instance, got);
+    instance_actor a = f.sys->spawn(recording_instance, got);
     client_log fixed, stranded, unheard;
     caf::actor r1 = spawn_request(*f.sys, {1, {1, 2}, 4, 0.0f, 1.0f, 0, false, {}}, {a, 1}, fixed.callbacks(), false);
     caf::actor r2 = spawn_request(*f.sys, {2, {1, 2}, 4, 0.0f, 1.0f, 0, false, {}}, {a, 1}, stranded.callbacks(), true);

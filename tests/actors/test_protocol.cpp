@@ -31,7 +31,7 @@ struct instance_log {
 };
 
 /// A stand-in instance: picks its requests' blocks oldest first and records what the rManager tells it.
-caf::behavior fake_instance(caf::event_based_actor*, std::shared_ptr<instance_log> log) {
+instance_actor::behavior_type fake_instance(instance_actor::pointer, std::shared_ptr<instance_log> log) {
   return {
       [log](const pick_blocks& ask) {
         block_pick out{ask.id, ask.req_id, {}, {}};
@@ -51,6 +51,10 @@ caf::behavior fake_instance(caf::event_based_actor*, std::shared_ptr<instance_lo
       [log](const room_answer& a) { log->rooms.push_back(a); },
       [log](const cancel_chunk& c) { log->chunks_cancelled.push_back(c.id); },
       [](const cluster_view&) {},
+      [](const generate_request&) {},
+      [](const cancel_request&) {},
+      [](const prefill_chunk& c) { return chunk_done{c.id, false, "a stand-in computes no chunk"}; },
+      [](const chunk_started&) {},
   };
 }
 
@@ -118,12 +122,13 @@ struct protocol_fixture {
   std::shared_ptr<transport::inproc_fabric> fabric = std::make_shared<transport::inproc_fabric>();
   std::shared_ptr<event_log> events = std::make_shared<event_log>();
   scripted_orders orders;
-  caf::actor gmanager;
+  gmanager_actor gmanager;
   std::vector<std::shared_ptr<gpu::kv_pool>> pools;
   std::vector<std::shared_ptr<controlled_plane>> planes;
   std::vector<std::shared_ptr<instance_log>> logs;
   std::vector<std::shared_ptr<pool_promises>> promises;
-  std::vector<caf::actor> rmanagers, instances;
+  std::vector<rmanager_actor> rmanagers;
+  std::vector<instance_actor> instances;
 
   /// `room_pass_limit`: the gManager's (how long younger, smaller rooms may go before a waiting one).
   explicit protocol_fixture(int n, std::chrono::milliseconds room_pass_limit = 0ms) {
@@ -215,8 +220,8 @@ struct protocol_fixture {
   }
 
   /// The answer `to` gives to `message`, delivered on the coordinator (none: it gave none yet).
-  template <class Answer, class Message>
-  std::optional<Answer> ask(const caf::actor& to, Message message) {
+  template <class Answer, class Handle, class Message>
+  std::optional<Answer> ask(const Handle& to, Message message) {
     auto out = std::make_shared<std::optional<Answer>>();
     sys->spawn([out, to, message](caf::event_based_actor* self) {
       self->request(to, caf::infinite, message).then([out](Answer& a) { *out = std::move(a); });
@@ -400,7 +405,7 @@ TEST_SUITE("actors") {
 
   TEST_CASE("duplicate and late messages change nothing") {
     protocol_fixture f(2);
-    caf::actor dst = f.rmanagers[1];
+    rmanager_actor dst = f.rmanagers[1];
     std::vector<move_reservation> answers;
     std::vector<commit_result> commits;
     auto client = f.sys->spawn([&](caf::event_based_actor* self) -> caf::behavior {
@@ -442,7 +447,7 @@ TEST_SUITE("actors") {
 
   TEST_CASE("a stale heartbeat does not change the gManager's view") {
     protocol_fixture f(1);
-    caf::actor gm = f.gmanager;
+    gmanager_actor gm = f.gmanager;
     std::vector<cluster_view> views;
     auto client = f.sys->spawn([&](caf::event_based_actor* self) -> caf::behavior {
       instance_stats fresh;
@@ -451,7 +456,7 @@ TEST_SUITE("actors") {
       instance_stats stale = fresh;
       stale.free_blocks = 8;
       // This actor is the rManager of instance 5.
-      self->request(gm, caf::infinite, join_cluster{5, caf::actor_cast<caf::actor>(self), {}, stale, {}, {}})
+      self->request(gm, caf::infinite, join_cluster{5, caf::actor_cast<rmanager_actor>(self), {}, stale, {}, {}})
           .then([=, &views](cluster_view&) {
             self->request(gm, caf::infinite, heartbeat{5, 1000000, fresh, {}}).then([&views](cluster_view& v) { views.push_back(v); });
             self->request(gm, caf::infinite, heartbeat{5, 999999, stale, {}}).then([&views](cluster_view& v) { views.push_back(v); });
@@ -468,14 +473,14 @@ TEST_SUITE("actors") {
 
   TEST_CASE("a join with an id already in the cluster is refused and its heartbeats change nothing") {
     protocol_fixture f(1);
-    caf::actor gm = f.gmanager;
+    gmanager_actor gm = f.gmanager;
     std::optional<caf::error> refusal;
     std::vector<cluster_view> views;
     auto twin = f.sys->spawn([&](caf::event_based_actor* self) -> caf::behavior {
       instance_stats claimed;
       claimed.total_blocks = 1000;
       claimed.free_blocks = 1000;
-      self->request(gm, caf::infinite, join_cluster{0, caf::actor_cast<caf::actor>(self), {}, claimed, {}, {}})
+      self->request(gm, caf::infinite, join_cluster{0, caf::actor_cast<rmanager_actor>(self), {}, claimed, {}, {}})
           .then([](cluster_view&) {}, [&](caf::error& e) { refusal = e; });
       self->request(gm, caf::infinite, heartbeat{0, 1000000, claimed, {}}).then([&](cluster_view& v) { views.push_back(v); });
       return {[](caf::ok_atom) {}};
@@ -599,7 +604,7 @@ TEST_SUITE("actors") {
     CHECK(f.pools[0]->blocks_of(98) == 2);
     CHECK(f.pools[2]->free_blocks() == protocol_fixture::pool_blocks);
     std::vector<move_reservation> answers;
-    caf::actor holder = f.rmanagers[2];
+    rmanager_actor holder = f.rmanagers[2];
     f.sys->spawn([&](caf::event_based_actor* self) {
       self->request(holder, caf::infinite, try_move_kvcache{77, 98, 2, 1}).then([&](move_reservation& r) {
         answers.push_back(r);

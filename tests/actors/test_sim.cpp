@@ -283,7 +283,7 @@ TEST_SUITE("actors") {
     const std::vector<frontend::trace_row> one{{0, 200000, 20}};
     sim::sim_options o;
     o.instances = 8;
-    o.room_prefill_min_chunks = 0;  // its owner prefills it and moves its blocks into the room
+    o.batch.room_prefill_min_chunks = 0;  // its owner prefills it and moves its blocks into the room
     const auto timed = simulate(one, o, "infinite");
     o.timed_links = false;
     const auto free = simulate(one, o, "infinite");
@@ -297,9 +297,9 @@ TEST_SUITE("actors") {
     const std::vector<frontend::trace_row> one{{0, 400000, 20}};
     sim::sim_options o;
     o.instances = 16;
-    o.room_prefill_min_chunks = 0;  // its owner prefills it, moving its blocks into the room
+    o.batch.room_prefill_min_chunks = 0;  // its owner prefills it, moving its blocks into the room
     const auto by_owner = simulate(one, o, "infinite");
-    o.room_prefill_min_chunks = 2;
+    o.batch.room_prefill_min_chunks = 2;
     const auto by_room = simulate(one, o, "infinite");
     REQUIRE(by_owner.completed == 1);
     REQUIRE(by_room.completed == 1);

@@ -1,0 +1,20 @@
+#pragma once
+// A settings table (actors/settings/settings.hpp) as command-line flags: one per setting, with its range,
+// its meaning and the default it has in `s`.
+
+#include <CLI/CLI.hpp>
+
+#include "actors/settings/settings.hpp"
+
+namespace illm::cli {
+
+/// Adds a flag for every setting of `table` to `cmd`, writing into `s` (which holds the defaults shown).
+template <class Settings>
+void add_setting_flags(CLI::App* cmd, const std::vector<actors::int_setting<Settings>>& table, Settings& s) {
+  for (const auto& setting : table)
+    cmd->add_option(setting.flag(), s.*setting.field, setting.help)
+        ->check(CLI::Range(setting.lo, setting.hi))
+        ->capture_default_str();
+}
+
+}  // namespace illm::cli

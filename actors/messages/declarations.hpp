@@ -1,0 +1,67 @@
+#pragma once
+// The runtime's messages declared (defined in actors/messages/), and its atoms: what the actors' typed
+// interfaces (actors/interfaces.hpp) name.
+
+#include <caf/all.hpp>
+
+namespace illm::actors {
+
+struct heartbeat;
+struct move_kvcache;
+struct try_move_kvcache;
+struct move_reservation;
+struct commit_move;
+struct commit_result;
+struct abort_move;
+struct release_blocks;
+struct move_report;
+struct cluster_view;
+struct join_cluster;
+struct drain_instance;
+struct leave_cluster;
+struct reserve_room;
+struct room_answer;
+struct keep_blocks;
+struct release_room;
+struct reserve_chunk;
+struct prefill_chunk;
+struct chunk_started;
+struct chunk_done;
+struct commit_chunk;
+struct abort_chunk;
+struct take_reservation;
+struct return_reservation;
+struct cancel_chunk;
+struct need_blocks;
+struct loan_result;
+struct pick_blocks;
+struct block_pick;
+struct blocks_moved;
+struct move_abandoned;
+struct request_released;
+struct placement_update;
+struct transfer_done;
+struct peer_failed;
+struct incoming_attend;
+struct incoming_partials;
+struct generate_request;
+struct cancel_request;
+
+// ---- timers and requests without a payload of their own (CAF 0.17 atoms: at most 10 characters) -------------
+
+using heartbeat_tick_atom = caf::atom_constant<caf::atom("hb_tick")>;
+using policy_tick_atom = caf::atom_constant<caf::atom("pol_tick")>;
+using lease_check_atom = caf::atom_constant<caf::atom("lease_chk")>;
+using liveness_tick_atom = caf::atom_constant<caf::atom("live_tick")>;
+/// (attach_atom, instance): tells an rManager which instance it manages.
+using attach_atom = caf::atom_constant<caf::atom("attach")>;
+/// (view_atom): asks the gManager for its cluster_view.
+using view_atom = caf::atom_constant<caf::atom("view")>;
+/// (moves_atom, request_id) -> gManager: the reports of that request's moves it has (the latest ones).
+using moves_atom = caf::atom_constant<caf::atom("moves")>;
+/// The pool wrote a layer of some blocks: attends waiting for it may be answered.
+using written_atom = caf::atom_constant<caf::atom("written")>;
+/// An attention server looks at its waiting attends again.
+using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
+
+}  // namespace illm::actors

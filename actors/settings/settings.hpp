@@ -1,0 +1,63 @@
+#pragma once
+// Settings defined once: a settings struct per component, and a table of its integer settings (JSON key, the
+// flag made from it, range, meaning) from which configuration files, command-line flags and --help all take
+// them. Plain C++ (no CAF, no CLI library): actors/cli/setting_flags.hpp turns a table into flags.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/room_prefill.hpp"
+#include "gpu/engine.hpp"
+
+namespace illm::actors {
+
+/// One integer setting of a settings struct `Settings`.
+template <class Settings>
+struct int_setting {
+  const char* key;        ///< its JSON key; its flag is "--" and the key with dashes for underscores
+  int Settings::*field;   ///< where it lives
+  int lo, hi;             ///< its range, both included
+  const char* help;       ///< what it means
+  /// The command-line flag: "--max-batch-tokens" for "max_batch_tokens".
+  std::string flag() const {
+    std::string f = std::string("--") + key;
+    for (char& c : f)
+      if (c == '_') c = '-';
+    return f;
+  }
+};
+
+/// What became of a JSON key offered to a settings table.
+enum class setting_read { not_in_table, read, bad_value };
+
+/// Reads `value` into the setting `key` of `s`, if the table has it and the value is an integer in range.
+template <class Settings>
+setting_read read_setting(const std::vector<int_setting<Settings>>& table, const std::string& key,
+                          const nlohmann::json& value, Settings& s) {
+  for (const auto& setting : table) {
+    if (key != setting.key) continue;
+    if (!value.is_number_integer() || value.get<int64_t>() < setting.lo || value.get<int64_t>() > setting.hi)
+      return setting_read::bad_value;
+    s.*setting.field = int(value.get<int64_t>());
+    return setting_read::read;
+  }
+  return setting_read::not_in_table;
+}
+
+/// How an instance batches the steps of its engine (the embedded cluster's, an instance process's, the
+/// simulator's); the table below says what each field means.
+struct batch_settings {
+  int max_batch_tokens = 512;
+  int max_batch_seqs = 64;
+  int mixed_step_tokens = 0;
+  int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;
+  int room_prefill_min_chunks = default_room_prefill_min_chunks;
+};
+
+/// Every batch setting: key, range, meaning.
+const std::vector<int_setting<batch_settings>>& batch_settings_table();
+
+}  // namespace illm::actors
