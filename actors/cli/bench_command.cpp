@@ -16,9 +16,9 @@
 #include "actors/cli/bench_migration.hpp"
 #include "actors/cli/commands.hpp"
 #include "actors/frontend/trace_replay.hpp"
-#include "gpu/bench_engine.hpp"
+#include "gpu/bench/bench_engine.hpp"
 #ifdef ILLM_HAVE_CUDA
-#include "gpu/cuda/gpu_bench.hpp"
+#include "gpu/bench/gpu_bench.hpp"
 #endif
 
 namespace illm::cli {
@@ -146,7 +146,7 @@ void print_dist(const gpu::bench_engine_result& r) {
                human_bytes(d.move_kv.bytes_per_step()), d.move_kv_over_dist_bytes(), d.max_abs_difference);
 }
 
-/// The cuda backend's figures (gpu/cuda/gpu_bench.hpp: bandwidth against the HBM's, DistAttention and
+/// The cuda backend's figures (gpu/bench/gpu_bench.hpp: bandwidth against the HBM's, DistAttention and
 /// its alternatives, decode throughput by batch); exits 77 without a CUDA device.
 void run_cuda_bench(const bench_flags& f) {
 #ifdef ILLM_HAVE_CUDA

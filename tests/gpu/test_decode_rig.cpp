@@ -3,7 +3,7 @@
 #include <cstring>
 #include <vector>
 
-#include "gpu/decode_rig.hpp"
+#include "gpu/bench/decode_rig.hpp"
 #include "tests/gpu/support.hpp"
 
 using namespace illm;

@@ -1,4 +1,4 @@
-// illm-gpu-bench [--quick] [--layers N] [--device N] [--json FILE]: the figures of gpu/cuda/gpu_bench.hpp
+// illm-gpu-bench [--quick] [--layers N] [--device N] [--json FILE]: the figures of gpu/bench/gpu_bench.hpp
 // as tables on stdout (and as JSON in FILE); progress on stderr. Exits 77 when there is no CUDA device.
 #include <cstdio>
 #include <cstdlib>
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "gpu/cuda/gpu_bench.hpp"
+#include "gpu/bench/gpu_bench.hpp"
 
 int main(int argc, char** argv) {
   using namespace illm::gpu;

@@ -1,6 +1,6 @@
 // The decode rig: seeded synthetic weights, one cpu backend, one pool sized for the whole run, and a
 // batcher whose sequences never stop (greedy, EOS ignored, no length limit within the run).
-#include "gpu/decode_rig.hpp"
+#include "gpu/bench/decode_rig.hpp"
 
 #include <algorithm>
 
