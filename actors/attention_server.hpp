@@ -17,7 +17,7 @@
 #include <chrono>
 #include <memory>
 
-#include "actors/hosted_blocks.hpp"
+#include "actors/logic/hosted_blocks.hpp"
 #include "actors/messages.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/backend.hpp"

@@ -13,7 +13,7 @@
 #include "actors/messages.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "actors/placement/types.hpp"
-#include "actors/room_prefill.hpp"
+#include "actors/logic/room_prefill.hpp"
 
 namespace illm::actors {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "actors/request_router.hpp"
+#include "actors/cluster/request_router.hpp"
 
 namespace illm::actors {
 

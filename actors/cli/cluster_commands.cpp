@@ -33,7 +33,7 @@
 #include "actors/messages.hpp"
 #include "actors/placement/greedy_policy.hpp"
 #include "actors/placement/simple_policy.hpp"
-#include "actors/remote.hpp"
+#include "actors/cluster/remote.hpp"
 #include "gpu/model_files.hpp"
 #include "actors/cli/setting_flags.hpp"
 #include "transport/registry.hpp"

@@ -17,8 +17,8 @@
 
 #include "actors/cli/setting_flags.hpp"
 #include "actors/cli/commands.hpp"
-#include "actors/cluster.hpp"
-#include "actors/remote_cluster.hpp"
+#include "actors/cluster/cluster.hpp"
+#include "actors/cluster/remote_cluster.hpp"
 #include "actors/request.hpp"
 #include "gpu/backend_registry.hpp"
 #include "gpu/generate.hpp"

@@ -13,10 +13,10 @@
 #include "actors/cli/stop_signals.hpp"
 #include "actors/frontend/serve_config.hpp"
 #include "actors/frontend/service.hpp"
-#include "actors/cluster.hpp"
+#include "actors/cluster/cluster.hpp"
 #include "actors/placement/greedy_policy.hpp"
 #include "actors/placement/profiler.hpp"
-#include "actors/remote_cluster.hpp"
+#include "actors/cluster/remote_cluster.hpp"
 #include "gpu/backend_registry.hpp"
 #include "gpu/model_files.hpp"
 

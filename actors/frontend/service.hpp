@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/request_router.hpp"
+#include "actors/cluster/request_router.hpp"
 #include "actors/frontend/http_server.hpp"
 #include "actors/frontend/openai_api.hpp"
 #include "actors/metrics/runtime_metrics.hpp"

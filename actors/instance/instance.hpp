@@ -10,8 +10,8 @@
 #include <memory>
 
 #include "actors/messages.hpp"
-#include "actors/pool_promises.hpp"
-#include "actors/room_prefill.hpp"
+#include "actors/logic/pool_promises.hpp"
+#include "actors/logic/room_prefill.hpp"
 #include "actors/settings/settings.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/engine.hpp"
@@ -25,7 +25,7 @@ struct instance_config {
   caf::actor worker;
   rmanager_actor rmanager;
   /// How it batches its steps (max_batch_tokens at most the worker's engine limits). Room prefill
-  /// (actors/room_prefill.hpp): a request with a room has its prompt prefilled by the room's holders, in chunks of
+  /// (actors/logic/room_prefill.hpp): a request with a room has its prompt prefilled by the room's holders, in chunks of
   /// a step's tokens less one per sequence a step holds (at least half a step), when their part is at least
   /// room_prefill_min_chunks chunks.
   batch_settings batch;

@@ -1,5 +1,5 @@
 // Room prefill, at the owner: a long request's prompt handed in chunks to its room's holders
-// (actors/room_prefill.hpp plans them): each chunk's blocks reserved at its holder through the rManager
+// (actors/logic/room_prefill.hpp plans them): each chunk's blocks reserved at its holder through the rManager
 // (reserve_chunk), the chunk sent there (prefill_chunk), the next one sent once its step has started
 // (chunk_started), and its blocks committed as hosted blocks of the request (commit_chunk) once written.
 #include <fmt/format.h>

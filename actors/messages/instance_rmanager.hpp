@@ -1,13 +1,13 @@
 #pragma once
 // An instance and its rManager: loans, the blocks a move picks and switches, placement updates; and the data
 // plane's events as messages (a copy's completion, a failed peer, attend and partials payloads that arrived;
-// attend and partials themselves are in actors/attention_wire.hpp).
+// attend and partials themselves are in actors/logic/attention_wire.hpp).
 
 #include <caf/all.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
-#include "actors/attention_wire.hpp"
+#include "actors/logic/attention_wire.hpp"
 #include "actors/placement/types.hpp"
 
 namespace illm::actors {

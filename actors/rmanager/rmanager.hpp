@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "actors/event_log.hpp"
-#include "actors/hosted_blocks.hpp"
-#include "actors/peer_nodes.hpp"
-#include "actors/pool_promises.hpp"
+#include "actors/logic/hosted_blocks.hpp"
+#include "actors/logic/peer_nodes.hpp"
+#include "actors/logic/pool_promises.hpp"
 #include "actors/messages.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/kv_pool.hpp"

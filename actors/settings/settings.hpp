@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/room_prefill.hpp"
+#include "actors/logic/room_prefill.hpp"
 #include "gpu/engine.hpp"
 
 namespace illm::actors {

@@ -12,9 +12,9 @@
 
 #include "actors/event_log.hpp"
 #include "actors/gmanager.hpp"
-#include "actors/hosted_blocks.hpp"
+#include "actors/logic/hosted_blocks.hpp"
 #include "actors/instance/instance.hpp"
-#include "actors/pool_promises.hpp"
+#include "actors/logic/pool_promises.hpp"
 #include "actors/rmanager/rmanager.hpp"
 #include "actors/sim/sim_worker.hpp"
 #include "gpu/kv_pool.hpp"

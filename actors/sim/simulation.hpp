@@ -16,7 +16,7 @@
 #include "actors/frontend/trace_replay.hpp"
 #include "actors/placement/greedy_policy.hpp"
 #include "actors/placement/perf_model.hpp"
-#include "actors/room_prefill.hpp"
+#include "actors/logic/room_prefill.hpp"
 #include "actors/sim/hosted_timing.hpp"
 #include "gpu/engine.hpp"
 

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "actors/attention_server.hpp"
-#include "actors/attention_wire.hpp"
+#include "actors/logic/attention_wire.hpp"
 #include "gpu/backend_registry.hpp"
 #include "transport/inproc/inproc.hpp"
 

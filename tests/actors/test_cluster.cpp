@@ -12,7 +12,7 @@
 #include <mutex>
 #include <set>
 
-#include "actors/cluster.hpp"
+#include "actors/cluster/cluster.hpp"
 #include "actors/placement/greedy_policy.hpp"
 #include "actors/placement/profiler.hpp"
 #include "gpu/backend_registry.hpp"

@@ -8,8 +8,8 @@
 #include <mutex>
 #include <thread>
 
-#include "actors/attention_wire.hpp"
-#include "actors/remote_router.hpp"
+#include "actors/logic/attention_wire.hpp"
+#include "actors/logic/remote_router.hpp"
 
 using namespace illm;
 using namespace illm::actors;

@@ -5,7 +5,7 @@
 
 #include <map>
 
-#include "actors/room_prefill.hpp"
+#include "actors/logic/room_prefill.hpp"
 
 using namespace illm::actors;
 

@@ -1,4 +1,4 @@
-#include "actors/cluster.hpp"
+#include "actors/cluster/cluster.hpp"
 
 #include <thread>
 
@@ -6,7 +6,7 @@
 
 #include "actors/gmanager.hpp"
 #include "actors/placement/simple_policy.hpp"
-#include "actors/remote.hpp"
+#include "actors/cluster/remote.hpp"
 #include "transport/registry.hpp"
 
 namespace illm::actors {

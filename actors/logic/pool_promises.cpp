@@ -1,4 +1,4 @@
-#include "actors/pool_promises.hpp"
+#include "actors/logic/pool_promises.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "actors/remote_cluster.hpp"
+#include "actors/cluster/remote_cluster.hpp"
 
 #include <algorithm>
 #include <random>

@@ -12,7 +12,7 @@
 #include "gpu/engine.hpp"
 #include "actors/event_log.hpp"
 #include "actors/messages.hpp"
-#include "actors/room_prefill.hpp"
+#include "actors/logic/room_prefill.hpp"
 #include "actors/settings/settings.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/kv_pool.hpp"

@@ -1,4 +1,4 @@
-#include "actors/request_router.hpp"
+#include "actors/cluster/request_router.hpp"
 
 #include "gpu/backend.hpp"
 

@@ -1,4 +1,4 @@
-#include "actors/attention_wire.hpp"
+#include "actors/logic/attention_wire.hpp"
 
 #include <algorithm>
 #include <cmath>

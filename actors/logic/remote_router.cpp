@@ -1,4 +1,4 @@
-#include "actors/remote_router.hpp"
+#include "actors/logic/remote_router.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "actors/attention_wire.hpp"
+#include "actors/logic/attention_wire.hpp"
 
 namespace illm::actors {
 

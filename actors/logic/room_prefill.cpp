@@ -1,4 +1,4 @@
-#include "actors/room_prefill.hpp"
+#include "actors/logic/room_prefill.hpp"
 
 #include <algorithm>
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "actors/request_router.hpp"
+#include "actors/cluster/request_router.hpp"
 #include "gpu/status.hpp"
 
 namespace illm::actors {

@@ -1,10 +1,10 @@
-#include "actors/remote.hpp"
+#include "actors/cluster/remote.hpp"
 
 #include <thread>
 
 #include "actors/attention_server.hpp"
 #include "actors/instance/instance.hpp"
-#include "actors/remote_router.hpp"
+#include "actors/logic/remote_router.hpp"
 #include "actors/rmanager/rmanager.hpp"
 #include "actors/worker.hpp"
 #include "gpu/backend_registry.hpp"

@@ -1,4 +1,4 @@
-#include "actors/hosted_blocks.hpp"
+#include "actors/logic/hosted_blocks.hpp"
 
 #include <algorithm>
 #include <numeric>

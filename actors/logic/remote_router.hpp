@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "actors/metrics/metrics.hpp"
-#include "actors/peer_nodes.hpp"
+#include "actors/logic/peer_nodes.hpp"
 #include "gpu/attention_router.hpp"
 #include "transport/transport.hpp"
 

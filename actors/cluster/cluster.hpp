@@ -12,13 +12,13 @@
 
 #include "actors/event_log.hpp"
 #include "actors/messages.hpp"
-#include "actors/room_prefill.hpp"
+#include "actors/logic/room_prefill.hpp"
 #include "actors/settings/settings.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "actors/placement/types.hpp"
 #include "gpu/engine.hpp"
 #include "actors/request.hpp"
-#include "actors/request_router.hpp"
+#include "actors/cluster/request_router.hpp"
 #include "gpu/weights.hpp"
 #include "transport/transport.hpp"
 
