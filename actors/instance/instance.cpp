@@ -78,16 +78,6 @@ void note_promised(const instance_state& st) {
   st.config.promises->set_queued(need <= st.config.pool->total_blocks() ? need : 0);
 }
 
-void tell_client(self_ptr self, const caf::actor& client, token_event e) {
-  e.from = self->state.config.id;
-  caf::anon_send(client, std::move(e));
-}
-
-void tell_client(self_ptr self, const caf::actor& client, request_finished e) {
-  e.from = self->state.config.id;
-  caf::anon_send(client, std::move(e));
-}
-
 void publish_placement(self_ptr self) {
   auto& st = self->state;
   note_promised(st);

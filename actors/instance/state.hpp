@@ -110,9 +110,13 @@ uint32_t blocks_here(const instance_state& st, const gpu::sequence& seq);
 uint32_t promised_blocks(const instance_state& st);
 /// Tells the rManager, through the shared promises, what is spoken for here.
 void note_promised(const instance_state& st);
-/// Tells a request's client (its request actor, not a typed actor) a token or the end, as from this instance.
-void tell_client(self_ptr self, const caf::actor& client, token_event e);
-void tell_client(self_ptr self, const caf::actor& client, request_finished e);
+/// Tells a request's client (its request actor, not a typed actor) a token_event or its request_finished, as from
+/// this instance.
+template <class Event>
+void tell_client(self_ptr self, const caf::actor& client, Event e) {
+  e.from = self->state.config.id;
+  caf::anon_send(client, std::move(e));
+}
 /// Sends the rManager the placement and load of this instance.
 void publish_placement(self_ptr self);
 /// Request `req` no longer holds blocks here as it did: its blocks elsewhere, room, moves and prefill go.
