@@ -97,7 +97,7 @@ partials answer(const attention_server_config& c, const attend& a, instance_id f
 
 void send_answer(const attention_server_config& c, instance_id to, const partials& p) {
   const std::vector<uint8_t> payload = encode(p);
-  c.plane->send(to, transport::channel::partials, payload, [](gpu::status) {});
+  c.plane->send(to, transport::channel::partials, payload, [](transport::status) {});
 }
 
 /// Answers relay `id` with `p` (its tag set here) and forgets it and its forwarded attends.
@@ -160,7 +160,7 @@ uint64_t start_relay(self_ptr self, const attention_server_config& c, instance_i
     st.relayed[sub.tag] = id;
     const uint64_t tag = sub.tag;
     const uint32_t peer = f.peer;
-    c.plane->send(peer, transport::channel::attend, encode(sub), [me, tag, peer](gpu::status s) {
+    c.plane->send(peer, transport::channel::attend, encode(sub), [me, tag, peer](transport::status s) {
       if (s.is_ok()) return;
       caf::anon_send(me, incoming_partials{peer, encode(partials{tag, false, s.message(), {}, {}, {}})});
     });

@@ -63,9 +63,9 @@ class [[nodiscard]] result {
 
 }  // namespace illm::gpu
 
-/// Returns from the enclosing function when `expr` (a status) is not ok.
-#define ILLM_RETURN_IF_ERROR(expr)   \
-  do {                               \
-    ::illm::gpu::status s_ = (expr); \
-    if (!s_.is_ok()) return s_;      \
+/// Returns from the enclosing function when `expr` (a status of gpu/ or of transport/) is not ok.
+#define ILLM_RETURN_IF_ERROR(expr) \
+  do {                             \
+    auto s_ = (expr);              \
+    if (!s_.is_ok()) return s_;    \
   } while (0)

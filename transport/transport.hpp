@@ -11,13 +11,9 @@
 #include <span>
 #include <vector>
 
-#include "gpu/status.hpp"
+#include "transport/status.hpp"
 
 namespace illm::transport {
-
-using gpu::result;
-using gpu::status;
-using gpu::status_code;
 
 /// A process-wide peer: one instance's data-plane endpoint.
 using peer_id = uint32_t;

@@ -28,6 +28,7 @@
 
 #include "actors/cli/bench_migration_peer.hpp"
 #include "actors/cli/commands.hpp"
+#include "actors/logic/status_bridge.hpp"
 #include "gpu/checksum.hpp"
 #include "gpu/bench/decode_rig.hpp"
 #include "gpu/host_memory.hpp"
@@ -38,7 +39,10 @@ namespace illm::cli {
 namespace {
 
 using namespace migration;
-
+// The bench speaks the engine's status; the plane's and the peer's failures are turned into it.
+using gpu::result;
+using gpu::status;
+using gpu::status_code;
 
 /// KV tokens moved per decode step in each phase; a block is 16 tokens.
 constexpr int phase_tokens[] = {0, 16, 32};
@@ -70,7 +74,7 @@ class transfer : public std::enable_shared_from_this<transfer> {
 
   /// A completion for one of the operations (it keeps the transfer alive until it runs).
   transport::completion on_done() {
-    return [self = shared_from_this()](status s) { self->complete(std::move(s)); };
+    return [self = shared_from_this()](transport::status s) { self->complete(actors::engine_status(s)); };
   }
 
   /// Waits until every operation completed (ok) or one failed (its status), at most `bound`.
@@ -248,7 +252,7 @@ class migration_bench {
     for (uint32_t block : sent) expected = checksum_words(rig_.pool().block_data(block), rig_.block_bytes(), expected);
     const uint64_t bytes = uint64_t(sent.size()) * rig_.block_bytes();
     auto got = peer_.checksum(bytes);
-    if (!got.is_ok()) return got.error();
+    if (!got.is_ok()) return actors::engine_status(got.error());
     verified_.checks += 1;
     verified_.bytes += bytes;
     if (got.value() != expected) verified_.mismatches += 1;
@@ -352,8 +356,8 @@ void start_peer(const migration_flags& f, migration_setup& s) {
   auto made = make_ucx_plane(f, parent_peer_id);
   if (!made.is_ok()) fail("creating the UCX plane: " + made.error().message());
   s.plane = std::move(made).value();
-  if (status st = s.plane->start_progress_thread(); !st.is_ok()) fail(st.message());
-  if (status st = s.plane->connect(child_peer_id, ready->worker_address); !st.is_ok())
+  if (auto st = s.plane->start_progress_thread(); !st.is_ok()) fail(st.message());
+  if (auto st = s.plane->connect(child_peer_id, ready->worker_address); !st.is_ok())
     fail("connecting to the peer: " + st.message());
 }
 

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "actors/cli/commands.hpp"
+#include "actors/logic/status_bridge.hpp"
 #include "gpu/checksum.hpp"
 #include "gpu/host_memory.hpp"
 

@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "gpu/status.hpp"
+#include "transport/status.hpp"
 #include "transport/registry.hpp"
 
 namespace illm::cli::migration {
 
-using gpu::result;
-using gpu::status;
-using gpu::status_code;
+using transport::result;
+using transport::status;
+using transport::status_code;
 using bench_clock = std::chrono::steady_clock;
 
 /// Flags of `illm bench migration` (and of its hidden peer mode).

@@ -7,6 +7,7 @@
 #include "actors/gmanager.hpp"
 #include "actors/placement/simple_policy.hpp"
 #include "actors/cluster/remote.hpp"
+#include "actors/logic/status_bridge.hpp"
 #include "transport/registry.hpp"
 
 namespace illm::actors {
@@ -69,7 +70,7 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
   for (int i = 0; i < options.instances; ++i) {
     o.id = instance_id(i);
     auto endpoint = transport::make_plane("inproc", {.self = o.id, .group = group});
-    if (!endpoint.is_ok()) return endpoint.error();
+    if (!endpoint.is_ok()) return engine_status(endpoint.error());
     auto node = instance_node::start(*system_, weights, o, endpoint.value(), gmanager_);
     if (!node.is_ok()) return node.error();
     nodes_.push_back(std::move(node).value());

@@ -5,6 +5,7 @@
 #include "actors/attention_server.hpp"
 #include "actors/instance/instance.hpp"
 #include "actors/logic/remote_router.hpp"
+#include "actors/logic/status_bridge.hpp"
 #include "actors/rmanager/rmanager.hpp"
 #include "actors/worker.hpp"
 #include "gpu/backend_registry.hpp"
@@ -70,7 +71,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   n->pool = std::make_shared<gpu::kv_pool>(std::move(pool).value());
   auto region =
       n->plane->register_memory(n->pool->base(), uint64_t(n->pool->total_blocks()) * n->pool->layout().block_bytes());
-  if (!region.is_ok()) return region.error();
+  if (!region.is_ok()) return engine_status(region.error());
 
   metrics::histogram* latency =
       options.metrics ? &options.metrics->remote_attention_latency.with({std::to_string(n->id)}) : nullptr;

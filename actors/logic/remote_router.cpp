@@ -1,4 +1,5 @@
 #include "actors/logic/remote_router.hpp"
+#include "actors/logic/status_bridge.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -76,8 +77,8 @@ void remote_router::send_group(int lane, std::vector<gpu::remote_attention_job> 
   }
   const uint64_t tag = a.tag;
   const std::vector<uint8_t> payload = encode(a);
-  plane_->send(holder, transport::channel::attend, payload, [this, tag](gpu::status s) {
-    if (!s.is_ok()) fail(tag, s);
+  plane_->send(holder, transport::channel::attend, payload, [this, tag](transport::status s) {
+    if (!s.is_ok()) fail(tag, engine_status(s));
   });
 }
 

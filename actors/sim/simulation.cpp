@@ -16,6 +16,7 @@
 #include "actors/instance/instance.hpp"
 #include "actors/logic/pool_promises.hpp"
 #include "actors/rmanager/rmanager.hpp"
+#include "actors/logic/status_bridge.hpp"
 #include "actors/sim/sim_worker.hpp"
 #include "gpu/kv_pool.hpp"
 #include "gpu/model_config.hpp"
@@ -168,7 +169,7 @@ caf::behavior driver(caf::stateful_actor<driver_state>* self, std::shared_ptr<dr
 }
 
 caf::behavior put_clock(caf::event_based_actor*) {
-  return {[](const put_arrived& p) { (*p.done)(gpu::status::ok()); }};
+  return {[](const put_arrived& p) { (*p.done)(transport::status::ok()); }};
 }
 
 /// Every actor of a run, held until the run ends and then stopped.
@@ -442,7 +443,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     pools.push_back(std::make_shared<gpu::kv_pool>(std::move(pool).value()));
     auto hosted = std::make_shared<hosted_blocks>();  // the rManager's registry (the sim's workers attend nothing)
     auto made = transport::make_plane("sim", {.self = instance_id(i), .timer = put_timer});
-    if (!made.is_ok()) return made.error();
+    if (!made.is_ok()) return engine_status(made.error());
     std::shared_ptr<transport::data_plane> plane = std::move(made).value();
     rmanager_config rc;
     rc.id = instance_id(i);

@@ -32,9 +32,9 @@ class answer_plane final : public transport::data_plane {
   }
   void put(transport::peer_id, const void*, uint64_t, const transport::remote_region&, uint64_t,
            transport::completion done) override {
-    done(gpu::status::ok());
+    done(transport::status::ok());
   }
-  void flush(transport::peer_id, transport::completion done) override { done(gpu::status::ok()); }
+  void flush(transport::peer_id, transport::completion done) override { done(transport::status::ok()); }
   void send(transport::peer_id, transport::channel, std::span<const uint8_t> payload,
             transport::completion done) override {
     {
@@ -42,7 +42,7 @@ class answer_plane final : public transport::data_plane {
       answers_.push_back(decode_partials({payload.begin(), payload.end()}).value());
     }
     arrived_.notify_all();
-    done(gpu::status::ok());
+    done(transport::status::ok());
   }
   void on_message(transport::channel, transport::message_handler) override {}
   transport::traffic counters() const override { return {}; }
@@ -227,7 +227,7 @@ TEST_SUITE("actors") {
     pools[1]->mark_written(there, n_layers);
     attend a = decode_attend(chunk_query(31, 1, here, 90).payload).value();
     a.forwards.push_back({2, there, {32, 48}});
-    requester->send(1, transport::channel::attend, encode(a), [](gpu::status) {});
+    requester->send(1, transport::channel::attend, encode(a), [](transport::status) {});
     std::unique_lock lock(mutex);
     REQUIRE(arrived.wait_for(lock, std::chrono::seconds(30), [&] { return !answers.empty(); }));
     REQUIRE(answers.size() == 1);
@@ -254,7 +254,7 @@ TEST_SUITE("actors") {
     // A relayed holder that keeps no such blocks makes the whole answer an error.
     a.tag = 32;
     a.forwards = {{2, {7}, {64}}};
-    requester->send(1, transport::channel::attend, encode(a), [](gpu::status) {});
+    requester->send(1, transport::channel::attend, encode(a), [](transport::status) {});
     REQUIRE(arrived.wait_for(lock, std::chrono::seconds(30), [&] { return answers.size() == 2; }));
     CHECK(answers[1].tag == 32);
     CHECK_FALSE(answers[1].ok);

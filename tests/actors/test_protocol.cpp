@@ -63,19 +63,19 @@ class controlled_plane final : public transport::data_plane {
  public:
   explicit controlled_plane(std::shared_ptr<transport::data_plane> inner) : inner_(std::move(inner)) {}
   transport::peer_id self() const override { return inner_->self(); }
-  gpu::result<transport::remote_region> register_memory(void* base, uint64_t bytes) override {
+  transport::result<transport::remote_region> register_memory(void* base, uint64_t bytes) override {
     return inner_->register_memory(base, bytes);
   }
   void put(transport::peer_id peer, const void* local, uint64_t bytes, const transport::remote_region& region,
            uint64_t address, transport::completion done) override {
-    if (fail_puts_after >= 0 && puts_ >= fail_puts_after) return done({gpu::status_code::io_error, "link down"});
+    if (fail_puts_after >= 0 && puts_ >= fail_puts_after) return done({transport::status_code::io_error, "link down"});
     ++puts_;
     if (corrupt_puts) {  // the data arrives with one bit flipped
       auto damaged = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(local),
                                                             static_cast<const uint8_t*>(local) + bytes);
       (*damaged)[bytes / 2] ^= 0x10;
       return inner_->put(peer, damaged->data(), bytes, region, address,
-                         [damaged, done](gpu::status s) { done(std::move(s)); });
+                         [damaged, done](transport::status s) { done(std::move(s)); });
     }
     if (hold) {
       held.push_back([=, this] { inner_->put(peer, local, bytes, region, address, done); });

@@ -25,14 +25,14 @@ class recording_plane final : public transport::data_plane {
   transport::result<transport::remote_region> register_memory(void*, uint64_t) override { return transport::remote_region{}; }
   void put(transport::peer_id, const void*, uint64_t, const transport::remote_region&, uint64_t,
            transport::completion done) override {
-    done(gpu::status::ok());
+    done(transport::status::ok());
   }
-  void flush(transport::peer_id, transport::completion done) override { done(gpu::status::ok()); }
+  void flush(transport::peer_id, transport::completion done) override { done(transport::status::ok()); }
   void send(transport::peer_id peer, transport::channel, std::span<const uint8_t> payload,
             transport::completion done) override {
     std::lock_guard lock(mutex_);
     sent.push_back({peer, decode_attend({payload.begin(), payload.end()}).value()});
-    done(gpu::status::ok());
+    done(transport::status::ok());
   }
   void on_message(transport::channel, transport::message_handler) override {}
   transport::traffic counters() const override { return {}; }

@@ -14,15 +14,15 @@ TEST_SUITE("transport") {
     auto a = fabric->connect(1).value(), b = fabric->connect(2).value();
     std::vector<uint8_t> memory(64, 0), source(16, 7);
     const remote_region region = b->register_memory(memory.data(), memory.size()).value();
-    gpu::status result{gpu::status_code::internal, "not called"};
-    a->put(2, source.data(), 16, region, region.address + 32, [&](gpu::status s) { result = s; });
+    transport::status result{transport::status_code::internal, "not called"};
+    a->put(2, source.data(), 16, region, region.address + 32, [&](transport::status s) { result = s; });
     CHECK(result.is_ok());
     CHECK(memory[32] == 7);
     CHECK(memory[47] == 7);
     CHECK(memory[48] == 0);
     CHECK(a->counters().put_bytes == 16);
     bool flushed = false;
-    a->flush(2, [&](gpu::status s) { flushed = s.is_ok(); });
+    a->flush(2, [&](transport::status s) { flushed = s.is_ok(); });
     CHECK(flushed);
   }
 
@@ -31,11 +31,11 @@ TEST_SUITE("transport") {
     auto a = fabric->connect(1).value(), b = fabric->connect(2).value();
     std::vector<uint8_t> memory(64, 0), source(16, 7);
     remote_region region = b->register_memory(memory.data(), memory.size()).value();
-    gpu::status result;
-    a->put(2, source.data(), 16, region, region.address + 56, [&](gpu::status s) { result = s; });
+    transport::status result;
+    a->put(2, source.data(), 16, region, region.address + 56, [&](transport::status s) { result = s; });
     CHECK_FALSE(result.is_ok());
     region.packed_key = {9, 9, 9, 9};
-    a->put(2, source.data(), 16, region, region.address, [&](gpu::status s) { result = s; });
+    a->put(2, source.data(), 16, region, region.address, [&](transport::status s) { result = s; });
     CHECK_FALSE(result.is_ok());
     CHECK(std::all_of(memory.begin(), memory.end(), [](uint8_t x) { return x == 0; }));
   }
@@ -50,13 +50,13 @@ TEST_SUITE("transport") {
       got = std::move(bytes);
     });
     const std::vector<uint8_t> payload = {1, 2, 3};
-    gpu::status result;
-    a->send(2, channel::attend, payload, [&](gpu::status s) { result = s; });
+    transport::status result;
+    a->send(2, channel::attend, payload, [&](transport::status s) { result = s; });
     CHECK(result.is_ok());
     CHECK(from == 1);
     CHECK(got == payload);
     CHECK(a->counters().message_bytes[uint8_t(channel::attend)] == 3);
-    a->send(2, channel::partials, payload, [&](gpu::status s) { result = s; });  // no handler there
+    a->send(2, channel::partials, payload, [&](transport::status s) { result = s; });  // no handler there
     CHECK_FALSE(result.is_ok());
   }
 
@@ -68,7 +68,7 @@ TEST_SUITE("transport") {
     const remote_region region = b->register_memory(memory.data(), memory.size()).value();
     fabric->disconnect(2);
     int failures = 0;
-    auto count = [&](gpu::status s) { failures += !s.is_ok(); };
+    auto count = [&](transport::status s) { failures += !s.is_ok(); };
     a->put(2, memory.data(), 8, region, region.address, count);
     a->flush(2, count);
     a->send(2, channel::attend, std::vector<uint8_t>{1}, count);

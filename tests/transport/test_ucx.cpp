@@ -21,7 +21,7 @@ namespace {
 class outcomes {
  public:
   completion record() {
-    return [this](gpu::status s) {
+    return [this](transport::status s) {
       std::lock_guard lock(mutex_);
       got_.push_back(std::move(s));
     };
@@ -30,14 +30,14 @@ class outcomes {
     std::lock_guard lock(mutex_);
     return got_.size();
   }
-  std::vector<gpu::status> all() const {
+  std::vector<transport::status> all() const {
     std::lock_guard lock(mutex_);
     return got_;
   }
 
  private:
   mutable std::mutex mutex_;
-  std::vector<gpu::status> got_;
+  std::vector<transport::status> got_;
 };
 
 /// Messages one handler received.
@@ -102,7 +102,7 @@ uint64_t checksum(const uint8_t* first, size_t n) {
   return h;
 }
 
-bool all_ok(const std::vector<gpu::status>& statuses) {
+bool all_ok(const std::vector<transport::status>& statuses) {
   for (const auto& s : statuses)
     if (!s.is_ok()) {
       MESSAGE(s.message());
@@ -207,10 +207,10 @@ TEST_SUITE("transport") {
 
   TEST_CASE("ucx: a destroyed peer fails later puts and flushes with its name and is reported") {
     std::mutex mutex;
-    std::vector<std::pair<peer_id, gpu::status>> errors;
+    std::vector<std::pair<peer_id, transport::status>> errors;
     auto a = loopback_plane(1), b = loopback_plane(2);
     connect_both(*a, *b);
-    a->on_peer_error([&](peer_id peer, gpu::status why) {
+    a->on_peer_error([&](peer_id peer, transport::status why) {
       std::lock_guard lock(mutex);
       errors.emplace_back(peer, std::move(why));
     });
@@ -246,7 +246,7 @@ TEST_SUITE("transport") {
     outcomes refused;
     a->flush(2, refused.record());
     REQUIRE(refused.size() == 1);
-    CHECK(refused.all()[0].code() == gpu::status_code::io_error);
+    CHECK(refused.all()[0].code() == transport::status_code::io_error);
     CHECK(refused.all()[0].message().find("peer 2") != std::string::npos);
   }
 
@@ -265,7 +265,7 @@ TEST_SUITE("transport") {
     keyless.packed_key.clear();
     a->put(2, source.data(), 16, keyless, region.address, done.record());
     REQUIRE(done.size() == 5);
-    for (const auto& s : done.all()) CHECK(s.code() == gpu::status_code::invalid_argument);
+    for (const auto& s : done.all()) CHECK(s.code() == transport::status_code::invalid_argument);
     CHECK(a->counters().put_bytes == 0);
     CHECK(std::all_of(pool.begin(), pool.end(), [](uint8_t x) { return x == 0; }));
   }
@@ -273,9 +273,9 @@ TEST_SUITE("transport") {
   TEST_CASE("ucx: connecting twice or to nothing is refused and a disconnected peer can be connected again") {
     inbox at_b;
     auto a = loopback_plane(1), b = loopback_plane(2);
-    CHECK(a->connect(2, std::span<const uint8_t>()).code() == gpu::status_code::invalid_argument);
+    CHECK(a->connect(2, std::span<const uint8_t>()).code() == transport::status_code::invalid_argument);
     REQUIRE(a->connect(2, b->worker_address()).is_ok());
-    CHECK(a->connect(2, b->worker_address()).code() == gpu::status_code::invalid_argument);
+    CHECK(a->connect(2, b->worker_address()).code() == transport::status_code::invalid_argument);
     REQUIRE(a->disconnect(2).is_ok());
     outcomes refused;
     a->send(2, channel::attend, std::vector<uint8_t>{1}, refused.record());

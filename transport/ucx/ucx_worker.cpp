@@ -43,7 +43,7 @@ status ucx_plane::impl::init() {
   address.assign(first, first + addr_bytes);
   ucp_worker_release_address(worker, addr);
 
-  ILLM_RETURN_IF_ERROR(install_am_handler(channel::attend));
+  if (auto attend = install_am_handler(channel::attend); !attend.is_ok()) return attend;
   return install_am_handler(channel::partials);
 }
 
