@@ -162,7 +162,7 @@ uint64_t start_relay(self_ptr self, const attention_server_config& c, instance_i
     const uint32_t peer = f.peer;
     c.plane->send(peer, transport::channel::attend, encode(sub), [me, tag, peer](transport::status s) {
       if (s.is_ok()) return;
-      caf::anon_send(me, incoming_partials{peer, encode(partials{tag, false, s.message(), {}, {}, {}})});
+      caf::anon_send(me, incoming_partials{peer, encode(partials{tag, false, s.message, {}, {}, {}})});
     });
   }
   return id;

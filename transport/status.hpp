@@ -19,21 +19,14 @@ enum class status_code {
   internal,          ///< an invariant of the plane itself is broken
 };
 
-/// Name of a status code, for messages.
-const char* to_string(status_code code);
-
 /// The outcome of an operation: ok, or a code with a message that names what is wrong.
 struct [[nodiscard]] status {
-  status() = default;
-  status(status_code why, std::string text) : code_(why), message_(std::move(text)) {}
-  static status ok() { return {}; }
-  bool is_ok() const { return code_ == status_code::ok; }
-  status_code code() const { return code_; }
-  const std::string& message() const { return message_; }
+  status_code code = status_code::ok;
+  std::string message;  ///< what is wrong; empty when ok
 
- private:
-  status_code code_ = status_code::ok;
-  std::string message_;
+  /// The success value.
+  static status ok() { return {}; }
+  bool is_ok() const { return code == status_code::ok; }
 };
 
 /// A value or the status that explains why there is none.

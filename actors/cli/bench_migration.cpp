@@ -348,17 +348,17 @@ void check_pool_size(const gpu::decode_rig_options& ro, uint64_t block_bytes) {
 /// connected to it.
 void start_peer(const migration_flags& f, migration_setup& s) {
   auto spawned = peer_process::spawn(f);
-  if (!spawned.is_ok()) fail("starting the peer: " + spawned.error().message());
+  if (!spawned.is_ok()) fail("starting the peer: " + spawned.error().message);
   s.peer = std::move(spawned).value();
   auto ready = s.peer->wait_ready();
-  if (!ready.is_ok()) fail(ready.error().message());
+  if (!ready.is_ok()) fail(ready.error().message);
   s.region = ready->region;
   auto made = make_ucx_plane(f, parent_peer_id);
-  if (!made.is_ok()) fail("creating the UCX plane: " + made.error().message());
+  if (!made.is_ok()) fail("creating the UCX plane: " + made.error().message);
   s.plane = std::move(made).value();
-  if (auto st = s.plane->start_progress_thread(); !st.is_ok()) fail(st.message());
+  if (auto st = s.plane->start_progress_thread(); !st.is_ok()) fail(st.message);
   if (auto st = s.plane->connect(child_peer_id, ready->worker_address); !st.is_ok())
-    fail("connecting to the peer: " + st.message());
+    fail("connecting to the peer: " + st.message);
 }
 
 /// Builds the batch, prefills it, and registers its pool with the plane.
@@ -375,7 +375,7 @@ void start_batch(const gpu::decode_rig_options& ro, uint64_t block_bytes, migrat
   // Registered as an instance's pool would be: the puts read the blocks where they are.
   const gpu::kv_pool& pool = s.rig->pool();
   if (auto r = s.plane->register_memory(pool.base(), uint64_t(pool.total_blocks()) * block_bytes); !r.is_ok())
-    fail("registering the KV pool: " + r.error().message());
+    fail("registering the KV pool: " + r.error().message);
 }
 
 /// The figures' frame: the three phases, and the run's shape.

@@ -178,10 +178,10 @@ void run_peer(const migration_flags& f) {
   if (!arena) peer_fail(fd, fmt::format("cannot allocate a {}-byte arena", f.arena_bytes));
   std::memset(arena.get(), 0, f.arena_bytes);  // pages in place before the first put, as a pool's are
   auto plane = make_ucx_plane(f, child_peer_id);
-  if (!plane.is_ok()) peer_fail(fd, "creating the UCX plane: " + plane.error().message());
+  if (!plane.is_ok()) peer_fail(fd, "creating the UCX plane: " + plane.error().message);
   auto region = plane.value()->register_memory(arena.get(), f.arena_bytes);
-  if (!region.is_ok()) peer_fail(fd, "registering the arena: " + region.error().message());
-  if (status s = plane.value()->start_progress_thread(); !s.is_ok()) peer_fail(fd, s.message());
+  if (!region.is_ok()) peer_fail(fd, "registering the arena: " + region.error().message);
+  if (status s = plane.value()->start_progress_thread(); !s.is_ok()) peer_fail(fd, s.message);
   wire out;
   out.put_u64(region->address);
   out.put_u64(region->bytes);
@@ -232,7 +232,7 @@ peer_process::~peer_process() { (void)stop(); }
 
 result<peer_ready> peer_process::wait_ready() {
   auto f = read_frame(fd_, bench_clock::now() + peer_ready_bound);
-  if (!f.is_ok()) return status{status_code::io_error, "the peer did not start: " + f.error().message() + exited()};
+  if (!f.is_ok()) return status{status_code::io_error, "the peer did not start: " + f.error().message + exited()};
   if (f->kind == frame_kind::error)
     return status{status_code::io_error,
                   "the peer could not start: " + std::string(f->payload.begin(), f->payload.end())};
@@ -249,7 +249,7 @@ result<uint64_t> peer_process::checksum(uint64_t bytes) {
   out.put_u64(bytes);
   ILLM_RETURN_IF_ERROR(write_frame(fd_, frame_kind::checksum, out.bytes));
   auto f = read_frame(fd_, bench_clock::now() + peer_reply_bound);
-  if (!f.is_ok()) return status{status_code::io_error, "no checksum from the peer: " + f.error().message()};
+  if (!f.is_ok()) return status{status_code::io_error, "no checksum from the peer: " + f.error().message};
   wire in{std::move(f->payload)};
   uint64_t sum = 0;
   if (f->kind != frame_kind::checksum || !in.get_u64(sum))

@@ -209,15 +209,15 @@ std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, s
                                                   const std::shared_ptr<peer_error_sink>& sink) {
   auto made = transport::make_plane(
       "ucx", {.self = transport::peer_id(flags.id), .tls = flags.ucx_tls, .net_devices = flags.ucx_net_devices});
-  if (!made.is_ok()) fail("the UCX data plane: " + made.error().message());
+  if (!made.is_ok()) fail("the UCX data plane: " + made.error().message);
   std::shared_ptr<transport::data_plane> plane = std::move(made).value();
   const int me = flags.id;
   plane->on_peer_error([sink, me](transport::peer_id peer, transport::status why) {
-    log("illm instance {}: data plane peer {} failed: {}", me, peer, why.message());
+    log("illm instance {}: data plane peer {} failed: {}", me, peer, why.message);
     std::lock_guard lock(sink->mutex);
-    if (sink->node) sink->node->peer_failed(actors::instance_id(peer), why.message());
+    if (sink->node) sink->node->peer_failed(actors::instance_id(peer), why.message);
   });
-  if (auto s = plane->start_progress_thread(); !s.is_ok()) fail("the UCX data plane: " + s.message());
+  if (auto s = plane->start_progress_thread(); !s.is_ok()) fail("the UCX data plane: " + s.message);
   o.plane_address = plane->address();
   address_bytes = o.plane_address.size();
   std::weak_ptr<transport::data_plane> weak = plane;
@@ -226,7 +226,7 @@ std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, s
     if (!p) return "the plane is gone";
     (void)p->disconnect(transport::peer_id(peer));  // a peer at a new address (restarted), or one that failed
     auto s = p->connect(transport::peer_id(peer), address);
-    return s.is_ok() ? std::string{} : s.message();
+    return s.is_ok() ? std::string{} : s.message;
   };
   o.log = [](const std::string& line) { log("illm instance: {}", line); };
   return plane;

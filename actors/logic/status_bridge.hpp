@@ -10,16 +10,16 @@ namespace illm::actors {
 /// The engine's status for a data-plane status (the same code where gpu/ has one, the same message).
 inline gpu::status engine_status(const transport::status& s) {
   using transport::status_code;
-  switch (s.code()) {
+  switch (s.code) {
     case status_code::ok: return gpu::status::ok();
-    case status_code::invalid_argument: return {gpu::status_code::invalid_argument, s.message()};
-    case status_code::io_error: return {gpu::status_code::io_error, s.message()};
-    case status_code::out_of_memory: return {gpu::status_code::out_of_memory, s.message()};
-    case status_code::unsupported: return {gpu::status_code::unsupported, s.message()};
-    case status_code::backend_error: return {gpu::status_code::backend_error, s.message()};
+    case status_code::invalid_argument: return {gpu::status_code::invalid_argument, s.message};
+    case status_code::io_error: return {gpu::status_code::io_error, s.message};
+    case status_code::out_of_memory: return {gpu::status_code::out_of_memory, s.message};
+    case status_code::unsupported: return {gpu::status_code::unsupported, s.message};
+    case status_code::backend_error: return {gpu::status_code::backend_error, s.message};
     case status_code::internal: break;
   }
-  return {gpu::status_code::internal, s.message()};
+  return {gpu::status_code::internal, s.message};
 }
 
 }  // namespace illm::actors

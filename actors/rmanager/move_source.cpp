@@ -108,7 +108,7 @@ void copy_blocks(self_ptr self, move_id id) {
     const uint64_t remote = move.reservation.region_address + move.reservation.blocks[i] * move.reservation.block_bytes;
     st.config.plane->put(move.dst, st.config.pool->block_data(move.picked.physical[i]), move.reservation.block_bytes,
                          region, remote, [me, id](transport::status s) {
-                           caf::anon_send(me, transfer_done{id, s.is_ok(), s.message()});
+                           caf::anon_send(me, transfer_done{id, s.is_ok(), s.message});
                          });
   }
 }
@@ -127,7 +127,7 @@ void on_transfer(self_ptr self, const transfer_done& done) {
   rmanager_actor me{self};
   const move_id id = done.id;
   st.config.plane->flush(move.dst, [me, id](transport::status s) {
-    caf::anon_send(me, transfer_done{id, s.is_ok(), s.message()});
+    caf::anon_send(me, transfer_done{id, s.is_ok(), s.message});
   });
 }
 

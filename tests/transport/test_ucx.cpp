@@ -65,7 +65,7 @@ std::unique_ptr<ucx_plane> loopback_plane(peer_id id) {
   options.tls = "tcp";
   options.net_devices = "lo";
   auto plane = ucx_plane::create(id, options);
-  REQUIRE_MESSAGE(plane.is_ok(), plane.error().message());
+  REQUIRE_MESSAGE(plane.is_ok(), plane.error().message);
   return std::move(plane).value();
 }
 
@@ -105,7 +105,7 @@ uint64_t checksum(const uint8_t* first, size_t n) {
 bool all_ok(const std::vector<transport::status>& statuses) {
   for (const auto& s : statuses)
     if (!s.is_ok()) {
-      MESSAGE(s.message());
+      MESSAGE(s.message);
       return false;
     }
   return true;
@@ -231,7 +231,7 @@ TEST_SUITE("transport") {
     const auto statuses = after.all();
     CHECK_FALSE(statuses[1].is_ok());  // the flush cannot complete at a peer that is gone
     for (const auto& s : statuses)
-      if (!s.is_ok()) CHECK_MESSAGE(s.message().find("peer 2") != std::string::npos, s.message());
+      if (!s.is_ok()) CHECK_MESSAGE(s.message.find("peer 2") != std::string::npos, s.message);
     REQUIRE(wait_until({a.get()}, [&] {
       std::lock_guard lock(mutex);
       return !errors.empty();
@@ -246,8 +246,8 @@ TEST_SUITE("transport") {
     outcomes refused;
     a->flush(2, refused.record());
     REQUIRE(refused.size() == 1);
-    CHECK(refused.all()[0].code() == transport::status_code::io_error);
-    CHECK(refused.all()[0].message().find("peer 2") != std::string::npos);
+    CHECK(refused.all()[0].code == transport::status_code::io_error);
+    CHECK(refused.all()[0].message.find("peer 2") != std::string::npos);
   }
 
   TEST_CASE("ucx: a put outside the registered region is refused before it reaches UCX") {
@@ -265,7 +265,7 @@ TEST_SUITE("transport") {
     keyless.packed_key.clear();
     a->put(2, source.data(), 16, keyless, region.address, done.record());
     REQUIRE(done.size() == 5);
-    for (const auto& s : done.all()) CHECK(s.code() == transport::status_code::invalid_argument);
+    for (const auto& s : done.all()) CHECK(s.code == transport::status_code::invalid_argument);
     CHECK(a->counters().put_bytes == 0);
     CHECK(std::all_of(pool.begin(), pool.end(), [](uint8_t x) { return x == 0; }));
   }
@@ -273,9 +273,9 @@ TEST_SUITE("transport") {
   TEST_CASE("ucx: connecting twice or to nothing is refused and a disconnected peer can be connected again") {
     inbox at_b;
     auto a = loopback_plane(1), b = loopback_plane(2);
-    CHECK(a->connect(2, std::span<const uint8_t>()).code() == transport::status_code::invalid_argument);
+    CHECK(a->connect(2, std::span<const uint8_t>()).code == transport::status_code::invalid_argument);
     REQUIRE(a->connect(2, b->worker_address()).is_ok());
-    CHECK(a->connect(2, b->worker_address()).code() == transport::status_code::invalid_argument);
+    CHECK(a->connect(2, b->worker_address()).code == transport::status_code::invalid_argument);
     REQUIRE(a->disconnect(2).is_ok());
     outcomes refused;
     a->send(2, channel::attend, std::vector<uint8_t>{1}, refused.record());
