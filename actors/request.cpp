@@ -57,11 +57,11 @@ void resume(self_ptr self, const cluster_view& view) {
   const instance_view* target = most_free_instance(view);
   if (!target)
     return end_with_error(self, "the instance serving the request left the cluster, and no other takes requests");
-  const int32_t left = st.request.max_tokens - int32_t(st.tokens.size());
+  const int32_t left = st.request.params.max_tokens - int32_t(st.tokens.size());
   if (left <= 0) return end(self, {st.request.id, "length", {}, st.resumed, {}});
   generate_request r = st.request;
-  r.prompt.insert(r.prompt.end(), st.tokens.begin(), st.tokens.end());
-  r.max_tokens = left;
+  r.params.prompt.insert(r.params.prompt.end(), st.tokens.begin(), st.tokens.end());
+  r.params.max_tokens = left;
   ++st.resumed;
   st.generated_before = int32_t(st.tokens.size());
   st.lost = caf::actor_addr{};
@@ -87,7 +87,7 @@ caf::behavior request_behavior(self_ptr self, generate_request request, serving_
       [=](const token_event& t) {
         auto& st = self->state;
         if (st.ended || t.req_id != st.request.id || t.from != st.serving_id) return;
-        if (int32_t(st.tokens.size()) >= st.request.max_tokens) return;  // never more than asked
+        if (int32_t(st.tokens.size()) >= st.request.params.max_tokens) return;  // never more than asked
         st.tokens.push_back(t.token);
         if (st.callbacks.on_token) st.callbacks.on_token(t.token);
       },

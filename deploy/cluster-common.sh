@@ -164,7 +164,8 @@ cc_check_illm() {
   [ -x "$opt_illm" ] ||
     cc_die "no illm binary at $opt_illm: build it first (cmake -S . -B build && cmake --build build -j)," \
       "give --illm PATH, or give --setup"
-  if [ "$opt_frontend" = 1 ] && ! "$opt_illm" serve --help 2>/dev/null | grep -q -- --gmanager; then
+  # Not a pipe into grep -q: it stops reading at the match, and the help's writer then fails with SIGPIPE.
+  if [ "$opt_frontend" = 1 ] && ! grep -q -- --gmanager <<<"$("$opt_illm" serve --help 2>/dev/null)"; then
     cc_die "$opt_illm serve has no --gmanager (an older build): rebuild it, or give --no-frontend"
   fi
 }

@@ -25,10 +25,11 @@ namespace illm::cli {
 
 namespace {
 
+/// What `illm bench engine` measures on.
 struct bench_flags {
-  std::string backend = "cpu";
-  std::string model = "stories15M";
-  int threads = 2;
+  std::string backend = "cpu";       ///< cpu, or cuda (the figures of illm-gpu-bench)
+  std::string model = "stories15M";  ///< of the decode and prefill figures
+  int threads = 2;                   ///< CPU threads (the memory bandwidth sum uses as many)
   bool json = false;
 };
 

@@ -116,12 +116,12 @@ double median(std::vector<double> v) {
 
 /// One phase: decode while moving `blocks_per_step` blocks per step, over every round.
 struct phase_figure {
-  int tokens_per_step = 0;
+  int tokens_per_step = 0;  ///< of KV moved with each decode step
   int blocks_per_step = 0;
-  int steps = 0;
-  uint64_t tokens = 0;
+  int steps = 0;        ///< decode steps timed, over all rounds
+  uint64_t tokens = 0;  ///< decoded in them
   double seconds = 0;
-  std::vector<double> round_tokens_per_second;
+  std::vector<double> round_tokens_per_second;  ///< one per round
   uint64_t bytes_moved = 0;
   double transfer_seconds = 0;  ///< sum over steps of put issued .. flush confirmed
   double stall_seconds = 0;     ///< waiting for the confirmation after the step had finished
@@ -560,19 +560,11 @@ void add_bench_migration_command(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand(
       "migration", "Decode tok/s while 0, 16 and 32 tokens of KV per step move to a peer over UCX (Fig. 12)");
   cmd->add_flag("--json", f->json, "Print one JSON object");
-  cmd->add_option("--batch", f->batch, "Sequences decoding together")->check(CLI::Range(1, 64))->capture_default_str();
-  cmd->add_option("--steps", f->steps, "Timed decode steps per phase and round")
-      ->check(CLI::Range(1, 128))
-      ->capture_default_str();
-  cmd->add_option("--rounds", f->rounds, "Rounds of the three phases (median per phase)")
-      ->check(CLI::Range(1, 50))
-      ->capture_default_str();
-  cmd->add_option("--context", f->context, "Tokens prefilled per sequence before decoding")
-      ->check(CLI::Range(16, 2048))
-      ->capture_default_str();
-  cmd->add_option("--threads", f->threads, "CPU threads of the engine")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
+  add_ranged_option(cmd, "--batch", f->batch, "Sequences decoding together", 1, 64);
+  add_ranged_option(cmd, "--steps", f->steps, "Timed decode steps per phase and round", 1, 128);
+  add_ranged_option(cmd, "--rounds", f->rounds, "Rounds of the three phases (median per phase)", 1, 50);
+  add_ranged_option(cmd, "--context", f->context, "Tokens prefilled per sequence before decoding", 16, 2048);
+  add_ranged_option(cmd, "--threads", f->threads, "CPU threads of the engine", 1, 1024);
   cmd->add_option("--seed", f->seed, "Weights and prompts")->capture_default_str();
   cmd->add_option("--tls", f->tls, "UCX_TLS of both processes")->capture_default_str();
   cmd->add_option("--net-devices", f->net_devices, "UCX_NET_DEVICES of both processes")->capture_default_str();

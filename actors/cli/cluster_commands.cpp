@@ -11,8 +11,8 @@
 
 #include <atomic>
 #include <csignal>
-#include <fstream>
 #include <ctime>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,22 +20,22 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "actors/cli/commands.hpp"
+#include "actors/cli/setting_flags.hpp"
 #include "actors/cli/stop_signals.hpp"
+#include "actors/cluster/remote.hpp"
 #include "actors/frontend/http_server.hpp"
-#include "actors/metrics/runtime_metrics.hpp"
 #include "actors/gmanager.hpp"
 #include "actors/messages.hpp"
+#include "actors/metrics/runtime_metrics.hpp"
 #include "actors/placement/greedy_policy.hpp"
 #include "actors/placement/simple_policy.hpp"
-#include "actors/cluster/remote.hpp"
 #include "gpu/model_files.hpp"
-#include "actors/cli/setting_flags.hpp"
 #include "transport/registry.hpp"
 
 namespace illm::cli {
@@ -98,11 +98,12 @@ struct gmanager_flags {
   std::string listen;
   std::string metrics_listen, metrics_prefix = "illm:";
   std::string profile;  // the greedy policy's; empty: the simple policy
-  int policy_period_ms = 50;
-  int heartbeat_timeout_ms = 2000;
+  actors::gmanager_settings gmanager;
 };
 
-std::string ids(const std::vector<actors::request_id>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
+std::string ids(const std::vector<actors::request_id>& v) {
+  return fmt::format("[{}]", fmt::join(v, ", "));
+}
 
 void run_gmanager(const gmanager_flags& flags) {
   if (flags.listen.empty()) fail("--listen is required (as a flag or in --config)", 2);
@@ -115,8 +116,8 @@ void run_gmanager(const gmanager_flags& flags) {
   auto members = std::make_shared<std::atomic<int>>(0);
   actors::gmanager_config g;
   g.metrics = endpoint.metrics;
-  g.policy_period = std::chrono::milliseconds(flags.policy_period_ms);
-  g.heartbeat_timeout = std::chrono::milliseconds(flags.heartbeat_timeout_ms);
+  g.policy_period = std::chrono::milliseconds(flags.gmanager.policy_period_ms);
+  g.heartbeat_timeout = std::chrono::milliseconds(flags.gmanager.heartbeat_timeout_ms);
   std::string placement = "simple";
   g.policy = actors::placement::policy(actors::placement::simple_policy);
   if (!flags.profile.empty()) {
@@ -140,7 +141,10 @@ void run_gmanager(const gmanager_flags& flags) {
   g.on_move = [](const actors::move_report& r) {
     if (r.ok)
       log("illm gmanager: move {} of request {}: instance {} -> {}, {} blocks ({})", r.id, r.req_id, r.src_inst,
-          r.dst_inst, r.blocks, r.computed ? "prefilled there" : r.self_initiated ? "loan" : "order");
+          r.dst_inst, r.blocks,
+          r.computed         ? "prefilled there"
+          : r.self_initiated ? "loan"
+                             : "order");
     else
       log("illm gmanager: move {} of request {}: instance {} -> {} failed: {}", r.id, r.req_id, r.src_inst, r.dst_inst,
           r.reason);
@@ -155,7 +159,7 @@ void run_gmanager(const gmanager_flags& flags) {
     fail(fmt::format("cannot listen on {}:{}: {}", at.host, at.port, why));
   }
   log("illm gmanager: listening on {}:{} ({} placement every {} ms, heartbeat timeout {} ms)", at.host, *port,
-      placement, flags.policy_period_ms, flags.heartbeat_timeout_ms);
+      placement, flags.gmanager.policy_period_ms, flags.gmanager.heartbeat_timeout_ms);
 
   std::atomic<bool> never{false};
   const int signal = wait_for_stop_signal(stop_signals, never);
@@ -173,13 +177,11 @@ struct instance_flags {
   std::string join;
   std::string metrics_listen, metrics_prefix = "illm:";
   int id = 0;
-  uint32_t kv_blocks = 256;
   std::string model = "stories15M";
   std::string ucx_tls = "tcp";
   std::string ucx_net_devices = "lo";
-  int threads = 0;
-  int heartbeat_ms = 50;
   int drain_timeout_s = 30;
+  actors::instance_settings instance;
   actors::batch_settings batch;
   std::string node;  // the node it runs on; empty: this host's name
 };
@@ -255,28 +257,22 @@ std::string id_in_use(caf::actor_system& sys, const actors::gmanager_actor& gm, 
   return why;
 }
 
-void run_instance(const instance_flags& flags) {
-  if (flags.join.empty()) fail("--join is required (as a flag or in --config)", 2);
-  const host_port gm_at = parse_host_port(flags.join, "--join");
-  const sigset_t stop_signals = block_stop_signals();
-  const std::string me = fmt::format("illm instance {}", flags.id);
+/// An instance process while it runs: what its steps below share.
+struct instance_run {
+  const instance_flags& flags;
+  std::string me;  ///< "illm instance N", for its log lines
+  caf::actor_system& sys;
+  actors::gmanager_actor gm;
+  std::shared_ptr<gmanager_watch> watch = std::make_shared<gmanager_watch>();
+  std::shared_ptr<peer_error_sink> sink = std::make_shared<peer_error_sink>();
+  caf::actor watcher;         ///< monitors the gManager and marks it gone
+  metrics_endpoint endpoint;  ///< its metrics' registry and server (they outlive the node, which reports there)
+  std::unique_ptr<actors::instance_node> node;
+};
 
-  auto model = gpu::load_model(flags.model);
-  if (!model.is_ok()) fail(model.error().message());
-
-  size_t address_bytes = 0;
-  actors::instance_node_options o;
-  auto sink = std::make_shared<peer_error_sink>();
-  std::shared_ptr<transport::data_plane> plane = make_plane(flags, address_bytes, o, sink);
-
-  auto cfg = networked_config();
-  caf::actor_system sys{*cfg};
-  auto gm = sys.middleman().remote_actor<actors::gmanager_actor>(gm_at.host, gm_at.port);
-  if (!gm) fail(fmt::format("cannot reach the gManager at {}:{}: {}", gm_at.host, gm_at.port, sys.render(gm.error())));
-
-  // If the gManager goes away (its process ended, the link broke), this instance reports it and ends.
-  auto watch = std::make_shared<gmanager_watch>();
-  caf::actor watcher = sys.spawn([watch, gm = *gm](caf::event_based_actor* self) -> caf::behavior {
+/// Spawns the actor that marks the gManager gone when its process ends or the link breaks.
+void watch_gmanager(instance_run& r) {
+  r.watcher = r.sys.spawn([watch = r.watch, gm = r.gm](caf::event_based_actor* self) -> caf::behavior {
     self->monitor(gm);
     self->set_down_handler([watch, self](caf::down_msg& d) {
       {
@@ -287,101 +283,69 @@ void run_instance(const instance_flags& flags) {
     });
     return {[](int32_t) {}};  // it only watches
   });
+}
 
-  o.id = actors::instance_id(flags.id);
-  o.node = flags.node.empty() ? host_name() : flags.node;
-  if (const std::string taken = id_in_use(sys, *gm, o.id); !taken.empty()) {
-    caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
-    watcher = caf::actor{};
-    sys.await_actors_before_shutdown(false);
-    fail(fmt::format("{}: {}", me, taken), 2);
-  }
-  metrics_endpoint endpoint = start_metrics(flags.metrics_listen, flags.metrics_prefix, me);
-  o.metrics = endpoint.metrics;
-  o.kv_blocks = flags.kv_blocks;
-  o.threads = flags.threads;
-  o.batch = flags.batch;
-  o.heartbeat_period = std::chrono::milliseconds(flags.heartbeat_ms);
-  auto started = actors::instance_node::start(sys, model->weights, o, plane, *gm);
-  // Stops this instance's actors and waits (bounded) until each is down. Not await_all_actors_done: after a
-  // session with a remote gManager, CAF 0.17 keeps one actor of its own counted as running (not ours: each of
-  // ours is down), which would hang it, and the actor system's destructor, for ever.
-  auto stop_all = [&](std::unique_ptr<actors::instance_node>* node) {
-    std::vector<caf::actor_addr> mine;
-    if (node && *node) mine = (*node)->actors();
-    mine.push_back(watcher.address());
-    caf::scoped_actor waiter{sys, true};
-    for (const caf::actor_addr& a : mine) waiter->monitor(a);
-    if (node && *node) (*node)->stop();
-    {
-      std::lock_guard lock(sink->mutex);
-      sink->node = nullptr;
-    }
-    caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
-    watcher = caf::actor{};
-    size_t down = 0;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (down < mine.size() && std::chrono::steady_clock::now() < deadline)
-      waiter->receive([&](const caf::down_msg&) { ++down; },
-                      caf::after(std::chrono::milliseconds(100)) >> [] {});
-    if (down < mine.size()) log("{}: {} of its actors still running after 10 s: not waiting for them", me, mine.size() - down);
-    mine.clear();
-    sys.await_actors_before_shutdown(false);
-  };
-  if (!started.is_ok()) {
-    stop_all(nullptr);
-    fail(started.error().message());
-  }
-  std::unique_ptr<actors::instance_node> node = std::move(started).value();
+/// Stops this instance's actors and waits (bounded) until each is down. Not await_all_actors_done: after a
+/// session with a remote gManager, CAF 0.17 keeps one actor of its own counted as running (not ours: each of
+/// ours is down), which would hang it, and the actor system's destructor, for ever.
+void stop_all(instance_run& r) {
+  std::vector<caf::actor_addr> mine;
+  if (r.node) mine = r.node->actors();
+  mine.push_back(r.watcher.address());
+  caf::scoped_actor waiter{r.sys, true};
+  for (const caf::actor_addr& a : mine) waiter->monitor(a);
+  if (r.node) r.node->stop();
   {
-    std::lock_guard lock(sink->mutex);
-    sink->node = node.get();
+    std::lock_guard lock(r.sink->mutex);
+    r.sink->node = nullptr;
   }
-  log("{}: joining the gManager at {}:{} ({} ({}), {} KV blocks of {} bytes, UCX plane over {} on {}, worker address "
-      "{} bytes)",
-      me, gm_at.host, gm_at.port, model->name, flags.model, flags.kv_blocks, node->pool().layout().block_bytes(),
-      flags.ucx_tls, flags.ucx_net_devices, address_bytes);
+  caf::anon_send_exit(r.watcher, caf::exit_reason::user_shutdown);
+  r.watcher = caf::actor{};
+  size_t down = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (down < mine.size() && std::chrono::steady_clock::now() < deadline)
+    waiter->receive([&](const caf::down_msg&) { ++down; }, caf::after(std::chrono::milliseconds(100)) >> [] {});
+  if (down < mine.size())
+    log("{}: {} of its actors still running after 10 s: not waiting for them", r.me, mine.size() - down);
+  r.sys.await_actors_before_shutdown(false);
+}
 
-  // Joined when the gManager's view lists this instance with its instance actor.
-  caf::scoped_actor s{sys, true};  // hidden: await_all_actors_done does not wait for it
-  bool joined = false;
-  for (int i = 0; i < 100 && !joined && !watch->gone; ++i) {
-    s->request(*gm, std::chrono::seconds(2), actors::view_atom::value)
+/// Stops everything and exits with `message`.
+[[noreturn]] void stop_and_fail(instance_run& r, const std::string& message, int code = 1) {
+  stop_all(r);
+  fail(message, code);
+}
+
+/// Waits until the gManager's view lists this instance with its instance actor (or the gManager is gone).
+bool wait_joined(instance_run& r) {
+  caf::scoped_actor s{r.sys, true};  // hidden: await_all_actors_done does not wait for it
+  for (int i = 0; i < 100 && !r.watch->gone; ++i) {
+    bool joined = false;
+    s->request(r.gm, std::chrono::seconds(2), actors::view_atom::value)
         .receive(
             [&](actors::cluster_view& v) {
               for (const auto& x : v.instances)
-                if (x.inst_id == o.id && x.instance == node->instance()) {
+                if (x.inst_id == r.node->id() && x.instance == r.node->instance()) {
                   joined = true;
-                  log("{}: joined ({} instances in the cluster)", me, v.instances.size());
+                  log("{}: joined ({} instances in the cluster)", r.me, v.instances.size());
                 }
             },
             [&](const caf::error&) {});
-    if (!joined) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (joined) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  if (!joined && !watch->gone) {
-    stop_all(&node);
-    fail(fmt::format("{}: the gManager did not list this instance (another instance with id {} may have joined "
-                     "meanwhile)", me, o.id));
-  }
+  return false;
+}
 
-  const int signal = wait_for_stop_signal(stop_signals, watch->gone);
-  if (signal == 0) {
-    std::string why;
-    {
-      std::lock_guard lock(watch->mutex);
-      why = watch->reason;
-    }
-    stop_all(&node);
-    fail(fmt::format("{}: the gManager is gone ({}): stopping", me, why), 3);
-  }
-
-  // Drain: the gManager stops lending to it and routing to it; wait until it serves and hosts nothing, then leave.
-  log("{}: {} received: draining", me, stop_signal_name(signal));
-  s->send(*gm, actors::drain_instance{o.id});
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(flags.drain_timeout_s);
+/// On a stop signal: the gManager stops lending to it and routing to it; waits (up to --drain-timeout-s)
+/// until it serves and hosts nothing, then leaves the cluster. False when it could not leave.
+bool drain_and_leave(instance_run& r) {
+  caf::scoped_actor s{r.sys, true};
+  s->send(r.gm, actors::drain_instance{r.node->id()});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(r.flags.drain_timeout_s);
   bool idle = false;
-  while (!idle && !watch->gone && std::chrono::steady_clock::now() < deadline) {
-    s->request(node->rmanager(), std::chrono::seconds(2), caf::get_atom::value)
+  while (!idle && !r.watch->gone && std::chrono::steady_clock::now() < deadline) {
+    s->request(r.node->rmanager(), std::chrono::seconds(2), caf::get_atom::value)
         .receive(
             [&](const actors::instance_stats& st) {
               idle = st.batch_size == 0 && st.waiting == 0 && st.hosted_blocks == 0 && st.borrowed_blocks == 0;
@@ -389,15 +353,74 @@ void run_instance(const instance_flags& flags) {
             [&](const caf::error&) {});
     if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  if (!idle) log("{}: not idle after {} s: leaving anyway", me, flags.drain_timeout_s);
-  log_traffic(me, node->plane().counters());
+  if (!idle) log("{}: not idle after {} s: leaving anyway", r.me, r.flags.drain_timeout_s);
+  log_traffic(r.me, r.node->plane().counters());
   bool left = false;
-  if (!watch->gone)
-    s->request(*gm, std::chrono::seconds(5), actors::leave_cluster{o.id})
-        .receive([&] { left = true; }, [&](const caf::error& e) { log("{}: leave: {}", me, sys.render(e)); });
-  stop_all(&node);
-  if (!left) fail(fmt::format("{}: could not leave the cluster (the gManager is gone)", me), 3);
-  log("{}: left the cluster", me);
+  if (!r.watch->gone)
+    s->request(r.gm, std::chrono::seconds(5), actors::leave_cluster{r.node->id()})
+        .receive([&] { left = true; }, [&](const caf::error& e) { log("{}: leave: {}", r.me, r.sys.render(e)); });
+  return left;
+}
+
+/// Starts this instance's node in `r` (its plane made first, its options from the flags).
+void start_node(instance_run& r, const gpu::loaded_model& model) {
+  actors::instance_node_options o;
+  size_t address_bytes = 0;
+  std::shared_ptr<transport::data_plane> plane = make_plane(r.flags, address_bytes, o, r.sink);
+  o.id = actors::instance_id(r.flags.id);
+  o.node = r.flags.node.empty() ? host_name() : r.flags.node;
+  if (const std::string taken = id_in_use(r.sys, r.gm, o.id); !taken.empty())
+    stop_and_fail(r, fmt::format("{}: {}", r.me, taken), 2);
+  r.endpoint = start_metrics(r.flags.metrics_listen, r.flags.metrics_prefix, r.me);
+  o.metrics = r.endpoint.metrics;
+  o.instance = r.flags.instance;
+  o.batch = r.flags.batch;
+  auto started = actors::instance_node::start(r.sys, model.weights, o, plane, r.gm);
+  if (!started.is_ok()) stop_and_fail(r, started.error().message());
+  r.node = std::move(started).value();
+  {
+    std::lock_guard lock(r.sink->mutex);
+    r.sink->node = r.node.get();
+  }
+  log("{}: joining the gManager ({} ({}), {} KV blocks of {} bytes, UCX plane over {} on {}, worker address {} "
+      "bytes)",
+      r.me, model.name, r.flags.model, r.flags.instance.kv_blocks_per_instance, r.node->pool().layout().block_bytes(),
+      r.flags.ucx_tls, r.flags.ucx_net_devices, address_bytes);
+}
+
+void run_instance(const instance_flags& flags) {
+  if (flags.join.empty()) fail("--join is required (as a flag or in --config)", 2);
+  const host_port gm_at = parse_host_port(flags.join, "--join");
+  const sigset_t stop_signals = block_stop_signals();
+  auto model = gpu::load_model(flags.model);
+  if (!model.is_ok()) fail(model.error().message());
+
+  auto cfg = networked_config();
+  caf::actor_system sys{*cfg};
+  auto gm = sys.middleman().remote_actor<actors::gmanager_actor>(gm_at.host, gm_at.port);
+  if (!gm) fail(fmt::format("cannot reach the gManager at {}:{}: {}", gm_at.host, gm_at.port, sys.render(gm.error())));
+  instance_run r{flags, fmt::format("illm instance {}", flags.id), sys, *gm};
+  watch_gmanager(r);
+  start_node(r, model.value());
+  if (!wait_joined(r) && !r.watch->gone)
+    stop_and_fail(r, fmt::format("{}: the gManager did not list this instance (another instance with id {} may "
+                                 "have joined meanwhile)",
+                                 r.me, flags.id));
+
+  const int signal = wait_for_stop_signal(stop_signals, r.watch->gone);
+  if (signal == 0) {
+    std::string why;
+    {
+      std::lock_guard lock(r.watch->mutex);
+      why = r.watch->reason;
+    }
+    stop_and_fail(r, fmt::format("{}: the gManager is gone ({}): stopping", r.me, why), 3);
+  }
+  log("{}: {} received: draining", r.me, stop_signal_name(signal));
+  const bool left = drain_and_leave(r);
+  stop_all(r);
+  if (!left) fail(fmt::format("{}: could not leave the cluster (the gManager is gone)", r.me), 3);
+  log("{}: left the cluster", r.me);
 }
 
 }  // namespace
@@ -423,7 +446,8 @@ void add_config_file(CLI::App* cmd, const std::string& example) {
       CLI::Option* opt = key == "config" ? nullptr : cmd->get_option_no_throw("--" + key);
       if (!opt) fail(fmt::format("--config {}: \"{}\" is no option of illm {}", *path, key, cmd->get_name()), 2);
       if (opt->count() > 0) continue;  // given as a flag
-      if (!value.is_string() && !value.is_number()) fail(fmt::format("--config {}: \"{}\": expected a string or a number", *path, key), 2);
+      if (!value.is_string() && !value.is_number())
+        fail(fmt::format("--config {}: \"{}\": expected a string or a number", *path, key), 2);
       try {
         opt->add_result(value.is_string() ? value.get<std::string>() : value.dump());
         opt->run_callback();
@@ -454,16 +478,16 @@ host_port parse_host_port(const std::string& text, const char* flag, bool port_z
 
 void add_cluster_commands(CLI::App& app) {
   auto g = std::make_shared<gmanager_flags>();
-  CLI::App* gcmd = app.add_subcommand("gmanager", "Run the gManager of a cluster of processes, published on a TCP port");
-  gcmd->add_option("--listen", g->listen, "HOST:PORT to listen on (HOST defaults to 127.0.0.1; port 0: any free; required, here or in --config)");
-  gcmd->add_option("--policy-period-ms", g->policy_period_ms, "How often the placement policy runs (default 50)")
-      ->check(CLI::Range(1, 3600000));
-  gcmd->add_option("--heartbeat-timeout-ms", g->heartbeat_timeout_ms,
-                   "An instance silent this long is left out of the view and the policy (default 2000)")
-      ->check(CLI::Range(1, 3600000));
-  gcmd->add_option("--profile", g->profile,
-                   "Profile of the instances (illm profile --out on their host): the greedy placement policy runs on it "
-                   "(default: the simple policy)");
+  CLI::App* gcmd =
+      app.add_subcommand("gmanager", "Run the gManager of a cluster of processes, published on a TCP port");
+  gcmd->add_option(
+      "--listen", g->listen,
+      "HOST:PORT to listen on (HOST defaults to 127.0.0.1; port 0: any free; required, here or in --config)");
+  add_setting_flags(gcmd, actors::gmanager_settings_table(), g->gmanager);
+  gcmd->add_option(
+      "--profile", g->profile,
+      "Profile of the instances (illm profile --out on their host): the greedy placement policy runs on it "
+      "(default: the simple policy)");
   add_metrics_options(gcmd, g->metrics_listen, g->metrics_prefix);
   add_config_file(gcmd, R"({"listen": "0.0.0.0:7000", "heartbeat-timeout-ms": 2000})");
   gcmd->callback([g] { run_gmanager(*g); });
@@ -472,21 +496,19 @@ void add_cluster_commands(CLI::App& app) {
   CLI::App* icmd = app.add_subcommand("instance", "Run one instance that joins a gManager (illm gmanager)");
   icmd->add_option("--join", f->join, "The gManager's HOST:PORT (required, here or in --config)");
   icmd->add_option("--id", f->id, "This instance's id, unique in the cluster (default 0)")->check(CLI::Range(0, 4095));
-  icmd->add_option("--kv-blocks-per-instance", f->kv_blocks, "KV blocks of 16 tokens (default 256)")
-      ->check(CLI::Range(2u, 1u << 24));
   icmd->add_option("--model", f->model, "Model name (in $ILLM_MODELS) or path (default stories15M)");
   icmd->add_option("--ucx-tls", f->ucx_tls, "UCX_TLS of the data plane (default tcp)");
   icmd->add_option("--ucx-net-devices", f->ucx_net_devices, "UCX_NET_DEVICES of the data plane (default lo)");
-  icmd->add_option("--threads", f->threads, "CPU threads of the engine (0: all cores)")->check(CLI::Range(0, 1024));
-  icmd->add_option("--heartbeat-ms", f->heartbeat_ms, "Heartbeat period (default 50)")->check(CLI::Range(1, 60000));
   icmd->add_option("--drain-timeout-s", f->drain_timeout_s, "On SIGTERM, how long to wait to be idle (default 30)")
       ->check(CLI::Range(0, 3600));
   icmd->add_option("--node", f->node,
                    "The node (host) this instance runs on (default: the host name): a long step's queries to "
                    "several holders on another node go there once, through one of them");
+  add_setting_flags(icmd, actors::instance_settings_table(), f->instance);
   add_setting_flags(icmd, actors::batch_settings_table(), f->batch);
   add_metrics_options(icmd, f->metrics_listen, f->metrics_prefix);
-  add_config_file(icmd, R"({"join": "10.0.0.1:7000", "id": 3, "kv-blocks-per-instance": 4096, "ucx-net-devices": "eth0"})");
+  add_config_file(icmd,
+                  R"({"join": "10.0.0.1:7000", "id": 3, "kv-blocks-per-instance": 4096, "ucx-net-devices": "eth0"})");
   icmd->callback([f] { run_instance(*f); });
 }
 

@@ -47,4 +47,10 @@ CLI::Validator above_zero();
 /// to 1, not nan"; "0 or more" without a highest).
 CLI::Validator number_from(double lowest, double highest = std::numeric_limits<double>::infinity());
 
+/// Adds an integer option checked to lie in [lo, hi], its default shown in --help.
+template <class T>
+CLI::Option* add_ranged_option(CLI::App* cmd, const std::string& name, T& value, const std::string& help, T lo, T hi) {
+  return cmd->add_option(name, value, help)->check(CLI::Range(lo, hi))->capture_default_str();
+}
+
 }  // namespace illm::cli

@@ -75,8 +75,8 @@ struct generate_flags {
   bool ignore_eos = false;
   int kv_pools = 1;
   int instances = 0;  // 0: no cluster, the single-process DistAttention path over kv_pools
-  uint32_t kv_blocks_per_instance = 0;
-  int threads = 0;
+  /// With --instances; kv_blocks_per_instance 0: the whole request. Its threads serve one engine too.
+  actors::instance_settings instance{.kv_blocks_per_instance = 0};
   actors::batch_settings batch;  ///< max_batch_tokens on one engine too; the rest with --instances
   std::string backend = "auto";
   bool json = false;
@@ -128,7 +128,7 @@ void print_report(const generate_flags& f, const gpu::loaded_model& model, const
 }
 
 generation_report run_pools(const generate_flags& f, const gpu::loaded_model& model, gpu::generate_options options) {
-  auto device = gpu::make_backend(f.backend, f.threads);
+  auto device = gpu::make_backend(f.backend, f.instance.threads_per_instance);
   if (!device.is_ok()) fail(device.error().message());
   options.kv_pools = f.kv_pools;
   auto out = gpu::generate(model, *device.value(), options);
@@ -206,11 +206,9 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
                               const gpu::generate_options& options) {
   actors::cluster_options co;
   co.instances = f.instances;
-  co.kv_blocks_per_instance =
-      f.kv_blocks_per_instance
-          ? f.kv_blocks_per_instance
-          : gpu::blocks_for_tokens(int64_t(options.prompt_ids.size()) + options.max_tokens) + 1;
-  co.threads_per_instance = f.threads;
+  co.instance = f.instance;
+  if (co.instance.kv_blocks_per_instance == 0)
+    co.instance.kv_blocks_per_instance = gpu::blocks_for_tokens(int64_t(options.prompt_ids.size()) + options.max_tokens) + 1;
   co.batch = f.batch;
   auto started = actors::cluster::start(model.weights, co);
   if (!started.is_ok()) fail(started.error().message());
@@ -224,7 +222,7 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
   const actors::request_finished end = stream.wait(r);
   if (end.reason == "error") fail("the request failed: " + end.error);
   r.extra["instances"] = f.instances;
-  r.extra["kv_blocks_per_instance"] = co.kv_blocks_per_instance;
+  r.extra["kv_blocks_per_instance"] = co.instance.kv_blocks_per_instance;
   r.extra["blocks_per_instance"] = blocks_per_instance(end.placement, uint32_t(f.instances));
   r.extra["preemptions"] = end.preemptions;
   add_moves(r, c.moves());
@@ -311,11 +309,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--instances", flags->instances,
                   "Run on an embedded cluster of this many instances (gManager, rManagers, actors)")
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--kv-blocks-per-instance", flags->kv_blocks_per_instance,
-                  "KV blocks (16 tokens each) of every instance's pool (default: the whole request)")
-      ->check(CLI::Range(2u, 1u << 24));
-  cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores; per instance with --instances)")
-      ->check(CLI::Range(0, 1024));
+  add_setting_flags(cmd, actors::instance_settings_table(), flags->instance);  // pool 0: the whole request
   add_setting_flags(cmd, actors::batch_settings_table(), flags->batch);
   cmd->add_option("--backend", flags->backend, "auto (cuda when a GPU is present, else cpu), cpu, cpu-reference or cuda")->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print one JSON object");

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "actors/cli/commands.hpp"
+#include "actors/cli/setting_flags.hpp"
 #include "actors/cli/stop_signals.hpp"
 #include "actors/frontend/serve_config.hpp"
 #include "actors/frontend/service.hpp"
@@ -28,12 +29,14 @@ namespace {
 struct serve_flags {
   std::string config;
   std::string model, host, metrics_prefix, gmanager, policy, profile;
-  int port = -1, instances = 0, threads = -1, max_requests = 0;
-  uint32_t kv_blocks = 0;
+  int port = -1, instances = 0, max_requests = 0;
   std::vector<std::string> api_keys;
+  actors::instance_settings instance;  // those given override the config file's
+  actors::batch_settings batch;
+  actors::gmanager_settings gmanager_settings;
 };
 
-actors::frontend::serve_config resolve(const serve_flags& f) {
+actors::frontend::serve_config resolve(const serve_flags& f, const CLI::App* cmd) {
   actors::frontend::serve_config c;
   if (!f.config.empty()) {
     auto loaded = actors::frontend::load_serve_config(f.config);
@@ -45,8 +48,9 @@ actors::frontend::serve_config resolve(const serve_flags& f) {
   if (f.port >= 0) c.port = uint16_t(f.port);
   if (!f.gmanager.empty()) c.gmanager = f.gmanager;
   if (f.instances > 0) c.instances = f.instances;
-  if (f.kv_blocks > 0) c.kv_blocks_per_instance = f.kv_blocks;
-  if (f.threads >= 0) c.threads_per_instance = f.threads;
+  copy_given_settings(cmd, actors::instance_settings_table(), f.instance, c.instance);
+  copy_given_settings(cmd, actors::batch_settings_table(), f.batch, c.batch);
+  copy_given_settings(cmd, actors::gmanager_settings_table(), f.gmanager_settings, c.embedded_gmanager);
   if (f.max_requests > 0) c.service.max_requests_in_flight = f.max_requests;
   if (!f.api_keys.empty()) c.service.api_keys = f.api_keys;
   if (!f.metrics_prefix.empty()) c.metrics_prefix = f.metrics_prefix;
@@ -91,14 +95,13 @@ routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu
                               std::shared_ptr<actors::metrics::runtime_metrics> metrics) {
   actors::cluster_options co;
   co.instances = c.instances;
-  co.kv_blocks_per_instance = c.kv_blocks_per_instance;
-  co.threads_per_instance = c.threads_per_instance;
+  co.instance = c.instance;
   co.batch = c.batch;
-  co.heartbeat_period = std::chrono::milliseconds(c.heartbeat_ms);
-  co.policy_period = std::chrono::milliseconds(c.policy_ms);
+  co.gmanager = c.embedded_gmanager;
   co.metrics = std::move(metrics);
-  const int threads = co.threads_per_instance > 0 ? co.threads_per_instance
-                                                  : std::max(1, int(std::thread::hardware_concurrency()) / co.instances);
+  const int threads = co.instance.threads_per_instance > 0
+                          ? co.instance.threads_per_instance
+                          : std::max(1, int(std::thread::hardware_concurrency()) / co.instances);
   if (c.policy == "greedy") co.policy = actors::placement::greedy_policy(greedy_profile(c, model, threads));
   auto started = actors::cluster::start(model.weights, co);
   if (!started.is_ok()) fail(started.error().message());
@@ -108,7 +111,7 @@ routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu
             cl->wait_pools_free(std::chrono::seconds(5));
             cl->shutdown();
           },
-          fmt::format("{} instances ({} KV blocks each, {} placement)", c.instances, c.kv_blocks_per_instance,
+          fmt::format("{} instances ({} KV blocks each, {} placement)", c.instances, c.instance.kv_blocks_per_instance,
                       c.policy)};
 }
 
@@ -133,8 +136,8 @@ void add_kv_usage_gauge(actors::metrics::registry& registry, const std::string& 
                              });
 }
 
-void run_serve(const serve_flags& flags) {
-  const actors::frontend::serve_config c = resolve(flags);
+void run_serve(const serve_flags& flags, const CLI::App* cmd) {
+  const actors::frontend::serve_config c = resolve(flags, cmd);
   if (!c.gmanager.empty()) (void)parse_host_port(c.gmanager, "--gmanager");  // a bad address fails before loading
   // Every thread started from here on leaves SIGINT and SIGTERM to this one, which waits for them.
   const sigset_t stop_signals = block_stop_signals();
@@ -176,10 +179,10 @@ void add_serve_command(CLI::App& app) {
                   "HOST:PORT of a cluster of processes (illm gmanager): route to its instances instead of an embedded cluster");
   cmd->add_option("--instances", flags->instances, "Instances of the embedded cluster (default 2)")
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--kv-blocks-per-instance", flags->kv_blocks, "KV blocks of 16 tokens per instance (default 1024)")
-      ->check(CLI::Range(2u, 1u << 24));
-  cmd->add_option("--threads", flags->threads, "CPU threads per instance (0: cores / instances)")
-      ->check(CLI::Range(0, 1024));
+  flags->instance = actors::frontend::serve_config{}.instance;  // the defaults --help shows
+  add_setting_flags(cmd, actors::instance_settings_table(), flags->instance);
+  add_setting_flags(cmd, actors::batch_settings_table(), flags->batch);
+  add_setting_flags(cmd, actors::gmanager_settings_table(), flags->gmanager_settings);
   cmd->add_option("--max-requests", flags->max_requests, "Requests served at once; more get 429 (default 64)")
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--metrics-prefix", flags->metrics_prefix,
@@ -191,7 +194,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--profile", flags->profile,
                   "Profile of the greedy policy (from illm profile --out; default: measured at start, a few seconds)");
   cmd->add_option("--api-key", flags->api_keys, "Accepted Bearer key (repeatable; default: none needed)");
-  cmd->callback([flags] { run_serve(*flags); });
+  cmd->callback([flags, cmd] { run_serve(*flags, cmd); });
 }
 
 }  // namespace illm::cli

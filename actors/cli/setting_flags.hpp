@@ -17,4 +17,13 @@ void add_setting_flags(CLI::App* cmd, const std::vector<actors::int_setting<Sett
         ->capture_default_str();
 }
 
+/// Copies from `given` into `to` each setting of `table` whose flag was on `cmd`'s command line (flags that
+/// override a configuration file).
+template <class Settings>
+void copy_given_settings(const CLI::App* cmd, const std::vector<actors::int_setting<Settings>>& table,
+                         const Settings& given, Settings& to) {
+  for (const auto& setting : table)
+    if (cmd->count(setting.flag()) > 0) to.*setting.field = given.*setting.field;
+}
+
 }  // namespace illm::cli

@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "actors/cli/setting_flags.hpp"
 #include "actors/cli/commands.hpp"
+#include "actors/cli/setting_flags.hpp"
 #include "actors/sim/simulation.hpp"
 
 namespace illm::cli {
@@ -59,7 +59,9 @@ nlohmann::json timeline_json(const std::vector<actors::sim::timeline_row>& rows)
 }
 
 nlohmann::json report_json(const actors::sim::sim_report& r) {
-  auto pct = [](const actors::sim::percentiles& p) { return nlohmann::json{{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}}; };
+  auto pct = [](const actors::sim::percentiles& p) {
+    return nlohmann::json{{"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}};
+  };
   return {{"throughput_tok_s", r.throughput_tok_s},
           {"requests", r.requests},
           {"completed", r.completed},
@@ -91,16 +93,17 @@ nlohmann::json report_json(const actors::sim::sim_report& r) {
 }
 
 void print_report(const actors::sim::sim_report& r) {
-  fmt::print("{:<14} {:>12.1f} tok/s  {:>6} done {:>5} refused {:>4} failed  makespan {:>9.1f} s (work {:.0f}%)  "
-             "TTFT p50/p99 {:.2f}/{:.2f} s  TPOT p50/p99 {:.1f}/{:.1f} ms  moves {}  preempted {}  "
-             "step {:.0f} tokens / {:.0f} sampled{}  busy {:.0f}% (computing {:.0f}%) + hosting {:.0f}%  "
-             "KV used {:.0f}% + promised {:.0f}%  ({:.1f} s wall)\n",
-             r.policy, r.throughput_tok_s, r.completed, r.refused, r.failed, r.makespan_s,
-             r.makespan_s > 0 ? r.work_bound_s / r.makespan_s * 100 : 0, r.ttft_s.p50, r.ttft_s.p99,
-             r.tpot_s.p50 * 1e3, r.tpot_s.p99 * 1e3, r.moves, r.preemptions, r.mean_step_tokens, r.mean_step_sampled,
-             r.mixed_step_tokens > 0 ? fmt::format(" (<= {} with decodes)", r.mixed_step_tokens) : "",
-             r.busy_fraction * 100, r.computing_fraction * 100, r.hosted_fraction * 100, r.kv_used_fraction * 100,
-             r.kv_promised_fraction * 100, r.wall_s);
+  fmt::print(
+      "{:<14} {:>12.1f} tok/s  {:>6} done {:>5} refused {:>4} failed  makespan {:>9.1f} s (work {:.0f}%)  "
+      "TTFT p50/p99 {:.2f}/{:.2f} s  TPOT p50/p99 {:.1f}/{:.1f} ms  moves {}  preempted {}  "
+      "step {:.0f} tokens / {:.0f} sampled{}  busy {:.0f}% (computing {:.0f}%) + hosting {:.0f}%  "
+      "KV used {:.0f}% + promised {:.0f}%  ({:.1f} s wall)\n",
+      r.policy, r.throughput_tok_s, r.completed, r.refused, r.failed, r.makespan_s,
+      r.makespan_s > 0 ? r.work_bound_s / r.makespan_s * 100 : 0, r.ttft_s.p50, r.ttft_s.p99, r.tpot_s.p50 * 1e3,
+      r.tpot_s.p99 * 1e3, r.moves, r.preemptions, r.mean_step_tokens, r.mean_step_sampled,
+      r.mixed_step_tokens > 0 ? fmt::format(" (<= {} with decodes)", r.mixed_step_tokens) : "", r.busy_fraction * 100,
+      r.computing_fraction * 100, r.hosted_fraction * 100, r.kv_used_fraction * 100, r.kv_promised_fraction * 100,
+      r.wall_s);
 }
 
 void print_timeline(const std::vector<actors::sim::timeline_row>& rows) {
@@ -109,8 +112,8 @@ void print_timeline(const std::vector<actors::sim::timeline_row>& rows) {
              "KV used", "promised", "started", "done");
   for (const auto& t : rows)
     fmt::print("  {:>9.1f}  {:>8}  {:>4.0f}%  {:>6.0f}%  {:>6.0f}%  {:>7.0f}%  {:>7}  {:>7}\n", t.end_s, t.stepping,
-               t.busy_fraction * 100, t.hosted_fraction * 100, t.kv_used_fraction * 100,
-               t.kv_promised_fraction * 100, t.started, t.finished);
+               t.busy_fraction * 100, t.hosted_fraction * 100, t.kv_used_fraction * 100, t.kv_promised_fraction * 100,
+               t.started, t.finished);
 }
 
 /// `first` over each other policy's throughput (those with any), keyed by the other policy.
@@ -195,8 +198,8 @@ bool plot_sweep(const sim_flags& f, const std::vector<std::pair<std::string, std
       "set terminal png size 900,600\nset output {}\nset xlabel 'request rate (req/s)'\n"
       "set ylabel 'median latency per output token (s)'\nset logscale xy\nset key top left\n"
       "set title {}\n",
-      quoted(png), quoted(fmt::format("Latency against load ({} instances, {})", f.options.instances,
-                                      instance_label(f.options))));
+      quoted(png),
+      quoted(fmt::format("Latency against load ({} instances, {})", f.options.instances, instance_label(f.options))));
   for (size_t i = 0; i < sweeps.size(); ++i) {
     script += fmt::format("$policy{} << EOD\n", i);
     for (const sweep_point& p : sweeps[i].second)
@@ -244,8 +247,8 @@ nlohmann::json run_sweep(const sim_flags& f, const std::vector<actors::frontend:
     }
     j["policies"][policy] = {{"highest_rate_within_slo", best_rate}, {"points", points}};
     if (!f.json)
-      fmt::print("{:<14} highest rate within the SLO ({} s per token, median): {:.2f} requests/s\n", policy,
-                 f.slo_s, best_rate);
+      fmt::print("{:<14} highest rate within the SLO ({} s per token, median): {:.2f} requests/s\n", policy, f.slo_s,
+                 best_rate);
   }
   out.close();
   if (!out) fail("cannot write " + csv);
@@ -256,9 +259,9 @@ nlohmann::json run_sweep(const sim_flags& f, const std::vector<actors::frontend:
   return j;
 }
 
-void run_sim(const sim_flags& f) {
-  auto trace = actors::frontend::read_trace(f.trace);
-  if (!trace.is_ok()) fail(trace.error().message());
+/// The simulator's options from the flags: the profile file read, the names of the routing and the hosted
+/// attention's timing and order resolved; exits with a clear message on a bad one.
+sim_flags resolve_flags(const sim_flags& f) {
   sim_flags flags = f;
   if (!f.profile_file.empty()) {
     auto p = actors::placement::profile_from_file(f.profile_file);
@@ -271,12 +274,66 @@ void run_sim(const sim_flags& f) {
   flags.options.router = actors::sim::routing(router - routers.begin());
   const auto timings = actors::sim::hosted_timing_names();
   const auto hosted = std::find(timings.begin(), timings.end(), f.hosted);
-  if (hosted == timings.end()) fail("unknown --hosted-attention '" + f.hosted + "' (interleaved, priority, shared or queued)", 2);
+  if (hosted == timings.end())
+    fail("unknown --hosted-attention '" + f.hosted + "' (interleaved, priority, shared or queued)", 2);
   flags.options.hosted = actors::sim::hosted_timing(hosted - timings.begin());
   if (f.hosted_order != "decode-first" && f.hosted_order != "arrival")
     fail("unknown --hosted-order '" + f.hosted_order + "' (decode-first or arrival)", 2);
   flags.options.decode_first = f.hosted_order == "decode-first";
   flags.options.room_pass_limit = std::chrono::milliseconds(int64_t(f.room_pass_limit_s * 1000 + 0.5));
+  return flags;
+}
+
+/// The run's settings, as the JSON report gives them.
+nlohmann::json settings_json(const sim_flags& f, const sim_flags& flags, size_t trace_rows) {
+  return {
+      {"trace", f.trace},
+      {"requests", f.options.limit ? std::min(f.options.limit, trace_rows) : trace_rows},
+      {"instances", f.options.instances},
+      {"gpus_per_instance",
+       f.options.gpus_per_instance ? nlohmann::json(f.options.gpus_per_instance) : nlohmann::json("fewest")},
+      {"gpu", f.options.gpu},
+      {"model", f.options.model},
+      {"profile", flags.options.profile ? nlohmann::json(flags.options.profile->name) : nlohmann::json()},
+      {"router", f.router},
+      {"max_unstarted", f.options.max_unstarted},
+      {"rate_scale", f.options.rate_scale > 0 ? nlohmann::json(f.options.rate_scale) : nlohmann::json("saturating")},
+      {"max_batch_tokens", f.options.batch.max_batch_tokens},
+      {"max_batch_seqs", f.options.batch.max_batch_seqs},
+      {"mixed_step_tokens", f.options.batch.mixed_step_tokens == actors::sim::auto_mixed_step_tokens
+                                ? nlohmann::json("knee")
+                                : nlohmann::json(f.options.batch.mixed_step_tokens)},
+      {"overlap_min_tokens", f.options.batch.overlap_min_tokens},
+      {"room_prefill_min_chunks", f.options.batch.room_prefill_min_chunks},
+      {"room_pass_limit_s", f.room_pass_limit_s},
+      {"kv_scale", f.options.kv_scale},
+      {"timed_links", f.options.timed_links},
+      {"hosted_attention", f.hosted},
+      {"hosted_order", f.hosted_order}};
+}
+
+/// The run's settings in one line, before the reports.
+void print_settings(const sim_flags& f, const sim_flags& flags, const nlohmann::json& settings) {
+  fmt::print("illm sim: {} ({} requests), {} x {}{}{}, arrivals {}, batches <= {} tokens / {} sequences, {}, {}{}{}\n",
+             f.trace, settings["requests"].get<size_t>(), f.options.instances, instance_label(flags.options),
+             f.options.kv_scale != 1 ? fmt::format(" with {}x its KV memory", f.options.kv_scale) : "",
+             f.options.timed_links ? "" : ", links taking no time",
+             f.options.rate_scale > 0 ? fmt::format("x{}", f.options.rate_scale) : "all at once",
+             f.options.batch.max_batch_tokens, f.options.batch.max_batch_seqs,
+             f.options.batch.overlap_min_tokens > 0
+                 ? fmt::format("two lanes from {} tokens with remote blocks", f.options.batch.overlap_min_tokens)
+                 : "one lane",
+             f.options.batch.room_prefill_min_chunks > 0
+                 ? fmt::format("room prefill from {} chunks", f.options.batch.room_prefill_min_chunks)
+                 : "rooms filled by moves",
+             f.hosted == "interleaved" ? "" : ", hosted attention " + f.hosted,
+             f.hosted_order == "decode-first" ? "" : ", hosted attention in arrival order");
+}
+
+void run_sim(const sim_flags& f) {
+  auto trace = actors::frontend::read_trace(f.trace);
+  if (!trace.is_ok()) fail(trace.error().message());
+  const sim_flags flags = resolve_flags(f);
   const auto policies = split(f.policies);
   if (policies.empty()) fail("--policy needs at least one policy", 2);
   for (const auto& policy : policies) {  // before any output
@@ -285,45 +342,8 @@ void run_sim(const sim_flags& f) {
     if (gpu::status s = actors::sim::check_options(o); !s.is_ok()) fail(s.message());
   }
   nlohmann::json j;
-  j["settings"] = {{"trace", f.trace},
-                   {"requests", f.options.limit ? std::min(f.options.limit, trace->size()) : trace->size()},
-                   {"instances", f.options.instances},
-                   {"gpus_per_instance", f.options.gpus_per_instance ? nlohmann::json(f.options.gpus_per_instance)
-                                                                     : nlohmann::json("fewest")},
-                   {"gpu", f.options.gpu},
-                   {"model", f.options.model},
-                   {"profile", flags.options.profile ? nlohmann::json(flags.options.profile->name) : nlohmann::json()},
-                   {"router", f.router},
-                   {"max_unstarted", f.options.max_unstarted},
-                   {"rate_scale", f.options.rate_scale > 0 ? nlohmann::json(f.options.rate_scale) : nlohmann::json("saturating")},
-                   {"max_batch_tokens", f.options.batch.max_batch_tokens},
-                   {"max_batch_seqs", f.options.batch.max_batch_seqs},
-                   {"mixed_step_tokens", f.options.batch.mixed_step_tokens == actors::sim::auto_mixed_step_tokens
-                                             ? nlohmann::json("knee")
-                                             : nlohmann::json(f.options.batch.mixed_step_tokens)},
-                   {"overlap_min_tokens", f.options.batch.overlap_min_tokens},
-                   {"room_prefill_min_chunks", f.options.batch.room_prefill_min_chunks},
-                   {"room_pass_limit_s", f.room_pass_limit_s},
-                   {"kv_scale", f.options.kv_scale},
-                   {"timed_links", f.options.timed_links},
-                   {"hosted_attention", f.hosted},
-                   {"hosted_order", f.hosted_order}};
-  if (!f.json)
-    fmt::print("illm sim: {} ({} requests), {} x {}{}{}, arrivals {}, batches <= {} tokens / {} sequences, {}, {}{}{}\n",
-               f.trace, j["settings"]["requests"].get<size_t>(), f.options.instances,
-               instance_label(flags.options),
-               f.options.kv_scale != 1 ? fmt::format(" with {}x its KV memory", f.options.kv_scale) : "",
-               f.options.timed_links ? "" : ", links taking no time",
-               f.options.rate_scale > 0 ? fmt::format("x{}", f.options.rate_scale) : "all at once",
-               f.options.batch.max_batch_tokens, f.options.batch.max_batch_seqs,
-               f.options.batch.overlap_min_tokens > 0
-                   ? fmt::format("two lanes from {} tokens with remote blocks", f.options.batch.overlap_min_tokens)
-                   : "one lane",
-               f.options.batch.room_prefill_min_chunks > 0
-                   ? fmt::format("room prefill from {} chunks", f.options.batch.room_prefill_min_chunks)
-                   : "rooms filled by moves",
-               f.hosted == "interleaved" ? "" : ", hosted attention " + f.hosted,
-               f.hosted_order == "decode-first" ? "" : ", hosted attention in arrival order");
+  j["settings"] = settings_json(f, flags, trace->size());
+  if (!f.json) print_settings(f, flags, j["settings"]);
   for (const auto& policy : policies) {
     actors::sim::sim_options o = flags.options;
     o.policy = policy;
@@ -364,23 +384,27 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--rate-scale", f->options.rate_scale, "Arrivals this many times faster (default: all at once)")
       ->check(number_from(0));
   cmd->add_option("--limit", f->options.limit, "The first N requests of the trace (0: all)");
-  cmd->add_option("--router", f->router, "least-requests, least-prompt-tokens, least-tokens (knows outputs) or round-robin")
+  cmd->add_option("--router", f->router,
+                  "least-requests, least-prompt-tokens, least-tokens (knows outputs) or round-robin")
       ->capture_default_str();
   cmd->add_option("--max-unstarted", f->options.max_unstarted,
                   "Requests an instance may hold that have not started; the front end queues the rest (0: none held)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   add_setting_flags(cmd, actors::batch_settings_table(), f->options.batch);  // per GPU of an instance
-  cmd->get_option("--mixed-step-tokens")->default_str("the profile's knee: where its dense time per token comes within "
-                                                      "10% of its best");
+  cmd->get_option("--mixed-step-tokens")
+      ->default_str(
+          "the profile's knee: where its dense time per token comes within "
+          "10% of its best");
   cmd->add_option("--room-pass-limit", f->room_pass_limit_s,
                   "While a long request waits for its room, younger requests whose rooms are no larger and fit have "
                   "theirs first, for this many seconds of its waiting (0: they wait behind it)")
       ->check(number_from(0, 1e9))
       ->capture_default_str();
-  cmd->add_flag("--free-links", [f](int64_t) { f->options.timed_links = false; },
-               "Queries, partials and moved KV blocks cross between instances in no time (what if; by default at "
-               "the GPU's NVLink inside a node of 8 and its NIC between nodes)");
+  cmd->add_flag(
+      "--free-links", [f](int64_t) { f->options.timed_links = false; },
+      "Queries, partials and moved KV blocks cross between instances in no time (what if; by default at "
+      "the GPU's NVLink inside a node of 8 and its NIC between nodes)");
   cmd->add_option("--kv-scale", f->options.kv_scale,
                   "Pools this many times the profile's KV capacity, for every policy (what if: more memory, a "
                   "smaller KV format)")

@@ -12,14 +12,14 @@
 
 namespace illm::actors {
 
-cluster::cluster() : events_(std::make_shared<event_log>()) {}
+cluster::cluster() : request_router(/*resume_elsewhere=*/false), events_(std::make_shared<event_log>()) {}
 
 cluster::~cluster() { shutdown(); }
 
 namespace {
 
 int threads_for(const cluster_options& o) {
-  if (o.threads_per_instance > 0) return o.threads_per_instance;
+  if (o.instance.threads_per_instance > 0) return o.instance.threads_per_instance;
   return std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, o.instances));
 }
 
@@ -30,8 +30,6 @@ gpu::result<std::unique_ptr<cluster>> cluster::start(std::shared_ptr<const gpu::
   if (options.instances < 1 || options.instances > 64)
     return gpu::status{gpu::status_code::invalid_argument,
                        fmt::format("--instances {} is outside 1..64", options.instances)};
-  if (options.kv_blocks_per_instance < 2)
-    return gpu::status{gpu::status_code::invalid_argument, "an instance needs at least 2 KV blocks"};
   std::unique_ptr<cluster> c(new cluster());
   ILLM_RETURN_IF_ERROR(c->build(std::move(weights), options));
   // Every rManager joins at spawn; wait until the gManager lists all instances with their actors.
@@ -51,20 +49,17 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
   quiet_idle_scheduler(*config_);
   system_ = std::make_unique<caf::actor_system>(*config_);
   gmanager_config gcfg;
-  gcfg.policy_period = options.policy_period;
+  gcfg.policy_period = std::chrono::milliseconds(options.gmanager.policy_period_ms);
   gcfg.policy = options.policy ? options.policy : placement::policy(placement::simple_policy);
-  gcfg.heartbeat_timeout = std::max(options.heartbeat_period * 20, std::chrono::milliseconds(1000));
+  gcfg.heartbeat_timeout = std::chrono::milliseconds(options.gmanager.heartbeat_timeout_ms);
   gcfg.metrics = options.metrics;
   gmanager_ = spawn_gmanager(*system_, gcfg);
 
   const auto group = transport::make_plane_group("inproc");
   instance_node_options o;
-  o.kv_blocks = options.kv_blocks_per_instance;
-  o.threads = threads_for(options);
+  o.instance = options.instance;
+  o.instance.threads_per_instance = threads_for(options);
   o.batch = options.batch;
-  o.heartbeat_period = options.heartbeat_period;
-  o.lease = options.lease;
-  o.attention_timeout = options.attention_timeout;
   o.metrics = options.metrics;
   o.events = events_;
   for (int i = 0; i < options.instances; ++i) {

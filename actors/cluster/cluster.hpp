@@ -29,14 +29,10 @@ class instance_node;
 /// How to build an embedded cluster.
 struct cluster_options {
   int instances = 2;
-  uint32_t kv_blocks_per_instance = 256;
-  int threads_per_instance = 0;  ///< 0: cores / instances, at least one
-  batch_settings batch;  ///< how every instance batches its steps
-  std::chrono::milliseconds heartbeat_period{20};
-  std::chrono::milliseconds policy_period{50};
-  std::chrono::milliseconds lease{2000};
-  std::chrono::milliseconds attention_timeout{30000};
-  placement::policy policy;  ///< empty: the simple policy
+  instance_settings instance;  ///< every instance's pool, threads (0: cores / instances) and periods
+  batch_settings batch;        ///< how every instance batches its steps
+  gmanager_settings gmanager;  ///< the gManager's periods
+  placement::policy policy;    ///< empty: the simple policy
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional: where the actors report
 };
 
@@ -61,8 +57,6 @@ class cluster final : public request_router {
 
   using request_router::submit;
   request_id submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) override;
-  void cancel(request_id id) override { requests_.cancel(id); }
-  void cancel_all() override { requests_.cancel_all(); }
   cluster_view view() override;
   /// Every instance of the cluster.
   int instances_needed() const override { return size(); }
@@ -86,7 +80,6 @@ class cluster final : public request_router {
 
   std::vector<std::unique_ptr<instance_node>> nodes_;
   std::shared_ptr<event_log> events_;
-  request_table requests_;
   std::atomic<request_id> next_request_{1};
   gmanager_actor gmanager_;
   std::unique_ptr<caf::actor_system_config> config_;

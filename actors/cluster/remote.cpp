@@ -45,14 +45,14 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
                                                                  const instance_node_options& options,
                                                                  std::shared_ptr<transport::data_plane> plane,
                                                                  gmanager_actor gmanager) {
-  if (options.kv_blocks < 2) return gpu::status{gpu::status_code::invalid_argument, "an instance needs at least 2 KV blocks"};
+  if (options.instance.kv_blocks_per_instance < 2) return gpu::status{gpu::status_code::invalid_argument, "an instance needs at least 2 KV blocks"};
   auto n = std::make_unique<parts>();
   n->id = options.id;
   n->plane = std::move(plane);
   n->events = options.events ? options.events : std::make_shared<event_log>();
   const gpu::model_config& mc = weights->config();
   const gpu::attention_shape shape{mc.n_heads, mc.n_kv_heads, mc.head_dim()};
-  const int threads = options.threads > 0 ? options.threads : std::max(1, int(std::thread::hardware_concurrency()));
+  const int threads = options.instance.threads_per_instance > 0 ? options.instance.threads_per_instance : std::max(1, int(std::thread::hardware_concurrency()));
   auto device = gpu::make_backend("cpu", threads);
   auto attention_device = gpu::make_backend("cpu", 1), decode_attention_device = gpu::make_backend("cpu", 1);
   if (!device.is_ok()) return device.error();
@@ -66,7 +66,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   auto eng = gpu::engine::create(weights, *n->device, engine_options);
   if (!eng.is_ok()) return eng.error();
   n->engine = to_shared(std::move(eng).value());
-  auto pool = gpu::kv_pool::create(*n->device, n->engine->pool_layout(), options.kv_blocks);
+  auto pool = gpu::kv_pool::create(*n->device, n->engine->pool_layout(), uint32_t(options.instance.kv_blocks_per_instance));
   if (!pool.is_ok()) return pool.error();
   n->pool = std::make_shared<gpu::kv_pool>(std::move(pool).value());
   auto region =
@@ -76,7 +76,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   metrics::histogram* latency =
       options.metrics ? &options.metrics->remote_attention_latency.with({std::to_string(n->id)}) : nullptr;
   auto nodes = std::make_shared<peer_nodes>();
-  n->router = std::make_shared<remote_router>(n->plane, mc.n_heads, mc.head_dim(), options.attention_timeout, latency,
+  n->router = std::make_shared<remote_router>(n->plane, mc.n_heads, mc.head_dim(), std::chrono::milliseconds(options.instance.attention_timeout_ms), latency,
                                               nodes);
   auto hosted = std::make_shared<hosted_blocks>();
   attention_server_config acfg{n->pool, hosted, n->attention_device, shape, mc.n_layers, n->plane};
@@ -104,8 +104,8 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.region = region.value();
   rcfg.gmanager = std::move(gmanager);
   rcfg.events = n->events;
-  rcfg.heartbeat_period = options.heartbeat_period;
-  rcfg.lease = options.lease;
+  rcfg.heartbeat_period = std::chrono::milliseconds(options.instance.heartbeat_ms);
+  rcfg.lease = std::chrono::milliseconds(options.instance.lease_ms);
   rcfg.metrics = options.metrics;
   rcfg.plane_address = options.plane_address;
   rcfg.node = options.node;

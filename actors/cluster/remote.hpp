@@ -24,12 +24,8 @@ namespace illm::actors {
 /// How to build one instance (the per-instance part of cluster_options).
 struct instance_node_options {
   instance_id id = 0;
-  uint32_t kv_blocks = 256;
-  int threads = 0;  ///< 0: all cores
-  batch_settings batch;  ///< how it batches its steps
-  std::chrono::milliseconds heartbeat_period{20};
-  std::chrono::milliseconds lease{2000};
-  std::chrono::milliseconds attention_timeout{30000};
+  instance_settings instance;  ///< its pool, threads (0: all cores) and periods
+  batch_settings batch;        ///< how it batches its steps
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
   std::shared_ptr<event_log> events;                  ///< where moves are recorded; empty: its own
   /// The plane's worker address, sent with the join; and how to connect to a peer of the view (see

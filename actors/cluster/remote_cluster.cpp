@@ -54,7 +54,7 @@ caf::behavior watch_cluster(caf::event_based_actor* self, gmanager_actor gm, std
 }  // namespace
 
 remote_cluster::remote_cluster()
-    : next_request_(random_first_id()), gmanager_alive_(std::make_shared<std::atomic<bool>>(true)) {}
+    : request_router(/*resume_elsewhere=*/true), next_request_(random_first_id()), gmanager_alive_(std::make_shared<std::atomic<bool>>(true)) {}
 
 remote_cluster::~remote_cluster() { shutdown(std::chrono::milliseconds(0)); }
 

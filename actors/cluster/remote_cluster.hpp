@@ -24,8 +24,6 @@ class remote_cluster final : public request_router {
   /// A request the view has no instance for ends at once with an error.
   using request_router::submit;
   request_id submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) override;
-  void cancel(request_id id) override { requests_.cancel(id); }
-  void cancel_all() override { requests_.cancel_all(); }
   cluster_view view() override;
   int instances_needed() const override { return 1; }
 
@@ -41,7 +39,6 @@ class remote_cluster final : public request_router {
  private:
   remote_cluster();
 
-  request_table requests_{true};  // a request whose instance left goes on on another
   std::atomic<request_id> next_request_;
   std::shared_ptr<std::atomic<bool>> gmanager_alive_;
   gmanager_actor gmanager_;

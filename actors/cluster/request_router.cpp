@@ -23,8 +23,7 @@ serving_capacity capacity_of(const cluster_view& view) {
 
 void request_table::spawn(caf::actor_system& sys, request_id id, const generate_params& params,
                           serving_instance target, request_callbacks callbacks) {
-  generate_request r{id, params.prompt, params.max_tokens, params.temperature, params.top_p, params.seed,
-                     params.ignore_eos, {}};
+  generate_request r{id, params, {}};
   auto on_finished = std::move(callbacks.on_finished);
   callbacks.on_finished = [this, id, on_finished](const request_finished& f) {
     {

@@ -12,16 +12,6 @@
 
 namespace illm::actors {
 
-/// A request as a client gives it.
-struct generate_params {
-  std::vector<int32_t> prompt;  ///< BOS first
-  int32_t max_tokens = 64;
-  float temperature = 0.0f;
-  float top_p = 1.0f;
-  uint64_t seed = 0;
-  bool ignore_eos = false;
-};
-
 /// Where a new request goes: the instance of the view, not draining, with the most free blocks (the
 /// first such one when none has any); null when the view has none.
 const instance_view* most_free_instance(const cluster_view& view);
@@ -33,28 +23,6 @@ struct serving_capacity {
 };
 /// What `view` can serve (draining instances left out).
 serving_capacity capacity_of(const cluster_view& view);
-
-/// A cluster as a front end sees it.
-class request_router {
- public:
-  virtual ~request_router() = default;
-  /// Submits a request to the instance of `view` with the most free blocks; the callbacks run on an
-  /// actor thread, tokens in order, then on_finished exactly once. Returns the request's id.
-  virtual request_id submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) = 0;
-  /// The same on the gManager's current view.
-  request_id submit(const generate_params& params, request_callbacks callbacks) {
-    return submit(params, std::move(callbacks), view());
-  }
-  /// Stops a request (its on_finished reports "cancelled").
-  virtual void cancel(request_id id) = 0;
-  /// Stops every request in flight.
-  virtual void cancel_all() = 0;
-  /// The gManager's current view (no instances when it does not answer).
-  virtual cluster_view view() = 0;
-  /// How many instances the view must list for the router to be ready (all of an embedded cluster;
-  /// one of a cluster of processes, whose members come and go).
-  virtual int instances_needed() const = 0;
-};
 
 /// The requests a router has in flight: their actors, each forgotten when it ends. It must outlive
 /// the actors it spawned (the owner awaits them before destroying it).
@@ -80,6 +48,33 @@ class request_table {
   bool resume_elsewhere_;
   std::mutex mutex_;
   std::map<request_id, caf::actor> requests_;
+};
+
+/// A cluster as a front end sees it.
+class request_router {
+ public:
+  /// With `resume_elsewhere`, a request whose instance left the cluster goes on on another one.
+  explicit request_router(bool resume_elsewhere) : requests_(resume_elsewhere) {}
+  virtual ~request_router() = default;
+  /// Submits a request to the instance of `view` with the most free blocks; the callbacks run on an
+  /// actor thread, tokens in order, then on_finished exactly once. Returns the request's id.
+  virtual request_id submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) = 0;
+  /// The same on the gManager's current view.
+  request_id submit(const generate_params& params, request_callbacks callbacks) {
+    return submit(params, std::move(callbacks), view());
+  }
+  /// Stops a request (its on_finished reports "cancelled").
+  void cancel(request_id id) { requests_.cancel(id); }
+  /// Stops every request in flight.
+  void cancel_all() { requests_.cancel_all(); }
+  /// The gManager's current view (no instances when it does not answer).
+  virtual cluster_view view() = 0;
+  /// How many instances the view must list for the router to be ready (all of an embedded cluster;
+  /// one of a cluster of processes, whose members come and go).
+  virtual int instances_needed() const = 0;
+
+ protected:
+  request_table requests_;  ///< the requests in flight, spawned by submit
 };
 
 }  // namespace illm::actors

@@ -1,5 +1,6 @@
 #include "actors/frontend/serve_config.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -14,15 +15,6 @@ namespace {
 using json = nlohmann::json;
 using setter = std::function<bool(const json&, serve_config&)>;
 
-template <class T>
-setter integer(T serve_config::*field, int64_t lo, int64_t hi) {
-  return [=](const json& v, serve_config& c) {
-    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) return false;
-    c.*field = T(v.get<int64_t>());
-    return true;
-  };
-}
-
 setter text(std::string serve_config::*field) {
   return [=](const json& v, serve_config& c) {
     if (!v.is_string() || v.get<std::string>().empty()) return false;
@@ -31,13 +23,39 @@ setter text(std::string serve_config::*field) {
   };
 }
 
-template <class T>
-setter limit(T api_limits::*field, int64_t lo, int64_t hi) {
+/// A setter of a string that must be one of `allowed`.
+setter one_of(std::string serve_config::*field, std::vector<std::string> allowed) {
   return [=](const json& v, serve_config& c) {
-    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) return false;
-    c.service.limits.*field = T(v.get<int64_t>());
+    if (!v.is_string() || std::find(allowed.begin(), allowed.end(), v.get<std::string>()) == allowed.end())
+      return false;
+    c.*field = v.get<std::string>();
     return true;
   };
+}
+
+/// A setter of an integer in [lo, hi] at `field` of what `part` picks out of the configuration.
+template <class Part, class T>
+setter integer_in(Part& (*part)(serve_config&), T Part::*field, int64_t lo, int64_t hi) {
+  return [=](const json& v, serve_config& c) {
+    if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) return false;
+    part(c).*field = T(v.get<int64_t>());
+    return true;
+  };
+}
+
+template <class T>
+setter integer(T serve_config::*field, int64_t lo, int64_t hi) {
+  return integer_in<serve_config>([](serve_config& c) -> serve_config& { return c; }, field, lo, hi);
+}
+
+template <class T>
+setter limit(T api_limits::*field, int64_t lo, int64_t hi) {
+  return integer_in<api_limits>([](serve_config& c) -> api_limits& { return c.service.limits; }, field, lo, hi);
+}
+
+template <class T>
+setter service_integer(T service_options::*field, int64_t lo, int64_t hi) {
+  return integer_in<service_options>([](serve_config& c) -> service_options& { return c.service; }, field, lo, hi);
 }
 
 const std::map<std::string, std::pair<setter, const char*>>& keys() {
@@ -47,40 +65,17 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
       {"port", {integer(&serve_config::port, 0, 65535), "port to listen on (0: any free port)"}},
       {"gmanager", {text(&serve_config::gmanager), "HOST:PORT of a cluster of processes to route to (empty: embedded)"}},
       {"instances", {integer(&serve_config::instances, 1, 64), "instances of the embedded cluster"}},
-      {"kv_blocks_per_instance", {integer(&serve_config::kv_blocks_per_instance, 2, 1 << 24), "KV blocks per instance"}},
-      {"threads_per_instance", {integer(&serve_config::threads_per_instance, 0, 1024), "CPU threads per instance"}},
-      {"heartbeat_ms", {integer(&serve_config::heartbeat_ms, 1, 60000), "rManager heartbeat period"}},
-      {"policy_ms", {integer(&serve_config::policy_ms, 1, 3600000), "gManager placement period"}},
       {"policy",
-       {[](const json& v, serve_config& c) {
-          if (!v.is_string() || (v != "greedy" && v != "simple")) return false;
-          c.policy = v.get<std::string>();
-          return true;
-        },
+       {one_of(&serve_config::policy, {"greedy", "simple"}),
         "the embedded gManager's placement: \"greedy\" (the performance model) or \"simple\""}},
       {"profile", {text(&serve_config::profile), "profile of the greedy policy (illm profile --out); default: measured at start"}},
       {"shutdown_grace_s", {integer(&serve_config::shutdown_grace_s, 0, 3600), "time in-flight requests get on SIGTERM"}},
       {"metrics_prefix",
-       {[](const json& v, serve_config& c) {
-          if (!v.is_string() || (v != "illm:" && v != "illm_")) return false;
-          c.metrics_prefix = v.get<std::string>();
-          return true;
-        },
+       {one_of(&serve_config::metrics_prefix, {"illm:", "illm_"}),
         "metric name prefix: \"illm:\" (as vLLM's \"vllm:\") or \"illm_\""}},
       {"max_requests_in_flight",
-       {[](const json& v, serve_config& c) {
-          if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 100000) return false;
-          c.service.max_requests_in_flight = int(v.get<int64_t>());
-          return true;
-        },
-        "requests served at once (more get 429)"}},
-      {"http_threads",
-       {[](const json& v, serve_config& c) {
-          if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 4096) return false;
-          c.service.http_threads = int(v.get<int64_t>());
-          return true;
-        },
-        "HTTP threads (each streaming request holds one)"}},
+       {service_integer(&service_options::max_requests_in_flight, 1, 100000), "requests served at once (more get 429)"}},
+      {"http_threads", {service_integer(&service_options::http_threads, 1, 4096), "HTTP threads (each streaming request holds one)"}},
       {"api_keys",
        {[](const json& v, serve_config& c) {
           if (!v.is_array()) return false;
@@ -100,10 +95,10 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
   return k;
 }
 
-/// What a batch setting means and its range, for an error about it.
+/// What a runtime setting means and its range, for an error about it.
 std::string help_of(const std::string& key) {
-  for (const auto& s : batch_settings_table())
-    if (key == s.key) return fmt::format("{}; {} to {}", s.help, s.lo, s.hi);
+  for (const auto& [name, help] : runtime_setting_keys())
+    if (key == name) return help;
   return {};
 }
 
@@ -121,9 +116,9 @@ gpu::result<serve_config> load_serve_config(const std::string& path) {
   if (!j.is_object()) return gpu::status{gpu::status_code::invalid_argument, fmt::format("config file {}: not an object", path)};
   serve_config c;
   for (const auto& [key, value] : j.items()) {
-    const setting_read batch = read_setting(batch_settings_table(), key, value, c.batch);
-    if (batch == setting_read::read) continue;
-    if (batch == setting_read::bad_value)
+    const setting_read runtime = read_runtime_setting(key, value, c.batch, c.instance, c.embedded_gmanager);
+    if (runtime == setting_read::read) continue;
+    if (runtime == setting_read::bad_value)
       return gpu::status{gpu::status_code::invalid_argument,
                          fmt::format("config file {}: bad value for '{}' ({})", path, key, help_of(key))};
     auto it = keys().find(key);
@@ -139,7 +134,7 @@ gpu::result<serve_config> load_serve_config(const std::string& path) {
 std::string serve_config_keys() {
   std::map<std::string, std::string> all;
   for (const auto& [key, entry] : keys()) all[key] = entry.second;
-  for (const auto& s : batch_settings_table()) all[s.key] = fmt::format("{} ({} to {})", s.help, s.lo, s.hi);
+  for (const auto& [key, help] : runtime_setting_keys()) all[key] = help;
   std::string out;
   for (const auto& [key, help] : all) out += fmt::format("  {:<24} {}\n", key, help);
   return out;

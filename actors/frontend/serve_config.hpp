@@ -18,11 +18,10 @@ struct serve_config {
   uint16_t port = 8000;
   std::string gmanager;  ///< HOST:PORT of a cluster of processes (illm gmanager); empty: an embedded cluster
   int instances = 2;
-  uint32_t kv_blocks_per_instance = 1024;
-  int threads_per_instance = 0;  ///< 0: cores / instances
-  batch_settings batch;  ///< how every instance batches its steps (keys: batch_settings_table())
-  int heartbeat_ms = 50;
-  int policy_ms = 100;
+  /// Every instance's pool (larger than elsewhere: a service holds many requests), threads and periods.
+  instance_settings instance{.kv_blocks_per_instance = 1024};
+  batch_settings batch;        ///< how every instance batches its steps
+  gmanager_settings embedded_gmanager;  ///< the embedded gManager's periods
   std::string policy = "greedy";  ///< the embedded gManager's placement: greedy (the performance model) or simple
   std::string profile;  ///< the greedy policy's profile (illm profile --out); empty: measured at start
   int shutdown_grace_s = 10;

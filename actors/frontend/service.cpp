@@ -21,11 +21,36 @@ int64_t unix_now() {
 }
 
 /// What a request's callbacks hand to the thread that answers the client.
-struct event_channel {
+struct event_channel : std::enable_shared_from_this<event_channel> {
   std::mutex mutex;
   std::condition_variable changed;
   std::deque<int32_t> tokens;
   std::optional<request_finished> end;
+
+  /// The request's callbacks, which fill the channel.
+  request_callbacks callbacks() {
+    auto self = shared_from_this();
+    return {[self](int32_t token) {
+              std::lock_guard lock(self->mutex);
+              self->tokens.push_back(token);
+              self->changed.notify_all();
+            },
+            [self](const request_finished& finished) {
+              std::lock_guard lock(self->mutex);
+              self->end = finished;
+              self->changed.notify_all();
+            }};
+  }
+
+  /// Waits up to a second for tokens or the end; returns the tokens, or none and sets `ended` once ended.
+  std::deque<int32_t> wait(std::optional<request_finished>& ended) {
+    std::deque<int32_t> out;
+    std::unique_lock lock(mutex);
+    changed.wait_for(lock, std::chrono::seconds(1), [&] { return !tokens.empty() || end.has_value(); });
+    out.swap(tokens);
+    if (out.empty()) ended = end;
+    return out;
+  }
 };
 
 /// Counts a request in flight while it lives.
@@ -42,8 +67,9 @@ constexpr const char* json_type = "application/json";
 
 }  // namespace
 
-service::service(request_router& router, std::shared_ptr<const gpu::tokenizer> vocab, std::shared_ptr<metrics::registry> registry,
-                 std::shared_ptr<metrics::runtime_metrics> metrics, service_options options)
+service::service(request_router& router, std::shared_ptr<const gpu::tokenizer> vocab,
+                 std::shared_ptr<metrics::registry> registry, std::shared_ptr<metrics::runtime_metrics> metrics,
+                 service_options options)
     : router_(router),
       vocab_(std::move(vocab)),
       registry_(std::move(registry)),
@@ -63,15 +89,15 @@ service::service(request_router& router, std::shared_ptr<const gpu::tokenizer> v
     if (!authorized(req, reply)) return;
     reply.send(200, json_type, models_body(options_.model_name, started_));
   });
-  http_.route("/v1/completions", [this](const http_request& req, http_reply& reply) {
-    generate(endpoint::completions, req, reply);
-  });
-  http_.route("/v1/chat/completions", [this](const http_request& req, http_reply& reply) {
-    generate(endpoint::chat_completions, req, reply);
-  });
+  http_.route("/v1/completions",
+              [this](const http_request& req, http_reply& reply) { generate(endpoint::completions, req, reply); });
+  http_.route("/v1/chat/completions",
+              [this](const http_request& req, http_reply& reply) { generate(endpoint::chat_completions, req, reply); });
 }
 
-service::~service() { http_.stop(); }
+service::~service() {
+  http_.stop();
+}
 
 gpu::status service::start(const std::string& host, uint16_t port) {
   return http_.start(host, port, options_.http_threads, options_.limits.max_body_bytes);
@@ -88,120 +114,135 @@ bool service::authorized(const http_request& req, http_reply& reply) {
   const std::string given = it == req.headers.end() ? "" : it->second;
   for (const std::string& key : options_.api_keys)
     if (given == "Bearer " + key) return true;
-  refuse(reply, make_error(401, given.empty() ? "missing API key (Authorization: Bearer <key>)" : "incorrect API key",
-                           "invalid_request_error", "", "invalid_api_key"),
+  refuse(reply,
+         make_error(401, given.empty() ? "missing API key (Authorization: Bearer <key>)" : "incorrect API key",
+                    "invalid_request_error", "", "invalid_api_key"),
          "unauthorized");
   return false;
 }
 
-void service::generate(endpoint kind, const http_request& req, http_reply& reply) {
-  if (req.method != "POST") return refuse(reply, make_error(405, "use POST"), "method");
-  if (draining_) return refuse(reply, make_error(503, "the server is shutting down", "server_error"), "draining");
-  if (!authorized(req, reply)) return;
+std::optional<completion_request> service::accept(endpoint kind, const http_request& req, http_reply& reply,
+                                                  const cluster_view& view) {
+  if (req.method != "POST") return refuse(reply, make_error(405, "use POST"), "method"), std::nullopt;
+  if (draining_)
+    return refuse(reply, make_error(503, "the server is shutting down", "server_error"), "draining"), std::nullopt;
+  if (!authorized(req, reply)) return std::nullopt;
   if (req.body_too_large)
-    return refuse(reply, make_error(413, fmt::format("the request body is larger than {} bytes", options_.limits.max_body_bytes)),
-                  "too_large");
+    return refuse(
+               reply,
+               make_error(413, fmt::format("the request body is larger than {} bytes", options_.limits.max_body_bytes)),
+               "too_large"),
+           std::nullopt;
   auto parsed = parse_request(kind, req.body, *vocab_, options_.limits, options_.model_name);
-  if (auto* e = std::get_if<api_error>(&parsed)) return refuse(reply, *e, "invalid");
+  if (auto* e = std::get_if<api_error>(&parsed)) return refuse(reply, *e, "invalid"), std::nullopt;
   completion_request r = std::get<completion_request>(std::move(parsed));
-  const cluster_view view = router_.view();  // one look: the limit below and the routing
   const serving_capacity capacity = capacity_of(view);
   if (capacity.instances == 0)
     return refuse(reply, make_error(503, "no instance of the cluster takes requests now; retry later", "server_error"),
-                  "unavailable");
+                  "unavailable"),
+           std::nullopt;
   if (r.prompt_ids.size() + size_t(r.max_tokens) > capacity.kv_tokens)
-    return refuse(reply, make_error(400, fmt::format("prompt and max_tokens need {} tokens of KV; the cluster holds {}",
-                                    r.prompt_ids.size() + size_t(r.max_tokens), capacity.kv_tokens),
-                              "invalid_request_error", "max_tokens", "context_length_exceeded"),
-                  "too_long");
+    return refuse(reply,
+                  make_error(400,
+                             fmt::format("prompt and max_tokens need {} tokens of KV; the cluster holds {}",
+                                         r.prompt_ids.size() + size_t(r.max_tokens), capacity.kv_tokens),
+                             "invalid_request_error", "max_tokens", "context_length_exceeded"),
+                  "too_long"),
+           std::nullopt;
+  return r;
+}
+
+/// One request being answered: what it asked, what it produced so far, and what the client has seen.
+struct service::answer {
+  completion_request r;
+  std::string id;
+  int64_t created = 0;
+  clock::time_point arrived;
+  text_stream text;
+  completion_result result;
+  request_id cluster_id = 0;
+  bool first_chunk = true, client_gone = false, cancelled_by_us = false;
+  std::optional<clock::time_point> last_token;
+};
+
+void service::generate(endpoint kind, const http_request& req, http_reply& reply) {
+  const cluster_view view = router_.view();  // one look: the limits and the routing
+  std::optional<completion_request> accepted = accept(kind, req, reply, view);
+  if (!accepted) return;
   in_flight_guard guard(in_flight_);
   if (in_flight_.load() > options_.max_requests_in_flight)
-    return refuse(reply, make_error(429, "too many requests in flight; retry later", "rate_limit_error", "", "rate_limit_exceeded"),
-                  "busy");
-
-  const auto arrived = clock::now();
+    return refuse(
+        reply,
+        make_error(429, "too many requests in flight; retry later", "rate_limit_error", "", "rate_limit_exceeded"),
+        "busy");
   const std::string id = fmt::format("{}-{}", kind == endpoint::completions ? "cmpl" : "chatcmpl", next_id_++);
-  const int64_t created = unix_now();
+  const completion_request& r = *accepted;
+  answer a{r, id, unix_now(), clock::now(), text_stream(*vocab_, r.prompt_ids.back(), r.stop), {}};
+  a.result.prompt_tokens = int(r.prompt_ids.size());
   auto channel = std::make_shared<event_channel>();
-  const generate_params params{r.prompt_ids, r.max_tokens, r.temperature, r.top_p,
-                               r.seed.value_or(std::hash<std::string>{}(id)), r.ignore_eos};
-  const request_id cluster_id = router_.submit(params, {[channel](int32_t token) {
-                                                          std::lock_guard lock(channel->mutex);
-                                                          channel->tokens.push_back(token);
-                                                          channel->changed.notify_all();
-                                                        },
-                                                        [channel](const request_finished& end) {
-                                                          std::lock_guard lock(channel->mutex);
-                                                          channel->end = end;
-                                                          channel->changed.notify_all();
-                                                        }},
-                                               view);
+  const generate_params params{
+      r.prompt_ids, r.max_tokens, r.temperature, r.top_p, r.seed.value_or(std::hash<std::string>{}(id)), r.ignore_eos};
+  a.cluster_id = router_.submit(params, channel->callbacks(), view);
   if (metrics_) metrics_->prompt_tokens.with().add(double(r.prompt_ids.size()));
-
-  text_stream text(*vocab_, r.prompt_ids.back(), r.stop);
-  completion_result result;
-  result.prompt_tokens = int(r.prompt_ids.size());
-  bool first_chunk = true, client_gone = false, cancelled_by_us = false;
-  if (r.stream && !reply.start_stream("text/event-stream")) client_gone = true;
-  std::optional<clock::time_point> last_token;
+  if (r.stream && !reply.start_stream("text/event-stream")) a.client_gone = true;
   std::optional<request_finished> end;
   while (!end) {
-    std::deque<int32_t> tokens;
-    {
-      std::unique_lock lock(channel->mutex);
-      channel->changed.wait_for(lock, std::chrono::seconds(1),
-                                [&] { return !channel->tokens.empty() || channel->end.has_value(); });
-      tokens.swap(channel->tokens);
-      if (tokens.empty()) end = channel->end;
-    }
-    if (tokens.empty() && !end && r.stream && !client_gone)
-      client_gone = !reply.write(": keep-alive\n\n");  // notices a client that left while we wait
-    for (int32_t token : tokens) {
-      const auto now = clock::now();
-      if (metrics_) {
-        if (last_token)
-          metrics_->inter_token_latency.with().observe(std::chrono::duration<double>(now - *last_token).count());
-        else
-          metrics_->time_to_first_token.with().observe(std::chrono::duration<double>(now - arrived).count());
-        metrics_->generation_tokens.with().add();
-      }
-      last_token = now;
-      ++result.completion_tokens;
-      const std::string piece = text.push(token);
-      result.text += piece;
-      if (r.stream && !client_gone && !piece.empty()) {
-        client_gone = !reply.write(stream_chunk(r, id, created, piece, "", first_chunk));
-        first_chunk = false;
-      }
-      if (text.stopped() && !cancelled_by_us) {
-        cancelled_by_us = true;
-        router_.cancel(cluster_id);
-      }
-    }
-    if (client_gone && !cancelled_by_us) {
-      cancelled_by_us = true;
-      router_.cancel(cluster_id);  // frees its blocks; the end event follows
+    std::deque<int32_t> tokens = channel->wait(end);
+    if (tokens.empty() && !end && r.stream && !a.client_gone)
+      a.client_gone = !reply.write(": keep-alive\n\n");  // notices a client that left while we wait
+    for (int32_t token : tokens) relay_token(a, token, reply);
+    if (a.client_gone && !a.cancelled_by_us) {
+      a.cancelled_by_us = true;
+      router_.cancel(a.cluster_id);  // frees its blocks; the end event follows
     }
   }
-  const std::string rest = text.stopped() ? "" : text.finish();
-  result.text += rest;
-  result.finish_reason = text.stopped() || end->reason == "stop" ? "stop" : "length";
-  const std::string outcome = client_gone ? "abort" : end->reason == "error" ? "error" : result.finish_reason;
+  finish(a, *end, reply);
+}
+
+void service::relay_token(answer& a, int32_t token, http_reply& reply) {
+  const auto now = clock::now();
+  if (metrics_) {
+    if (a.last_token)
+      metrics_->inter_token_latency.with().observe(std::chrono::duration<double>(now - *a.last_token).count());
+    else
+      metrics_->time_to_first_token.with().observe(std::chrono::duration<double>(now - a.arrived).count());
+    metrics_->generation_tokens.with().add();
+  }
+  a.last_token = now;
+  ++a.result.completion_tokens;
+  const std::string piece = a.text.push(token);
+  a.result.text += piece;
+  if (a.r.stream && !a.client_gone && !piece.empty()) {
+    a.client_gone = !reply.write(stream_chunk(a.r, a.id, a.created, piece, "", a.first_chunk));
+    a.first_chunk = false;
+  }
+  if (a.text.stopped() && !a.cancelled_by_us) {
+    a.cancelled_by_us = true;
+    router_.cancel(a.cluster_id);
+  }
+}
+
+void service::finish(answer& a, const request_finished& end, http_reply& reply) {
+  const std::string rest = a.text.stopped() ? "" : a.text.finish();
+  a.result.text += rest;
+  a.result.finish_reason = a.text.stopped() || end.reason == "stop" ? "stop" : "length";
+  const std::string outcome = a.client_gone ? "abort" : end.reason == "error" ? "error" : a.result.finish_reason;
   if (metrics_) {
     metrics_->request_success.with({outcome}).add();
-    metrics_->e2e_latency.with().observe(std::chrono::duration<double>(clock::now() - arrived).count());
+    metrics_->e2e_latency.with().observe(std::chrono::duration<double>(clock::now() - a.arrived).count());
   }
-  if (client_gone) return;
-  if (end->reason == "error" && !r.stream)  // tokens so far are not a completion: the client must know
-    return reply.send(500, json_type,
-                      error_body(make_error(500, fmt::format("generation failed after {} tokens: {}",
-                                                             result.completion_tokens, end->error),
-                                            "server_error")));
-  if (!r.stream) return reply.send(200, json_type, response_body(r, id, created, result));
-  if (end->reason == "error")
-    reply.write("data: " + error_body(make_error(500, "generation failed: " + end->error, "server_error")) + "\n\n");
-  reply.write(stream_chunk(r, id, created, rest, result.finish_reason, first_chunk));
-  if (r.include_usage) reply.write(stream_usage(r, id, created, result));
+  if (a.client_gone) return;
+  if (end.reason == "error" && !a.r.stream)  // tokens so far are not a completion: the client must know
+    return reply.send(
+        500, json_type,
+        error_body(
+            make_error(500, fmt::format("generation failed after {} tokens: {}", a.result.completion_tokens, end.error),
+                       "server_error")));
+  if (!a.r.stream) return reply.send(200, json_type, response_body(a.r, a.id, a.created, a.result));
+  if (end.reason == "error")
+    reply.write("data: " + error_body(make_error(500, "generation failed: " + end.error, "server_error")) + "\n\n");
+  reply.write(stream_chunk(a.r, a.id, a.created, rest, a.result.finish_reason, a.first_chunk));
+  if (a.r.include_usage) reply.write(stream_usage(a.r, a.id, a.created, a.result));
   reply.write("data: [DONE]\n\n");
   reply.end_stream();
 }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,16 @@ class service {
   int in_flight() const { return in_flight_.load(); }
 
  private:
+  struct answer;
+  /// Serves one completion or chat completion request, whole or streamed.
   void generate(endpoint kind, const http_request& req, http_reply& reply);
+  /// The request, when it may be served on `view`; otherwise refuses it with its reason (and nullopt).
+  std::optional<completion_request> accept(endpoint kind, const http_request& req, http_reply& reply,
+                                           const cluster_view& view);
+  /// A token of `a`: metrics, its text to a streaming client, and a stop sequence's cancel.
+  void relay_token(answer& a, int32_t token, http_reply& reply);
+  /// The end of `a`: metrics, then the whole response or the stream's last chunk, usage and [DONE].
+  void finish(answer& a, const request_finished& end, http_reply& reply);
   bool authorized(const http_request& req, http_reply& reply);
   void refuse(http_reply& reply, const api_error& e, const std::string& reason);
 

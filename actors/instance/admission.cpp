@@ -115,12 +115,12 @@ void give_up_room(self_ptr self, request_id req) {
 std::shared_ptr<gpu::sequence> sequence_of(const generate_request& r) {
   auto seq = std::make_shared<gpu::sequence>();
   seq->id = r.id;
-  seq->tokens = r.prompt;
-  seq->n_prompt = int(r.prompt.size());
-  seq->sampling = {r.temperature, r.top_p};
-  seq->rng = r.seed;
-  seq->max_new_tokens = r.max_tokens;
-  seq->ignore_eos = r.ignore_eos;
+  seq->tokens = r.params.prompt;
+  seq->n_prompt = int(r.params.prompt.size());
+  seq->sampling = {r.params.temperature, r.params.top_p};
+  seq->rng = r.params.seed;
+  seq->max_new_tokens = r.params.max_tokens;
+  seq->ignore_eos = r.params.ignore_eos;
   return seq;
 }
 
@@ -157,7 +157,7 @@ void backfill(self_ptr self, uint32_t head_need, uint32_t promised) {
   if (keep == 0) return;
   for (size_t i = 1; i < st.waiting.size() && int(st.batcher->active().size()) < st.config.batch.max_batch_seqs;) {
     const generate_request& r = st.waiting[i];
-    const uint32_t need = admission::blocks_needed(r.prompt.size(), r.max_tokens);
+    const uint32_t need = admission::blocks_needed(r.params.prompt.size(), r.params.max_tokens);
     if (!admission::may_backfill(need, st.config.pool->total_blocks(), keep, blocks_for_new(st, need, promised))) {
       ++i;
       continue;
@@ -208,7 +208,7 @@ void admit(self_ptr self) {
   bool admitted = false;
   while (!st.waiting.empty() && int(st.batcher->active().size()) < st.config.batch.max_batch_seqs) {
     const generate_request& r = st.waiting.front();
-    const uint32_t need = admission::blocks_needed(r.prompt.size(), r.max_tokens);
+    const uint32_t need = admission::blocks_needed(r.params.prompt.size(), r.params.max_tokens);
     const admission::verdict v = judge(self, need, promised);
     if (v == admission::verdict::wait) {
       const size_t before = st.waiting.size();
@@ -248,8 +248,9 @@ void start_over(self_ptr self, request_id id, const std::string& why) {
                                                      st.room_granted == st.waiting.front().id);
   const auto at = head_has_room ? 1 : 0;
   const int32_t left = seq->max_new_tokens - seq->n_generated();
-  st.waiting.insert(st.waiting.begin() + at, generate_request{id, seq->tokens, left, seq->sampling.temperature,
-                                                              seq->sampling.top_p, seq->rng, seq->ignore_eos,
+  st.waiting.insert(st.waiting.begin() + at, generate_request{id,
+                                                              {seq->tokens, left, seq->sampling.temperature,
+                                                               seq->sampling.top_p, seq->rng, seq->ignore_eos},
                                                               req->second.client});
   st.waiting_since.insert(st.waiting_since.begin() + at, st.views_received);
   st.resuming[id] = std::move(seq);
@@ -257,7 +258,7 @@ void start_over(self_ptr self, request_id id, const std::string& why) {
 
 void on_generate(self_ptr self, generate_request& r) {
   auto& st = self->state;
-  if (r.prompt.empty() || r.max_tokens < 0) return refuse(self, r, "empty prompt or negative max tokens");
+  if (r.params.prompt.empty() || r.params.max_tokens < 0) return refuse(self, r, "empty prompt or negative max tokens");
   if (st.requests.count(r.id) ||
       std::any_of(st.waiting.begin(), st.waiting.end(), [&](const auto& w) { return w.id == r.id; }))
     return;  // a duplicate: the first copy answers

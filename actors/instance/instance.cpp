@@ -74,7 +74,7 @@ void note_promised(const instance_state& st) {
   st.config.promises->set_running(promised_blocks(st));
   st.config.promises->set_kept(granted_keep(st));
   const generate_request* head = st.waiting.empty() ? nullptr : &st.waiting.front();
-  const uint32_t need = head ? admission::blocks_needed(head->prompt.size(), head->max_tokens) : 0;
+  const uint32_t need = head ? admission::blocks_needed(head->params.prompt.size(), head->params.max_tokens) : 0;
   st.config.promises->set_queued(need <= st.config.pool->total_blocks() ? need : 0);
 }
 
@@ -87,7 +87,7 @@ void publish_placement(self_ptr self) {
       for (const auto& e : placement_of(*s, st.config.id)) update.placement.push_back(e);
   update.batch_size = uint32_t(st.batcher->active().size());
   update.waiting = uint32_t(st.waiting.size());
-  for (const auto& r : st.waiting) update.waiting_blocks += admission::blocks_needed(r.prompt.size(), r.max_tokens);
+  for (const auto& r : st.waiting) update.waiting_blocks += admission::blocks_needed(r.params.prompt.size(), r.params.max_tokens);
   update.promised_blocks = promised_blocks(st);
   if (auto* m = st.config.metrics.get()) {
     const metrics::label_values instance{std::to_string(st.config.id)};

@@ -65,10 +65,7 @@ uint32_t hosted_blocks::count() const {
 
 std::vector<uint64_t> hosted_blocks::requests_of(uint32_t owner) const {
   std::lock_guard lock(mutex_);
-  std::vector<uint64_t> out;
-  for (auto it = by_request_.lower_bound({owner, 0}); it != by_request_.end() && it->first.first == owner; ++it)
-    out.push_back(it->first.second);
-  return out;
+  return requests_of_owner(by_request_, owner);
 }
 
 }  // namespace illm::actors

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "actors/logic/owner_keys.hpp"
+
 namespace illm::actors {
 
 /// Hosted blocks per (owner instance, request), in commit order.
@@ -46,7 +48,7 @@ class hosted_blocks {
     std::vector<uint32_t> logical, physical;
   };
   mutable std::mutex mutex_;
-  std::map<std::pair<uint32_t, uint64_t>, std::vector<move_blocks>> by_request_;  // in commit order
+  std::map<owner_key, std::vector<move_blocks>> by_request_;  // in commit order
 };
 
 }  // namespace illm::actors

@@ -51,10 +51,7 @@ uint32_t pool_promises::rooms_total() const {
 
 std::vector<uint64_t> pool_promises::requests_of(uint32_t owner) const {
   std::lock_guard lock(mutex_);
-  std::vector<uint64_t> out;
-  for (auto it = promised_.lower_bound({owner, 0}); it != promised_.end() && it->first.first == owner; ++it)
-    out.push_back(it->first.second);
-  return out;
+  return requests_of_owner(promised_, owner);
 }
 
 }  // namespace illm::actors

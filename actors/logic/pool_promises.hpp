@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "actors/logic/owner_keys.hpp"
+
 namespace illm::actors {
 
 /// Blocks promised to the running requests, and to rooms per (owner instance, request).
@@ -70,7 +72,7 @@ class pool_promises {
   std::atomic<uint32_t> running_{0}, queued_{0}, kept_{0};
   std::atomic<bool> overdrawn_{false};
   mutable std::mutex mutex_;  // the rooms' promises
-  std::map<std::pair<uint32_t, uint64_t>, uint32_t> promised_;
+  std::map<owner_key, uint32_t> promised_;
   uint32_t total_ = 0;
 };
 

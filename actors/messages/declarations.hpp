@@ -4,6 +4,14 @@
 
 #include <caf/all.hpp>
 
+/// Defines the CAF inspect overload (serialization) of message type T: its name on the wire and its fields,
+/// written as members of `x` in the order they travel: ILLM_INSPECT(move_kvcache, x.id, x.req_id, ...).
+#define ILLM_INSPECT(T, ...)                                    \
+  template <class Inspector>                                    \
+  typename Inspector::result_type inspect(Inspector& f, T& x) { \
+    return f(caf::meta::type_name(#T), __VA_ARGS__);            \
+  }
+
 namespace illm::actors {
 
 struct heartbeat;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "actors/messages/declarations.hpp"
 #include "actors/logic/attention_wire.hpp"
 #include "actors/placement/types.hpp"
 
@@ -17,12 +18,14 @@ struct need_blocks {
   request_id req_id = 0;
   uint32_t num_blocks = 0;
 };
+ILLM_INSPECT(need_blocks, x.req_id, x.num_blocks)
 
 /// rManager -> instance: the loan is done (blocks were freed here) or cannot be had.
 struct loan_result {
   bool ok = false;
   std::string reason;
 };
+ILLM_INSPECT(loan_result, x.ok, x.reason)
 
 /// rManager -> instance: choose up to max_blocks full local blocks of req_id to move (answer: block_pick).
 /// A request id of 0 lets the instance choose the request (its longest).
@@ -32,6 +35,7 @@ struct pick_blocks {
   uint32_t max_blocks = 0;
   bool only_this = false;  ///< blocks of req_id or none (else, when it has none, the request with the most)
 };
+ILLM_INSPECT(pick_blocks, x.id, x.req_id, x.max_blocks, x.only_this)
 
 /// instance -> rManager: the blocks chosen (oldest first), now marked as moving.
 struct block_pick {
@@ -40,6 +44,7 @@ struct block_pick {
   std::vector<uint32_t> logical;
   std::vector<uint32_t> physical;
 };
+ILLM_INSPECT(block_pick, x.id, x.req_id, x.logical, x.physical)
 
 /// rManager -> instance: the copy is confirmed; switch these logical blocks to dst and free the local ones.
 struct blocks_moved {
@@ -49,6 +54,7 @@ struct blocks_moved {
   std::vector<uint32_t> logical;
   std::vector<uint32_t> dst_blocks;
 };
+ILLM_INSPECT(blocks_moved, x.id, x.req_id, x.dst_inst, x.logical, x.dst_blocks)
 
 /// rManager -> instance: the move failed; the request keeps reading these local blocks.
 struct move_abandoned {
@@ -56,11 +62,13 @@ struct move_abandoned {
   request_id req_id = 0;
   std::vector<uint32_t> logical;
 };
+ILLM_INSPECT(move_abandoned, x.id, x.req_id, x.logical)
 
 /// instance -> rManager: req_id ended; its blocks elsewhere can be released.
 struct request_released {
   request_id req_id = 0;
 };
+ILLM_INSPECT(request_released, x.req_id)
 
 /// instance -> rManager, after every change: placement and load for the heartbeat.
 struct placement_update {
@@ -70,90 +78,39 @@ struct placement_update {
   uint32_t waiting_blocks = 0;
   uint32_t promised_blocks = 0;  ///< blocks the running requests will still take (free, but spoken for)
 };
+ILLM_INSPECT(placement_update, x.placement, x.batch_size, x.waiting, x.waiting_blocks, x.promised_blocks)
 
 /// The data plane's completion of a move's copy, turned into a message for the rManager.
 struct transfer_done {
   move_id id = 0;
   bool ok = false;
-  std::string error;
+  std::string error;  ///< the plane's, when not ok
 };
+ILLM_INSPECT(transfer_done, x.id, x.ok, x.error)
 
 /// The data plane -> rManager: the endpoint to a peer failed (the peer is treated as a failed destination).
 struct peer_failed {
   instance_id peer = 0;
   std::string reason;
 };
+ILLM_INSPECT(peer_failed, x.peer, x.reason)
 
 /// An attend payload that arrived on the data plane, for the attention server.
 struct incoming_attend {
   instance_id from = 0;
   std::vector<uint8_t> payload;
 };
+ILLM_INSPECT(incoming_attend, x.from, x.payload)
 
 /// A partials payload answering an attend that the attention server relayed, for it.
 struct incoming_partials {
   instance_id from = 0;
   std::vector<uint8_t> payload;
 };
+ILLM_INSPECT(incoming_partials, x.from, x.payload)
 
-// ---- inspect overloads (CAF serialization) ---
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, attend& x) {
-  return f(caf::meta::type_name("attend"), x.tag, x.req_id, x.owner, x.layer, x.n_q, x.num_blocks, x.q, x.q_pos);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, partials& x) {
-  return f(caf::meta::type_name("partials"), x.tag, x.ok, x.error, x.m, x.e, x.ma);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, need_blocks& x) {
-  return f(caf::meta::type_name("need_blocks"), x.req_id, x.num_blocks);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, loan_result& x) {
-  return f(caf::meta::type_name("loan_result"), x.ok, x.reason);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, pick_blocks& x) {
-  return f(caf::meta::type_name("pick_blocks"), x.id, x.req_id, x.max_blocks, x.only_this);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, block_pick& x) {
-  return f(caf::meta::type_name("block_pick"), x.id, x.req_id, x.logical, x.physical);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, blocks_moved& x) {
-  return f(caf::meta::type_name("blocks_moved"), x.id, x.req_id, x.dst_inst, x.logical, x.dst_blocks);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, move_abandoned& x) {
-  return f(caf::meta::type_name("move_abandoned"), x.id, x.req_id, x.logical);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, request_released& x) {
-  return f(caf::meta::type_name("request_released"), x.req_id);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, placement_update& x) {
-  return f(caf::meta::type_name("placement_update"), x.placement, x.batch_size, x.waiting, x.waiting_blocks,
-           x.promised_blocks);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, transfer_done& x) {
-  return f(caf::meta::type_name("transfer_done"), x.id, x.ok, x.error);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, peer_failed& x) {
-  return f(caf::meta::type_name("peer_failed"), x.peer, x.reason);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, incoming_attend& x) {
-  return f(caf::meta::type_name("incoming_attend"), x.from, x.payload);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, incoming_partials& x) {
-  return f(caf::meta::type_name("incoming_partials"), x.from, x.payload);
-}
+// CAF serialization of the wire structs of actors/logic/attention_wire.hpp (the tests send them as messages).
+ILLM_INSPECT(attend, x.tag, x.req_id, x.owner, x.layer, x.n_q, x.num_blocks, x.q, x.q_pos)
+ILLM_INSPECT(partials, x.tag, x.ok, x.error, x.m, x.e, x.ma)
 
 }  // namespace illm::actors

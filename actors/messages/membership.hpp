@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "actors/messages/declarations.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/placement/types.hpp"
 
@@ -28,6 +29,8 @@ struct instance_view {
   /// moves into them).
   uint32_t movable_into() const { return free_blocks - std::min(free_blocks, held_for_room); }
 };
+ILLM_INSPECT(instance_view, x.inst_id, x.total_blocks, x.free_blocks, x.draining, x.rmanager, x.instance,
+             x.plane_address, x.held_for_room, x.node)
 
 /// gManager -> rManager (answer to join and heartbeat): the cluster as of the last heartbeats.
 struct cluster_view {
@@ -40,7 +43,8 @@ struct cluster_view {
   bool has_member(instance_id id) const { return std::find(members.begin(), members.end(), id) != members.end(); }
   /// Instance `id` as the view has it (none: left out of this view).
   const instance_view* find(instance_id id) const {
-    auto it = std::find_if(instances.begin(), instances.end(), [id](const instance_view& i) { return i.inst_id == id; });
+    auto it =
+        std::find_if(instances.begin(), instances.end(), [id](const instance_view& i) { return i.inst_id == id; });
     return it == instances.end() ? nullptr : &*it;
   }
   uint32_t free_blocks() const {
@@ -49,6 +53,7 @@ struct cluster_view {
     return n;
   }
 };
+ILLM_INSPECT(cluster_view, x.epoch, x.instances, x.members)
 
 /// rManager -> gManager: a new instance and its actors.
 struct join_cluster {
@@ -59,40 +64,18 @@ struct join_cluster {
   std::vector<uint8_t> plane_address;  ///< its data plane's worker address (UCX); empty: in-process
   std::string node;                    ///< the node (host) it runs on; empty: the same as every other's
 };
+ILLM_INSPECT(join_cluster, x.inst_id, x.rmanager, x.instance, x.stats, x.plane_address, x.node)
 
 /// -> gManager: stop lending to inst_id and stop routing requests to it.
 struct drain_instance {
   instance_id inst_id = 0;
 };
+ILLM_INSPECT(drain_instance, x.inst_id)
 
 /// rManager -> gManager: inst_id leaves the cluster.
 struct leave_cluster {
   instance_id inst_id = 0;
 };
-
-// ---- inspect overloads (CAF serialization) ---
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, instance_view& x) {
-  return f(caf::meta::type_name("instance_view"), x.inst_id, x.total_blocks, x.free_blocks, x.draining, x.rmanager,
-           x.instance, x.plane_address, x.held_for_room, x.node);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
-  return f(caf::meta::type_name("cluster_view"), x.epoch, x.instances, x.members);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, join_cluster& x) {
-  return f(caf::meta::type_name("join_cluster"), x.inst_id, x.rmanager, x.instance, x.stats, x.plane_address,
-           x.node);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, drain_instance& x) {
-  return f(caf::meta::type_name("drain_instance"), x.inst_id);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, leave_cluster& x) {
-  return f(caf::meta::type_name("leave_cluster"), x.inst_id);
-}
+ILLM_INSPECT(leave_cluster, x.inst_id)
 
 }  // namespace illm::actors

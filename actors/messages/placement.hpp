@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "actors/messages/declarations.hpp"
 #include "actors/placement/types.hpp"
 
 namespace illm::actors {
@@ -18,14 +19,16 @@ struct heartbeat {
   instance_stats stats;
   std::vector<request_placement_entry> placement;
 };
+ILLM_INSPECT(heartbeat, x.inst_id, x.seq, x.stats, x.placement)
 
 /// gManager -> source rManager: move num_blocks of req_id's blocks to dst_inst.
 struct move_kvcache {
-  move_id id = 0;
+  move_id id = 0;  ///< names the move in every later message about it
   request_id req_id = 0;
-  uint32_t num_blocks = 0;
-  instance_id dst_inst = 0;
+  uint32_t num_blocks = 0;   ///< of req_id's full blocks at the source
+  instance_id dst_inst = 0;  ///< the creditor that takes them
 };
+ILLM_INSPECT(move_kvcache, x.id, x.req_id, x.num_blocks, x.dst_inst)
 
 /// source rManager -> destination rManager: reserve num_blocks for req_id (answer: move_reservation,
 /// granted or refused), first come first served against the blocks free at that moment.
@@ -33,8 +36,9 @@ struct try_move_kvcache {
   move_id id = 0;
   request_id req_id = 0;
   uint32_t num_blocks = 0;
-  instance_id src_inst = 0;
+  instance_id src_inst = 0;  ///< the debtor whose blocks would come
 };
+ILLM_INSPECT(try_move_kvcache, x.id, x.req_id, x.num_blocks, x.src_inst)
 
 /// The answer to try_move_kvcache: granted (blocks reserved at the destination until the lease ends,
 /// and where to put them) or refused (a result, not an error: the destination is full or draining).
@@ -51,6 +55,8 @@ struct move_reservation {
   uint64_t block_bytes = 0;
   int64_t lease_ms = 0;
 };
+ILLM_INSPECT(move_reservation, x.id, x.dst_inst, x.granted, x.reason, x.free_blocks, x.blocks, x.region_address,
+             x.region_bytes, x.region_key, x.block_bytes, x.lease_ms)
 
 /// source -> destination after the copy: the reserved blocks now hold req_id's KV at these logical
 /// places (answer: commit_result, refused when the lease is over).
@@ -62,6 +68,7 @@ struct commit_move {
   bool checksummed = false;       ///< the source sends a checksum: the destination verifies it
   uint64_t checksum = 0;          ///< of the blocks as the source sent them (kv_pool::checksum), in that order
 };
+ILLM_INSPECT(commit_move, x.id, x.req_id, x.src_inst, x.logical, x.checksummed, x.checksum)
 
 /// The answer to commit_move.
 struct commit_result {
@@ -69,17 +76,20 @@ struct commit_result {
   bool committed = false;
   std::string reason;
 };
+ILLM_INSPECT(commit_result, x.id, x.committed, x.reason)
 
 /// source -> destination: give the reservation (or the committed blocks) of a move back.
 struct abort_move {
   move_id id = 0;
 };
+ILLM_INSPECT(abort_move, x.id)
 
 /// owner -> holder: req_id ended; free every block held for it and forget its room's promise.
 struct release_blocks {
   request_id req_id = 0;
   instance_id owner = 0;
 };
+ILLM_INSPECT(release_blocks, x.req_id, x.owner)
 
 /// rManager -> gManager and the event log: how a move ended.
 struct move_report {
@@ -93,55 +103,12 @@ struct move_report {
   std::string reason;
   bool computed = false;  ///< a room's chunk, computed at the destination (nothing was copied)
 };
+ILLM_INSPECT(move_report, x.id, x.req_id, x.src_inst, x.dst_inst, x.blocks, x.ok, x.self_initiated, x.reason,
+             x.computed)
 
-// ---- inspect overloads (CAF serialization) ---
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, request_placement_entry& x) {
-  return f(caf::meta::type_name("request_placement_entry"), x.req_id, x.inst_id, x.num_blocks, x.local);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, instance_stats& x) {
-  return f(caf::meta::type_name("instance_stats"), x.total_blocks, x.free_blocks, x.hosted_blocks,
-           x.borrowed_blocks, x.batch_size, x.waiting, x.waiting_blocks, x.draining);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, heartbeat& x) {
-  return f(caf::meta::type_name("heartbeat"), x.inst_id, x.seq, x.stats, x.placement);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, move_kvcache& x) {
-  return f(caf::meta::type_name("move_kvcache"), x.id, x.req_id, x.num_blocks, x.dst_inst);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, try_move_kvcache& x) {
-  return f(caf::meta::type_name("try_move_kvcache"), x.id, x.req_id, x.num_blocks, x.src_inst);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, move_reservation& x) {
-  return f(caf::meta::type_name("move_reservation"), x.id, x.dst_inst, x.granted, x.reason, x.free_blocks, x.blocks,
-           x.region_address, x.region_bytes, x.region_key, x.block_bytes, x.lease_ms);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, commit_move& x) {
-  return f(caf::meta::type_name("commit_move"), x.id, x.req_id, x.src_inst, x.logical, x.checksummed, x.checksum);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, commit_result& x) {
-  return f(caf::meta::type_name("commit_result"), x.id, x.committed, x.reason);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, abort_move& x) {
-  return f(caf::meta::type_name("abort_move"), x.id);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, release_blocks& x) {
-  return f(caf::meta::type_name("release_blocks"), x.req_id, x.owner);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, move_report& x) {
-  return f(caf::meta::type_name("move_report"), x.id, x.req_id, x.src_inst, x.dst_inst, x.blocks, x.ok,
-           x.self_initiated, x.reason, x.computed);
-}
+// CAF serialization of the types of actors/placement/types.hpp that these messages carry.
+ILLM_INSPECT(request_placement_entry, x.req_id, x.inst_id, x.num_blocks, x.local)
+ILLM_INSPECT(instance_stats, x.total_blocks, x.free_blocks, x.hosted_blocks, x.borrowed_blocks, x.batch_size, x.waiting,
+             x.waiting_blocks, x.draining)
 
 }  // namespace illm::actors

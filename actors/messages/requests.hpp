@@ -6,21 +6,29 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "actors/messages/declarations.hpp"
 #include "actors/placement/types.hpp"
 
 namespace illm::actors {
 
-/// A generation request, as a request actor hands it to an instance.
-struct generate_request {
-  request_id id = 0;
+/// A request as a client gives it.
+struct generate_params {
   std::vector<int32_t> prompt;  ///< BOS first
-  int32_t max_tokens = 0;
+  int32_t max_tokens = 64;
   float temperature = 0.0f;
   float top_p = 1.0f;
   uint64_t seed = 0;
   bool ignore_eos = false;
+};
+ILLM_INSPECT(generate_params, x.prompt, x.max_tokens, x.temperature, x.top_p, x.seed, x.ignore_eos)
+
+/// A generation request, as a request actor hands it to an instance.
+struct generate_request {
+  request_id id = 0;
+  generate_params params;
   caf::actor client;  ///< the request actor that receives the tokens
 };
+ILLM_INSPECT(generate_request, x.id, x.params, x.client)
 
 /// instance -> request actor: the next generated token.
 struct token_event {
@@ -28,6 +36,7 @@ struct token_event {
   int32_t token = 0;
   instance_id from = 0;  ///< the instance that sent it (a request that went on elsewhere ignores its old one)
 };
+ILLM_INSPECT(token_event, x.req_id, x.token, x.from)
 
 /// instance -> request actor: the request ended.
 struct request_finished {
@@ -36,36 +45,18 @@ struct request_finished {
   std::string error;
   int32_t preemptions = 0;
   std::vector<request_placement_entry> placement;  ///< where its blocks were at its last step
-  int32_t generated = 0;       ///< tokens generated
+  int32_t generated = 0;                           ///< tokens generated
   int64_t first_token_ns = 0;  ///< the instance's clock (virtual in the simulator) at the first token; 0: none
   int64_t finished_ns = 0;     ///< ... and at the end
   instance_id from = 0;        ///< the instance that sent it
 };
+ILLM_INSPECT(request_finished, x.req_id, x.reason, x.error, x.preemptions, x.placement, x.generated, x.first_token_ns,
+             x.finished_ns, x.from)
 
 /// -> request actor or instance: stop generating req_id.
 struct cancel_request {
   request_id req_id = 0;
 };
-
-// ---- inspect overloads (CAF serialization) ---
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, generate_request& x) {
-  return f(caf::meta::type_name("generate_request"), x.id, x.prompt, x.max_tokens, x.temperature, x.top_p, x.seed,
-           x.ignore_eos, x.client);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, token_event& x) {
-  return f(caf::meta::type_name("token_event"), x.req_id, x.token, x.from);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, request_finished& x) {
-  return f(caf::meta::type_name("request_finished"), x.req_id, x.reason, x.error, x.preemptions, x.placement,
-           x.generated, x.first_token_ns, x.finished_ns, x.from);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, cancel_request& x) {
-  return f(caf::meta::type_name("cancel_request"), x.req_id);
-}
+ILLM_INSPECT(cancel_request, x.req_id)
 
 }  // namespace illm::actors

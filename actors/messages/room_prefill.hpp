@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "actors/messages/declarations.hpp"
 #include "actors/placement/types.hpp"
 
 namespace illm::actors {
@@ -20,11 +21,12 @@ namespace illm::actors {
 /// owner instance -> its rManager: reserve num_blocks at `holder` for a chunk of req_id that the holder will
 /// compute (answer: move_reservation, granted or refused).
 struct reserve_chunk {
-  move_id id = 0;
+  move_id id = 0;  ///< names the chunk from now on
   request_id req_id = 0;
-  instance_id holder = 0;
-  uint32_t num_blocks = 0;
+  instance_id holder = 0;   ///< the instance that will compute it and keep its blocks
+  uint32_t num_blocks = 0;  ///< the chunk's
 };
+ILLM_INSPECT(reserve_chunk, x.id, x.req_id, x.holder, x.num_blocks)
 
 /// owner instance -> holder instance: compute the KV of positions [pos0, pos0 + tokens.size()) of req_id into
 /// the blocks that move `id` reserved there, the blocks before them being where the table places them
@@ -39,11 +41,13 @@ struct prefill_chunk {
   std::vector<uint32_t> table_blocks;  ///< ... and its physical block there
   instance_actor owner_instance;       ///< the owner's instance, which hears chunk_started
 };
+ILLM_INSPECT(prefill_chunk, x.id, x.owner, x.req_id, x.pos0, x.tokens, x.table_pools, x.table_blocks, x.owner_instance)
 
 /// holder instance -> owner instance: the step computing chunk `id` has started; the next chunk may go.
 struct chunk_started {
   move_id id = 0;
 };
+ILLM_INSPECT(chunk_started, x.id)
 
 /// The answer to prefill_chunk.
 struct chunk_done {
@@ -51,19 +55,22 @@ struct chunk_done {
   bool ok = false;
   std::string error;
 };
+ILLM_INSPECT(chunk_done, x.id, x.ok, x.error)
 
 /// owner instance -> its rManager: chunk `id` of req_id is written: commit its blocks at their holder as these
 /// logical blocks of the request (answer: bool, whether the holder committed them).
 struct commit_chunk {
   move_id id = 0;
   request_id req_id = 0;
-  std::vector<uint32_t> logical;
+  std::vector<uint32_t> logical;  ///< one per reserved block, in the reservation's order
 };
+ILLM_INSPECT(commit_chunk, x.id, x.req_id, x.logical)
 
 /// owner instance -> its rManager: give chunk `id`'s reservation back (its request starts over or ended).
 struct abort_chunk {
   move_id id = 0;
 };
+ILLM_INSPECT(abort_chunk, x.id)
 
 /// holder instance -> its rManager: chunk `id` of (owner, req_id) is being computed here: its reservation does
 /// not expire nor go back until return_reservation (answer: its blocks; none when there is no such reservation).
@@ -72,56 +79,19 @@ struct take_reservation {
   instance_id owner = 0;
   request_id req_id = 0;
 };
+ILLM_INSPECT(take_reservation, x.id, x.owner, x.req_id)
 
 /// holder instance -> its rManager: chunk `id` ended here (written, failed or cancelled): its reservation waits
 /// for the owner's commit for a lease again, or goes back now if it was aborted meanwhile.
 struct return_reservation {
   move_id id = 0;
 };
+ILLM_INSPECT(return_reservation, x.id)
 
 /// holder rManager -> its instance: stop computing chunk `id` (its request ended, or the owner gave it up).
 struct cancel_chunk {
   move_id id = 0;
 };
-
-// ---- inspect overloads (CAF serialization) ---
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, reserve_chunk& x) {
-  return f(caf::meta::type_name("reserve_chunk"), x.id, x.req_id, x.holder, x.num_blocks);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, prefill_chunk& x) {
-  return f(caf::meta::type_name("prefill_chunk"), x.id, x.owner, x.req_id, x.pos0, x.tokens, x.table_pools,
-           x.table_blocks, x.owner_instance);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, chunk_started& x) {
-  return f(caf::meta::type_name("chunk_started"), x.id);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, chunk_done& x) {
-  return f(caf::meta::type_name("chunk_done"), x.id, x.ok, x.error);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, commit_chunk& x) {
-  return f(caf::meta::type_name("commit_chunk"), x.id, x.req_id, x.logical);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, abort_chunk& x) {
-  return f(caf::meta::type_name("abort_chunk"), x.id);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, take_reservation& x) {
-  return f(caf::meta::type_name("take_reservation"), x.id, x.owner, x.req_id);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, return_reservation& x) {
-  return f(caf::meta::type_name("return_reservation"), x.id);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, cancel_chunk& x) {
-  return f(caf::meta::type_name("cancel_chunk"), x.id);
-}
+ILLM_INSPECT(cancel_chunk, x.id)
 
 }  // namespace illm::actors

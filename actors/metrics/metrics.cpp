@@ -23,33 +23,29 @@ std::string number(double v) {
   return std::string(buffer, end);
 }
 
-std::string escape_label(const std::string& v) {
+/// `v` with backslashes and newlines escaped, and double quotes too with `quotes` (label values need it,
+/// HELP text does not).
+std::string escape(const std::string& v, bool quotes) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
-}
-
-std::string escape_help(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '"' && quotes)
+      out += "\\\"";
+    else
+      out += c;
   }
   return out;
 }
 
 /// {a="x",b="y"} with an optional extra label (le for buckets); empty when there are none.
-std::string labels(const std::vector<std::string>& names, const label_values& values, const std::string& extra_name = {},
-                   const std::string& extra_value = {}) {
+std::string labels(const std::vector<std::string>& names, const label_values& values,
+                   const std::string& extra_name = {}, const std::string& extra_value = {}) {
   std::string out;
   for (size_t i = 0; i < names.size() && i < values.size(); ++i)
-    out += (out.empty() ? "" : ",") + names[i] + "=\"" + escape_label(values[i]) + "\"";
+    out += (out.empty() ? "" : ",") + names[i] + "=\"" + escape(values[i], true) + "\"";
   if (!extra_name.empty()) out += (out.empty() ? "" : ",") + extra_name + "=\"" + extra_value + "\"";
   return out.empty() ? out : "{" + out + "}";
 }
@@ -60,7 +56,9 @@ void counter::add(double v) {
   if (v > 0) atomic_add(value_, v);  // counters never go down
 }
 
-void gauge::add(double v) { atomic_add(value_, v); }
+void gauge::add(double v) {
+  atomic_add(value_, v);
+}
 
 histogram::histogram(std::vector<double> bounds)
     : bounds_(std::move(bounds)), buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
@@ -92,7 +90,7 @@ struct registry::entry {
   sampled_values sampled;
 
   void write(std::ostringstream& out) const {
-    out << "# HELP " << name << " " << escape_help(help) << "\n# TYPE " << name << " " << type << "\n";
+    out << "# HELP " << name << " " << escape(help, false) << "\n# TYPE " << name << " " << type << "\n";
     if (counters)
       counters->each([&](const label_values& v, const counter& c) {
         out << name << labels(counters->label_names(), v) << " " << number(c.value()) << "\n";
@@ -119,52 +117,46 @@ struct registry::entry {
 registry::registry() = default;
 registry::~registry() = default;
 
-family<counter>& registry::add_counter(const std::string& name, const std::string& help,
-                                       std::vector<std::string> labels) {
+registry::entry& registry::add_entry(const std::string& name, const std::string& help, const char* type,
+                                     const std::function<void(entry&)>& fill) {
   auto e = std::make_unique<entry>();
   e->name = name;
   e->help = help;
-  e->type = "counter";
-  e->counters = std::make_unique<family<counter>>(std::move(labels), [] { return std::make_unique<counter>(); });
+  e->type = type;
+  fill(*e);
   std::lock_guard lock(mutex_);
   entries_.push_back(std::move(e));
-  return *entries_.back()->counters;
+  return *entries_.back();
+}
+
+family<counter>& registry::add_counter(const std::string& name, const std::string& help,
+                                       std::vector<std::string> labels) {
+  return *add_entry(name, help, "counter", [&](entry& e) {
+            e.counters =
+                std::make_unique<family<counter>>(std::move(labels), [] { return std::make_unique<counter>(); });
+          }).counters;
 }
 
 family<gauge>& registry::add_gauge(const std::string& name, const std::string& help, std::vector<std::string> labels) {
-  auto e = std::make_unique<entry>();
-  e->name = name;
-  e->help = help;
-  e->type = "gauge";
-  e->gauges = std::make_unique<family<gauge>>(std::move(labels), [] { return std::make_unique<gauge>(); });
-  std::lock_guard lock(mutex_);
-  entries_.push_back(std::move(e));
-  return *entries_.back()->gauges;
+  return *add_entry(name, help, "gauge", [&](entry& e) {
+            e.gauges = std::make_unique<family<gauge>>(std::move(labels), [] { return std::make_unique<gauge>(); });
+          }).gauges;
 }
 
-family<histogram>& registry::add_histogram(const std::string& name, const std::string& help,
-                                           std::vector<double> bounds, std::vector<std::string> labels) {
-  auto e = std::make_unique<entry>();
-  e->name = name;
-  e->help = help;
-  e->type = "histogram";
-  e->histograms = std::make_unique<family<histogram>>(
-      std::move(labels), [bounds] { return std::make_unique<histogram>(bounds); });
-  std::lock_guard lock(mutex_);
-  entries_.push_back(std::move(e));
-  return *entries_.back()->histograms;
+family<histogram>& registry::add_histogram(const std::string& name, const std::string& help, std::vector<double> bounds,
+                                           std::vector<std::string> labels) {
+  return *add_entry(name, help, "histogram", [&](entry& e) {
+            e.histograms = std::make_unique<family<histogram>>(
+                std::move(labels), [bounds] { return std::make_unique<histogram>(bounds); });
+          }).histograms;
 }
 
 void registry::add_sampled_gauge(const std::string& name, const std::string& help, std::vector<std::string> labels,
                                  sampled_values sample) {
-  auto e = std::make_unique<entry>();
-  e->name = name;
-  e->help = help;
-  e->type = "gauge";
-  e->sampled_labels = std::move(labels);
-  e->sampled = std::move(sample);
-  std::lock_guard lock(mutex_);
-  entries_.push_back(std::move(e));
+  add_entry(name, help, "gauge", [&](entry& e) {
+    e.sampled_labels = std::move(labels);
+    e.sampled = std::move(sample);
+  });
 }
 
 std::string registry::expose() const {
@@ -175,8 +167,8 @@ std::string registry::expose() const {
 }
 
 std::vector<double> latency_buckets() {
-  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-          80.0, 120.0};
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,  0.25, 0.5,
+          0.75,  1.0,    2.5,   5.0,  7.5,   10.0, 20.0,  40.0, 80.0, 120.0};
 }
 
 }  // namespace illm::actors::metrics

@@ -109,6 +109,9 @@ class registry {
 
  private:
   struct entry;
+  /// Adds a metric named `name` of `type`, its family or sampler set by `fill`.
+  entry& add_entry(const std::string& name, const std::string& help, const char* type,
+                   const std::function<void(entry&)>& fill);
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<entry>> entries_;
 };

@@ -18,4 +18,55 @@ const std::vector<int_setting<batch_settings>>& batch_settings_table() {
   return table;
 }
 
+const std::vector<int_setting<instance_settings>>& instance_settings_table() {
+  static const std::vector<int_setting<instance_settings>> table{
+      {"kv_blocks_per_instance", &instance_settings::kv_blocks_per_instance, 2, 1 << 24,
+       "KV blocks of 16 tokens in each instance's pool"},
+      {"threads_per_instance", &instance_settings::threads_per_instance, 0, 1024,
+       "CPU threads of each instance's engine (0: the cores, shared among the instances of a process)", "threads"},
+      {"heartbeat_ms", &instance_settings::heartbeat_ms, 1, 60000, "rManager heartbeat period"},
+      {"lease_ms", &instance_settings::lease_ms, 1, 3600000,
+       "how long a granted reservation of blocks waits for its commit"},
+      {"attention_timeout_ms", &instance_settings::attention_timeout_ms, 1, 3600000,
+       "how long a step waits for a holder's partials before the holder counts as failed"},
+  };
+  return table;
+}
+
+const std::vector<int_setting<gmanager_settings>>& gmanager_settings_table() {
+  static const std::vector<int_setting<gmanager_settings>> table{
+      {"policy_period_ms", &gmanager_settings::policy_period_ms, 1, 3600000, "how often the placement policy runs"},
+      {"heartbeat_timeout_ms", &gmanager_settings::heartbeat_timeout_ms, 1, 3600000,
+       "an instance silent this long leaves the cluster"},
+  };
+  return table;
+}
+
+setting_read read_runtime_setting(const std::string& key, const nlohmann::json& value, batch_settings& batch,
+                                  instance_settings& instance, gmanager_settings& gmanager) {
+  for (setting_read r : {read_setting(batch_settings_table(), key, value, batch),
+                         read_setting(instance_settings_table(), key, value, instance),
+                         read_setting(gmanager_settings_table(), key, value, gmanager)})
+    if (r != setting_read::not_in_table) return r;
+  return setting_read::not_in_table;
+}
+
+namespace {
+
+template <class Settings>
+void add_keys(const std::vector<int_setting<Settings>>& table, std::vector<std::pair<std::string, std::string>>& out) {
+  for (const auto& s : table) out.emplace_back(s.key, std::string(s.help) + " (" + std::to_string(s.lo) + " to " +
+                                                          std::to_string(s.hi) + ")");
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> runtime_setting_keys() {
+  std::vector<std::pair<std::string, std::string>> out;
+  add_keys(batch_settings_table(), out);
+  add_keys(instance_settings_table(), out);
+  add_keys(gmanager_settings_table(), out);
+  return out;
+}
+
 }  // namespace illm::actors

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -21,9 +22,10 @@ struct int_setting {
   int Settings::*field;   ///< where it lives
   int lo, hi;             ///< its range, both included
   const char* help;       ///< what it means
+  const char* flag_name = nullptr;  ///< its flag without "--" when not made from the key
   /// The command-line flag: "--max-batch-tokens" for "max_batch_tokens".
   std::string flag() const {
-    std::string f = std::string("--") + key;
+    std::string f = std::string("--") + (flag_name ? flag_name : key);
     for (char& c : f)
       if (c == '_') c = '-';
     return f;
@@ -59,5 +61,34 @@ struct batch_settings {
 
 /// Every batch setting: key, range, meaning.
 const std::vector<int_setting<batch_settings>>& batch_settings_table();
+
+/// How an instance runs besides its batching: its pool, its threads, and the periods of its rManager (the
+/// embedded cluster's, an instance process's, the service's; the simulator's in simulated time).
+struct instance_settings {
+  int kv_blocks_per_instance = 256;
+  int threads_per_instance = 0;  ///< 0: the cores, shared among the instances of a process
+  int heartbeat_ms = 20;
+  int lease_ms = 2000;
+  int attention_timeout_ms = 30000;
+};
+
+/// Every instance setting: key, range, meaning.
+const std::vector<int_setting<instance_settings>>& instance_settings_table();
+
+/// How the gManager runs (the embedded cluster's, `illm gmanager`'s, the simulator's).
+struct gmanager_settings {
+  int policy_period_ms = 50;
+  int heartbeat_timeout_ms = 2000;
+};
+
+/// Every gManager setting: key, range, meaning.
+const std::vector<int_setting<gmanager_settings>>& gmanager_settings_table();
+
+/// A JSON key read into whichever of the tables has it (batch, instance, gManager settings).
+setting_read read_runtime_setting(const std::string& key, const nlohmann::json& value, batch_settings& batch,
+                                  instance_settings& instance, gmanager_settings& gmanager);
+
+/// Every key of the three tables with its meaning and range, for --help and error messages.
+std::vector<std::pair<std::string, std::string>> runtime_setting_keys();
 
 }  // namespace illm::actors

@@ -82,9 +82,9 @@ class chunk_layers {
   struct chunk {
     uint32_t owner = 0;
     uint64_t request = 0;
-    uint32_t pool = 0;
-    int64_t pos0 = 0;
-    std::vector<double> written_s;
+    uint32_t pool = 0;  ///< the instance computing it
+    int64_t pos0 = 0;   ///< its first position
+    std::vector<double> written_s;  ///< per layer, when its KV is written (simulated seconds)
   };
   std::map<uint64_t, chunk> chunks_;
 };

@@ -12,11 +12,12 @@
 
 #include "actors/event_log.hpp"
 #include "actors/gmanager.hpp"
-#include "actors/logic/hosted_blocks.hpp"
 #include "actors/instance/instance.hpp"
+#include "actors/logic/hosted_blocks.hpp"
 #include "actors/logic/pool_promises.hpp"
-#include "actors/rmanager/rmanager.hpp"
 #include "actors/logic/status_bridge.hpp"
+#include "actors/rmanager/rmanager.hpp"
+#include "actors/sim/driver.hpp"
 #include "actors/sim/sim_worker.hpp"
 #include "gpu/kv_pool.hpp"
 #include "gpu/model_config.hpp"
@@ -37,136 +38,14 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(illm::actors::sim::put_arrived)
 
 namespace illm::actors::sim {
 
-std::vector<std::string> policy_names() { return {"infinite", "passive", "static-multi", "static-single"}; }
-std::vector<std::string> routing_names() { return {"least-requests", "least-prompt-tokens", "least-tokens", "round-robin"}; }
+std::vector<std::string> policy_names() {
+  return {"infinite", "passive", "static-multi", "static-single"};
+}
+std::vector<std::string> routing_names() {
+  return {"least-requests", "least-prompt-tokens", "least-tokens", "round-robin"};
+}
 
 namespace {
-
-using clock_type = caf::actor_clock;
-
-/// One request as the driver tracks it.
-struct tracked {
-  double arrival_s = 0;
-  int input = 0, output = 0;
-  size_t instance = 0;
-  bool started = false;  // its first token came
-  bool done = false;
-  request_finished end;
-};
-
-/// What the driver records; the simulation reads it after the run (one thread: the test coordinator's).
-struct driver_record {
-  std::vector<tracked> requests;
-  clock_type::time_point start;
-  size_t finished = 0;
-};
-
-struct driver_state {
-  std::shared_ptr<driver_record> record;
-  std::vector<instance_actor> instances;
-  routing router = routing::least_requests;
-  int max_unstarted = 0;
-  std::vector<uint64_t> load;  // per instance, unfinished: requests, prompt tokens or all tokens (the routing's)
-  std::vector<int> unstarted;  // per instance, requests sent that have not started
-  std::deque<size_t> held;     // arrived, not sent yet
-  size_t next = 0;             // round robin
-  static inline const char* name = "sim_driver";
-};
-
-using arrive_atom = caf::atom_constant<caf::atom("arrive")>;
-
-/// What a request adds to its instance's load under a routing.
-uint64_t load_of(routing r, const tracked& t) {
-  switch (r) {
-    case routing::least_prompt_tokens: return uint64_t(t.input);
-    case routing::least_tokens: return uint64_t(t.input + t.output);
-    default: return 1;
-  }
-}
-
-/// The instance for the next request, among those that may take one now; none: instances.size().
-size_t route(driver_state& st) {
-  const size_t n = st.instances.size();
-  auto open = [&](size_t i) { return st.max_unstarted == 0 || st.unstarted[i] < st.max_unstarted; };
-  if (st.router == routing::round_robin) {
-    for (size_t k = 0; k < n; ++k, ++st.next)
-      if (open(st.next % n)) return st.next++ % n;
-    return n;
-  }
-  size_t best = n;
-  for (size_t i = 0; i < n; ++i)
-    if (open(i) && (best == n || st.load[i] < st.load[best])) best = i;
-  return best;
-}
-
-/// Sends held requests, oldest first, while an instance may take one.
-void dispatch(caf::stateful_actor<driver_state>* self) {
-  auto& st = self->state;
-  while (!st.held.empty()) {
-    const size_t target = route(st);
-    if (target == st.instances.size()) return;
-    const size_t i = st.held.front();
-    st.held.pop_front();
-    tracked& t = st.record->requests[i];
-    t.instance = target;
-    st.load[target] += load_of(st.router, t);
-    ++st.unstarted[target];
-    std::vector<int32_t> prompt(size_t(t.input), 3);
-    prompt[0] = 1;  // BOS
-    self->send(st.instances[target], generate_request{i + 1, std::move(prompt), t.output, 0.0f, 1.0f, 0, true,
-                                                      caf::actor_cast<caf::actor>(self)});
-  }
-}
-
-/// The request has started, or ended before it did: its instance may take another.
-void mark_started(caf::stateful_actor<driver_state>* self, tracked& t) {
-  if (t.started) return;
-  t.started = true;
-  --self->state.unstarted[t.instance];
-  dispatch(self);
-}
-
-/// The trace's client: sends each request at its arrival time to the instance the routing picks, and
-/// keeps what comes back.
-caf::behavior driver(caf::stateful_actor<driver_state>* self, std::shared_ptr<driver_record> record,
-                     std::vector<instance_actor> instances, routing router, int max_unstarted) {
-  auto& st = self->state;
-  st.record = std::move(record);
-  st.instances = std::move(instances);
-  st.router = router;
-  st.max_unstarted = max_unstarted;
-  st.load.assign(st.instances.size(), 0);
-  st.unstarted.assign(st.instances.size(), 0);
-  st.record->start = self->clock().now();
-  for (size_t i = 0; i < st.record->requests.size(); ++i)
-    self->delayed_send(self,
-                       std::chrono::duration_cast<caf::timespan>(
-                           std::chrono::duration<double>(st.record->requests[i].arrival_s)),
-                       arrive_atom::value, uint64_t(i));
-  auto find = [=](request_id id) -> tracked* {
-    auto& requests = self->state.record->requests;
-    return id == 0 || id > requests.size() ? nullptr : &requests[id - 1];
-  };
-  return {
-      [=](arrive_atom, uint64_t i) {
-        self->state.held.push_back(size_t(i));
-        dispatch(self);
-      },
-      [=](const request_finished& f) {
-        auto& st = self->state;
-        tracked* t = find(f.req_id);
-        if (!t || t->done) return;
-        t->done = true;
-        t->end = f;
-        st.load[t->instance] -= load_of(st.router, *t);
-        ++st.record->finished;
-        mark_started(self, *t);
-      },
-      [=](const token_event& e) {
-        if (tracked* t = find(e.req_id)) mark_started(self, *t);
-      },
-  };
-}
 
 caf::behavior put_clock(caf::event_based_actor*) {
   return {[](const put_arrived& p) { (*p.done)(transport::status::ok()); }};
@@ -389,144 +268,119 @@ gpu::status check_options(const sim_options& o) {
   return resolved.is_ok() ? gpu::status::ok() : resolved.error();
 }
 
-gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, const sim_options& o) {
-  const auto wall_start = std::chrono::steady_clock::now();
-  auto resolved = resolve(o);
-  if (!resolved.is_ok()) return resolved.error();
-  const auto& [model, n_instances, batch_scale] = resolved->chosen;
-  const gpu::model_config& shape = resolved->shape;
-  const uint32_t blocks = uint32_t(double(model.kv_capacity_tokens) * o.kv_scale / gpu::kv_block_tokens);
-  if (blocks < 2) return gpu::status{gpu::status_code::invalid_argument, "the model leaves no room for KV"};
+namespace {
 
-  caf::actor_system_config cfg;
-  register_messages(cfg);
-  cfg.set("scheduler.policy", caf::atom("testing"));
-  cfg.set("logger.verbosity", caf::atom("quiet"));
-  caf::actor_system sys{cfg};
-  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+/// What every instance of a run is made from.
+struct sim_setup {
+  const sim_options& o;
+  const placement::profile& model;
+  int n_instances = 0;
+  int batch_scale = 1;
+  uint32_t blocks = 0;  ///< per pool
+  gpu::kv_layout layout;
+  step_layout steps;
+  int step_tokens = 0;  ///< an instance over more GPUs (static-single's spans them all) steps larger batches
+  int mixed_step_tokens = 0;
+};
 
-  gmanager_config gcfg;
-  gcfg.policy_period = o.policy_period;
-  if (o.policy == "infinite") gcfg.policy = placement::greedy_policy(model, o.greedy);
-  gcfg.heartbeat_timeout = o.heartbeat_period * 50;
-  gcfg.room_pass_limit = o.room_pass_limit;
-  auto events = std::make_shared<event_log>();
-  gmanager_actor gm = spawn_gmanager(sys, gcfg);
-
-  gpu::sim::sim_backend device;
-  const gpu::kv_layout layout{shape.n_layers, shape.n_kv_heads, shape.head_dim(), gpu::dtype::f16};
-  const bool lending = o.policy == "infinite" || o.policy == "passive";
-  const link_model links = o.timed_links ? link_model{model.node_link_bytes_per_s, model.network_bytes_per_s,
-                                                      model.gpus_per_node, model.gpus}
-                                         : link_model{};
-  const step_layout steps{o.batch.overlap_min_tokens, dense_front_share(shape), o.hosted, o.decode_first, links,
-                          attention_row_bytes::of(shape)};
-  // An instance over more GPUs (static-single's spans them all) steps batches as much larger.
-  const int step_tokens = o.batch.max_batch_tokens * batch_scale;
-  const int mixed_step_tokens = o.batch.mixed_step_tokens == auto_mixed_step_tokens
-                                    ? placement::dense_knee_tokens(model, step_tokens)
-                                    : o.batch.mixed_step_tokens;
+/// The instances of a run, what they report, and the actors to stop at its end.
+struct sim_cluster {
+  gpu::sim::sim_backend device;  ///< the pools' (first: it outlives them)
   std::vector<instance_actor> instances;
-  run_actors everyone;
-  everyone.add(gm);
-  const transport::put_timer put_timer = timed_puts(sys, sched, links, n_instances, everyone);
   std::vector<std::shared_ptr<gpu::kv_pool>> pools;
   std::vector<std::shared_ptr<sim_worker_stats>> stats;
   std::vector<std::shared_ptr<pool_promises>> promises;
+  std::shared_ptr<event_log> events = std::make_shared<event_log>();
+  run_actors everyone;
+};
+
+/// The rManager of instance `i` (its pool made here, its plane the simulator's).
+gpu::result<rmanager_actor> spawn_sim_rmanager(caf::actor_system& sys, const sim_setup& u, instance_id i,
+                                               gmanager_actor gm, const transport::put_timer& put_timer,
+                                               sim_cluster& c) {
+  auto pool = gpu::kv_pool::create(c.device, u.layout, u.blocks);
+  if (!pool.is_ok()) return pool.error();
+  c.pools.push_back(std::make_shared<gpu::kv_pool>(std::move(pool).value()));
+  auto made = transport::make_plane("sim", {.self = i, .timer = put_timer});
+  if (!made.is_ok()) return engine_status(made.error());
+  rmanager_config rc;
+  rc.id = i;
+  rc.pool = c.pools.back();
+  rc.hosted = std::make_shared<hosted_blocks>();  // the rManager's registry (the sim's workers attend nothing)
+  rc.promises = std::make_shared<pool_promises>();
+  c.promises.push_back(rc.promises);
+  rc.plane = std::move(made).value();
+  rc.region = rc.plane->register_memory(rc.pool->base(), uint64_t(u.blocks) * u.layout.block_bytes()).value();
+  rc.gmanager = gm;
+  rc.events = c.events;
+  rc.heartbeat_period = std::chrono::milliseconds(u.o.instance.heartbeat_ms);
+  rc.lease = std::chrono::milliseconds(u.o.instance.lease_ms);
+  rc.verify_moves = false;  // the sim pools have no contents
+  rc.answer_timeout = rc.lease;
+  return spawn_rmanager(sys, rc);
+}
+
+/// Spawns every instance of the run (pool, rManager, worker, instance) into `c`.
+gpu::status spawn_sim_instances(caf::actor_system& sys, const sim_setup& u, gmanager_actor gm,
+                                const transport::put_timer& put_timer, sim_cluster& c) {
   auto workers = std::make_shared<std::vector<caf::actor>>();
-  auto busy_until = std::make_shared<std::vector<double>>(size_t(n_instances), 0.0);
+  auto busy_until = std::make_shared<std::vector<double>>(size_t(u.n_instances), 0.0);
   auto chunks = std::make_shared<chunk_layers>();
   auto calendar = std::make_shared<hosted_calendar>();
-  for (int i = 0; i < n_instances; ++i) {
-    auto pool = gpu::kv_pool::create(device, layout, blocks);
-    if (!pool.is_ok()) return pool.error();
-    pools.push_back(std::make_shared<gpu::kv_pool>(std::move(pool).value()));
-    auto hosted = std::make_shared<hosted_blocks>();  // the rManager's registry (the sim's workers attend nothing)
-    auto made = transport::make_plane("sim", {.self = instance_id(i), .timer = put_timer});
-    if (!made.is_ok()) return engine_status(made.error());
-    std::shared_ptr<transport::data_plane> plane = std::move(made).value();
-    rmanager_config rc;
-    rc.id = instance_id(i);
-    rc.pool = pools.back();
-    rc.hosted = hosted;
-    rc.promises = std::make_shared<pool_promises>();
-    promises.push_back(rc.promises);
-    rc.plane = plane;
-    rc.region = plane->register_memory(pools.back()->base(), uint64_t(blocks) * layout.block_bytes()).value();
-    rc.gmanager = gm;
-    rc.events = events;
-    rc.heartbeat_period = o.heartbeat_period;
-    rc.lease = o.lease;
-    rc.verify_moves = false;  // the sim pools have no contents
-    rc.answer_timeout = o.lease;
-    rmanager_actor rm = spawn_rmanager(sys, rc);
-    stats.push_back(std::make_shared<sim_worker_stats>());
-    caf::actor worker =
-        spawn_sim_worker(sys, {instance_id(i), model, steps, workers, stats.back(), busy_until, chunks, calendar});
+  for (int i = 0; i < u.n_instances; ++i) {
+    auto rm = spawn_sim_rmanager(sys, u, instance_id(i), gm, put_timer, c);
+    if (!rm.is_ok()) return rm.error();
+    c.stats.push_back(std::make_shared<sim_worker_stats>());
+    caf::actor worker = spawn_sim_worker(
+        sys, {instance_id(i), u.model, u.steps, workers, c.stats.back(), busy_until, chunks, calendar});
     workers->push_back(worker);
     instance_config ic;
     ic.id = instance_id(i);
-    ic.pool = pools.back();
+    ic.pool = c.pools.back();
     ic.worker = worker;
-    ic.rmanager = rm;
-    ic.promises = rc.promises;
-    ic.batch = o.batch;
-    ic.batch.max_batch_tokens = step_tokens;
-    ic.batch.max_batch_seqs = o.batch.max_batch_seqs * batch_scale;
-    ic.batch.mixed_step_tokens = mixed_step_tokens;
+    ic.rmanager = rm.value();
+    ic.promises = c.promises.back();
+    ic.batch = u.o.batch;
+    ic.batch.max_batch_tokens = u.step_tokens;
+    ic.batch.max_batch_seqs = u.o.batch.max_batch_seqs * u.batch_scale;
+    ic.batch.mixed_step_tokens = u.mixed_step_tokens;
     ic.max_waiting = 1u << 30;
     ic.stream_tokens = false;
-    ic.lending = lending;
+    ic.lending = u.o.policy == "infinite" || u.o.policy == "passive";
     instance_actor inst = spawn_instance(sys, ic);
-    caf::anon_send(rm, attach_atom::value, inst);
-    instances.push_back(inst);
-    everyone.add(rm);
-    everyone.add(worker);
-    everyone.add(inst);
+    caf::anon_send(rm.value(), attach_atom::value, inst);
+    c.instances.push_back(inst);
+    c.everyone.add(rm.value());
+    c.everyone.add(worker);
+    c.everyone.add(inst);
   }
-  sched.run();  // joins, first heartbeats
+  return gpu::status::ok();
+}
 
-  const size_t n = o.limit ? std::min(o.limit, trace.size()) : trace.size();
-  auto record = std::make_shared<driver_record>();
-  record->requests.resize(n);
-  const double scale = o.rate_scale > 0 ? o.rate_scale : 1e9;
-  for (size_t i = 0; i < n; ++i)
-    record->requests[i] = {(trace[i].arrival_s - trace[0].arrival_s) / scale, std::max(1, trace[i].input_tokens),
-                           std::max(1, trace[i].output_tokens), 0, false, false, {}};
-  everyone.add(sys.spawn(driver, record, instances, o.router, o.max_unstarted));
-
-  // Discrete events: deliver every message, then jump the clock to the next timer. Heartbeats never
-  // stop, so a run where no instance has stepped for o.stall_limit (simulated) ends: what is unfinished
-  // then counts as failed.
+/// Discrete events: delivers every message, then jumps the clock to the next timer, until the `n` requests
+/// have finished. Heartbeats never stop, so a run where no instance has stepped for o.stall_limit
+/// (simulated) ends: what is unfinished then counts as failed.
+void run_events(caf::scheduler::test_coordinator& sched, const sim_options& o, size_t n, const driver_record& record,
+                const std::vector<std::shared_ptr<sim_worker_stats>>& stats, kv_meter& kv, timeline_meter& timeline) {
   uint64_t steps_seen = 0;
   auto last_progress = sched.clock().now();
-  kv_meter kv{pools, promises};
-  timeline_meter timeline{o.timeline_period_s, stats};
-  auto since_start = [&] { return std::chrono::duration<double>(sched.clock().now() - record->start).count(); };
+  auto since_start = [&] { return std::chrono::duration<double>(sched.clock().now() - record.start).count(); };
   do {
     sched.run();
     kv.sample(since_start());
-    timeline.sample(since_start(), kv, *record, false);
+    timeline.sample(since_start(), kv, record, false);
     if (const uint64_t steps = total_steps(stats); steps != steps_seen) {
       steps_seen = steps;
       last_progress = sched.clock().now();
     } else if (sched.clock().now() - last_progress > o.stall_limit) {
       break;
     }
-  } while (record->finished < n && sched.clock().trigger_timeout());
-  timeline.sample(since_start(), kv, *record, true);
-  everyone.stop();
-  sched.run();
-  const std::vector<tracked>& outcome = record->requests;
-  const auto start = record->start;
+  } while (record.finished < n && sched.clock().trigger_timeout());
+  timeline.sample(since_start(), kv, record, true);
+}
 
-  sim_report r;
-  r.policy = o.policy;
-  r.profile_name = model.name;
-  r.instances = n_instances;
-  r.kv_tokens_per_instance = uint64_t(blocks) * gpu::kv_block_tokens;
-  r.rate_scale = o.rate_scale;
-  r.requests = n;
+/// The report's figures of the requests themselves: outcomes, tokens, latencies, makespan, rate.
+void add_request_figures(sim_report& r, const std::vector<tracked>& outcome, clock_type::time_point start) {
   std::vector<double> ttft, tpot, normalized;
   double last_s = 0;
   auto seconds = [&](int64_t ns) {
@@ -534,12 +388,8 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   };
   r.finished_s.assign(outcome.size(), -1);
   for (const tracked& t : outcome) {
-    if (!t.done) {
-      ++r.failed;
-      continue;
-    }
-    if (t.end.reason == "error") {
-      ++(t.end.error.find("needs") != std::string::npos ? r.refused : r.failed);
+    if (!t.done || t.end.reason == "error") {
+      ++(!t.done ? r.failed : t.end.error.find("needs") != std::string::npos ? r.refused : r.failed);
       continue;
     }
     ++r.completed;
@@ -552,6 +402,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
     if (t.end.generated > 1) tpot.push_back((end - first) / (t.end.generated - 1));
     normalized.push_back((end - t.arrival_s) / std::max(1, t.end.generated));
   }
+  const size_t n = outcome.size();
   r.makespan_s = last_s - (n ? outcome.front().arrival_s : 0);
   r.throughput_tok_s = r.makespan_s > 0 ? double(r.output_tokens) / r.makespan_s : 0;
   r.ttft_s = percentiles_of(ttft);
@@ -559,10 +410,80 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   r.median_normalized_latency_s = frontend::percentile(normalized, 50);
   const double span = n > 1 ? outcome.back().arrival_s - outcome.front().arrival_s : 0;
   r.request_rate = span > 0 ? double(n) / span : 0;
-  for (const auto& m : events->moves()) (m.ok ? r.moves : r.moves_failed) += 1;
-  add_step_figures(r, stats);
-  r.work_bound_s = work_bound_s(model, outcome, step_tokens, n_instances);
-  r.mixed_step_tokens = mixed_step_tokens;
+}
+
+/// What a run is made of, from the resolved options.
+sim_setup setup_of(const sim_options& o, const resolved_options& resolved, uint32_t blocks) {
+  const auto& [model, n_instances, batch_scale] = resolved.chosen;
+  const gpu::model_config& shape = resolved.shape;
+  const link_model links = o.timed_links ? link_model{model.node_link_bytes_per_s, model.network_bytes_per_s,
+                                                      model.gpus_per_node, model.gpus}
+                                         : link_model{};
+  sim_setup u{o,
+              model,
+              n_instances,
+              batch_scale,
+              blocks,
+              gpu::kv_layout{shape.n_layers, shape.n_kv_heads, shape.head_dim(), gpu::dtype::f16},
+              step_layout{o.batch.overlap_min_tokens, dense_front_share(shape), o.hosted, o.decode_first, links,
+                          attention_row_bytes::of(shape)}};
+  u.step_tokens = o.batch.max_batch_tokens * batch_scale;
+  u.mixed_step_tokens = o.batch.mixed_step_tokens == auto_mixed_step_tokens
+                            ? placement::dense_knee_tokens(model, u.step_tokens)
+                            : o.batch.mixed_step_tokens;
+  return u;
+}
+
+}  // namespace
+
+gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, const sim_options& o) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  auto resolved = resolve(o);
+  if (!resolved.is_ok()) return resolved.error();
+  const placement::profile& model = resolved->chosen.model;
+  const uint32_t blocks = uint32_t(double(model.kv_capacity_tokens) * o.kv_scale / gpu::kv_block_tokens);
+  if (blocks < 2) return gpu::status{gpu::status_code::invalid_argument, "the model leaves no room for KV"};
+  const sim_setup u = setup_of(o, resolved.value(), blocks);
+
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  cfg.set("scheduler.policy", caf::atom("testing"));
+  cfg.set("logger.verbosity", caf::atom("quiet"));
+  caf::actor_system sys{cfg};
+  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  gmanager_config gcfg;
+  gcfg.policy_period = std::chrono::milliseconds(o.gmanager.policy_period_ms);
+  if (o.policy == "infinite") gcfg.policy = placement::greedy_policy(model, o.greedy);
+  gcfg.heartbeat_timeout = std::chrono::milliseconds(o.gmanager.heartbeat_timeout_ms);
+  gcfg.room_pass_limit = o.room_pass_limit;
+  gmanager_actor gm = spawn_gmanager(sys, gcfg);
+  sim_cluster c;
+  c.everyone.add(gm);
+  const transport::put_timer put_timer = timed_puts(sys, sched, u.steps.links, u.n_instances, c.everyone);
+  ILLM_RETURN_IF_ERROR(spawn_sim_instances(sys, u, gm, put_timer, c));
+  sched.run();  // joins, first heartbeats
+
+  const size_t n = o.limit ? std::min(o.limit, trace.size()) : trace.size();
+  auto record = record_of(trace, o, n);
+  c.everyone.add(sys.spawn(driver, record, c.instances, o.router, o.max_unstarted));
+  kv_meter kv{c.pools, c.promises};
+  timeline_meter timeline{o.timeline_period_s, c.stats};
+  run_events(sched, o, n, *record, c.stats, kv, timeline);
+  c.everyone.stop();
+  sched.run();
+
+  sim_report r;
+  r.policy = o.policy;
+  r.profile_name = model.name;
+  r.instances = u.n_instances;
+  r.kv_tokens_per_instance = uint64_t(blocks) * gpu::kv_block_tokens;
+  r.rate_scale = o.rate_scale;
+  r.requests = n;
+  add_request_figures(r, record->requests, record->start);
+  for (const auto& m : c.events->moves()) (m.ok ? r.moves : r.moves_failed) += 1;
+  add_step_figures(r, c.stats);
+  r.work_bound_s = work_bound_s(model, record->requests, u.step_tokens, u.n_instances);
+  r.mixed_step_tokens = u.mixed_step_tokens;
   r.kv_used_fraction = kv.used_fraction();
   r.kv_promised_fraction = kv.promised_fraction();
   r.timeline = timeline.rows();

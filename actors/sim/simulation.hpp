@@ -61,9 +61,10 @@ struct sim_options {
   /// Younger, no larger rooms that fit go before a long request waiting for its room for this long (the
   /// gManager's option; 0: never).
   std::chrono::milliseconds room_pass_limit = default_room_pass_limit;
-  std::chrono::milliseconds heartbeat_period{200};
-  std::chrono::milliseconds policy_period{500};
-  std::chrono::milliseconds lease{10000};
+  /// The rManagers' and the gManager's periods, in simulated time (slower than a real cluster's: a
+  /// simulated step is tens of milliseconds of a GPU's time). The pool size comes from the profile.
+  instance_settings instance{.heartbeat_ms = 200, .lease_ms = 10000};
+  gmanager_settings gmanager{.policy_period_ms = 500, .heartbeat_timeout_ms = 10000};
   std::chrono::seconds stall_limit{600};  ///< end the run when no instance has stepped for this long
   placement::greedy_options greedy;
   std::optional<placement::profile> profile;  ///< instead of the GPU's roofline

@@ -44,6 +44,42 @@ __device__ __forceinline__ void load_block_async(const attention_launch& a, uint
 }
 
 /// Reads a V-sized value from p (aligned to sizeof(V)).
+/// A job's blocks [b0, b1) streamed through `attention_stages` shared-memory stages of K then V (2 * run
+/// elements each): the loads of the first ones are issued ahead, and each block's wait issues the load of
+/// the block `attention_stages - 1` after it. Blocks past max_pos (no query sees them) are never loaded.
+template <class T>
+struct block_pipeline {
+  const attention_launch& a;
+  const attention_job_desc& job;
+  int kv_head, b0, b1, max_pos;
+  T* stages;
+  size_t run;
+
+  __device__ __forceinline__ T* stage(int i) const { return stages + size_t(i % attention_stages) * 2 * run; }
+
+  /// Issues the loads of the first attention_stages - 1 blocks.
+  __device__ __forceinline__ void start() const {
+    for (int i = 0; i < attention_stages - 1; ++i) {
+      const int b = b0 + i;
+      if (b < b1 && job.block_pos[b] <= max_pos) load_block_async(a, job.blocks[b], kv_head, stage(i));
+      __pipeline_commit();
+    }
+  }
+
+  /// Waits (every thread of the block) until block b has landed, issues the load of a later one into the
+  /// stage block b - 1 freed, and returns b's K (its V follows at + run); null when no query sees block b.
+  __device__ __forceinline__ const T* wait(int b) const {
+    const int i = b - b0;
+    __pipeline_wait_prior(attention_stages - 2);
+    __syncthreads();  // block b has landed for every thread, and block b - 1's stage is free again
+    const int next = b + attention_stages - 1;
+    if (next < b1 && job.block_pos[next] <= max_pos)
+      load_block_async(a, job.blocks[next], kv_head, stage(i + attention_stages - 1));
+    __pipeline_commit();
+    return job.block_pos[b] > max_pos ? nullptr : stage(i);
+  }
+};
+
 template <class V, class S>
 __device__ __forceinline__ V load_raw(const S* p) {
 #if ILLM_CUDA_EMULATION

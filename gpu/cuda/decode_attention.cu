@@ -75,24 +75,13 @@ __global__ void __launch_bounds__(threads) decode_kernel(const __grid_constant__
 #pragma unroll
   for (int r = 0; r < Rows; ++r) acc[r][0] = acc[r][1] = 0.0f;
 
-  auto stage = [&](int i) { return stages + size_t(i % attention_stages) * 2 * lay.run; };
-  for (int i = 0; i < attention_stages - 1; ++i) {
-    const int b = b0 + i;
-    if (b < b1 && job.block_pos[b] <= max_pos) load_block_async(a, job.blocks[b], kv_head, stage(i));
-    __pipeline_commit();
-  }
+  const block_pipeline<T> pipeline{a, job, kv_head, b0, b1, max_pos, stages, lay.run};
+  pipeline.start();
   for (int b = b0; b < b1; ++b) {
-    const int i = b - b0;
-    __pipeline_wait_prior(attention_stages - 2);
-    __syncthreads();  // block b has landed for every thread, and block b - 1's stage is free again
-    const int next = b + attention_stages - 1;
-    if (next < b1 && job.block_pos[next] <= max_pos)
-      load_block_async(a, job.blocks[next], kv_head, stage(i + attention_stages - 1));
-    __pipeline_commit();
-    const int pos0 = job.block_pos[b];
-    if (pos0 > max_pos) continue;  // no query of this job sees the block
-    const T* ks = stage(i);
+    const T* ks = pipeline.wait(b);
+    if (!ks) continue;  // no query of this job sees the block
     const T* vs = ks + lay.run;
+    const int pos0 = job.block_pos[b];
 
     {  // A. scores: token t = tid / 8, slice tid % 8 of its head_dim in chunks of Vec elements
       const int t = tid >> 3, slice = tid & 7, chunks = hd / Vec;

@@ -52,24 +52,13 @@ __global__ void __launch_bounds__(threads) prefill_kernel(const __grid_constant_
 
   const size_t run = size_t(16) * hd;
   T* stages = reinterpret_cast<T*>(smem);
-  auto stage = [&](int i) { return stages + size_t(i % attention_stages) * 2 * run; };
-  for (int i = 0; i < attention_stages - 1; ++i) {
-    const int b = b0 + i;
-    if (b < b1 && job.block_pos[b] <= max_pos) load_block_async(a, job.blocks[b], kv_head, stage(i));
-    __pipeline_commit();
-  }
+  const block_pipeline<T> pipeline{a, job, kv_head, b0, b1, max_pos, stages, run};
+  pipeline.start();
   for (int b = b0; b < b1; ++b) {
-    const int i = b - b0;
-    __pipeline_wait_prior(attention_stages - 2);
-    __syncthreads();
-    const int next = b + attention_stages - 1;
-    if (next < b1 && job.block_pos[next] <= max_pos)
-      load_block_async(a, job.blocks[next], kv_head, stage(i + attention_stages - 1));
-    __pipeline_commit();
-    const int pos0 = job.block_pos[b];
-    if (pos0 > max_pos) continue;
-    const T* ks = stage(i);
+    const T* ks = pipeline.wait(b);
+    if (!ks) continue;  // no query of this tile sees the block
     const T* vs = ks + run;
+    const int pos0 = job.block_pos[b];
 
     float s[16];
     float block_max = -INFINITY;

@@ -11,13 +11,14 @@ namespace {
 
 /// A head of 40 blocks on a pool of 64 in a cluster of 256, lending, with everything free.
 head_facts fitting_head() {
-  head_facts h;
-  h.need = 40;
-  h.capacity = 256;
-  h.pool_total = 64;
-  h.fits_here = 64;
-  h.working_set = 16;
-  return h;
+  return head_facts{.need = 40, .capacity = 256, .pool_total = 64, .fits_here = 64, .working_set = 16};
+}
+
+/// judge_head(h), checked to say wait.
+decision waiting(const head_facts& h) {
+  const decision d = judge_head(h);
+  CHECK(d.what == verdict::wait);
+  return d;
 }
 
 }  // namespace
@@ -40,8 +41,7 @@ TEST_SUITE("actors") {
   TEST_CASE("admission: a head longer than the pool asks for a room keeping its working set, and starts once granted") {
     head_facts h = fitting_head();
     h.need = 100;
-    const decision asked = judge_head(h);
-    CHECK(asked.what == verdict::wait);
+    const decision asked = waiting(h);
     REQUIRE(asked.room);
     CHECK(asked.room->need == 100);
     CHECK(asked.room->keep == 16);
@@ -53,16 +53,14 @@ TEST_SUITE("actors") {
     h.room_keep = 16;
     CHECK(judge_head(h).what == verdict::admit);
     h.fits_here = 10;  // blocks here went to others meanwhile: below its working set it waits, asking nothing
-    const decision short_here = judge_head(h);
-    CHECK(short_here.what == verdict::wait);
+    const decision short_here = waiting(h);
     CHECK_FALSE(short_here.room);
   }
 
   TEST_CASE("admission: a head that fits the pool but not what is free asks a loan while requests run here") {
     head_facts h = fitting_head();
     h.fits_here = 30;
-    const decision busy = judge_head(h);
-    CHECK(busy.what == verdict::wait);
+    const decision busy = waiting(h);
     REQUIRE(busy.loan_blocks);
     CHECK(*busy.loan_blocks == 10);
     h.rooms_running = true;  // the pool is a long request's: no loan of its blocks

@@ -279,12 +279,7 @@ TEST_SUITE("actors") {
     rig.pool->mark_written(chunk_blocks, n_layers);
     const attention_servers servers =
         spawn_attention_servers(*rig.sys, c, std::shared_ptr<gpu::backend>(std::move(gpu::make_backend("cpu", 1)).value()));
-    attend decode;
-    decode.tag = 1;
-    decode.req_id = 9;
-    decode.owner = 2;
-    decode.n_q = 1;
-    decode.num_blocks = 2;
+    attend decode{.tag = 1, .req_id = 9, .owner = 2, .n_q = 1, .num_blocks = 2};
     decode.q.assign(n_heads * head_dim, 0.5f);
     decode.q_pos = {40};
     attend prefill = decode_attend(chunk_query(0, 1, chunk_blocks).payload).value();

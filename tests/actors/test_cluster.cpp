@@ -116,14 +116,17 @@ generate_params greedy(std::vector<int32_t> prompt, int max_tokens) {
   return {std::move(prompt), max_tokens, 0.0f, 1.0f, 0, true};
 }
 
-/// 4 instances of 64 blocks (1024 tokens) each, the gManager's policy every `policy_period`.
-cluster_options four_small_pools(std::chrono::milliseconds policy_period) {
+/// `instances` instances of `blocks` KV blocks each, the gManager's policy every `policy_period`.
+cluster_options pools(int instances, int blocks, std::chrono::milliseconds policy_period = 50ms) {
   cluster_options o;
-  o.instances = 4;
-  o.kv_blocks_per_instance = 64;
-  o.policy_period = policy_period;
+  o.instances = instances;
+  o.instance.kv_blocks_per_instance = blocks;
+  o.gmanager.policy_period_ms = int(policy_period.count());
   return o;
 }
+
+/// 4 instances of 64 blocks (1024 tokens) each, the gManager's policy every `policy_period`.
+cluster_options four_small_pools(std::chrono::milliseconds policy_period) { return pools(4, 64, policy_period); }
 
 /// A 2900-token request (about three pools) alone on a cluster of `o`: its ids are those of one instance, its
 /// blocks end on 3 or more instances, and the pools are whole again after it. Returns the cluster's moves.
@@ -207,10 +210,7 @@ TEST_SUITE("actors") {
   TEST_CASE("a request that needs most of two pools keeps what fits on its owner and the rest in a room") {
     // 52 + 4 of 2 x 32 blocks: the other pool alone cannot hold all but the owner's working set (16).
     const auto prompt = long_prompt(52 * 16);
-    cluster_options o;
-    o.instances = 2;
-    o.kv_blocks_per_instance = 32;
-    o.policy_period = 3600s;
+    cluster_options o = pools(2, 32, 3600s);
     o.batch.max_batch_tokens = 128;
     auto c = cluster::start(model().weights, o);
     REQUIRE(c.is_ok());
@@ -228,9 +228,7 @@ TEST_SUITE("actors") {
                           "One day, a big bird"})
       requests.push_back(greedy(model().vocab->encode(p, true), 24));
     requests.push_back(greedy(long_prompt(1300), 16));  // 82 blocks: more than any one pool
-    cluster_options o;
-    o.instances = 3;
-    o.kv_blocks_per_instance = 64;
+    cluster_options o = pools(3, 64);
     auto c = cluster::start(model().weights, o);
     REQUIRE(c.is_ok());
     const auto got = run_all(*c.value(), requests);
@@ -258,10 +256,7 @@ TEST_SUITE("actors") {
     };
     std::map<int, double> bytes_per_step;
     for (int context : {1000, 3000}) {
-      cluster_options o;
-      o.instances = 2;
-      o.kv_blocks_per_instance = 160;
-      o.policy_period = 10ms;
+      cluster_options o = pools(2, 160, 10ms);
       o.policy = policy;
       auto c = cluster::start(model().weights, o);
       REQUIRE(c.is_ok());
@@ -287,9 +282,7 @@ TEST_SUITE("actors") {
 
 TEST_SUITE("actors") {
   TEST_CASE("a request cancelled mid-stream ends once as cancelled and frees its blocks") {
-    cluster_options o;
-    o.instances = 2;
-    o.kv_blocks_per_instance = 32;
+    cluster_options o = pools(2, 32);
     auto c = cluster::start(model().weights, o);
     REQUIRE(c.is_ok());
     cluster& cl = *c.value();
@@ -320,9 +313,7 @@ TEST_SUITE("actors") {
   }
 
   TEST_CASE("a request that cannot be served is refused with a reason") {
-    cluster_options o;
-    o.instances = 2;
-    o.kv_blocks_per_instance = 8;
+    cluster_options o = pools(2, 8);
     auto c = cluster::start(model().weights, o);
     REQUIRE(c.is_ok());
     const auto got = run_all(*c.value(), {greedy({}, 4), greedy(long_prompt(400), 4)});

@@ -140,7 +140,7 @@ TEST_SUITE("membership") {
     instance_actor a = f.sys->spawn(recording_instance, at_a), b = f.sys->spawn(recording_instance, at_b);
     client_log client;
     caf::actor req =
-        spawn_request(*f.sys, {7, {1, 5, 9}, 6, 0.0f, 1.0f, 3, false, {}}, {a, 1}, client.callbacks(), true);
+        spawn_request(*f.sys, {7, {{1, 5, 9}, 6, 0.0f, 1.0f, 3, false}, {}}, {a, 1}, client.callbacks(), true);
     f.sched->run();
     REQUIRE(at_a->size() == 1);
     for (int32_t t : {11, 12}) caf::anon_send(req, token_event{7, t, 1});
@@ -152,9 +152,9 @@ TEST_SUITE("membership") {
     caf::anon_send(req, view_of(2, b));
     f.sched->run();
     REQUIRE(at_b->size() == 1);
-    CHECK(at_b->front().prompt == std::vector<int32_t>{1, 5, 9, 11, 12});
-    CHECK(at_b->front().max_tokens == 4);
-    CHECK(at_b->front().seed == 3);
+    CHECK(at_b->front().params.prompt == std::vector<int32_t>{1, 5, 9, 11, 12});
+    CHECK(at_b->front().params.max_tokens == 4);
+    CHECK(at_b->front().params.seed == 3);
     caf::anon_send(req, token_event{7, 99, 1});  // the instance it left is not heard any more
     caf::anon_send(req, request_finished{7, "error", "late", 0, {}, 0, 0, 0, 1});
     caf::anon_send(req, token_event{7, 13, 2});
@@ -174,8 +174,8 @@ TEST_SUITE("membership") {
     auto got = std::make_shared<std::vector<generate_request>>();
     instance_actor a = f.sys->spawn(recording_instance, got);
     client_log fixed, stranded, unheard;
-    caf::actor r1 = spawn_request(*f.sys, {1, {1, 2}, 4, 0.0f, 1.0f, 0, false, {}}, {a, 1}, fixed.callbacks(), false);
-    caf::actor r2 = spawn_request(*f.sys, {2, {1, 2}, 4, 0.0f, 1.0f, 0, false, {}}, {a, 1}, stranded.callbacks(), true);
+    caf::actor r1 = spawn_request(*f.sys, {1, {{1, 2}, 4, 0.0f, 1.0f, 0, false}, {}}, {a, 1}, fixed.callbacks(), false);
+    caf::actor r2 = spawn_request(*f.sys, {2, {{1, 2}, 4, 0.0f, 1.0f, 0, false}, {}}, {a, 1}, stranded.callbacks(), true);
     f.sched->run();
     for (auto& r : {r1, r2}) caf::anon_send(r, cluster_view{6, {}});
     f.sched->run();
@@ -184,7 +184,7 @@ TEST_SUITE("membership") {
     REQUIRE(stranded.ends.size() == 1);
     CHECK(stranded.ends[0].error.find("no other takes requests") != std::string::npos);
     // Its instance dies and no view comes: it waits a while for one, then ends.
-    caf::actor r3 = spawn_request(*f.sys, {3, {1, 2}, 4, 0.0f, 1.0f, 0, false, {}}, {a, 1}, unheard.callbacks(), true);
+    caf::actor r3 = spawn_request(*f.sys, {3, {{1, 2}, 4, 0.0f, 1.0f, 0, false}, {}}, {a, 1}, unheard.callbacks(), true);
     f.sched->run();
     caf::anon_send_exit(a, caf::exit_reason::kill);
     f.sched->run();

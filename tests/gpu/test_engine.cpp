@@ -174,6 +174,23 @@ class one_pool_source final : public gpu::block_source {
   uint32_t id_;
 };
 
+/// The real model on the cpu backend, its engine stepping `max_tokens` tokens of `max_seqs` sequences, over
+/// one pool of `blocks` blocks.
+struct one_pool_rig {
+  one_pool_rig(int max_tokens, int max_seqs, uint32_t blocks)
+      : eng(gpu::engine::create(test::real_model().weights, test::cpu_device(), {max_tokens, max_seqs}).value()),
+        pool(gpu::kv_pool::create(test::cpu_device(), eng->pool_layout(), blocks).value()),
+        view{{&pool}, 0},
+        source({&pool}, 1) {}
+  one_pool_rig(const one_pool_rig&) = delete;
+  one_pool_rig& operator=(const one_pool_rig&) = delete;
+
+  std::unique_ptr<gpu::engine> eng;
+  gpu::kv_pool pool;
+  gpu::kv_pools view;
+  gpu::spread_block_source source;
+};
+
 }  // namespace
 
 TEST_SUITE("gpu") {
@@ -381,12 +398,8 @@ TEST_SUITE("gpu") {
   TEST_CASE("continuous batching gives each sequence its ids alone, its prefill spread over decode steps or not") {
     for (const int mixed_step_tokens : {0, 12}) {
       CAPTURE(mixed_step_tokens);
-      const auto& model = test::real_model();
-      gpu::backend& device = test::cpu_device();
-      auto eng = gpu::engine::create(model.weights, device, {64, 8}).value();
-      auto pool = gpu::kv_pool::create(device, eng->pool_layout(), 256).value();
-      gpu::kv_pools view{{&pool}, 0};
-      gpu::spread_block_source source({&pool}, 1);
+      one_pool_rig rig(64, 8, 256);
+      auto& [eng, pool, view, source] = rig;
       gpu::batcher_options options{64, 8};
       options.mixed_step_tokens = mixed_step_tokens;
       gpu::batcher runner(*eng, source, options);
@@ -410,7 +423,7 @@ TEST_SUITE("gpu") {
       CHECK(runner.take_finished().size() == seqs.size());
       for (size_t i = 0; i < seqs.size(); ++i) {
         const auto prompt = std::vector<int32_t>(seqs[i]->tokens.begin(), seqs[i]->tokens.begin() + seqs[i]->n_prompt);
-        const auto expected = test::run_greedy(model.weights, prompt, 20, {}).ids;
+        const auto expected = test::run_greedy(test::real_model().weights, prompt, 20, {}).ids;
         const std::vector<int32_t> got(seqs[i]->tokens.begin() + seqs[i]->n_prompt, seqs[i]->tokens.end());
         CHECK_MESSAGE(got == expected, "sequence ", i);
         CHECK(seqs[i]->finish == gpu::finish_reason::length);
@@ -480,12 +493,8 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a full pool preempts the newest sequence and recomputes it") {
-    const auto& model = test::real_model();
-    gpu::backend& device = test::cpu_device();
-    auto eng = gpu::engine::create(model.weights, device, {64, 4}).value();
-    auto pool = gpu::kv_pool::create(device, eng->pool_layout(), 6).value();  // 96 tokens for three sequences
-    gpu::kv_pools view{{&pool}, 0};
-    gpu::spread_block_source source({&pool}, 1);
+    one_pool_rig rig(64, 4, 6);  // 96 tokens for three sequences
+    auto& [eng, pool, view, source] = rig;
     gpu::batcher runner(*eng, source, {64, 4});
     std::vector<std::shared_ptr<gpu::sequence>> seqs;
     for (int i = 0; i < 3; ++i) {
@@ -504,19 +513,15 @@ TEST_SUITE("gpu") {
       preempted += s->preemptions;
       const std::vector<int32_t> prompt(s->tokens.begin(), s->tokens.begin() + s->n_prompt);
       const std::vector<int32_t> got(s->tokens.begin() + s->n_prompt, s->tokens.end());
-      CHECK(got == test::run_greedy(model.weights, prompt, 36, {}).ids);
+      CHECK(got == test::run_greedy(test::real_model().weights, prompt, 36, {}).ids);
     }
     CHECK(preempted > 0);
     CHECK(pool.used_blocks() == 0);
   }
 
   TEST_CASE("a sequence larger than the pool ends with an error and no hang") {
-    const auto& model = test::real_model();
-    gpu::backend& device = test::cpu_device();
-    auto eng = gpu::engine::create(model.weights, device, {64, 1}).value();
-    auto pool = gpu::kv_pool::create(device, eng->pool_layout(), 2).value();
-    gpu::kv_pools view{{&pool}, 0};
-    gpu::spread_block_source source({&pool}, 1);
+    one_pool_rig rig(64, 1, 2);
+    auto& [eng, pool, view, source] = rig;
     gpu::batcher runner(*eng, source, {64, 1});
     auto s = std::make_shared<gpu::sequence>();
     s->tokens = license_prompt();

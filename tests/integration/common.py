@@ -186,6 +186,14 @@ class ProcGroup:
     def not_gone(self):
         return [p.name for p in self.started if not p.gone()]
 
+    def stop_last(self, gmanager, exit_s):
+        """Stops the gManager (SIGTERM, exit 0) once the others are done, and checks that every process
+        started is gone."""
+        gmanager.process.send_signal(signal.SIGTERM)
+        assert gmanager.wait_exit(exit_s) == 0, gmanager.output()
+        assert self.all_gone(), self.not_gone()
+        print("every process started is gone", flush=True)
+
     def finish(self, ok):
         for p in self.started:
             p.stop()

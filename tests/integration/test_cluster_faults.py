@@ -162,10 +162,7 @@ def main():
             p.process.send_signal(signal.SIGTERM)
         for p in insts.values():
             assert p.wait_exit(EXIT_S) == 0, p.output()
-        gm.process.send_signal(signal.SIGTERM)
-        assert gm.wait_exit(EXIT_S) == 0, gm.output()
-        assert procs.all_gone(), procs.not_gone()
-        print("every process started is gone", flush=True)
+        procs.stop_last(gm, EXIT_S)
 
 
 if __name__ == "__main__":

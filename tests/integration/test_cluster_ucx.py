@@ -161,10 +161,7 @@ def main():
             assert other_bytes >= put, (other_bytes, put)
         else:
             print("ss not found: TCP byte counters not checked", flush=True)
-        gm.process.send_signal(signal.SIGTERM)
-        assert gm.wait_exit(EXIT_S) == 0, gm.output()
-        assert procs.all_gone(), procs.not_gone()
-        print("every process started is gone", flush=True)
+        procs.stop_last(gm, EXIT_S)
 
 
 if __name__ == "__main__":

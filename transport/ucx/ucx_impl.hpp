@@ -152,6 +152,10 @@ struct ucx_plane::impl {
   status rkey_for(peer_state& p, const std::vector<uint8_t>& packed, ucp_rkey_h& out);
   ucp_request_param_t param_for(op* o);
   void issued(op* o, ucs_status_ptr_t request);
+  /// Issues one operation to `peer` under the lock: `issue(peer_state&)` runs (and returns its status) when
+  /// the peer is usable and the in-flight limit allows; `done` hears a refusal, else the progress thread wakes.
+  template <class Issue>
+  void submit(peer_id peer, completion& done, Issue issue);
   void finish(op* o, ucs_status_t st);
   void fail_peer(peer_state& p, ucs_status_t st);
   void close_endpoint(peer_state& p);

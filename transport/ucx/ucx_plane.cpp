@@ -135,43 +135,42 @@ status too_many(uint32_t limit) {
 
 }  // namespace
 
+template <class Issue>
+void ucx_plane::impl::submit(peer_id peer, completion& done, Issue issue) {
+  status verdict = status::ok();
+  {
+    std::lock_guard lock(mutex);
+    peer_state* p = nullptr;
+    verdict = usable_peer(peer, p);
+    if (verdict.is_ok() && in_flight >= options.max_in_flight) verdict = too_many(options.max_in_flight);
+    if (verdict.is_ok()) verdict = issue(*p);
+  }
+  if (!refused(verdict, done)) wake();
+}
+
 void ucx_plane::put(peer_id peer, const void* local, uint64_t bytes, const remote_region& region,
                     uint64_t remote_address, completion done) {
   if (refused(check_put(local, bytes, region, remote_address), done)) return;
   // A GPU source would first be copied (cudaMemcpyAsync) into pinned host memory and put from there.
   impl& s = *impl_;
-  status verdict = status::ok();
-  {
-    std::lock_guard lock(s.mutex);
-    impl::peer_state* p = nullptr;
+  s.submit(peer, done, [&](impl::peer_state& p) {
     ucp_rkey_h rkey = nullptr;
-    verdict = s.usable_peer(peer, p);
-    if (verdict.is_ok() && s.in_flight >= s.options.max_in_flight) verdict = too_many(s.options.max_in_flight);
-    if (verdict.is_ok()) verdict = s.rkey_for(*p, region.packed_key, rkey);
-    if (verdict.is_ok()) {
-      auto* o = new impl::op{&s, impl::kind::put, peer, bytes, channel::attend, std::move(done), 0, {}};
-      ucp_request_param_t param = s.param_for(o);
-      s.issued(o, ucp_put_nbx(p->ep, local, bytes, remote_address, rkey, &param));
-    }
-  }
-  if (!refused(verdict, done)) s.wake();
+    if (status bad = s.rkey_for(p, region.packed_key, rkey); !bad.is_ok()) return bad;
+    auto* o = new impl::op{&s, impl::kind::put, peer, bytes, channel::attend, std::move(done), 0, {}};
+    ucp_request_param_t param = s.param_for(o);
+    s.issued(o, ucp_put_nbx(p.ep, local, bytes, remote_address, rkey, &param));
+    return status::ok();
+  });
 }
 
 void ucx_plane::flush(peer_id peer, completion done) {
   impl& s = *impl_;
-  status verdict = status::ok();
-  {
-    std::lock_guard lock(s.mutex);
-    impl::peer_state* p = nullptr;
-    verdict = s.usable_peer(peer, p);
-    if (verdict.is_ok() && s.in_flight >= s.options.max_in_flight) verdict = too_many(s.options.max_in_flight);
-    if (verdict.is_ok()) {
-      auto* o = new impl::op{&s, impl::kind::flush, peer, 0, channel::attend, std::move(done), 0, {}};
-      ucp_request_param_t param = s.param_for(o);
-      s.issued(o, ucp_ep_flush_nbx(p->ep, &param));
-    }
-  }
-  if (!refused(verdict, done)) s.wake();
+  s.submit(peer, done, [&](impl::peer_state& p) {
+    auto* o = new impl::op{&s, impl::kind::flush, peer, 0, channel::attend, std::move(done), 0, {}};
+    ucp_request_param_t param = s.param_for(o);
+    s.issued(o, ucp_ep_flush_nbx(p.ep, &param));
+    return status::ok();
+  });
 }
 
 void ucx_plane::send(peer_id peer, channel ch, std::span<const uint8_t> payload, completion done) {
@@ -181,21 +180,14 @@ void ucx_plane::send(peer_id peer, channel ch, std::span<const uint8_t> payload,
     return void(refused({status_code::invalid_argument, fmt::format("a message of {} bytes (the limit is {})",
                                                                     payload.size(), s.options.max_message_bytes)},
                         done));
-  status verdict = status::ok();
-  {
-    std::lock_guard lock(s.mutex);
-    impl::peer_state* p = nullptr;
-    verdict = s.usable_peer(peer, p);
-    if (verdict.is_ok() && s.in_flight >= s.options.max_in_flight) verdict = too_many(s.options.max_in_flight);
-    if (verdict.is_ok()) {
-      auto* o = new impl::op{&s, impl::kind::send, peer,      payload.size(),
-                             ch, std::move(done),  s.self_id, std::vector<uint8_t>(payload.begin(), payload.end())};
-      ucp_request_param_t param = s.param_for(o);
-      s.issued(o, ucp_am_send_nbx(p->ep, unsigned(ch), &o->header, sizeof o->header, o->payload.data(),
-                                  o->payload.size(), &param));
-    }
-  }
-  if (!refused(verdict, done)) s.wake();
+  s.submit(peer, done, [&](impl::peer_state& p) {
+    auto* o = new impl::op{&s, impl::kind::send, peer,      payload.size(),
+                           ch, std::move(done),  s.self_id, std::vector<uint8_t>(payload.begin(), payload.end())};
+    ucp_request_param_t param = s.param_for(o);
+    s.issued(o, ucp_am_send_nbx(p.ep, unsigned(ch), &o->header, sizeof o->header, o->payload.data(),
+                                o->payload.size(), &param));
+    return status::ok();
+  });
 }
 
 void ucx_plane::on_message(channel ch, message_handler handler) {

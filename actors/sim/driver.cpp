@@ -1,0 +1,123 @@
+#include "actors/sim/driver.hpp"
+
+#include <algorithm>
+
+namespace illm::actors::sim {
+
+namespace {
+
+using arrive_atom = caf::atom_constant<caf::atom("arrive")>;
+
+/// What a request adds to its instance's load under a routing.
+uint64_t load_of(routing r, const tracked& t) {
+  switch (r) {
+    case routing::least_prompt_tokens:
+      return uint64_t(t.input);
+    case routing::least_tokens:
+      return uint64_t(t.input + t.output);
+    default:
+      return 1;
+  }
+}
+
+/// The instance for the next request, among those that may take one now; none: instances.size().
+size_t route(driver_state& st) {
+  const size_t n = st.instances.size();
+  auto open = [&](size_t i) { return st.max_unstarted == 0 || st.unstarted[i] < st.max_unstarted; };
+  if (st.router == routing::round_robin) {
+    for (size_t k = 0; k < n; ++k, ++st.next)
+      if (open(st.next % n)) return st.next++ % n;
+    return n;
+  }
+  size_t best = n;
+  for (size_t i = 0; i < n; ++i)
+    if (open(i) && (best == n || st.load[i] < st.load[best])) best = i;
+  return best;
+}
+
+/// Sends held requests, oldest first, while an instance may take one.
+void dispatch(caf::stateful_actor<driver_state>* self) {
+  auto& st = self->state;
+  while (!st.held.empty()) {
+    const size_t target = route(st);
+    if (target == st.instances.size()) return;
+    const size_t i = st.held.front();
+    st.held.pop_front();
+    tracked& t = st.record->requests[i];
+    t.instance = target;
+    st.load[target] += load_of(st.router, t);
+    ++st.unstarted[target];
+    std::vector<int32_t> prompt(size_t(t.input), 3);
+    prompt[0] = 1;  // BOS
+    self->send(st.instances[target], generate_request{i + 1, {std::move(prompt), t.output, 0.0f, 1.0f, 0, true},
+                                                      caf::actor_cast<caf::actor>(self)});
+  }
+}
+
+/// The request has started, or ended before it did: its instance may take another.
+void mark_started(caf::stateful_actor<driver_state>* self, tracked& t) {
+  if (t.started) return;
+  t.started = true;
+  --self->state.unstarted[t.instance];
+  dispatch(self);
+}
+
+}  // namespace
+
+caf::behavior driver(caf::stateful_actor<driver_state>* self, std::shared_ptr<driver_record> record,
+                     std::vector<instance_actor> instances, routing router, int max_unstarted) {
+  auto& st = self->state;
+  st.record = std::move(record);
+  st.instances = std::move(instances);
+  st.router = router;
+  st.max_unstarted = max_unstarted;
+  st.load.assign(st.instances.size(), 0);
+  st.unstarted.assign(st.instances.size(), 0);
+  st.record->start = self->clock().now();
+  for (size_t i = 0; i < st.record->requests.size(); ++i)
+    self->delayed_send(
+        self,
+        std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(st.record->requests[i].arrival_s)),
+        arrive_atom::value, uint64_t(i));
+  auto find = [=](request_id id) -> tracked* {
+    auto& requests = self->state.record->requests;
+    return id == 0 || id > requests.size() ? nullptr : &requests[id - 1];
+  };
+  return {
+      [=](arrive_atom, uint64_t i) {
+        self->state.held.push_back(size_t(i));
+        dispatch(self);
+      },
+      [=](const request_finished& f) {
+        auto& st = self->state;
+        tracked* t = find(f.req_id);
+        if (!t || t->done) return;
+        t->done = true;
+        t->end = f;
+        st.load[t->instance] -= load_of(st.router, *t);
+        ++st.record->finished;
+        mark_started(self, *t);
+      },
+      [=](const token_event& e) {
+        if (tracked* t = find(e.req_id)) mark_started(self, *t);
+      },
+  };
+}
+
+std::shared_ptr<driver_record> record_of(const std::vector<frontend::trace_row>& trace, const sim_options& o,
+                                         size_t n) {
+  auto record = std::make_shared<driver_record>();
+  record->requests.resize(n);
+  const double scale = o.rate_scale > 0 ? o.rate_scale : 1e9;
+  for (size_t i = 0; i < n; ++i)
+    record->requests[i] = {(trace[i].arrival_s - trace[0].arrival_s) / scale,
+                           std::max(1, trace[i].input_tokens),
+                           std::max(1, trace[i].output_tokens),
+                           0,
+                           false,
+                           false,
+                           {}};
+  return record;
+}
+
+}  // namespace illm::actors::sim
