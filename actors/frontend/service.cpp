@@ -239,10 +239,12 @@ void service::finish(answer& a, const request_finished& end, http_reply& reply) 
             make_error(500, fmt::format("generation failed after {} tokens: {}", a.result.completion_tokens, end.error),
                        "server_error")));
   if (!a.r.stream) return reply.send(200, json_type, response_body(a.r, a.id, a.created, a.result));
-  if (end.reason == "error")
+  if (end.reason == "error") {  // a stream that failed ends with its error and [DONE]: no finish reason after it
     reply.write("data: " + error_body(make_error(500, "generation failed: " + end.error, "server_error")) + "\n\n");
-  reply.write(stream_chunk(a.r, a.id, a.created, rest, a.result.finish_reason, a.first_chunk));
-  if (a.r.include_usage) reply.write(stream_usage(a.r, a.id, a.created, a.result));
+  } else {
+    reply.write(stream_chunk(a.r, a.id, a.created, rest, a.result.finish_reason, a.first_chunk));
+    if (a.r.include_usage) reply.write(stream_usage(a.r, a.id, a.created, a.result));
+  }
   reply.write("data: [DONE]\n\n");
   reply.end_stream();
 }

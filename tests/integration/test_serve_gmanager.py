@@ -119,8 +119,11 @@ def main():
         assert events[-1] == "[DONE]", events[-3:]
         errors = [e for e in events if e.startswith("{") and "error" in json.loads(e)]
         assert errors, "the request that lost its instance did not report an error: " + str(events[-3:])
+        # The error is the stream's last event before [DONE]: no chunk with a finish reason follows it.
+        assert events[-2] == errors[0] and len(errors) == 1, events[-3:]
         print(f"instance 1 SIGKILLed mid-stream: the stream ended {time.monotonic() - killed_at:.3f} s later with "
-              f"an error event after {len(events) - 3} chunks: {json.loads(errors[0])['error']['message']}", flush=True)
+              f"an error event after {len(events) - 2} chunks, then [DONE]: "
+              f"{json.loads(errors[0])['error']['message']}", flush=True)
         wait_until(lambda: gm.has(r"instance 1 down"), 60, "the gManager to report instance 1 down")
         wait_until(lambda: request(fe_port, "GET", "/health", timeout=5) == (200, {"status": "ok", "instances": 1}),
                    60, "the front end's /health to count one instance")
