@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "transport/faulty/faulty_plane.hpp"
 #include "transport/inproc/inproc.hpp"
 #include "transport/sim/sim_plane.hpp"
 #include "transport/ucx/factory.hpp"
@@ -47,7 +48,23 @@ std::shared_ptr<plane_group> make_plane_group(std::string_view kind) {
   return nullptr;
 }
 
+namespace {
+
+constexpr std::string_view faulty_prefix = "faulty:";
+
+/// "faulty:KIND": a plane of KIND inside a faulty plane injecting the faults of options.faults.
+result<std::shared_ptr<data_plane>> make_faulty(std::string_view inner_kind, const plane_options& options) {
+  auto spec = parse_fault_spec(options.faults);
+  if (!spec.is_ok()) return spec.error();
+  auto inner = make_plane(inner_kind, options);
+  if (!inner.is_ok()) return inner.error();
+  return std::shared_ptr<data_plane>(std::make_shared<faulty_plane>(std::move(inner).value(), spec.value()));
+}
+
+}  // namespace
+
 result<std::shared_ptr<data_plane>> make_plane(std::string_view kind, const plane_options& options) {
+  if (kind.starts_with(faulty_prefix)) return make_faulty(kind.substr(faulty_prefix.size()), options);
   for (const plane_kind& k : kinds())
     if (kind == k.name) return k.make(options);
   return status{status_code::invalid_argument,
@@ -58,6 +75,7 @@ std::vector<std::string> plane_kinds() {
   std::vector<std::string> out;
   for (const plane_kind& k : kinds())
     if (k.built()) out.push_back(k.name);
+  out.push_back("faulty:KIND");
   return out;
 }
 

@@ -1,8 +1,9 @@
 #pragma once
 // Data planes made by name, as gpu/'s backends are: "inproc" (the endpoints of one process share a group),
-// "ucx" (between processes and hosts; an error where this build has no UCX) and "sim" (the simulator's,
-// which moves no bytes). Callers never name an implementation's type, and no caller needs to know which
-// were compiled in: CMake decides, and plane_kinds() says.
+// "ucx" (between processes and hosts; an error where this build has no UCX), "sim" (the simulator's,
+// which moves no bytes), and "faulty:KIND", a plane of KIND that injects the faults of a spec. Callers
+// never name an implementation's type, and no caller needs to know which were compiled in: CMake
+// decides, and plane_kinds() says.
 
 #include <memory>
 #include <string>
@@ -29,6 +30,7 @@ struct plane_options {
   std::string net_devices = "lo";       ///< ucx: UCX_NET_DEVICES (always set: unset, UCX takes every interface)
   std::shared_ptr<plane_group> group;   ///< inproc: the group its peers are in (make_plane_group("inproc"))
   put_timer timer;                      ///< sim: when a put's bytes would arrive (none: at once)
+  std::string faults;                   ///< faulty:KIND: the fault spec (transport/faulty/fault_spec.hpp)
 };
 
 /// A group for planes of `kind` that share one (inproc); none for the others.

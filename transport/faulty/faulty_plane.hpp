@@ -1,0 +1,68 @@
+#pragma once
+// A data plane that injects faults into another one ("faulty:ucx", "faulty:inproc"): by its fault_spec,
+// puts and messages fail, are dropped, duplicated or delayed, and partitioned peers are cut off both ways.
+// The faults are drawn from the spec's seed in the order operations come, so a run whose operations come
+// in the same order (the simulator's, CAF's test coordinator) injects the same faults again.
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "transport/faulty/fault_spec.hpp"
+
+namespace illm::transport {
+
+/// Faults injected so far, by kind ("put_fail", "send_drop", "partition", ...).
+using fault_counts = std::map<std::string, uint64_t>;
+
+/// A plane around `inner` that injects the faults of a spec.
+class faulty_plane final : public data_plane {
+ public:
+  faulty_plane(std::shared_ptr<data_plane> inner, fault_spec spec);
+  /// Runs what is still delayed at once, then stops the delay thread.
+  ~faulty_plane() override;
+
+  peer_id self() const override { return inner_->self(); }
+  result<remote_region> register_memory(void* base, uint64_t bytes) override;
+  void put(peer_id peer, const void* local, uint64_t bytes, const remote_region& region, uint64_t remote_address,
+           completion done) override;
+  void flush(peer_id peer, completion done) override;
+  void send(peer_id peer, channel ch, std::span<const uint8_t> payload, completion done) override;
+  void on_message(channel ch, message_handler handler) override;
+  traffic counters() const override { return inner_->counters(); }
+  std::vector<uint8_t> address() const override { return inner_->address(); }
+  status connect(peer_id peer, std::span<const uint8_t> address) override { return inner_->connect(peer, address); }
+  status disconnect(peer_id peer) override { return inner_->disconnect(peer); }
+  void on_peer_error(peer_error_handler handler) override { inner_->on_peer_error(std::move(handler)); }
+  status start_progress_thread() override { return inner_->start_progress_thread(); }
+
+  /// The faults injected so far, by kind.
+  fault_counts injected() const;
+  const fault_spec& spec() const { return spec_; }
+
+ private:
+  enum class fate { pass, fail, drop, duplicate, delay };
+  /// Draws what happens to one operation (`kind` names it in the counts: "put" or "send").
+  fate draw(const char* kind, double fail, double drop, double duplicate, double delay);
+  /// Whether `peer` is cut off (counted as a partition fault when it is).
+  bool cut_off(peer_id peer);
+  /// Runs `action` on the delay thread after the spec's delay.
+  void later(std::function<void()> action);
+  void run_delayed();
+
+  std::shared_ptr<data_plane> inner_;
+  const fault_spec spec_;
+  mutable std::mutex mutex_;
+  std::mt19937_64 random_;
+  fault_counts injected_;
+  std::condition_variable delayed_changed_;
+  std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> delayed_;
+  bool stopping_ = false;
+  std::thread delay_thread_;
+};
+
+}  // namespace illm::transport
