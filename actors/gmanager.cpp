@@ -4,6 +4,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <fmt/format.h>
@@ -19,6 +20,7 @@ struct member {
   instance_stats stats;
   std::vector<uint8_t> plane_address;
   std::string node;
+  control_endpoint control;
   std::vector<request_placement_entry> placement;
   uint64_t last_seq = 0;
   caf::actor_clock::time_point last_heard;
@@ -46,7 +48,13 @@ struct gmanager_state {
   /// smaller rooms that fit now go first, for room_pass_limit).
   std::optional<waiting_room> waiting;
   std::deque<move_report> reports;  // the latest move reports, for (moves_atom, request)
-  uint64_t epoch = 0;
+  uint64_t version = 0;  // counts changes within config.epoch
+  /// Members of an earlier gManager join this one: it rebuilds membership until every member they knew has
+  /// joined too, or until a heartbeat timeout after the last of their joins (one that died meanwhile never does).
+  std::set<instance_id> expected;
+  caf::actor_clock::time_point rebuild_until;
+  /// Move ids stay below 2^40 (the rManagers' own start there) and differ between epochs: the low 16 bits of
+  /// the epoch's second, then a count, so that a restarted gManager's orders never meet an earlier one's ids.
   uint64_t next_move = 1;
   static inline const char* name = "gmanager";
 };
@@ -57,6 +65,17 @@ using self_ptr = gmanager_actor::stateful_pointer<gmanager_state>;
 
 void tell(self_ptr self, membership_event e) {
   if (self->state.config.on_membership) self->state.config.on_membership(e);
+}
+
+/// Whether this gManager knows every live member: it started a cluster afresh, or every member that the members
+/// of an earlier gManager knew has joined it (or had a heartbeat timeout to do so).
+bool settled(self_ptr self) {
+  auto& st = self->state;
+  if (st.expected.empty()) return true;
+  const bool all_joined = std::all_of(st.expected.begin(), st.expected.end(),
+                                      [&](instance_id id) { return st.members.count(id) > 0; });
+  if (all_joined || self->clock().now() >= st.rebuild_until) st.expected.clear();
+  return st.expected.empty();
 }
 
 bool alive(self_ptr self, const member& m) {
@@ -121,13 +140,16 @@ std::map<instance_id, uint32_t> held_for_room(self_ptr self) {
 cluster_view view_of(self_ptr self) {
   const auto& st = self->state;
   cluster_view v;
-  v.epoch = st.epoch;
+  v.epoch = st.config.epoch;
+  v.version = st.version;
+  v.settled = settled(self);
   const auto held = held_for_room(self);
   for (const auto& [id, m] : st.members) v.members.push_back(id);
   for (const auto& [id, m] : st.members)
     if (alive(self, m))
       v.instances.push_back({id, m.stats.total_blocks, unreserved_free(st, id, m), m.draining || m.stats.draining,
-                             m.rmanager, m.instance, m.plane_address, held.count(id) ? held.at(id) : 0, m.node});
+                             m.rmanager, m.instance, m.plane_address, held.count(id) ? held.at(id) : 0, m.node,
+                             m.control});
   return v;
 }
 
@@ -160,6 +182,10 @@ std::vector<std::pair<instance_id, uint32_t>> spread_room(std::vector<std::pair<
 room_answer reserve(self_ptr self, const reserve_room& r) {
   auto& st = self->state;
   room_answer a{r.req_id, false, {}, {}};
+  if (!settled(self)) {
+    a.reason = "the gManager started lately and is still hearing from the members";
+    return a;
+  }
   if (st.rooms.count({r.owner, r.req_id})) {  // a repeated ask: the same room
     a.granted = true;
     for (const auto& [holder, kept] : st.rooms[{r.owner, r.req_id}]) a.holders.push_back({holder, kept.first});
@@ -184,7 +210,7 @@ room_answer reserve(self_ptr self, const reserve_room& r) {
   if (total < r.num_blocks) {
     a.reason = "the cluster has " + std::to_string(total) + " spare blocks now";
     if (!younger) st.waiting = waiting_room{r.owner, r.req_id, r.num_blocks, now, older ? older->since : now};
-    ++st.epoch;  // the members hold blocks back for it from the next view on
+    ++st.version;  // the members hold blocks back for it from the next view on
     return a;
   }
   if (older && older->owner == r.owner && older->req == r.req_id) st.waiting.reset();
@@ -194,7 +220,7 @@ room_answer reserve(self_ptr self, const reserve_room& r) {
     a.holders.push_back({id, take});
   }
   a.granted = true;
-  ++st.epoch;
+  ++st.version;
   return a;
 }
 
@@ -228,7 +254,7 @@ void run_policy(self_ptr self) {
   auto& st = self->state;
   self->delayed_send(self, st.config.policy_period, policy_tick_atom::value);
   update_membership_metrics(self);
-  if (!st.config.policy) return;
+  if (!st.config.policy || !settled(self)) return;  // no placement on a partial map
   // A member's spare blocks, less those granted to rooms and those it holds back for the waiting room: the
   // members refuse moves into those, so the policy plans none.
   const auto held = held_for_room(self);
@@ -266,6 +292,10 @@ caf::result<cluster_view> on_join(self_ptr self, const join_cluster& j) {
     return caf::make_error(caf::sec::invalid_argument,
                            "instance id " + std::to_string(j.inst_id) + " is already in the cluster");
   const bool is_new = !st.members.count(j.inst_id);
+  if (j.known_epoch != 0 && j.known_epoch != st.config.epoch) {  // a member of a gManager before this one
+    st.expected.insert(j.known_members.begin(), j.known_members.end());
+    st.rebuild_until = self->clock().now() + st.config.heartbeat_timeout;
+  }
   member& m = st.members[j.inst_id];
   if (m.rmanager != j.rmanager) self->monitor(j.rmanager);
   if (is_new) tell(self, {membership_event::kind::joined, j.inst_id, {}, {}, {}});
@@ -273,9 +303,10 @@ caf::result<cluster_view> on_join(self_ptr self, const join_cluster& j) {
   if (j.instance) m.instance = j.instance;
   if (!j.plane_address.empty()) m.plane_address = j.plane_address;
   m.node = j.node;
+  m.control = j.control;
   m.stats = j.stats;
   m.last_heard = self->clock().now();
-  ++st.epoch;
+  ++st.version;
   return view_of(self);
 }
 
@@ -289,7 +320,7 @@ cluster_view on_heartbeat(self_ptr self, heartbeat& hb) {
     it->second.stats = hb.stats;
     it->second.placement = std::move(hb.placement);
     it->second.last_heard = self->clock().now();
-    ++st.epoch;
+    ++st.version;
   }
   return view_of(self);
 }
@@ -307,6 +338,7 @@ void forget_rooms_of(gmanager_state& st, instance_id id) {
 
 gmanager_actor::behavior_type gmanager_behavior(self_ptr self, gmanager_config config) {
   self->state.config = std::move(config);
+  self->state.next_move = ((self->state.config.epoch / 1000000) & 0xFFFF) << 24 | 1;
   self->set_down_handler([=](const caf::down_msg& down) {
     auto& members = self->state.members;
     for (auto it = members.begin(); it != members.end(); ++it)
@@ -324,7 +356,7 @@ gmanager_actor::behavior_type gmanager_behavior(self_ptr self, gmanager_config c
         tell(self, std::move(e));
         forget_rooms_of(self->state, it->first);
         members.erase(it);
-        ++self->state.epoch;
+        ++self->state.version;
         break;
       }
   });
@@ -345,18 +377,18 @@ gmanager_actor::behavior_type gmanager_behavior(self_ptr self, gmanager_config c
         if (!it->second.draining) tell(self, {membership_event::kind::draining, d.inst_id, {}, {}, {}});
         it->second.draining = true;
         self->send(it->second.rmanager, d);
-        ++self->state.epoch;
+        ++self->state.version;
       },
       [=](const leave_cluster& l) {
         forget_rooms_of(self->state, l.inst_id);
         if (self->state.members.erase(l.inst_id)) {
-          ++self->state.epoch;
+          ++self->state.version;
           tell(self, {membership_event::kind::left, l.inst_id, {}, {}, {}});
         }
       },
       [=](const reserve_room& r) { return reserve(self, r); },
       [=](const release_room& r) {
-        if (self->state.rooms.erase({r.owner, r.req_id})) ++self->state.epoch;
+        if (self->state.rooms.erase({r.owner, r.req_id})) ++self->state.version;
       },
       [=](view_atom) { return view_of(self); },
   };
@@ -374,6 +406,11 @@ const char* to_string(membership_event::kind k) {
 
 gmanager_actor spawn_gmanager(caf::actor_system& sys, gmanager_config config) {
   return sys.spawn(gmanager_behavior, std::move(config));
+}
+
+uint64_t gmanager_config::default_epoch() {
+  return uint64_t(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
 }
 
 }  // namespace illm::actors

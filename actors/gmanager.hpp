@@ -46,6 +46,15 @@ struct gmanager_config {
   /// has its room first, until the waiting one has waited this long; from then on the members hold blocks back
   /// for it and younger rooms wait (0: they always wait).
   std::chrono::milliseconds room_pass_limit = default_room_pass_limit;
+  /// Its epoch, higher than that of any gManager of the cluster before it (default: the time it starts, in
+  /// microseconds since 1970): rManagers follow the highest. When members of an earlier gManager join it, it
+  /// rebuilds membership, the placement map and the spare counts from their joins and heartbeats until every
+  /// member they knew has joined, or a heartbeat timeout after the last such join (views say settled = false
+  /// meanwhile), and grants no room and orders no move meanwhile. The promises of rooms are the holders'
+  /// own: their spare counts leave them out.
+  uint64_t epoch = default_epoch();
+  /// The time now in microseconds since 1970.
+  static uint64_t default_epoch();
 };
 
 /// Spawns a gManager.

@@ -1,8 +1,12 @@
 // `illm gmanager` and `illm instance --join`: the cluster as separate processes. The gManager is published
 // on a TCP port by CAF's io middleman; each instance process builds one instance (as the embedded cluster
-// builds each of its own) on a UCX data plane, reaches the gManager with remote_actor and joins it with the
-// ordinary join message, so that its heartbeats, and the gManager's monitor on its rManager, cross the
-// network. Membership changes are logged one line each on stderr.
+// builds each of its own) on a UCX data plane, reaches a gManager of its --join list (gmanager_link) and
+// joins it with the ordinary join message, so that its heartbeats, and the gManager's monitor on its
+// rManager, cross the network. Each instance process listens on its own control port too (carried in the
+// view), and the other processes link to it directly (control_links): no message between instances or from
+// a front end passes through the gManager's process. The gManager is soft state: when it is gone the
+// instance serves on from its last view and its link reaches a gManager again, which it then joins.
+// Membership changes are logged one line each on stderr.
 //
 // Data planes: each instance sends its UCX worker address with its join; the gManager's view carries it, and
 // each rManager connects its plane to every peer of the view it is not connected to yet (peer id = instance
@@ -18,6 +22,9 @@
 #include <string>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -28,6 +35,8 @@
 #include "actors/cli/commands.hpp"
 #include "actors/cli/setting_flags.hpp"
 #include "actors/cli/stop_signals.hpp"
+#include "actors/cluster/control_links.hpp"
+#include "actors/cluster/gmanager_link.hpp"
 #include "actors/cluster/remote.hpp"
 #include "actors/frontend/http_server.hpp"
 #include "actors/gmanager.hpp"
@@ -175,6 +184,7 @@ void run_gmanager(const gmanager_flags& flags) {
 
 struct instance_flags {
   std::string join;
+  std::string listen;  // its control port, HOST:PORT; empty: a free port on the address that reaches the gManager
   std::string metrics_listen, metrics_prefix = "illm:";
   int id = 0;
   std::string model = "stories15M";
@@ -192,11 +202,12 @@ std::string host_name() {
   return gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string("localhost");
 }
 
-/// What the watcher of the gManager saw.
-struct gmanager_watch {
-  std::atomic<bool> gone{false};
+/// The gManager this instance reports to, as its link follows it (set on the link's thread).
+struct gmanager_seen {
   std::mutex mutex;
-  std::string reason;
+  actors::gmanager_actor gmanager;  ///< the one linked now; none: none is reachable
+  std::string last_error;           ///< why the last round reached none
+  actors::rmanager_actor rmanager;  ///< told of every gManager linked once the node runs
 };
 
 /// Where the plane's peer errors go: logged, and told to the instance once it exists.
@@ -262,27 +273,88 @@ struct instance_run {
   const instance_flags& flags;
   std::string me;  ///< "illm instance N", for its log lines
   caf::actor_system& sys;
-  actors::gmanager_actor gm;
-  std::shared_ptr<gmanager_watch> watch = std::make_shared<gmanager_watch>();
+  actors::control_endpoint control;  ///< its own control port
+  std::shared_ptr<gmanager_seen> seen = std::make_shared<gmanager_seen>();
   std::shared_ptr<peer_error_sink> sink = std::make_shared<peer_error_sink>();
-  caf::actor watcher;         ///< monitors the gManager and marks it gone
+  actors::gmanager_link_actor link;    ///< follows the gManagers of --join
+  actors::control_links_actor links;   ///< links to the other instances' control ports
   metrics_endpoint endpoint;  ///< its metrics' registry and server (they outlive the node, which reports there)
   std::unique_ptr<actors::instance_node> node;
+
+  /// The gManager linked now (none: none is reachable).
+  actors::gmanager_actor gmanager() const {
+    std::lock_guard lock(seen->mutex);
+    return seen->gmanager;
+  }
 };
 
-/// Spawns the actor that marks the gManager gone when its process ends or the link breaks.
-void watch_gmanager(instance_run& r) {
-  r.watcher = r.sys.spawn([watch = r.watch, gm = r.gm](caf::event_based_actor* self) -> caf::behavior {
-    self->monitor(gm);
-    self->set_down_handler([watch, self](caf::down_msg& d) {
-      {
-        std::lock_guard lock(watch->mutex);
-        watch->reason = self->system().render(d.reason);
-      }
-      watch->gone = true;
-    });
-    return {[](int32_t) {}};  // it only watches
-  });
+/// The local address this host reaches `at` from (the address its peers can reach it at); 127.0.0.1 when
+/// there is no route.
+std::string local_address_towards(const actors::control_endpoint& at) {
+  std::string out = "127.0.0.1";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(at.host.c_str(), std::to_string(at.port).c_str(), &hints, &found) != 0 || !found) return out;
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  char text[INET_ADDRSTRLEN] = {};
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+      inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text)))
+    out = text;
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  return out;
+}
+
+/// Opens this instance's control port (--listen, or a free port on the address that reaches the first
+/// gManager): peers connect to it, so that their messages to its actors come directly.
+actors::control_endpoint open_control_port(caf::actor_system& sys, const instance_flags& flags,
+                                           const std::vector<actors::control_endpoint>& gmanagers) {
+  actors::control_endpoint at{local_address_towards(gmanagers.front()), 0};
+  if (!flags.listen.empty()) {
+    const host_port given = parse_host_port(flags.listen, "--listen", true);
+    at = {given.host, given.port};
+  }
+  auto port = sys.middleman().open(at.port, at.host.c_str(), true);
+  if (!port) fail(fmt::format("--listen {}: cannot listen: {}", actors::to_string(at), sys.render(port.error())));
+  at.port = *port;
+  return at;
+}
+
+/// Starts the link that follows the gManagers of --join: each one reached is told to the rManager; each loss
+/// is logged, and the instance serves on from its last view.
+void link_gmanagers(instance_run& r, const std::vector<actors::control_endpoint>& gmanagers) {
+  actors::gmanager_link_config lc;
+  lc.addresses = gmanagers;
+  const std::string me = r.me;
+  lc.on_linked = [seen = r.seen, me](const actors::gmanager_actor& gm, const actors::control_endpoint& at,
+                                     uint64_t epoch) {
+    std::lock_guard lock(seen->mutex);
+    seen->gmanager = gm;
+    if (!seen->rmanager) return;
+    log("{}: reached the gManager at {} (epoch {}): joining it", me, actors::to_string(at), epoch);
+    caf::anon_send(seen->rmanager, actors::use_gmanager{gm});
+  };
+  lc.on_lost = [seen = r.seen, me](const std::string& why) {
+    std::lock_guard lock(seen->mutex);
+    seen->gmanager = actors::gmanager_actor{};
+    log("{}: the gManager is gone ({}): serving on from the last view, reaching a gManager again", me, why);
+  };
+  lc.on_failed_round = [seen = r.seen](const std::string& why) {
+    std::lock_guard lock(seen->mutex);
+    seen->last_error = why;
+  };
+  r.link = actors::spawn_gmanager_link(r.sys, lc);
+  actors::control_links_config cc;
+  cc.self = r.control;
+  cc.on_link = [me](actors::instance_id id, const actors::control_endpoint& at, const std::string& why) {
+    if (!why.empty()) log("{}: cannot link to instance {} at {}: {}", me, id, actors::to_string(at), why);
+  };
+  r.links = actors::spawn_control_links(r.sys, cc);
 }
 
 /// Stops this instance's actors and waits (bounded) until each is down. Not await_all_actors_done: after a
@@ -291,7 +363,8 @@ void watch_gmanager(instance_run& r) {
 void stop_all(instance_run& r) {
   std::vector<caf::actor_addr> mine;
   if (r.node) mine = r.node->actors();
-  mine.push_back(r.watcher.address());
+  for (const caf::actor_addr& a : {r.link.address(), r.links.address()})
+    if (a) mine.push_back(a);
   caf::scoped_actor waiter{r.sys, true};
   for (const caf::actor_addr& a : mine) waiter->monitor(a);
   if (r.node) r.node->stop();
@@ -299,8 +372,15 @@ void stop_all(instance_run& r) {
     std::lock_guard lock(r.sink->mutex);
     r.sink->node = nullptr;
   }
-  caf::anon_send_exit(r.watcher, caf::exit_reason::user_shutdown);
-  r.watcher = caf::actor{};
+  {
+    std::lock_guard lock(r.seen->mutex);
+    r.seen->rmanager = actors::rmanager_actor{};
+    r.seen->gmanager = actors::gmanager_actor{};
+  }
+  if (r.link) caf::anon_send_exit(r.link, caf::exit_reason::user_shutdown);
+  if (r.links) caf::anon_send_exit(r.links, caf::exit_reason::user_shutdown);
+  r.link = actors::gmanager_link_actor{};
+  r.links = actors::control_links_actor{};
   size_t down = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (down < mine.size() && std::chrono::steady_clock::now() < deadline)
@@ -316,35 +396,53 @@ void stop_all(instance_run& r) {
   fail(message, code);
 }
 
-/// Waits until the gManager's view lists this instance with its instance actor (or the gManager is gone).
+/// Waits up to `wait` for the link to reach a gManager; fails with why it could not.
+actors::gmanager_actor first_gmanager(instance_run& r, std::chrono::seconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (!r.gmanager() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (actors::gmanager_actor gm = r.gmanager()) return gm;
+  std::string why;
+  {
+    std::lock_guard lock(r.seen->mutex);
+    why = r.seen->last_error;
+  }
+  stop_and_fail(r, fmt::format("cannot reach a gManager at {}: {}", r.flags.join, why.empty() ? "no answer" : why));
+}
+
+/// Waits until a gManager's view lists this instance with its instance actor.
 bool wait_joined(instance_run& r) {
   caf::scoped_actor s{r.sys, true};  // hidden: await_all_actors_done does not wait for it
-  for (int i = 0; i < 100 && !r.watch->gone; ++i) {
+  for (int i = 0; i < 100; ++i) {
     bool joined = false;
-    s->request(r.gm, std::chrono::seconds(2), actors::view_atom::value)
-        .receive(
-            [&](actors::cluster_view& v) {
-              for (const auto& x : v.instances)
-                if (x.inst_id == r.node->id() && x.instance == r.node->instance()) {
-                  joined = true;
-                  log("{}: joined ({} instances in the cluster)", r.me, v.instances.size());
-                }
-            },
-            [&](const caf::error&) {});
+    if (actors::gmanager_actor gm = r.gmanager())
+      s->request(gm, std::chrono::seconds(2), actors::view_atom::value)
+          .receive(
+              [&](actors::cluster_view& v) {
+                for (const auto& x : v.instances)
+                  if (x.inst_id == r.node->id() && x.instance == r.node->instance()) {
+                    joined = true;
+                    log("{}: joined ({} instances in the cluster; control port {})", r.me, v.instances.size(),
+                        actors::to_string(r.control));
+                  }
+              },
+              [&](const caf::error&) {});
     if (joined) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return false;
 }
 
-/// On a stop signal: the gManager stops lending to it and routing to it; waits (up to --drain-timeout-s)
-/// until it serves and hosts nothing, then leaves the cluster. False when it could not leave.
-bool drain_and_leave(instance_run& r) {
+/// On a stop signal: the rManager stops lending to others and the gManager (when one is reachable) stops
+/// lending and routing to it; waits (up to --drain-timeout-s) until it serves and hosts nothing, then leaves
+/// the cluster. Without a gManager it leaves without telling one: the members see it go.
+void drain_and_leave(instance_run& r) {
   caf::scoped_actor s{r.sys, true};
-  s->send(r.gm, actors::drain_instance{r.node->id()});
+  s->send(r.node->rmanager(), actors::drain_instance{r.node->id()});
+  if (actors::gmanager_actor gm = r.gmanager()) s->send(gm, actors::drain_instance{r.node->id()});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(r.flags.drain_timeout_s);
   bool idle = false;
-  while (!idle && !r.watch->gone && std::chrono::steady_clock::now() < deadline) {
+  while (!idle && std::chrono::steady_clock::now() < deadline) {
     s->request(r.node->rmanager(), std::chrono::seconds(2), caf::get_atom::value)
         .receive(
             [&](const actors::instance_stats& st) {
@@ -356,31 +454,38 @@ bool drain_and_leave(instance_run& r) {
   if (!idle) log("{}: not idle after {} s: leaving anyway", r.me, r.flags.drain_timeout_s);
   log_traffic(r.me, r.node->plane().counters());
   bool left = false;
-  if (!r.watch->gone)
-    s->request(r.gm, std::chrono::seconds(5), actors::leave_cluster{r.node->id()})
+  if (actors::gmanager_actor gm = r.gmanager())
+    s->request(gm, std::chrono::seconds(5), actors::leave_cluster{r.node->id()})
         .receive([&] { left = true; }, [&](const caf::error& e) { log("{}: leave: {}", r.me, r.sys.render(e)); });
-  return left;
+  log("{}: left the cluster{}", r.me, left ? "" : " without telling a gManager (none is reachable)");
 }
 
-/// Starts this instance's node in `r` (its plane made first, its options from the flags).
-void start_node(instance_run& r, const gpu::loaded_model& model) {
+/// Starts this instance's node in `r` (its plane made first, its options from the flags) on gManager `gm`.
+void start_node(instance_run& r, const gpu::loaded_model& model, const actors::gmanager_actor& gm) {
   actors::instance_node_options o;
   size_t address_bytes = 0;
   std::shared_ptr<transport::data_plane> plane = make_plane(r.flags, address_bytes, o, r.sink);
   o.id = actors::instance_id(r.flags.id);
   o.node = r.flags.node.empty() ? host_name() : r.flags.node;
-  if (const std::string taken = id_in_use(r.sys, r.gm, o.id); !taken.empty())
+  o.control = r.control;
+  o.on_view = [links = r.links](const actors::cluster_view& v) { caf::anon_send(links, v); };
+  if (const std::string taken = id_in_use(r.sys, gm, o.id); !taken.empty())
     stop_and_fail(r, fmt::format("{}: {}", r.me, taken), 2);
   r.endpoint = start_metrics(r.flags.metrics_listen, r.flags.metrics_prefix, r.me);
   o.metrics = r.endpoint.metrics;
   o.instance = r.flags.instance;
   o.batch = r.flags.batch;
-  auto started = actors::instance_node::start(r.sys, model.weights, o, plane, r.gm);
+  auto started = actors::instance_node::start(r.sys, model.weights, o, plane, gm);
   if (!started.is_ok()) stop_and_fail(r, started.error().message());
   r.node = std::move(started).value();
   {
     std::lock_guard lock(r.sink->mutex);
     r.sink->node = r.node.get();
+  }
+  {
+    std::lock_guard lock(r.seen->mutex);
+    r.seen->rmanager = r.node->rmanager();
+    if (r.seen->gmanager != gm) caf::anon_send(r.seen->rmanager, actors::use_gmanager{r.seen->gmanager});
   }
   log("{}: joining the gManager ({} ({}), {} KV blocks of {} bytes, UCX plane over {} on {}, worker address {} "
       "bytes)",
@@ -390,37 +495,27 @@ void start_node(instance_run& r, const gpu::loaded_model& model) {
 
 void run_instance(const instance_flags& flags) {
   if (flags.join.empty()) fail("--join is required (as a flag or in --config)", 2);
-  const host_port gm_at = parse_host_port(flags.join, "--join");
+  const std::vector<actors::control_endpoint> gmanagers = parse_host_port_list(flags.join, "--join");
+  if (!flags.listen.empty()) (void)parse_host_port(flags.listen, "--listen", true);
   const sigset_t stop_signals = block_stop_signals();
   auto model = gpu::load_model(flags.model);
   if (!model.is_ok()) fail(model.error().message());
 
   auto cfg = networked_config();
   caf::actor_system sys{*cfg};
-  auto gm = sys.middleman().remote_actor<actors::gmanager_actor>(gm_at.host, gm_at.port);
-  if (!gm) fail(fmt::format("cannot reach the gManager at {}:{}: {}", gm_at.host, gm_at.port, sys.render(gm.error())));
-  instance_run r{flags, fmt::format("illm instance {}", flags.id), sys, *gm};
-  watch_gmanager(r);
-  start_node(r, model.value());
-  if (!wait_joined(r) && !r.watch->gone)
+  instance_run r{flags, fmt::format("illm instance {}", flags.id), sys, open_control_port(sys, flags, gmanagers)};
+  link_gmanagers(r, gmanagers);
+  start_node(r, model.value(), first_gmanager(r, std::chrono::seconds(10)));
+  if (!wait_joined(r))
     stop_and_fail(r, fmt::format("{}: the gManager did not list this instance (another instance with id {} may "
                                  "have joined meanwhile)",
                                  r.me, flags.id));
 
-  const int signal = wait_for_stop_signal(stop_signals, r.watch->gone);
-  if (signal == 0) {
-    std::string why;
-    {
-      std::lock_guard lock(r.watch->mutex);
-      why = r.watch->reason;
-    }
-    stop_and_fail(r, fmt::format("{}: the gManager is gone ({}): stopping", r.me, why), 3);
-  }
+  std::atomic<bool> never{false};
+  const int signal = wait_for_stop_signal(stop_signals, never);
   log("{}: {} received: draining", r.me, stop_signal_name(signal));
-  const bool left = drain_and_leave(r);
+  drain_and_leave(r);
   stop_all(r);
-  if (!left) fail(fmt::format("{}: could not leave the cluster (the gManager is gone)", r.me), 3);
-  log("{}: left the cluster", r.me);
 }
 
 }  // namespace
@@ -476,6 +571,18 @@ host_port parse_host_port(const std::string& text, const char* flag, bool port_z
   return out;
 }
 
+std::vector<actors::control_endpoint> parse_host_port_list(const std::string& text, const char* flag) {
+  std::vector<actors::control_endpoint> out;
+  size_t from = 0;
+  while (from <= text.size()) {
+    const size_t comma = std::min(text.find(',', from), text.size());
+    const host_port at = parse_host_port(text.substr(from, comma - from), flag);
+    out.push_back({at.host, at.port});
+    from = comma + 1;
+  }
+  return out;
+}
+
 void add_cluster_commands(CLI::App& app) {
   auto g = std::make_shared<gmanager_flags>();
   CLI::App* gcmd =
@@ -494,7 +601,12 @@ void add_cluster_commands(CLI::App& app) {
 
   auto f = std::make_shared<instance_flags>();
   CLI::App* icmd = app.add_subcommand("instance", "Run one instance that joins a gManager (illm gmanager)");
-  icmd->add_option("--join", f->join, "The gManager's HOST:PORT (required, here or in --config)");
+  icmd->add_option("--join", f->join,
+                   "The gManager's HOST:PORT, or a comma-separated list of the addresses a gManager may run at "
+                   "(required, here or in --config)");
+  icmd->add_option("--listen", f->listen,
+                   "HOST:PORT of this instance's control port, which the other processes connect to (default: a free "
+                   "port on the address that reaches the gManager)");
   icmd->add_option("--id", f->id, "This instance's id, unique in the cluster (default 0)")->check(CLI::Range(0, 4095));
   icmd->add_option("--model", f->model, "Model name (in $ILLM_MODELS) or path (default stories15M)");
   icmd->add_option("--ucx-tls", f->ucx_tls, "UCX_TLS of the data plane (default tcp)");

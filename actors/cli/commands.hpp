@@ -5,8 +5,13 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+
+namespace illm::actors {
+struct control_endpoint;
+}
 
 namespace illm::cli {
 
@@ -37,6 +42,8 @@ struct host_port {
 /// Parses `text`, the value of `flag`; fails (status 2) with a message naming the flag. A port of 0 is
 /// refused unless `port_zero_ok` (listening on any free port).
 host_port parse_host_port(const std::string& text, const char* flag, bool port_zero_ok = false);
+/// Parses a comma-separated list of HOST:PORT (e.g. the gManagers of --join and --gmanager), as parse_host_port.
+std::vector<actors::control_endpoint> parse_host_port_list(const std::string& text, const char* flag);
 
 /// Prints `message` to stderr as an error and throws CLI::RuntimeError(code).
 [[noreturn]] void fail(const std::string& message, int code = 1);

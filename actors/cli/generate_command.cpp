@@ -238,8 +238,7 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
 /// The request on a cluster of processes: it goes to the instance of the gManager's view with the most
 /// free blocks (remote_cluster, as for illm serve --gmanager); its tokens come back over CAF's middleman.
 generation_report run_on_gmanager(const generate_flags& f, const gpu::generate_options& options) {
-  const host_port at = parse_host_port(f.gmanager, "--gmanager");
-  auto connected = actors::remote_cluster::connect(at.host, at.port);
+  auto connected = actors::remote_cluster::connect(parse_host_port_list(f.gmanager, "--gmanager"));
   if (!connected.is_ok()) fail(connected.error().message());
   actors::remote_cluster& c = *connected.value();
   generation_report r{options.prompt_ids, {}, {}, options.seed, 0, 0, {}};

@@ -116,12 +116,14 @@ routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu
 }
 
 routed_cluster connect_remote(const actors::frontend::serve_config& c) {
-  const host_port at = parse_host_port(c.gmanager, "--gmanager");
-  auto connected = actors::remote_cluster::connect(at.host, at.port);
+  auto connected = actors::remote_cluster::connect(parse_host_port_list(c.gmanager, "--gmanager"), [](const std::string& line) {
+    fmt::print("illm serve: {}\n", line);
+    std::fflush(stdout);
+  });
   if (!connected.is_ok()) fail(connected.error().message());
   actors::remote_cluster* rc = connected.value().get();
   return {std::move(connected).value(), [rc] { rc->shutdown(); },
-          fmt::format("the cluster of processes of the gManager at {}:{}", at.host, at.port)};
+          fmt::format("the cluster of processes of the gManager at {}", c.gmanager)};
 }
 
 /// The share of each instance's KV blocks in use, as the gManager's view has it.
@@ -138,7 +140,7 @@ void add_kv_usage_gauge(actors::metrics::registry& registry, const std::string& 
 
 void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   const actors::frontend::serve_config c = resolve(flags, cmd);
-  if (!c.gmanager.empty()) (void)parse_host_port(c.gmanager, "--gmanager");  // a bad address fails before loading
+  if (!c.gmanager.empty()) (void)parse_host_port_list(c.gmanager, "--gmanager");  // a bad address fails before loading
   // Every thread started from here on leaves SIGINT and SIGTERM to this one, which waits for them.
   const sigset_t stop_signals = block_stop_signals();
 
@@ -176,7 +178,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", flags->port, "Port (default 8000; 0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--gmanager", flags->gmanager,
-                  "HOST:PORT of a cluster of processes (illm gmanager): route to its instances instead of an embedded cluster");
+                  "HOST:PORT of the gManager of a cluster of processes (illm gmanager), or a comma-separated list of them: route "
+                  "to its instances instead of an embedded cluster");
   cmd->add_option("--instances", flags->instances, "Instances of the embedded cluster (default 2)")
       ->check(CLI::Range(1, 64));
   flags->instance = actors::frontend::serve_config{}.instance;  // the defaults --help shows

@@ -111,6 +111,8 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.node = options.node;
   rcfg.nodes = nodes;
   rcfg.connect_peer = options.connect_peer;
+  rcfg.control = options.control;
+  rcfg.on_view = options.on_view;
   rcfg.log = options.log;
   n->rmanager = spawn_rmanager(sys, rcfg);
 

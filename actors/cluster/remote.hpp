@@ -33,6 +33,9 @@ struct instance_node_options {
   std::vector<uint8_t> plane_address;
   std::string node;  ///< the node (host) it runs on, in its join (empty: one node for the whole cluster)
   std::function<std::string(instance_id peer, const std::vector<uint8_t>& address)> connect_peer;
+  control_endpoint control;  ///< its process's control port, in its join (empty: in-process)
+  /// Told every view its rManager adopts, on the rManager's thread (empty: nobody): e.g. the control links.
+  std::function<void(const cluster_view&)> on_view;
   std::function<void(const std::string&)> log;
 };
 

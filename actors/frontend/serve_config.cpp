@@ -63,7 +63,7 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
       {"model", {text(&serve_config::model), "model name (in $ILLM_MODELS) or path"}},
       {"host", {text(&serve_config::host), "address to listen on"}},
       {"port", {integer(&serve_config::port, 0, 65535), "port to listen on (0: any free port)"}},
-      {"gmanager", {text(&serve_config::gmanager), "HOST:PORT of a cluster of processes to route to (empty: embedded)"}},
+      {"gmanager", {text(&serve_config::gmanager), "HOST:PORT (or a comma-separated list) of the gManager of a cluster of processes to route to (empty: embedded)"}},
       {"instances", {integer(&serve_config::instances, 1, 64), "instances of the embedded cluster"}},
       {"policy",
        {one_of(&serve_config::policy, {"greedy", "simple"}),

@@ -27,6 +27,8 @@ struct cluster_view;
 struct join_cluster;
 struct drain_instance;
 struct leave_cluster;
+struct use_gmanager;
+struct control_endpoint;
 struct reserve_room;
 struct room_answer;
 struct keep_blocks;

@@ -6,12 +6,28 @@
 #include <caf/all.hpp>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 #include "actors/messages/declarations.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/placement/types.hpp"
 
 namespace illm::actors {
+
+/// Where a process's control port listens (CAF's io middleman): peers connect to it once, so that CAF routes
+/// their messages to the process's actors directly, never through another process. Empty: in-process.
+struct control_endpoint {
+  std::string host;
+  uint16_t port = 0;
+  bool empty() const { return port == 0; }
+  friend bool operator==(const control_endpoint& a, const control_endpoint& b) {
+    return a.host == b.host && a.port == b.port;
+  }
+  friend bool operator<(const control_endpoint& a, const control_endpoint& b) {
+    return std::tie(a.host, a.port) < std::tie(b.host, b.port);
+  }
+};
+ILLM_INSPECT(control_endpoint, x.host, x.port)
 
 /// One instance as the cluster view shows it.
 struct instance_view {
@@ -25,20 +41,31 @@ struct instance_view {
   /// Blocks it keeps free for a long request that waits for room: it starts no new request in them.
   uint32_t held_for_room = 0;
   std::string node;  ///< the node (host) it runs on; empty: the same as every other's
+  control_endpoint control;  ///< its process's control port (empty: in-process)
   /// What other instances may move into: its spare blocks less those held for the waiting room (it refuses
   /// moves into them).
   uint32_t movable_into() const { return free_blocks - std::min(free_blocks, held_for_room); }
 };
 ILLM_INSPECT(instance_view, x.inst_id, x.total_blocks, x.free_blocks, x.draining, x.rmanager, x.instance,
-             x.plane_address, x.held_for_room, x.node)
+             x.plane_address, x.held_for_room, x.node, x.control)
 
-/// gManager -> rManager (answer to join and heartbeat): the cluster as of the last heartbeats.
+/// gManager -> rManager (answer to join and heartbeat): the cluster as of the last heartbeats. Views are
+/// ordered by (epoch, version): a gManager that starts has a higher epoch than the one before it, and each of
+/// its views a higher version than the last.
 struct cluster_view {
-  uint64_t epoch = 0;
+  uint64_t epoch = 0;    ///< the gManager's epoch, fixed when it starts
+  uint64_t version = 0;  ///< counts the gManager's changes within its epoch
+  /// False while a gManager that just started rebuilds membership from the rManagers' joins and heartbeats:
+  /// a member missing from such a view may only not have reported yet, so nothing is released for it.
+  bool settled = true;
   std::vector<instance_view> instances;  ///< the members heard from lately
   /// Every member's id, those silent for a while (left out of `instances`) too: an id missing here has
   /// left the cluster or died, one only missing from `instances` may come back.
   std::vector<instance_id> members;
+  /// Whether this view comes after `other` (a later gManager, or a later change of the same one).
+  bool newer_than(const cluster_view& other) const {
+    return std::tie(epoch, version) > std::tie(other.epoch, other.version);
+  }
   /// Whether instance `id` is a member (heard from lately or not).
   bool has_member(instance_id id) const { return std::find(members.begin(), members.end(), id) != members.end(); }
   /// Instance `id` as the view has it (none: left out of this view).
@@ -53,7 +80,7 @@ struct cluster_view {
     return n;
   }
 };
-ILLM_INSPECT(cluster_view, x.epoch, x.instances, x.members)
+ILLM_INSPECT(cluster_view, x.epoch, x.version, x.settled, x.instances, x.members)
 
 /// rManager -> gManager: a new instance and its actors.
 struct join_cluster {
@@ -63,14 +90,24 @@ struct join_cluster {
   instance_stats stats;
   std::vector<uint8_t> plane_address;  ///< its data plane's worker address (UCX); empty: in-process
   std::string node;                    ///< the node (host) it runs on; empty: the same as every other's
+  control_endpoint control;            ///< its process's control port (empty: in-process)
+  uint64_t known_epoch = 0;            ///< the epoch of the last view it had (0: none): a gManager before this one
+  std::vector<instance_id> known_members;  ///< the members of that view: the new gManager waits for them
 };
-ILLM_INSPECT(join_cluster, x.inst_id, x.rmanager, x.instance, x.stats, x.plane_address, x.node)
+ILLM_INSPECT(join_cluster, x.inst_id, x.rmanager, x.instance, x.stats, x.plane_address, x.node, x.control,
+             x.known_epoch, x.known_members)
 
 /// -> gManager: stop lending to inst_id and stop routing requests to it.
 struct drain_instance {
   instance_id inst_id = 0;
 };
 ILLM_INSPECT(drain_instance, x.inst_id)
+
+/// -> rManager: the gManager to join and report to from now on (one that started, or was reached again).
+struct use_gmanager {
+  gmanager_actor gmanager;
+};
+ILLM_INSPECT(use_gmanager, x.gmanager)
 
 /// rManager -> gManager: inst_id leaves the cluster.
 struct leave_cluster {

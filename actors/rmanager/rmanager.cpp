@@ -39,6 +39,8 @@ rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config c
         self->state.check_promises();
       },
       [=](caf::get_atom) { return self->state.stats(); },
+      [=](use_gmanager& u) { switch_gmanager(self, std::move(u.gmanager)); },
+      [=](view_atom) { return self->state.view; },
       // move source: orders, loans, the copy's completions
       [=](const move_kvcache& m) { order_move(self, m); },
       [=](const need_blocks& n) { start_loan(self, n); },

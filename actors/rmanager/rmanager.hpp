@@ -46,6 +46,9 @@ struct rmanager_config {
   /// This instance's data-plane address, sent with its join (empty: an in-process plane, nothing to exchange).
   std::vector<uint8_t> plane_address;
   std::string node;  ///< the node (host) this instance runs on, sent with its join (empty: one node for all)
+  control_endpoint control;  ///< its process's control port, sent with its join (empty: in-process)
+  /// Told every view it adopts, on its thread (keep it short; empty: nobody): e.g. the process's control links.
+  std::function<void(const cluster_view&)> on_view;
   /// Where the view's instances run, kept up to date from every view (none: not kept).
   std::shared_ptr<peer_nodes> nodes;
   /// Connects the data plane to a peer of the view that has an address and is not connected yet (or whose
@@ -56,7 +59,8 @@ struct rmanager_config {
 };
 
 /// Spawns an rManager; it joins the gManager at once. Its instance is attached afterwards with
-/// (attach_atom, instance).
+/// (attach_atom, instance). Without a gManager (gone, or none yet) it serves and lends on from its last view;
+/// use_gmanager gives it the one to join next.
 rmanager_actor spawn_rmanager(caf::actor_system& sys, rmanager_config config);
 
 }  // namespace illm::actors

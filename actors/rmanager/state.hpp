@@ -59,6 +59,9 @@ struct rmanager_state {
   rmanager_config config;
   instance_actor instance;
   cluster_view view;
+  /// Every member of the views since the last settled one: a member that a settled view leaves out departed
+  /// (the views of a gManager that just started may not list every member yet).
+  std::set<instance_id> known_members;
   uint64_t heartbeat_seq = 0;
   placement_update placement;
   std::map<move_id, outgoing_move> outgoing;
@@ -132,6 +135,8 @@ void adopt_view(self_ptr self, cluster_view v);
 void send_heartbeat(self_ptr self);
 /// Joins the gManager, with the instance actor once it is attached.
 void join(self_ptr self);
+/// Joins `gm` from now on (a gManager that started, or that was reached again), and reports to it.
+void switch_gmanager(self_ptr self, gmanager_actor gm);
 /// The data plane's endpoint to a peer failed: moves and chunks to it fail.
 void on_peer_failed(self_ptr self, const peer_failed& p);
 

@@ -30,12 +30,15 @@ void connect_peers(rmanager_state& st) {
   }
 }
 
-/// Owners that were members in the last view and are not in `next` (they left, or died; one only silent
-/// for a while stays a member): nobody will attend or release the blocks kept here for their requests, nor
-/// fill their rooms, so those go now.
+/// Owners that were members of the views since the last settled one and that a settled view leaves out (they
+/// left, or died; one only silent for a while stays a member): nobody will attend or release the blocks kept
+/// here for their requests, nor fill their rooms, so those go now. A view that is not settled (its gManager
+/// started lately) releases nothing: a member it leaves out may not have joined it yet.
 void release_departed(self_ptr self, const cluster_view& next) {
   auto& st = self->state;
-  for (instance_id gone : st.view.members) {
+  for (instance_id id : next.members) st.known_members.insert(id);
+  if (!next.settled) return;
+  for (instance_id gone : st.known_members) {
     if (gone == st.config.id || next.has_member(gone)) continue;
     std::set<request_id> requests;
     for (uint64_t req : st.config.hosted->requests_of(gone)) requests.insert(req);
@@ -45,13 +48,21 @@ void release_departed(self_ptr self, const cluster_view& next) {
       plane_log(st, fmt::format("rmanager {}: instance {} is gone: released what was kept here for its {} request(s)",
                                 st.config.id, gone, requests.size()));
   }
+  st.known_members = {next.members.begin(), next.members.end()};
+}
+
+/// Whether `v`, an answer of the gManager `from`, should replace the view: it comes from the gManager this
+/// rManager reports to now, and it is no older than the view when both come from the same one.
+bool current(self_ptr self, const gmanager_actor& from, const cluster_view& v) {
+  const auto& st = self->state;
+  if (from != st.config.gmanager) return false;  // a late answer of a gManager this one left
+  return v.epoch != st.view.epoch || v.version >= st.view.version;
 }
 
 }  // namespace
 
 /// A newer view: keep it, release what departed owners kept here, and connect to its new peers.
 void adopt_view(self_ptr self, cluster_view v) {
-  if (v.epoch < self->state.view.epoch) return;  // a late answer
   release_departed(self, v);
   self->state.view = std::move(v);
   self->state.room_refused.clear();
@@ -61,6 +72,7 @@ void adopt_view(self_ptr self, cluster_view v) {
     for (const instance_view& i : self->state.view.instances) where[i.inst_id] = i.node;
     nodes->update(std::move(where));
   }
+  if (self->state.config.on_view) self->state.config.on_view(self->state.view);
 }
 
 void send_heartbeat(self_ptr self) {
@@ -75,8 +87,8 @@ void send_heartbeat(self_ptr self) {
   }
   self->request(st.config.gmanager, st.config.answer_timeout, std::move(hb))
       .then(
-          [=](cluster_view& v) {
-            if (v.epoch < self->state.view.epoch) return;  // a late answer
+          [=, gm = st.config.gmanager](cluster_view& v) {
+            if (!current(self, gm, v)) return;
             adopt_view(self, std::move(v));
             if (self->state.instance) self->send(self->state.instance, self->state.view);
           },
@@ -89,14 +101,25 @@ void join(self_ptr self) {
   auto& st = self->state;
   if (!st.config.gmanager) return;
   self->request(st.config.gmanager, st.config.answer_timeout,
-                join_cluster{st.config.id, rmanager_actor{self}, st.instance, st.stats(),
-                             st.config.plane_address, st.config.node})
-      .then([=](cluster_view& v) { adopt_view(self, std::move(v)); },
+                join_cluster{st.config.id, rmanager_actor{self}, st.instance, st.stats(), st.config.plane_address,
+                             st.config.node, st.config.control, st.view.epoch, st.view.members})
+      .then(
+          [=, gm = st.config.gmanager](cluster_view& v) {
+            if (current(self, gm, v)) adopt_view(self, std::move(v));
+          },
             [=](const caf::error& e) {
               if (e == caf::sec::request_timeout) return;  // heartbeats go on; the gManager may be slow
               plane_log(self->state, fmt::format("rmanager {}: join refused: {}", self->state.config.id,
                                                  self->system().render(e)));
             });
+}
+
+void switch_gmanager(self_ptr self, gmanager_actor gm) {
+  auto& st = self->state;
+  if (gm == st.config.gmanager) return;
+  plane_log(st, fmt::format("rmanager {}: joining the gManager {}", st.config.id, gm ? "reached now" : "(none)"));
+  st.config.gmanager = std::move(gm);
+  join(self);
 }
 
 void on_peer_failed(self_ptr self, const peer_failed& p) {

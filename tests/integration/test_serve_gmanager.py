@@ -5,8 +5,10 @@ prompt needs more than one instance's pool (its blocks move between the instance
 text of the same prompt on one embedded instance with enough memory; a streamed completion goes on while
 an instance process is SIGKILLed, and the request that lost its blocks, too long to start over on the one
 instance left, ends with an error event, not a hang, while the front end keeps serving on the other
-instance. With the gManager gone, /health and new
-requests answer 503; SIGTERM stops the front end (exit 0). Every process started here is gone at the end.
+instance. Instance 1 comes back, and the gManager is SIGKILLed while a request spread over both instances
+decodes: the stream completes without error (the text of one big instance), and while the gManager is down
+/health and a completion answer 200. The gManager started again at the same address is joined by both
+instances, and a new long request is spread over both again. Every process started here is gone at the end.
 Only generous upper bounds on the waits: no timing assertions.
 
 Usage: test_serve_gmanager.py ILLM [SOURCE_DIR]"""
@@ -25,15 +27,17 @@ from test_cluster_ucx import make_prompt
 JOIN_S = 120
 RUN_S = 600
 EXIT_S = 60
+STREAM_TOKENS = 500
 
 
-def embedded_text(illm, prompt, max_tokens):
+def embedded_text(illm, prompt, max_tokens, ignore_eos=False):
     """The text of `prompt` on one embedded instance with enough memory (greedy)."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
         f.write(prompt)
         f.flush()
         done = subprocess.run([illm, "generate", "--instances", "1", "--kv-blocks-per-instance", "1024",
-                               "--prompt-file", f.name, "--max-tokens", str(max_tokens), "--temperature", "0", "--json"],
+                               "--prompt-file", f.name, "--max-tokens", str(max_tokens), "--temperature", "0", "--json"]
+                              + (["--ignore-eos"] if ignore_eos else []),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=RUN_S, text=True)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout)["text"]
@@ -88,7 +92,8 @@ def main():
         status, body = completion(fe_port, long_prompt, 12)
         assert status == 200, body
         assert body["usage"]["prompt_tokens"] > 1024, body["usage"]
-        assert body["choices"][0]["text"] == embedded_text(illm, long_prompt, 12), body
+        long_text = embedded_text(illm, long_prompt, 12)
+        assert body["choices"][0]["text"] == long_text, body
         moves = [line for line in gm.output().splitlines() if "blocks (" in line]
         assert moves, "no move between the instance processes:\n" + gm.output()
         print(f"completions through the front end equal one embedded instance: short, and "
@@ -101,8 +106,8 @@ def main():
         def consume():
             try:
                 for data in stream_events(fe_port, "/v1/completions",
-                                          {"model": "stories15M", "prompt": long_prompt, "max_tokens": 600,
-                                           "ignore_eos": True, "stream": True}, timeout=RUN_S):
+                                          {"model": "stories15M", "prompt": long_prompt, "max_tokens": STREAM_TOKENS,
+                                           "ignore_eos": True, "stream": True, "temperature": 0}, timeout=RUN_S):
                     events.append(data)
             except Exception as e:  # noqa: BLE001 (reported below)
                 failure.append(repr(e))
@@ -131,18 +136,54 @@ def main():
         assert status == 200 and body["choices"][0]["text"] == short_text, body
         print("the front end keeps serving on instance 0", flush=True)
 
-        # Without the gManager: unavailable, clearly.
+        # Instance 1 comes back (a new process with its id), and the gManager is SIGKILLed while a request spread
+        # over both instances decodes: the stream completes without error, with the text of one big instance.
+        b = instance(1)
+        wait_until(lambda: b.has(r"instance 1: joined") or b.gone(), JOIN_S, "instance 1 to join again")
+        assert not b.gone(), b.output()
+        wait_until(lambda: request(fe_port, "GET", "/health", timeout=5) == (200, {"status": "ok", "instances": 2}),
+                   60, "the front end's /health to count both instances again")
+        events.clear()
+        reader = threading.Thread(target=consume)
+        reader.start()
+        wait_until(lambda: len(events) >= 5 or failure or not reader.is_alive(), RUN_S, "the stream's first tokens")
+        assert len(events) >= 5, (failure, events)
         gm.process.send_signal(signal.SIGKILL)
-        wait_until(lambda: request(fe_port, "GET", "/health", timeout=10)[0] == 503, 60, "/health to answer 503")
-        status, body = completion(fe_port, short, 8)
-        assert status == 503, (status, body)
-        print(f"gManager SIGKILLed: /health 503, a completion 503: {body['error']['message']}", flush=True)
+        wait_until(lambda: a.has(r"the gManager is gone") and b.has(r"the gManager is gone"), 60,
+                   "both instances to notice the gManager is gone")
+        tokens_at_kill = len(events)
+        status, body = completion(fe_port, short, 24)
+        assert status == 200 and body["choices"][0]["text"] == short_text, (status, body)
+        assert request(fe_port, "GET", "/health", timeout=10) == (200, {"status": "ok", "instances": 2})
+        reader.join(RUN_S)
+        assert not reader.is_alive() and not failure, failure
+        assert events[-1] == "[DONE]", events[-3:]
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert not [c for c in chunks if "error" in c], events[-3:]
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length", events[-3:]
+        streamed = "".join(c["choices"][0]["text"] for c in chunks)
+        assert streamed == embedded_text(illm, long_prompt, STREAM_TOKENS, ignore_eos=True), streamed[-200:]
+        print(f"gManager SIGKILLed mid-stream (after {tokens_at_kill} events): the stream completed without error "
+              f"({len(chunks)} chunks, the text of one big instance); while it was down a completion got 200 and "
+              f"/health counted 2 instances", flush=True)
+
+        # The gManager starts again at the same address: both instances join it, and a new long request is
+        # spread over both instances again (its moves are in the new gManager's log).
+        gm2 = procs.start("gmanager2", "gmanager", "--listen", f"127.0.0.1:{gm_port}", "--heartbeat-timeout-ms", "2000")
+        wait_until(lambda: gm2.has(r"instance 0 joined") and gm2.has(r"instance 1 joined"), JOIN_S,
+                   "both instances to join the restarted gManager")
+        status, body = completion(fe_port, long_prompt, 12)
+        assert status == 200 and body["choices"][0]["text"] == long_text, (status, body)
+        wait_until(lambda: "blocks (" in gm2.output(), 60, "the restarted gManager to report the request's moves")
+        print("the gManager restarted: both instances joined it, and a long request spread over both again "
+              f"({len([x for x in gm2.output().splitlines() if 'blocks (' in x])} moves)", flush=True)
 
         fe.process.send_signal(signal.SIGTERM)
         assert fe.wait_exit(EXIT_S) == 0, fe.output()
-        a.wait_exit(EXIT_S)  # it notices the gManager is gone and exits
-        assert procs.all_gone(), procs.not_gone()
-        print("every process started is gone", flush=True)
+        for p in (a, b):
+            p.process.send_signal(signal.SIGTERM)
+            assert p.wait_exit(EXIT_S) == 0, p.output()
+        procs.stop_last(gm2, EXIT_S)
 
 
 if __name__ == "__main__":
