@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   illm::cli::add_sim_command(app);
   illm::cli::add_bench_command(app);
   illm::cli::add_cluster_commands(app);
+  illm::cli::add_chaos_command(app);
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) {

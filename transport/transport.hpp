@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <functional>
 #include <span>
 #include <vector>
@@ -88,6 +90,8 @@ class data_plane {
   virtual void on_peer_error(peer_error_handler) {}
   /// Starts the plane's background progress, where it needs one (once).
   virtual status start_progress_thread() { return status::ok(); }
+  /// Faults this plane injected so far, by kind (a faulty plane's; none for the others).
+  virtual std::map<std::string, uint64_t> faults_injected() const { return {}; }
 };
 
 }  // namespace illm::transport

@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/cli/commands.hpp"
+#include "actors/cli/fault_flags.hpp"
 #include "actors/cli/setting_flags.hpp"
 #include "actors/cli/stop_signals.hpp"
 #include "actors/cluster/control_links.hpp"
@@ -185,6 +186,7 @@ void run_gmanager(const gmanager_flags& flags) {
 struct instance_flags {
   std::string join;
   std::string listen;  // its control port, HOST:PORT; empty: a free port on the address that reaches the gManager
+  std::string faults;  // the fault plan it injects (actors/faults/fault_plan.hpp); empty: none
   std::string metrics_listen, metrics_prefix = "illm:";
   int id = 0;
   std::string model = "stories15M";
@@ -220,8 +222,10 @@ struct peer_error_sink {
 std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, size_t& address_bytes,
                                                   actors::instance_node_options& o,
                                                   const std::shared_ptr<peer_error_sink>& sink) {
-  auto made = transport::make_plane(
-      "ucx", {.self = transport::peer_id(flags.id), .tls = flags.ucx_tls, .net_devices = flags.ucx_net_devices});
+  const actors::faults::fault_plan plan = fault_plan_of(flags.faults);
+  auto made = transport::make_plane(plan.data_faults ? "faulty:ucx" : "ucx",
+                                    {.self = transport::peer_id(flags.id), .tls = flags.ucx_tls,
+                                     .net_devices = flags.ucx_net_devices, .faults = plan.data_text});
   if (!made.is_ok()) fail("the UCX data plane: " + made.error().message);
   std::shared_ptr<transport::data_plane> plane = std::move(made).value();
   const int me = flags.id;
@@ -469,10 +473,22 @@ void start_node(instance_run& r, const gpu::loaded_model& model, const actors::g
   o.node = r.flags.node.empty() ? host_name() : r.flags.node;
   o.control = r.control;
   o.on_view = [links = r.links](const actors::cluster_view& v) { caf::anon_send(links, v); };
+  const actors::faults::fault_plan plan = fault_plan_of(r.flags.faults);
+  announce_faults(plan, r.me);
+  if (plan.control.any())
+    o.faults = std::make_shared<actors::faults::control_faults>(plan.control, plan.data.seed, plan.data.delay);
   if (const std::string taken = id_in_use(r.sys, gm, o.id); !taken.empty())
     stop_and_fail(r, fmt::format("{}: {}", r.me, taken), 2);
   r.endpoint = start_metrics(r.flags.metrics_listen, r.flags.metrics_prefix, r.me);
   o.metrics = r.endpoint.metrics;
+  if (r.endpoint.registry)
+    add_faults_metric(*r.endpoint.registry, r.flags.metrics_prefix,
+                      [control = o.faults, weak = std::weak_ptr<transport::data_plane>(plane)] {
+                        actors::faults::fault_counts out = control ? control->injected() : actors::faults::fault_counts{};
+                        if (auto p = weak.lock())
+                          for (const auto& [kind, n] : p->faults_injected()) out[kind] += n;
+                        return out;
+                      });
   o.instance = r.flags.instance;
   o.batch = r.flags.batch;
   auto started = actors::instance_node::start(r.sys, model.weights, o, plane, gm);
@@ -497,6 +513,7 @@ void run_instance(const instance_flags& flags) {
   if (flags.join.empty()) fail("--join is required (as a flag or in --config)", 2);
   const std::vector<actors::control_endpoint> gmanagers = parse_host_port_list(flags.join, "--join");
   if (!flags.listen.empty()) (void)parse_host_port(flags.listen, "--listen", true);
+  (void)fault_plan_of(flags.faults);  // a bad spec fails before loading
   const sigset_t stop_signals = block_stop_signals();
   auto model = gpu::load_model(flags.model);
   if (!model.is_ok()) fail(model.error().message());
@@ -616,6 +633,9 @@ void add_cluster_commands(CLI::App& app) {
   icmd->add_option("--node", f->node,
                    "The node (host) this instance runs on (default: the host name): a long step's queries to "
                    "several holders on another node go there once, through one of them");
+  icmd->add_option("--faults", f->faults,
+                   "Faults this instance injects, seeded: e.g. seed=7,send.drop=0.01,reply.drop=0.05 (docs/faults.md; "
+                   "default: none)");
   add_setting_flags(icmd, actors::instance_settings_table(), f->instance);
   add_setting_flags(icmd, actors::batch_settings_table(), f->batch);
   add_metrics_options(icmd, f->metrics_listen, f->metrics_prefix);

@@ -31,6 +31,9 @@ void add_profile_command(CLI::App& app);
 /// `illm sim`: the cluster simulator.
 void add_sim_command(CLI::App& app);
 
+/// `illm chaos`: seeded fault scenarios on an embedded cluster, with their books.
+void add_chaos_command(CLI::App& app);
+
 /// `illm gmanager` and `illm instance --join`: the cluster as separate processes over CAF's io middleman.
 void add_cluster_commands(CLI::App& app);
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "actors/cli/commands.hpp"
+#include "actors/cli/fault_flags.hpp"
 #include "actors/cli/setting_flags.hpp"
 #include "actors/cli/stop_signals.hpp"
 #include "actors/frontend/serve_config.hpp"
@@ -28,7 +29,7 @@ namespace {
 /// Flags given on the command line; each overrides the config file.
 struct serve_flags {
   std::string config;
-  std::string model, host, metrics_prefix, gmanager, policy, profile;
+  std::string model, host, metrics_prefix, gmanager, policy, profile, faults;
   int port = -1, instances = 0, max_requests = 0;
   std::vector<std::string> api_keys;
   actors::instance_settings instance;  // those given override the config file's
@@ -47,6 +48,7 @@ actors::frontend::serve_config resolve(const serve_flags& f, const CLI::App* cmd
   if (!f.host.empty()) c.host = f.host;
   if (f.port >= 0) c.port = uint16_t(f.port);
   if (!f.gmanager.empty()) c.gmanager = f.gmanager;
+  if (!f.faults.empty()) c.faults = f.faults;
   if (f.instances > 0) c.instances = f.instances;
   copy_given_settings(cmd, actors::instance_settings_table(), f.instance, c.instance);
   copy_given_settings(cmd, actors::batch_settings_table(), f.batch, c.batch);
@@ -64,6 +66,7 @@ struct routed_cluster {
   std::unique_ptr<actors::request_router> router;
   std::function<void()> stop;
   std::string description;
+  std::function<actors::faults::fault_counts()> faults_injected;  ///< none: it injects none
 };
 
 /// The greedy policy's profile: read from `c.profile` (it must describe `model`), or measured here on the CPU
@@ -98,6 +101,8 @@ routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu
   co.instance = c.instance;
   co.batch = c.batch;
   co.gmanager = c.embedded_gmanager;
+  co.faults = fault_plan_of(c.faults);
+  announce_faults(co.faults, "illm serve");
   co.metrics = std::move(metrics);
   const int threads = co.instance.threads_per_instance > 0
                           ? co.instance.threads_per_instance
@@ -112,7 +117,8 @@ routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu
             cl->shutdown();
           },
           fmt::format("{} instances ({} KV blocks each, {} placement)", c.instances, c.instance.kv_blocks_per_instance,
-                      c.policy)};
+                      c.policy),
+          [cl] { return cl->faults_injected(); }};
 }
 
 routed_cluster connect_remote(const actors::frontend::serve_config& c) {
@@ -141,6 +147,9 @@ void add_kv_usage_gauge(actors::metrics::registry& registry, const std::string& 
 void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   const actors::frontend::serve_config c = resolve(flags, cmd);
   if (!c.gmanager.empty()) (void)parse_host_port_list(c.gmanager, "--gmanager");  // a bad address fails before loading
+  if (!c.gmanager.empty() && !c.faults.empty())
+    fail("--faults: a front end of processes injects none: give --faults to illm instance", 2);
+  if (!c.faults.empty()) (void)fault_plan_of(c.faults);  // a bad spec fails before loading
   // Every thread started from here on leaves SIGINT and SIGTERM to this one, which waits for them.
   const sigset_t stop_signals = block_stop_signals();
 
@@ -150,6 +159,7 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   auto metrics = std::make_shared<actors::metrics::runtime_metrics>(*registry, c.metrics_prefix);
   routed_cluster routed = c.gmanager.empty() ? start_embedded(c, model.value(), metrics) : connect_remote(c);
   add_kv_usage_gauge(*registry, c.metrics_prefix, *routed.router);
+  if (routed.faults_injected) add_faults_metric(*registry, c.metrics_prefix, routed.faults_injected);
   actors::frontend::service_options so = c.service;
   so.model_name = model->name;
   actors::frontend::service svc(*routed.router, model->vocab, registry, metrics, so);
@@ -180,6 +190,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--gmanager", flags->gmanager,
                   "HOST:PORT of the gManager of a cluster of processes (illm gmanager), or a comma-separated list of them: route "
                   "to its instances instead of an embedded cluster");
+  cmd->add_option("--faults", flags->faults,
+                  "Faults the embedded cluster injects, seeded: e.g. seed=7,send.drop=0.01,heartbeat.drop=0.1 "
+                  "(docs/faults.md; default: none)");
   cmd->add_option("--instances", flags->instances, "Instances of the embedded cluster (default 2)")
       ->check(CLI::Range(1, 64));
   flags->instance = actors::frontend::serve_config{}.instance;  // the defaults --help shows

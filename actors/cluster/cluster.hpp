@@ -5,12 +5,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "actors/event_log.hpp"
+#include "actors/gmanager.hpp"
+#include "actors/faults/control_faults.hpp"
 #include "actors/messages.hpp"
 #include "actors/logic/room_prefill.hpp"
 #include "actors/settings/settings.hpp"
@@ -34,6 +37,14 @@ struct cluster_options {
   gmanager_settings gmanager;  ///< the gManager's periods
   placement::policy policy;    ///< empty: the simple policy
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional: where the actors report
+  /// Faults to inject (empty: none): the data plane is wrapped (faulty:inproc) when it asks for data-plane
+  /// faults, and every rManager injects its control-plane faults.
+  faults::fault_plan faults;
+  /// A request whose instance left the cluster (killed) goes on on another instance with its tokens so far
+  /// (as a front end of processes does); else it ends with an error.
+  bool resume_elsewhere = false;
+  /// Where the rManagers' lines go (a data-plane peer failed, a departed owner's blocks released); empty: stderr.
+  std::function<void(const std::string&)> log;
 };
 
 /// One instance's pool and data-plane traffic, for reports and tests.
@@ -43,6 +54,7 @@ struct instance_report {
   uint32_t free_blocks = 0;
   gpu::status accounting;  ///< the pool's own consistency check
   transport::traffic traffic;
+  bool alive = true;  ///< false once killed (kill_instance): its pool is left as it was
 };
 
 /// A running embedded cluster.
@@ -66,6 +78,18 @@ class cluster final : public request_router {
   /// Every move so far with its outcome.
   std::vector<move_report> moves() const { return events_->moves(); }
   int size() const;
+  /// The faults injected so far, by kind, data and control planes together.
+  faults::fault_counts faults_injected() const;
+
+  /// Kills instance `id` as a crash would: its actors exit at once, the other instances' data planes hear that
+  /// it failed, and once the gManager's view has lost it the request actors are told (those it served go on
+  /// elsewhere with cluster_options::resume_elsewhere). False when it is no live instance.
+  bool kill_instance(instance_id id);
+  /// Stops the gManager as a crash would and starts another in its place (a higher epoch): every rManager
+  /// joins it, and it rebuilds membership and the placement map from their joins and heartbeats.
+  void restart_gmanager();
+  /// Drains instance `id` through the gManager: no new requests or loans go to it.
+  void drain_instance(instance_id id);
 
   /// Waits until every pool is back to all blocks free (releases are asynchronous: after a request
   /// ends, its holders free their blocks a moment later); false on timeout.
@@ -75,13 +99,20 @@ class cluster final : public request_router {
   void shutdown();
 
  private:
-  cluster();
+  explicit cluster(bool resume_elsewhere);
   gpu::status build(std::shared_ptr<const gpu::model_weights> weights, const cluster_options& options);
 
   std::vector<std::unique_ptr<instance_node>> nodes_;
+  std::shared_ptr<faults::control_faults> control_faults_;  ///< none without control-plane faults
   std::shared_ptr<event_log> events_;
   std::atomic<request_id> next_request_{1};
+  /// The gManager now (restart_gmanager replaces it while front-end threads read it).
+  gmanager_actor gmanager() const;
+
+  mutable std::mutex gmanager_mutex_;
   gmanager_actor gmanager_;
+  gmanager_config gmanager_config_;  ///< how the gManager was made (restart_gmanager makes another alike)
+  std::vector<bool> killed_;         ///< by instance id
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;  // destroyed first: its actors use the nodes
   bool stopped_ = false;

@@ -113,6 +113,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.connect_peer = options.connect_peer;
   rcfg.control = options.control;
   rcfg.on_view = options.on_view;
+  rcfg.faults = options.faults;
   rcfg.log = options.log;
   n->rmanager = spawn_rmanager(sys, rcfg);
 

@@ -11,6 +11,7 @@
 
 #include "gpu/engine.hpp"
 #include "actors/event_log.hpp"
+#include "actors/faults/control_faults.hpp"
 #include "actors/messages.hpp"
 #include "actors/logic/room_prefill.hpp"
 #include "actors/settings/settings.hpp"
@@ -34,6 +35,7 @@ struct instance_node_options {
   std::string node;  ///< the node (host) it runs on, in its join (empty: one node for the whole cluster)
   std::function<std::string(instance_id peer, const std::vector<uint8_t>& address)> connect_peer;
   control_endpoint control;  ///< its process's control port, in its join (empty: in-process)
+  std::shared_ptr<faults::control_faults> faults;  ///< control-plane faults its rManager injects (none: none)
   /// Told every view its rManager adopts, on the rManager's thread (empty: nobody): e.g. the control links.
   std::function<void(const cluster_view&)> on_view;
   std::function<void(const std::string&)> log;

@@ -65,6 +65,7 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
       {"port", {integer(&serve_config::port, 0, 65535), "port to listen on (0: any free port)"}},
       {"gmanager", {text(&serve_config::gmanager), "HOST:PORT (or a comma-separated list) of the gManager of a cluster of processes to route to (empty: embedded)"}},
       {"instances", {integer(&serve_config::instances, 1, 64), "instances of the embedded cluster"}},
+      {"faults", {text(&serve_config::faults), "faults the embedded cluster injects, e.g. \"seed=7,send.drop=0.01,heartbeat.drop=0.1\" (docs/faults.md; empty: none)"}},
       {"policy",
        {one_of(&serve_config::policy, {"greedy", "simple"}),
         "the embedded gManager's placement: \"greedy\" (the performance model) or \"simple\""}},

@@ -16,6 +16,7 @@ struct serve_config {
   std::string model = "stories15M";
   std::string host = "127.0.0.1";
   uint16_t port = 8000;
+  std::string faults;  ///< the fault plan to inject (actors/faults/fault_plan.hpp); empty: none
   std::string gmanager;  ///< HOST:PORT of a cluster of processes (illm gmanager); empty: an embedded cluster
   int instances = 2;
   /// Every instance's pool (larger than elsewhere: a service holds many requests), threads and periods.

@@ -73,10 +73,15 @@ void remote_router::send_group(int lane, std::vector<gpu::remote_attention_job> 
   {
     std::lock_guard lock(mutex_);
     a.tag = next_tag_++;
-    pending_[a.tag] = {job, lane, false, std::vector<gpu::remote_attention_job>(group.begin() + 1, group.end())};
+    pending_[a.tag] = {job, lane, false, std::vector<gpu::remote_attention_job>(group.begin() + 1, group.end()),
+                       encode(a)};
   }
   const uint64_t tag = a.tag;
-  const std::vector<uint8_t> payload = encode(a);
+  std::vector<uint8_t> payload;
+  {
+    std::lock_guard lock(mutex_);
+    payload = pending_[tag].payload;
+  }
   plane_->send(holder, transport::channel::attend, payload, [this, tag](transport::status s) {
     if (!s.is_ok()) fail(tag, engine_status(s));
   });
@@ -158,7 +163,13 @@ gpu::status remote_router::finish(int lane) {
   if (gpu::status bad = check_lane(lane); !bad.is_ok()) return bad;
   std::unique_lock lock(mutex_);
   round& r = rounds_[size_t(lane)];
-  const bool answered = answered_.wait_for(lock, timeout_, [&r] { return r.outstanding == 0; });
+  // Waits in quarters of the timeout; after each one without every answer, the unanswered attends go again.
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  bool answered = false;
+  while (!(answered = answered_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + timeout_ / 4),
+                                           [&r] { return r.outstanding == 0; })) &&
+         std::chrono::steady_clock::now() < deadline)
+    resend_unanswered(lane, lock);
   const bool any = std::any_of(pending_.begin(), pending_.end(), [lane](const auto& e) { return e.second.lane == lane; });
   if (latency_ && any) {
     // Until the last answer, not until this call: the engine may have run the other lane meanwhile.
@@ -178,6 +189,15 @@ gpu::status remote_router::finish(int lane) {
     if (!late.is_ok()) return late;
   }
   return r.first_error;
+}
+
+void remote_router::resend_unanswered(int lane, std::unique_lock<std::mutex>& lock) {
+  std::vector<std::pair<uint32_t, std::vector<uint8_t>>> again;
+  for (const auto& [tag, p] : pending_)
+    if (p.lane == lane && !p.done) again.push_back({p.job.holder, p.payload});
+  lock.unlock();
+  for (const auto& [holder, payload] : again) plane_->send(holder, transport::channel::attend, payload, [](transport::status) {});
+  lock.lock();
 }
 
 std::vector<uint64_t> remote_router::take_failed() {

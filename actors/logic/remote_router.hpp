@@ -50,7 +50,11 @@ class remote_router final : public gpu::attention_router {
     int lane = 0;
     bool done = false;
     std::vector<gpu::remote_attention_job> relayed;  // answered through job's holder, merged into its partial
+    std::vector<uint8_t> payload;  // the attend as sent: sent again while no answer came
   };
+  /// Sends again the attends of `lane` that have no answer yet (a lost message; a holder answers a repeated
+  /// attend again, and the router takes the first answer). Called with `lock` held; sends without it.
+  void resend_unanswered(int lane, std::unique_lock<std::mutex>& lock);
   /// The lane's jobs as attends go out: one per job, or per sequence and other node where they relay.
   std::vector<std::vector<gpu::remote_attention_job>> group(std::span<const gpu::remote_attention_job> jobs) const;
   /// Sends one attend for a group of jobs (the first's holder relays to the others).

@@ -71,6 +71,8 @@ using view_atom = caf::atom_constant<caf::atom("view")>;
 using moves_atom = caf::atom_constant<caf::atom("moves")>;
 /// The pool wrote a layer of some blocks: attends waiting for it may be answered.
 using written_atom = caf::atom_constant<caf::atom("written")>;
+/// (deferred_atom, id): an actor runs what it put off (e.g. an injected delay) now.
+using deferred_atom = caf::atom_constant<caf::atom("deferred")>;
 /// An attention server looks at its waiting attends again.
 using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
 

@@ -151,12 +151,22 @@ family<histogram>& registry::add_histogram(const std::string& name, const std::s
           }).histograms;
 }
 
-void registry::add_sampled_gauge(const std::string& name, const std::string& help, std::vector<std::string> labels,
-                                 sampled_values sample) {
-  add_entry(name, help, "gauge", [&](entry& e) {
+void registry::add_sampled(const std::string& name, const std::string& help, const char* type,
+                           std::vector<std::string> labels, sampled_values sample) {
+  add_entry(name, help, type, [&](entry& e) {
     e.sampled_labels = std::move(labels);
     e.sampled = std::move(sample);
   });
+}
+
+void registry::add_sampled_gauge(const std::string& name, const std::string& help, std::vector<std::string> labels,
+                                 sampled_values sample) {
+  add_sampled(name, help, "gauge", std::move(labels), std::move(sample));
+}
+
+void registry::add_sampled_counter(const std::string& name, const std::string& help, std::vector<std::string> labels,
+                                   sampled_values sample) {
+  add_sampled(name, help, "counter", std::move(labels), std::move(sample));
 }
 
 std::string registry::expose() const {

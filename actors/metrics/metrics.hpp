@@ -103,6 +103,9 @@ class registry {
   /// A gauge family whose series come from `sample` at scrape time.
   void add_sampled_gauge(const std::string& name, const std::string& help, std::vector<std::string> labels,
                          sampled_values sample);
+  /// A counter family whose series come from `sample` at scrape time (values that only grow).
+  void add_sampled_counter(const std::string& name, const std::string& help, std::vector<std::string> labels,
+                           sampled_values sample);
 
   /// The Prometheus text format 0.0.4 of every metric.
   std::string expose() const;
@@ -112,6 +115,9 @@ class registry {
   /// Adds a metric named `name` of `type`, its family or sampler set by `fill`.
   entry& add_entry(const std::string& name, const std::string& help, const char* type,
                    const std::function<void(entry&)>& fill);
+  /// Adds a metric of `type` whose series come from `sample` at scrape time.
+  void add_sampled(const std::string& name, const std::string& help, const char* type, std::vector<std::string> labels,
+                   sampled_values sample);
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<entry>> entries_;
 };

@@ -18,7 +18,7 @@ using rmanager_actor = caf::typed_actor<
     caf::reacts_to<attach_atom, instance_actor>, caf::reacts_to<heartbeat_tick_atom>, caf::reacts_to<cluster_view>,
     caf::reacts_to<peer_failed>, caf::reacts_to<drain_instance>, caf::reacts_to<placement_update>,
     caf::replies_to<caf::get_atom>::with<instance_stats>, caf::reacts_to<use_gmanager>,
-    caf::replies_to<view_atom>::with<cluster_view>,
+    caf::replies_to<view_atom>::with<cluster_view>, caf::reacts_to<deferred_atom, uint64_t>,
     // move source: the gManager's orders, its instance's loans, the copy's completions
     caf::reacts_to<move_kvcache>, caf::reacts_to<need_blocks>, caf::reacts_to<transfer_done>,
     // move destination: reservations as leases, commits, give-backs, releases

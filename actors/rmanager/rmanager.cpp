@@ -17,6 +17,12 @@ bool reachable(const rmanager_state& st, instance_id peer) {
   return !st.config.connect_peer || st.connected.count(peer) > 0;
 }
 
+void defer(self_ptr self, std::chrono::milliseconds delay, std::function<void()> action) {
+  const uint64_t id = self->state.next_deferred++;
+  self->state.deferred[id] = std::move(action);
+  self->delayed_send(self, delay, deferred_atom::value, id);
+}
+
 namespace {
 
 rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config config) {
@@ -41,20 +47,33 @@ rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config c
       [=](caf::get_atom) { return self->state.stats(); },
       [=](use_gmanager& u) { switch_gmanager(self, std::move(u.gmanager)); },
       [=](view_atom) { return self->state.view; },
+      [=](deferred_atom, uint64_t id) {
+        auto it = self->state.deferred.find(id);
+        if (it == self->state.deferred.end()) return;
+        auto action = std::move(it->second);
+        self->state.deferred.erase(it);
+        action();
+      },
       // move source: orders, loans, the copy's completions
       [=](const move_kvcache& m) { order_move(self, m); },
       [=](const need_blocks& n) { start_loan(self, n); },
       [=](const transfer_done& d) { on_transfer(self, d); },
       // move destination
-      [=](const try_move_kvcache& t) { return grant(self, t); },
-      [=](const commit_move& c) { return accept_commit(self, c); },
+      [=](const try_move_kvcache& t) {
+        return answer<move_reservation>(self, faults::control_point::reply, [=] { return grant(self, t); });
+      },
+      [=](const commit_move& c) {
+        return answer<commit_result>(self, faults::control_point::reply, [=] { return accept_commit(self, c); });
+      },
       [=](const abort_move& a) { on_abort_move(self, a); },
       [=](lease_check_atom, move_id id) { on_lease_check(self, id); },
       [=](const take_reservation& t) { return take_for_chunk(self, t); },
       [=](const return_reservation& r) { chunk_returned(self, r.id); },
       [=](const release_blocks& r) { release_hosted(self, r); },
       // rooms and releases
-      [=](const keep_blocks& k) { return keep(self, k); },
+      [=](const keep_blocks& k) {
+        return answer<uint32_t>(self, faults::control_point::promise, [=] { return keep(self, k); });
+      },
       [=](reserve_room& r) {
         r.owner = self->state.config.id;
         ask_room(self, r);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "actors/event_log.hpp"
+#include "actors/faults/control_faults.hpp"
 #include "actors/logic/hosted_blocks.hpp"
 #include "actors/logic/peer_nodes.hpp"
 #include "actors/logic/pool_promises.hpp"
@@ -54,6 +55,8 @@ struct rmanager_config {
   /// Connects the data plane to a peer of the view that has an address and is not connected yet (or whose
   /// address changed); returns an empty string or why not. Empty: never called (an in-process plane).
   std::function<std::string(instance_id peer, const std::vector<uint8_t>& address)> connect_peer;
+  /// Control-plane faults to inject (heartbeats, answers to moves and promises); none: none.
+  std::shared_ptr<faults::control_faults> faults;
   /// Where the rManager's data-plane lines go (a failed connect, a failed peer); empty: stderr.
   std::function<void(const std::string&)> log;
 };

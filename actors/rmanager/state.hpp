@@ -8,6 +8,7 @@
 //   chunk_reservations.cpp  room prefill at the owner: a chunk's blocks reserved at its holder, committed
 // Internal to actors/rmanager/: nothing outside it includes this header.
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -72,6 +73,9 @@ struct rmanager_state {
   std::set<std::pair<request_id, instance_id>> room_refused;  // our rooms' holders that refused a move, until the next view
   std::map<instance_id, std::vector<uint8_t>> connected;  // data-plane peers connected, by their address
   std::map<instance_id, std::vector<uint8_t>> failed;     // peers whose endpoint failed, at that address
+  std::map<uint64_t, std::function<void()>> deferred;  // put off by injected delays, by their timer's id
+  uint64_t next_deferred = 1;
+  std::vector<caf::response_promise> swallowed;  // answers lost by injected faults: never delivered
   bool loan_in_flight = false;
   bool draining = false;
   uint64_t next_move = 1;
@@ -126,6 +130,30 @@ using self_ptr = rmanager_actor::stateful_pointer<rmanager_state>;
 void plane_log(const rmanager_state& st, const std::string& line);
 /// Whether the data plane reaches `peer` (always, for an in-process plane).
 bool reachable(const rmanager_state& st, instance_id peer);
+
+/// Runs `action` on the rManager's thread `delay` from now.
+void defer(self_ptr self, std::chrono::milliseconds delay, std::function<void()> action);
+
+/// An answer at control-plane fault point `point`, made by `make`: as it is, lost (made, never delivered:
+/// the asker times out), made twice as for a request that arrived twice (the first goes back), or delivered
+/// late (rmanager_config::faults; without it, as it is).
+template <class T, class Make>
+caf::result<T> answer(self_ptr self, faults::control_point point, Make make) {
+  const auto& faults = self->state.config.faults;
+  const faults::fate f = faults ? faults->draw(point) : faults::fate::pass;
+  if (f == faults::fate::pass) return make();
+  T first = make();
+  if (f == faults::fate::duplicate) {
+    (void)make();
+    return first;
+  }
+  auto promise = self->template make_response_promise<T>();
+  if (f == faults::fate::drop)
+    self->state.swallowed.push_back(promise);
+  else
+    defer(self, faults->delay(), [promise, first]() mutable { promise.deliver(std::move(first)); });
+  return promise;
+}
 
 // ---- view.cpp -------------------------------------------------------------------------------------------------
 

@@ -75,6 +75,20 @@ void adopt_view(self_ptr self, cluster_view v) {
   if (self->state.config.on_view) self->state.config.on_view(self->state.view);
 }
 
+/// Sends `hb` to the gManager; its answer, the view, is adopted if it is still current.
+void request_view(self_ptr self, heartbeat hb) {
+  auto& st = self->state;
+  if (!st.config.gmanager) return;
+  self->request(st.config.gmanager, st.config.answer_timeout, std::move(hb))
+      .then(
+          [=, gm = st.config.gmanager](cluster_view& v) {
+            if (!current(self, gm, v)) return;
+            adopt_view(self, std::move(v));
+            if (self->state.instance) self->send(self->state.instance, self->state.view);
+          },
+          [=](const caf::error&) {});  // the next period tries again; instances keep serving meanwhile
+}
+
 void send_heartbeat(self_ptr self) {
   auto& st = self->state;
   self->delayed_send(self, st.config.heartbeat_period, heartbeat_tick_atom::value);
@@ -85,14 +99,15 @@ void send_heartbeat(self_ptr self) {
     m->blocks_hosted.with(instance).set(hb.stats.hosted_blocks);
     m->blocks_borrowed.with(instance).set(hb.stats.borrowed_blocks);
   }
-  self->request(st.config.gmanager, st.config.answer_timeout, std::move(hb))
-      .then(
-          [=, gm = st.config.gmanager](cluster_view& v) {
-            if (!current(self, gm, v)) return;
-            adopt_view(self, std::move(v));
-            if (self->state.instance) self->send(self->state.instance, self->state.view);
-          },
-          [=](const caf::error&) {});  // the next period tries again; instances keep serving meanwhile
+  switch (st.config.faults ? st.config.faults->draw(faults::control_point::heartbeat) : faults::fate::pass) {
+    case faults::fate::pass: return request_view(self, std::move(hb));
+    case faults::fate::drop: return;
+    case faults::fate::duplicate:
+      request_view(self, hb);
+      return request_view(self, std::move(hb));
+    case faults::fate::delay:
+      return defer(self, st.config.faults->delay(), [self, hb]() mutable { request_view(self, std::move(hb)); });
+  }
 }
 
 /// Joins the gManager, with the instance actor once it is attached (the gManager takes the second join as

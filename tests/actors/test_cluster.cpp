@@ -97,6 +97,16 @@ std::vector<outcome> run_all(cluster& c, const std::vector<generate_params>& req
   return out;
 }
 
+/// Runs requests together and checks that each ends by its length with the ids it has alone on one pool.
+std::vector<outcome> run_all_alone(cluster& c, const std::vector<generate_params>& requests) {
+  auto got = run_all(c, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    REQUIRE_MESSAGE(got[i].end.reason == "length", got[i].end.error);
+    CHECK_MESSAGE(got[i].tokens == alone(requests[i].prompt, requests[i].max_tokens), "request ", i);
+  }
+  return got;
+}
+
 size_t instances_holding(const request_finished& end) {
   std::map<instance_id, uint32_t> blocks;
   for (const auto& e : end.placement) blocks[e.inst_id] += e.num_blocks;
@@ -231,13 +241,31 @@ TEST_SUITE("actors") {
     cluster_options o = pools(3, 64);
     auto c = cluster::start(model().weights, o);
     REQUIRE(c.is_ok());
-    const auto got = run_all(*c.value(), requests);
-    for (size_t i = 0; i < requests.size(); ++i) {
-      REQUIRE_MESSAGE(got[i].end.reason == "length", got[i].end.error);
-      CHECK_MESSAGE(got[i].tokens == alone(requests[i].prompt, requests[i].max_tokens), "request ", i);
-    }
+    const auto got = run_all_alone(*c.value(), requests);
     CHECK(instances_holding(got.back().end) >= 2);
     check_pools_back_to_start(*c.value());
+    c.value()->shutdown();
+  }
+
+  TEST_CASE("control and data messages duplicated and delayed change no token and leak no block") {
+    std::vector<generate_params> requests;
+    for (const char* p : {"Once upon a time", "The little dog", "Lily and Ben"})
+      requests.push_back(greedy(model().vocab->encode(p, true), 24));
+    requests.push_back(greedy(long_prompt(1300), 16));  // more than any one pool: a room, loans and moves
+    cluster_options o = pools(3, 64, 20ms);
+    auto plan = faults::parse_fault_plan(
+        "seed=5,heartbeat.drop=0.2,heartbeat.dup=0.2,heartbeat.delay=0.2,reply.dup=0.3,reply.delay=0.3,"
+        "promise.dup=0.3,promise.delay=0.3,send.dup=0.05,delay_ms=5");
+    REQUIRE(plan.is_ok());
+    o.faults = plan.value();
+    auto c = cluster::start(model().weights, o);
+    REQUIRE(c.is_ok());
+    const auto got = run_all_alone(*c.value(), requests);
+    check_pools_back_to_start(*c.value());
+    const auto injected = c.value()->faults_injected();
+    MESSAGE("faults injected: ", injected.size(), " kinds");
+    CHECK(injected.count("heartbeat_duplicate") == 1);
+    CHECK(injected.count("send_duplicate") == 1);
     c.value()->shutdown();
   }
 

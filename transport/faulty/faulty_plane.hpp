@@ -42,6 +42,7 @@ class faulty_plane final : public data_plane {
 
   /// The faults injected so far, by kind.
   fault_counts injected() const;
+  std::map<std::string, uint64_t> faults_injected() const override { return injected(); }
   const fault_spec& spec() const { return spec_; }
 
  private:

@@ -1,0 +1,302 @@
+// A chaos run: an embedded cluster with the scenario's faults (seeded), a mixed load drawn from the seed (one
+// request longer than a pool, spread over several instances, and short ones), the scenario's action when the
+// long request reaches its trigger, then the books: each request's ends and tokens against its fault-free
+// answer (the engine's greedy ids for it alone on one pool, which a fault-free cluster gives too), and every
+// surviving pool. Requests whose instance dies go on elsewhere (cluster_options::resume_elsewhere).
+#include "actors/chaos/chaos.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "actors/cluster/cluster.hpp"
+#include "gpu/backend_registry.hpp"
+#include "gpu/generate.hpp"
+#include "gpu/kv_pool.hpp"
+
+namespace illm::actors::chaos {
+
+namespace {
+
+constexpr int max_output_tokens = 32;
+constexpr auto run_deadline = std::chrono::seconds(180);
+
+/// One request of the load as the harness saw it.
+struct record {
+  generate_params params;
+  std::vector<int32_t> tokens;
+  int ends = 0;
+  request_finished end;
+};
+
+/// The load of a run and its progress, shared with the request callbacks.
+struct load {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<record> records;  ///< [0] is the long request
+  size_t ended = 0;
+};
+
+/// The seed's load: one request of 1.2 to 1.5 pools (over several instances) and short ones of random tokens,
+/// all greedy with fixed lengths.
+std::vector<generate_params> make_load(const gpu::loaded_model& model, uint64_t seed, const chaos_options& o) {
+  std::mt19937_64 random(seed);
+  const int pool_tokens = o.kv_blocks_per_instance * int(gpu::kv_block_tokens);
+  const int vocab = model.weights->config().vocab_size;
+  auto tokens = [&](int n) {
+    std::vector<int32_t> ids{1};  // BOS
+    for (int i = 1; i < n; ++i) ids.push_back(int32_t(3 + random() % uint64_t(vocab - 3)));
+    return ids;
+  };
+  auto length = [&] { return 8 + int(random() % (max_output_tokens - 7)); };
+  std::vector<generate_params> out;
+  const double share[] = {1.2, 1.35, 1.5};  // a few lengths: their fault-free answers are computed once
+  std::mt19937_64 long_random(seed % 3);
+  const int long_tokens = int(pool_tokens * share[seed % 3]);
+  std::vector<int32_t> long_prompt{1};
+  for (int i = 1; i < long_tokens; ++i) long_prompt.push_back(int32_t(3 + long_random() % uint64_t(vocab - 3)));
+  out.push_back({long_prompt, max_output_tokens, 0.0f, 1.0f, 0, true});
+  for (int i = 0; i < o.short_requests; ++i) out.push_back({tokens(8 + int(random() % 120)), length(), 0.0f, 1.0f, 0, true});
+  return out;
+}
+
+/// The fault-free answer of `prompt` (max_output_tokens greedy ids alone on one pool), computed once per prompt.
+const std::vector<int32_t>& reference(const gpu::loaded_model& model, const std::vector<int32_t>& prompt) {
+  static std::mutex mutex;
+  static std::map<std::vector<int32_t>, std::vector<int32_t>> known;
+  std::lock_guard lock(mutex);
+  if (auto it = known.find(prompt); it != known.end()) return it->second;
+  static auto device = gpu::make_backend("cpu", int(std::max(1u, std::thread::hardware_concurrency())));
+  gpu::generate_options g;
+  g.prompt_ids = prompt;
+  g.max_tokens = max_output_tokens;
+  g.ignore_eos = true;
+  auto out = device.is_ok() ? gpu::generate(model, *device.value(), g) : gpu::result<gpu::generate_result>(device.error());
+  return known[prompt] = out.is_ok() ? out->token_ids : std::vector<int32_t>{};
+}
+
+cluster_options cluster_for(const scenario& s, uint64_t seed, const chaos_options& o, std::string& error) {
+  cluster_options c;
+  c.instances = o.instances;
+  c.instance.kv_blocks_per_instance = o.kv_blocks_per_instance;
+  c.instance.threads_per_instance = 1;
+  c.instance.attention_timeout_ms = 2000;  // a lost attention message costs a step this long
+  c.instance.lease_ms = 1000;
+  c.gmanager.policy_period_ms = 50;
+  c.gmanager.heartbeat_timeout_ms = 500;
+  c.resume_elsewhere = true;
+  c.log = o.log ? o.log : [](const std::string&) {};  // the rManagers' lines: only with --verbose
+  if (!s.faults.empty()) {
+    auto plan = faults::parse_fault_plan(fmt::format("{},seed={}", s.faults, seed));
+    if (!plan.is_ok()) error = plan.error().message();
+    else c.faults = std::move(plan).value();
+  }
+  return c;
+}
+
+/// Submits the load; the long request goes to `owner`'s instance of `view`.
+void submit_all(cluster& c, load& l, const cluster_view& view) {
+  for (size_t i = 0; i < l.records.size(); ++i) {
+    request_callbacks cb{[&l, i](int32_t token) {
+                           std::lock_guard lock(l.mutex);
+                           l.records[i].tokens.push_back(token);
+                           l.changed.notify_all();
+                         },
+                         [&l, i](const request_finished& end) {
+                           std::lock_guard lock(l.mutex);
+                           if (l.records[i].ends++ == 0) ++l.ended;
+                           l.records[i].end = end;
+                           l.changed.notify_all();
+                         }};
+    c.submit(l.records[i].params, std::move(cb), view);
+  }
+}
+
+/// Whether the long request has reached the moment the scenario acts at.
+bool triggered(cluster& c, load& l, action what, request_id long_id) {
+  const size_t tokens = l.records[0].tokens.size();
+  if (what != action::kill_mid_room) return tokens >= 4;
+  if (tokens > 0) return true;  // too late for the prompt: act now anyway
+  const auto moves = c.moves();
+  return std::any_of(moves.begin(), moves.end(), [&](const move_report& m) { return m.req_id == long_id && m.ok; });
+}
+
+/// An instance other than `owner` that holds blocks of the long request (the destination of its moves), else
+/// any other live one.
+instance_id holder_of(cluster& c, request_id long_id, instance_id owner) {
+  for (const move_report& m : c.moves())
+    if (m.req_id == long_id && m.ok && m.dst_inst != owner) return m.dst_inst;
+  for (const auto& i : c.instances())
+    if (i.alive && i.id != owner) return i.id;
+  return owner;
+}
+
+/// Does what the scenario does; returns the fault's name (empty: nothing done).
+std::string act(cluster& c, action what, request_id long_id, instance_id owner) {
+  switch (what) {
+    case action::none: return {};
+    case action::kill_holder:
+    case action::kill_mid_room: return c.kill_instance(holder_of(c, long_id, owner)) ? "instance_killed" : "";
+    case action::kill_owner: return c.kill_instance(owner) ? "instance_killed" : "";
+    case action::kill_gmanager: c.restart_gmanager(); return "gmanager_restarted";
+    case action::drain: c.drain_instance(holder_of(c, long_id, owner)); return "instance_drained";
+  }
+  return {};
+}
+
+/// The books of a run's requests, from a snapshot taken before the cluster stops.
+books tally(const gpu::loaded_model& model, const std::vector<record>& records, uint64_t surviving_blocks,
+            std::vector<std::string>& problems) {
+  books b;
+  b.runs = 1;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const record& r = records[i];
+    ++b.accepted;
+    if (r.ends == 0) {
+      ++b.lost;
+      problems.push_back(fmt::format("request {} never ended ({} tokens)", i, r.tokens.size()));
+      continue;
+    }
+    if (r.ends > 1) {
+      ++b.duplicated;
+      problems.push_back(fmt::format("request {} ended {} times", i, r.ends));
+    }
+    if (r.end.reason == "length") {
+      ++b.completed;
+      const auto& want = reference(model, r.params.prompt);
+      const bool same = r.tokens.size() == size_t(r.params.max_tokens) && want.size() >= r.tokens.size() &&
+                        std::equal(r.tokens.begin(), r.tokens.end(), want.begin());
+      if (!same) {
+        ++b.mismatched;
+        problems.push_back(fmt::format("request {}: its {} tokens differ from the fault-free ones", i, r.tokens.size()));
+      }
+      continue;
+    }
+    ++b.failed;
+      const uint64_t needed = gpu::blocks_for_tokens(int64_t(r.params.prompt.size()) + r.params.max_tokens);
+    if (needed <= surviving_blocks) {
+      ++b.unjustified_failed;
+      problems.push_back(fmt::format("request {} failed though the surviving pools hold it: {} {}", i, r.end.reason,
+                                     r.end.error));
+    }
+  }
+  return b;
+}
+
+/// Checks the surviving pools once every release has landed: blocks still taken are leaked.
+uint64_t leaked_blocks(cluster& c, std::vector<std::string>& problems, uint64_t& surviving_blocks) {
+  (void)c.wait_pools_free(std::chrono::seconds(10));
+  uint64_t leaked = 0;
+  surviving_blocks = 0;
+  for (const auto& i : c.instances()) {
+    if (!i.alive) continue;
+    surviving_blocks += i.total_blocks;
+    if (!i.accounting.is_ok()) {
+      ++leaked;
+      problems.push_back(fmt::format("instance {}: {}", i.id, i.accounting.message()));
+    }
+    if (i.free_blocks != i.total_blocks) {
+      leaked += i.total_blocks - i.free_blocks;
+      problems.push_back(fmt::format("instance {}: {} of {} blocks free at the end", i.id, i.free_blocks, i.total_blocks));
+    }
+  }
+  return leaked;
+}
+
+}  // namespace
+
+books& books::operator+=(const books& o) {
+  runs += o.runs;
+  accepted += o.accepted;
+  completed += o.completed;
+  failed += o.failed;
+  unjustified_failed += o.unjustified_failed;
+  lost += o.lost;
+  duplicated += o.duplicated;
+  mismatched += o.mismatched;
+  leaked_blocks += o.leaked_blocks;
+  faults_injected += o.faults_injected;
+  for (const auto& [kind, n] : o.faults) faults[kind] += n;
+  return *this;
+}
+
+const std::vector<scenario>& scenarios() {
+  static const std::vector<scenario> all = {
+      {"kill-holder", "an instance holding blocks of the long request dies while it decodes", action::kill_holder, ""},
+      {"kill-owner", "the long request's owner dies while it decodes", action::kill_owner, ""},
+      {"kill-gmanager", "the gManager crashes while the long request decodes, and another starts", action::kill_gmanager,
+       ""},
+      {"kill-mid-room", "a holder of the long request's room dies while its prompt is computed", action::kill_mid_room,
+       ""},
+      {"drain", "an instance holding blocks of the long request drains while it decodes", action::drain, ""},
+      {"control-dup-delay", "heartbeats, move answers and promises lost, twice or late",
+       action::none,
+       "heartbeat.drop=0.2,heartbeat.dup=0.1,heartbeat.delay=0.1,reply.dup=0.2,reply.delay=0.2,promise.dup=0.2,"
+       "promise.delay=0.2,delay_ms=20"},
+      {"lost-answers", "answers to moves and promises lost (the asker times out)", action::none,
+       "reply.drop=0.1,promise.drop=0.1"},
+      {"data-faults", "KV copies failed or dropped, attention messages twice or late", action::none,
+       "put.fail=0.05,put.drop=0.05,send.dup=0.05,send.delay=0.05,delay_ms=20"},
+      {"message-loss", "attention messages lost", action::none, "send.drop=0.005"},
+  };
+  return all;
+}
+
+const scenario* find_scenario(const std::string& name) {
+  for (const scenario& s : scenarios())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+run_result run(const gpu::loaded_model& model, const scenario& s, uint64_t seed, const chaos_options& options) {
+  const auto started = std::chrono::steady_clock::now();
+  run_result out{s.name, seed, {}, {}, 0};
+  std::string error;
+  const cluster_options co = cluster_for(s, seed, options, error);
+  auto made = error.empty() ? cluster::start(model.weights, co) : gpu::result<std::unique_ptr<cluster>>(
+                                                                       gpu::status{gpu::status_code::invalid_argument, error});
+  if (!made.is_ok()) {
+    out.problems.push_back("the cluster did not start: " + made.error().message());
+    out.tally.runs = 1;
+    out.tally.lost = 1;
+    return out;
+  }
+  cluster& c = *made.value();
+  load l;
+  for (generate_params& p : make_load(model, seed, options)) l.records.push_back({std::move(p), {}, 0, {}});
+  const cluster_view view = c.view();
+  const instance_view* first = most_free_instance(view);
+  const instance_id owner = first ? first->inst_id : 0;
+  const request_id long_id = 1;  // the cluster numbers requests from 1: the long one is submitted first
+  submit_all(c, l, view);
+  const auto deadline = std::chrono::steady_clock::now() + run_deadline;
+  std::unique_lock lock(l.mutex);
+  while (std::chrono::steady_clock::now() < deadline &&  // moves do not wake it: it looks every 10 ms
+         !l.changed.wait_for(lock, std::chrono::milliseconds(10),
+                             [&] { return l.ended == l.records.size() || triggered(c, l, s.what, long_id); })) {
+  }
+  lock.unlock();
+  if (const std::string fault = act(c, s.what, long_id, owner); !fault.empty()) out.tally.faults[fault] += 1;
+  lock.lock();
+  l.changed.wait_until(lock, deadline, [&] { return l.ended == l.records.size(); });
+  const std::vector<record> snapshot = l.records;
+  lock.unlock();
+  uint64_t surviving = 0;
+  const uint64_t leaked = leaked_blocks(c, out.problems, surviving);
+  for (const auto& [kind, n] : c.faults_injected()) out.tally.faults[kind] += n;
+  c.shutdown();
+  books b = tally(model, snapshot, surviving, out.problems);
+  b.leaked_blocks = leaked;
+  b.faults = out.tally.faults;
+  for (const auto& [kind, n] : b.faults) b.faults_injected += n;
+  out.tally = b;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return out;
+}
+
+}  // namespace illm::actors::chaos

@@ -1,0 +1,161 @@
+// `illm chaos`: seeded fault scenarios on an embedded cluster (actors/chaos/), their books per scenario and in
+// total as a table (or --json), the command that replays each failing seed, and the time it all took.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "actors/chaos/chaos.hpp"
+#include "actors/cli/commands.hpp"
+#include "gpu/model_files.hpp"
+
+namespace illm::cli {
+
+namespace {
+
+struct chaos_flags {
+  int seeds = 0;        // runs in all, round-robin over the scenarios (0: one per scenario)
+  int64_t seed = -1;    // one seed for each scenario chosen (-1: seeds 1..N)
+  std::string scenario;  // empty: all
+  std::string model = "stories15M";
+  bool json = false;
+  bool list = false;
+  bool verbose = false;
+  actors::chaos::chaos_options options;
+};
+
+/// A scenario's books and the seeds it ran.
+struct scenario_books {
+  actors::chaos::books tally;
+  std::vector<uint64_t> seeds;
+};
+
+/// (scenario, seed) of each run, in order.
+std::vector<std::pair<const actors::chaos::scenario*, uint64_t>> plan_runs(const chaos_flags& f) {
+  std::vector<const actors::chaos::scenario*> chosen;
+  if (!f.scenario.empty()) {
+    const auto* s = actors::chaos::find_scenario(f.scenario);
+    if (!s) fail(fmt::format("--scenario {}: no such scenario (illm chaos --list names them)", f.scenario), 2);
+    chosen.push_back(s);
+  } else {
+    for (const auto& s : actors::chaos::scenarios()) chosen.push_back(&s);
+  }
+  std::vector<std::pair<const actors::chaos::scenario*, uint64_t>> runs;
+  const int n = f.seed >= 0 ? int(chosen.size()) : (f.seeds > 0 ? f.seeds : int(chosen.size()));
+  for (int i = 0; i < n; ++i)
+    runs.push_back({chosen[size_t(i) % chosen.size()], f.seed >= 0 ? uint64_t(f.seed) : uint64_t(i + 1)});
+  return runs;
+}
+
+void progress(size_t done, size_t total, const std::string& what) {
+  const int width = 30, filled = int(width * done / std::max<size_t>(1, total));
+  fmt::print(stderr, "\r[{}{}] {}/{} {:<40}", std::string(size_t(filled), '#'), std::string(size_t(width - filled), ' '),
+             done, total, what);
+  std::fflush(stderr);
+}
+
+nlohmann::json books_json(const actors::chaos::books& b) {
+  nlohmann::json j = {{"runs", b.runs},
+                      {"accepted", b.accepted},
+                      {"completed", b.completed},
+                      {"failed", b.failed},
+                      {"unjustified_failed", b.unjustified_failed},
+                      {"lost", b.lost},
+                      {"duplicated", b.duplicated},
+                      {"mismatched", b.mismatched},
+                      {"leaked_blocks", b.leaked_blocks},
+                      {"faults_injected", b.faults_injected}};
+  j["faults"] = b.faults;
+  return j;
+}
+
+void print_table(const std::map<std::string, scenario_books>& by, const actors::chaos::books& total, double seconds) {
+  static constexpr const char* row = "{:<18} {:>5} {:>7} {:>8} {:>9} {:>6} {:>11} {:>5} {:>10} {:>10} {:>6}\n";
+  fmt::print(fmt::runtime(row), "scenario", "runs", "faults", "accepted", "completed", "failed", "unjustified", "lost", "duplicated",
+             "mismatched", "leaked");
+  auto line = [&](const std::string& name, const actors::chaos::books& b) {
+    fmt::print(fmt::runtime(row), name, b.runs, b.faults_injected, b.accepted, b.completed, b.failed, b.unjustified_failed, b.lost,
+               b.duplicated, b.mismatched, b.leaked_blocks);
+  };
+  for (const auto& [name, s] : by) line(name, s.tally);
+  line("total", total);
+  fmt::print("{} runs in {:.1f} s\n", total.runs, seconds);
+}
+
+void run_chaos(const chaos_flags& f) {
+  if (f.list) {
+    for (const auto& s : actors::chaos::scenarios())
+      fmt::print("{:<18} {}{}\n", s.name, s.description, s.faults.empty() ? "" : " (faults: " + s.faults + ")");
+    return;
+  }
+  const auto runs = plan_runs(f);
+  actors::chaos::chaos_options options = f.options;
+  if (f.verbose)
+    options.log = [](const std::string& line) {
+      fmt::print(stderr, "{}\n", line);
+      std::fflush(stderr);
+    };
+  auto model = gpu::load_model(f.model);
+  if (!model.is_ok()) fail(model.error().message());
+  const bool terminal = isatty(STDERR_FILENO);
+  const auto started = std::chrono::steady_clock::now();
+  std::map<std::string, scenario_books> by;
+  actors::chaos::books total;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const auto& [s, seed] = runs[i];
+    if (terminal) progress(i, runs.size(), fmt::format("{} seed {}", s->name, seed));
+    const actors::chaos::run_result r = actors::chaos::run(model.value(), *s, seed, options);
+    by[s->name].tally += r.tally;
+    by[s->name].seeds.push_back(seed);
+    total += r.tally;
+    if (r.tally.clean()) continue;
+    if (terminal) fmt::print(stderr, "\n");
+    fmt::print(stderr, "FAILED {} seed {}: {}\n  replay: illm chaos --scenario {} --seed {}\n", s->name, seed,
+               fmt::join(r.problems, "; "), s->name, seed);
+  }
+  if (terminal) progress(runs.size(), runs.size(), "done"), fmt::print(stderr, "\n");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (f.json) {
+    nlohmann::json out = {{"seconds", seconds}, {"total", books_json(total)}};
+    for (const auto& [name, s] : by) {
+      out["scenarios"][name] = books_json(s.tally);
+      out["scenarios"][name]["seeds"] = s.seeds;
+    }
+    fmt::print("{}\n", out.dump());
+  } else {
+    print_table(by, total, seconds);
+  }
+  if (!total.clean()) fail("the books do not balance: see FAILED above for the runs and how to replay them", 1);
+}
+
+}  // namespace
+
+void add_chaos_command(CLI::App& app) {
+  auto f = std::make_shared<chaos_flags>();
+  CLI::App* cmd = app.add_subcommand(
+      "chaos", "Run seeded fault scenarios on an embedded cluster and check the books of every request and pool");
+  auto seeds = cmd->add_option("--seeds", f->seeds, "Runs in all, round-robin over the scenarios, seeds 1..N "
+                                                    "(default: one per scenario)")
+                   ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--seed", f->seed, "Run each chosen scenario once at this seed (replays a run)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 62))
+      ->excludes(seeds);
+  cmd->add_option("--scenario", f->scenario, "Only this scenario (--list names them)");
+  cmd->add_option("--model", f->model, "Model name (in $ILLM_MODELS) or path (default stories15M)");
+  cmd->add_option("--instances", f->options.instances, "Instances of the cluster (default 3)")->check(CLI::Range(2, 16));
+  cmd->add_option("--kv-blocks-per-instance", f->options.kv_blocks_per_instance,
+                  "KV blocks of 16 tokens per instance (default 64)")
+      ->check(CLI::Range(16, 4096));
+  cmd->add_flag("--json", f->json, "Print the books as one JSON object (per scenario and total)");
+  cmd->add_flag("--list", f->list, "List the scenarios and exit");
+  cmd->add_flag("--verbose", f->verbose, "Show the cluster's log lines (instances killed, blocks released)");
+  cmd->callback([f] { run_chaos(*f); });
+}
+
+}  // namespace illm::cli

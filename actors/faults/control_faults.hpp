@@ -1,0 +1,41 @@
+#pragma once
+// The control plane's fault injector: the actors ask it, at each point of a fault plan, what happens to one
+// message or answer (it passes, is lost, arrives twice, or arrives later), drawn from the plan's seed in the
+// order they ask; it counts every fault it injects. Shared by the actors of a process (thread-safe).
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include "actors/faults/fault_plan.hpp"
+
+namespace illm::actors::faults {
+
+/// What happens to one message or answer.
+enum class fate { pass, drop, duplicate, delay };
+
+/// Faults injected so far, by kind ("heartbeat_drop", "reply_duplicate", ...).
+using fault_counts = std::map<std::string, uint64_t>;
+
+/// Draws control-plane faults.
+class control_faults {
+ public:
+  control_faults(control_fault_spec spec, uint64_t seed, std::chrono::milliseconds delay);
+  /// What happens to the next message or answer at `point` (counted when it is a fault).
+  fate draw(control_point point);
+  /// How long a delayed one waits.
+  std::chrono::milliseconds delay() const { return delay_; }
+  /// The faults injected so far, by kind.
+  fault_counts injected() const;
+
+ private:
+  const control_fault_spec spec_;
+  const std::chrono::milliseconds delay_;
+  mutable std::mutex mutex_;
+  std::mt19937_64 random_;
+  fault_counts injected_;
+};
+
+}  // namespace illm::actors::faults

@@ -1,0 +1,116 @@
+#include "actors/faults/fault_plan.hpp"
+
+#include <cstdlib>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace illm::actors::faults {
+
+namespace {
+
+/// "point.fault" of a control key: the point's index and which chance; false when it is no control key.
+bool control_key(std::string_view key, control_fault_spec& spec, double*& chance) {
+  const size_t dot = key.find('.');
+  if (dot == std::string_view::npos) return false;
+  const std::string_view point = key.substr(0, dot), fault = key.substr(dot + 1);
+  for (int p = 0; p < control_point_count; ++p) {
+    if (point != to_string(control_point(p))) continue;
+    if (fault == "drop") chance = &spec.drop[p];
+    else if (fault == "dup") chance = &spec.duplicate[p];
+    else if (fault == "delay") chance = &spec.delay_chance[p];
+    else chance = nullptr;
+    return true;
+  }
+  return false;
+}
+
+std::vector<std::string_view> split(std::string_view text, char by) {
+  std::vector<std::string_view> out;
+  size_t from = 0;
+  while (from <= text.size()) {
+    const size_t at = std::min(text.find(by, from), text.size());
+    out.push_back(text.substr(from, at - from));
+    from = at + 1;
+  }
+  return out;
+}
+
+/// Reads one control pair into `plan`; an error message, or empty.
+std::string read_control(std::string_view key, std::string_view value, fault_plan& plan) {
+  double* chance = nullptr;
+  (void)control_key(key, plan.control, chance);
+  if (!chance) return fmt::format("faults: \"{}\": the faults of a control point are drop, dup and delay", key);
+  const std::string v(value);
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(x >= 0 && x <= 1))
+    return fmt::format("faults: \"{}={}\": expected a chance from 0 to 1", key, value);
+  *chance = x;
+  return {};
+}
+
+}  // namespace
+
+std::string fault_plan::data_text_for(uint64_t n) const {
+  return fmt::format("{}{}seed={}", data_text, data_text.empty() ? "" : ",", data.seed * 1000003 + n);
+}
+
+const char* to_string(control_point p) {
+  switch (p) {
+    case control_point::heartbeat: return "heartbeat";
+    case control_point::reply: return "reply";
+    case control_point::promise: return "promise";
+  }
+  return "?";
+}
+
+bool control_fault_spec::any() const {
+  for (int p = 0; p < control_point_count; ++p)
+    if (drop[p] > 0 || duplicate[p] > 0 || delay_chance[p] > 0) return true;
+  return false;
+}
+
+gpu::result<fault_plan> parse_fault_plan(std::string_view text) {
+  fault_plan plan;
+  if (text.empty()) return plan;
+  plan.text = std::string(text);
+  std::string data_text;  // the data plane's pairs, and the shared ones, for transport::parse_fault_spec
+  bool data_keys = false;
+  for (std::string_view pair : split(text, ',')) {
+    const size_t eq = pair.find('=');
+    const std::string_view key = pair.substr(0, eq), value = eq == std::string_view::npos ? "" : pair.substr(eq + 1);
+    double* ignored = nullptr;
+    if (control_key(key, plan.control, ignored)) {
+      if (std::string why = read_control(key, value, plan); !why.empty())
+        return gpu::status{gpu::status_code::invalid_argument, why};
+      continue;
+    }
+    data_keys = data_keys || (key != "seed" && key != "delay_ms");
+    data_text += (data_text.empty() ? "" : ",") + std::string(pair);
+  }
+  auto data = transport::parse_fault_spec(data_text);
+  if (!data.is_ok())
+    return gpu::status{gpu::status_code::invalid_argument,
+                       data.error().message + "; and the control plane's: heartbeat, reply and promise, each with "
+                                              ".drop, .dup or .delay"};
+  plan.data = std::move(data).value();
+  plan.data_faults = data_keys;
+  plan.data_text = data_text;
+  return plan;
+}
+
+std::string describe(const fault_plan& plan) {
+  std::vector<std::string> parts;
+  if (plan.data_faults) parts.push_back("data plane: " + transport::describe(plan.data));
+  for (int p = 0; p < control_point_count; ++p) {
+    const char* name = to_string(control_point(p));
+    if (plan.control.drop[p] > 0) parts.push_back(fmt::format("{}.drop={}", name, plan.control.drop[p]));
+    if (plan.control.duplicate[p] > 0) parts.push_back(fmt::format("{}.dup={}", name, plan.control.duplicate[p]));
+    if (plan.control.delay_chance[p] > 0) parts.push_back(fmt::format("{}.delay={}", name, plan.control.delay_chance[p]));
+  }
+  return fmt::format("seed {}, delay {} ms; {}", plan.data.seed, plan.data.delay.count(),
+                     parts.empty() ? "nothing" : fmt::format("{}", fmt::join(parts, ", ")));
+}
+
+}  // namespace illm::actors::faults
