@@ -33,6 +33,9 @@ void end(self_ptr self, const request_finished& f) {
   if (st.ended) return;  // exactly once
   st.ended = true;
   if (st.callbacks.on_finished) st.callbacks.on_finished(f);
+  // A monitor lives in the monitored actor until it is removed: left there, each ended request would keep its
+  // actor's memory (held by the monitor's weak reference) for as long as its instance runs.
+  if (st.instance) self->demonitor(st.instance.address());
   self->quit();
 }
 
@@ -43,6 +46,7 @@ void end_with_error(self_ptr self, std::string why) {
 /// Hands the request to `target`.
 void submit(self_ptr self, serving_instance target, generate_request r) {
   auto& st = self->state;
+  if (st.instance) self->demonitor(st.instance.address());  // the instance it leaves
   st.instance = std::move(target.actor);
   st.serving_id = target.id;
   self->monitor(st.instance);

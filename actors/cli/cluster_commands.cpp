@@ -482,6 +482,11 @@ void start_node(instance_run& r, const gpu::loaded_model& model, const actors::g
   r.endpoint = start_metrics(r.flags.metrics_listen, r.flags.metrics_prefix, r.me);
   o.metrics = r.endpoint.metrics;
   if (r.endpoint.registry)
+    actors::metrics::add_gmanager_connected(*r.endpoint.registry, r.flags.metrics_prefix, [seen = r.seen] {
+      std::lock_guard lock(seen->mutex);
+      return bool(seen->gmanager);
+    });
+  if (r.endpoint.registry)
     add_faults_metric(*r.endpoint.registry, r.flags.metrics_prefix,
                       [control = o.faults, weak = std::weak_ptr<transport::data_plane>(plane)] {
                         actors::faults::fault_counts out = control ? control->injected() : actors::faults::fault_counts{};

@@ -67,6 +67,7 @@ struct routed_cluster {
   std::function<void()> stop;
   std::string description;
   std::function<actors::faults::fault_counts()> faults_injected;  ///< none: it injects none
+  std::function<bool()> gmanager_connected;  ///< whether it reaches a gManager now
 };
 
 /// The greedy policy's profile: read from `c.profile` (it must describe `model`), or measured here on the CPU
@@ -118,7 +119,7 @@ routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu
           },
           fmt::format("{} instances ({} KV blocks each, {} placement)", c.instances, c.instance.kv_blocks_per_instance,
                       c.policy),
-          [cl] { return cl->faults_injected(); }};
+          [cl] { return cl->faults_injected(); }, [] { return true; }};  // its gManager is in this process
 }
 
 routed_cluster connect_remote(const actors::frontend::serve_config& c) {
@@ -129,7 +130,8 @@ routed_cluster connect_remote(const actors::frontend::serve_config& c) {
   if (!connected.is_ok()) fail(connected.error().message());
   actors::remote_cluster* rc = connected.value().get();
   return {std::move(connected).value(), [rc] { rc->shutdown(); },
-          fmt::format("the cluster of processes of the gManager at {}", c.gmanager)};
+          fmt::format("the cluster of processes of the gManager at {}", c.gmanager), {},
+          [rc] { return rc->gmanager_linked(); }};
 }
 
 /// The share of each instance's KV blocks in use, as the gManager's view has it.
@@ -160,6 +162,7 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   routed_cluster routed = c.gmanager.empty() ? start_embedded(c, model.value(), metrics) : connect_remote(c);
   add_kv_usage_gauge(*registry, c.metrics_prefix, *routed.router);
   if (routed.faults_injected) add_faults_metric(*registry, c.metrics_prefix, routed.faults_injected);
+  actors::metrics::add_gmanager_connected(*registry, c.metrics_prefix, routed.gmanager_connected);
   actors::frontend::service_options so = c.service;
   so.model_name = model->name;
   actors::frontend::service svc(*routed.router, model->vocab, registry, metrics, so);

@@ -229,6 +229,7 @@ void service::finish(answer& a, const request_finished& end, http_reply& reply) 
   const std::string outcome = a.client_gone ? "abort" : end.reason == "error" ? "error" : a.result.finish_reason;
   if (metrics_) {
     metrics_->request_success.with({outcome}).add();
+    if (end.reason == "error") metrics_->requests_failed.with({metrics::failure_reason(end.error)}).add();
     metrics_->e2e_latency.with().observe(std::chrono::duration<double>(clock::now() - a.arrived).count());
   }
   if (a.client_gone) return;

@@ -9,6 +9,10 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
                                     {"finished_reason"})),
       request_refused(r.add_counter(prefix + "request_refused_total", "Requests refused before running, by reason.",
                                     {"reason"})),
+      requests_failed(r.add_counter(prefix + "requests_failed_total",
+                                    "Accepted requests that ended with an error, by reason: kv_lost, instance_lost, "
+                                    "no_capacity, other.",
+                                    {"reason"})),
       time_to_first_token(r.add_histogram(prefix + "time_to_first_token_seconds", "Time to the first token.",
                                           latency_buckets())),
       inter_token_latency(r.add_histogram(prefix + "inter_token_latency_seconds", "Time between two streamed tokens.",
@@ -48,5 +52,21 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
       heartbeat_age(r.add_gauge(prefix + "heartbeat_age_seconds", "Age of an instance's last heartbeat at the gManager.",
                                 {"instance"})),
       instances_alive(r.add_gauge(prefix + "instances_alive", "Instances with a recent heartbeat.")) {}
+
+std::string failure_reason(const std::string& error) {
+  auto has = [&](const char* words) { return error.find(words) != std::string::npos; };
+  if (has("KV was lost")) return "kv_lost";
+  if (has("left the cluster") || has("instance serving the request stopped")) return "instance_lost";
+  if (has("KV blocks; the cluster has") || has("cannot hold")) return "no_capacity";
+  return "other";
+}
+
+void add_gmanager_connected(registry& r, const std::string& prefix, std::function<bool()> connected) {
+  r.add_sampled_gauge(prefix + "gmanager_connected",
+                      "1 while this process reaches a gManager; 0 while it serves on from its last view.", {},
+                      [connected = std::move(connected)] {
+                        return std::vector<std::pair<label_values, double>>{{{}, connected() ? 1.0 : 0.0}};
+                      });
+}
 
 }  // namespace illm::actors::metrics

@@ -23,6 +23,8 @@ struct runtime_metrics {
   family<counter>& generation_tokens;  ///< illm:generation_tokens_total
   family<counter>& request_success;    ///< illm:request_success_total{finished_reason}
   family<counter>& request_refused;    ///< illm:request_refused_total{reason}
+  /// illm:requests_failed_total{reason}: accepted requests that ended with an error (failure_reason names why)
+  family<counter>& requests_failed;
   family<histogram>& time_to_first_token;  ///< illm:time_to_first_token_seconds
   family<histogram>& inter_token_latency;  ///< illm:inter_token_latency_seconds
   family<histogram>& e2e_latency;          ///< illm:e2e_request_latency_seconds
@@ -49,5 +51,14 @@ struct runtime_metrics {
   family<gauge>& heartbeat_age;    ///< illm:heartbeat_age_seconds{instance}
   family<gauge>& instances_alive;  ///< illm:instances_alive
 };
+
+/// The reason label of illm:requests_failed_total for a request's error: kv_lost (a holder of its KV failed too
+/// often), instance_lost (its instance left and none could take it), no_capacity (the cluster cannot hold it),
+/// or other.
+std::string failure_reason(const std::string& error);
+
+/// Registers illm:gmanager_connected (under `prefix`): 1 while `connected()` says this process reaches a
+/// gManager, 0 while it serves on from its last view.
+void add_gmanager_connected(registry& r, const std::string& prefix, std::function<bool()> connected);
 
 }  // namespace illm::actors::metrics

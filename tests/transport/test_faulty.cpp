@@ -105,6 +105,17 @@ TEST_SUITE("transport") {
     CHECK(p.injected().at("send_delay") > 0);
   }
 
+  TEST_CASE("a faulty endpoint whose handler was removed refuses messages instead of calling nothing") {
+    auto group = make_plane_group("inproc");
+    auto sender = make_plane("inproc", {.self = 1, .group = group}).value();
+    auto stopped = make_plane("faulty:inproc", {.self = 2, .group = group, .faults = "seed=1,send.dup=0.5"}).value();
+    stopped->on_message(channel::attend, [](peer_id, std::vector<uint8_t>) {});
+    stopped->on_message(channel::attend, nullptr);  // as a stopped instance does
+    transport::status got = transport::status::ok();
+    sender->send(2, channel::attend, std::vector<uint8_t>{7}, [&got](transport::status s) { got = s; });
+    CHECK_FALSE(got.is_ok());  // refused with a reason, and nothing crashed
+  }
+
   TEST_CASE("a partitioned peer is cut off both ways and a put that fails or is dropped writes nothing") {
     auto group = make_plane_group("inproc");
     auto a = make_plane("faulty:inproc", {.self = 1, .group = group, .faults = "partition=2"}).value();
