@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A soak of `illm serve`: the azure2023_conv trace replayed against it at 20x its rate (prompts clamped to
+# A soak of `illm serve` (embedded, simple placement, default limits): the azure2023_conv trace replayed against it at 20x its rate (prompts clamped to
 # 200 tokens, outputs to 56), again and again for MINUTES minutes (default 10), while the server's resident
 # memory is sampled every 10 s. Prints the samples (elapsed s, requests answered, RSS MB), the failed
 # requests, and the slope of resident memory per 1000 requests after the first minute (a least-squares
@@ -15,9 +15,15 @@ trace=tests/data/traces/azure2023_conv.csv
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
-"$illm" serve --port "$port" --policy simple --max-requests 256 "$@" >"$work/serve.log" 2>&1 &
+"$illm" serve --port "$port" --policy simple "$@" >"$work/serve.log" 2>&1 &
 server=$!
-cleanup() { kill -TERM "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$work"; }
+replay=0
+cleanup() {
+  kill -TERM "$replay" 2>/dev/null || true
+  kill -TERM "$server" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
 trap cleanup EXIT INT TERM
 for _ in $(seq 600); do
   curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
@@ -33,11 +39,15 @@ answered() {
 
 # The replays, one after another, each adding its answered count to a done file of its own.
 (
+  bench=0
+  trap 'kill "$bench" 2>/dev/null; exit 0' TERM
   round=0
   while :; do
     round=$((round + 1))
     "$illm" bench --url "http://127.0.0.1:$port" --trace "$trace" --rate-scale 20 --max-input-tokens 200 \
-      --max-output-tokens 56 --json >"$work/round.$round.json" 2>>"$work/bench.log" || true
+      --max-output-tokens 56 --json >"$work/round.$round.json" 2>>"$work/bench.log" &
+    bench=$!
+    wait "$bench" || true
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["completed"], r["failed"])' \
       "$work/round.$round.json" >"$work/done.$round" 2>/dev/null || echo "0 0" >"$work/done.$round"
   done
@@ -50,8 +60,7 @@ while [ $(( $(date +%s) - start )) -lt $((minutes * 60)) ]; do
   echo "$(( $(date +%s) - start )) $(answered) $(rss_mb)" | tee -a "$work/samples"
   sleep 10
 done
-kill "$replay" 2>/dev/null || true
-pkill -P "$replay" 2>/dev/null || true
+kill -TERM "$replay" 2>/dev/null || true  # it stops the replay under way
 wait "$replay" 2>/dev/null || true
 
 failed=$(cat "$work"/done.* 2>/dev/null | awk '{n += $2} END {print n + 0}')
