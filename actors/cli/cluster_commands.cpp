@@ -218,11 +218,12 @@ struct peer_error_sink {
   actors::instance_node* node = nullptr;
 };
 
-/// The instance's data plane: UCX, with its progress thread running; `o` gets its address and connector.
-std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, size_t& address_bytes,
+/// The instance's data plane: UCX (inside faulty:ucx when `plan` asks for data-plane faults), with its progress
+/// thread running; `o` gets its address and connector.
+std::shared_ptr<transport::data_plane> make_plane(const instance_flags& flags, const actors::faults::fault_plan& plan,
+                                                  size_t& address_bytes,
                                                   actors::instance_node_options& o,
                                                   const std::shared_ptr<peer_error_sink>& sink) {
-  const actors::faults::fault_plan plan = fault_plan_of(flags.faults);
   auto made = transport::make_plane(plan.data_faults ? "faulty:ucx" : "ucx",
                                     {.self = transport::peer_id(flags.id), .tls = flags.ucx_tls,
                                      .net_devices = flags.ucx_net_devices, .faults = plan.data_text});
@@ -468,12 +469,12 @@ void drain_and_leave(instance_run& r) {
 void start_node(instance_run& r, const gpu::loaded_model& model, const actors::gmanager_actor& gm) {
   actors::instance_node_options o;
   size_t address_bytes = 0;
-  std::shared_ptr<transport::data_plane> plane = make_plane(r.flags, address_bytes, o, r.sink);
+  const actors::faults::fault_plan plan = fault_plan_of(r.flags.faults);
+  std::shared_ptr<transport::data_plane> plane = make_plane(r.flags, plan, address_bytes, o, r.sink);
   o.id = actors::instance_id(r.flags.id);
   o.node = r.flags.node.empty() ? host_name() : r.flags.node;
   o.control = r.control;
   o.on_view = [links = r.links](const actors::cluster_view& v) { caf::anon_send(links, v); };
-  const actors::faults::fault_plan plan = fault_plan_of(r.flags.faults);
   announce_faults(plan, r.me);
   if (plan.control.any())
     o.faults = std::make_shared<actors::faults::control_faults>(plan.control, plan.data.seed, plan.data.delay);

@@ -73,14 +73,12 @@ void remote_router::send_group(int lane, std::vector<gpu::remote_attention_job> 
   {
     std::lock_guard lock(mutex_);
     a.tag = next_tag_++;
-    pending_[a.tag] = {job, lane, false, std::vector<gpu::remote_attention_job>(group.begin() + 1, group.end()),
-                       encode(a)};
   }
   const uint64_t tag = a.tag;
-  std::vector<uint8_t> payload;
+  const std::vector<uint8_t> payload = encode(a);  // outside the lock; kept in pending_ to be sent again
   {
     std::lock_guard lock(mutex_);
-    payload = pending_[tag].payload;
+    pending_[tag] = {job, lane, false, std::vector<gpu::remote_attention_job>(group.begin() + 1, group.end()), payload};
   }
   plane_->send(holder, transport::channel::attend, payload, [this, tag](transport::status s) {
     if (!s.is_ok()) fail(tag, engine_status(s));
