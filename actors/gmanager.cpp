@@ -1,6 +1,8 @@
 #include "actors/gmanager.hpp"
 
 #include <algorithm>
+#include <csignal>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <optional>
@@ -250,6 +252,27 @@ void update_membership_metrics(self_ptr self) {
   m->instances_alive.with().set(alive_count);
 }
 
+/// Sends a move order, or loses, doubles or delays it as the injected faults say (gmanager_config::faults).
+void send_order(self_ptr self, const rmanager_actor& to, const move_kvcache& order) {
+  const auto& faults = self->state.config.faults;
+  switch (faults ? faults->draw(faults::control_point::order) : faults::fate::pass) {
+    case faults::fate::pass: return self->send(to, order);
+    case faults::fate::drop: return;  // the source never hears of it; the order expires here
+    case faults::fate::duplicate:
+      self->send(to, order);
+      return self->send(to, order);
+    case faults::fate::delay: return self->delayed_send(to, faults->delay(), order);
+  }
+}
+
+/// The planned crash: the process's hook, then the actor ends as a killed one would.
+void crash(self_ptr self) {
+  std::fprintf(stderr, "illm gmanager: FAULT INJECTED: crash after sending move orders\n");
+  if (!self->state.config.crash) std::raise(SIGKILL);
+  self->state.config.crash();
+  self->quit(caf::exit_reason::kill);
+}
+
 void run_policy(self_ptr self) {
   auto& st = self->state;
   self->delayed_send(self, st.config.policy_period, policy_tick_atom::value);
@@ -274,13 +297,16 @@ void run_policy(self_ptr self) {
   auto busy = [&](instance_id src) {
     return std::any_of(st.ordered.begin(), st.ordered.end(), [&](const auto& o) { return o.second.first == src; });
   };
+  bool ordered = false;
   for (const placement::move_order& o : st.config.policy(snapshot)) {
     auto src = st.members.find(o.src);
     if (src == st.members.end() || !st.members.count(o.dst) || o.num_blocks == 0 || busy(o.src)) continue;
     const move_id id = st.next_move++;
     st.ordered[id] = {o.src, now};
-    self->send(src->second.rmanager, move_kvcache{id, o.req, o.num_blocks, o.dst});
+    send_order(self, src->second.rmanager, move_kvcache{id, o.req, o.num_blocks, o.dst});
+    ordered = true;
   }
+  if (ordered && st.config.faults && st.config.faults->crash_now(faults::crash_point::after_order)) crash(self);
 }
 
 /// A new member, or a member's second join (with its instance actor). An id already held by another live

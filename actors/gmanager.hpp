@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "actors/event_log.hpp"
+#include "actors/faults/control_faults.hpp"
 #include "actors/messages.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "actors/placement/types.hpp"
@@ -53,6 +54,12 @@ struct gmanager_config {
   /// meanwhile), and grants no room and orders no move meanwhile. The promises of rooms are the holders'
   /// own: their spare counts leave them out.
   uint64_t epoch = default_epoch();
+  /// Control-plane faults it injects into its move orders (order.*) and where it crashes (crash=after_order);
+  /// none: none.
+  std::shared_ptr<faults::control_faults> faults;
+  /// How it dies at its crash point (a process: as SIGKILL would; an embedded cluster: another is started).
+  /// Empty: the process is killed.
+  std::function<void()> crash;
   /// The time now in microseconds since 1970.
   static uint64_t default_epoch();
 };

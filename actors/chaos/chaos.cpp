@@ -24,6 +24,8 @@ namespace illm::actors::chaos {
 namespace {
 
 constexpr int max_output_tokens = 32;
+constexpr auto partition_length = std::chrono::milliseconds(1000);  // shorter than a run, longer than a step
+constexpr int joiner_requests = 2;  // short requests sent once an instance joined (to it: it is the emptiest)
 constexpr auto run_deadline = std::chrono::seconds(180);
 
 /// One request of the load as the harness saw it.
@@ -87,21 +89,22 @@ cluster_options cluster_for(const scenario& s, uint64_t seed, const chaos_option
   c.instance.threads_per_instance = 1;
   c.instance.attention_timeout_ms = 2000;  // a lost attention message costs a step this long
   c.instance.lease_ms = 1000;
+  if (s.owner_prefills) c.batch.room_prefill_min_chunks = 0;
   c.gmanager.policy_period_ms = 50;
   c.gmanager.heartbeat_timeout_ms = 500;
   c.resume_elsewhere = true;
   c.log = o.log ? o.log : [](const std::string&) {};  // the rManagers' lines: only with --verbose
-  if (!s.faults.empty()) {
-    auto plan = faults::parse_fault_plan(fmt::format("{},seed={}", s.faults, seed));
+  {  // every run's planes are faulty ones (a partition needs them), injecting only what the scenario asks
+    auto plan = faults::parse_fault_plan(fmt::format("{}{}seed={}", s.faults, s.faults.empty() ? "" : ",", seed));
     if (!plan.is_ok()) error = plan.error().message();
     else c.faults = std::move(plan).value();
   }
   return c;
 }
 
-/// Submits the load; the long request goes to `owner`'s instance of `view`.
-void submit_all(cluster& c, load& l, const cluster_view& view) {
-  for (size_t i = 0; i < l.records.size(); ++i) {
+/// Submits the load's records from `from` on, to the most free instance of `view` each.
+void submit_all(cluster& c, load& l, const cluster_view& view, size_t from = 0) {
+  for (size_t i = from; i < l.records.size(); ++i) {
     request_callbacks cb{[&l, i](int32_t token) {
                            std::lock_guard lock(l.mutex);
                            l.records[i].tokens.push_back(token);
@@ -136,9 +139,30 @@ instance_id holder_of(cluster& c, request_id long_id, instance_id owner) {
   return owner;
 }
 
+/// Starts another instance and sends it short requests of the seed (they go to the emptiest: the new one).
+std::string join_one(cluster& c, load& l, uint64_t seed, const gpu::loaded_model& model) {
+  if (!c.add_instance().is_ok()) return {};
+  chaos_options more;
+  more.short_requests = joiner_requests;
+  more.kv_blocks_per_instance = 1;  // the long request of this load is dropped: only its short ones are sent
+  std::vector<generate_params> load_more = make_load(model, seed ^ 0x6a6f696e, more);
+  size_t from = 0;
+  {
+    std::lock_guard lock(l.mutex);
+    from = l.records.size();
+    for (size_t i = 1; i < load_more.size(); ++i) l.records.push_back({std::move(load_more[i]), {}, 0, {}});
+  }
+  submit_all(c, l, c.view(), from);
+  return "instance_joined";
+}
+
 /// Does what the scenario does; returns the fault's name (empty: nothing done).
-std::string act(cluster& c, action what, request_id long_id, instance_id owner) {
+std::string act(cluster& c, load& l, action what, request_id long_id, instance_id owner, uint64_t seed,
+                const gpu::loaded_model& model) {
   switch (what) {
+    case action::partition:
+      return c.partition_instance(holder_of(c, long_id, owner), partition_length) ? "instance_partitioned" : "";
+    case action::join: return join_one(c, l, seed, model);
     case action::none: return {};
     case action::kill_holder:
     case action::kill_mid_room: return c.kill_instance(holder_of(c, long_id, owner)) ? "instance_killed" : "";
@@ -204,6 +228,12 @@ uint64_t leaked_blocks(cluster& c, std::vector<std::string>& problems, uint64_t&
       leaked += i.total_blocks - i.free_blocks;
       problems.push_back(fmt::format("instance {}: {} of {} blocks free at the end", i.id, i.free_blocks, i.total_blocks));
     }
+    // Every request ended, so no owner's table names a block anywhere: none is hosted or promised.
+    if (i.hosted_blocks != 0 || i.promised_blocks != 0) {
+      leaked += std::max(i.hosted_blocks, i.promised_blocks);
+      problems.push_back(fmt::format("instance {}: {} blocks hosted and {} promised for requests that ended", i.id,
+                                     i.hosted_blocks, i.promised_blocks));
+    }
   }
   return leaked;
 }
@@ -243,6 +273,15 @@ const std::vector<scenario>& scenarios() {
       {"data-faults", "KV copies failed or dropped, attention messages twice or late", action::none,
        "put.fail=0.05,put.drop=0.05,send.dup=0.05,send.delay=0.05,delay_ms=20"},
       {"message-loss", "attention messages lost", action::none, "send.drop=0.005"},
+      {"partition", "a holder of the long request is cut off the data plane for a second while it decodes",
+       action::partition, ""},
+      {"join", "an instance joins while the long request decodes, and takes new requests", action::join, ""},
+      {"crash-mid-move", "a move's source dies once its copies are put, before it commits", action::none,
+       "crash=mid_move", true},
+      {"crash-mid-room", "the long request's owner dies once a chunk of its room is reserved at a holder",
+       action::none, "crash=mid_room"},
+      {"gmanager-orders", "the gManager's move orders lost, twice or late, and the gManager dies after ordering",
+       action::none, "order.drop=0.2,order.dup=0.2,order.delay=0.2,delay_ms=30,crash=after_order@2", true},
   };
   return all;
 }
@@ -281,7 +320,8 @@ run_result run(const gpu::loaded_model& model, const scenario& s, uint64_t seed,
                              [&] { return l.ended == l.records.size() || triggered(c, l, s.what, long_id); })) {
   }
   lock.unlock();
-  if (const std::string fault = act(c, s.what, long_id, owner); !fault.empty()) out.tally.faults[fault] += 1;
+  if (const std::string fault = act(c, l, s.what, long_id, owner, seed, model); !fault.empty())
+    out.tally.faults[fault] += 1;
   lock.lock();
   l.changed.wait_until(lock, deadline, [&] { return l.ended == l.records.size(); });
   const std::vector<record> snapshot = l.records;

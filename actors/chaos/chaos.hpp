@@ -22,6 +22,8 @@ enum class action {
   kill_gmanager,   ///< crash the gManager while the long request decodes, and start another
   kill_mid_room,   ///< kill a holder of the long request's room while its prompt is still being computed
   drain,           ///< drain an instance that does not own the long request while it decodes
+  partition,       ///< cut a holder of the long request off the data plane for a while, as it decodes
+  join,            ///< start another instance while the long request decodes, and send it more requests
 };
 
 /// One scenario: its name, what it does, and the faults it injects (a fault spec without its seed).
@@ -30,6 +32,9 @@ struct scenario {
   std::string description;
   action what = action::none;
   std::string faults;
+  /// The long request's owner computes its prompt alone and moves blocks out as it fills (moves that copy
+  /// KV), rather than its room's holders computing chunks of it where they will live.
+  bool owner_prefills = false;
 };
 
 /// Every scenario, in the order `--seeds N` goes round them.

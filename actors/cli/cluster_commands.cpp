@@ -108,6 +108,7 @@ struct gmanager_flags {
   std::string listen;
   std::string metrics_listen, metrics_prefix = "illm:";
   std::string profile;  // the greedy policy's; empty: the simple policy
+  std::string faults;   // the fault plan it injects (order.*, crash=after_order); empty: none
   actors::gmanager_settings gmanager;
 };
 
@@ -118,6 +119,7 @@ std::string ids(const std::vector<actors::request_id>& v) {
 void run_gmanager(const gmanager_flags& flags) {
   if (flags.listen.empty()) fail("--listen is required (as a flag or in --config)", 2);
   const host_port at = parse_host_port(flags.listen, "--listen", true);
+  const actors::faults::fault_plan plan = fault_plan_of(flags.faults, actors::faults::fault_role::gmanager);
   const sigset_t stop_signals = block_stop_signals();
   auto cfg = networked_config();
   caf::actor_system sys{*cfg};
@@ -126,6 +128,12 @@ void run_gmanager(const gmanager_flags& flags) {
   auto members = std::make_shared<std::atomic<int>>(0);
   actors::gmanager_config g;
   g.metrics = endpoint.metrics;
+  announce_faults(plan, "illm gmanager");
+  if (plan.in_actors()) g.faults = std::make_shared<actors::faults::control_faults>(plan);
+  if (endpoint.registry)
+    add_faults_metric(*endpoint.registry, flags.metrics_prefix, [faults = g.faults] {
+      return faults ? faults->injected() : actors::faults::fault_counts{};
+    });
   g.policy_period = std::chrono::milliseconds(flags.gmanager.policy_period_ms);
   g.heartbeat_timeout = std::chrono::milliseconds(flags.gmanager.heartbeat_timeout_ms);
   std::string placement = "simple";
@@ -469,15 +477,14 @@ void drain_and_leave(instance_run& r) {
 void start_node(instance_run& r, const gpu::loaded_model& model, const actors::gmanager_actor& gm) {
   actors::instance_node_options o;
   size_t address_bytes = 0;
-  const actors::faults::fault_plan plan = fault_plan_of(r.flags.faults);
+  const actors::faults::fault_plan plan = fault_plan_of(r.flags.faults, actors::faults::fault_role::instance);
   std::shared_ptr<transport::data_plane> plane = make_plane(r.flags, plan, address_bytes, o, r.sink);
   o.id = actors::instance_id(r.flags.id);
   o.node = r.flags.node.empty() ? host_name() : r.flags.node;
   o.control = r.control;
   o.on_view = [links = r.links](const actors::cluster_view& v) { caf::anon_send(links, v); };
   announce_faults(plan, r.me);
-  if (plan.control.any())
-    o.faults = std::make_shared<actors::faults::control_faults>(plan.control, plan.data.seed, plan.data.delay);
+  if (plan.in_actors()) o.faults = std::make_shared<actors::faults::control_faults>(plan);
   if (const std::string taken = id_in_use(r.sys, gm, o.id); !taken.empty())
     stop_and_fail(r, fmt::format("{}: {}", r.me, taken), 2);
   r.endpoint = start_metrics(r.flags.metrics_listen, r.flags.metrics_prefix, r.me);
@@ -519,7 +526,7 @@ void run_instance(const instance_flags& flags) {
   if (flags.join.empty()) fail("--join is required (as a flag or in --config)", 2);
   const std::vector<actors::control_endpoint> gmanagers = parse_host_port_list(flags.join, "--join");
   if (!flags.listen.empty()) (void)parse_host_port(flags.listen, "--listen", true);
-  (void)fault_plan_of(flags.faults);  // a bad spec fails before loading
+  (void)fault_plan_of(flags.faults, actors::faults::fault_role::instance);  // a bad spec fails before loading
   const sigset_t stop_signals = block_stop_signals();
   auto model = gpu::load_model(flags.model);
   if (!model.is_ok()) fail(model.error().message());
@@ -618,6 +625,9 @@ void add_cluster_commands(CLI::App& app) {
       "--profile", g->profile,
       "Profile of the instances (illm profile --out on their host): the greedy placement policy runs on it "
       "(default: the simple policy)");
+  gcmd->add_option("--faults", g->faults,
+                   "Faults the gManager injects, seeded: its move orders lost, twice or late, and a crash after "
+                   "ordering moves: e.g. seed=3,order.drop=0.1,crash=after_order@5 (docs/faults.md; default: none)");
   add_metrics_options(gcmd, g->metrics_listen, g->metrics_prefix);
   add_config_file(gcmd, R"({"listen": "0.0.0.0:7000", "heartbeat-timeout-ms": 2000})");
   gcmd->callback([g] { run_gmanager(*g); });

@@ -8,9 +8,10 @@
 
 namespace illm::cli {
 
-actors::faults::fault_plan fault_plan_of(const std::string& text) {
+actors::faults::fault_plan fault_plan_of(const std::string& text, actors::faults::fault_role role) {
   auto plan = actors::faults::parse_fault_plan(text);
   if (!plan.is_ok()) fail("--faults " + text + ": " + plan.error().message(), 2);
+  if (auto fits = check_role(plan.value(), role); !fits.is_ok()) fail("--faults " + text + ": " + fits.message(), 2);
   return std::move(plan).value();
 }
 

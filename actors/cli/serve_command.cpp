@@ -102,7 +102,7 @@ routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu
   co.instance = c.instance;
   co.batch = c.batch;
   co.gmanager = c.embedded_gmanager;
-  co.faults = fault_plan_of(c.faults);
+  co.faults = fault_plan_of(c.faults, actors::faults::fault_role::embedded);
   announce_faults(co.faults, "illm serve");
   co.metrics = std::move(metrics);
   const int threads = co.instance.threads_per_instance > 0
@@ -151,7 +151,7 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   if (!c.gmanager.empty()) (void)parse_host_port_list(c.gmanager, "--gmanager");  // a bad address fails before loading
   if (!c.gmanager.empty() && !c.faults.empty())
     fail("--faults: a front end of processes injects none: give --faults to illm instance", 2);
-  if (!c.faults.empty()) (void)fault_plan_of(c.faults);  // a bad spec fails before loading
+  if (!c.faults.empty()) (void)fault_plan_of(c.faults, actors::faults::fault_role::embedded);  // a bad spec fails before loading
   // Every thread started from here on leaves SIGINT and SIGTERM to this one, which waits for them.
   const sigset_t stop_signals = block_stop_signals();
 

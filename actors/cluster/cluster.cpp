@@ -8,6 +8,7 @@
 #include "actors/placement/simple_policy.hpp"
 #include "actors/cluster/remote.hpp"
 #include "actors/logic/status_bridge.hpp"
+#include "transport/faulty/faulty_plane.hpp"
 #include "transport/registry.hpp"
 
 namespace illm::actors {
@@ -18,6 +19,8 @@ cluster::~cluster() { shutdown(); }
 
 namespace {
 
+constexpr int max_instances = 64;
+
 int threads_for(const cluster_options& o) {
   if (o.instance.threads_per_instance > 0) return o.instance.threads_per_instance;
   return std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, o.instances));
@@ -27,58 +30,135 @@ int threads_for(const cluster_options& o) {
 
 gpu::result<std::unique_ptr<cluster>> cluster::start(std::shared_ptr<const gpu::model_weights> weights,
                                                      const cluster_options& options) {
-  if (options.instances < 1 || options.instances > 64)
+  if (options.instances < 1 || options.instances > max_instances)
     return gpu::status{gpu::status_code::invalid_argument,
-                       fmt::format("--instances {} is outside 1..64", options.instances)};
+                       fmt::format("--instances {} is outside 1..{}", options.instances, max_instances)};
   std::unique_ptr<cluster> c(new cluster(options.resume_elsewhere));
   ILLM_RETURN_IF_ERROR(c->build(std::move(weights), options));
   // Every rManager joins at spawn; wait until the gManager lists all instances with their actors.
+  if (!c->wait_members(size_t(options.instances)))
+    return gpu::status{gpu::status_code::internal, "the instances did not join the gManager"};
+  return c;
+}
+
+bool cluster::wait_members(size_t count) {
   for (int i = 0; i < 500; ++i) {
-    const cluster_view v = c->view();
-    if (int(v.instances.size()) == options.instances &&
+    const cluster_view v = view();
+    if (v.instances.size() == count &&
         std::all_of(v.instances.begin(), v.instances.end(), [](const auto& x) { return bool(x.instance); }))
-      return c;
+      return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  return gpu::status{gpu::status_code::internal, "the instances did not join the gManager"};
+  return false;
 }
 
 gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, const cluster_options& options) {
+  weights_ = std::move(weights);
+  options_ = options;
   config_ = std::make_unique<caf::actor_system_config>();
   register_messages(*config_);
   quiet_idle_scheduler(*config_);
   system_ = std::make_unique<caf::actor_system>(*config_);
+  const faults::fault_plan& plan = options.faults;
+  if (plan.in_actors()) control_faults_ = std::make_shared<faults::control_faults>(plan);
   gmanager_config& gcfg = gmanager_config_;
   gcfg.policy_period = std::chrono::milliseconds(options.gmanager.policy_period_ms);
   gcfg.policy = options.policy ? options.policy : placement::policy(placement::simple_policy);
   gcfg.heartbeat_timeout = std::chrono::milliseconds(options.gmanager.heartbeat_timeout_ms);
   gcfg.metrics = options.metrics;
+  gcfg.faults = control_faults_;
+  gcfg.crash = [this] { after_crash([this] { restart_gmanager(); }); };
   gmanager_ = spawn_gmanager(*system_, gcfg);
 
-  const auto group = transport::make_plane_group("inproc");
-  const faults::fault_plan& plan = options.faults;
-  if (plan.control.any())
-    control_faults_ = std::make_shared<faults::control_faults>(plan.control, plan.data.seed, plan.data.delay);
-  instance_node_options o;
-  o.faults = control_faults_;
-  o.log = options.log;
-  o.instance = options.instance;
-  o.instance.threads_per_instance = threads_for(options);
-  o.batch = options.batch;
-  o.metrics = options.metrics;
-  o.events = events_;
-  killed_.assign(size_t(options.instances), false);
+  group_ = transport::make_plane_group("inproc");
   for (int i = 0; i < options.instances; ++i) {
-    o.id = instance_id(i);
-    transport::plane_options po{.self = o.id, .group = group};
-    if (plan.data_faults) po.faults = plan.data_text_for(uint64_t(i));
-    auto endpoint = transport::make_plane(plan.data_faults ? "faulty:inproc" : "inproc", po);
-    if (!endpoint.is_ok()) return engine_status(endpoint.error());
-    auto node = instance_node::start(*system_, weights, o, endpoint.value(), gmanager_);
+    auto node = make_node(instance_id(i));
     if (!node.is_ok()) return node.error();
+    std::lock_guard lock(nodes_mutex_);
     nodes_.push_back(std::move(node).value());
+    killed_.push_back(false);
   }
   return gpu::status::ok();
+}
+
+gpu::result<std::unique_ptr<instance_node>> cluster::make_node(instance_id id) {
+  const faults::fault_plan& plan = options_.faults;
+  instance_node_options o;
+  o.id = id;
+  o.faults = control_faults_;
+  o.crash = [this, id] {
+    if (stop_instance(id)) after_crash([this, id] { announce_death(id); });
+  };
+  o.log = options_.log;
+  o.instance = options_.instance;
+  o.instance.threads_per_instance = threads_for(options_);
+  o.batch = options_.batch;
+  o.metrics = options_.metrics;
+  o.events = events_;
+  transport::plane_options po{.self = id, .group = group_};
+  if (plan.data_faults) po.faults = plan.data_text_for(uint64_t(id));
+  auto endpoint = transport::make_plane(plan.empty() ? "inproc" : "faulty:inproc", po);
+  if (!endpoint.is_ok()) return engine_status(endpoint.error());
+  auto node = instance_node::start(*system_, weights_, o, endpoint.value(), gmanager());
+  if (node.is_ok()) {
+    std::lock_guard lock(nodes_mutex_);
+    if (planes_.size() <= id) planes_.resize(size_t(id) + 1);
+    planes_[id] = endpoint.value();
+  }
+  return node;
+}
+
+gpu::result<instance_id> cluster::add_instance() {
+  instance_id id = 0;
+  {
+    std::lock_guard lock(nodes_mutex_);
+    id = instance_id(nodes_.size());
+  }
+  if (id >= instance_id(max_instances))
+    return gpu::status{gpu::status_code::invalid_argument, fmt::format("a cluster has at most {} instances", max_instances)};
+  auto node = make_node(id);
+  if (!node.is_ok()) return node.error();
+  {
+    std::lock_guard lock(nodes_mutex_);
+    nodes_.push_back(std::move(node).value());
+    killed_.push_back(false);
+  }
+  size_t alive = 0;
+  for (instance_node* n : nodes()) alive += !killed(n->id());
+  if (!wait_members(alive)) return gpu::status{gpu::status_code::internal, "the new instance did not join the gManager"};
+  return id;
+}
+
+bool cluster::partition_instance(instance_id id, std::chrono::milliseconds duration) {
+  std::lock_guard lock(nodes_mutex_);
+  if (id >= nodes_.size() || killed_[id]) return false;
+  std::vector<transport::peer_id> others;
+  for (const auto& n : nodes_)
+    if (n->id() != id) others.push_back(transport::peer_id(n->id()));
+  for (const auto& plane : planes_) {
+    auto* faulty = dynamic_cast<transport::faulty_plane*>(plane.get());
+    if (!faulty) return false;
+    if (plane->self() == id) faulty->partition_for(others, duration);
+    else faulty->partition_for({transport::peer_id(id)}, duration);
+  }
+  return true;
+}
+
+std::vector<instance_node*> cluster::nodes() const {
+  std::lock_guard lock(nodes_mutex_);
+  std::vector<instance_node*> out;
+  for (const auto& n : nodes_) out.push_back(n.get());
+  return out;
+}
+
+bool cluster::killed(instance_id id) const {
+  std::lock_guard lock(nodes_mutex_);
+  return id < killed_.size() && killed_[id];
+}
+
+void cluster::after_crash(std::function<void()> rest) {
+  std::lock_guard lock(crash_mutex_);
+  if (!stopped_) crash_threads_.emplace_back(std::move(rest));
 }
 
 gmanager_actor cluster::gmanager() const {
@@ -94,11 +174,14 @@ cluster_view cluster::view() {
   return out;
 }
 
-int cluster::size() const { return int(nodes_.size()); }
+int cluster::size() const {
+  std::lock_guard lock(nodes_mutex_);
+  return int(nodes_.size());
+}
 
 faults::fault_counts cluster::faults_injected() const {
   faults::fault_counts out = control_faults_ ? control_faults_->injected() : faults::fault_counts{};
-  for (const auto& n : nodes_)
+  for (instance_node* n : nodes())
     for (const auto& [kind, count] : n->plane().faults_injected()) out[kind] += count;
   return out;
 }
@@ -106,26 +189,36 @@ faults::fault_counts cluster::faults_injected() const {
 request_id cluster::submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) {
   const request_id id = next_request_++;
   const instance_view* most_free = most_free_instance(view);
+  instance_node* first = nodes().front();
   serving_instance target = most_free ? serving_instance{most_free->instance, most_free->inst_id}
-                                      : serving_instance{nodes_.front()->instance(), nodes_.front()->id()};
+                                      : serving_instance{first->instance(), first->id()};
   requests_.spawn(*system_, id, params, std::move(target), std::move(callbacks));
   return id;
 }
 
 std::vector<instance_report> cluster::instances() const {
   std::vector<instance_report> out;
-  for (const auto& n : nodes_)
+  for (instance_node* n : nodes())
     out.push_back({n->id(), n->pool().total_blocks(), n->pool().free_blocks(), n->pool().check(), n->plane().counters(),
-                   !killed_[n->id()]});
+                   !killed(n->id()), n->hosted_count(), n->promised_count()});
   return out;
 }
 
-bool cluster::kill_instance(instance_id id) {
-  if (id >= nodes_.size() || killed_[id]) return false;
-  killed_[id] = true;
-  nodes_[id]->stop();
-  for (const auto& n : nodes_)
-    if (!killed_[n->id()]) n->peer_failed(id, "instance " + std::to_string(id) + " was killed");
+bool cluster::stop_instance(instance_id id) {
+  instance_node* node = nullptr;
+  {
+    std::lock_guard lock(nodes_mutex_);
+    if (id >= nodes_.size() || killed_[id]) return false;
+    killed_[id] = true;
+    node = nodes_[id].get();
+  }
+  node->stop();
+  return true;
+}
+
+void cluster::announce_death(instance_id id) {
+  for (instance_node* n : nodes())
+    if (!killed(n->id())) n->peer_failed(id, "instance " + std::to_string(id) + " was killed");
   cluster_view v;
   for (int i = 0; i < 500; ++i) {  // the gManager hears of it from its monitor on the rManager
     v = view();
@@ -133,6 +226,11 @@ bool cluster::kill_instance(instance_id id) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   requests_.tell_view(v);
+}
+
+bool cluster::kill_instance(instance_id id) {
+  if (!stop_instance(id)) return false;
+  announce_death(id);
   return true;
 }
 
@@ -144,8 +242,8 @@ void cluster::restart_gmanager() {
     gmanager_config_.epoch = std::max(gmanager_config::default_epoch(), gmanager_config_.epoch + 1);
     gmanager_ = fresh = spawn_gmanager(*system_, gmanager_config_);
   }
-  for (const auto& n : nodes_)
-    if (!killed_[n->id()]) caf::anon_send(n->rmanager(), use_gmanager{fresh});
+  for (instance_node* n : nodes())
+    if (!killed(n->id())) caf::anon_send(n->rmanager(), use_gmanager{fresh});
 }
 
 void cluster::drain_instance(instance_id id) { caf::anon_send(gmanager(), actors::drain_instance{id}); }
@@ -164,7 +262,13 @@ bool cluster::wait_pools_free(std::chrono::milliseconds timeout) {
 
 void cluster::shutdown() {
   if (stopped_ || !system_) return;
-  stopped_ = true;
+  std::vector<std::thread> crashes;
+  {
+    std::lock_guard lock(crash_mutex_);
+    stopped_ = true;
+    crashes.swap(crash_threads_);
+  }
+  for (std::thread& t : crashes) t.join();
   requests_.cancel_all();
   for (const auto& n : nodes_)
     for (const caf::actor_addr& a : n->actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "actors/event_log.hpp"
@@ -23,6 +24,7 @@
 #include "actors/request.hpp"
 #include "actors/cluster/request_router.hpp"
 #include "gpu/weights.hpp"
+#include "transport/registry.hpp"
 #include "transport/transport.hpp"
 
 namespace illm::actors {
@@ -37,8 +39,9 @@ struct cluster_options {
   gmanager_settings gmanager;  ///< the gManager's periods
   placement::policy policy;    ///< empty: the simple policy
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional: where the actors report
-  /// Faults to inject (empty: none): the data plane is wrapped (faulty:inproc) when it asks for data-plane
-  /// faults, and every rManager injects its control-plane faults.
+  /// Faults to inject (empty: none): the data plane is wrapped (faulty:inproc) when any are asked for, and
+  /// every rManager and the gManager inject their control-plane faults. At a crash point, an instance is
+  /// killed (kill_instance) and the gManager is replaced (restart_gmanager).
   faults::fault_plan faults;
   /// A request whose instance left the cluster (killed) goes on on another instance with its tokens so far
   /// (as a front end of processes does); else it ends with an error.
@@ -55,6 +58,8 @@ struct instance_report {
   gpu::status accounting;  ///< the pool's own consistency check
   transport::traffic traffic;
   bool alive = true;  ///< false once killed (kill_instance): its pool is left as it was
+  uint32_t hosted_blocks = 0;    ///< held for other instances' requests
+  uint32_t promised_blocks = 0;  ///< promised to other instances' rooms, not yet handed over
 };
 
 /// A running embedded cluster.
@@ -90,6 +95,13 @@ class cluster final : public request_router {
   void restart_gmanager();
   /// Drains instance `id` through the gManager: no new requests or loans go to it.
   void drain_instance(instance_id id);
+  /// Starts another instance, as cluster_options made the others, and waits until the gManager lists it: it
+  /// joins while the others serve. Returns its id.
+  gpu::result<instance_id> add_instance();
+  /// Cuts instance `id` off the data plane, both ways, for `duration` (its control messages still pass):
+  /// remote attention, moves and chunks between it and the others fail until the partition heals. False when
+  /// the planes inject no faults (cluster_options::faults is empty) or `id` is no live instance.
+  bool partition_instance(instance_id id, std::chrono::milliseconds duration);
 
   /// Waits until every pool is back to all blocks free (releases are asynchronous: after a request
   /// ends, its holders free their blocks a moment later); false on timeout.
@@ -101,8 +113,26 @@ class cluster final : public request_router {
  private:
   explicit cluster(bool resume_elsewhere);
   gpu::status build(std::shared_ptr<const gpu::model_weights> weights, const cluster_options& options);
+  /// Makes instance `id` (its plane, its node) on the gManager now.
+  gpu::result<std::unique_ptr<instance_node>> make_node(instance_id id);
+  /// Waits until the gManager's view lists `count` instances, each with its instance actor.
+  bool wait_members(size_t count);
+  /// The nodes now (add_instance appends while others read).
+  std::vector<instance_node*> nodes() const;
+  bool killed(instance_id id) const;
+  /// Stops instance `id`'s actors as a crash would; false when it is no live instance.
+  bool stop_instance(instance_id id);
+  /// Tells the others that `id` died, waits until the gManager's view has lost it, and tells the requests.
+  void announce_death(instance_id id);
+  /// A crash point of the fault plan was reached on an actor's thread: the rest happens on a thread of its own.
+  void after_crash(std::function<void()> rest);
 
+  std::shared_ptr<const gpu::model_weights> weights_;
+  cluster_options options_;
+  std::shared_ptr<transport::plane_group> group_;
+  mutable std::mutex nodes_mutex_;
   std::vector<std::unique_ptr<instance_node>> nodes_;
+  std::vector<std::shared_ptr<transport::data_plane>> planes_;  ///< by instance id
   std::shared_ptr<faults::control_faults> control_faults_;  ///< none without control-plane faults
   std::shared_ptr<event_log> events_;
   std::atomic<request_id> next_request_{1};
@@ -112,7 +142,9 @@ class cluster final : public request_router {
   mutable std::mutex gmanager_mutex_;
   gmanager_actor gmanager_;
   gmanager_config gmanager_config_;  ///< how the gManager was made (restart_gmanager makes another alike)
-  std::vector<bool> killed_;         ///< by instance id
+  std::vector<bool> killed_;         ///< by instance id (under nodes_mutex_)
+  std::mutex crash_mutex_;
+  std::vector<std::thread> crash_threads_;  ///< after_crash's, joined at shutdown
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;  // destroyed first: its actors use the nodes
   bool stopped_ = false;

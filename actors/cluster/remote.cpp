@@ -21,6 +21,8 @@ struct instance_node::parts {
   std::shared_ptr<transport::data_plane> plane;
   std::shared_ptr<remote_router> router;
   std::shared_ptr<event_log> events;
+  std::shared_ptr<actors::hosted_blocks> hosted;
+  std::shared_ptr<pool_promises> promises;
   rmanager_actor rmanager;
   caf::actor worker;
   instance_actor instance;
@@ -78,7 +80,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   auto nodes = std::make_shared<peer_nodes>();
   n->router = std::make_shared<remote_router>(n->plane, mc.n_heads, mc.head_dim(), std::chrono::milliseconds(options.instance.attention_timeout_ms), latency,
                                               nodes);
-  auto hosted = std::make_shared<hosted_blocks>();
+  auto hosted = std::make_shared<actors::hosted_blocks>();
   attention_server_config acfg{n->pool, hosted, n->attention_device, shape, mc.n_layers, n->plane};
   acfg.metrics = options.metrics;
   n->attention = spawn_attention_servers(sys, acfg, n->decode_attention_device);
@@ -98,8 +100,8 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rmanager_config rcfg;
   rcfg.id = n->id;
   rcfg.pool = n->pool;
-  rcfg.hosted = hosted;
-  rcfg.promises = std::make_shared<pool_promises>();
+  rcfg.hosted = n->hosted = hosted;
+  rcfg.promises = n->promises = std::make_shared<pool_promises>();
   rcfg.plane = n->plane;
   rcfg.region = region.value();
   rcfg.gmanager = std::move(gmanager);
@@ -114,6 +116,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.control = options.control;
   rcfg.on_view = options.on_view;
   rcfg.faults = options.faults;
+  rcfg.crash = options.crash;
   rcfg.log = options.log;
   n->rmanager = spawn_rmanager(sys, rcfg);
 
@@ -144,6 +147,8 @@ rmanager_actor instance_node::rmanager() const { return p_->rmanager; }
 instance_actor instance_node::instance() const { return p_->instance; }
 const gpu::kv_pool& instance_node::pool() const { return *p_->pool; }
 const transport::data_plane& instance_node::plane() const { return *p_->plane; }
+uint32_t instance_node::hosted_count() const { return p_->hosted->count(); }
+uint32_t instance_node::promised_count() const { return p_->promises->rooms_total(); }
 
 std::vector<caf::actor_addr> instance_node::actors() const {
   return {p_->instance.address(), p_->worker.address(), p_->attention.decode.address(),

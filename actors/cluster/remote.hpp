@@ -36,6 +36,8 @@ struct instance_node_options {
   std::function<std::string(instance_id peer, const std::vector<uint8_t>& address)> connect_peer;
   control_endpoint control;  ///< its process's control port, in its join (empty: in-process)
   std::shared_ptr<faults::control_faults> faults;  ///< control-plane faults its rManager injects (none: none)
+  /// How it dies at a crash point of `faults` (rmanager_config::crash; empty: the process is killed).
+  std::function<void()> crash;
   /// Told every view its rManager adopts, on the rManager's thread (empty: nobody): e.g. the control links.
   std::function<void(const cluster_view&)> on_view;
   std::function<void(const std::string&)> log;
@@ -60,6 +62,10 @@ class instance_node {
   const gpu::kv_pool& pool() const;
   /// Its data plane (for the traffic counters).
   const transport::data_plane& plane() const;
+  /// Blocks it hosts for other instances' requests (committed moves and chunks).
+  uint32_t hosted_count() const;
+  /// Blocks it has promised to other instances' rooms and not yet handed over.
+  uint32_t promised_count() const;
   /// Its actors: instance, worker, the two attention servers (decode, prefill), rManager.
   std::vector<caf::actor_addr> actors() const;
 

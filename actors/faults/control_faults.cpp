@@ -2,8 +2,20 @@
 
 namespace illm::actors::faults {
 
-control_faults::control_faults(control_fault_spec spec, uint64_t seed, std::chrono::milliseconds delay)
-    : spec_(spec), delay_(delay), random_(seed ^ 0x636f6e74726f6cULL) {}  // a stream of its own, apart from the data plane's
+control_faults::control_faults(const fault_plan& plan)
+    : spec_(plan.control),
+      delay_(plan.data.delay),
+      crash_(plan.crash),
+      crash_at_(plan.crash_at),
+      random_(plan.data.seed ^ 0x636f6e74726f6cULL) {}  // a stream of its own, apart from the data plane's
+
+bool control_faults::crash_now(crash_point point) {
+  if (point != crash_) return false;
+  std::lock_guard lock(mutex_);
+  if (++crash_reached_ != crash_at_) return false;
+  ++injected_[std::string("crash_") + to_string(point)];
+  return true;
+}
 
 fate control_faults::draw(control_point point) {
   const int p = int(point);

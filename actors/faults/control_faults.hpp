@@ -1,7 +1,8 @@
 #pragma once
 // The control plane's fault injector: the actors ask it, at each point of a fault plan, what happens to one
 // message or answer (it passes, is lost, arrives twice, or arrives later), drawn from the plan's seed in the
-// order they ask; it counts every fault it injects. Shared by the actors of a process (thread-safe).
+// order they ask, and at each crash point whether to die there; it counts every fault it injects. Shared by
+// the actors of a process (thread-safe).
 
 #include <chrono>
 #include <map>
@@ -22,9 +23,12 @@ using fault_counts = std::map<std::string, uint64_t>;
 /// Draws control-plane faults.
 class control_faults {
  public:
-  control_faults(control_fault_spec spec, uint64_t seed, std::chrono::milliseconds delay);
+  explicit control_faults(const fault_plan& plan);
   /// What happens to the next message or answer at `point` (counted when it is a fault).
   fate draw(control_point point);
+  /// Whether the caller dies at `point` now: true once, the plan's crash_at-th time the point is reached
+  /// (counted as "crash_POINT"). The caller then crashes as the process's crash hook says.
+  bool crash_now(crash_point point);
   /// How long a delayed one waits.
   std::chrono::milliseconds delay() const { return delay_; }
   /// The faults injected so far, by kind.
@@ -33,6 +37,9 @@ class control_faults {
  private:
   const control_fault_spec spec_;
   const std::chrono::milliseconds delay_;
+  const crash_point crash_;
+  const uint32_t crash_at_;
+  uint32_t crash_reached_ = 0;
   mutable std::mutex mutex_;
   std::mt19937_64 random_;
   fault_counts injected_;

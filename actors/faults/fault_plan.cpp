@@ -50,6 +50,26 @@ std::string read_control(std::string_view key, std::string_view value, fault_pla
   return {};
 }
 
+/// Reads "POINT" or "POINT@N" of a crash pair into `plan`; an error message, or empty.
+std::string read_crash(std::string_view value, fault_plan& plan) {
+  const size_t at = value.find('@');
+  const std::string_view point = value.substr(0, at);
+  for (crash_point p : {crash_point::mid_move, crash_point::mid_room, crash_point::after_order})
+    if (point == to_string(p)) plan.crash = p;
+  if (plan.crash == crash_point::none)
+    return fmt::format("faults: \"crash={}\": the crash points are mid_move, mid_room and after_order, each with an "
+                       "optional @N (the N-th time it is reached)",
+                       value);
+  if (at == std::string_view::npos) return {};
+  const std::string n(value.substr(at + 1));
+  char* end = nullptr;
+  const unsigned long times = std::strtoul(n.c_str(), &end, 10);
+  if (n.empty() || *end != '\0' || times < 1 || times > 1000000)
+    return fmt::format("faults: \"crash={}\": expected @N with N from 1 to 1000000", value);
+  plan.crash_at = uint32_t(times);
+  return {};
+}
+
 }  // namespace
 
 std::string fault_plan::data_text_for(uint64_t n) const {
@@ -61,6 +81,17 @@ const char* to_string(control_point p) {
     case control_point::heartbeat: return "heartbeat";
     case control_point::reply: return "reply";
     case control_point::promise: return "promise";
+    case control_point::order: return "order";
+  }
+  return "?";
+}
+
+const char* to_string(crash_point p) {
+  switch (p) {
+    case crash_point::none: return "none";
+    case crash_point::mid_move: return "mid_move";
+    case crash_point::mid_room: return "mid_room";
+    case crash_point::after_order: return "after_order";
   }
   return "?";
 }
@@ -86,18 +117,41 @@ gpu::result<fault_plan> parse_fault_plan(std::string_view text) {
         return gpu::status{gpu::status_code::invalid_argument, why};
       continue;
     }
+    if (key == "crash") {
+      if (std::string why = read_crash(value, plan); !why.empty())
+        return gpu::status{gpu::status_code::invalid_argument, why};
+      continue;
+    }
     data_keys = data_keys || (key != "seed" && key != "delay_ms");
     data_text += (data_text.empty() ? "" : ",") + std::string(pair);
   }
   auto data = transport::parse_fault_spec(data_text);
   if (!data.is_ok())
     return gpu::status{gpu::status_code::invalid_argument,
-                       data.error().message + "; and the control plane's: heartbeat, reply and promise, each with "
-                                              ".drop, .dup or .delay"};
+                       data.error().message + "; and the control plane's: heartbeat, reply, promise and order, each "
+                                              "with .drop, .dup or .delay; and crash=POINT[@N]"};
   plan.data = std::move(data).value();
   plan.data_faults = data_keys;
   plan.data_text = data_text;
   return plan;
+}
+
+gpu::status check_role(const fault_plan& plan, fault_role role) {
+  const int order = int(control_point::order);
+  const bool orders = plan.control.drop[order] > 0 || plan.control.duplicate[order] > 0 ||
+                      plan.control.delay_chance[order] > 0 || plan.crash == crash_point::after_order;
+  control_fault_spec others = plan.control;
+  others.drop[order] = others.duplicate[order] = others.delay_chance[order] = 0;
+  const bool instance_faults = plan.data_faults || others.any() ||
+                               (plan.crash != crash_point::none && plan.crash != crash_point::after_order);
+  if (role == fault_role::gmanager && instance_faults)
+    return {gpu::status_code::invalid_argument,
+            "faults: the gManager injects only order.drop, order.dup, order.delay and crash=after_order (the "
+            "others are an instance's: give them to illm instance --faults)"};
+  if (role == fault_role::instance && orders)
+    return {gpu::status_code::invalid_argument,
+            "faults: order.* and crash=after_order are the gManager's (give them to illm gmanager --faults)"};
+  return gpu::status::ok();
 }
 
 std::string describe(const fault_plan& plan) {
@@ -109,6 +163,8 @@ std::string describe(const fault_plan& plan) {
     if (plan.control.duplicate[p] > 0) parts.push_back(fmt::format("{}.dup={}", name, plan.control.duplicate[p]));
     if (plan.control.delay_chance[p] > 0) parts.push_back(fmt::format("{}.delay={}", name, plan.control.delay_chance[p]));
   }
+  if (plan.crash != crash_point::none)
+    parts.push_back(fmt::format("crash at {} (time {} it is reached)", to_string(plan.crash), plan.crash_at));
   return fmt::format("seed {}, delay {} ms; {}", plan.data.seed, plan.data.delay.count(),
                      parts.empty() ? "nothing" : fmt::format("{}", fmt::join(parts, ", ")));
 }

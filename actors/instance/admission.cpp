@@ -12,7 +12,7 @@ namespace illm::actors::instance_impl {
 namespace {
 
 /// How often a request starts over after holders of its KV failed before it ends with the error.
-constexpr uint32_t max_kv_losses = 3;
+constexpr uint32_t max_kv_losses = 5;  // with restart_pause: it outlasts a holder cut off for about 3 s
 
 void refuse(self_ptr self, const generate_request& r, std::string why) {
   tell_client(self, r.client, request_finished{r.id, "error", std::move(why), 0, {}});
@@ -227,9 +227,31 @@ void admit(self_ptr self) {
   if (admitted) publish_placement(self);  // the rManager lends only blocks not promised: tell it at once
 }
 
+namespace {
+
+/// How long a request that lost its KV for the `losses`-th time waits before it queues again: not at all the
+/// first time (its holder died: the survivors serve it), then 250 ms, 500 ms, 1 s, 2 s (a holder cut off for
+/// a while may be chosen again: the pauses outlast a short partition).
+std::chrono::milliseconds restart_pause(uint32_t losses) {
+  return losses < 2 ? std::chrono::milliseconds(0) : std::chrono::milliseconds(250) * (1 << std::min(losses - 2, 3u));
+}
+
+/// Queues a request that starts over first, but behind a head whose room is under way.
+void queue_first(self_ptr self, generate_request r) {
+  auto& st = self->state;
+  const bool head_has_room = !st.waiting.empty() && (st.room_asked == st.waiting.front().id ||
+                                                     st.room_granted == st.waiting.front().id);
+  const auto at = head_has_room ? 1 : 0;
+  st.waiting.insert(st.waiting.begin() + at, std::move(r));
+  st.waiting_since.insert(st.waiting_since.begin() + at, st.views_received);
+}
+
+}  // namespace
+
 /// Its tokens are prompt and answer so far, its sampling state kept, so the answer goes on as it would have;
 /// it goes first in the queue but behind a head whose room is under way, once its blocks elsewhere and its
-/// room are released. One that lost KV more than max_kv_losses times ends with the error.
+/// room are released; from its second loss on it pauses first (restart_pause). One that lost KV more than
+/// max_kv_losses times ends with the error.
 void start_over(self_ptr self, request_id id, const std::string& why) {
   auto& st = self->state;
   auto req = st.requests.find(id);
@@ -244,16 +266,25 @@ void start_over(self_ptr self, request_id id, const std::string& why) {
   if (!seq) return;
   release_elsewhere(self, id);
   if (auto* m = st.config.metrics.get()) m->requests_restarted.with({std::to_string(st.config.id)}).add();
-  const bool head_has_room = !st.waiting.empty() && (st.room_asked == st.waiting.front().id ||
-                                                     st.room_granted == st.waiting.front().id);
-  const auto at = head_has_room ? 1 : 0;
   const int32_t left = seq->max_new_tokens - seq->n_generated();
-  st.waiting.insert(st.waiting.begin() + at, generate_request{id,
-                                                              {seq->tokens, left, seq->sampling.temperature,
-                                                               seq->sampling.top_p, seq->rng, seq->ignore_eos},
-                                                              req->second.client});
-  st.waiting_since.insert(st.waiting_since.begin() + at, st.views_received);
+  generate_request again{id, {seq->tokens, left, seq->sampling.temperature, seq->sampling.top_p, seq->rng,
+                              seq->ignore_eos},
+                         req->second.client};
   st.resuming[id] = std::move(seq);
+  const auto pause = restart_pause(req->second.kv_losses);
+  if (pause.count() == 0) return queue_first(self, std::move(again));
+  st.pausing.emplace(id, std::move(again));
+  self->delayed_send(self, pause, requeue_atom::value, id);
+}
+
+void on_requeue(self_ptr self, request_id id) {
+  auto& st = self->state;
+  auto paused = st.pausing.find(id);
+  if (paused == st.pausing.end()) return;  // cancelled meanwhile
+  generate_request r = std::move(paused->second);
+  st.pausing.erase(paused);
+  queue_first(self, std::move(r));
+  maybe_step(self);
 }
 
 void on_generate(self_ptr self, generate_request& r) {
@@ -270,6 +301,13 @@ void on_generate(self_ptr self, generate_request& r) {
 
 void on_cancel(self_ptr self, const cancel_request& c) {
   auto& st = self->state;
+  if (auto paused = st.pausing.find(c.req_id); paused != st.pausing.end()) {
+    tell_client(self, paused->second.client, request_finished{c.req_id, "cancelled", {}, 0, {}});
+    st.pausing.erase(paused);
+    st.requests.erase(c.req_id);
+    st.resuming.erase(c.req_id);
+    return;
+  }
   auto w = std::find_if(st.waiting.begin(), st.waiting.end(), [&](const auto& r) { return r.id == c.req_id; });
   if (w != st.waiting.end()) {
     tell_client(self, w->client, request_finished{c.req_id, "cancelled", {}, 0, {}});

@@ -86,7 +86,7 @@ void publish_placement(self_ptr self) {
     if (!s->foreign())  // a chunk's blocks are its owner's to report
       for (const auto& e : placement_of(*s, st.config.id)) update.placement.push_back(e);
   update.batch_size = uint32_t(st.batcher->active().size());
-  update.waiting = uint32_t(st.waiting.size());
+  update.waiting = uint32_t(st.waiting.size() + st.pausing.size());
   for (const auto& r : st.waiting) update.waiting_blocks += admission::blocks_needed(r.params.prompt.size(), r.params.max_tokens);
   update.promised_blocks = promised_blocks(st);
   if (auto* m = st.config.metrics.get()) {
@@ -123,6 +123,8 @@ instance_actor::behavior_type instance_behavior(self_ptr self, instance_config c
       // admission: requests in, rooms and loans for them
       [=](generate_request& r) { on_generate(self, r); },
       [=](const cancel_request& c) { on_cancel(self, c); },
+      [=](requeue_atom, request_id id) { on_requeue(self, id); },
+      [=](recheck_atom) { on_recheck(self); },
       [=](const room_answer& a) { on_room_answer(self, a); },
       [=](const loan_result& r) { on_loan_result(self, r); },
       // the step loop's view of the cluster

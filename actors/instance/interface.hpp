@@ -14,7 +14,7 @@ namespace illm::actors {
 using instance_actor = caf::typed_actor<
     // admission: requests in, and the answers to the rooms and loans asked for them
     caf::reacts_to<generate_request>, caf::reacts_to<cancel_request>, caf::reacts_to<room_answer>,
-    caf::reacts_to<loan_result>,
+    caf::reacts_to<loan_result>, caf::reacts_to<requeue_atom, request_id>, caf::reacts_to<recheck_atom>,
     // the step loop's view of the cluster (from its rManager)
     caf::reacts_to<cluster_view>,
     // block moves, with its rManager as the source

@@ -87,6 +87,10 @@ struct instance_state {
   /// Requests that lost KV with a failed holder and wait in the queue to start over: their sequences, with
   /// the tokens so far (the queue entry's prompt is prompt and answer so far).
   std::map<request_id, std::shared_ptr<gpu::sequence>> resuming;
+  /// Those of them that lost KV again pause before they queue (a holder that failed once may still be cut
+  /// off): their queue entries, until requeue_atom.
+  std::map<request_id, generate_request> pausing;
+  bool look_again_pending = false;  ///< a recheck_atom is on its way (an idle instance with a queue)
   bool rooms_refused = false;  ///< until the next view
   std::vector<std::pair<instance_id, uint32_t>> granted_holders;  ///< the granted room's holders and their blocks
   std::map<request_id, room_prefill_plan> prefills;  ///< requests whose room's holders prefill their prompt
@@ -140,8 +144,15 @@ bool ask_loan(self_ptr self, request_id req, uint32_t blocks);
 bool may_take_block(const instance_state& st, const gpu::sequence& seq);
 /// Request `id` lost KV with a failed holder: it starts over from its tokens, first in the queue.
 void start_over(self_ptr self, request_id id, const std::string& why);
+/// A request that paused before starting over queues now (requeue_atom).
+void on_requeue(self_ptr self, request_id id);
 
 // ---- step_loop.cpp -------------------------------------------------------------------------------------------
+
+/// How often an idle instance with a queue looks at it again (recheck_atom).
+inline constexpr std::chrono::milliseconds queue_recheck_period{100};
+/// An idle instance looks at its queue again (recheck_atom).
+void on_recheck(self_ptr self);
 
 /// The batcher's options, with its shortage rule (loan, wait or preempt).
 gpu::batcher_options batch_options(self_ptr self);

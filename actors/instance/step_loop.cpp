@@ -129,6 +129,25 @@ gpu::batcher_options batch_options(self_ptr self) {
   return o;
 }
 
+namespace {
+
+/// An idle instance with requests in its queue looks at it again shortly: what they wait for (blocks its
+/// rManager frees when others' requests end, a room) may come without a message to the instance, e.g.
+/// while no gManager sends views.
+void look_again_later(self_ptr self) {
+  auto& st = self->state;
+  if (st.waiting.empty() || st.look_again_pending) return;
+  st.look_again_pending = true;
+  self->delayed_send(self, queue_recheck_period, recheck_atom::value);
+}
+
+}  // namespace
+
+void on_recheck(self_ptr self) {
+  self->state.look_again_pending = false;
+  maybe_step(self);
+}
+
 void maybe_step(self_ptr self) {
   auto& st = self->state;
   if (st.in_flight) return;
@@ -145,6 +164,7 @@ void maybe_step(self_ptr self) {
   notify_finished(self);
   if (plan->empty()) {
     publish_placement(self);
+    look_again_later(self);
     return;
   }
   st.in_flight = plan;

@@ -73,7 +73,9 @@ using moves_atom = caf::atom_constant<caf::atom("moves")>;
 using written_atom = caf::atom_constant<caf::atom("written")>;
 /// (deferred_atom, id): an actor runs what it put off (e.g. an injected delay) now.
 using deferred_atom = caf::atom_constant<caf::atom("deferred")>;
-/// An attention server looks at its waiting attends again.
+/// (requeue_atom, request_id): an instance queues a request that paused before starting over.
+using requeue_atom = caf::atom_constant<caf::atom("requeue")>;
+/// An attention server looks at its waiting attends again; an idle instance at its queue.
 using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
 
 }  // namespace illm::actors

@@ -36,6 +36,7 @@ caf::result<move_reservation> reserve_for_chunk(self_ptr self, const reserve_chu
               r = refused_reservation(c.id, c.holder, "the reservation does not match the chunk");
             }
             if (r.granted) self->state.chunks[c.id] = {c.req_id, c.holder, dst, c.num_blocks};
+            if (r.granted && crashes_at(self, faults::crash_point::mid_room)) return;
             promise.deliver(std::move(r));
           },
           [=](const caf::error& err) mutable {

@@ -122,7 +122,10 @@ void on_transfer(self_ptr self, const transfer_done& done) {
   if (it == st.outgoing.end()) return;  // the move already ended
   if (!done.ok) return finish_move(self, done.id, false, "copy failed: " + done.error);
   outgoing_move& move = it->second;
-  if (move.copies_left == 0) return commit(self, done.id);  // this was the flush
+  if (move.copies_left == 0) {  // this was the flush
+    if (crashes_at(self, faults::crash_point::mid_move)) return;
+    return commit(self, done.id);
+  }
   if (--move.copies_left > 0) return;
   rmanager_actor me{self};
   const move_id id = done.id;
@@ -263,6 +266,13 @@ void start_loan(self_ptr self, const need_blocks& need) {
 /// holder with the fewest of them (the room's blocks are kept for it, and every step waits for the holder
 /// that attends the most); the others to the creditor the policy chose.
 void order_move(self_ptr self, const move_kvcache& m) {
+  auto& st = self->state;
+  if (!st.orders_seen.insert(m.id).second) return;  // the same order again (a duplicate or a late copy)
+  st.orders_seen_in_turn.push_back(m.id);
+  if (st.orders_seen_in_turn.size() > 4096) {
+    st.orders_seen.erase(st.orders_seen_in_turn.front());
+    st.orders_seen_in_turn.pop_front();
+  }
   const auto plan = room_plan(self->state, m.req_id);
   if (!plan) return start_move(self, m.id, m.req_id, m.num_blocks, m.dst_inst, false);
   start_move(self, m.id, m.req_id, std::min(m.num_blocks, plan->max_blocks), plan->dst, false);

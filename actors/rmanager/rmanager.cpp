@@ -1,5 +1,8 @@
 // The rManager actor: the composition of its behaviour from the protocol files listed in state.hpp.
+#include <csignal>
 #include <cstdio>
+
+#include <fmt/format.h>
 
 #include "actors/rmanager/state.hpp"
 
@@ -21,6 +24,17 @@ void defer(self_ptr self, std::chrono::milliseconds delay, std::function<void()>
   const uint64_t id = self->state.next_deferred++;
   self->state.deferred[id] = std::move(action);
   self->delayed_send(self, delay, deferred_atom::value, id);
+}
+
+bool crashes_at(self_ptr self, faults::crash_point point) {
+  const auto& faults = self->state.config.faults;
+  if (!faults || !faults->crash_now(point)) return false;
+  plane_log(self->state, fmt::format("rmanager {}: FAULT INJECTED: crash at {}", self->state.config.id,
+                                     faults::to_string(point)));
+  if (!self->state.config.crash) std::raise(SIGKILL);
+  self->state.config.crash();
+  self->quit(caf::exit_reason::kill);
+  return true;
 }
 
 namespace {

@@ -55,8 +55,11 @@ struct rmanager_config {
   /// Connects the data plane to a peer of the view that has an address and is not connected yet (or whose
   /// address changed); returns an empty string or why not. Empty: never called (an in-process plane).
   std::function<std::string(instance_id peer, const std::vector<uint8_t>& address)> connect_peer;
-  /// Control-plane faults to inject (heartbeats, answers to moves and promises); none: none.
+  /// Control-plane faults to inject (heartbeats, answers to moves and promises, crash points); none: none.
   std::shared_ptr<faults::control_faults> faults;
+  /// How this instance dies at a crash point of `faults` (a process: as SIGKILL would; an embedded cluster:
+  /// its instance is killed). Empty: the process is killed.
+  std::function<void()> crash;
   /// Where the rManager's data-plane lines go (a failed connect, a failed peer); empty: stderr.
   std::function<void(const std::string&)> log;
 };

@@ -8,6 +8,7 @@
 //   chunk_reservations.cpp  room prefill at the owner: a chunk's blocks reserved at its holder, committed
 // Internal to actors/rmanager/: nothing outside it includes this header.
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -18,6 +19,15 @@
 #include "actors/rmanager/rmanager.hpp"
 
 namespace illm::actors::rmanager_impl {
+
+/// A data-plane peer whose endpoint failed. At a new address (a restarted process) it is connected again at
+/// once; at the same one (a timeout: the peer was slow, or cut off) after a pause that doubles with every
+/// failure, up to 30 s, while views (or the last one, without a gManager) name it.
+struct failed_peer {
+  std::vector<uint8_t> address;
+  std::chrono::steady_clock::time_point retry_at;
+  std::chrono::milliseconds pause{0};
+};
 
 /// A move this instance executes as the source.
 struct outgoing_move {
@@ -72,10 +82,12 @@ struct rmanager_state {
   std::map<request_id, std::map<instance_id, uint32_t>> rooms;  // blocks others keep for our long requests
   std::set<std::pair<request_id, instance_id>> room_refused;  // our rooms' holders that refused a move, until the next view
   std::map<instance_id, std::vector<uint8_t>> connected;  // data-plane peers connected, by their address
-  std::map<instance_id, std::vector<uint8_t>> failed;     // peers whose endpoint failed, at that address
+  std::map<instance_id, failed_peer> failed;              // peers whose endpoint failed, and when to retry
   std::map<uint64_t, std::function<void()>> deferred;  // put off by injected delays, by their timer's id
   uint64_t next_deferred = 1;
   std::vector<caf::response_promise> swallowed;  // answers lost by injected faults: never delivered
+  std::set<move_id> orders_seen;                 // the gManager's latest orders, so that one sent twice runs once
+  std::deque<move_id> orders_seen_in_turn;       // the same, oldest first (the set keeps the last 4096)
   bool loan_in_flight = false;
   bool draining = false;
   uint64_t next_move = 1;
@@ -133,6 +145,10 @@ bool reachable(const rmanager_state& st, instance_id peer);
 
 /// Runs `action` on the rManager's thread `delay` from now.
 void defer(self_ptr self, std::chrono::milliseconds delay, std::function<void()> action);
+
+/// Whether this rManager dies at crash point `point` now (rmanager_config::faults): its process's crash hook
+/// runs and the rManager exits as a killed actor would; the caller then does nothing more.
+bool crashes_at(self_ptr self, faults::crash_point point);
 
 /// An answer at control-plane fault point `point`, made by `make`: as it is, lost (made, never delivered:
 /// the asker times out), made twice as for a request that arrived twice (the first goes back), or delivered

@@ -1,6 +1,8 @@
 // The rManager's view of the cluster: it joins the gManager, sends a heartbeat every period and adopts the
 // view that answers it (connecting the data plane to new peers, releasing what departed owners kept here),
 // and hears when a data-plane peer fails.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "actors/rmanager/state.hpp"
@@ -9,22 +11,33 @@ namespace illm::actors::rmanager_impl {
 
 namespace {
 
-/// Connects the data plane to every peer of the view that has an address and is not connected at it yet
-/// (a peer that failed is connected again only at a new address: a restarted process).
+/// Notes that the endpoint to `peer` at `address` failed: it is tried again after a pause.
+void note_failed(rmanager_state& st, instance_id peer, const std::vector<uint8_t>& address) {
+  failed_peer& f = st.failed[peer];
+  if (f.address != address) f.pause = std::chrono::milliseconds(0);
+  f.address = address;
+  f.pause = std::clamp(f.pause * 2, std::chrono::milliseconds(500), std::chrono::milliseconds(30000));
+  f.retry_at = std::chrono::steady_clock::now() + f.pause;
+  st.connected.erase(peer);
+}
+
+/// Connects the data plane to every peer of the view that has an address and is not connected at it yet; a
+/// peer that failed at that address only once its pause is over (failed_peer).
 void connect_peers(rmanager_state& st) {
   if (!st.config.connect_peer) return;
+  const auto now = std::chrono::steady_clock::now();
   for (const instance_view& i : st.view.instances) {
     if (i.inst_id == st.config.id || i.plane_address.empty()) continue;
     if (auto c = st.connected.find(i.inst_id); c != st.connected.end() && c->second == i.plane_address) continue;
-    if (auto f = st.failed.find(i.inst_id); f != st.failed.end() && f->second == i.plane_address) continue;
+    if (auto f = st.failed.find(i.inst_id); f != st.failed.end() && f->second.address == i.plane_address &&
+                                            now < f->second.retry_at)
+      continue;
     const std::string why = st.config.connect_peer(i.inst_id, i.plane_address);
     if (why.empty()) {
       st.connected[i.inst_id] = i.plane_address;
-      st.failed.erase(i.inst_id);
       plane_log(st, fmt::format("rmanager {}: data plane connected to instance {}", st.config.id, i.inst_id));
     } else {
-      st.connected.erase(i.inst_id);
-      st.failed[i.inst_id] = i.plane_address;
+      note_failed(st, i.inst_id, i.plane_address);
       plane_log(st, fmt::format("rmanager {}: data plane cannot connect to instance {}: {}", st.config.id, i.inst_id, why));
     }
   }
@@ -92,6 +105,7 @@ void request_view(self_ptr self, heartbeat hb) {
 void send_heartbeat(self_ptr self) {
   auto& st = self->state;
   self->delayed_send(self, st.config.heartbeat_period, heartbeat_tick_atom::value);
+  if (!st.failed.empty()) connect_peers(st);  // peers whose pause is over, even without a gManager
   if (!st.config.gmanager) return;
   heartbeat hb{st.config.id, ++st.heartbeat_seq, st.stats(), st.placement.placement};
   if (auto* m = st.config.metrics.get()) {
@@ -140,10 +154,7 @@ void switch_gmanager(self_ptr self, gmanager_actor gm) {
 void on_peer_failed(self_ptr self, const peer_failed& p) {
   auto& st = self->state;
   plane_log(st, fmt::format("rmanager {}: data plane peer {} failed: {}", st.config.id, p.peer, p.reason));
-  if (auto c = st.connected.find(p.peer); c != st.connected.end()) {
-    st.failed[p.peer] = c->second;
-    st.connected.erase(c);
-  }
+  if (auto c = st.connected.find(p.peer); c != st.connected.end()) note_failed(st, p.peer, std::vector<uint8_t>(c->second));
   std::vector<move_id> doomed;
   for (const auto& [id, move] : st.outgoing)
     if (move.dst == p.peer) doomed.push_back(id);

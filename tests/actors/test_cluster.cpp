@@ -197,7 +197,9 @@ TEST_SUITE("actors") {
         CHECK(m.blocks <= 12);  // a holder's last chunk is what its room still holds
       }
     CHECK(chunks >= 10);
-    CHECK(blocks >= 120);  // of the prompt's 182 blocks: the room holds all but the owner's part
+    // Of the prompt's 182 blocks the room holds all but the owner's part (about 136); on a loaded machine a
+    // chunk whose holder answers late is computed by the owner instead, so at least half of the prompt.
+    CHECK(blocks >= 91);
     CHECK(counted == blocks);
     CHECK(prefilled_at.size() >= 2);
   }

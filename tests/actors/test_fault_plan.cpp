@@ -50,15 +50,37 @@ TEST_SUITE("actors") {
     auto chance = parse_fault_plan("heartbeat.drop=1.5");
     REQUIRE_FALSE(chance.is_ok());
     CHECK(chance.error().message().find("from 0 to 1") != std::string::npos);
+    auto point = parse_fault_plan("crash=mid_flight");
+    REQUIRE_FALSE(point.is_ok());
+    CHECK(point.error().message().find("mid_move, mid_room and after_order") != std::string::npos);
+    CHECK_FALSE(parse_fault_plan("crash=mid_move@0").is_ok());
+    CHECK_FALSE(parse_fault_plan("crash=mid_move@x").is_ok());
+  }
+
+  TEST_CASE("a crash point fires once, the time the plan names") {
+    auto plan = parse_fault_plan("crash=mid_move@3,order.dup=0.5");
+    REQUIRE(plan.is_ok());
+    CHECK(plan->in_actors());
+    CHECK_FALSE(plan->data_faults);
+    CHECK(plan->crash == crash_point::mid_move);
+    CHECK(plan->crash_at == 3);
+    CHECK(plan->control.duplicate[int(control_point::order)] == doctest::Approx(0.5));
+    control_faults f(plan.value());
+    CHECK_FALSE(f.crash_now(crash_point::mid_room));  // another point
+    std::vector<bool> fired;
+    for (int i = 0; i < 5; ++i) fired.push_back(f.crash_now(crash_point::mid_move));
+    CHECK(fired == std::vector<bool>{false, false, true, false, false});
+    CHECK(f.injected().at("crash_mid_move") == 1);
+    CHECK(parse_fault_plan("crash=after_order").value().crash_at == 1);
   }
 
   TEST_CASE("control faults follow their seed and are counted by kind") {
-    control_fault_spec spec;
-    spec.drop[int(control_point::heartbeat)] = 0.3;
-    spec.duplicate[int(control_point::heartbeat)] = 0.3;
-    spec.delay_chance[int(control_point::reply)] = 1.0;
-    control_faults a(spec, 11, std::chrono::milliseconds(5)), b(spec, 11, std::chrono::milliseconds(5)),
-        c(spec, 12, std::chrono::milliseconds(5));
+    auto plan = [](int seed) {
+      return parse_fault_plan("heartbeat.drop=0.3,heartbeat.dup=0.3,reply.delay=1,delay_ms=5,seed=" +
+                              std::to_string(seed))
+          .value();
+    };
+    control_faults a(plan(11)), b(plan(11)), c(plan(12));
     const auto seen = draws(a, control_point::heartbeat, 200);
     CHECK(seen == draws(b, control_point::heartbeat, 200));  // replayable
     CHECK(seen != draws(c, control_point::heartbeat, 200));

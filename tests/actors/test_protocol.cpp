@@ -47,7 +47,7 @@ instance_actor::behavior_type fake_instance(instance_actor::pointer, std::shared
         return true;
       },
       [log](const move_abandoned& m) { log->abandoned.push_back(m); },
-      [log](const loan_result& r) { log->loans.push_back(r); },
+      [log](const loan_result& r) { log->loans.push_back(r); }, [](requeue_atom, request_id) {}, [](recheck_atom) {},
       [log](const room_answer& a) { log->rooms.push_back(a); },
       [log](const cancel_chunk& c) { log->chunks_cancelled.push_back(c.id); },
       [](const cluster_view&) {},

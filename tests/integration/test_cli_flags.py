@@ -40,6 +40,9 @@ def main():
         (["gmanager", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:x"],
          "--metrics-listen 127.0.0.1:x: expected HOST:PORT with a port in 0..65535"),
         (["instance", "--join", "127.0.0.1:1", "--metrics-prefix", "bad"], "--metrics-prefix: bad not in {illm:,illm_}"),
+        (["gmanager", "--listen", "127.0.0.1:0", "--faults", "send.drop=0.1"], "the gManager injects only order.drop"),
+        (["instance", "--join", "127.0.0.1:1", "--faults", "crash=after_order"], "are the gManager's"),
+        (["serve", "--faults", "crash=mid_air"], "the crash points are mid_move, mid_room and after_order"),
     ]
     for args, message in refused:
         result = run(*args)

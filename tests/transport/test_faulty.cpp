@@ -140,4 +140,27 @@ TEST_SUITE("transport") {
     CHECK(n.at("put_fail") + n.at("put_drop") == 20);
     CHECK(failed == 3 + int(n.at("put_fail")));
   }
+
+  TEST_CASE("a partition started while the plane runs cuts its peers off until it heals") {
+    auto group = make_plane_group("inproc");
+    auto a = make_plane("faulty:inproc", {.self = 1, .group = group, .faults = "seed=1"}).value();
+    auto b = make_plane("inproc", {.self = 2, .group = group}).value();
+    auto& faulty = dynamic_cast<faulty_plane&>(*a);
+    int heard = 0, failed = 0;
+    a->on_message(channel::attend, [&](peer_id, std::vector<uint8_t>) { ++heard; });
+    b->on_message(channel::attend, [](peer_id, std::vector<uint8_t>) {});
+    auto both_ways = [&] {
+      a->send(2, channel::attend, std::vector<uint8_t>{1}, [&](transport::status s) { failed += !s.is_ok(); });
+      b->send(1, channel::attend, std::vector<uint8_t>{1}, [](transport::status) {});
+    };
+    faulty.partition_for({2}, std::chrono::hours(1));
+    both_ways();
+    CHECK(failed == 1);
+    CHECK(heard == 0);
+    CHECK(faulty.injected().at("partition") == 2);
+    faulty.partition_for({2}, std::chrono::milliseconds(0));  // healed
+    both_ways();
+    CHECK(failed == 1);
+    CHECK(heard == 1);
+  }
 }

@@ -49,10 +49,18 @@ faulty_plane::fate faulty_plane::draw(const char* kind, double fail, double drop
 }
 
 bool faulty_plane::cut_off(peer_id peer) {
-  if (std::find(spec_.partitioned.begin(), spec_.partitioned.end(), peer) == spec_.partitioned.end()) return false;
+  const bool in_spec = std::find(spec_.partitioned.begin(), spec_.partitioned.end(), peer) != spec_.partitioned.end();
   std::lock_guard lock(mutex_);
+  auto until = cut_until_.find(peer);
+  if (!in_spec && (until == cut_until_.end() || std::chrono::steady_clock::now() >= until->second)) return false;
   ++injected_["partition"];
   return true;
+}
+
+void faulty_plane::partition_for(const std::vector<peer_id>& peers, std::chrono::milliseconds duration) {
+  const auto until = std::chrono::steady_clock::now() + duration;
+  std::lock_guard lock(mutex_);
+  for (peer_id p : peers) cut_until_[p] = until;
 }
 
 void faulty_plane::later(std::function<void()> action) {

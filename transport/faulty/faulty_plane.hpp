@@ -44,6 +44,9 @@ class faulty_plane final : public data_plane {
   fault_counts injected() const;
   std::map<std::string, uint64_t> faults_injected() const override { return injected(); }
   const fault_spec& spec() const { return spec_; }
+  /// Cuts `peers` off both ways for `duration` from now, besides the spec's partitioned peers (a partition
+  /// that a test or the chaos suite starts while the plane runs, and that heals by itself).
+  void partition_for(const std::vector<peer_id>& peers, std::chrono::milliseconds duration);
 
  private:
   enum class fate { pass, fail, drop, duplicate, delay };
@@ -60,6 +63,7 @@ class faulty_plane final : public data_plane {
   mutable std::mutex mutex_;
   std::mt19937_64 random_;
   fault_counts injected_;
+  std::map<peer_id, std::chrono::steady_clock::time_point> cut_until_;  // partition_for's peers, until when
   std::condition_variable delayed_changed_;
   std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> delayed_;
   bool stopping_ = false;
