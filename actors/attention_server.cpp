@@ -85,7 +85,9 @@ partials answer(const attention_server_config& c, const attend& a, instance_id f
     attend_blocks(c, a, a.blocks, a.block_pos, p);
     return p;
   }
-  const std::optional<hosted_blocks::blocks> found = c.hosted->find(from, a.req_id, a.num_blocks);
+  const std::optional<hosted_blocks::blocks> found = a.logical_runs.empty()
+                                                         ? c.hosted->find(from, a.req_id, a.num_blocks)
+                                                         : c.hosted->find_logical(from, a.req_id, a.logical_runs);
   if (!found) {
     p.error = fmt::format("instance {} keeps no {} blocks of request {} for instance {}", c.plane->self(),
                           a.num_blocks, a.req_id, from);

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "gpu/backend.hpp"
+
 namespace illm::actors {
 
 namespace {
@@ -87,6 +89,18 @@ bool read_forwards(reader& r, std::vector<attend::forward>& out) {
   return true;
 }
 
+/// Whether `runs` are (first, count) pairs of nonzero counts adding up to `blocks` (or there are none).
+bool runs_add_up(const std::vector<uint32_t>& runs, uint32_t blocks) {
+  if (runs.empty()) return true;
+  if (runs.size() % 2 != 0) return false;
+  uint64_t total = 0;
+  for (size_t i = 0; i < runs.size(); i += 2) {
+    if (runs[i + 1] == 0) return false;
+    total += runs[i + 1];
+  }
+  return total == blocks;
+}
+
 gpu::status corrupt(const char* what) {
   return {gpu::status_code::invalid_argument, fmt::format("malformed {} payload from a peer", what)};
 }
@@ -112,7 +126,24 @@ std::vector<uint8_t> encode(const attend& a) {
     w.array(f.blocks);
     w.array(f.block_pos);
   }
+  w.array(a.logical_runs);
   return w.take();
+}
+
+std::vector<uint32_t> logical_runs_of(std::span<const int32_t> block_pos) {
+  std::vector<uint32_t> logical;
+  for (int32_t pos : block_pos) logical.push_back(uint32_t(pos) / uint32_t(gpu::kv_block_tokens));
+  std::sort(logical.begin(), logical.end());
+  std::vector<uint32_t> runs;
+  for (size_t i = 0; i < logical.size(); ++i) {
+    if (!runs.empty() && runs[runs.size() - 2] + runs.back() == logical[i]) {
+      ++runs.back();
+      continue;
+    }
+    runs.push_back(logical[i]);
+    runs.push_back(1);
+  }
+  return runs;
 }
 
 std::vector<uint8_t> encode(const partials& p) {
@@ -133,8 +164,10 @@ gpu::result<attend> decode_attend(const std::vector<uint8_t>& bytes) {
   uint32_t magic = 0;
   if (!r.value(magic) || magic != attend_magic || !r.value(a.tag) || !r.value(a.req_id) || !r.value(a.owner) ||
       !r.value(a.layer) || !r.value(a.n_q) || !r.value(a.num_blocks) || !r.array(a.q) || !r.array(a.q_pos) ||
-      !r.array(a.blocks) || !r.array(a.block_pos) || !read_forwards(r, a.forwards) || !r.at_end())
+      !r.array(a.blocks) || !r.array(a.block_pos) || !read_forwards(r, a.forwards) || !r.array(a.logical_runs) ||
+      !r.at_end())
     return corrupt("attend");
+  if (!runs_add_up(a.logical_runs, a.num_blocks)) return corrupt("attend");
   for (const attend::forward& f : a.forwards)
     if (f.blocks.empty() || f.blocks.size() != f.block_pos.size()) return corrupt("attend");
   if (a.n_q <= 0 || a.q_pos.size() != size_t(a.n_q) || a.q.size() % size_t(a.n_q) != 0 || a.layer < 0 ||

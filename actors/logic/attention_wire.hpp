@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "gpu/status.hpp"
@@ -39,7 +40,14 @@ struct attend {
     std::vector<int32_t> block_pos;
   };
   std::vector<forward> forwards;
+  /// Without blocks: the owner's logical blocks that its table places there, as (first, count) pairs whose
+  /// counts add up to num_blocks (the holder attends exactly those, even while it still keeps a move that the
+  /// owner gave up and has not yet taken back).
+  std::vector<uint32_t> logical_runs;
 };
+
+/// The (first, count) runs of the logical blocks whose first tokens are `block_pos` (blocks of 16 tokens).
+std::vector<uint32_t> logical_runs_of(std::span<const int32_t> block_pos);
 
 /// Holder -> owner: the partial (m, e, MA) per query row, or why there is none.
 struct partials {

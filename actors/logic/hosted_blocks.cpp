@@ -1,6 +1,7 @@
 #include "actors/logic/hosted_blocks.hpp"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 namespace illm::actors {
@@ -52,6 +53,25 @@ std::optional<hosted_blocks::blocks> hosted_blocks::find(uint32_t owner, uint64_
     out.physical.push_back(physical);
     out.first_token.push_back(int32_t(logical) * tokens_per_block);
   }
+  return out;
+}
+
+std::optional<hosted_blocks::blocks> hosted_blocks::find_logical(uint32_t owner, uint64_t req,
+                                                                 const std::vector<uint32_t>& runs) const {
+  std::lock_guard lock(mutex_);
+  auto it = by_request_.find({owner, req});
+  if (it == by_request_.end()) return runs.empty() ? std::optional<blocks>(blocks{}) : std::nullopt;
+  std::map<uint32_t, uint32_t> physical_of;  // logical -> physical, later moves over earlier ones
+  for (const move_blocks& m : it->second)
+    for (size_t i = 0; i < m.logical.size(); ++i) physical_of[m.logical[i]] = m.physical[i];
+  blocks out;
+  for (size_t r = 0; r + 1 < runs.size(); r += 2)
+    for (uint32_t logical = runs[r]; logical < runs[r] + runs[r + 1]; ++logical) {
+      auto found = physical_of.find(logical);
+      if (found == physical_of.end()) return std::nullopt;
+      out.physical.push_back(found->second);
+      out.first_token.push_back(int32_t(logical) * tokens_per_block);
+    }
   return out;
 }
 

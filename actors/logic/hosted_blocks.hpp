@@ -38,6 +38,9 @@ class hosted_blocks {
   /// The first committed moves of (owner, req) holding `count` blocks in all; none when no prefix of
   /// the moves adds up to it (the owner and the holder disagree).
   std::optional<blocks> find(uint32_t owner, uint64_t req, uint32_t count) const;
+  /// The blocks of (owner, req) at the logical places of `runs`, (first, count) pairs: each from the latest
+  /// committed move that holds it; none when one of them is not here.
+  std::optional<blocks> find_logical(uint32_t owner, uint64_t req, const std::vector<uint32_t>& runs) const;
   /// Hosted blocks in all.
   uint32_t count() const;
   /// The requests of `owner` with blocks here.

@@ -69,6 +69,7 @@ void remote_router::send_group(int lane, std::vector<gpu::remote_attention_job> 
   for (int t = 0; t < job.n_q; ++t) std::copy_n(job.q + size_t(t) * job.q_ld, row, a.q.data() + size_t(t) * row);
   a.q_pos.assign(job.q_pos, job.q_pos + job.n_q);
   a.num_blocks = uint32_t(job.blocks.size());
+  if (!job.foreign_request) a.logical_runs = logical_runs_of(job.block_pos);  // exactly the blocks it placed there
   const uint32_t holder = job.holder;
   {
     std::lock_guard lock(mutex_);

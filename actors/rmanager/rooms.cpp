@@ -83,9 +83,9 @@ void release_everywhere(self_ptr self, request_id req) {
     st.rooms.erase(it);
     if (st.config.gmanager) self->send(st.config.gmanager, release_room{st.config.id, req});
   }
-  for (instance_id holder : holders)
-    if (const instance_view* v = st.view.find(holder); v && v->rmanager)
-      self->send(v->rmanager, release_blocks{req, st.config.id});
+  for (instance_id holder : holders)  // also a holder the view leaves out for now: it keeps the blocks else
+    if (auto known = st.member_rmanagers.find(holder); known != st.member_rmanagers.end())
+      self->send(known->second, release_blocks{req, st.config.id});
   for (auto& [id, move] : st.outgoing)
     if (move.req == req || move.picked.req_id == req) move.cancelled = true;
   std::vector<move_id> chunks;

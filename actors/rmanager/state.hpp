@@ -73,6 +73,9 @@ struct rmanager_state {
   /// Every member of the views since the last settled one: a member that a settled view leaves out departed
   /// (the views of a gManager that just started may not list every member yet).
   std::set<instance_id> known_members;
+  /// The rManager of every member seen in a view, until a settled view leaves the member out: a release
+  /// reaches a holder that the current view does not list (a gManager that just started, a late heartbeat).
+  std::map<instance_id, rmanager_actor> member_rmanagers;
   uint64_t heartbeat_seq = 0;
   placement_update placement;
   std::map<move_id, outgoing_move> outgoing;

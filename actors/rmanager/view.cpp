@@ -77,6 +77,10 @@ bool current(self_ptr self, const gmanager_actor& from, const cluster_view& v) {
 /// A newer view: keep it, release what departed owners kept here, and connect to its new peers.
 void adopt_view(self_ptr self, cluster_view v) {
   release_departed(self, v);
+  auto& known = self->state.member_rmanagers;
+  for (const instance_view& i : v.instances)
+    if (i.rmanager) known[i.inst_id] = i.rmanager;
+  if (v.settled) std::erase_if(known, [&v](const auto& m) { return !v.has_member(m.first); });
   self->state.view = std::move(v);
   self->state.room_refused.clear();
   connect_peers(self->state);

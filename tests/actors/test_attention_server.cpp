@@ -153,6 +153,30 @@ TEST_SUITE("actors") {
     CHECK_FALSE(answers[1].ok);
   }
 
+  TEST_CASE("a decode attend names the owner's logical blocks there, and the holder attends exactly those") {
+    CHECK(logical_runs_of(std::vector<int32_t>{48, 32, 64, 160}) == std::vector<uint32_t>{2, 3, 10, 1});
+    hosted_blocks h;
+    h.add(2, 9, {4, 5}, {40, 41});  // a move its owner gave up (the commit's answer was lost), not taken back yet
+    h.add(2, 9, {6, 7}, {42, 43});  // the move the owner's table has
+    const auto exact = h.find_logical(2, 9, {6, 2});
+    REQUIRE(exact);
+    CHECK(exact->physical == std::vector<uint32_t>{42, 43});
+    CHECK(exact->first_token == std::vector<int32_t>{96, 112});
+    CHECK(h.find(2, 9, 2)->physical == std::vector<uint32_t>{40, 41});  // by count alone: the wrong blocks
+    CHECK_FALSE(h.find_logical(2, 9, {8, 1}));
+    h.add(2, 9, {4}, {50});  // a later move of the same place is the one attended
+    CHECK(h.find_logical(2, 9, {4, 1})->physical == std::vector<uint32_t>{50});
+    attend a;
+    a.n_q = 1;
+    a.q.assign(size_t(n_heads) * head_dim, 0.0f);
+    a.q_pos = {100};
+    a.num_blocks = 2;
+    a.logical_runs = {6, 2};
+    CHECK(decode_attend(encode(a)).value().logical_runs == a.logical_runs);
+    a.logical_runs = {6, 3};  // runs that do not add up to num_blocks: a malformed message
+    CHECK_FALSE(decode_attend(encode(a)).is_ok());
+  }
+
   TEST_CASE("merging the partials over two sets of blocks gives the partial over both") {
     server_rig rig;  // its pool and device
     const auto blocks = rig.pool->allocate_many({7, 0}, 4).value();
