@@ -63,13 +63,15 @@ done
 kill -TERM "$replay" 2>/dev/null || true  # it stops the replay under way
 wait "$replay" 2>/dev/null || true
 
-failed=$(cat "$work"/done.* 2>/dev/null | awk '{n += $2} END {print n + 0}')
-python3 - "$work/samples" "$failed" <<'PY'
+failed=$( (cat "$work"/done.* 2>/dev/null || true) | awk '{n += $2} END {print n + 0}')
+# The server's own count of requests that ended with an error (every round, the last one too).
+server_failed=$(curl -sf "http://127.0.0.1:$port/metrics" | awk '/^illm:requests_failed_total/ {n += $NF} END {printf "%d", n}')
+python3 - "$work/samples" "$failed" "$server_failed" <<'PY'
 import sys
 rows = [tuple(map(float, line.split())) for line in open(sys.argv[1]) if line.strip()]
 late = [r for r in rows if r[0] >= 60 and r[1] > 0]
-failed = int(sys.argv[2])
-print(f"failed requests (in completed rounds): {failed}")
+failed = int(sys.argv[2]) + int(sys.argv[3] or 0)
+print(f"failed requests: {sys.argv[2]} seen by the client in completed rounds, {sys.argv[3] or 0} counted by the server")
 if len(late) >= 2 and late[-1][1] > late[0][1]:
     n = len(late)
     mx = sum(r[1] for r in late) / n
