@@ -480,7 +480,8 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   r.rate_scale = o.rate_scale;
   r.requests = n;
   add_request_figures(r, record->requests, record->start);
-  for (const auto& m : c.events->moves()) (m.ok ? r.moves : r.moves_failed) += 1;
+  r.moves = c.events->moves_ok();
+  r.moves_failed = c.events->moves_failed();
   add_step_figures(r, c.stats);
   r.work_bound_s = work_bound_s(model, record->requests, u.step_tokens, u.n_instances);
   r.mixed_step_tokens = u.mixed_step_tokens;

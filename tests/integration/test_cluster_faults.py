@@ -10,7 +10,9 @@ An owner dies: the long prompt goes to the cluster again, 16 or more of its bloc
 instance, and the owner is SIGKILLed. The holder releases what it kept for the dead owner; the client goes
 on with the prompt and the tokens it has on the two survivors, and its answer is the ids of one instance.
 Then a request that needs nearly all of the two survivors' pools (which it could not have, had the holder
-kept 16 blocks) runs and gives the ids of one instance. Every process started here is gone at the end.
+kept 16 blocks) runs and gives the ids of one instance. Last, an instance started with `--faults crash=mid_room`
+owns the long request and dies as SIGKILL would once a chunk of its room is reserved at a holder; the
+client goes on on the survivors with the ids of one instance. Every process started here is gone at the end.
 Generous upper bounds on the waits only: no timing assertions.
 
 Usage: test_cluster_faults.py ILLM [SOURCE_DIR]"""
@@ -157,6 +159,24 @@ def main():
         assert done["token_ids"] == two_reference["token_ids"], (done["token_ids"], two_reference["token_ids"])
         print(f"  a request of {n_two} prompt tokens over the two survivors' pools: the ids of one instance",
               flush=True)
+
+        # ---- an owner crashes at a point of the protocol (--faults crash=mid_room) ----
+        # Instance 4 has the largest pool, so the long request goes to it; it dies as SIGKILL would once the first
+        # chunk of its room is reserved at a holder, and the client goes on on the survivors.
+        crasher = start("instance4", "instance", "--join", f"127.0.0.1:{port}", "--id", "4", "--kv-blocks-per-instance",
+                        str(POOL_BLOCKS + 16), "--threads", "1", "--heartbeat-ms", "50", "--ucx-tls", "tcp",
+                        "--ucx-net-devices", "lo", "--faults", "crash=mid_room")
+        wait_until(lambda: all(crasher.has(rf"data plane connected to instance {j}\b") for j in insts) or
+                   crasher.process.poll() is not None, JOIN_S, "instance 4 to join and connect its plane")
+        assert crasher.has("WARNING: FAULT INJECTION IS ON"), crasher.output()
+        done, _ = run_json([illm, *gen, "--prompt-file", long_prompt, "--max-tokens", str(ORPHAN_TOKENS), "--gmanager",
+                            at], RUN_S)
+        assert crasher.wait_exit(EXIT_S) == -signal.SIGKILL, crasher.output()
+        assert crasher.has("FAULT INJECTED: crash at mid_room"), crasher.output()
+        assert done["token_ids"] == expected, (done["token_ids"], expected)
+        wait_until(lambda: gm.has(r"instance 4 down"), EXIT_S, "the gManager to report instance 4 down")
+        print("instance 4 (--faults crash=mid_room) owned the long request and died once a chunk of its room was "
+              f"reserved; the client went on on the survivors: the {len(expected)} ids of one instance", flush=True)
 
         for p in insts.values():
             p.process.send_signal(signal.SIGTERM)
