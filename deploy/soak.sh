@@ -48,7 +48,7 @@ answered() {
   while :; do
     round=$((round + 1))
     "$illm" bench --url "http://127.0.0.1:$port" --trace "$trace" --rate-scale "$rate_scale" --max-input-tokens 200 \
-      --max-output-tokens 56 --json >"$work/round.$round.json" 2>>"$work/bench.log" &
+      --max-output-tokens 56 --csv "$work/round.$round.csv" --json >"$work/round.$round.json" 2>>"$work/bench.log" &
     bench=$!
     wait "$bench" || true
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["completed"], r["failed"])' \
