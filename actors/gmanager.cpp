@@ -1,7 +1,6 @@
 #include "actors/gmanager.hpp"
 
 #include <algorithm>
-#include <csignal>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -268,8 +267,7 @@ void send_order(self_ptr self, const rmanager_actor& to, const move_kvcache& ord
 /// The planned crash: the process's hook, then the actor ends as a killed one would.
 void crash(self_ptr self) {
   std::fprintf(stderr, "illm gmanager: FAULT INJECTED: crash after sending move orders\n");
-  if (!self->state.config.crash) std::raise(SIGKILL);
-  self->state.config.crash();
+  faults::crash_as_told(self->state.config.crash);
   self->quit(caf::exit_reason::kill);
 }
 

@@ -44,18 +44,29 @@ struct load {
   size_t ended = 0;
 };
 
-/// The seed's load: one request of 1.2 to 1.5 pools (over several instances) and short ones of random tokens,
-/// all greedy with fixed lengths.
-std::vector<generate_params> make_load(const gpu::loaded_model& model, uint64_t seed, const chaos_options& o) {
-  std::mt19937_64 random(seed);
-  const int pool_tokens = o.kv_blocks_per_instance * int(gpu::kv_block_tokens);
+/// `n` short greedy requests of random tokens (8 to 127 prompt tokens, 8 to max_output_tokens answers) drawn
+/// from `random`.
+std::vector<generate_params> short_requests(const gpu::loaded_model& model, std::mt19937_64& random, int n) {
   const int vocab = model.weights->config().vocab_size;
-  auto tokens = [&](int n) {
+  auto tokens = [&](int count) {
     std::vector<int32_t> ids{1};  // BOS
-    for (int i = 1; i < n; ++i) ids.push_back(int32_t(3 + random() % uint64_t(vocab - 3)));
+    for (int i = 1; i < count; ++i) ids.push_back(int32_t(3 + random() % uint64_t(vocab - 3)));
     return ids;
   };
   auto length = [&] { return 8 + int(random() % (max_output_tokens - 7)); };
+  std::vector<generate_params> out;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> prompt = tokens(8 + int(random() % 120));
+    out.push_back({std::move(prompt), length(), 0.0f, 1.0f, 0, true});
+  }
+  return out;
+}
+
+/// The seed's load: one request of 1.2 to 1.5 pools (over several instances) and short ones of random tokens,
+/// all greedy with fixed lengths.
+std::vector<generate_params> make_load(const gpu::loaded_model& model, uint64_t seed, const chaos_options& o) {
+  const int pool_tokens = o.kv_blocks_per_instance * int(gpu::kv_block_tokens);
+  const int vocab = model.weights->config().vocab_size;
   std::vector<generate_params> out;
   const double share[] = {1.2, 1.35, 1.5};  // a few lengths: their fault-free answers are computed once
   std::mt19937_64 long_random(seed % 3);
@@ -63,7 +74,8 @@ std::vector<generate_params> make_load(const gpu::loaded_model& model, uint64_t 
   std::vector<int32_t> long_prompt{1};
   for (int i = 1; i < long_tokens; ++i) long_prompt.push_back(int32_t(3 + long_random() % uint64_t(vocab - 3)));
   out.push_back({long_prompt, max_output_tokens, 0.0f, 1.0f, 0, true});
-  for (int i = 0; i < o.short_requests; ++i) out.push_back({tokens(8 + int(random() % 120)), length(), 0.0f, 1.0f, 0, true});
+  std::mt19937_64 random(seed);
+  for (generate_params& p : short_requests(model, random, o.short_requests)) out.push_back(std::move(p));
   return out;
 }
 
@@ -142,15 +154,12 @@ instance_id holder_of(cluster& c, request_id long_id, instance_id owner) {
 /// Starts another instance and sends it short requests of the seed (they go to the emptiest: the new one).
 std::string join_one(cluster& c, load& l, uint64_t seed, const gpu::loaded_model& model) {
   if (!c.add_instance().is_ok()) return {};
-  chaos_options more;
-  more.short_requests = joiner_requests;
-  more.kv_blocks_per_instance = 1;  // the long request of this load is dropped: only its short ones are sent
-  std::vector<generate_params> load_more = make_load(model, seed ^ 0x6a6f696e, more);
+  std::mt19937_64 random(seed ^ 0x6a6f696e);
   size_t from = 0;
   {
     std::lock_guard lock(l.mutex);
     from = l.records.size();
-    for (size_t i = 1; i < load_more.size(); ++i) l.records.push_back({std::move(load_more[i]), {}, 0, {}});
+    for (generate_params& p : short_requests(model, random, joiner_requests)) l.records.push_back({std::move(p), {}, 0, {}});
   }
   submit_all(c, l, c.view(), from);
   return "instance_joined";

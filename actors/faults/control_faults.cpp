@@ -1,5 +1,7 @@
 #include "actors/faults/control_faults.hpp"
 
+#include <csignal>
+
 namespace illm::actors::faults {
 
 control_faults::control_faults(const fault_plan& plan)
@@ -28,6 +30,11 @@ fate control_faults::draw(control_point point) {
   else if (x < spec_.drop[p] + spec_.duplicate[p] + spec_.delay_chance[p]) f = fate::delay, kind = "_delay";
   if (f != fate::pass) ++injected_[std::string(to_string(point)) + kind];
   return f;
+}
+
+void crash_as_told(const std::function<void()>& hook) {
+  if (!hook) std::raise(SIGKILL);
+  hook();
 }
 
 fault_counts control_faults::injected() const {

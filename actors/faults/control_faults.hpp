@@ -5,6 +5,7 @@
 // the actors of a process (thread-safe).
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -19,6 +20,10 @@ enum class fate { pass, drop, duplicate, delay };
 
 /// Faults injected so far, by kind ("heartbeat_drop", "reply_duplicate", ...).
 using fault_counts = std::map<std::string, uint64_t>;
+
+/// A planned crash (control_faults::crash_now): runs `hook`, how the process's actor dies (an embedded
+/// cluster's), or kills the process as SIGKILL would when there is none. The caller's actor then quits.
+void crash_as_told(const std::function<void()>& hook);
 
 /// Draws control-plane faults.
 class control_faults {

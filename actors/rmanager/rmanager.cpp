@@ -1,5 +1,4 @@
 // The rManager actor: the composition of its behaviour from the protocol files listed in state.hpp.
-#include <csignal>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -31,8 +30,7 @@ bool crashes_at(self_ptr self, faults::crash_point point) {
   if (!faults || !faults->crash_now(point)) return false;
   plane_log(self->state, fmt::format("rmanager {}: FAULT INJECTED: crash at {}", self->state.config.id,
                                      faults::to_string(point)));
-  if (!self->state.config.crash) std::raise(SIGKILL);
-  self->state.config.crash();
+  faults::crash_as_told(self->state.config.crash);
   self->quit(caf::exit_reason::kill);
   return true;
 }
