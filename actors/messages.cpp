@@ -57,7 +57,15 @@ void register_messages(caf::actor_system_config& cfg) {
       .add_message_type<abort_chunk>("abort_chunk")
       .add_message_type<take_reservation>("take_reservation")
       .add_message_type<return_reservation>("return_reservation")
-      .add_message_type<cancel_chunk>("cancel_chunk");
+      .add_message_type<cancel_chunk>("cancel_chunk")
+      .add_message_type<pick_replicas>("pick_replicas")
+      .add_message_type<replicate_blocks>("replicate_blocks")
+      .add_message_type<replica_result>("replica_result")
+      .add_message_type<blocks_replicated>("blocks_replicated")
+      .add_message_type<replicas_lost>("replicas_lost")
+      .add_message_type<spare_reclaimed>("spare_reclaimed")
+      .add_message_type<promote_replicas>("promote_replicas")
+      .add_message_type<replicas_promoted>("replicas_promoted");
 }
 
 }  // namespace illm::actors

@@ -11,7 +11,7 @@ caf::behavior worker_behavior(caf::event_based_actor*, worker_config config) {
   return {
       [cfg](run_step& job) {
         const gpu::status s = gpu::batcher::execute(*cfg->engine, *job.plan, cfg->pools, cfg->router.get());
-        std::vector<uint64_t> failed = cfg->router ? cfg->router->take_failed() : std::vector<uint64_t>{};
+        auto failed = cfg->router ? cfg->router->take_failed() : std::vector<gpu::failed_attention>{};
         if (s.is_ok()) return step_done{std::move(job.plan), {}, {}};
         return step_done{std::move(job.plan), s.message(), std::move(failed)};
       },

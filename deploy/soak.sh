@@ -69,12 +69,19 @@ wait "$replay" 2>/dev/null || true
 failed=$( (cat "$work"/done.* 2>/dev/null || true) | awk '{n += $2} END {print n + 0}')
 # The server's own count of requests that ended with an error (every round, the last one too).
 server_failed=$(curl -sf "http://127.0.0.1:$port/metrics" | awk '/^illm:requests_failed_total/ {n += $NF} END {printf "%d", n}')
-python3 - "$work/samples" "$failed" "$server_failed" <<'PY'
-import sys
+python3 - "$work/samples" "$failed" "$server_failed" "$work" <<'PY'
+import collections, csv, glob, os, sys
 rows = [tuple(map(float, line.split())) for line in open(sys.argv[1]) if line.strip()]
 late = [r for r in rows if r[0] >= 60 and r[1] > 0]
 failed = int(sys.argv[2]) + int(sys.argv[3] or 0)
 print(f"failed requests: {sys.argv[2]} seen by the client in completed rounds, {sys.argv[3] or 0} counted by the server")
+why = collections.Counter()  # the client's failures by HTTP status and error, from every round's CSV
+for path in glob.glob(os.path.join(sys.argv[4], "round.*.csv")):
+    for row in csv.DictReader(open(path)):
+        if row["status"] != "200" or row["error"]:
+            why[f"HTTP {row['status']} {row['error'][:80]}".strip()] += 1
+for reason, n in why.most_common(5):
+    print(f"  {n} x {reason}")
 if len(late) >= 2 and late[-1][1] > late[0][1]:
     n = len(late)
     mx = sum(r[1] for r in late) / n

@@ -31,6 +31,13 @@ struct remote_attention_job {
   uint32_t foreign_owner = 0;
 };
 
+/// A sequence whose remote attention failed, and the holder it failed at.
+struct failed_attention {
+  uint64_t seq = 0;
+  uint32_t holder = 0;
+  auto operator<=>(const failed_attention&) const = default;
+};
+
 /// Delivers remote MicroAttention jobs to the holders of the blocks and collects their partials. A step
 /// may keep two rounds of jobs in flight, one per lane (the engine's two micro-batches): while the holders
 /// attend one lane's queries, the engine runs the other lane's dense layers.
@@ -48,9 +55,9 @@ class attention_router {
   /// Drops every round still in flight (a step that failed left it): later answers write nothing.
   virtual void cancel() {}
   /// The sequences whose remote attention failed since the last call (their holder died, did not answer
-  /// in time, or could not attend them), each once. A step that failed for them alone can run again
-  /// without them.
-  virtual std::vector<uint64_t> take_failed() { return {}; }
+  /// in time, or could not attend them), with the holders it failed at, each pair once. A step that failed
+  /// for them alone can run again without them.
+  virtual std::vector<failed_attention> take_failed() { return {}; }
 };
 
 }  // namespace illm::gpu

@@ -1,6 +1,7 @@
 #include "gpu/kv_pool.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "gpu/checksum.hpp"
@@ -22,8 +23,13 @@ result<kv_pool> kv_pool::create(backend& device, const kv_layout& layout, uint32
   if (!pool.base_)
     return status{status_code::out_of_memory,
                   text::format("cannot allocate a KV pool of {} blocks ({:.1f} MiB)", n_blocks, bytes / 1048576.0)};
+  // Host memory is committed now, not page by page as blocks are first used: a serving process's resident
+  // memory is its size from the start, rather than growing with the most blocks ever in use at once.
+  if (device.host_memory()) std::memset(pool.base_, 0, bytes);
   pool.owners_.resize(n_blocks);
   pool.used_.assign(n_blocks, false);
+  pool.spare_.assign(n_blocks, false);
+  pool.generation_.assign(n_blocks, 0);
   pool.written_ = std::make_unique<std::atomic<uint32_t>[]>(n_blocks);
   pool.free_list_.resize(n_blocks);
   // Lowest block ids are handed out first.
@@ -44,6 +50,12 @@ kv_pool& kv_pool::operator=(kv_pool&& o) noexcept {
     free_list_ = std::move(o.free_list_);
     owners_ = std::move(o.owners_);
     used_ = std::move(o.used_);
+    spare_ = std::move(o.spare_);
+    generation_ = std::move(o.generation_);
+    spare_queue_ = std::move(o.spare_queue_);
+    spare_count_ = std::exchange(o.spare_count_, 0);
+    next_generation_ = o.next_generation_;
+    reclaim_listener_ = std::move(o.reclaim_listener_);
     written_ = std::move(o.written_);
     listener_ = std::move(o.listener_);
   }
@@ -54,37 +66,121 @@ kv_pool::~kv_pool() {
   if (base_) device_->deallocate(base_);
 }
 
-result<uint32_t> kv_pool::allocate(const block_owner& owner) {
-  std::lock_guard lock(*mutex_);
-  if (free_list_.empty())
-    return status{status_code::out_of_blocks, text::format("KV pool full ({} blocks in use)", total_blocks())};
+uint32_t kv_pool::take_block(std::vector<spare_block>& reclaimed) {
+  if (free_list_.empty()) {
+    while (!spare_[spare_queue_.front().block] || generation_[spare_queue_.front().block] != spare_queue_.front().generation)
+      spare_queue_.pop_front();  // claimed or released since
+    const spare_block oldest = spare_queue_.front();
+    spare_queue_.pop_front();
+    spare_[oldest.block] = false;
+    --spare_count_;
+    reclaimed.push_back(oldest);
+    return oldest.block;
+  }
   const uint32_t b = free_list_.back();
   free_list_.pop_back();
-  used_[b] = true;
-  owners_[b] = owner;
-  written_[b] = uint32_t(layout_.n_layers);
+  return b;
+}
+
+void kv_pool::tell_reclaimed(const std::vector<spare_block>& reclaimed) const {
+  if (reclaimed.empty()) return;
+  std::shared_ptr<const std::function<void(const std::vector<spare_block>&)>> listener;
+  {
+    std::lock_guard lock(*mutex_);
+    listener = reclaim_listener_;
+  }
+  if (listener && *listener) (*listener)(reclaimed);
+}
+
+result<uint32_t> kv_pool::allocate(const block_owner& owner) {
+  std::vector<spare_block> reclaimed;
+  uint32_t b = 0;
+  {
+    std::lock_guard lock(*mutex_);
+    if (free_list_.empty() && spare_count_ == 0)
+      return status{status_code::out_of_blocks, text::format("KV pool full ({} blocks in use)", total_blocks())};
+    b = take_block(reclaimed);
+    used_[b] = true;
+    owners_[b] = owner;
+    written_[b] = uint32_t(layout_.n_layers);
+  }
+  tell_reclaimed(reclaimed);
   return b;
 }
 
 result<std::vector<uint32_t>> kv_pool::allocate_many(const block_owner& owner, uint32_t n) {
-  std::lock_guard lock(*mutex_);
-  if (free_list_.size() < n)
-    return status{status_code::out_of_blocks, text::format("{} blocks asked, {} free", n, free_list_.size())};
+  std::vector<spare_block> reclaimed;
   std::vector<uint32_t> blocks;
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t b = free_list_.back();
-    free_list_.pop_back();
-    used_[b] = true;
-    owners_[b] = owner;
-    written_[b] = 0;
-    blocks.push_back(b);
+  {
+    std::lock_guard lock(*mutex_);
+    if (free_list_.size() + spare_count_ < n)
+      return status{status_code::out_of_blocks,
+                    text::format("{} blocks asked, {} free", n, free_list_.size() + spare_count_)};
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t b = take_block(reclaimed);
+      used_[b] = true;
+      owners_[b] = owner;
+      written_[b] = 0;
+      blocks.push_back(b);
+    }
   }
+  tell_reclaimed(reclaimed);
   return blocks;
+}
+
+std::vector<spare_block> kv_pool::make_spare(std::span<const uint32_t> blocks) {
+  std::lock_guard lock(*mutex_);
+  std::vector<spare_block> names;
+  for (uint32_t b : blocks) {
+    if (b >= total_ || !used_[b]) continue;  // a caller's bug: only used blocks become spare
+    used_[b] = false;
+    spare_[b] = true;
+    generation_[b] = next_generation_++;
+    ++spare_count_;
+    spare_queue_.push_back({b, generation_[b]});
+    names.push_back({b, generation_[b]});
+  }
+  if (spare_queue_.size() > 2 * size_t(total_)) {  // drop the entries of blocks no longer spare
+    std::erase_if(spare_queue_, [&](const spare_block& s) { return !spare_[s.block] || generation_[s.block] != s.generation; });
+  }
+  return names;
+}
+
+bool kv_pool::claim_spare(std::span<const spare_block> blocks) {
+  std::lock_guard lock(*mutex_);
+  for (const spare_block& s : blocks)
+    if (s.block >= total_ || !spare_[s.block] || generation_[s.block] != s.generation) return false;
+  for (const spare_block& s : blocks) {
+    spare_[s.block] = false;
+    used_[s.block] = true;
+    --spare_count_;
+  }
+  return true;
+}
+
+void kv_pool::release_spare(const spare_block& s) {
+  std::lock_guard lock(*mutex_);
+  if (s.block >= total_ || !spare_[s.block] || generation_[s.block] != s.generation) return;
+  spare_[s.block] = false;
+  --spare_count_;
+  owners_[s.block] = {};
+  free_list_.push_back(s.block);
+}
+
+void kv_pool::set_reclaim_listener(std::function<void(const std::vector<spare_block>&)> listener) {
+  auto shared = std::make_shared<const std::function<void(const std::vector<spare_block>&)>>(std::move(listener));
+  std::lock_guard lock(*mutex_);
+  reclaim_listener_ = std::move(shared);
 }
 
 uint32_t kv_pool::free_blocks() const {
   std::lock_guard lock(*mutex_);
-  return uint32_t(free_list_.size());
+  return uint32_t(free_list_.size()) + spare_count_;
+}
+
+uint32_t kv_pool::spare_blocks() const {
+  std::lock_guard lock(*mutex_);
+  return spare_count_;
 }
 
 bool kv_pool::is_used(uint32_t block) const {
@@ -101,7 +197,9 @@ status kv_pool::release(uint32_t block) {
   std::lock_guard lock(*mutex_);
   if (block >= total_blocks())
     return {status_code::invalid_argument, text::format("release of block {} outside the pool", block)};
-  if (!used_[block]) return {status_code::invalid_argument, text::format("release of free block {}", block)};
+  if (!used_[block])
+    return {status_code::invalid_argument,
+            text::format("release of {} block {}", spare_[block] ? "spare" : "free", block)};
   used_[block] = false;
   owners_[block] = {};
   free_list_.push_back(block);
@@ -139,13 +237,20 @@ status kv_pool::check() const {
   for (uint32_t b : free_list_) {
     if (b >= total_blocks()) return {status_code::internal, text::format("free list holds block {} outside the pool", b)};
     if (seen[b]) return {status_code::internal, text::format("block {} is on the free list twice", b)};
-    if (used_[b]) return {status_code::internal, text::format("block {} is both used and free", b)};
+    if (used_[b] || spare_[b]) return {status_code::internal, text::format("block {} is both used or spare and free", b)};
     seen[b] = true;
   }
-  const auto used = uint32_t(std::count(used_.begin(), used_.end(), true));
-  if (used + free_list_.size() != total_blocks())
-    return {status_code::internal,
-            text::format("{} used + {} free != {} blocks", used, free_list_.size(), total_blocks())};
+  uint32_t used = 0, spare = 0;
+  for (uint32_t b = 0; b < total_blocks(); ++b) {
+    if (used_[b] && spare_[b]) return {status_code::internal, text::format("block {} is both used and spare", b)};
+    used += used_[b];
+    spare += spare_[b];
+  }
+  if (spare != spare_count_)
+    return {status_code::internal, text::format("{} spare blocks counted as {}", spare, spare_count_)};
+  if (used + spare + free_list_.size() != total_blocks())
+    return {status_code::internal, text::format("{} used + {} spare + {} free != {} blocks", used, spare,
+                                                free_list_.size(), total_blocks())};
   return status::ok();
 }
 

@@ -7,9 +7,16 @@
 // other instances, already attend it): a block taken with allocate() counts as written (its owner writes
 // it as it goes and is the only one to read it meanwhile); one taken with allocate_many() (reserved for
 // a move or a chunk computed here) as empty, until its writer marks layers written or its move commits.
+//
+// A used block can be made *spare*: it keeps its contents and owner (a replica, a second copy of another
+// block) but counts as free, and allocation takes spare blocks, oldest first, once the free list is empty,
+// telling the reclaim listener which ones it took. So memory held by replicas is never missed by anyone who
+// needs a block. A spare block is named by (block, generation): the generation changes every time a block
+// is made spare, so a stale name never reaches a block that was reclaimed and made spare again.
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -51,6 +58,13 @@ struct block_owner {
   bool operator==(const block_owner&) const = default;
 };
 
+/// A spare block, by its place and the generation it was made spare in.
+struct spare_block {
+  uint32_t block = 0;
+  uint64_t generation = 0;
+  bool operator==(const spare_block&) const = default;
+};
+
 /// A fixed arena of KV blocks in one backend's memory. The accounting is thread-safe (an instance's
 /// engine, manager and attention server share the pool); block contents are coordinated by the
 /// protocol (a block is written only by its owner, and only until it is full).
@@ -70,8 +84,21 @@ class kv_pool {
   /// Takes `n` free blocks for `owner` at once, or none (out_of_blocks) when fewer are free.
   result<std::vector<uint32_t>> allocate_many(const block_owner& owner, uint32_t n);
 
+  /// Makes used blocks spare (they must all be used): free for anyone who allocates, their contents kept until
+  /// then. Returns their names, in order.
+  std::vector<spare_block> make_spare(std::span<const uint32_t> blocks);
+  /// Takes spare blocks back as used blocks of their owner, all or none: false when one was reclaimed meanwhile.
+  bool claim_spare(std::span<const spare_block> blocks);
+  /// Frees a spare block that is still spare under that name (one reclaimed meanwhile is left alone).
+  void release_spare(const spare_block& block);
+  /// Called after an allocation reclaimed spare blocks, on the allocating thread, outside the pool's lock.
+  void set_reclaim_listener(std::function<void(const std::vector<spare_block>&)> listener);
+
   uint32_t total_blocks() const { return total_; }
+  /// Blocks anyone may allocate: the free list and the spare blocks.
   uint32_t free_blocks() const;
+  /// Of the free blocks, those that are spare (their contents kept until they are taken).
+  uint32_t spare_blocks() const;
   uint32_t used_blocks() const { return total_blocks() - free_blocks(); }
   bool is_used(uint32_t block) const;
   /// The owner of a used block (a default owner for a free one).
@@ -98,7 +125,7 @@ class kv_pool {
   /// through the host.
   result<uint64_t> checksum(const std::vector<uint32_t>& blocks) const;
 
-  /// Verifies the accounting: every block is either on the free list once or used, never both.
+  /// Verifies the accounting: every block is on the free list once, spare or used, never two of them.
   status check() const;
 
   /// Layers of `block` whose K and V are written for all its tokens (0 for a block outside the pool).
@@ -110,6 +137,11 @@ class kv_pool {
 
  private:
   kv_pool() = default;
+  /// Takes one block for allocation, from the free list or else the oldest spare block (noted in `reclaimed`).
+  uint32_t take_block(std::vector<spare_block>& reclaimed);
+  /// Tells the reclaim listener of blocks reclaimed (called without the lock).
+  void tell_reclaimed(const std::vector<spare_block>& reclaimed) const;
+
   std::unique_ptr<std::mutex> mutex_;
   uint32_t total_ = 0;
   backend* device_ = nullptr;
@@ -118,6 +150,12 @@ class kv_pool {
   std::vector<uint32_t> free_list_;
   std::vector<block_owner> owners_;
   std::vector<bool> used_;
+  std::vector<bool> spare_;
+  std::vector<uint64_t> generation_;            // of each block's latest make_spare
+  std::deque<spare_block> spare_queue_;         // oldest first; entries no longer spare are skipped
+  uint32_t spare_count_ = 0;
+  uint64_t next_generation_ = 1;
+  std::shared_ptr<const std::function<void(const std::vector<spare_block>&)>> reclaim_listener_;  // under mutex_
   std::unique_ptr<std::atomic<uint32_t>[]> written_;  // layers written, per block
   std::shared_ptr<const std::function<void()>> listener_;  // under mutex_
 };

@@ -96,8 +96,9 @@ const std::vector<int32_t>& reference(const gpu::loaded_model& model, const std:
 
 cluster_options cluster_for(const scenario& s, uint64_t seed, const chaos_options& o, std::string& error) {
   cluster_options c;
-  c.instances = o.instances;
+  c.instances = o.instances + (s.replica_min_tokens ? 1 : 0);
   c.instance.kv_blocks_per_instance = o.kv_blocks_per_instance;
+  c.instance.replica_min_tokens = int(s.replica_min_tokens);
   c.instance.threads_per_instance = 1;
   c.instance.attention_timeout_ms = 2000;  // a lost attention message costs a step this long
   c.instance.lease_ms = 1000;
@@ -132,10 +133,18 @@ void submit_all(cluster& c, load& l, const cluster_view& view, size_t from = 0) 
   }
 }
 
+/// Whether the long request's full blocks all have copies (or it decoded for long enough without them).
+bool copied(cluster& c, load& l, size_t tokens) {
+  uint64_t copies = 0;
+  for (const auto& i : c.instances()) copies += i.replica_blocks;
+  return copies >= l.records[0].params.prompt.size() / gpu::kv_block_tokens || tokens >= max_output_tokens / 2;
+}
+
 /// Whether the long request has reached the moment the scenario acts at.
-bool triggered(cluster& c, load& l, action what, request_id long_id) {
+bool triggered(cluster& c, load& l, const scenario& s, request_id long_id) {
   const size_t tokens = l.records[0].tokens.size();
-  if (what != action::kill_mid_room) return tokens >= 4;
+  if (s.replica_min_tokens && tokens >= 4) return copied(c, l, tokens);
+  if (s.what != action::kill_mid_room) return tokens >= 4;
   if (tokens > 0) return true;  // too late for the prompt: act now anyway
   const auto moves = c.moves();
   return std::any_of(moves.begin(), moves.end(), [&](const move_report& m) { return m.req_id == long_id && m.ok; });
@@ -237,7 +246,11 @@ uint64_t leaked_blocks(cluster& c, std::vector<std::string>& problems, uint64_t&
       leaked += i.total_blocks - i.free_blocks;
       problems.push_back(fmt::format("instance {}: {} of {} blocks free at the end", i.id, i.free_blocks, i.total_blocks));
     }
-    // Every request ended, so no owner's table names a block anywhere: none is hosted or promised.
+    // Every request ended, so no owner's table names a block anywhere: none is hosted, promised or copied.
+    if (i.replica_blocks != 0) {
+      leaked += i.replica_blocks;
+      problems.push_back(fmt::format("instance {}: {} replica blocks kept for requests that ended", i.id, i.replica_blocks));
+    }
     if (i.hosted_blocks != 0 || i.promised_blocks != 0) {
       leaked += std::max(i.hosted_blocks, i.promised_blocks);
       problems.push_back(fmt::format("instance {}: {} blocks hosted and {} promised for requests that ended", i.id,
@@ -260,6 +273,8 @@ books& books::operator+=(const books& o) {
   mismatched += o.mismatched;
   leaked_blocks += o.leaked_blocks;
   faults_injected += o.faults_injected;
+  recovered_by_replica += o.recovered_by_replica;
+  positions_recomputed += o.positions_recomputed;
   for (const auto& [kind, n] : o.faults) faults[kind] += n;
   return *this;
 }
@@ -291,6 +306,8 @@ const std::vector<scenario>& scenarios() {
        action::none, "crash=mid_room"},
       {"gmanager-orders", "the gManager's move orders lost, twice or late, and the gManager dies after ordering",
        action::none, "order.drop=0.2,order.dup=0.2,order.delay=0.2,delay_ms=30,crash=after_order@2", true},
+      {"replica-holder", "replicas on: an instance holding blocks of the long request dies once they are copied",
+       action::kill_holder, "", false, 512},
   };
   return all;
 }
@@ -305,7 +322,9 @@ run_result run(const gpu::loaded_model& model, const scenario& s, uint64_t seed,
   const auto started = std::chrono::steady_clock::now();
   run_result out{s.name, seed, {}, {}, 0};
   std::string error;
-  const cluster_options co = cluster_for(s, seed, options, error);
+  cluster_options co = cluster_for(s, seed, options, error);
+  metrics::registry registry;  // what the run's requests recovered from, read at the end
+  co.metrics = std::make_shared<metrics::runtime_metrics>(registry);
   auto made = error.empty() ? cluster::start(model.weights, co) : gpu::result<std::unique_ptr<cluster>>(
                                                                        gpu::status{gpu::status_code::invalid_argument, error});
   if (!made.is_ok()) {
@@ -326,7 +345,7 @@ run_result run(const gpu::loaded_model& model, const scenario& s, uint64_t seed,
   std::unique_lock lock(l.mutex);
   while (std::chrono::steady_clock::now() < deadline &&  // moves do not wake it: it looks every 10 ms
          !l.changed.wait_for(lock, std::chrono::milliseconds(10),
-                             [&] { return l.ended == l.records.size() || triggered(c, l, s.what, long_id); })) {
+                             [&] { return l.ended == l.records.size() || triggered(c, l, s, long_id); })) {
   }
   lock.unlock();
   if (const std::string fault = act(c, l, s.what, long_id, owner, seed, model); !fault.empty())
@@ -343,6 +362,11 @@ run_result run(const gpu::loaded_model& model, const scenario& s, uint64_t seed,
   b.leaked_blocks = leaked;
   b.faults = out.tally.faults;
   for (const auto& [kind, n] : b.faults) b.faults_injected += n;
+  co.metrics->requests_recovered.each([&](const metrics::label_values& labels, const metrics::counter& n) {
+    if (labels.size() == 2 && labels[1] == "replica") b.recovered_by_replica += uint64_t(n.value());
+  });
+  co.metrics->positions_recomputed.each(
+      [&](const metrics::label_values&, const metrics::counter& n) { b.positions_recomputed += uint64_t(n.value()); });
   out.tally = b;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return out;

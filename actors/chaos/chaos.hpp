@@ -35,6 +35,9 @@ struct scenario {
   /// The long request's owner computes its prompt alone and moves blocks out as it fills (moves that copy
   /// KV), rather than its room's holders computing chunks of it where they will live.
   bool owner_prefills = false;
+  /// Nonzero: replicas on for requests of this many tokens (the long request's blocks get copies, in a
+  /// cluster of one more instance, so that there is memory for them), and the action waits for the copies.
+  uint32_t replica_min_tokens = 0;
 };
 
 /// Every scenario, in the order `--seeds N` goes round them.
@@ -54,6 +57,8 @@ struct books {
   uint64_t mismatched = 0;          ///< completed with tokens other than the fault-free ones
   uint64_t leaked_blocks = 0;       ///< blocks still taken in surviving pools at the end, or a pool's check failed
   uint64_t faults_injected = 0;     ///< faults of the spec, kills and restarts
+  uint64_t recovered_by_replica = 0;  ///< requests that lost KV and went on from promoted replicas
+  uint64_t positions_recomputed = 0;  ///< KV positions computed again because their blocks were lost
   std::map<std::string, uint64_t> faults;  ///< faults_injected by kind
   books& operator+=(const books& o);
   /// Whether the run kept every promise (nothing lost, twice, wrong, leaked or failed without cause).

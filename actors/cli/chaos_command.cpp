@@ -70,18 +70,21 @@ nlohmann::json books_json(const actors::chaos::books& b) {
                       {"duplicated", b.duplicated},
                       {"mismatched", b.mismatched},
                       {"leaked_blocks", b.leaked_blocks},
-                      {"faults_injected", b.faults_injected}};
+                      {"faults_injected", b.faults_injected},
+                      {"recovered_by_replica", b.recovered_by_replica},
+                      {"positions_recomputed", b.positions_recomputed}};
   j["faults"] = b.faults;
   return j;
 }
 
 void print_table(const std::map<std::string, scenario_books>& by, const actors::chaos::books& total, double seconds) {
-  static constexpr const char* row = "{:<18} {:>5} {:>7} {:>8} {:>9} {:>6} {:>11} {:>5} {:>10} {:>10} {:>6}\n";
+  static constexpr const char* row =
+      "{:<18} {:>5} {:>7} {:>8} {:>9} {:>6} {:>11} {:>5} {:>10} {:>10} {:>6} {:>10} {:>10}\n";
   fmt::print(fmt::runtime(row), "scenario", "runs", "faults", "accepted", "completed", "failed", "unjustified", "lost", "duplicated",
-             "mismatched", "leaked");
+             "mismatched", "leaked", "by_replica", "recomputed");
   auto line = [&](const std::string& name, const actors::chaos::books& b) {
     fmt::print(fmt::runtime(row), name, b.runs, b.faults_injected, b.accepted, b.completed, b.failed, b.unjustified_failed, b.lost,
-               b.duplicated, b.mismatched, b.leaked_blocks);
+               b.duplicated, b.mismatched, b.leaked_blocks, b.recovered_by_replica, b.positions_recomputed);
   };
   for (const auto& [name, s] : by) line(name, s.tally);
   line("total", total);

@@ -224,6 +224,7 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
   r.extra["instances"] = f.instances;
   r.extra["kv_blocks_per_instance"] = co.instance.kv_blocks_per_instance;
   r.extra["blocks_per_instance"] = blocks_per_instance(end.placement, uint32_t(f.instances));
+  r.extra["replica_blocks_per_instance"] = blocks_per_instance(end.replicas, uint32_t(f.instances));
   r.extra["preemptions"] = end.preemptions;
   add_moves(r, c.moves());
   c.wait_pools_free(std::chrono::seconds(10));

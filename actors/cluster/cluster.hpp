@@ -54,12 +54,13 @@ struct cluster_options {
 struct instance_report {
   instance_id id = 0;
   uint32_t total_blocks = 0;
-  uint32_t free_blocks = 0;
+  uint32_t free_blocks = 0;  ///< free or spare (replicas' blocks count as free)
   gpu::status accounting;  ///< the pool's own consistency check
   transport::traffic traffic;
   bool alive = true;  ///< false once killed (kill_instance): its pool is left as it was
   uint32_t hosted_blocks = 0;    ///< held for other instances' requests
   uint32_t promised_blocks = 0;  ///< promised to other instances' rooms, not yet handed over
+  uint32_t replica_blocks = 0;   ///< spare blocks keeping second copies of blocks (replicas)
 };
 
 /// A running embedded cluster.

@@ -262,10 +262,18 @@ void start_over(self_ptr self, request_id id, const std::string& why) {
     running.error = fmt::format("{} (its KV was lost {} times)", why, req->second.kv_losses);
     return;
   }
+  const int cached = running.n_cached;  // positions that will be computed again
   std::shared_ptr<gpu::sequence> seq = st.batcher->take_back(id);
   if (!seq) return;
   release_elsewhere(self, id);
-  if (auto* m = st.config.metrics.get()) m->requests_restarted.with({std::to_string(st.config.id)}).add();
+  req->second.replicas.clear();  // released with its blocks elsewhere
+  note_kv_lost(self, id);
+  if (auto* m = st.config.metrics.get()) {
+    const std::string instance = std::to_string(st.config.id);
+    m->requests_restarted.with({instance}).add();
+    m->requests_recovered.with({instance, "recompute"}).add();
+    m->positions_recomputed.with({instance}).add(double(cached));
+  }
   const int32_t left = seq->max_new_tokens - seq->n_generated();
   generate_request again{id, {seq->tokens, left, seq->sampling.temperature, seq->sampling.top_p, seq->rng,
                               seq->ignore_eos},

@@ -57,7 +57,7 @@ const gpu::sequence* choose_request(const instance_state& st, const pick_blocks&
 block_pick pick(self_ptr self, const pick_blocks& ask) {
   auto& st = self->state;
   const gpu::sequence* chosen = choose_request(st, ask);
-  block_pick out{ask.id, chosen ? chosen->id : ask.req_id, {}, {}};
+  block_pick out{ask.id, chosen ? chosen->id : ask.req_id, {}, {}, st.config.id};
   if (!chosen) return out;
   for (uint32_t i : movable_blocks(st, *chosen, ask.max_blocks)) {
     out.logical.push_back(i);

@@ -137,6 +137,10 @@ instance_actor::behavior_type instance_behavior(self_ptr self, instance_config c
       [=](prefill_chunk& c) { return accept_chunk(self, c); },
       [=](const cancel_chunk& c) { on_cancel_chunk(self, c); },
       [=](const chunk_started& c) { on_chunk_started(self, c.id); },
+      // replicas: blocks picked for a copy, copies made, copies lost
+      [=](const pick_replicas& ask) { return pick_replica_blocks(self, ask); },
+      [=](const blocks_replicated& m) { return note_replicated(self, m); },
+      [=](const replicas_lost& r) { forget_replicas(self, r); },
   };
 }
 

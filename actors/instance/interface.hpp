@@ -21,6 +21,9 @@ using instance_actor = caf::typed_actor<
     caf::replies_to<pick_blocks>::with<block_pick>, caf::replies_to<blocks_moved>::with<bool>,
     caf::reacts_to<move_abandoned>,
     // room prefill: chunks computed here for other instances, and its own chunks' progress elsewhere
-    caf::replies_to<prefill_chunk>::with<chunk_done>, caf::reacts_to<cancel_chunk>, caf::reacts_to<chunk_started>>;
+    caf::replies_to<prefill_chunk>::with<chunk_done>, caf::reacts_to<cancel_chunk>, caf::reacts_to<chunk_started>,
+    // replicas: blocks picked for a second copy, where the copies are, copies lost
+    caf::replies_to<pick_replicas>::with<block_pick>, caf::replies_to<blocks_replicated>::with<bool>,
+    caf::reacts_to<replicas_lost>>;
 
 }  // namespace illm::actors

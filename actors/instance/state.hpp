@@ -6,6 +6,7 @@
 //   room_prefill_owner.cpp  a long prompt's chunks handed to its room's holders and committed there
 //   hosted_chunks.cpp       other instances' chunks computed here into blocks reserved for them
 //   block_moves.cpp         blocks picked for a move, switched to their new place when it is done
+//   replicas.cpp            blocks picked for a second copy, where the copies are, copies lost
 // Internal to actors/instance/: nothing outside it includes this header.
 
 #include <deque>
@@ -45,6 +46,9 @@ struct running_request {
   std::vector<request_placement_entry> placement;
   int64_t first_token_ns = 0;
   uint32_t kv_losses = 0;  ///< times it started over because a holder of its KV failed
+  std::map<uint32_t, instance_id> replicas;  ///< logical block -> the instance keeping its second copy
+  int64_t lost_at_ns = 0;     ///< when a step lost some of its KV, until its next token (0: none lost)
+  size_t tokens_at_loss = 0;  ///< its tokens then
 };
 
 /// Blocks picked for a move, until it ends.
@@ -189,5 +193,25 @@ block_pick pick(self_ptr self, const pick_blocks& ask);
 caf::result<bool> on_blocks_moved(self_ptr self, const blocks_moved& m);
 /// The move failed: its blocks are no longer marked as moving.
 void unmark(self_ptr self, move_id id);
+
+// ---- replicas.cpp --------------------------------------------------------------------------------------------
+
+/// Chooses up to max_blocks full blocks without a copy of one long request, all at one holder, and marks them.
+block_pick pick_replica_blocks(self_ptr self, const pick_replicas& ask);
+/// The copies are made: noted, unless the request is gone or its blocks changed (false: they go back).
+bool note_replicated(self_ptr self, const blocks_replicated& m);
+/// Copies lost where they were kept.
+void forget_replicas(self_ptr self, const replicas_lost& r);
+/// Where the copies of `r`'s blocks are, per instance.
+std::vector<request_placement_entry> replica_placement(const running_request& r);
+/// Copies kept at instances the view no longer lists are gone.
+void forget_departed_replicas(self_ptr self);
+/// Request `id` lost the KV it had at `lost` holders: when each of those blocks has a copy elsewhere, the copies
+/// are promoted where they are and the request sits out meanwhile (true); else it starts over (false).
+bool recover_from_replicas(self_ptr self, request_id id, const std::set<instance_id>& lost);
+/// Notes that request `id` lost KV now (for the time to its next token).
+void note_kv_lost(self_ptr self, request_id id);
+/// A step gave `seq` tokens: the time since its KV was lost, if it was, is observed.
+void note_recovered_token(self_ptr self, running_request& r, const gpu::sequence& seq);
 
 }  // namespace illm::actors::instance_impl

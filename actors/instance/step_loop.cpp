@@ -3,6 +3,8 @@
 // tells their clients. A step whose remote attention failed for some sequences starts those over and runs
 // again for the others. A new cluster view may let waiting requests start.
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "actors/instance/state.hpp"
 
@@ -23,9 +25,10 @@ void notify_finished(self_ptr self) {
     if (st.config.stream_tokens)
       for (int32_t i = int32_t(it->second.tokens_sent); i < seq->n_generated(); ++i)
         tell_client(self, it->second.client, token_event{seq->id, seq->tokens[size_t(seq->n_prompt + i)]});
-    tell_client(self, it->second.client,
-               request_finished{seq->id, gpu::to_string(seq->finish), seq->error, seq->preemptions,
-                                it->second.placement, seq->n_generated(), it->second.first_token_ns, now_ns(self)});
+    request_finished end{seq->id, gpu::to_string(seq->finish), seq->error, seq->preemptions, it->second.placement,
+                         seq->n_generated(), it->second.first_token_ns, now_ns(self)};
+    end.replicas = replica_placement(it->second);
+    tell_client(self, it->second.client, std::move(end));
     release_elsewhere(self, seq->id);
     st.requests.erase(it);
   }
@@ -37,6 +40,7 @@ void send_new_tokens(self_ptr self, const gpu::step_plan& plan) {
   for (gpu::sequence* s : plan.sequences) {
     auto it = st.requests.find(s->id);
     if (it == st.requests.end()) continue;
+    note_recovered_token(self, it->second, *s);
     if (!it->second.first_token_ns && s->n_generated() > 0) {
       it->second.first_token_ns = now_ns(self);
       if (!st.config.stream_tokens) tell_client(self, it->second.client, token_event{s->id, s->tokens[size_t(s->n_prompt)]});
@@ -48,18 +52,21 @@ void send_new_tokens(self_ptr self, const gpu::step_plan& plan) {
   }
 }
 
-/// Holders of some sequences' KV failed: those start over from their tokens (a chunk computed for another
-/// instance fails), the others run the step again.
+/// Holders of some sequences' KV failed: those recover from their replicas where every lost block has one, or
+/// else start over from their tokens (a chunk computed for another instance fails); the others run the step again.
 void retry_without_failed(self_ptr self, const step_done& done) {
   auto& st = self->state;
   st.batcher->discard(*done.plan);
-  for (uint64_t id : done.failed) {
+  std::map<uint64_t, std::set<instance_id>> lost;  // per sequence, the holders its attention failed at
+  for (const gpu::failed_attention& f : done.failed) lost[f.seq].insert(instance_id(f.holder));
+  for (const auto& [id, holders] : lost) {
     if (auto chunk = st.hosted_chunks.find(id); chunk != st.hosted_chunks.end()) {
       chunk->second.seq->finish = gpu::finish_reason::error;  // answered when it is retired
       chunk->second.seq->error = done.error;
       continue;
     }
-    start_over(self, id, done.error);
+    note_kv_lost(self, id);
+    if (!recover_from_replicas(self, id, holders)) start_over(self, id, done.error);
   }
 }
 
@@ -67,7 +74,7 @@ void retry_without_failed(self_ptr self, const step_done& done) {
 bool failed_for_some(const step_done& done) {
   const auto& seqs = done.plan->sequences;
   return !done.error.empty() && std::any_of(seqs.begin(), seqs.end(), [&](const gpu::sequence* s) {
-           return std::find(done.failed.begin(), done.failed.end(), s->id) != done.failed.end();
+           return std::any_of(done.failed.begin(), done.failed.end(), [&](const auto& f) { return f.seq == s->id; });
          });
 }
 
@@ -184,6 +191,7 @@ void on_view(self_ptr self, cluster_view& v) {
   ++st.views_received;
   st.loans_refused = false;
   st.rooms_refused = false;
+  forget_departed_replicas(self);
   check_prefill_holders(self);
   maybe_step(self);
 }

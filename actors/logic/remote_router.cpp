@@ -99,11 +99,11 @@ gpu::status remote_router::begin(int lane, std::span<const gpu::remote_attention
   return gpu::status::ok();
 }
 
-void remote_router::settle(pending& p, gpu::status why) {
+void remote_router::settle(pending& p, gpu::status why, std::optional<uint32_t> at) {
   p.done = true;
   round& r = rounds_[size_t(p.lane)];
   if (--r.outstanding == 0) r.answered = std::chrono::steady_clock::now();
-  if (!why.is_ok()) failed_.insert(p.job.seq_id);
+  if (!why.is_ok()) failed_.insert({p.job.seq_id, at.value_or(p.job.holder)});
   if (!why.is_ok() && r.first_error.is_ok()) r.first_error = std::move(why);
   answered_.notify_all();
 }
@@ -149,7 +149,8 @@ void remote_router::peer_failed(transport::peer_id peer, const std::string& why)
   for (auto& [tag, p] : pending_)
     if (!p.done && involves(p))
       settle(p, {gpu::status_code::io_error,
-                 fmt::format("instance {} holding blocks of request {} failed: {}", peer, p.job.seq_id, why)});
+                 fmt::format("instance {} holding blocks of request {} failed: {}", peer, p.job.seq_id, why)},
+             uint32_t(peer));
 }
 
 void remote_router::cancel() {
@@ -179,7 +180,7 @@ gpu::status remote_router::finish(int lane) {
     gpu::status late = gpu::status::ok();
     for (auto& [tag, p] : pending_)
       if (p.lane == lane && !p.done) {
-        failed_.insert(p.job.seq_id);
+        failed_.insert({p.job.seq_id, p.job.holder});
         if (late.is_ok())
           late = {gpu::status_code::io_error, fmt::format("instance {} did not answer remote attention for request {} "
                                                           "within {} ms",
@@ -199,9 +200,9 @@ void remote_router::resend_unanswered(int lane, std::unique_lock<std::mutex>& lo
   lock.lock();
 }
 
-std::vector<uint64_t> remote_router::take_failed() {
+std::vector<gpu::failed_attention> remote_router::take_failed() {
   std::lock_guard lock(mutex_);
-  std::vector<uint64_t> out(failed_.begin(), failed_.end());
+  std::vector<gpu::failed_attention> out(failed_.begin(), failed_.end());
   failed_.clear();
   return out;
 }

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -36,7 +37,7 @@ class remote_router final : public gpu::attention_router {
   gpu::status begin(int lane, std::span<const gpu::remote_attention_job> jobs) override;
   gpu::status finish(int lane) override;
   void cancel() override;
-  std::vector<uint64_t> take_failed() override;
+  std::vector<gpu::failed_attention> take_failed() override;
 
   /// Transport handler of the partials channel: an answer from a holder.
   void on_partials(transport::peer_id from, std::vector<uint8_t> payload);
@@ -66,8 +67,9 @@ class remote_router final : public gpu::attention_router {
     std::chrono::steady_clock::time_point started, answered;  // queries sent; the last job settled
   };
   void fail(uint64_t tag, gpu::status why);
-  /// Marks `p` answered; `why` (if not ok) becomes its lane's error unless one came first. Holds mutex_.
-  void settle(pending& p, gpu::status why);
+  /// Marks `p` answered; `why` (if not ok) becomes its lane's error unless one came first, and `p` failed at
+  /// `at` (its holder when none is named). Holds mutex_.
+  void settle(pending& p, gpu::status why, std::optional<uint32_t> at = std::nullopt);
 
   std::shared_ptr<transport::data_plane> plane_;
   std::shared_ptr<peer_nodes> nodes_;
@@ -78,7 +80,7 @@ class remote_router final : public gpu::attention_router {
   std::condition_variable answered_;
   std::map<uint64_t, pending> pending_;
   std::array<round, lanes> rounds_;
-  std::set<uint64_t> failed_;  // sequences whose jobs failed, until take_failed()
+  std::set<gpu::failed_attention> failed_;  // sequences whose jobs failed and where, until take_failed()
   uint64_t next_tag_ = 1;
   metrics::histogram* latency_;  // queries sent to the last partial in, per layer and lane
 };

@@ -54,6 +54,14 @@ struct transfer_done;
 struct peer_failed;
 struct incoming_attend;
 struct incoming_partials;
+struct pick_replicas;
+struct replicate_blocks;
+struct replica_result;
+struct blocks_replicated;
+struct replicas_lost;
+struct spare_reclaimed;
+struct promote_replicas;
+struct replicas_promoted;
 struct generate_request;
 struct cancel_request;
 

@@ -42,9 +42,10 @@ struct block_pick {
   move_id id = 0;
   request_id req_id = 0;
   std::vector<uint32_t> logical;
-  std::vector<uint32_t> physical;
+  std::vector<uint32_t> physical;  ///< at `holder`
+  instance_id holder = 0;          ///< where they are (for a move: the instance itself)
 };
-ILLM_INSPECT(block_pick, x.id, x.req_id, x.logical, x.physical)
+ILLM_INSPECT(block_pick, x.id, x.req_id, x.logical, x.physical, x.holder)
 
 /// rManager -> instance: the copy is confirmed; switch these logical blocks to dst and free the local ones.
 struct blocks_moved {

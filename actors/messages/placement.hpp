@@ -36,9 +36,10 @@ struct try_move_kvcache {
   move_id id = 0;
   request_id req_id = 0;
   uint32_t num_blocks = 0;
-  instance_id src_inst = 0;  ///< the debtor whose blocks would come
+  instance_id src_inst = 0;  ///< the debtor whose blocks would come (for a replica: the request's owner)
+  bool replica = false;      ///< a second copy (actors/messages/replicas.hpp): only from blocks free for nobody else
 };
-ILLM_INSPECT(try_move_kvcache, x.id, x.req_id, x.num_blocks, x.src_inst)
+ILLM_INSPECT(try_move_kvcache, x.id, x.req_id, x.num_blocks, x.src_inst, x.replica)
 
 /// The answer to try_move_kvcache: granted (blocks reserved at the destination until the lease ends,
 /// and where to put them) or refused (a result, not an error: the destination is full or draining).

@@ -7,6 +7,8 @@
 
 #include <caf/all.hpp>
 
+#include "gpu/attention_router.hpp"
+
 namespace illm::gpu {
 struct step_plan;
 }
@@ -22,9 +24,9 @@ struct run_step {
 struct step_done {
   std::shared_ptr<gpu::step_plan> plan;
   std::string error;
-  /// With an error: the sequences it is due to, when the router could tell (their remote attention
-  /// failed); the others of the plan run the step again. Empty: the error is every sequence's.
-  std::vector<uint64_t> failed;
+  /// With an error: the sequences it is due to and the holders their remote attention failed at, when the
+  /// router could tell; the others of the plan run the step again. Empty: the error is every sequence's.
+  std::vector<gpu::failed_attention> failed;
 };
 
 }  // namespace illm::actors

@@ -25,6 +25,9 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
                                 {"instance"})),
       blocks_borrowed(r.add_gauge(prefix + "kv_blocks_borrowed", "KV blocks of this instance's requests kept elsewhere.",
                                   {"instance"})),
+      replica_blocks(r.add_gauge(prefix + "kv_replica_blocks",
+                                 "Second copies of KV blocks (replicas) kept here in free memory, given up first.",
+                                 {"instance"})),
       blocks_lent(r.add_counter(prefix + "kv_blocks_lent_total", "KV blocks this instance took in for others.",
                                 {"instance"})),
       blocks_prefilled(r.add_counter(prefix + "kv_blocks_prefilled_total",
@@ -49,6 +52,16 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
                                        "Requests that started over from their tokens because a holder of their KV "
                                        "failed, by owner instance.",
                                        {"instance"})),
+      requests_recovered(r.add_counter(prefix + "requests_recovered_total",
+                                       "Requests that lost KV with a holder and went on: from its replicas promoted "
+                                       "where they were (how=replica) or by computing it again (how=recompute).",
+                                       {"instance", "how"})),
+      recovery_seconds(r.add_histogram(prefix + "recovery_seconds",
+                                       "Time from a step that lost a request's KV to the request's next token.",
+                                       latency_buckets(), {"instance"})),
+      positions_recomputed(r.add_counter(prefix + "positions_recomputed_total",
+                                         "KV positions computed again because the blocks holding them were lost.",
+                                         {"instance"})),
       heartbeat_age(r.add_gauge(prefix + "heartbeat_age_seconds", "Age of an instance's last heartbeat at the gManager.",
                                 {"instance"})),
       instances_alive(r.add_gauge(prefix + "instances_alive", "Instances with a recent heartbeat.")) {}

@@ -34,6 +34,7 @@ struct runtime_metrics {
   family<gauge>& requests_waiting;  ///< illm:num_requests_waiting{instance}
   family<gauge>& blocks_hosted;     ///< illm:kv_blocks_hosted{instance}: other instances' blocks kept here
   family<gauge>& blocks_borrowed;   ///< illm:kv_blocks_borrowed{instance}: its requests' blocks elsewhere
+  family<gauge>& replica_blocks;    ///< illm:kv_replica_blocks{instance}: second copies of blocks kept here
   family<counter>& blocks_lent;     ///< illm:kv_blocks_lent_total{instance}: blocks it took in for others
   /// illm:kv_blocks_prefilled_total{instance}: blocks of others' requests it computed (their rooms' chunks)
   family<counter>& blocks_prefilled;
@@ -46,6 +47,13 @@ struct runtime_metrics {
   family<counter>& attention_relays;
   /// illm:requests_restarted_total{instance}: requests that started over because a holder of their KV failed
   family<counter>& requests_restarted;
+  /// illm:requests_recovered_total{instance, how}: requests that lost KV with a holder and went on, from replicas
+  /// promoted where they were (how="replica") or by computing their KV again (how="recompute")
+  family<counter>& requests_recovered;
+  /// illm:recovery_seconds{instance}: from the failed step to the request's next token
+  family<histogram>& recovery_seconds;
+  /// illm:positions_recomputed_total{instance}: KV positions computed again because their blocks were lost
+  family<counter>& positions_recomputed;
 
   // Membership (the gManager).
   family<gauge>& heartbeat_age;    ///< illm:heartbeat_age_seconds{instance}

@@ -30,6 +30,9 @@ using rmanager_actor = caf::typed_actor<
     caf::replies_to<keep_blocks>::with<uint32_t>, caf::reacts_to<reserve_room>, caf::reacts_to<request_released>,
     // room prefill at the owner: chunks reserved at their holders and committed there
     caf::replies_to<reserve_chunk>::with<move_reservation>, caf::replies_to<commit_chunk>::with<bool>,
-    caf::reacts_to<abort_chunk>>;
+    caf::reacts_to<abort_chunk>,
+    // replicas: copies of its requests' blocks made elsewhere, copies made from here, copies kept here
+    caf::replies_to<replicate_blocks>::with<replica_result>, caf::reacts_to<replicas_lost>,
+    caf::reacts_to<spare_reclaimed>, caf::replies_to<promote_replicas>::with<replicas_promoted>>;
 
 }  // namespace illm::actors

@@ -21,6 +21,14 @@ struct reserved_blocks {
 /// moves only spare ones. A room whose promised blocks this instance's own requests took waits for them to
 /// end: the promises are overdrawn until then. None, with `reason` set, when refused.
 reserved_blocks reserve_blocks(rmanager_state& st, const try_move_kvcache& ask, std::string& reason) {
+  if (ask.replica) {  // only from blocks nobody else would take: the free list, not spoken for
+    const uint32_t room = replica_room(st);
+    if (ask.num_blocks <= room)
+      if (auto blocks = st.config.pool->allocate_many({ask.req_id, ask.src_inst}, ask.num_blocks); blocks.is_ok())
+        return {std::move(blocks).value(), 0};
+    reason = fmt::format("{} blocks asked for a replica, {} free for replicas", ask.num_blocks, room);
+    return {};
+  }
   const uint32_t promised = std::min(ask.num_blocks, st.config.promises->of(ask.src_inst, ask.req_id));
   const uint32_t unpromised = st.unpromised_blocks();
   const instance_view* me = st.view.find(st.config.id);
@@ -42,6 +50,11 @@ reserved_blocks reserve_blocks(rmanager_state& st, const try_move_kvcache& ask, 
 /// A move that did not happen: its blocks go back to the pool, and those promised to its room to the room
 /// (unless the request has ended: its promise is gone).
 void give_back(self_ptr self, incoming_move& move, incoming_move::state why) {
+  if (move.replica && move.stage == incoming_move::state::committed) {
+    drop_replica(self, move);
+    move.stage = why;
+    return;
+  }
   if (move.stage == incoming_move::state::committed) self->state.config.hosted->remove_blocks(move.src, move.req, move.blocks);
   self->state.config.promises->restore(move.src, move.req, move.promised);
   for (uint32_t b : move.blocks) (void)self->state.config.pool->release(b);
@@ -74,8 +87,10 @@ move_reservation grant(self_ptr self, const try_move_kvcache& ask) {
   } else if (reserved_blocks got = reserve_blocks(st, ask, r.reason); !got.blocks.empty()) {
     r.granted = true;
     r.blocks = got.blocks;
-    st.incoming[ask.id] = {ask.req_id, ask.src_inst, std::move(got.blocks), incoming_move::state::reserved,
-                           got.promised, self->clock().now() + st.config.lease};
+    incoming_move& move = st.incoming[ask.id] = {ask.req_id, ask.src_inst, std::move(got.blocks),
+                                                 incoming_move::state::reserved, got.promised,
+                                                 self->clock().now() + st.config.lease};
+    move.replica = ask.replica;
     self->delayed_send(self, st.config.lease, lease_check_atom::value, ask.id);
   }
   r.free_blocks = st.spare_blocks();
@@ -109,6 +124,10 @@ commit_result accept_commit(self_ptr self, const commit_move& c) {
                                      c.checksum)};
   move.stage = incoming_move::state::committed;
   st.config.pool->mark_written(move.blocks, uint32_t(st.config.pool->layout().n_layers));  // all of them arrived
+  if (move.replica) {
+    keep_replica(self, c.id, move, c.logical);
+    return {c.id, true, {}};
+  }
   st.config.hosted->add(move.src, move.req, c.logical, move.blocks);
   if (auto* m = st.config.metrics.get()) m->blocks_lent.with({std::to_string(st.config.id)}).add(double(move.blocks.size()));
   return {c.id, true, {}};
@@ -161,6 +180,7 @@ void release_hosted(self_ptr self, const release_blocks& r) {
     (void)st.config.pool->release(b);
   for (auto& [id, move] : st.incoming) {
     if (move.req != r.req_id || move.src != r.owner) continue;
+    if (move.replica && move.stage == incoming_move::state::committed) give_back(self, move, incoming_move::state::given_back);
     if (move.stage == incoming_move::state::committed) move.stage = incoming_move::state::given_back;
     if (move.computing) stop_chunk(self, id, move);
   }

@@ -21,6 +21,7 @@ void finish_move(self_ptr self, move_id id, bool ok, std::string reason) {
   auto& st = self->state;
   auto it = st.outgoing.find(id);
   if (it == st.outgoing.end()) return;
+  if (it->second.replica) return finish_replica(self, id, ok, std::move(reason));
   outgoing_move move = std::move(it->second);
   st.outgoing.erase(it);
   if (!ok) {
@@ -56,15 +57,16 @@ namespace {
 /// The copy is visible at the destination: commit, then switch the owner's table.
 void commit(self_ptr self, move_id id) {
   auto& move = self->state.outgoing.at(id);
+  const instance_id source = move.replica ? move.owner : self->state.config.id;
   self->request(move.dst_rmanager, self->state.config.answer_timeout,
-                commit_move{id, move.picked.req_id, self->state.config.id, move.picked.logical, move.checksummed,
-                            move.checksum})
+                commit_move{id, move.picked.req_id, source, move.picked.logical, move.checksummed, move.checksum})
       .then(
           [=](const commit_result& r) {
             auto it = self->state.outgoing.find(id);
             if (it == self->state.outgoing.end()) return;
             if (!r.committed) return finish_move(self, id, false, "commit refused: " + r.reason);
             outgoing_move& m = it->second;
+            if (m.replica && !m.cancelled) return finish_replica(self, id, true, {});
             if (m.cancelled) {
               self->send(m.dst_rmanager, abort_move{id});
               m.reservation.granted = false;  // already given back
@@ -134,8 +136,6 @@ void on_transfer(self_ptr self, const transfer_done& done) {
   });
 }
 
-namespace {
-
 /// The instance chose the blocks: reserve room at the destination.
 void reserve(self_ptr self, move_id id, block_pick pick) {
   auto& st = self->state;
@@ -143,8 +143,10 @@ void reserve(self_ptr self, move_id id, block_pick pick) {
   if (it == st.outgoing.end()) return;
   it->second.picked = std::move(pick);
   if (it->second.picked.logical.empty()) return finish_move(self, id, false, "no full local block to move");
-  self->request(it->second.dst_rmanager, st.config.answer_timeout,
-                try_move_kvcache{id, it->second.picked.req_id, uint32_t(it->second.picked.logical.size()), st.config.id})
+  const outgoing_move& move = it->second;
+  self->request(move.dst_rmanager, st.config.answer_timeout,
+                try_move_kvcache{id, move.picked.req_id, uint32_t(move.picked.logical.size()),
+                                 move.replica ? move.owner : st.config.id, move.replica})
       .then(
           [=](move_reservation& r) {
             auto jt = self->state.outgoing.find(id);
@@ -164,6 +166,8 @@ void reserve(self_ptr self, move_id id, block_pick pick) {
             finish_move(self, id, false, "no answer to try_move: " + self->system().render(err));
           });
 }
+
+namespace {
 
 /// Starts a move of up to num_blocks of req's full local blocks to dst.
 void start_move(self_ptr self, move_id id, request_id req, uint32_t num_blocks, instance_id dst, bool loan) {

@@ -40,6 +40,17 @@ namespace {
 rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config config) {
   if (!config.promises) config.promises = std::make_shared<pool_promises>();
   self->state.config = std::move(config);
+  // The pool tells it which spare blocks (replicas kept here) an allocation took, while it lives.
+  caf::weak_actor_ptr me{self->ctrl()};
+  self->state.config.pool->set_reclaim_listener([me](const std::vector<gpu::spare_block>& taken) {
+    spare_reclaimed r;
+    for (const gpu::spare_block& s : taken) {
+      r.blocks.push_back(s.block);
+      r.generations.push_back(s.generation);
+    }
+    if (caf::strong_actor_ptr rmanager = me.lock())
+      rmanager->enqueue(nullptr, caf::make_message_id(), caf::make_message(std::move(r)), nullptr);
+  });
   join(self);
   self->send(self, heartbeat_tick_atom::value);
   return {
@@ -95,6 +106,11 @@ rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config c
       [=](const reserve_chunk& c) { return reserve_for_chunk(self, c); },
       [=](const commit_chunk& c) { return commit_written_chunk(self, c); },
       [=](const abort_chunk& a) { abort_outgoing_chunk(self, a.id); },
+      // replicas
+      [=](const replicate_blocks& r) { return copy_replica(self, r); },
+      [=](const replicas_lost& r) { on_replicas_lost(self, r); },
+      [=](const spare_reclaimed& r) { on_spare_reclaimed(self, r); },
+      [=](const promote_replicas& p) { return promote(self, p); },
   };
 }
 

@@ -44,6 +44,9 @@ struct rmanager_config {
   /// Checksum the blocks this rManager sends, so that the destination commits only what arrived intact
   /// (off in the simulator, whose pools have no contents).
   bool verify_moves = true;
+  /// Full blocks of requests of at least this many tokens get a second copy on another instance, from free
+  /// memory (0: no replicas).
+  uint32_t replica_min_tokens = 0;
   /// This instance's data-plane address, sent with its join (empty: an in-process plane, nothing to exchange).
   std::vector<uint8_t> plane_address;
   std::string node;  ///< the node (host) this instance runs on, sent with its join (empty: one node for all)

@@ -78,6 +78,10 @@ void release_everywhere(self_ptr self, request_id req) {
     for (const auto& [holder, n] : it->second) holders.insert(holder);
     st.lent.erase(it);
   }
+  if (auto it = st.replica_holders.find(req); it != st.replica_holders.end()) {
+    holders.insert(it->second.begin(), it->second.end());
+    st.replica_holders.erase(it);
+  }
   if (auto it = st.rooms.find(req); it != st.rooms.end()) {
     for (const auto& [holder, n] : it->second) holders.insert(holder);
     st.rooms.erase(it);

@@ -6,6 +6,7 @@
 //   move_destination.cpp    moves into this pool: reservations granted as leases, commits, releases
 //   rooms.cpp               a long request's room: asked of the gManager, kept by its holders, released
 //   chunk_reservations.cpp  room prefill at the owner: a chunk's blocks reserved at its holder, committed
+//   replicas.cpp            second copies of long requests' blocks: asked for, copied from here, kept here
 // Internal to actors/rmanager/: nothing outside it includes this header.
 
 #include <deque>
@@ -42,6 +43,9 @@ struct outgoing_move {
   uint32_t copies_left = 0;
   bool checksummed = false;
   uint64_t checksum = 0;  // of the picked blocks as they were put
+  bool replica = false;   // a second copy: the request's table does not change, its owner hears the result
+  instance_id owner = 0;  // ... the request's owner (this instance, or the one whose blocks are hosted here)
+  caf::typed_response_promise<replica_result> replica_answer;  // ... answers the owner's replicate_blocks
 };
 
 /// A reservation this instance granted as the destination.
@@ -55,6 +59,9 @@ struct incoming_move {
   caf::actor_clock::time_point lease_end;  // a reservation not committed by then expires
   bool computing = false;      // a room's chunk is being computed into it here: it neither expires nor goes back
   bool abort_pending = false;  // ... and goes back once the chunk has stopped
+  bool replica = false;        // a second copy: kept as spare blocks of the pool once committed
+  std::vector<gpu::spare_block> spare;  // ... their names (in the order of blocks)
+  std::vector<uint32_t> logical;        // ... their logical places
 };
 
 /// A chunk of one of this instance's requests that a holder computes (room prefill), until it is committed.
@@ -86,6 +93,10 @@ struct rmanager_state {
   std::set<std::pair<request_id, instance_id>> room_refused;  // our rooms' holders that refused a move, until the next view
   std::map<instance_id, std::vector<uint8_t>> connected;  // data-plane peers connected, by their address
   std::map<instance_id, failed_peer> failed;              // peers whose endpoint failed, and when to retry
+  std::map<request_id, std::set<instance_id>> replica_holders;  // where this instance's requests have copies
+  bool replica_in_flight = false;                               // a copy of this instance's blocks is under way
+  uint32_t replica_pause = 0;                                   // heartbeats to wait before the next copy
+  std::map<std::pair<uint32_t, uint64_t>, move_id> replica_index;  // spare (block, generation) kept here -> its move
   std::map<uint64_t, std::function<void()>> deferred;  // put off by injected delays, by their timer's id
   uint64_t next_deferred = 1;
   std::vector<caf::response_promise> swallowed;  // answers lost by injected faults: never delivered
@@ -191,8 +202,10 @@ void on_peer_failed(self_ptr self, const peer_failed& p);
 
 /// `blocks` of request `req` are committed at `holder`: they count as lent, and as taken from its room there.
 void note_placed(rmanager_state& st, request_id req, instance_id holder, uint32_t blocks);
-/// Ends a move: reports it, undoes what it held, and answers a pending loan.
+/// Ends a move: reports it, undoes what it held, and answers a pending loan (a replica copy: finish_replica).
 void finish_move(self_ptr self, move_id id, bool ok, std::string reason);
+/// A move (or a replica copy) has its blocks: reserve room at the destination, then copy.
+void reserve(self_ptr self, move_id id, block_pick pick);
 /// A put or the flush of a move completed.
 void on_transfer(self_ptr self, const transfer_done& done);
 /// The instance is short of blocks: lend some of them to a room's holder or the sparest instance.
@@ -225,6 +238,29 @@ void ask_room(self_ptr self, const reserve_room& r);
 uint32_t keep(self_ptr self, const keep_blocks& k);
 /// This instance's request ended: free its blocks elsewhere, its room, and stop its moves.
 void release_everywhere(self_ptr self, request_id req);
+
+// ---- replicas.cpp ---------------------------------------------------------------------------------------------
+
+/// Blocks one replica copy takes at most.
+inline constexpr uint32_t replica_batch_blocks = 32;
+/// Asks the instance for blocks of a long request that lack a copy, and has them copied (one copy at a time).
+void maybe_replicate(self_ptr self);
+/// A holder's side: copies blocks of a request (its owner's own, or hosted here) to another instance as a replica.
+caf::result<replica_result> copy_replica(self_ptr self, const replicate_blocks& r);
+/// Ends a replica copy made from here: answers its owner, gives the reservation back when it failed.
+void finish_replica(self_ptr self, move_id id, bool ok, std::string reason);
+/// Blocks free for a replica here: free blocks nobody else has spoken for, and not spare already.
+uint32_t replica_room(const rmanager_state& st);
+/// A replica's commit here: its blocks become spare blocks of the pool (given up first when memory is needed).
+void keep_replica(self_ptr self, move_id id, incoming_move& move, const std::vector<uint32_t>& logical);
+/// Gives a kept replica's spare blocks back to the pool.
+void drop_replica(self_ptr self, incoming_move& move);
+/// The pool took spare blocks: the replicas in them are gone, and their owners hear it.
+void on_spare_reclaimed(self_ptr self, const spare_reclaimed& r);
+/// Copies of this instance's request were lost where they were kept: its instance hears it.
+void on_replicas_lost(self_ptr self, const replicas_lost& r);
+/// Promotes the copies kept here and has their holders promote the others: all of them, or none.
+caf::result<replicas_promoted> promote(self_ptr self, const promote_replicas& p);
 
 // ---- chunk_reservations.cpp -----------------------------------------------------------------------------------
 

@@ -56,6 +56,8 @@ void release_departed(self_ptr self, const cluster_view& next) {
     std::set<request_id> requests;
     for (uint64_t req : st.config.hosted->requests_of(gone)) requests.insert(req);
     for (uint64_t req : st.config.promises->requests_of(gone)) requests.insert(req);
+    for (const auto& [id, move] : st.incoming)  // replicas kept here
+      if (move.replica && move.src == gone && move.stage == incoming_move::state::committed) requests.insert(move.req);
     for (request_id req : requests) release_hosted(self, release_blocks{req, gone});
     if (!requests.empty())
       plane_log(st, fmt::format("rmanager {}: instance {} is gone: released what was kept here for its {} request(s)",
@@ -110,12 +112,14 @@ void send_heartbeat(self_ptr self) {
   auto& st = self->state;
   self->delayed_send(self, st.config.heartbeat_period, heartbeat_tick_atom::value);
   if (!st.failed.empty()) connect_peers(st);  // peers whose pause is over, even without a gManager
+  maybe_replicate(self);
   if (!st.config.gmanager) return;
   heartbeat hb{st.config.id, ++st.heartbeat_seq, st.stats(), st.placement.placement};
   if (auto* m = st.config.metrics.get()) {
     const metrics::label_values instance{std::to_string(st.config.id)};
     m->blocks_hosted.with(instance).set(hb.stats.hosted_blocks);
     m->blocks_borrowed.with(instance).set(hb.stats.borrowed_blocks);
+    m->replica_blocks.with(instance).set(st.config.pool->spare_blocks());
   }
   switch (st.config.faults ? st.config.faults->draw(faults::control_point::heartbeat) : faults::fate::pass) {
     case faults::fate::pass: return request_view(self, std::move(hb));

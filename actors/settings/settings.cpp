@@ -29,6 +29,9 @@ const std::vector<int_setting<instance_settings>>& instance_settings_table() {
        "how long a granted reservation of blocks waits for its commit"},
       {"attention_timeout_ms", &instance_settings::attention_timeout_ms, 1, 3600000,
        "how long a step waits for a holder's partials before the holder counts as failed"},
+      {"replica_min_tokens", &instance_settings::replica_min_tokens, 0, 1 << 30,
+       "full KV blocks of requests of at least this many tokens get a second copy on another instance, in free "
+       "memory given up first when memory is needed (0: no replicas)"},
   };
   return table;
 }

@@ -70,6 +70,7 @@ struct instance_settings {
   int heartbeat_ms = 20;
   int lease_ms = 2000;
   int attention_timeout_ms = 30000;
+  int replica_min_tokens = 4096;
 };
 
 /// Every instance setting: key, range, meaning.

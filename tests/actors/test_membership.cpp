@@ -108,7 +108,10 @@ instance_actor::behavior_type recording_instance(instance_actor::pointer,
           [](const move_abandoned&) {},
           [](const prefill_chunk& c) { return chunk_done{c.id, false, "a stand-in computes no chunk"}; },
           [](const cancel_chunk&) {},
-          [](const chunk_started&) {}};
+          [](const chunk_started&) {},
+          [](const pick_replicas& p) { return block_pick{p.id, 0, {}, {}, 0}; },
+          [](const blocks_replicated&) { return false; },
+          [](const replicas_lost&) {}};
 }
 
 /// What a request actor told its client.

@@ -28,6 +28,10 @@ struct instance_log {
   std::vector<loan_result> loans;
   std::vector<room_answer> rooms;
   std::vector<move_id> chunks_cancelled;
+  instance_id id = 0;
+  std::optional<block_pick> offer;  // blocks it offers for a copy, once
+  std::vector<blocks_replicated> replicated;
+  std::vector<replicas_lost> lost;
 };
 
 /// A stand-in instance: picks its requests' blocks oldest first and records what the rManager tells it.
@@ -55,6 +59,17 @@ instance_actor::behavior_type fake_instance(instance_actor::pointer, std::shared
       [](const cancel_request&) {},
       [](const prefill_chunk& c) { return chunk_done{c.id, false, "a stand-in computes no chunk"}; },
       [](const chunk_started&) {},
+      [log](const pick_replicas& ask) {
+        block_pick out = log->offer.value_or(block_pick{});
+        log->offer.reset();
+        out.id = ask.id;
+        return out;
+      },
+      [log](const blocks_replicated& m) {
+        log->replicated.push_back(m);
+        return true;
+      },
+      [log](const replicas_lost& r) { log->lost.push_back(r); },
   };
 }
 
@@ -130,8 +145,12 @@ struct protocol_fixture {
   std::vector<rmanager_actor> rmanagers;
   std::vector<instance_actor> instances;
 
-  /// `room_pass_limit`: the gManager's (how long younger, smaller rooms may go before a waiting one).
-  explicit protocol_fixture(int n, std::chrono::milliseconds room_pass_limit = 0ms) {
+  uint32_t replica_min_tokens = 0;
+
+  /// `room_pass_limit`: the gManager's (how long younger, smaller rooms may go before a waiting one);
+  /// `replica_min_tokens`: the rManagers' (0: no replicas).
+  explicit protocol_fixture(int n, std::chrono::milliseconds room_pass_limit = 0ms, uint32_t replica_min_tokens = 0)
+      : replica_min_tokens(replica_min_tokens) {
     register_messages(cfg);
     cfg.set("scheduler.policy", caf::atom("testing"));
     sys = std::make_unique<caf::actor_system>(cfg);
@@ -166,6 +185,8 @@ struct protocol_fixture {
     rc.heartbeat_period = 10ms;
     rc.lease = 100ms;
     rc.answer_timeout = 1000ms;
+    rc.replica_min_tokens = replica_min_tokens;
+    log->id = id;
     auto rm = spawn_rmanager(*sys, rc);
     auto inst = sys->spawn(fake_instance, log);
     caf::anon_send(rm, attach_atom::value, inst);
@@ -806,5 +827,59 @@ TEST_SUITE("actors") {
     CHECK(f.ask<std::vector<uint32_t>>(f.rmanagers[1], take_reservation{45, 0, 5})->size() == 2);
     CHECK(f.ask<std::vector<uint32_t>>(f.rmanagers[1], take_reservation{45, 0, 5})->empty());  // already taken
     CHECK(f.ask<std::vector<uint32_t>>(f.rmanagers[1], take_reservation{99, 0, 5})->empty());  // no such move
+  }
+
+  TEST_CASE("a long request's blocks get a second copy in another pool's free memory, given up first when needed") {
+    protocol_fixture f(2, 0ms, 1);
+    f.give_blocks(0, 7, 4);
+    f.logs[0]->offer = block_pick{0, 7, {0, 1, 2, 3}, f.logs[0]->blocks[7], 0};
+    f.settle();
+    REQUIRE(f.logs[0]->replicated.size() == 1);
+    CHECK(f.logs[0]->replicated[0].at == 1);
+    CHECK(f.logs[0]->replicated[0].logical == std::vector<uint32_t>{0, 1, 2, 3});
+    CHECK(f.pools[1]->spare_blocks() == 4);  // kept as spare blocks: free for anyone who needs them
+    CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);
+    CHECK(f.pools[0]->blocks_of(7) == 4);  // the owner's table and blocks do not change
+    CHECK(f.logs[0]->switched.empty());
+    // Instance 1 needs all its memory: the copies are given up and the owner hears which.
+    auto taken = f.pools[1]->allocate_many({99, 1}, protocol_fixture::pool_blocks);
+    REQUIRE(taken.is_ok());
+    f.settle();
+    REQUIRE(f.logs[0]->lost.size() == 1);
+    CHECK(f.logs[0]->lost[0].at == 1);
+    CHECK(f.logs[0]->lost[0].logical.size() == 4);
+    for (uint32_t b : taken.value()) REQUIRE(f.pools[1]->release(b).is_ok());
+    CHECK(f.pools[1]->check().is_ok());
+    CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);
+  }
+
+  TEST_CASE("a holder copies hosted blocks to a third instance, and the request's release frees the copies") {
+    protocol_fixture f(3, 0ms, 1);
+    f.give_blocks(0, 7, 4);
+    f.orders.next.push_back({7, 0, 1, 3});  // three blocks of request 7 hosted on instance 1
+    f.settle();
+    REQUIRE(f.logs[0]->switched.size() == 1);
+    const blocks_moved moved = f.logs[0]->switched[0];
+    f.logs[0]->offer = block_pick{0, 7, moved.logical, moved.dst_blocks, 1};
+    f.settle();
+    REQUIRE(f.logs[0]->replicated.size() == 1);
+    CHECK(f.logs[0]->replicated[0].at != 1);  // never where the blocks are
+    const size_t copy_at = f.logs[0]->replicated[0].at;
+    CHECK(f.pools[copy_at]->spare_blocks() == 3);
+    // Blocks not hosted as named are not copied.
+    f.logs[0]->offer = block_pick{0, 7, {3}, {moved.dst_blocks[0]}, 1};
+    f.settle(100ms);
+    CHECK(f.logs[0]->replicated.size() == 1);
+    CHECK(f.pools[copy_at]->spare_blocks() == 3);
+    // The request ends: its hosted blocks and its copies go.
+    f.end_request(0, 7);
+    caf::anon_send(f.rmanagers[0], request_released{7});
+    f.settle();
+    CHECK(f.pools[1]->blocks_of(7) == 0);
+    for (const auto& pool : f.pools) {
+      CHECK(pool->spare_blocks() == 0);
+      CHECK(pool->free_blocks() == protocol_fixture::pool_blocks);
+      CHECK(pool->check().is_ok());
+    }
   }
 }

@@ -150,7 +150,7 @@ TEST_SUITE("actors") {
     router.on_partials(2, answer(plane->sent[1].second, 1.0f));
     router.peer_failed(1, "connection reset");  // holder 1 held blocks of requests 1 and 3
     CHECK_FALSE(router.finish(0).is_ok());
-    CHECK(router.take_failed() == std::vector<uint64_t>{1, 3});
+    CHECK(router.take_failed() == std::vector<gpu::failed_attention>{{1, 1}, {3, 1}});
     CHECK(router.take_failed().empty());
     // A holder that does not answer in time: its requests failed, those answered did not.
     plane->sent.clear();
@@ -160,7 +160,7 @@ TEST_SUITE("actors") {
     const gpu::status late = router.finish(1);
     CHECK_FALSE(late.is_ok());
     CHECK(late.message().find("did not answer") != std::string::npos);
-    CHECK(router.take_failed() == std::vector<uint64_t>{5});
+    CHECK(router.take_failed() == std::vector<gpu::failed_attention>{{5, 2}});
     // A holder that cannot attend one request names that request alone.
     plane->sent.clear();
     REQUIRE(router.begin(0, lane0).is_ok());
@@ -168,7 +168,7 @@ TEST_SUITE("actors") {
     router.on_partials(2, answer(plane->sent[1].second, 0, false));
     router.on_partials(1, answer(plane->sent[2].second, 1.0f));
     CHECK_FALSE(router.finish(0).is_ok());
-    CHECK(router.take_failed() == std::vector<uint64_t>{2});
+    CHECK(router.take_failed() == std::vector<gpu::failed_attention>{{2, 2}});
   }
 
   TEST_CASE("a long step's jobs to several holders on another node go once, through the first of them") {
@@ -214,7 +214,7 @@ TEST_SUITE("actors") {
     router.peer_failed(4, "connection reset");
     for (size_t i = 1; i < plane->sent.size(); ++i) router.on_partials(plane->sent[i].first, answer(plane->sent[i].second, 1.0f));
     CHECK_FALSE(router.finish(0).is_ok());
-    const auto failed = router.take_failed();
-    CHECK(std::find(failed.begin(), failed.end(), 1) != failed.end());
+    const auto failed = router.take_failed();  // the relayed holder that was lost is named
+    CHECK(std::find(failed.begin(), failed.end(), gpu::failed_attention{1, 4}) != failed.end());
   }
 }

@@ -88,20 +88,20 @@ class dying_holder_router final : public gpu::attention_router {
     for (const auto& job : jobs)
       if (armed && job.seq_id == victim_ && job.holder == dead_) {
         armed = false;
-        failed_.push_back(victim_);
+        failed_.push_back({victim_, dead_});
         return {gpu::status_code::io_error, "instance 2 holding blocks of request 2 failed"};
       }
     return inner_.begin(lane, jobs);
   }
   gpu::status finish(int lane) override { return inner_.finish(lane); }
-  std::vector<uint64_t> take_failed() override { return std::exchange(failed_, {}); }
+  std::vector<gpu::failed_attention> take_failed() override { return std::exchange(failed_, {}); }
   bool armed = false;
 
  private:
   gpu::attention_router& inner_;
   uint64_t victim_;
   uint32_t dead_;
-  std::vector<uint64_t> failed_;
+  std::vector<gpu::failed_attention> failed_;
 };
 
 /// A block source over one pool that has no block for one sequence (its blocks are being found elsewhere).
@@ -468,8 +468,8 @@ TEST_SUITE("gpu") {
       }
       ++failed_steps;
       runner.discard(plan);
-      const std::vector<uint64_t> failed = router.take_failed();
-      REQUIRE(failed == std::vector<uint64_t>{2});
+      const std::vector<gpu::failed_attention> failed = router.take_failed();
+      REQUIRE(failed == std::vector<gpu::failed_attention>{{2, 2}});
       auto again = runner.take_back(2);
       REQUIRE(again);
       CHECK(again->table.empty());

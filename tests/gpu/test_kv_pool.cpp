@@ -1,5 +1,6 @@
 // The KV pool: the block byte layout of the design, allocation until exhaustion, release errors,
-// accounting that check() verifies, and the layers written per block that readers of chunks wait for.
+// accounting that check() verifies, the layers written per block that readers of chunks wait for, and spare
+// blocks (replicas) that count as free and are reclaimed, oldest first, only when the free list is empty.
 #include "gpu/kv_pool.hpp"
 #include "tests/gpu/support.hpp"
 
@@ -72,5 +73,52 @@ TEST_SUITE("gpu") {
     for (uint32_t b : reserved) REQUIRE(pool.release(b).is_ok());
     const auto again = pool.allocate_many({3, 5}, 3).value();  // a reused block starts empty again
     for (uint32_t b : again) CHECK(pool.layers_written(b) == 0);
+  }
+
+  TEST_CASE("spare blocks count as free, keep their contents until reclaimed oldest first, and stale names do nothing") {
+    auto pool = gpu::kv_pool::create(test::cpu_device(), {1, 1, 16, gpu::dtype::f32}, 4).value();
+    std::vector<gpu::spare_block> reclaimed;
+    pool.set_reclaim_listener([&](const std::vector<gpu::spare_block>& r) { reclaimed.insert(reclaimed.end(), r.begin(), r.end()); });
+    const auto replicas = pool.allocate_many({7, 1}, 3).value();
+    const std::vector<uint32_t> older{replicas[0]}, newer{replicas[1], replicas[2]};
+    const auto first = pool.make_spare(older);
+    const auto second = pool.make_spare(newer);
+    REQUIRE(first.size() == 1);
+    REQUIRE(second.size() == 2);
+    CHECK(pool.free_blocks() == 4);
+    CHECK(pool.spare_blocks() == 3);
+    CHECK(pool.used_blocks() == 0);
+    CHECK(pool.check().is_ok());
+    CHECK(pool.blocks_of(7) == 0);
+    // The free block goes first; then the oldest spare one.
+    const uint32_t a = pool.allocate({1, 0}).value();
+    CHECK(reclaimed.empty());
+    const uint32_t b = pool.allocate({1, 0}).value();
+    CHECK(b == older[0]);
+    REQUIRE(reclaimed.size() == 1);
+    CHECK(reclaimed[0] == first[0]);
+    CHECK_FALSE(pool.claim_spare(first));  // reclaimed: its name is stale
+    pool.release_spare(first[0]);          // and releasing it does nothing
+    CHECK(pool.is_used(b));
+    CHECK(pool.check().is_ok());
+    // A spare block claimed back is used by its owner again, with a stale name in the same claim: none is taken.
+    CHECK_FALSE(pool.claim_spare(std::vector<gpu::spare_block>{second[0], first[0]}));
+    CHECK(pool.spare_blocks() == 2);
+    CHECK(pool.claim_spare(std::vector<gpu::spare_block>{second[0]}));
+    CHECK(pool.owner(second[0].block).request == 7);
+    CHECK(pool.spare_blocks() == 1);
+    pool.release_spare(second[1]);
+    CHECK(pool.spare_blocks() == 0);
+    CHECK(pool.free_blocks() == 1);
+    CHECK(pool.check().is_ok());
+    // allocate_many reclaims too, and a block made spare again has a new name.
+    const auto again = pool.make_spare(std::vector<uint32_t>{second[0].block});
+    REQUIRE(again.size() == 1);
+    CHECK(again[0].generation != second[0].generation);
+    CHECK(pool.allocate_many({2, 0}, 2).is_ok());
+    CHECK(reclaimed.back() == again[0]);
+    CHECK_FALSE(pool.allocate({3, 0}).is_ok());
+    for (uint32_t x : {a, b}) CHECK(pool.release(x).is_ok());
+    CHECK(pool.check().is_ok());
   }
 }
