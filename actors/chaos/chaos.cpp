@@ -96,9 +96,10 @@ const std::vector<int32_t>& reference(const gpu::loaded_model& model, const std:
 
 cluster_options cluster_for(const scenario& s, uint64_t seed, const chaos_options& o, std::string& error) {
   cluster_options c;
-  c.instances = o.instances + (s.replica_min_tokens ? 1 : 0);
+  const int replicas = s.replica_min_tokens ? int(s.replica_min_tokens) : o.replica_min_tokens;
+  c.instances = o.instances + (replicas ? 1 : 0);
   c.instance.kv_blocks_per_instance = o.kv_blocks_per_instance;
-  c.instance.replica_min_tokens = int(s.replica_min_tokens);
+  c.instance.replica_min_tokens = replicas;
   c.instance.threads_per_instance = 1;
   c.instance.attention_timeout_ms = 2000;  // a lost attention message costs a step this long
   c.instance.lease_ms = 1000;

@@ -79,6 +79,8 @@ struct chaos_options {
   int instances = 3;
   int kv_blocks_per_instance = 64;
   int short_requests = 4;  ///< besides one long request (more than one pool)
+  /// Nonzero: replicas on in every scenario for requests of this many tokens (with one more instance).
+  int replica_min_tokens = 0;
   /// Told the cluster's log lines (an instance killed, blocks released; empty: dropped).
   std::function<void(const std::string&)> log;
 };

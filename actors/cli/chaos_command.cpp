@@ -60,6 +60,18 @@ void progress(size_t done, size_t total, const std::string& what) {
   std::fflush(stderr);
 }
 
+/// The flags that give a replay the cluster of this run (none for the defaults).
+std::string cluster_flags(const actors::chaos::chaos_options& o) {
+  const actors::chaos::chaos_options defaults;
+  std::string out;
+  if (o.instances != defaults.instances) out += fmt::format(" --instances {}", o.instances);
+  if (o.kv_blocks_per_instance != defaults.kv_blocks_per_instance)
+    out += fmt::format(" --kv-blocks-per-instance {}", o.kv_blocks_per_instance);
+  if (o.replica_min_tokens != defaults.replica_min_tokens)
+    out += fmt::format(" --replica-min-tokens {}", o.replica_min_tokens);
+  return out;
+}
+
 nlohmann::json books_json(const actors::chaos::books& b) {
   nlohmann::json j = {{"runs", b.runs},
                       {"accepted", b.accepted},
@@ -119,8 +131,8 @@ void run_chaos(const chaos_flags& f) {
     total += r.tally;
     if (r.tally.clean()) continue;
     if (terminal) fmt::print(stderr, "\n");
-    fmt::print(stderr, "FAILED {} seed {}: {}\n  replay: illm chaos --scenario {} --seed {}\n", s->name, seed,
-               fmt::join(r.problems, "; "), s->name, seed);
+    fmt::print(stderr, "FAILED {} seed {}: {}\n  replay: illm chaos --scenario {} --seed {}{}\n", s->name, seed,
+               fmt::join(r.problems, "; "), s->name, seed, cluster_flags(options));
   }
   if (terminal) progress(runs.size(), runs.size(), "done"), fmt::print(stderr, "\n");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -157,6 +169,10 @@ void add_chaos_command(CLI::App& app) {
       ->check(CLI::Range(16, 4096));
   cmd->add_flag("--json", f->json, "Print the books as one JSON object (per scenario and total)");
   cmd->add_flag("--list", f->list, "List the scenarios and exit");
+  cmd->add_option("--replica-min-tokens", f->options.replica_min_tokens,
+                  "Replicas on in every scenario for requests of this many tokens, with one more instance for their "
+                  "memory (0: only in the scenarios that turn them on)")
+      ->check(CLI::Range(0, 1 << 30));
   cmd->add_flag("--verbose", f->verbose, "Show the cluster's log lines (instances killed, blocks released)");
   cmd->callback([f] { run_chaos(*f); });
 }

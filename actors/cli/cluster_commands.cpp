@@ -35,6 +35,7 @@
 #include "actors/cli/commands.hpp"
 #include "actors/cli/fault_flags.hpp"
 #include "actors/cli/setting_flags.hpp"
+#include "actors/cli/memory_trim.hpp"
 #include "actors/cli/stop_signals.hpp"
 #include "actors/cluster/control_links.hpp"
 #include "actors/cluster/gmanager_link.hpp"
@@ -541,6 +542,7 @@ void run_instance(const instance_flags& flags) {
                                  "have joined meanwhile)",
                                  r.me, flags.id));
 
+  const periodic_trim trim;
   std::atomic<bool> never{false};
   const int signal = wait_for_stop_signal(stop_signals, never);
   log("{}: {} received: draining", r.me, stop_signal_name(signal));

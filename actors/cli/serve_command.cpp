@@ -12,6 +12,7 @@
 #include "actors/cli/commands.hpp"
 #include "actors/cli/fault_flags.hpp"
 #include "actors/cli/setting_flags.hpp"
+#include "actors/cli/memory_trim.hpp"
 #include "actors/cli/stop_signals.hpp"
 #include "actors/frontend/serve_config.hpp"
 #include "actors/frontend/service.hpp"
@@ -170,6 +171,7 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   fmt::print("illm serve: {} on {} at http://{}:{}\n", model->name, routed.description, c.host, svc.port());
   std::fflush(stdout);
 
+  const periodic_trim trim;
   const std::atomic<bool> never{false};
   const int signal = wait_for_stop_signal(stop_signals, never);
   fmt::print("illm serve: {} received: finishing {} requests (up to {} s)\n", stop_signal_name(signal),

@@ -42,12 +42,15 @@ struct instance_view {
   uint32_t held_for_room = 0;
   std::string node;  ///< the node (host) it runs on; empty: the same as every other's
   control_endpoint control;  ///< its process's control port (empty: in-process)
+  uint32_t replica_blocks = 0;  ///< of its free blocks, those keeping replicas
   /// What other instances may move into: its spare blocks less those held for the waiting room (it refuses
   /// moves into them).
   uint32_t movable_into() const { return free_blocks - std::min(free_blocks, held_for_room); }
+  /// What a new replica may take: what others may move into, less the replicas kept already.
+  uint32_t replica_room() const { return movable_into() - std::min(movable_into(), replica_blocks); }
 };
 ILLM_INSPECT(instance_view, x.inst_id, x.total_blocks, x.free_blocks, x.draining, x.rmanager, x.instance,
-             x.plane_address, x.held_for_room, x.node, x.control)
+             x.plane_address, x.held_for_room, x.node, x.control, x.replica_blocks)
 
 /// gManager -> rManager (answer to join and heartbeat): the cluster as of the last heartbeats. Views are
 /// ordered by (epoch, version): a gManager that starts has a higher epoch than the one before it, and each of

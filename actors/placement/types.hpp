@@ -29,6 +29,7 @@ struct instance_stats {
   uint32_t waiting = 0;          ///< queued requests
   uint32_t waiting_blocks = 0;   ///< blocks the queued requests need (prompt and max tokens)
   bool draining = false;
+  uint32_t replica_blocks = 0;   ///< of the free blocks, those keeping replicas (taken only once no other is free)
 };
 
 }  // namespace illm::actors

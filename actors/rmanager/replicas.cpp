@@ -20,16 +20,16 @@ namespace {
 /// Heartbeats to wait after a copy that could not be made.
 constexpr uint32_t replica_pause_beats = 10;
 
-/// Where the copy of blocks held at `holder` goes: the member with the most spare blocks (other than the holder),
-/// if it has room for them.
+/// Where the copy of blocks held at `holder` goes: the member with the most room for replicas (other than the
+/// holder), if it has room for them.
 const instance_view* replica_destination(const rmanager_state& st, instance_id holder, uint32_t blocks) {
   const instance_view* best = nullptr;
   for (const instance_view& i : st.view.instances) {
     if (i.inst_id == holder || i.draining || !i.rmanager) continue;
     if (holder == st.config.id && !reachable(st, i.inst_id)) continue;
-    if (!best || i.movable_into() > best->movable_into()) best = &i;
+    if (!best || i.replica_room() > best->replica_room()) best = &i;
   }
-  return best && best->movable_into() >= blocks ? best : nullptr;
+  return best && best->replica_room() >= blocks ? best : nullptr;
 }
 
 /// The rManager of the member `id` (this one for itself), if known.
@@ -41,10 +41,12 @@ std::optional<rmanager_actor> rmanager_of(self_ptr self, instance_id id) {
 }
 
 /// A copy of this instance's blocks ended: the instance unmarks them (and hears where they are when it was made).
-void replica_done(self_ptr self, const block_pick& pick, instance_id dst, bool ok) {
+void replica_done(self_ptr self, const block_pick& pick, instance_id dst, bool ok, const std::string& why = {}) {
   auto& st = self->state;
   st.replica_in_flight = false;
   if (!ok) {
+    plane_log(st, fmt::format("rmanager {}: no copy of {} block(s) of request {} at instance {} to instance {}: {}",
+                              st.config.id, pick.logical.size(), pick.req_id, pick.holder, dst, why));
     st.replica_pause = replica_pause_beats;
     if (auto peer = rmanager_of(self, dst)) self->send(*peer, abort_move{pick.id});  // a late commit goes back
     self->send(st.instance, move_abandoned{pick.id, pick.req_id, pick.logical});
@@ -66,13 +68,13 @@ void send_replica(self_ptr self, block_pick pick) {
   }
   const instance_view* dst = replica_destination(st, pick.holder, uint32_t(pick.logical.size()));
   auto holder = rmanager_of(self, pick.holder);
-  if (!dst || !holder) return replica_done(self, pick, 0, false);
+  if (!dst || !holder) return replica_done(self, pick, 0, false, "no instance has room for them");
   const instance_id to = dst->inst_id;
   st.replica_holders[pick.req_id].insert(to);  // the request's release reaches it, whatever becomes of the copy
   self->request(*holder, 2 * st.config.answer_timeout,
                 replicate_blocks{pick.id, pick.req_id, st.config.id, pick.logical, pick.physical, to})
-      .then([=](const replica_result& r) { replica_done(self, pick, to, r.ok); },
-            [=](const caf::error&) { replica_done(self, pick, to, false); });
+      .then([=](const replica_result& r) { replica_done(self, pick, to, r.ok, r.reason); },
+            [=](const caf::error& e) { replica_done(self, pick, to, false, self->system().render(e)); });
 }
 
 /// Runs of consecutive logical blocks, (first, count) pairs.

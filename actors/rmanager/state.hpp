@@ -144,6 +144,7 @@ struct rmanager_state {
     s.waiting = placement.waiting;
     s.waiting_blocks = placement.waiting_blocks;
     s.draining = draining;
+    s.replica_blocks = config.pool->spare_blocks();
     return s;
   }
 };

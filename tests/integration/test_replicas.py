@@ -1,0 +1,160 @@
+"""Replicas over processes: `illm gmanager`, four `illm instance --join` processes (UCX over tcp on lo, pools of
+POOL_BLOCKS blocks) and `illm serve --gmanager`. A streamed greedy completion of a long prompt is
+spread over the instances (more than one and a half pools). With `--replica-min-tokens`, once the instances keep a copy of every full block of its
+prompt (illm:kv_replica_blocks), the instance hosting the most of its blocks is SIGKILLed mid-stream: the owner
+promotes the copies, the stream completes with the text of one instance, the owner's
+illm:requests_recovered_total{how="replica"} rises and its illm:positions_recomputed_total stays at most one block
+per lost instance. The same run on a cluster without replicas computes the request's KV again (its positions
+recomputed are those of the whole context). The time from the kill to the next token of both runs is printed side
+by side. Every process started here is gone at the end. Generous upper bounds on the waits only: no timing
+assertions.
+
+Usage: test_replicas.py ILLM [SOURCE_DIR] [WORDS ...]  (prompt lengths in words; default one: CI's)"""
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from common import ProcGroup, SkipTest, free_port, make_prompt, metric, request, stream_events, wait_until
+
+JOIN_S = 120
+RUN_S = 900
+EXIT_S = 60
+POOL_BLOCKS = 200
+OUTPUT_TOKENS = 400
+DEFAULT_WORDS = 4300  # about 5,100 tokens: one pool of 3,200 tokens and more than half another
+
+
+def reference_text(illm, prompt_file, max_tokens):
+    """The text of the prompt on one embedded instance with enough memory (greedy), and its prompt tokens."""
+    done = subprocess.run([illm, "generate", "--instances", "1", "--kv-blocks-per-instance", "4096", "--prompt-file",
+                           prompt_file, "--max-tokens", str(max_tokens), "--temperature", "0", "--ignore-eos", "--json"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=RUN_S, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = json.loads(done.stdout)
+    return out["text"], len(out["prompt_token_ids"])
+
+
+def run_cluster(illm, prompt, prompt_tokens, expected, replica_min_tokens):
+    """One cluster, one stream, one SIGKILLed holder: the seconds from the kill to the next token, and the owner's
+    counters."""
+    gm_port, fe_port = free_port(), free_port()
+    procs = ProcGroup(illm)
+    with procs.running():
+        gm = procs.start("gmanager", "gmanager", "--listen", f"127.0.0.1:{gm_port}", "--heartbeat-timeout-ms", "2000")
+        wait_until(lambda: gm.has(r"listening on") or gm.gone(), 60, "the gManager to listen")
+        insts = {i: procs.start(f"instance{i}", "instance", "--join", f"127.0.0.1:{gm_port}", "--id", str(i),
+                                "--kv-blocks-per-instance", str(POOL_BLOCKS), "--threads", "1", "--heartbeat-ms", "50",
+                                "--ucx-tls", "tcp", "--ucx-net-devices", "lo", "--metrics-listen", "127.0.0.1:0",
+                                "--replica-min-tokens", str(replica_min_tokens))
+                 for i in range(4)}
+
+        def connected():
+            for p in insts.values():
+                if p.gone():
+                    if p.has(r"built without UCX"):
+                        raise SkipTest("illm was built without UCX")
+                    raise AssertionError(f"{p.name} exited with {p.process.returncode} before joining")
+            return all(p.has(rf"data plane connected to instance {j}\b") for i, p in insts.items() for j in insts
+                       if j != i)
+
+        wait_until(connected, JOIN_S, "four instances to join and connect their planes")
+        config = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+        json.dump({"max_prompt_tokens": 1 << 20}, config)  # the service's default limit is 4096
+        config.close()
+        procs.files.append(config.name)
+        fe = procs.start("serve", "serve", "--gmanager", f"127.0.0.1:{gm_port}", "--host", "127.0.0.1", "--port",
+                         str(fe_port), "--config", config.name)
+        wait_until(lambda: request(fe_port, "GET", "/health", timeout=5) == (200, {"status": "ok", "instances": 4}),
+                   120, "the front end to count four instances")
+
+        def metrics_of(i):
+            port = int(re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", insts[i].output())[1])
+            status, text = request(port, "GET", "/metrics", timeout=10)
+            assert status == 200, (status, text)
+            return text
+
+        events, failure = [], []
+
+        def consume():
+            try:
+                for data in stream_events(fe_port, "/v1/completions",
+                                          {"model": "stories15M", "prompt": prompt, "max_tokens": OUTPUT_TOKENS,
+                                           "ignore_eos": True, "stream": True, "temperature": 0}, timeout=RUN_S):
+                    events.append((time.monotonic(), data))
+            except Exception as e:  # noqa: BLE001 (reported below)
+                failure.append(repr(e))
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        wait_until(lambda: len(events) >= 4 or failure or not reader.is_alive(), RUN_S, "the stream's first tokens")
+        assert len(events) >= 4, (failure, events[-3:])
+        owner = next(i for i in insts if metric(metrics_of(i), "illm:num_requests_running", {"instance": i}) > 0)
+        if replica_min_tokens:
+            full_blocks = prompt_tokens // 16
+            wait_until(lambda: sum(metric(metrics_of(i), "illm:kv_replica_blocks") for i in insts) >= full_blocks or
+                       not reader.is_alive(), RUN_S, f"copies of the {full_blocks} full blocks of the prompt")
+        hosted = {i: metric(metrics_of(i), "illm:kv_blocks_hosted") for i in insts if i != owner}
+        victim = max(hosted, key=hosted.get)
+        assert hosted[victim] > 0 and reader.is_alive(), (hosted, len(events))
+        before = len(events)
+        killed_at = time.monotonic()
+        insts[victim].process.send_signal(signal.SIGKILL)
+        reader.join(RUN_S)
+        assert not reader.is_alive() and not failure, failure
+        assert events[-1][1] == "[DONE]", events[-3:]
+        chunks = [json.loads(data) for _, data in events[:-1]]
+        assert not [c for c in chunks if "error" in c], events[-3:]
+        streamed = "".join(c["choices"][0]["text"] for c in chunks)
+        assert streamed == expected, (streamed[-300:], expected[-300:])
+        after = [t for t, data in events[before:] if data != "[DONE]"]
+        assert after, "no token after the kill"
+        gap = after[0] - killed_at
+        text = metrics_of(owner)
+        counters = {"replica": metric(text, "illm:requests_recovered_total", {"instance": owner, "how": "replica"}),
+                    "recompute": metric(text, "illm:requests_recovered_total", {"instance": owner, "how": "recompute"}),
+                    "recomputed": metric(text, "illm:positions_recomputed_total", {"instance": owner})}
+        print(f"  replica_min_tokens {replica_min_tokens}: request on instance {owner}, instance {victim} (hosting "
+              f"{hosted[victim]:.0f} blocks) SIGKILLed after {before} events; next token {gap:.3f} s later; the "
+              f"stream completed with the text of one instance; recovered by replica {counters['replica']:.0f}, by "
+              f"recompute {counters['recompute']:.0f}, positions recomputed {counters['recomputed']:.0f}", flush=True)
+        fe.process.send_signal(signal.SIGTERM)
+        assert fe.wait_exit(EXIT_S) == 0, fe.output()
+        for i, p in insts.items():
+            if i != victim:
+                p.process.send_signal(signal.SIGTERM)
+                assert p.wait_exit(EXIT_S) == 0, p.output()
+        procs.stop_last(gm, EXIT_S)
+    return gap, counters
+
+
+def main():
+    illm = sys.argv[1]
+    lengths = [int(w) for w in sys.argv[3:]] or [DEFAULT_WORDS]
+    for words in lengths:
+        with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+            prompt = make_prompt(words)
+            f.write(prompt)
+            f.flush()
+            expected, prompt_tokens = reference_text(illm, f.name, OUTPUT_TOKENS)
+        assert prompt_tokens > 1.5 * POOL_BLOCKS * 16, prompt_tokens
+        print(f"a prompt of {prompt_tokens} tokens over 4 pools of {POOL_BLOCKS} blocks, {OUTPUT_TOKENS} tokens "
+              "streamed; the holder of the most of its blocks SIGKILLed mid-stream:", flush=True)
+        with_copies, promoted = run_cluster(illm, prompt, prompt_tokens, expected, 1024)
+        assert promoted["replica"] >= 1 and promoted["recomputed"] <= 16, promoted
+        without, recomputed = run_cluster(illm, prompt, prompt_tokens, expected, 0)
+        assert recomputed["replica"] == 0 and recomputed["recompute"] >= 1, recomputed
+        assert recomputed["recomputed"] >= prompt_tokens, recomputed
+        print(f"{prompt_tokens} prompt tokens: from the kill to the next token {with_copies:.3f} s with replicas, "
+              f"{without:.3f} s without (x{without / max(with_copies, 1e-6):.1f}); positions recomputed "
+              f"{promoted['recomputed']:.0f} and {recomputed['recomputed']:.0f}", flush=True)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
