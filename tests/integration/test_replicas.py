@@ -9,7 +9,8 @@ recomputed are those of the whole context). The time from the kill to the next t
 by side. Every process started here is gone at the end. Generous upper bounds on the waits only: no timing
 assertions.
 
-Usage: test_replicas.py ILLM [SOURCE_DIR] [WORDS ...]  (prompt lengths in words; default one: CI's)"""
+Usage: test_replicas.py ILLM [SOURCE_DIR] [--pool-blocks N] [WORDS ...]  (prompt lengths in words; default one: CI's;
+e.g. `--pool-blocks 800 11000 17000` for about 13K and 20K tokens over 4 x 800 blocks)"""
 
 import json
 import re
@@ -40,7 +41,7 @@ def reference_text(illm, prompt_file, max_tokens):
     return out["text"], len(out["prompt_token_ids"])
 
 
-def run_cluster(illm, prompt, prompt_tokens, expected, replica_min_tokens):
+def run_cluster(illm, prompt, prompt_tokens, expected, replica_min_tokens, pool_blocks):
     """One cluster, one stream, one SIGKILLed holder: the seconds from the kill to the next token, and the owner's
     counters."""
     gm_port, fe_port = free_port(), free_port()
@@ -49,7 +50,7 @@ def run_cluster(illm, prompt, prompt_tokens, expected, replica_min_tokens):
         gm = procs.start("gmanager", "gmanager", "--listen", f"127.0.0.1:{gm_port}", "--heartbeat-timeout-ms", "2000")
         wait_until(lambda: gm.has(r"listening on") or gm.gone(), 60, "the gManager to listen")
         insts = {i: procs.start(f"instance{i}", "instance", "--join", f"127.0.0.1:{gm_port}", "--id", str(i),
-                                "--kv-blocks-per-instance", str(POOL_BLOCKS), "--threads", "1", "--heartbeat-ms", "50",
+                                "--kv-blocks-per-instance", str(pool_blocks), "--threads", "1", "--heartbeat-ms", "50",
                                 "--ucx-tls", "tcp", "--ucx-net-devices", "lo", "--metrics-listen", "127.0.0.1:0",
                                 "--replica-min-tokens", str(replica_min_tokens))
                  for i in range(4)}
@@ -134,20 +135,23 @@ def run_cluster(illm, prompt, prompt_tokens, expected, replica_min_tokens):
 
 
 def main():
-    illm = sys.argv[1]
-    lengths = [int(w) for w in sys.argv[3:]] or [DEFAULT_WORDS]
+    illm, args = sys.argv[1], sys.argv[3:]
+    pool_blocks = POOL_BLOCKS
+    if args[:1] == ["--pool-blocks"]:
+        pool_blocks, args = int(args[1]), args[2:]
+    lengths = [int(w) for w in args] or [DEFAULT_WORDS]
     for words in lengths:
         with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
             prompt = make_prompt(words)
             f.write(prompt)
             f.flush()
             expected, prompt_tokens = reference_text(illm, f.name, OUTPUT_TOKENS)
-        assert prompt_tokens > 1.5 * POOL_BLOCKS * 16, prompt_tokens
-        print(f"a prompt of {prompt_tokens} tokens over 4 pools of {POOL_BLOCKS} blocks, {OUTPUT_TOKENS} tokens "
+        assert prompt_tokens > pool_blocks * 16, prompt_tokens  # more than one pool: spread over several
+        print(f"a prompt of {prompt_tokens} tokens over 4 pools of {pool_blocks} blocks, {OUTPUT_TOKENS} tokens "
               "streamed; the holder of the most of its blocks SIGKILLed mid-stream:", flush=True)
-        with_copies, promoted = run_cluster(illm, prompt, prompt_tokens, expected, 1024)
+        with_copies, promoted = run_cluster(illm, prompt, prompt_tokens, expected, 1024, pool_blocks)
         assert promoted["replica"] >= 1 and promoted["recomputed"] <= 16, promoted
-        without, recomputed = run_cluster(illm, prompt, prompt_tokens, expected, 0)
+        without, recomputed = run_cluster(illm, prompt, prompt_tokens, expected, 0, pool_blocks)
         assert recomputed["replica"] == 0 and recomputed["recompute"] >= 1, recomputed
         assert recomputed["recomputed"] >= prompt_tokens, recomputed
         print(f"{prompt_tokens} prompt tokens: from the kill to the next token {with_copies:.3f} s with replicas, "
