@@ -130,9 +130,7 @@ std::vector<uint8_t> encode(const attend& a) {
   return w.take();
 }
 
-std::vector<uint32_t> logical_runs_of(std::span<const int32_t> block_pos) {
-  std::vector<uint32_t> logical;
-  for (int32_t pos : block_pos) logical.push_back(uint32_t(pos) / uint32_t(gpu::kv_block_tokens));
+std::vector<uint32_t> logical_runs(std::vector<uint32_t> logical) {
   std::sort(logical.begin(), logical.end());
   std::vector<uint32_t> runs;
   for (size_t i = 0; i < logical.size(); ++i) {
@@ -144,6 +142,12 @@ std::vector<uint32_t> logical_runs_of(std::span<const int32_t> block_pos) {
     runs.push_back(1);
   }
   return runs;
+}
+
+std::vector<uint32_t> logical_runs_of(std::span<const int32_t> block_pos) {
+  std::vector<uint32_t> logical;
+  for (int32_t pos : block_pos) logical.push_back(uint32_t(pos) / uint32_t(gpu::kv_block_tokens));
+  return logical_runs(std::move(logical));
 }
 
 std::vector<uint8_t> encode(const partials& p) {

@@ -46,6 +46,8 @@ struct attend {
   std::vector<uint32_t> logical_runs;
 };
 
+/// Logical blocks as runs of (first, count) pairs, in logical order.
+std::vector<uint32_t> logical_runs(std::vector<uint32_t> logical);
 /// The (first, count) runs of the logical blocks whose first tokens are `block_pos` (blocks of 16 tokens).
 std::vector<uint32_t> logical_runs_of(std::span<const int32_t> block_pos);
 

@@ -77,20 +77,6 @@ void send_replica(self_ptr self, block_pick pick) {
             [=](const caf::error& e) { replica_done(self, pick, to, false, self->system().render(e)); });
 }
 
-/// Runs of consecutive logical blocks, (first, count) pairs.
-std::vector<uint32_t> runs_of(const std::vector<uint32_t>& logical) {
-  std::vector<uint32_t> runs;
-  for (uint32_t l : logical) {
-    if (!runs.empty() && runs[runs.size() - 2] + runs.back() == l) {
-      ++runs.back();
-      continue;
-    }
-    runs.push_back(l);
-    runs.push_back(1);
-  }
-  return runs;
-}
-
 /// Whether this instance holds `r`'s blocks as named: its own request's blocks in its pool, or hosted here.
 bool holds_as_named(const rmanager_state& st, const replicate_blocks& r) {
   if (r.logical.empty() || r.logical.size() != r.physical.size() || r.logical.size() > replica_batch_blocks)
@@ -100,7 +86,7 @@ bool holds_as_named(const rmanager_state& st, const replicate_blocks& r) {
       if (!st.config.pool->is_used(b) || st.config.pool->owner(b).request != r.req_id) return false;
     return true;
   }
-  const auto hosted = st.config.hosted->find_logical(r.owner, r.req_id, runs_of(r.logical));
+  const auto hosted = st.config.hosted->find_logical(r.owner, r.req_id, logical_runs(r.logical));
   return hosted && hosted->physical == r.physical;
 }
 
