@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -95,11 +97,60 @@ void http_server::stop() {
   context_ = nullptr;
 }
 
+namespace {
+
+/// A thread with the default stack that runs what the civetweb thread it belongs to hands it, one job at a time:
+/// civetweb's threads have small stacks (Debian's build sets about 100 KiB), and handlers use the actor system
+/// and JSON. One per civetweb thread, made at its first request and kept while that thread lives: a thread
+/// started per request left resident memory a little higher after every burst larger than the ones before.
+class stack_helper {
+ public:
+  stack_helper() : thread_([this] { loop(); }) {}
+  ~stack_helper() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  /// Runs `job` on the helper's thread and returns when it is done.
+  void run(const std::function<void()>& job) {
+    std::unique_lock lock(mutex_);
+    job_ = &job;
+    done_ = false;
+    changed_.notify_all();
+    changed_.wait(lock, [this] { return done_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [this] { return stop_ || job_; });
+      if (!job_) return;
+      const std::function<void()>* job = job_;
+      lock.unlock();
+      (*job)();
+      lock.lock();
+      job_ = nullptr;
+      done_ = true;
+      changed_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  const std::function<void()>* job_ = nullptr;
+  bool done_ = false, stop_ = false;
+  std::thread thread_;  // last: it starts once the rest is made
+};
+
+}  // namespace
+
 int http_server::dispatch(mg_connection* conn, void* self) {
-  // civetweb's threads have small stacks (Debian's build sets about 100 KiB); handlers use the actor
-  // system and JSON, so each request runs on a thread of its own with the default stack.
-  std::thread worker([conn, self] { static_cast<http_server*>(self)->serve(conn); });
-  worker.join();
+  thread_local stack_helper helper;
+  helper.run([conn, self] { static_cast<http_server*>(self)->serve(conn); });
   return 1;
 }
 
