@@ -65,7 +65,13 @@ void register_messages(caf::actor_system_config& cfg) {
       .add_message_type<replicas_lost>("replicas_lost")
       .add_message_type<spare_reclaimed>("spare_reclaimed")
       .add_message_type<promote_replicas>("promote_replicas")
-      .add_message_type<replicas_promoted>("replicas_promoted");
+      .add_message_type<replicas_promoted>("replicas_promoted")
+      .add_message_type<take_over>("take_over")
+      .add_message_type<taken_over>("taken_over")
+      .add_message_type<report_orphan>("report_orphan")
+      .add_message_type<orphan_report>("orphan_report")
+      .add_message_type<adopt_orphan>("adopt_orphan")
+      .add_message_type<orphan_adopted>("orphan_adopted");
 }
 
 }  // namespace illm::actors

@@ -2,7 +2,7 @@
 // Every message of the runtime, one header per protocol, all included here. The paper's messages
 // (heartbeat, move_kvcache, try_move_kvcache and request_placement_entry) keep its names and fields; around
 // them are what a real system needs: membership, leases (commit/abort), rooms, room prefill, block release,
-// replicas, the attention data-plane payloads, and the messages between an instance, its rManager, its worker and its
+// replicas, owner takeover, the attention data-plane payloads, and the messages between an instance, its rManager, its worker and its
 // requests. Structs with `inspect` overloads, registered by register_messages() so that they can cross
 // process boundaries. The typed interfaces of the actors that take them, and the atoms, are in
 // actors/interfaces.hpp.
@@ -17,6 +17,7 @@
 #include "actors/messages/requests.hpp"
 #include "actors/messages/room_prefill.hpp"
 #include "actors/messages/rooms.hpp"
+#include "actors/messages/takeover.hpp"
 #include "actors/messages/worker.hpp"
 
 namespace illm::actors {

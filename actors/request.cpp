@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "actors/cluster/request_router.hpp"
+#include "gpu/sampler.hpp"
 
 namespace illm::actors {
 
@@ -54,8 +55,8 @@ void submit(self_ptr self, serving_instance target, generate_request r) {
 }
 
 /// Its instance left the cluster: the request goes on on the instance of `view` with the most free blocks,
-/// as a request of its prompt and the tokens so far for the tokens still to come (a greedy answer goes on
-/// as it would have; a sampled one with its sampling stream started again).
+/// as a request of its prompt and the tokens so far for the tokens still to come, with its sampling stream where
+/// it was (the answer goes on as it would have). Its new owner takes over the blocks that survived elsewhere.
 void resume(self_ptr self, const cluster_view& view) {
   auto& st = self->state;
   const instance_view* target = most_free_instance(view);
@@ -66,7 +67,11 @@ void resume(self_ptr self, const cluster_view& view) {
   generate_request r = st.request;
   r.params.prompt.insert(r.params.prompt.end(), st.tokens.begin(), st.tokens.end());
   r.params.max_tokens = left;
+  r.params.seed = gpu::sampling_state_after(st.request.params.seed, st.tokens.size());
   ++st.resumed;
+  r.takeover_generation = uint32_t(st.resumed);  // its new owner takes the blocks that survived over
+  r.takeover_owner = st.serving_id;
+  if (st.instance) self->send(st.instance, cancel_request{st.request.id});  // an old owner only slow stops
   st.generated_before = int32_t(st.tokens.size());
   st.lost = caf::actor_addr{};
   submit(self, {target->instance, target->inst_id}, std::move(r));

@@ -188,6 +188,14 @@ bool kv_pool::is_used(uint32_t block) const {
   return block < total_ && used_[block];
 }
 
+bool kv_pool::set_owner(std::span<const uint32_t> blocks, const block_owner& owner) {
+  std::lock_guard lock(*mutex_);
+  for (uint32_t b : blocks)
+    if (b >= total_ || !used_[b]) return false;
+  for (uint32_t b : blocks) owners_[b] = owner;
+  return true;
+}
+
 block_owner kv_pool::owner(uint32_t block) const {
   std::lock_guard lock(*mutex_);
   return block < total_ && used_[block] ? owners_[block] : block_owner{};

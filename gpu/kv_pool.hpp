@@ -105,6 +105,9 @@ class kv_pool {
   block_owner owner(uint32_t block) const;
   /// Blocks held for `request`.
   uint32_t blocks_of(uint64_t request) const;
+  /// Gives used blocks a new owner (a request taken over by another instance), all or none: false when one is
+  /// not used.
+  bool set_owner(std::span<const uint32_t> blocks, const block_owner& owner);
 
   const kv_layout& layout() const { return layout_; }
   /// Base of the arena (device memory); block b starts at base + b * block_elements().

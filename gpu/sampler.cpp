@@ -6,14 +6,20 @@
 
 namespace illm::gpu {
 
+namespace {
+constexpr uint64_t golden_gamma = 0x9e3779b97f4a7c15ull;  // splitmix64's increment
+}  // namespace
+
 float next_uniform(uint64_t& state) {
-  state += 0x9e3779b97f4a7c15ull;  // splitmix64
+  state += golden_gamma;  // splitmix64
   uint64_t z = state;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   z ^= z >> 31;
   return float(z >> 40) / float(1u << 24);
 }
+
+uint64_t sampling_state_after(uint64_t seed, uint64_t samples) { return seed + samples * golden_gamma; }
 
 int32_t argmax(const float* logits, int vocab) {
   int32_t best = 0;

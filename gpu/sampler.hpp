@@ -12,6 +12,10 @@ namespace illm::gpu {
 /// Advances `state` and returns a uniform float in [0, 1).
 float next_uniform(uint64_t& state);
 
+/// The sampling stream's state after `samples` tokens were sampled from a stream seeded with `seed` (each
+/// sample advances it once): a request that goes on elsewhere samples on as it would have.
+uint64_t sampling_state_after(uint64_t seed, uint64_t samples);
+
 /// Index of the largest logit (the lowest index among equals).
 int32_t argmax(const float* logits, int vocab);
 

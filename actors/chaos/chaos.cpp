@@ -103,6 +103,7 @@ cluster_options cluster_for(const scenario& s, uint64_t seed, const chaos_option
   c.instance.threads_per_instance = 1;
   c.instance.attention_timeout_ms = 2000;  // a lost attention message costs a step this long
   c.instance.lease_ms = 1000;
+  c.instance.orphan_lease_ms = 3000;  // a dead owner's blocks that nobody takes over are free before the books close
   if (s.owner_prefills) c.batch.room_prefill_min_chunks = 0;
   c.gmanager.policy_period_ms = 50;
   c.gmanager.heartbeat_timeout_ms = 500;
@@ -309,6 +310,8 @@ const std::vector<scenario>& scenarios() {
        action::none, "order.drop=0.2,order.dup=0.2,order.delay=0.2,delay_ms=30,crash=after_order@2", true},
       {"replica-holder", "replicas on: an instance holding blocks of the long request dies once they are copied",
        action::kill_holder, "", false, 512},
+      {"replica-owner", "replicas on: the long request's owner dies once its blocks are copied, and a new owner takes "
+       "them over", action::kill_owner, "", false, 512},
   };
   return all;
 }

@@ -253,7 +253,10 @@ bool cluster::wait_pools_free(std::chrono::milliseconds timeout) {
   for (;;) {
     const auto pools = instances();
     if (std::all_of(pools.begin(), pools.end(),
-                    [](const auto& i) { return !i.alive || (i.free_blocks == i.total_blocks && i.replica_blocks == 0); }))
+                    [](const auto& i) {
+                      return !i.alive || (i.free_blocks == i.total_blocks && i.replica_blocks == 0 &&
+                                          i.hosted_blocks == 0 && i.promised_blocks == 0);
+                    }))
       return true;
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -109,6 +109,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.heartbeat_period = std::chrono::milliseconds(options.instance.heartbeat_ms);
   rcfg.lease = std::chrono::milliseconds(options.instance.lease_ms);
   rcfg.replica_min_tokens = uint32_t(options.instance.replica_min_tokens);
+  rcfg.orphan_lease = std::chrono::milliseconds(options.instance.orphan_lease_ms);
   rcfg.metrics = options.metrics;
   rcfg.plane_address = options.plane_address;
   rcfg.node = options.node;

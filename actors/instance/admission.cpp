@@ -80,7 +80,7 @@ admission::verdict judge(self_ptr self, uint32_t need, uint32_t promised) {
   h.capacity = capacity_for(st);
   h.pool_total = st.config.pool->total_blocks();
   h.room_granted = st.room_granted == r.id;
-  h.fits_here = blocks_for_new(st, need, promised, h.room_granted);
+  h.fits_here = blocks_for_new(st, need, promised, h.room_granted) + adopted_blocks(st, r.id).here;
   h.working_set = working_set(st);
   h.lending = st.config.lending;
   h.view_newer = st.views_received > st.waiting_since.front();
@@ -111,6 +111,13 @@ void give_up_room(self_ptr self, request_id req) {
   st.rooms_refused = true;
 }
 
+/// Blocks a queued request needs of this pool and its room: those for its prompt and answer, less those it took
+/// over elsewhere (those it took over here are among them, and among the blocks it may have: judge).
+uint32_t blocks_needed_here(const instance_state& st, const generate_request& r) {
+  const uint32_t all = admission::blocks_needed(r.params.prompt.size(), r.params.max_tokens);
+  return all - std::min(all, adopted_blocks(st, r.id).elsewhere);
+}
+
 /// A new sequence for a queued request.
 std::shared_ptr<gpu::sequence> sequence_of(const generate_request& r) {
   auto seq = std::make_shared<gpu::sequence>();
@@ -133,7 +140,8 @@ void start_waiting(self_ptr self, size_t index) {
     st.resuming.erase(resumed);
   } else {
     auto seq = sequence_of(r);
-    st.requests[r.id] = {r.client, seq, 0, {}};
+    running_request& started = st.requests[r.id] = {r.client, seq, 0, {}};
+    apply_adopted(self, started);
     st.batcher->add(seq);
   }
   const bool granted = st.room_granted == r.id;
@@ -156,8 +164,7 @@ void backfill(self_ptr self, uint32_t head_need, uint32_t promised) {
                                               st.room_granted == st.waiting.front().id, st.room_keep, working_set(st));
   if (keep == 0) return;
   for (size_t i = 1; i < st.waiting.size() && int(st.batcher->active().size()) < st.config.batch.max_batch_seqs;) {
-    const generate_request& r = st.waiting[i];
-    const uint32_t need = admission::blocks_needed(r.params.prompt.size(), r.params.max_tokens);
+    const uint32_t need = blocks_needed_here(st, st.waiting[i]);
     if (!admission::may_backfill(need, st.config.pool->total_blocks(), keep, blocks_for_new(st, need, promised))) {
       ++i;
       continue;
@@ -172,6 +179,7 @@ void refuse_head(self_ptr self, uint32_t need) {
   auto& st = self->state;
   const generate_request& r = st.waiting.front();
   refuse(self, r, fmt::format("the request needs {} KV blocks; the cluster has {}", need, capacity_for(st)));
+  drop_adopted(self, r.id);
   st.requests.erase(r.id);  // one that started over
   st.resuming.erase(r.id);
   st.waiting.pop_front();
@@ -207,8 +215,7 @@ void admit(self_ptr self) {
   uint32_t promised = promised_blocks(st);
   bool admitted = false;
   while (!st.waiting.empty() && int(st.batcher->active().size()) < st.config.batch.max_batch_seqs) {
-    const generate_request& r = st.waiting.front();
-    const uint32_t need = admission::blocks_needed(r.params.prompt.size(), r.params.max_tokens);
+    const uint32_t need = blocks_needed_here(st, st.waiting.front());
     const admission::verdict v = judge(self, need, promised);
     if (v == admission::verdict::wait) {
       const size_t before = st.waiting.size();
@@ -227,16 +234,13 @@ void admit(self_ptr self) {
   if (admitted) publish_placement(self);  // the rManager lends only blocks not promised: tell it at once
 }
 
-namespace {
-
 /// How long a request that lost its KV for the `losses`-th time waits before it queues again: not at all the
 /// first time (its holder died: the survivors serve it), then 250 ms, 500 ms, 1 s, 2 s (a holder cut off for
 /// a while may be chosen again: the pauses outlast a short partition).
-std::chrono::milliseconds restart_pause(uint32_t losses) {
+static std::chrono::milliseconds restart_pause(uint32_t losses) {
   return losses < 2 ? std::chrono::milliseconds(0) : std::chrono::milliseconds(250) * (1 << std::min(losses - 2, 3u));
 }
 
-/// Queues a request that starts over first, but behind a head whose room is under way.
 void queue_first(self_ptr self, generate_request r) {
   auto& st = self->state;
   const bool head_has_room = !st.waiting.empty() && (st.room_asked == st.waiting.front().id ||
@@ -245,8 +249,6 @@ void queue_first(self_ptr self, generate_request r) {
   st.waiting.insert(st.waiting.begin() + at, std::move(r));
   st.waiting_since.insert(st.waiting_since.begin() + at, st.views_received);
 }
-
-}  // namespace
 
 /// Its tokens are prompt and answer so far, its sampling state kept, so the answer goes on as it would have;
 /// it goes first in the queue but behind a head whose room is under way, once its blocks elsewhere and its
@@ -298,10 +300,11 @@ void on_requeue(self_ptr self, request_id id) {
 void on_generate(self_ptr self, generate_request& r) {
   auto& st = self->state;
   if (r.params.prompt.empty() || r.params.max_tokens < 0) return refuse(self, r, "empty prompt or negative max tokens");
-  if (st.requests.count(r.id) ||
+  if (st.requests.count(r.id) || st.taking_over.count(r.id) ||
       std::any_of(st.waiting.begin(), st.waiting.end(), [&](const auto& w) { return w.id == r.id; }))
     return;  // a duplicate: the first copy answers
   if (st.waiting.size() >= st.config.max_waiting) return refuse(self, r, "too many queued requests");
+  if (begin_takeover(self, r)) return;
   st.waiting.push_back(std::move(r));
   st.waiting_since.push_back(st.views_received);
   maybe_step(self);
@@ -309,6 +312,7 @@ void on_generate(self_ptr self, generate_request& r) {
 
 void on_cancel(self_ptr self, const cancel_request& c) {
   auto& st = self->state;
+  if (cancel_takeover(self, c.req_id)) return;
   if (auto paused = st.pausing.find(c.req_id); paused != st.pausing.end()) {
     tell_client(self, paused->second.client, request_finished{c.req_id, "cancelled", {}, 0, {}});
     st.pausing.erase(paused);
@@ -321,6 +325,7 @@ void on_cancel(self_ptr self, const cancel_request& c) {
     tell_client(self, w->client, request_finished{c.req_id, "cancelled", {}, 0, {}});
     st.waiting_since.erase(st.waiting_since.begin() + (w - st.waiting.begin()));
     st.waiting.erase(w);
+    drop_adopted(self, c.req_id);
     st.requests.erase(c.req_id);  // one that started over
     st.resuming.erase(c.req_id);
     return;

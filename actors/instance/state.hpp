@@ -7,6 +7,7 @@
 //   hosted_chunks.cpp       other instances' chunks computed here into blocks reserved for them
 //   block_moves.cpp         blocks picked for a move, switched to their new place when it is done
 //   replicas.cpp            blocks picked for a second copy, where the copies are, copies lost
+//   takeover.cpp            a dead owner's request taken over: its surviving blocks become its table's prefix
 // Internal to actors/instance/: nothing outside it includes this header.
 
 #include <deque>
@@ -66,6 +67,12 @@ struct hosted_chunk {
   uint32_t blocks = 0;  ///< that it fills
 };
 
+/// The blocks a request taken over from a dead owner starts with, until it starts (owner takeover).
+struct adopted_prefix {
+  taken_over blocks;
+  int64_t since_ns = 0;  ///< when its takeover began
+};
+
 /// Everything an instance keeps.
 struct instance_state {
   instance_config config;
@@ -100,6 +107,8 @@ struct instance_state {
   std::map<request_id, room_prefill_plan> prefills;  ///< requests whose room's holders prefill their prompt
   std::map<move_id, request_id> chunk_requests;      ///< their chunks under way, to their request
   std::map<move_id, hosted_chunk> hosted_chunks;     ///< other instances' chunks computed here
+  std::map<request_id, generate_request> taking_over;  ///< requests of a dead owner whose blocks the rManager takes over
+  std::map<request_id, adopted_prefix> adopted;        ///< ... and, once it has, what they start with
   uint64_t next_chunk = 1;
   static inline const char* name = "instance";
 };
@@ -150,6 +159,27 @@ bool may_take_block(const instance_state& st, const gpu::sequence& seq);
 void start_over(self_ptr self, request_id id, const std::string& why);
 /// A request that paused before starting over queues now (requeue_atom).
 void on_requeue(self_ptr self, request_id id);
+/// Queues a request that goes on (it started over, or was taken over) first, but behind a head whose room is
+/// under way.
+void queue_first(self_ptr self, generate_request r);
+
+// ---- takeover.cpp --------------------------------------------------------------------------------------------
+
+/// A request that went on from a dead owner (r.takeover_generation): the rManager takes the blocks that survived
+/// over before it queues (true); false for any other request.
+bool begin_takeover(self_ptr self, generate_request& r);
+/// Cancels a request whose takeover is under way (false: it is not one).
+bool cancel_takeover(self_ptr self, request_id id);
+/// The blocks a queued request took over: held here already, and held elsewhere.
+struct adopted_count {
+  uint32_t here = 0, elsewhere = 0;
+};
+/// The blocks a queued request took over, here and elsewhere (none of them is allocated again).
+adopted_count adopted_blocks(const instance_state& st, request_id id);
+/// A request taken over starts: its table begins with the blocks taken over, their positions cached.
+void apply_adopted(self_ptr self, running_request& r);
+/// A queued request taken over ends before it starts: the blocks taken over go back.
+void drop_adopted(self_ptr self, request_id id);
 
 // ---- step_loop.cpp -------------------------------------------------------------------------------------------
 

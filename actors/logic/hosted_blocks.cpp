@@ -75,6 +75,15 @@ std::optional<hosted_blocks::blocks> hosted_blocks::find_logical(uint32_t owner,
   return out;
 }
 
+std::map<uint32_t, uint32_t> hosted_blocks::logical_map(uint32_t owner, uint64_t req) const {
+  std::lock_guard lock(mutex_);
+  std::map<uint32_t, uint32_t> out;
+  if (auto it = by_request_.find({owner, req}); it != by_request_.end())
+    for (const move_blocks& m : it->second)
+      for (size_t i = 0; i < m.logical.size(); ++i) out[m.logical[i]] = m.physical[i];
+  return out;
+}
+
 uint32_t hosted_blocks::count() const {
   std::lock_guard lock(mutex_);
   uint32_t n = 0;

@@ -41,6 +41,8 @@ class hosted_blocks {
   /// The blocks of (owner, req) at the logical places of `runs`, (first, count) pairs: each from the latest
   /// committed move that holds it; none when one of them is not here.
   std::optional<blocks> find_logical(uint32_t owner, uint64_t req, const std::vector<uint32_t>& runs) const;
+  /// Every block of (owner, req): logical place -> physical block (a later move's over an earlier one's).
+  std::map<uint32_t, uint32_t> logical_map(uint32_t owner, uint64_t req) const;
   /// Hosted blocks in all.
   uint32_t count() const;
   /// The requests of `owner` with blocks here.

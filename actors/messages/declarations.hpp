@@ -62,6 +62,12 @@ struct replicas_lost;
 struct spare_reclaimed;
 struct promote_replicas;
 struct replicas_promoted;
+struct take_over;
+struct taken_over;
+struct report_orphan;
+struct orphan_report;
+struct adopt_orphan;
+struct orphan_adopted;
 struct generate_request;
 struct cancel_request;
 

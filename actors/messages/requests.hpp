@@ -27,8 +27,12 @@ struct generate_request {
   request_id id = 0;
   generate_params params;
   caf::actor client;  ///< the request actor that receives the tokens
+  /// Nonzero: the request went on from `takeover_owner`, which died, for the takeover_generation-th time; its new
+  /// owner takes over the blocks that survived elsewhere (actors/messages/takeover.hpp).
+  uint32_t takeover_generation = 0;
+  instance_id takeover_owner = 0;
 };
-ILLM_INSPECT(generate_request, x.id, x.params, x.client)
+ILLM_INSPECT(generate_request, x.id, x.params, x.client, x.takeover_generation, x.takeover_owner)
 
 /// instance -> request actor: the next generated token.
 struct token_event {

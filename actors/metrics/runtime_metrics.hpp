@@ -47,10 +47,11 @@ struct runtime_metrics {
   family<counter>& attention_relays;
   /// illm:requests_restarted_total{instance}: requests that started over because a holder of their KV failed
   family<counter>& requests_restarted;
-  /// illm:requests_recovered_total{instance, how}: requests that lost KV with a holder and went on, from replicas
-  /// promoted where they were (how="replica") or by computing their KV again (how="recompute")
+  /// illm:requests_recovered_total{instance, how}: requests that lost KV with a holder (or their owner) and went on,
+  /// from the KV that survived (replicas promoted where they were, blocks taken over by a new owner: how="replica")
+  /// or by computing their KV again (how="recompute")
   family<counter>& requests_recovered;
-  /// illm:recovery_seconds{instance}: from the failed step to the request's next token
+  /// illm:recovery_seconds{instance}: from the failed step (or a takeover's start) to the request's next token
   family<histogram>& recovery_seconds;
   /// illm:positions_recomputed_total{instance}: KV positions computed again because their blocks were lost
   family<counter>& positions_recomputed;

@@ -33,6 +33,9 @@ using rmanager_actor = caf::typed_actor<
     caf::reacts_to<abort_chunk>,
     // replicas: copies of its requests' blocks made elsewhere, copies made from here, copies kept here
     caf::replies_to<replicate_blocks>::with<replica_result>, caf::reacts_to<replicas_lost>,
-    caf::reacts_to<spare_reclaimed>, caf::replies_to<promote_replicas>::with<replicas_promoted>>;
+    caf::reacts_to<spare_reclaimed>, caf::replies_to<promote_replicas>::with<replicas_promoted>,
+    // owner takeover: its instance's request taken over, a departed owner's blocks reported and handed over
+    caf::replies_to<take_over>::with<taken_over>, caf::replies_to<report_orphan>::with<orphan_report>,
+    caf::replies_to<adopt_orphan>::with<orphan_adopted>>;
 
 }  // namespace illm::actors

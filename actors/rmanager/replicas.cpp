@@ -32,14 +32,6 @@ const instance_view* replica_destination(const rmanager_state& st, instance_id h
   return best && best->replica_room() >= blocks ? best : nullptr;
 }
 
-/// The rManager of the member `id` (this one for itself), if known.
-std::optional<rmanager_actor> rmanager_of(self_ptr self, instance_id id) {
-  if (id == self->state.config.id) return rmanager_actor{self};
-  if (const instance_view* i = self->state.view.find(id); i && i->rmanager) return i->rmanager;
-  if (auto it = self->state.member_rmanagers.find(id); it != self->state.member_rmanagers.end()) return it->second;
-  return std::nullopt;
-}
-
 /// A copy of this instance's blocks ended: the instance unmarks them (and hears where they are when it was made).
 void replica_done(self_ptr self, const block_pick& pick, instance_id dst, bool ok, const std::string& why = {}) {
   auto& st = self->state;
@@ -212,8 +204,16 @@ std::optional<std::pair<move_id, size_t>> find_copy(const rmanager_state& st, in
   return std::nullopt;
 }
 
-/// Promotes the copies of `p` kept here, all or none: their spare blocks become used blocks of the request
-/// (hosted for its owner, or its owner's own), no longer copies.
+}  // namespace
+
+std::vector<uint32_t> copies_kept(const rmanager_state& st, instance_id owner, request_id req) {
+  std::vector<uint32_t> out;
+  for (const auto& [id, move] : st.incoming)
+    if (move.replica && move.src == owner && move.req == req && move.stage == incoming_move::state::committed)
+      out.insert(out.end(), move.logical.begin(), move.logical.end());
+  return out;
+}
+
 replicas_promoted promote_here(self_ptr self, const promote_replicas& p) {
   auto& st = self->state;
   std::vector<std::pair<move_id, size_t>> where;
@@ -244,6 +244,8 @@ replicas_promoted promote_here(self_ptr self, const promote_replicas& p) {
   if (p.owner != st.config.id) st.config.hosted->add(p.owner, p.req_id, p.logical, out.blocks);
   return out;
 }
+
+namespace {
 
 /// The answers of the holders asked to promote copies, gathered into one.
 struct promotion {

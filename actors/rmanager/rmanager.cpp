@@ -19,6 +19,13 @@ bool reachable(const rmanager_state& st, instance_id peer) {
   return !st.config.connect_peer || st.connected.count(peer) > 0;
 }
 
+std::optional<rmanager_actor> rmanager_of(self_ptr self, instance_id id) {
+  if (id == self->state.config.id) return rmanager_actor{self};
+  if (const instance_view* i = self->state.view.find(id); i && i->rmanager) return i->rmanager;
+  if (auto it = self->state.member_rmanagers.find(id); it != self->state.member_rmanagers.end()) return it->second;
+  return std::nullopt;
+}
+
 void defer(self_ptr self, std::chrono::milliseconds delay, std::function<void()> action) {
   const uint64_t id = self->state.next_deferred++;
   self->state.deferred[id] = std::move(action);
@@ -111,6 +118,10 @@ rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config c
       [=](const replicas_lost& r) { on_replicas_lost(self, r); },
       [=](const spare_reclaimed& r) { on_spare_reclaimed(self, r); },
       [=](const promote_replicas& p) { return promote(self, p); },
+      // owner takeover
+      [=](const take_over& t) { return take_over_request(self, t); },
+      [=](const report_orphan& r) { return report(self, r); },
+      [=](const adopt_orphan& a) { return adopt(self, a); },
   };
 }
 

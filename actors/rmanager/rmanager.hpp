@@ -47,6 +47,9 @@ struct rmanager_config {
   /// Full blocks of requests of at least this many tokens get a second copy on another instance, from free
   /// memory (0: no replicas).
   uint32_t replica_min_tokens = 0;
+  /// How long blocks kept here for a departed owner's request wait for a new owner to take them over (0: freed at
+  /// once).
+  std::chrono::milliseconds orphan_lease{15000};
   /// This instance's data-plane address, sent with its join (empty: an in-process plane, nothing to exchange).
   std::vector<uint8_t> plane_address;
   std::string node;  ///< the node (host) this instance runs on, sent with its join (empty: one node for all)

@@ -7,6 +7,7 @@
 //   rooms.cpp               a long request's room: asked of the gManager, kept by its holders, released
 //   chunk_reservations.cpp  room prefill at the owner: a chunk's blocks reserved at its holder, committed
 //   replicas.cpp            second copies of long requests' blocks: asked for, copied from here, kept here
+//   takeover.cpp            a dead owner's requests: kept here for a lease, taken over by a new owner
 // Internal to actors/rmanager/: nothing outside it includes this header.
 
 #include <deque>
@@ -72,6 +73,13 @@ struct outgoing_chunk {
   uint32_t blocks = 0;
 };
 
+/// A request handed over here to a new owner (owner takeover): the generation, the new owner and the answer.
+struct adoption {
+  uint32_t generation = 0;
+  instance_id owner = 0;
+  orphan_adopted answer;
+};
+
 /// Everything an rManager keeps.
 struct rmanager_state {
   rmanager_config config;
@@ -102,6 +110,8 @@ struct rmanager_state {
   std::vector<caf::response_promise> swallowed;  // answers lost by injected faults: never delivered
   std::set<move_id> orders_seen;                 // the gManager's latest orders, so that one sent twice runs once
   std::deque<move_id> orders_seen_in_turn;       // the same, oldest first (the set keeps the last 4096)
+  std::set<std::pair<instance_id, request_id>> orphans;  // departed owners' requests kept here until a takeover or their lease ends
+  std::map<request_id, adoption> adoptions;               // requests handed to a new owner here, by their latest generation
   bool loan_in_flight = false;
   bool draining = false;
   uint64_t next_move = 1;
@@ -157,6 +167,9 @@ using self_ptr = rmanager_actor::stateful_pointer<rmanager_state>;
 void plane_log(const rmanager_state& st, const std::string& line);
 /// Whether the data plane reaches `peer` (always, for an in-process plane).
 bool reachable(const rmanager_state& st, instance_id peer);
+
+/// The rManager of the member `id` (this one for itself), if known.
+std::optional<rmanager_actor> rmanager_of(self_ptr self, instance_id id);
 
 /// Runs `action` on the rManager's thread `delay` from now.
 void defer(self_ptr self, std::chrono::milliseconds delay, std::function<void()> action);
@@ -262,6 +275,23 @@ void on_spare_reclaimed(self_ptr self, const spare_reclaimed& r);
 void on_replicas_lost(self_ptr self, const replicas_lost& r);
 /// Promotes the copies kept here and has their holders promote the others: all of them, or none.
 caf::result<replicas_promoted> promote(self_ptr self, const promote_replicas& p);
+/// Promotes the copies of `p` kept here, all or none: their spare blocks become used blocks of the request
+/// (hosted for its owner, or its owner's own), no longer copies.
+replicas_promoted promote_here(self_ptr self, const promote_replicas& p);
+/// The logical blocks of (owner, req) kept here as copies.
+std::vector<uint32_t> copies_kept(const rmanager_state& st, instance_id owner, request_id req);
+
+// ---- takeover.cpp ---------------------------------------------------------------------------------------------
+
+/// Owner `owner` departed: what is kept here for its `requests` waits a lease for a new owner (freed at once
+/// without a lease).
+void keep_orphans(self_ptr self, instance_id owner, const std::set<request_id>& requests);
+/// What this instance keeps for a request of an owner: primaries and copies, by logical block.
+orphan_report report(self_ptr self, const report_orphan& r);
+/// Hands a request's blocks kept here to its new owner, once per takeover generation; all of them or none.
+orphan_adopted adopt(self_ptr self, const adopt_orphan& a);
+/// At the new owner: takes the surviving prefix of a request's blocks over from every member that keeps them.
+caf::result<taken_over> take_over_request(self_ptr self, const take_over& t);
 
 // ---- chunk_reservations.cpp -----------------------------------------------------------------------------------
 

@@ -45,7 +45,8 @@ void connect_peers(rmanager_state& st) {
 
 /// Owners that were members of the views since the last settled one and that a settled view leaves out (they
 /// left, or died; one only silent for a while stays a member): nobody will attend or release the blocks kept
-/// here for their requests, nor fill their rooms, so those go now. A view that is not settled (its gManager
+/// here for their requests, nor fill their rooms, unless a new owner takes a request over: they wait a lease
+/// for it (keep_orphans). A view that is not settled (its gManager
 /// started lately) releases nothing: a member it leaves out may not have joined it yet.
 void release_departed(self_ptr self, const cluster_view& next) {
   auto& st = self->state;
@@ -58,10 +59,7 @@ void release_departed(self_ptr self, const cluster_view& next) {
     for (uint64_t req : st.config.promises->requests_of(gone)) requests.insert(req);
     for (const auto& [id, move] : st.incoming)  // replicas kept here
       if (move.replica && move.src == gone && move.stage == incoming_move::state::committed) requests.insert(move.req);
-    for (request_id req : requests) release_hosted(self, release_blocks{req, gone});
-    if (!requests.empty())
-      plane_log(st, fmt::format("rmanager {}: instance {} is gone: released what was kept here for its {} request(s)",
-                                st.config.id, gone, requests.size()));
+    keep_orphans(self, gone, requests);
   }
   st.known_members = {next.members.begin(), next.members.end()};
 }

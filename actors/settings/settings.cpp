@@ -32,6 +32,9 @@ const std::vector<int_setting<instance_settings>>& instance_settings_table() {
       {"replica_min_tokens", &instance_settings::replica_min_tokens, 0, 1 << 30,
        "full KV blocks of requests of at least this many tokens get a second copy on another instance, in free "
        "memory given up first when memory is needed (0: no replicas)"},
+      {"orphan_lease_ms", &instance_settings::orphan_lease_ms, 0, 3600000,
+       "how long an instance keeps the blocks of a dead owner's request for a new owner to take over (0: freed at "
+       "once)"},
   };
   return table;
 }

@@ -71,6 +71,7 @@ struct instance_settings {
   int lease_ms = 2000;
   int attention_timeout_ms = 30000;
   int replica_min_tokens = 4096;
+  int orphan_lease_ms = 15000;
 };
 
 /// Every instance setting: key, range, meaning.

@@ -11,6 +11,7 @@
 
 #include "actors/gmanager.hpp"
 #include "actors/request.hpp"
+#include "gpu/sampler.hpp"
 
 using namespace illm::actors;
 using namespace std::chrono_literals;
@@ -157,7 +158,9 @@ TEST_SUITE("membership") {
     REQUIRE(at_b->size() == 1);
     CHECK(at_b->front().params.prompt == std::vector<int32_t>{1, 5, 9, 11, 12});
     CHECK(at_b->front().params.max_tokens == 4);
-    CHECK(at_b->front().params.seed == 3);
+    CHECK(at_b->front().params.seed == illm::gpu::sampling_state_after(3, 2));  // its stream where it was
+    CHECK(at_b->front().takeover_owner == 1);  // its new owner takes over what survived of it
+    CHECK(at_b->front().takeover_generation == 1);
     caf::anon_send(req, token_event{7, 99, 1});  // the instance it left is not heard any more
     caf::anon_send(req, request_finished{7, "error", "late", 0, {}, 0, 0, 0, 1});
     caf::anon_send(req, token_event{7, 13, 2});

@@ -186,6 +186,7 @@ struct protocol_fixture {
     rc.lease = 100ms;
     rc.answer_timeout = 1000ms;
     rc.replica_min_tokens = replica_min_tokens;
+    rc.orphan_lease = 500ms;
     log->id = id;
     auto rm = spawn_rmanager(*sys, rc);
     auto inst = sys->spawn(fake_instance, log);
@@ -705,7 +706,7 @@ TEST_SUITE("actors") {
     CHECK(f.promises[2]->of(0, 5) == 1);
   }
 
-  TEST_CASE("an owner that dies leaves nothing behind: its hosted blocks and rooms are released") {
+  TEST_CASE("an owner that dies leaves nothing behind once nobody took its requests over: hosted blocks, rooms") {
     protocol_fixture f(3);
     f.give_blocks(0, 7, 4);
     f.orders.next.push_back({7, 0, 1, 3});  // request 7: three blocks hosted on instance 1
@@ -729,6 +730,8 @@ TEST_SUITE("actors") {
     CHECK(f.promises[1]->rooms_total() + f.promises[2]->rooms_total() == 6);
     caf::anon_send_exit(f.rmanagers[0], caf::exit_reason::kill);
     f.settle();
+    CHECK(f.pools[1]->blocks_of(7) == 3);  // kept a lease for a new owner
+    f.settle(500ms);  // the lease ends
     CHECK(f.pools[1]->blocks_of(7) == 0);
     CHECK(f.promises[1]->rooms_total() == 0);
     CHECK(f.promises[2]->rooms_total() == 0);
@@ -737,6 +740,41 @@ TEST_SUITE("actors") {
     CHECK(f.pools[1]->check().is_ok());
     CHECK(f.pools[2]->check().is_ok());
     for (const instance_view& i : f.view().instances) CHECK(i.inst_id != 0);
+  }
+
+  TEST_CASE("a new owner takes a dead owner's hosted blocks over, and an older generation is fenced off") {
+    protocol_fixture f(3);
+    f.give_blocks(0, 7, 5);
+    f.orders.next.push_back({7, 0, 1, 3});  // request 7: blocks 0-2 hosted on instance 1, 3-4 with its owner
+    f.settle();
+    REQUIRE(f.pools[1]->blocks_of(7) == 3);
+    caf::anon_send_exit(f.rmanagers[0], caf::exit_reason::kill);
+    f.settle();
+    // Instance 2 takes the request over: the prefix that survived is the three hosted blocks.
+    auto taken = f.ask<taken_over>(f.rmanagers[2], take_over{7, 0, 1, 4});
+    REQUIRE(taken);
+    CHECK(taken->reason.empty());
+    REQUIRE(taken->holders == std::vector<instance_id>{1, 1, 1});
+    for (uint32_t b : taken->physical) CHECK(f.pools[1]->owner(b) == gpu::block_owner{7, 2});
+    f.settle(1000ms);  // past the lease: they stay, the new owner's now
+    CHECK(f.pools[1]->blocks_of(7) == 3);
+    // The dead owner's generation, or the same one for another owner, is refused; the same ask again is answered alike.
+    auto stale = f.ask<orphan_adopted>(f.rmanagers[1], adopt_orphan{7, 0, 0, 0, {0}, {}});
+    REQUIRE(stale);
+    CHECK_FALSE(stale->ok);
+    auto rival = f.ask<orphan_adopted>(f.rmanagers[1], adopt_orphan{7, 0, 1, 1, {0}, {}});
+    REQUIRE(rival);
+    CHECK_FALSE(rival->ok);
+    auto again = f.ask<orphan_adopted>(f.rmanagers[1], adopt_orphan{7, 0, 2, 1, {0, 1, 2}, {}});
+    REQUIRE(again);
+    CHECK(again->ok);
+    CHECK(again->physical == taken->physical);
+    // The new owner's request ends: its release frees them.
+    caf::anon_send(f.rmanagers[2], request_released{7});
+    f.settle();
+    CHECK(f.pools[1]->blocks_of(7) == 0);
+    CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);
+    CHECK(f.pools[1]->check().is_ok());
   }
 
   TEST_CASE("a room spreads over its holders as evenly as their spare blocks allow") {

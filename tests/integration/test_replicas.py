@@ -6,7 +6,9 @@ promotes the copies, the stream completes with the text of one instance, the own
 illm:requests_recovered_total{how="replica"} rises and its illm:positions_recomputed_total stays at most one block
 per lost instance. The same run on a cluster without replicas computes the request's KV again (its positions
 recomputed are those of the whole context). The time from the kill to the next token of both runs is printed side
-by side. Every process started here is gone at the end. Generous upper bounds on the waits only: no timing
+by side. Then the same with the request's owner SIGKILLed: the front end hands the request to another instance,
+which takes over the blocks that survived (the holders' blocks, and with replicas the copies of the owner's own) and
+computes only the rest. Every process started here is gone at the end. Generous upper bounds on the waits only: no timing
 assertions.
 
 Usage: test_replicas.py ILLM [SOURCE_DIR] [--pool-blocks N] [WORDS ...]  (prompt lengths in words; default one: CI's;
@@ -41,9 +43,9 @@ def reference_text(illm, prompt_file, max_tokens):
     return out["text"], len(out["prompt_token_ids"])
 
 
-def run_cluster(illm, prompt, prompt_tokens, expected, replica_min_tokens, pool_blocks):
-    """One cluster, one stream, one SIGKILLed holder: the seconds from the kill to the next token, and the owner's
-    counters."""
+def run_cluster(illm, prompt, prompt_tokens, expected, replica_min_tokens, pool_blocks, kill="holder"):
+    """One cluster, one stream, one SIGKILLed instance (the holder of the most of the request's blocks, or its owner):
+    the seconds from the kill to the next token, and the counters of the instance that serves the request then."""
     gm_port, fe_port = free_port(), free_port()
     procs = ProcGroup(illm)
     with procs.running():
@@ -101,8 +103,8 @@ def run_cluster(illm, prompt, prompt_tokens, expected, replica_min_tokens, pool_
             wait_until(lambda: sum(metric(metrics_of(i), "illm:kv_replica_blocks") for i in insts) >= full_blocks or
                        not reader.is_alive(), RUN_S, f"copies of the {full_blocks} full blocks of the prompt")
         hosted = {i: metric(metrics_of(i), "illm:kv_blocks_hosted") for i in insts if i != owner}
-        victim = max(hosted, key=hosted.get)
-        assert hosted[victim] > 0 and reader.is_alive(), (hosted, len(events))
+        victim = max(hosted, key=hosted.get) if kill == "holder" else owner
+        assert max(hosted.values()) > 0 and reader.is_alive(), (hosted, len(events))
         before = len(events)
         killed_at = time.monotonic()
         insts[victim].process.send_signal(signal.SIGKILL)
@@ -116,12 +118,18 @@ def run_cluster(illm, prompt, prompt_tokens, expected, replica_min_tokens, pool_
         after = [t for t, data in events[before:] if data != "[DONE]"]
         assert after, "no token after the kill"
         gap = after[0] - killed_at
+        if kill == "owner":  # the instance the front end handed the request to
+            owner = next(i for i in insts if i != victim and
+                         metric(metrics_of(i), "illm:requests_recovered_total", {"instance": i, "how": "replica"}) +
+                         metric(metrics_of(i), "illm:requests_recovered_total", {"instance": i, "how": "recompute"}) > 0)
         text = metrics_of(owner)
         counters = {"replica": metric(text, "illm:requests_recovered_total", {"instance": owner, "how": "replica"}),
                     "recompute": metric(text, "illm:requests_recovered_total", {"instance": owner, "how": "recompute"}),
                     "recomputed": metric(text, "illm:positions_recomputed_total", {"instance": owner})}
-        print(f"  replica_min_tokens {replica_min_tokens}: request on instance {owner}, instance {victim} (hosting "
-              f"{hosted[victim]:.0f} blocks) SIGKILLed after {before} events; next token {gap:.3f} s later; the "
+        what = (f"instance {victim} (hosting {hosted[victim]:.0f} blocks)" if kill == "holder" else
+                f"its owner, instance {victim}, taken over by instance {owner},")
+        print(f"  replica_min_tokens {replica_min_tokens}: {what} SIGKILLed after {before} events; next token "
+              f"{gap:.3f} s later; the "
               f"stream completed with the text of one instance; recovered by replica {counters['replica']:.0f}, by "
               f"recompute {counters['recompute']:.0f}, positions recomputed {counters['recomputed']:.0f}", flush=True)
         fe.process.send_signal(signal.SIGTERM)
@@ -157,6 +165,16 @@ def main():
         print(f"{prompt_tokens} prompt tokens: from the kill to the next token {with_copies:.3f} s with replicas, "
               f"{without:.3f} s without (x{without / max(with_copies, 1e-6):.1f}); positions recomputed "
               f"{promoted['recomputed']:.0f} and {recomputed['recomputed']:.0f}", flush=True)
+        print("the owner SIGKILLed mid-stream instead:", flush=True)
+        owner_copies, taken = run_cluster(illm, prompt, prompt_tokens, expected, 1024, pool_blocks, "owner")
+        # With copies of the owner's own blocks, its successor computes only the blocks made since the last copy.
+        assert taken["replica"] >= 1 and taken["recomputed"] < prompt_tokens // 4, taken
+        owner_without, lost = run_cluster(illm, prompt, prompt_tokens, expected, 0, pool_blocks, "owner")
+        # Without them, the holders' blocks are taken over and the owner's own are computed again.
+        assert lost["recomputed"] > taken["recomputed"], (lost, taken)
+        print(f"{prompt_tokens} prompt tokens, the owner killed: from the kill to the next token {owner_copies:.3f} s "
+              f"with replicas, {owner_without:.3f} s without; positions recomputed {taken['recomputed']:.0f} and "
+              f"{lost['recomputed']:.0f}", flush=True)
     print("ok")
 
 

@@ -1,0 +1,95 @@
+// Owner takeover at the new owner (actors/messages/takeover.hpp): a request that went on from an owner that died
+// waits until the rManager has taken over the blocks that survived elsewhere (take_over), then queues first
+// with them as its table's prefix; only the positions after it are computed again.
+#include "actors/instance/state.hpp"
+
+namespace illm::actors::instance_impl {
+
+namespace {
+
+/// Gives blocks taken over back: this pool's at once, the holders' through the rManager's release.
+void give_back(self_ptr self, request_id id, const taken_over& t) {
+  auto& st = self->state;
+  bool elsewhere = false;
+  for (size_t i = 0; i < t.holders.size(); ++i) {
+    if (t.holders[i] == st.config.id)
+      (void)st.config.pool->release(t.physical[i]);
+    else
+      elsewhere = true;
+  }
+  if (elsewhere) self->send(st.config.rmanager, request_released{id});
+}
+
+/// The rManager took what survived of request `id` over: it queues first, its table starting with those blocks.
+void on_taken_over(self_ptr self, request_id id, taken_over t, int64_t since_ns) {
+  auto& st = self->state;
+  auto it = st.taking_over.find(id);
+  if (it == st.taking_over.end()) return give_back(self, id, t);  // cancelled meanwhile
+  generate_request r = std::move(it->second);
+  st.taking_over.erase(it);
+  if (t.holders.size() != t.physical.size() || t.holders.size() * gpu::kv_block_tokens >= r.params.prompt.size()) {
+    give_back(self, id, t);
+    t = {};
+  }
+  if (auto* m = st.config.metrics.get()) {
+    const std::string instance = std::to_string(st.config.id);
+    m->requests_recovered.with({instance, t.holders.empty() ? "recompute" : "replica"}).add();
+    m->positions_recomputed.with({instance}).add(double(r.params.prompt.size() - t.holders.size() * gpu::kv_block_tokens));
+  }
+  st.adopted[id] = {std::move(t), since_ns};
+  queue_first(self, std::move(r));
+  maybe_step(self);
+}
+
+}  // namespace
+
+bool begin_takeover(self_ptr self, generate_request& r) {
+  auto& st = self->state;
+  if (r.takeover_generation == 0 || r.params.prompt.size() <= gpu::kv_block_tokens) return false;
+  const request_id id = r.id;
+  const take_over ask{id, r.takeover_owner, r.takeover_generation,
+                      uint32_t((r.params.prompt.size() - 1) / gpu::kv_block_tokens)};
+  const int64_t since = now_ns(self);
+  st.taking_over.emplace(id, std::move(r));
+  self->request(st.config.rmanager, caf::infinite, ask)
+      .then([=](taken_over& t) { on_taken_over(self, id, std::move(t), since); },
+            [=](const caf::error& e) { on_taken_over(self, id, taken_over{{}, {}, self->system().render(e)}, since); });
+  return true;
+}
+
+bool cancel_takeover(self_ptr self, request_id id) {
+  auto& st = self->state;
+  auto it = st.taking_over.find(id);
+  if (it == st.taking_over.end()) return false;
+  tell_client(self, it->second.client, request_finished{id, "cancelled", {}, 0, {}});
+  st.taking_over.erase(it);  // what the rManager takes over meanwhile goes back when it answers
+  return true;
+}
+
+adopted_count adopted_blocks(const instance_state& st, request_id id) {
+  adopted_count out;
+  if (auto it = st.adopted.find(id); it != st.adopted.end())
+    for (instance_id h : it->second.blocks.holders) ++(h == st.config.id ? out.here : out.elsewhere);
+  return out;
+}
+
+void apply_adopted(self_ptr self, running_request& r) {
+  auto& st = self->state;
+  auto it = st.adopted.find(r.seq->id);
+  if (it == st.adopted.end()) return;
+  const taken_over& t = it->second.blocks;
+  for (size_t i = 0; i < t.holders.size(); ++i) r.seq->table.push_back({t.holders[i], t.physical[i]});
+  r.seq->n_cached = int(t.holders.size() * gpu::kv_block_tokens);
+  r.lost_at_ns = it->second.since_ns;  // its next token ends the recovery
+  r.tokens_at_loss = r.seq->tokens.size();
+  st.adopted.erase(it);
+}
+
+void drop_adopted(self_ptr self, request_id id) {
+  auto it = self->state.adopted.find(id);
+  if (it == self->state.adopted.end()) return;
+  give_back(self, id, it->second.blocks);
+  self->state.adopted.erase(it);
+}
+
+}  // namespace illm::actors::instance_impl
