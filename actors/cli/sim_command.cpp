@@ -89,6 +89,10 @@ nlohmann::json report_json(const actors::sim::sim_report& r) {
           {"kv_used_fraction", r.kv_used_fraction},
           {"kv_promised_fraction", r.kv_promised_fraction},
           {"wall_s", r.wall_s},
+          {"failures", r.failures},
+          {"recovered_by_replica", r.recovered_by_replica},
+          {"recovered_by_recompute", r.recovered_by_recompute},
+          {"positions_recomputed", r.positions_recomputed},
           {"timeline", timeline_json(r.timeline)}};
 }
 
@@ -104,6 +108,10 @@ void print_report(const actors::sim::sim_report& r) {
       r.mixed_step_tokens > 0 ? fmt::format(" (<= {} with decodes)", r.mixed_step_tokens) : "", r.busy_fraction * 100,
       r.computing_fraction * 100, r.hosted_fraction * 100, r.kv_used_fraction * 100, r.kv_promised_fraction * 100,
       r.wall_s);
+  if (r.failures > 0)
+    fmt::print("{:<14} {} instance(s) died: {} request(s) went on from the KV that survived, {} computed it again; "
+               "{} positions computed again\n",
+               "", r.failures, r.recovered_by_replica, r.recovered_by_recompute, r.positions_recomputed);
 }
 
 void print_timeline(const std::vector<actors::sim::timeline_row>& rows) {
@@ -424,6 +432,21 @@ void add_sim_command(CLI::App& app) {
   cmd->add_option("--hosted-order", f->hosted_order,
                   "The order a holder attends the queries it hosts in: decode-first (decode tokens before the "
                   "prefill queries queued, as the runtime's attention server) or arrival")
+      ->capture_default_str();
+  cmd->add_option("--fail-at", f->options.fail_at_s,
+                  "Simulated seconds from the first arrival at which an instance dies (comma-separated); its requests "
+                  "go on elsewhere")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--fail-rate", f->options.fail_rate_per_hour,
+                  "Instances also die at random times, this many per instance per simulated hour (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--fail-seed", f->options.fail_seed, "Seed of which instances die and when (with --fail-rate)")
+      ->capture_default_str();
+  cmd->add_option("--replica-min-tokens", f->options.instance.replica_min_tokens,
+                  "Full KV blocks of requests of at least this many tokens get a second copy on another instance "
+                  "(0: no replicas)")
+      ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
   cmd->add_option("--profile", f->profile_file, "A measured profile (illm profile) instead of the GPU's roofline");
   cmd->add_flag("--json", f->json, "Print one JSON object (results keyed by policy; with --sweep, the sweep as well)");

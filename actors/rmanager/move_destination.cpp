@@ -186,4 +186,14 @@ void release_hosted(self_ptr self, const release_blocks& r) {
   }
 }
 
+void forget_finished_moves(self_ptr self) {
+  auto& st = self->state;
+  const auto before = self->clock().now() - finished_move_memory;
+  std::erase_if(st.incoming, [&](const auto& entry) {
+    const incoming_move& move = entry.second;
+    const bool finished = move.stage == incoming_move::state::given_back || move.stage == incoming_move::state::expired;
+    return finished && !move.computing && move.lease_end < before;
+  });
+}
+
 }  // namespace illm::actors::rmanager_impl

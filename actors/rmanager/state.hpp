@@ -92,6 +92,7 @@ struct rmanager_state {
   /// reaches a holder that the current view does not list (a gManager that just started, a late heartbeat).
   std::map<instance_id, rmanager_actor> member_rmanagers;
   uint64_t heartbeat_seq = 0;
+  uint64_t ticks = 0;  // heartbeat periods since the start (with or without a gManager)
   placement_update placement;
   std::map<move_id, outgoing_move> outgoing;
   std::map<move_id, incoming_move> incoming;
@@ -243,6 +244,11 @@ std::vector<uint32_t> take_for_chunk(self_ptr self, const take_reservation& t);
 void chunk_returned(self_ptr self, move_id id);
 /// Frees every block held for req and forgets its room's promise (the owner's request ended).
 void release_hosted(self_ptr self, const release_blocks& r);
+/// How long a move into this pool that was given back or expired is remembered after its lease (a duplicate of
+/// its reservation or commit gets the same answer meanwhile).
+inline constexpr std::chrono::seconds finished_move_memory{60};
+/// Forgets the moves into this pool that ended more than finished_move_memory after their lease.
+void forget_finished_moves(self_ptr self);
 
 // ---- rooms.cpp ------------------------------------------------------------------------------------------------
 

@@ -111,6 +111,7 @@ void send_heartbeat(self_ptr self) {
   self->delayed_send(self, st.config.heartbeat_period, heartbeat_tick_atom::value);
   if (!st.failed.empty()) connect_peers(st);  // peers whose pause is over, even without a gManager
   maybe_replicate(self);
+  if (++st.ticks % 64 == 0) forget_finished_moves(self);
   if (!st.config.gmanager) return;
   heartbeat hb{st.config.id, ++st.heartbeat_seq, st.stats(), st.placement.placement};
   if (auto* m = st.config.metrics.get()) {

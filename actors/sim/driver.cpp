@@ -23,7 +23,7 @@ uint64_t load_of(routing r, const tracked& t) {
 /// The instance for the next request, among those that may take one now; none: instances.size().
 size_t route(driver_state& st) {
   const size_t n = st.instances.size();
-  auto open = [&](size_t i) { return st.max_unstarted == 0 || st.unstarted[i] < st.max_unstarted; };
+  auto open = [&](size_t i) { return st.alive[i] && (st.max_unstarted == 0 || st.unstarted[i] < st.max_unstarted); };
   if (st.router == routing::round_robin) {
     for (size_t k = 0; k < n; ++k, ++st.next)
       if (open(st.next % n)) return st.next++ % n;
@@ -35,6 +35,8 @@ size_t route(driver_state& st) {
   return best;
 }
 
+void send_to(caf::stateful_actor<driver_state>* self, size_t target, size_t i);
+
 /// Sends held requests, oldest first, while an instance may take one.
 void dispatch(caf::stateful_actor<driver_state>* self) {
   auto& st = self->state;
@@ -45,12 +47,52 @@ void dispatch(caf::stateful_actor<driver_state>* self) {
     st.held.pop_front();
     tracked& t = st.record->requests[i];
     t.instance = target;
+    t.sent = true;
     st.load[target] += load_of(st.router, t);
-    ++st.unstarted[target];
-    std::vector<int32_t> prompt(size_t(t.input), 3);
-    prompt[0] = 1;  // BOS
-    self->send(st.instances[target], generate_request{i + 1, {std::move(prompt), t.output, 0.0f, 1.0f, 0, true},
-                                                      caf::actor_cast<caf::actor>(self)});
+    if (!t.started) ++st.unstarted[target];
+    send_to(self, target, i);
+  }
+}
+
+/// Sends request `i` to instance `target`: its prompt and the tokens it has, for the tokens still to come; one
+/// that went on from a dead instance names it, to have the blocks that survived taken over.
+void send_to(caf::stateful_actor<driver_state>* self, size_t target, size_t i) {
+  tracked& t = self->state.record->requests[i];
+  t.generated_before = t.generated;
+  std::vector<int32_t> prompt(size_t(t.input + t.generated), 3);
+  prompt[0] = 1;  // BOS
+  generate_request r{i + 1, {std::move(prompt), t.output - t.generated, 0.0f, 1.0f, 0, true},
+                     caf::actor_cast<caf::actor>(self)};
+  if (t.resumed > 0) {
+    r.takeover_generation = t.resumed;
+    r.takeover_owner = t.lost_owner;
+  }
+  self->send(self->state.instances[target], std::move(r));
+}
+
+/// Instance `lost` died: its unfinished requests go on elsewhere, first among the held ones.
+void on_instance_lost(caf::stateful_actor<driver_state>* self, size_t lost) {
+  auto& st = self->state;
+  if (!st.alive[lost]) return;
+  st.alive[lost] = false;
+  ++st.record->failures;
+  for (size_t i = 0; i < st.record->requests.size(); ++i) {
+    tracked& t = st.record->requests[i];
+    if (t.done || t.instance != lost || (!t.started && !t.sent)) continue;
+    st.load[lost] -= load_of(st.router, t);
+    if (!t.started) --st.unstarted[lost];
+    ++t.resumed;
+    t.lost_owner = uint32_t(lost);
+    const size_t target = route(st);
+    if (target == st.instances.size()) {  // nobody takes it now: it waits with the held ones
+      t.sent = false;
+      st.held.push_front(i);
+      continue;
+    }
+    t.instance = target;
+    st.load[target] += load_of(st.router, t);
+    if (!t.started) ++st.unstarted[target];
+    send_to(self, target, i);
   }
 }
 
@@ -73,6 +115,7 @@ caf::behavior driver(caf::stateful_actor<driver_state>* self, std::shared_ptr<dr
   st.max_unstarted = max_unstarted;
   st.load.assign(st.instances.size(), 0);
   st.unstarted.assign(st.instances.size(), 0);
+  st.alive.assign(st.instances.size(), true);
   st.record->start = self->clock().now();
   for (size_t i = 0; i < st.record->requests.size(); ++i)
     self->delayed_send(
@@ -91,16 +134,27 @@ caf::behavior driver(caf::stateful_actor<driver_state>* self, std::shared_ptr<dr
       [=](const request_finished& f) {
         auto& st = self->state;
         tracked* t = find(f.req_id);
-        if (!t || t->done) return;
+        if (!t || t->done || f.from != t->instance) return;
         t->done = true;
         t->end = f;
+        if (t->resumed > 0) {  // as one answer: its tokens and preemptions before it went on, its first token's time
+          t->end.generated += t->generated_before;
+          t->end.preemptions += int32_t(t->resumed);
+          if (t->first_token_ns) t->end.first_token_ns = t->first_token_ns;
+        }
         st.load[t->instance] -= load_of(st.router, *t);
         ++st.record->finished;
         mark_started(self, *t);
       },
       [=](const token_event& e) {
-        if (tracked* t = find(e.req_id)) mark_started(self, *t);
+        tracked* t = find(e.req_id);
+        if (!t || t->done || e.from != t->instance) return;  // from an instance it left
+        ++t->generated;
+        if (!t->first_token_ns)
+          t->first_token_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(self->clock().now().time_since_epoch()).count();
+        mark_started(self, *t);
       },
+      [=](instance_lost_atom, uint64_t lost) { on_instance_lost(self, size_t(lost)); },
   };
 }
 

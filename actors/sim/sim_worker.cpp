@@ -372,6 +372,18 @@ double pushed_by_hosted(const sim_worker_config& cfg) {
   return pushed > 1e-9 ? pushed : 0.0;
 }
 
+/// The sequences of `plan` that read blocks at an instance that died, with those instances.
+std::vector<gpu::failed_attention> failed_at_dead(const sim_worker_config& cfg, const gpu::step_plan& plan) {
+  std::set<gpu::failed_attention> failed;
+  if (!cfg.dead || cfg.dead->empty()) return {};
+  for (const gpu::batch_entry& e : plan.entries) {
+    if (e.foreign_request || !e.table) continue;
+    for (const gpu::block_ref& ref : *e.table)
+      if (ref.pool != cfg.id && cfg.dead->count(ref.pool)) failed.insert({e.seq_id, ref.pool});
+  }
+  return {failed.begin(), failed.end()};
+}
+
 caf::behavior sim_worker_behavior(self_ptr self, sim_worker_config config) {
   auto cfg = std::make_shared<sim_worker_config>(std::move(config));
   return {
@@ -393,7 +405,9 @@ caf::behavior sim_worker_behavior(self_ptr self, sim_worker_config config) {
         if (cfg->chunks)
           for (const gpu::batch_entry& e : plan->second->entries)
             if (e.foreign_request) cfg->chunks->remove(e.seq_id);
-        promise->second.deliver(step_done{std::move(plan->second), {}, {}});
+        std::vector<gpu::failed_attention> failed = failed_at_dead(*cfg, *plan->second);
+        std::string error = failed.empty() ? std::string() : "remote attention failed: a holder is gone";
+        promise->second.deliver(step_done{std::move(plan->second), std::move(error), std::move(failed)});
         st.pending.erase(promise);
         st.plans.erase(plan);
       },

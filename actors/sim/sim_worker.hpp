@@ -20,6 +20,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "actors/messages.hpp"
@@ -107,6 +108,9 @@ struct sim_worker_config {
   /// The attention every GPU hosts, booked by all the workers (none: a holder attends each step's jobs as if
   /// it hosted nothing else).
   std::shared_ptr<hosted_calendar> calendar;
+  /// Instances that died (failures injected): a step whose sequences read blocks there fails for them, as the
+  /// runtime's attention router reports it (none: nobody dies).
+  std::shared_ptr<std::set<uint32_t>> dead;
 };
 
 /// The predicted cost of a step.

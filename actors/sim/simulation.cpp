@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -16,8 +18,10 @@
 #include "actors/logic/hosted_blocks.hpp"
 #include "actors/logic/pool_promises.hpp"
 #include "actors/logic/status_bridge.hpp"
+#include "actors/metrics/runtime_metrics.hpp"
 #include "actors/rmanager/rmanager.hpp"
 #include "actors/sim/driver.hpp"
+#include "actors/sim/failures.hpp"
 #include "actors/sim/sim_worker.hpp"
 #include "gpu/kv_pool.hpp"
 #include "gpu/model_config.hpp"
@@ -292,6 +296,10 @@ struct sim_cluster {
   std::vector<std::shared_ptr<pool_promises>> promises;
   std::shared_ptr<event_log> events = std::make_shared<event_log>();
   run_actors everyone;
+  std::vector<std::function<void()>> kills;  ///< per instance: kills its actors (an injected failure)
+  std::shared_ptr<std::set<uint32_t>> dead = std::make_shared<std::set<uint32_t>>();
+  metrics::registry registry;  ///< what the requests recovered from
+  std::shared_ptr<metrics::runtime_metrics> metrics = std::make_shared<metrics::runtime_metrics>(registry);
 };
 
 /// The rManager of instance `i` (its pool made here, its plane the simulator's).
@@ -315,6 +323,10 @@ gpu::result<rmanager_actor> spawn_sim_rmanager(caf::actor_system& sys, const sim
   rc.events = c.events;
   rc.heartbeat_period = std::chrono::milliseconds(u.o.instance.heartbeat_ms);
   rc.lease = std::chrono::milliseconds(u.o.instance.lease_ms);
+  rc.replica_min_tokens = uint32_t(u.o.instance.replica_min_tokens);
+  rc.orphan_lease = std::chrono::milliseconds(u.o.instance.orphan_lease_ms);
+  rc.metrics = c.metrics;
+  rc.log = [](const std::string&) {};  // copies refused for want of room, peers gone: the report counts what matters
   rc.verify_moves = false;  // the sim pools have no contents
   rc.answer_timeout = rc.lease;
   return spawn_rmanager(sys, rc);
@@ -332,7 +344,7 @@ gpu::status spawn_sim_instances(caf::actor_system& sys, const sim_setup& u, gman
     if (!rm.is_ok()) return rm.error();
     c.stats.push_back(std::make_shared<sim_worker_stats>());
     caf::actor worker = spawn_sim_worker(
-        sys, {instance_id(i), u.model, u.steps, workers, c.stats.back(), busy_until, chunks, calendar});
+        sys, {instance_id(i), u.model, u.steps, workers, c.stats.back(), busy_until, chunks, calendar, c.dead});
     workers->push_back(worker);
     instance_config ic;
     ic.id = instance_id(i);
@@ -345,11 +357,16 @@ gpu::status spawn_sim_instances(caf::actor_system& sys, const sim_setup& u, gman
     ic.batch.max_batch_seqs = u.o.batch.max_batch_seqs * u.batch_scale;
     ic.batch.mixed_step_tokens = u.mixed_step_tokens;
     ic.max_waiting = 1u << 30;
-    ic.stream_tokens = false;
+    ic.stream_tokens = u.o.injects_failures();  // the driver hands a dead instance's requests on with their tokens
+    ic.metrics = c.metrics;
     ic.lending = u.o.policy == "infinite" || u.o.policy == "passive";
     instance_actor inst = spawn_instance(sys, ic);
     caf::anon_send(rm.value(), attach_atom::value, inst);
     c.instances.push_back(inst);
+    c.kills.push_back([rm = rm.value(), worker, inst] {
+      for (const caf::actor_addr& a : {rm.address(), worker.address(), inst.address()})
+        caf::anon_send_exit(a, caf::exit_reason::kill);
+    });
     c.everyone.add(rm.value());
     c.everyone.add(worker);
     c.everyone.add(inst);
@@ -412,6 +429,16 @@ void add_request_figures(sim_report& r, const std::vector<tracked>& outcome, clo
   r.request_rate = span > 0 ? double(n) / span : 0;
 }
 
+/// The report's figures of failures: instances that died, requests recovered each way, positions recomputed.
+void add_recovery_figures(sim_report& r, const driver_record& record, metrics::runtime_metrics& m) {
+  r.failures = record.failures;
+  m.requests_recovered.each([&](const metrics::label_values& labels, const metrics::counter& n) {
+    if (labels.size() == 2) (labels[1] == "replica" ? r.recovered_by_replica : r.recovered_by_recompute) += uint64_t(n.value());
+  });
+  m.positions_recomputed.each(
+      [&](const metrics::label_values&, const metrics::counter& n) { r.positions_recomputed += uint64_t(n.value()); });
+}
+
 /// What a run is made of, from the resolved options.
 sim_setup setup_of(const sim_options& o, const resolved_options& resolved, uint32_t blocks) {
   const auto& [model, n_instances, batch_scale] = resolved.chosen;
@@ -465,7 +492,10 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
 
   const size_t n = o.limit ? std::min(o.limit, trace.size()) : trace.size();
   auto record = record_of(trace, o, n);
-  c.everyone.add(sys.spawn(driver, record, c.instances, o.router, o.max_unstarted));
+  caf::actor client = sys.spawn(driver, record, c.instances, o.router, o.max_unstarted);
+  c.everyone.add(client);
+  if (o.injects_failures())
+    c.everyone.add(spawn_failures(sys, {o.fail_at_s, o.fail_rate_per_hour, o.fail_seed, c.kills, c.dead, client}));
   kv_meter kv{c.pools, c.promises};
   timeline_meter timeline{o.timeline_period_s, c.stats};
   run_events(sched, o, n, *record, c.stats, kv, timeline);
@@ -488,6 +518,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   r.kv_used_fraction = kv.used_fraction();
   r.kv_promised_fraction = kv.promised_fraction();
   r.timeline = timeline.rows();
+  add_recovery_figures(r, *record, *c.metrics);
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return r;
 }

@@ -63,7 +63,8 @@ struct sim_options {
   std::chrono::milliseconds room_pass_limit = default_room_pass_limit;
   /// The rManagers' and the gManager's periods, in simulated time (slower than a real cluster's: a
   /// simulated step is tens of milliseconds of a GPU's time). The pool size comes from the profile.
-  instance_settings instance{.heartbeat_ms = 200, .lease_ms = 10000};
+  /// No replicas unless asked for (replica_min_tokens 0).
+  instance_settings instance{.heartbeat_ms = 200, .lease_ms = 10000, .replica_min_tokens = 0};
   gmanager_settings gmanager{.policy_period_ms = 500, .heartbeat_timeout_ms = 10000};
   std::chrono::seconds stall_limit{600};  ///< end the run when no instance has stepped for this long
   placement::greedy_options greedy;
@@ -77,6 +78,14 @@ struct sim_options {
   double timeline_period_s = 0;  ///< a timeline row per this many simulated seconds (0: no timeline)
   hosted_timing hosted = hosted_timing::interleaved;  ///< how a holder's GPU fits the attention it hosts
   bool decode_first = true;  ///< holders attend decode tokens before the prefill queries queued on them
+  /// Instance failures: at these simulated seconds from the first arrival, an instance chosen by fail_seed dies
+  /// (its instance, rManager and worker, as a process killed), and its requests go on elsewhere (a takeover).
+  std::vector<double> fail_at_s;
+  /// Besides those: failures at random (Poisson) times, this many per instance per simulated hour (0: none).
+  double fail_rate_per_hour = 0;
+  uint64_t fail_seed = 1;
+  /// Whether any failure is injected.
+  bool injects_failures() const { return !fail_at_s.empty() || fail_rate_per_hour > 0; }
 };
 
 /// One period of a run: who stepped, where the GPUs' time went, and the KV memory and requests at its end.
@@ -125,6 +134,10 @@ struct sim_report {
   double kv_used_fraction = 0;      ///< KV blocks in use over all blocks, mean over the run
   double kv_promised_fraction = 0;  ///< free KV blocks promised (to running requests' growth, to rooms), mean
   double wall_s = 0;                ///< real time the simulation took
+  size_t failures = 0;                 ///< instances that died (sim_options::fail_at_s, fail_rate_per_hour)
+  uint64_t recovered_by_replica = 0;   ///< requests that went on from the KV that survived (copies, takeovers)
+  uint64_t recovered_by_recompute = 0; ///< requests that lost KV and computed it again
+  uint64_t positions_recomputed = 0;   ///< KV positions computed again because their blocks were lost
   /// Per request of the trace, in order: simulated seconds from the first arrival to its end; -1 when it
   /// did not complete.
   std::vector<double> finished_s;

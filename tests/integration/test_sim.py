@@ -106,6 +106,15 @@ def main():
             assert 0 < r["work_bound_s"] <= r["makespan_s"], (name, r)  # no schedule beats the work itself
         # The same memory and profile for the multi-instance policies; static-single is one instance.
         assert results["infinite"]["kv_tokens_per_instance"] == multi["kv_tokens_per_instance"]
+        # An instance dies 8 simulated seconds in: its requests go on elsewhere (the blocks that survived taken
+        # over) and every request still completes with its whole answer.
+        failing = run("--trace", trace, "--instances", "4", "--policy", "infinite", "--fail-at", "8", "--json")
+        assert failing.returncode == 0, failing.stdout + failing.stderr
+        r = json.loads(failing.stdout)["results"]["infinite"]
+        assert r["failures"] == 1 and (r["completed"], r["failed"], r["output_tokens"]) == (4, 0, 140), r
+        assert r["recovered_by_replica"] + r["recovered_by_recompute"] >= 1, r
+        print(f"an instance died at 8 s: {r['recovered_by_replica']} request(s) went on from the KV that survived, "
+              f"{r['recovered_by_recompute']} computed it again ({r['positions_recomputed']} positions)", flush=True)
         assert results["infinite"]["profile"] == multi["profile"]
         assert results["static-single"]["instances"] == 1
         print("sim:", {k: (v["completed"], v["refused"], round(v["throughput_tok_s"], 2)) for k, v in results.items()})
