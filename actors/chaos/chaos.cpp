@@ -135,11 +135,12 @@ void submit_all(cluster& c, load& l, const cluster_view& view, size_t from = 0) 
   }
 }
 
-/// Whether the long request's full blocks all have copies (or it decoded for long enough without them).
+/// Whether the long request's full blocks all have copies (or it has nearly decoded its answer without them: on a
+/// loaded machine the copies can take longer than half its answer).
 bool copied(cluster& c, load& l, size_t tokens) {
   uint64_t copies = 0;
   for (const auto& i : c.instances()) copies += i.replica_blocks;
-  return copies >= l.records[0].params.prompt.size() / gpu::kv_block_tokens || tokens >= max_output_tokens / 2;
+  return copies >= l.records[0].params.prompt.size() / gpu::kv_block_tokens || tokens >= max_output_tokens - 4;
 }
 
 /// Whether the long request has reached the moment the scenario acts at.
