@@ -1,6 +1,7 @@
 #include "gpu/batcher.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "gpu/text.hpp"
 #include "gpu/tokenizer.hpp"
@@ -16,6 +17,38 @@ const char* to_string(finish_reason r) {
     case finish_reason::error: return "error";
   }
   return "unknown";
+}
+
+int sequence::tokens_before_kept() const {
+  return kept_ahead.empty() ? std::numeric_limits<int>::max() : int(kept_ahead.front() * kv_block_tokens) - n_cached;
+}
+
+void sequence::step_over_kept() {
+  while (!kept_ahead.empty() && int(kept_ahead.front() * kv_block_tokens) <= n_cached) {
+    n_cached = std::max(n_cached, int((kept_ahead.front() + 1) * kv_block_tokens));
+    kept_ahead.erase(kept_ahead.begin());
+  }
+}
+
+int sequence::forget_lost_blocks(std::span<const uint32_t> lost) {
+  if (lost.empty()) return 0;
+  const int had = kv_positions();
+  std::vector<uint32_t> with_kv;  // full blocks with KV, lost ones left out
+  for (uint32_t i = 0; i < full_blocks(); ++i) with_kv.push_back(i);
+  with_kv.insert(with_kv.end(), kept_ahead.begin(), kept_ahead.end());
+  std::erase_if(with_kv, [&](uint32_t i) { return std::binary_search(lost.begin(), lost.end(), i); });
+  for (uint32_t i : lost)
+    if (i < table.size()) table[i] = {block_ref::no_pool, 0};
+  n_cached = std::min(n_cached, int(lost.front() * kv_block_tokens));
+  kept_ahead.clear();
+  for (uint32_t i : with_kv)
+    if (int(i * kv_block_tokens) >= n_cached) kept_ahead.push_back(i);
+  step_over_kept();
+  return had - kv_positions();
+}
+
+uint32_t sequence::blocks_held() const {
+  return uint32_t(std::count_if(table.begin(), table.end(), [](const block_ref& b) { return !b.absent(); }));
 }
 
 batcher::batcher(engine& e, block_source& blocks, batcher_options options)
@@ -67,7 +100,7 @@ std::vector<batcher::planned> batcher::pick(const std::vector<const sequence*>& 
   for (const auto& s : active_) {
     const int pending = int(s->tokens.size()) - s->n_cached;
     if (!runs(*s) || s->foreign() || pending <= 1 || budget == 0) continue;
-    const int n = std::min(pending, budget);
+    const int n = std::min({pending, budget, s->tokens_before_kept()});
     batch.push_back({s.get(), n});
     budget -= n;
   }
@@ -78,9 +111,10 @@ status batcher::release_all(sequence& seq) {
   status first = status::ok();
   if (seq.foreign()) seq.table.clear();  // the blocks are the request's, reserved for it here
   for (const block_ref& ref : seq.table)
-    if (status s = blocks_.release(ref); !s.is_ok() && first.is_ok()) first = s;
+    if (status s = ref.absent() ? status::ok() : blocks_.release(ref); !s.is_ok() && first.is_ok()) first = s;
   seq.table.clear();
   seq.n_cached = 0;
+  seq.kept_ahead.clear();
   return first;
 }
 
@@ -93,19 +127,31 @@ void batcher::preempt(sequence& seq) {
   ++seq.preemptions;
 }
 
+std::vector<uint32_t> batcher::missing_blocks(const sequence& seq, uint32_t needed) {
+  std::vector<uint32_t> out;
+  for (uint32_t i = std::min<uint32_t>(seq.full_blocks(), uint32_t(seq.table.size())); i < needed; ++i)
+    if (i >= seq.table.size() || seq.table[i].absent()) out.push_back(i);
+  return out;
+}
+
 status batcher::reserve_blocks(std::vector<planned>& batch, std::vector<const sequence*>& sitting_out) {
   for (size_t i = 0; i < batch.size();) {
     sequence& seq = *batch[i].seq;
     const uint32_t needed = blocks_for_tokens(seq.n_cached + batch[i].n_tokens);
+    const std::vector<uint32_t> missing = missing_blocks(seq, needed);
     bool waiting = false;
-    while (seq.table.size() < needed && !waiting) {
-      auto block = blocks_.allocate(seq, uint32_t(seq.table.size()));
+    for (size_t k = 0; k < missing.size() && !waiting && !seq.finished();) {
+      auto block = blocks_.allocate(seq, missing[k]);
       if (block.is_ok()) {
-        seq.table.push_back(block.value());
+        if (missing[k] < seq.table.size())
+          seq.table[missing[k]] = block.value();
+        else
+          seq.table.push_back(block.value());  // past the table: ascending, each the next
+        ++k;
         continue;
       }
       if (block.error().code() != status_code::out_of_blocks) return block.error();
-      const uint32_t short_by = needed - uint32_t(seq.table.size());
+      const uint32_t short_by = uint32_t(missing.size() - k);
       if (options_.on_shortage && options_.on_shortage(seq, short_by) == shortage_action::wait) {
         waiting = true;  // blocks are being found elsewhere: this sequence sits out the step
         sitting_out.push_back(&seq);
@@ -179,6 +225,7 @@ void batcher::complete(step_plan& plan) {
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     sequence& s = *plan.sequences[i];
     s.n_cached += plan.entries[i].n_tokens;
+    s.step_over_kept();
     last_tokens_ += plan.entries[i].n_tokens;
     if (i < plan.partials.size()) s.partials_per_layer = plan.partials[i];
     if (!plan.entries[i].sample) continue;

@@ -49,12 +49,28 @@ struct sequence {
   uint32_t foreign_owner = 0;
   /// Sits out every step (its prompt is being prefilled elsewhere meanwhile) and is never preempted.
   bool held = false;
+  /// Full logical blocks past n_cached whose KV the table holds already, ascending: blocks kept when KV before
+  /// them was lost. Prefill computes the positions between them and steps over them.
+  std::vector<uint32_t> kept_ahead;
 
   bool foreign() const { return foreign_request != 0; }
   int n_generated() const { return int(tokens.size()) - n_prompt; }
   bool finished() const { return finish != finish_reason::none; }
   /// Logical blocks whose 16 tokens all have KV (only those may move).
   uint32_t full_blocks() const { return uint32_t(n_cached / kv_block_tokens); }
+  /// Positions whose KV the table holds: those before n_cached and those of the kept blocks.
+  int kv_positions() const { return n_cached + int(kept_ahead.size()) * int(kv_block_tokens); }
+  /// Tokens a prefill chunk may take from n_cached on before it reaches a kept block.
+  int tokens_before_kept() const;
+  /// Advances n_cached over the kept blocks it reached.
+  void step_over_kept();
+  /// Logical blocks `lost` (ascending) lost their KV: their entries become absent (the batcher allocates them
+  /// again and prefill computes them), while the blocks after the first of them that have KV stay as they are
+  /// (kept_ahead) and n_cached goes back to the first. Returns how many positions are to be computed again
+  /// (those blocks' and the partial last block's).
+  int forget_lost_blocks(std::span<const uint32_t> lost);
+  /// Table entries that hold a block (all but the absent ones).
+  uint32_t blocks_held() const;
 };
 
 /// Hands out blocks for sequences' new tokens and takes them back.
@@ -147,6 +163,9 @@ class batcher {
   /// Gives every planned sequence the blocks its tokens need, per the shortage policy; those that wait
   /// for blocks leave the batch and are added to `sitting_out`.
   status reserve_blocks(std::vector<planned>& batch, std::vector<const sequence*>& sitting_out);
+  /// The logical blocks below `needed` that `seq` has no block for, ascending: absent entries, then those past
+  /// its table.
+  static std::vector<uint32_t> missing_blocks(const sequence& seq, uint32_t needed);
   status release_all(sequence& seq);
   void preempt(sequence& seq);
   void retire();

@@ -165,9 +165,13 @@ class kv_pool {
 
 /// Where one logical block of a request lives.
 struct block_ref {
+  /// The pool of a table entry whose block is gone (its KV was lost): a block is allocated for it again.
+  static constexpr uint32_t no_pool = 0xffffffffu;
   uint32_t pool = 0;   ///< pool (instance) id
   uint32_t block = 0;  ///< physical block in that pool
   bool operator==(const block_ref&) const = default;
+  /// Whether no block holds this entry (it is to be allocated and computed again).
+  bool absent() const { return pool == no_pool; }
 };
 
 /// A request's block table: logical block i holds positions [16 i, 16 i + 16).

@@ -264,7 +264,7 @@ void start_over(self_ptr self, request_id id, const std::string& why) {
     running.error = fmt::format("{} (its KV was lost {} times)", why, req->second.kv_losses);
     return;
   }
-  const int cached = running.n_cached;  // positions that will be computed again
+  const int cached = running.kv_positions();  // positions that will be computed again
   std::shared_ptr<gpu::sequence> seq = st.batcher->take_back(id);
   if (!seq) return;
   release_elsewhere(self, id);

@@ -28,7 +28,8 @@ int64_t now_ns(caf::local_actor* self) {
 
 std::vector<request_placement_entry> placement_of(const gpu::sequence& seq, instance_id self_id) {
   std::map<uint32_t, uint32_t> per_pool;
-  for (const gpu::block_ref& ref : seq.table) ++per_pool[ref.pool];
+  for (const gpu::block_ref& ref : seq.table)
+    if (!ref.absent()) ++per_pool[ref.pool];
   std::vector<request_placement_entry> out;
   for (const auto& [pool, n] : per_pool) out.push_back({seq.id, pool, n, pool == self_id});
   return out;
@@ -44,7 +45,7 @@ uint32_t promised_blocks(const instance_state& st) {
   uint32_t promised = 0;
   for (const auto& s : st.batcher->active()) {
     const int64_t grows = int64_t(admission::blocks_needed(s->tokens.size(), s->max_new_tokens - s->n_generated())) -
-                          int64_t(s->table.size());
+                          int64_t(s->blocks_held());
     if (grows <= 0 || s->foreign()) continue;
     const auto room = st.with_room.find(s->id);
     if (room == st.with_room.end()) {

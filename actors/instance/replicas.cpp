@@ -2,7 +2,8 @@
 // holder, marked as moving until the copy ends so that no move takes them meanwhile), where the copies are
 // (blocks_replicated), and copies lost with the memory that held them (replicas_lost) or with their instance
 // (a view without it). A request whose holder failed has the copies of the blocks it held promoted where they
-// are, and goes on without computing them again (recover_from_replicas).
+// are, and goes on without computing them again; the blocks it held without a copy are computed again here, and
+// only they (recover_from_replicas).
 #include <fmt/format.h>
 
 #include "actors/instance/state.hpp"
@@ -113,6 +114,28 @@ bool readable_at(const instance_state& st, instance_id at, const std::set<instan
   return at == st.config.id || (!lost.count(at) && st.view.has_member(at));
 }
 
+/// Whether `blocks` more blocks can be had for a request: free here, or lent by members not lost.
+bool blocks_available(const instance_state& st, uint32_t blocks, const std::set<instance_id>& lost) {
+  uint64_t free = st.config.pool->free_blocks();
+  if (st.config.lending)
+    for (const instance_view& i : st.view.instances)
+      if (i.inst_id != st.config.id && !i.draining && !lost.count(i.inst_id)) free += i.movable_into();
+  return free >= blocks;
+}
+
+/// The lost blocks of `r` that have no copy are computed again, and only they (and the partial last block): the
+/// batcher gives them blocks as prefill reaches them (here, or lent elsewhere); the blocks after them stay where
+/// they are. False when the cluster lacks the blocks for them (nothing changed then: the request starts over).
+bool compute_again(self_ptr self, running_request& r, const std::vector<uint32_t>& logical,
+                   const std::set<instance_id>& lost) {
+  auto& st = self->state;
+  if (!blocks_available(st, uint32_t(logical.size()), lost)) return false;
+  for (uint32_t i : logical) r.replicas.erase(i);
+  const int again = r.seq->forget_lost_blocks(logical);
+  if (auto* m = st.config.metrics.get()) m->positions_recomputed.with({std::to_string(st.config.id)}).add(double(again));
+  return true;
+}
+
 }  // namespace
 
 bool recover_from_replicas(self_ptr self, request_id id, const std::set<instance_id>& lost) {
@@ -122,14 +145,23 @@ bool recover_from_replicas(self_ptr self, request_id id, const std::set<instance
     return false;
   gpu::sequence& seq = *it->second.seq;
   promote_replicas ask{id, st.config.id, {}, {}};
+  std::vector<uint32_t> without_copy;
   for (uint32_t i = 0; i < seq.table.size(); ++i) {
     if (readable_at(st, seq.table[i].pool, lost)) continue;
     auto copy = it->second.replicas.find(i);
-    if (copy == it->second.replicas.end() || !readable_at(st, copy->second, lost)) return false;
+    if (copy == it->second.replicas.end() || !readable_at(st, copy->second, lost)) {
+      without_copy.push_back(i);
+      continue;
+    }
     ask.logical.push_back(i);
     ask.at.push_back(copy->second);
   }
-  if (ask.logical.empty()) return false;
+  if (ask.logical.empty() && without_copy.empty()) return false;
+  if (!without_copy.empty() && !compute_again(self, it->second, without_copy, lost)) return false;
+  if (ask.logical.empty()) {  // nothing of what was lost had a copy
+    if (auto* m = st.config.metrics.get()) m->requests_recovered.with({std::to_string(st.config.id), "recompute"}).add();
+    return true;
+  }
   seq.held = true;  // it sits out the steps until its copies are promoted
   self->request(st.config.rmanager, caf::infinite, ask)
       .then([=](const replicas_promoted& p) { on_promoted(self, id, ask, p); },

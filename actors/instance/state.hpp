@@ -236,8 +236,9 @@ void forget_replicas(self_ptr self, const replicas_lost& r);
 std::vector<request_placement_entry> replica_placement(const running_request& r);
 /// Copies kept at instances the view no longer lists are gone.
 void forget_departed_replicas(self_ptr self);
-/// Request `id` lost the KV it had at `lost` holders: when each of those blocks has a copy elsewhere, the copies
-/// are promoted where they are and the request sits out meanwhile (true); else it starts over (false).
+/// Request `id` lost the KV it had at `lost` holders: the lost blocks with a copy elsewhere are promoted where
+/// they are (the request sits out meanwhile), those without one are computed again here, and only they (true);
+/// false when it must start over (it is being prefilled or held, or this pool lacks blocks for them).
 bool recover_from_replicas(self_ptr self, request_id id, const std::set<instance_id>& lost);
 /// Notes that request `id` lost KV now (for the time to its next token).
 void note_kv_lost(self_ptr self, request_id id);

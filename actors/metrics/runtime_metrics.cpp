@@ -53,9 +53,10 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
                                        "failed, by owner instance.",
                                        {"instance"})),
       requests_recovered(r.add_counter(prefix + "requests_recovered_total",
-                                       "Requests that lost KV with a holder or their owner and went on: from the KV "
-                                       "that survived, replicas promoted where they were or blocks taken over by a "
-                                       "new owner (how=replica), or by computing it again (how=recompute).",
+                                       "Requests that lost KV with a holder or their owner and went on: with copies "
+                                       "of the lost blocks promoted where they were, or blocks taken over by a new "
+                                       "owner (how=replica), or by computing the lost blocks again (how=recompute; "
+                                       "positions_recomputed_total counts the positions).",
                                        {"instance", "how"})),
       recovery_seconds(r.add_histogram(prefix + "recovery_seconds",
                                        "Time from a step that lost a request's KV (or a new owner's takeover of it) "

@@ -4,6 +4,7 @@
 // generation stops where it should.
 #include <array>
 #include <cmath>
+#include <cstring>
 
 #include "gpu/batcher.hpp"
 #include "gpu/generate.hpp"
@@ -490,6 +491,67 @@ TEST_SUITE("gpu") {
       CHECK(p.check().is_ok());
     }
     CHECK_FALSE(runner.take_back(2));  // it ended
+  }
+
+  TEST_CASE("a sequence that lost some blocks computes only their positions again, and its ids are those of one pool") {
+    const auto& model = test::real_model();
+    const auto& c = model.weights->config();
+    gpu::backend& device = test::cpu_device();
+    auto eng = gpu::engine::create(model.weights, device, {64, 4}).value();
+    std::vector<gpu::kv_pool> pools;
+    for (int p = 0; p < 3; ++p) pools.push_back(gpu::kv_pool::create(device, eng->pool_layout(), 64).value());
+    gpu::kv_pools view{{&pools[0], &pools[1], &pools[2]}, 0};
+    gpu::spread_block_source source(view.by_id, 3);
+    gpu::pool_router router(device, view, {c.n_heads, c.n_kv_heads, c.head_dim()});
+    gpu::batcher runner(*eng, source, {64, 4});
+    auto s = std::make_shared<gpu::sequence>();
+    s->id = 2;
+    s->tokens = license_prompt();  // 604 tokens
+    s->n_prompt = int(s->tokens.size());
+    s->max_new_tokens = 12;
+    s->ignore_eos = true;
+    runner.add(s);
+    while (s->n_generated() < 5) REQUIRE(runner.step(view, &router).is_ok());
+    // Pool 2's blocks are lost; a block allocated again holds garbage (NaN) until it is computed.
+    std::vector<uint32_t> lost;
+    uint32_t lost_full = 0;
+    for (uint32_t i = 0; i < s->table.size(); ++i) {
+      if (s->table[i].pool != 2) continue;
+      REQUIRE(pools[2].release(s->table[i].block).is_ok());
+      lost.push_back(i);
+      lost_full += i < s->full_blocks();
+    }
+    for (auto& p : pools)
+      for (uint32_t b = 0; b < p.total_blocks(); ++b)
+        if (!p.is_used(b)) std::memset(p.block_data(b), 0xff, p.layout().block_bytes());
+    REQUIRE(lost_full >= 8);
+    REQUIRE(lost.front() > 0);
+    const int had = s->kv_positions();
+    const int again = s->forget_lost_blocks(lost);
+    CHECK(again == int(lost_full * gpu::kv_block_tokens) + had % int(gpu::kv_block_tokens));
+    CHECK(s->n_cached == int(lost.front() * gpu::kv_block_tokens));
+    CHECK_FALSE(s->kept_ahead.empty());
+    CHECK(s->blocks_held() == s->table.size() - lost.size());
+    // Until its next token, the steps compute the lost positions and the pending token, nothing else.
+    int computed = 0;
+    for (const int generated = s->n_generated(); s->n_generated() == generated;) {
+      gpu::step_plan plan;
+      REQUIRE(runner.plan(plan).is_ok());
+      for (const auto& e : plan.entries) computed += e.seq_id == s->id ? e.n_tokens : 0;
+      REQUIRE(gpu::batcher::execute(*eng, plan, view, &router).is_ok());
+      runner.complete(plan);
+    }
+    CHECK(computed == again + 1);
+    CHECK(s->kept_ahead.empty());
+    CHECK(s->blocks_held() == s->table.size());
+    while (!runner.idle()) REQUIRE(runner.step(view, &router).is_ok());
+    const std::vector<int32_t> prompt(s->tokens.begin(), s->tokens.begin() + s->n_prompt);
+    const std::vector<int32_t> got(s->tokens.begin() + s->n_prompt, s->tokens.end());
+    CHECK(got == test::run_greedy(model.weights, prompt, 12, {}).ids);
+    for (auto& p : pools) {
+      CHECK(p.used_blocks() == 0);
+      CHECK(p.check().is_ok());
+    }
   }
 
   TEST_CASE("a full pool preempts the newest sequence and recomputes it") {
