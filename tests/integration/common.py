@@ -166,6 +166,17 @@ class Proc:
         return self.process.poll() is not None
 
 
+def planes_connected(insts):
+    """Whether every instance process in `insts` (id -> Proc) has its data plane connected to all the others; raises
+    SkipTest when illm has no UCX, and AssertionError when one exited first."""
+    for p in insts.values():
+        if p.gone():
+            if p.has(r"built without UCX"):
+                raise SkipTest("illm was built without UCX")
+            raise AssertionError(f"{p.name} exited with {p.process.returncode} before joining")
+    return all(p.has(rf"data plane connected to instance {j}\b") for i, p in insts.items() for j in insts if j != i)
+
+
 class ProcGroup:
     """The processes a test starts; finish() kills what is still running, shows every log when the test
     failed, and removes the logs."""

@@ -26,7 +26,7 @@ import signal
 import sys
 import tempfile
 
-from common import ProcGroup, SkipTest, free_port, make_prompt, metric, request, run_json, wait_until
+from common import ProcGroup, free_port, make_prompt, metric, planes_connected, request, run_json, wait_until
 
 JOIN_S = 120
 RUN_S = 600
@@ -106,16 +106,7 @@ def main():
             assert status == 200, (status, text)
             return text
 
-        def all_connected():
-            for p in insts.values():
-                if p.process.poll() is not None:
-                    if p.has(r"built without UCX"):
-                        raise SkipTest("illm was built without UCX")
-                    raise AssertionError(f"{p.name} exited with {p.process.returncode} before joining")
-            return all(p.has(rf"data plane connected to instance {j}\b") for i, p in insts.items() for j in insts
-                       if j != i)
-
-        wait_until(all_connected, JOIN_S, "four instances to join and connect their planes")
+        wait_until(lambda: planes_connected(insts), JOIN_S, "four instances to join and connect their planes")
         print("4 instances joined; every plane connected to the 3 others", flush=True)
 
         def spread_request(name, max_tokens, blocks):

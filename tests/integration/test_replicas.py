@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 
-from common import ProcGroup, SkipTest, free_port, make_prompt, metric, request, stream_events, wait_until
+from common import ProcGroup, free_port, make_prompt, metric, planes_connected, request, stream_events, wait_until
 
 JOIN_S = 120
 RUN_S = 900
@@ -57,16 +57,7 @@ def run_cluster(illm, prompt, prompt_tokens, expected, replica_min_tokens, pool_
                                 "--replica-min-tokens", str(replica_min_tokens))
                  for i in range(4)}
 
-        def connected():
-            for p in insts.values():
-                if p.gone():
-                    if p.has(r"built without UCX"):
-                        raise SkipTest("illm was built without UCX")
-                    raise AssertionError(f"{p.name} exited with {p.process.returncode} before joining")
-            return all(p.has(rf"data plane connected to instance {j}\b") for i, p in insts.items() for j in insts
-                       if j != i)
-
-        wait_until(connected, JOIN_S, "four instances to join and connect their planes")
+        wait_until(lambda: planes_connected(insts), JOIN_S, "four instances to join and connect their planes")
         config = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
         json.dump({"max_prompt_tokens": 1 << 20}, config)  # the service's default limit is 4096
         config.close()
