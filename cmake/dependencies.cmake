@@ -25,6 +25,8 @@ add_library(illm::caf_io UNKNOWN IMPORTED)
 set_target_properties(illm::caf_io PROPERTIES
   IMPORTED_LOCATION ${CAF_IO_LIBRARY}
   INTERFACE_LINK_LIBRARIES illm::caf_core)
+# OpenSSL (libssl-dev): mutual TLS on the control plane, under CAF's middleman (actors/cluster/tls_transport.hpp).
+find_package(OpenSSL REQUIRED)
 
 # UCX 1.13: Debian's config defines ucx::ucp.
 if(ILLM_ENABLE_UCX)

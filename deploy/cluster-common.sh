@@ -31,6 +31,7 @@ opt_profile=""
 opt_timeout=180
 opt_setup=0
 opt_frontend=1
+opt_tls=1
 opt_prefix=illm
 opt_subnet=10.77.0
 opt_run=()
@@ -85,6 +86,9 @@ Options:
                                clean exit, kept and named when something failed)
   --timeout S                  how long starting may take (default 180)
   --no-frontend                no front end (ILLM_URL is then not set)
+  --no-tls                     a control plane in clear text (--insecure off loopback); by default every
+                               process gets a certificate of a CA made for the run (deploy/make-certs.sh,
+                               in the log folder's certs/) and the control plane runs over mutual TLS
   --gmanager-arg A, --instance-arg A, --serve-arg A
                                one more argument for every such process (repeatable)
   --setup                      first run deploy/install-deps.sh, deploy/fetch-model.sh and the build
@@ -99,7 +103,8 @@ EOF
 EOF
   cat <<EOF
 
-The command gets ILLM_GMANAGER (host:port), ILLM_URL (http://host:port), ILLM_LOG_DIR, ILLM_INSTANCES,
+The command gets ILLM_GMANAGER (host:port), ILLM_TLS_ARGS (the --tls-* flags of a client's certificate, e.g.
+for illm generate --gmanager; unset with --no-tls), ILLM_URL (http://host:port), ILLM_LOG_DIR, ILLM_INSTANCES,
 ILLM_PIDS (every process started, gManager first) and ILLM_METRICS_TARGETS (HOST:PORT of every process's
 /metrics, also in prometheus-targets.json in the log folder, for Prometheus' file_sd)${CC_NETNS_ENV:-}.
 A process that dies while the command runs is reported, and the command goes on (it may be testing exactly that).
@@ -123,6 +128,7 @@ cc_parse() {
       --log-dir) cc_need_value "$@"; opt_log_dir=$2; shift ;;
       --timeout) cc_need_value "$@"; opt_timeout=$2; shift ;;
       --no-frontend) opt_frontend=0 ;;
+      --no-tls) opt_tls=0 ;;
       --gmanager-arg) cc_need_value "$@"; opt_gm_args+=("$2"); shift ;;
       --instance-arg) cc_need_value "$@"; opt_instance_args+=("$2"); shift ;;
       --serve-arg) cc_need_value "$@"; opt_serve_args+=("$2"); shift ;;
@@ -186,6 +192,28 @@ cc_make_log_dir() {
     cc_log_dir_made=1
   fi
   opt_log_dir=$(cd "$opt_log_dir" && pwd)
+}
+
+# With TLS, a CA and a certificate per process in the log folder's certs/.
+cc_make_certs() {
+  local names=(gmanager frontend client) i
+  [ "$opt_tls" = 1 ] || return 0
+  for ((i = 0; i < opt_instances; ++i)); do names+=("instance-$i"); done
+  "$cc_repo/deploy/make-certs.sh" "$opt_log_dir/certs" "${names[@]}" >"$opt_log_dir/certs.log" 2>&1 ||
+    { cat "$opt_log_dir/certs.log" >&2; cc_die "making the certificates failed"; }
+  cc_say "mutual TLS on the control plane: certificates in $opt_log_dir/certs"
+}
+
+# cc_security NAME: the control-plane flags of the process NAME (its certificate, or --insecure without TLS
+# for one that listens off loopback).
+cc_security() {
+  local name=$1 listens=${2:-0}
+  if [ "$opt_tls" = 1 ]; then
+    printf '%s\n' --tls-ca "$opt_log_dir/certs/ca.pem" --tls-cert "$opt_log_dir/certs/$name.pem" \
+      --tls-key "$opt_log_dir/certs/$name.key"
+  elif [ "$listens" = 1 ]; then
+    echo --insecure
+  fi
 }
 
 # ---- processes ---------------------------------------------------------------------------------------------
@@ -310,10 +338,11 @@ cc_placement_profile() {
 }
 
 cc_start_gmanager() {
-  local port
+  local port security=()
   cc_placement_profile
+  mapfile -t security < <(cc_security gmanager 1)
   cc_start gm gmanager gmanager --listen "$(node_addr gm):$opt_gm_port" --profile "$opt_profile" \
-    --metrics-listen "$(node_addr gm):0" "${opt_gm_args[@]}"
+    --metrics-listen "$(node_addr gm):0" "${security[@]}" "${opt_gm_args[@]}"
   cc_wait_until "the gManager to listen" cc_log_has gm "^illm gmanager: listening on "
   port=$(sed -n 's/^illm gmanager: listening on [^ ]*:\([0-9]*\) .*/\1/p' "${cc_log[gm]}" | head -n 1)
   [ -n "$port" ] || cc_fail "cannot read the gManager's port from its log" gm
@@ -322,12 +351,13 @@ cc_start_gmanager() {
 }
 
 cc_start_instances() {
-  local i model=()
+  local i model=() security=()
   mapfile -t model < <(cc_model_args)
   for ((i = 0; i < opt_instances; ++i)); do
+    mapfile -t security < <(cc_security "instance-$i" 1)
     cc_start "i$i" "instance-$i" instance --join "$cc_gmanager" --id "$i" --kv-blocks-per-instance "$opt_kv_blocks" \
       --threads "$opt_threads" --ucx-tls tcp --ucx-net-devices "$(node_ucx_device "i$i")" "${model[@]}" \
-      --metrics-listen "$(node_addr "i$i"):0" "${opt_instance_args[@]}"
+      --metrics-listen "$(node_addr "i$i"):0" "${security[@]}" "${opt_instance_args[@]}"
   done
   cc_wait_until "$opt_instances instances to join" cc_instances_joined
   cc_say "every instance joined ($opt_instances; $(cc_elapsed))"
@@ -336,10 +366,11 @@ cc_start_instances() {
 }
 
 cc_start_frontend() {
-  local model=() port
+  local model=() port security=()
   mapfile -t model < <(cc_model_args)
+  mapfile -t security < <(cc_security frontend)
   cc_start fe frontend serve --gmanager "$cc_gmanager" --host "$(node_addr fe)" --port "$opt_port" "${model[@]}" \
-    "${opt_serve_args[@]}"
+    "${security[@]}" "${opt_serve_args[@]}"
   cc_wait_until "the front end to listen" cc_log_has fe "^illm serve: .* at http://"
   port=$(sed -n 's|^illm serve: .* at http://.*:\([0-9]*\)$|\1|p' "${cc_log[fe]}" | head -n 1)
   [ -n "$port" ] || cc_fail "cannot read the front end's port from its log" fe
@@ -382,7 +413,12 @@ cc_summary() {
   ILLM_PIDS=$(for role in "${cc_roles[@]}"; do printf '%s ' "${cc_pid[$role]}"; done)
   export ILLM_PIDS=${ILLM_PIDS% }
   if [ "$opt_frontend" = 1 ]; then export ILLM_URL=$cc_url; else unset ILLM_URL; fi
-  for var in ILLM_GMANAGER ILLM_URL ILLM_LOG_DIR ILLM_INSTANCES ILLM_PIDS ILLM_METRICS_TARGETS ${CC_EXPORTS:-}; do
+  if [ "$opt_tls" = 1 ]; then
+    export ILLM_TLS_ARGS="--tls-ca $opt_log_dir/certs/ca.pem --tls-cert $opt_log_dir/certs/client.pem --tls-key $opt_log_dir/certs/client.key"
+  else
+    unset ILLM_TLS_ARGS
+  fi
+  for var in ILLM_GMANAGER ILLM_URL ILLM_LOG_DIR ILLM_INSTANCES ILLM_PIDS ILLM_METRICS_TARGETS ILLM_TLS_ARGS ${CC_EXPORTS:-}; do
     [ -n "${!var:-}" ] && echo "export $var='${!var}'"
   done
   return 0
@@ -523,6 +559,7 @@ cc_main() {
   trap cc_on_exit EXIT
   trap 'cc_on_signal INT 2' INT
   trap 'cc_on_signal TERM 15' TERM
+  cc_make_certs
   cc_t0=$SECONDS
   net_up
   cc_start_gmanager

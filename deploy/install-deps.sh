@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config ca-certificates
-  libcaf-dev libucx-dev ucx-utils
+  libcaf-dev libssl-dev openssl libucx-dev ucx-utils
   libopenblas-dev libfmt-dev doctest-dev nlohmann-json3-dev libcli11-dev
   libcivetweb-dev civetweb prometheus python3 gnuplot-nox
   iproute2 util-linux curl

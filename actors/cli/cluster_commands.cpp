@@ -38,6 +38,7 @@
 #include "actors/cli/memory_trim.hpp"
 #include "actors/cli/stop_signals.hpp"
 #include "actors/cluster/control_links.hpp"
+#include "actors/cluster/control_security.hpp"
 #include "actors/cluster/gmanager_link.hpp"
 #include "actors/cluster/remote.hpp"
 #include "actors/frontend/http_server.hpp"
@@ -59,12 +60,9 @@ void log(fmt::format_string<Args...> format, Args&&... args) {
   std::fflush(stderr);
 }
 
-std::unique_ptr<caf::actor_system_config> networked_config() {
-  auto cfg = std::make_unique<caf::actor_system_config>();
-  actors::register_messages(*cfg);
-  actors::quiet_idle_scheduler(*cfg);
-  cfg->load<caf::io::middleman>();
-  return cfg;
+/// Fails (status 2) when `host` may not be listened on under `s`.
+void check_listen(const actors::control_security& s, const std::string& host, const std::string& what) {
+  if (gpu::status ok = actors::check_listen_host(s, host, what); !ok.is_ok()) fail(ok.message(), 2);
 }
 
 // ---- /metrics of a gManager or instance process ----------------------------------------------------------
@@ -107,6 +105,7 @@ void add_metrics_options(CLI::App* cmd, std::string& listen, std::string& prefix
 
 struct gmanager_flags {
   std::string listen;
+  actors::control_security security;
   std::string metrics_listen, metrics_prefix = "illm:";
   std::string profile;  // the greedy policy's; empty: the simple policy
   std::string faults;   // the fault plan it injects (order.*, crash=after_order); empty: none
@@ -120,10 +119,14 @@ std::string ids(const std::vector<actors::request_id>& v) {
 void run_gmanager(const gmanager_flags& flags) {
   if (flags.listen.empty()) fail("--listen is required (as a flag or in --config)", 2);
   const host_port at = parse_host_port(flags.listen, "--listen", true);
+  check_listen(flags.security, at.host, "--listen");
+  check_tls_options(flags.security, "illm gmanager");
   const actors::faults::fault_plan plan = fault_plan_of(flags.faults, actors::faults::fault_role::gmanager);
   const sigset_t stop_signals = block_stop_signals();
-  auto cfg = networked_config();
+  auto cfg = actors::networked_config();
   caf::actor_system sys{*cfg};
+  auto tls = actors::start_control_plane(sys, flags.security, "illm gmanager");
+  if (!tls.is_ok()) fail(tls.error().message(), 2);
 
   metrics_endpoint endpoint = start_metrics(flags.metrics_listen, flags.metrics_prefix, "illm gmanager");
   auto members = std::make_shared<std::atomic<int>>(0);
@@ -169,7 +172,8 @@ void run_gmanager(const gmanager_flags& flags) {
           r.reason);
   };
   actors::gmanager_actor gm = actors::spawn_gmanager(sys, g);
-  auto port = sys.middleman().publish(gm, at.port, at.host.c_str(), true);
+  auto port = actors::publish_control(sys, caf::actor_cast<caf::strong_actor_ptr>(gm), sys.message_types(gm), at.port,
+                                      at.host);
   if (!port) {
     caf::anon_send_exit(gm, caf::exit_reason::user_shutdown);
     const std::string why = sys.render(port.error());
@@ -183,7 +187,7 @@ void run_gmanager(const gmanager_flags& flags) {
   std::atomic<bool> never{false};
   const int signal = wait_for_stop_signal(stop_signals, never);
   log("illm gmanager: {} received: stopping ({} members)", stop_signal_name(signal), members->load());
-  sys.middleman().unpublish(gm, *port);
+  caf::anon_send(actors::control_connector(sys), caf::close_atom::value, *port);
   caf::anon_send_exit(gm, caf::exit_reason::user_shutdown);
   gm = actors::gmanager_actor{};
   sys.await_all_actors_done();
@@ -194,6 +198,7 @@ void run_gmanager(const gmanager_flags& flags) {
 
 struct instance_flags {
   std::string join;
+  actors::control_security security;
   std::string listen;  // its control port, HOST:PORT; empty: a free port on the address that reaches the gManager
   std::string faults;  // the fault plan it injects (actors/faults/fault_plan.hpp); empty: none
   std::string metrics_listen, metrics_prefix = "illm:";
@@ -333,7 +338,8 @@ actors::control_endpoint open_control_port(caf::actor_system& sys, const instanc
     const host_port given = parse_host_port(flags.listen, "--listen", true);
     at = {given.host, given.port};
   }
-  auto port = sys.middleman().open(at.port, at.host.c_str(), true);
+  check_listen(flags.security, at.host, "--listen");
+  auto port = actors::open_control(sys, at.port, at.host);
   if (!port) fail(fmt::format("--listen {}: cannot listen: {}", actors::to_string(at), sys.render(port.error())));
   at.port = *port;
   return at;
@@ -362,9 +368,15 @@ void link_gmanagers(instance_run& r, const std::vector<actors::control_endpoint>
     std::lock_guard lock(seen->mutex);
     seen->last_error = why;
   };
+  auto refused = [metrics = r.endpoint.metrics] {
+    if (metrics) metrics->cluster_peers_refused.with().add();
+  };
+  lc.on_refused = refused;
   r.link = actors::spawn_gmanager_link(r.sys, lc);
   actors::control_links_config cc;
+  cc.on_refused = refused;
   cc.self = r.control;
+  cc.self_id = actors::instance_id(r.flags.id);
   cc.on_link = [me](actors::instance_id id, const actors::control_endpoint& at, const std::string& why) {
     if (!why.empty()) log("{}: cannot link to instance {} at {}: {}", me, id, actors::to_string(at), why);
   };
@@ -488,7 +500,6 @@ void start_node(instance_run& r, const gpu::loaded_model& model, const actors::g
   if (plan.in_actors()) o.faults = std::make_shared<actors::faults::control_faults>(plan);
   if (const std::string taken = id_in_use(r.sys, gm, o.id); !taken.empty())
     stop_and_fail(r, fmt::format("{}: {}", r.me, taken), 2);
-  r.endpoint = start_metrics(r.flags.metrics_listen, r.flags.metrics_prefix, r.me);
   o.metrics = r.endpoint.metrics;
   if (r.endpoint.registry)
     actors::metrics::add_gmanager_connected(*r.endpoint.registry, r.flags.metrics_prefix, [seen = r.seen] {
@@ -526,15 +537,19 @@ void start_node(instance_run& r, const gpu::loaded_model& model, const actors::g
 void run_instance(const instance_flags& flags) {
   if (flags.join.empty()) fail("--join is required (as a flag or in --config)", 2);
   const std::vector<actors::control_endpoint> gmanagers = parse_host_port_list(flags.join, "--join");
-  if (!flags.listen.empty()) (void)parse_host_port(flags.listen, "--listen", true);
+  if (!flags.listen.empty()) check_listen(flags.security, parse_host_port(flags.listen, "--listen", true).host, "--listen");
+  check_tls_options(flags.security, fmt::format("illm instance {}", flags.id));
   (void)fault_plan_of(flags.faults, actors::faults::fault_role::instance);  // a bad spec fails before loading
   const sigset_t stop_signals = block_stop_signals();
   auto model = gpu::load_model(flags.model);
   if (!model.is_ok()) fail(model.error().message());
 
-  auto cfg = networked_config();
+  auto cfg = actors::networked_config();
   caf::actor_system sys{*cfg};
+  auto tls = actors::start_control_plane(sys, flags.security, fmt::format("illm instance {}", flags.id));
+  if (!tls.is_ok()) fail(tls.error().message(), 2);
   instance_run r{flags, fmt::format("illm instance {}", flags.id), sys, open_control_port(sys, flags, gmanagers)};
+  r.endpoint = start_metrics(flags.metrics_listen, flags.metrics_prefix, r.me);
   link_gmanagers(r, gmanagers);
   start_node(r, model.value(), first_gmanager(r, std::chrono::seconds(10)));
   if (!wait_joined(r))
@@ -573,8 +588,8 @@ void add_config_file(CLI::App* cmd, const std::string& example) {
       CLI::Option* opt = key == "config" ? nullptr : cmd->get_option_no_throw("--" + key);
       if (!opt) fail(fmt::format("--config {}: \"{}\" is no option of illm {}", *path, key, cmd->get_name()), 2);
       if (opt->count() > 0) continue;  // given as a flag
-      if (!value.is_string() && !value.is_number())
-        fail(fmt::format("--config {}: \"{}\": expected a string or a number", *path, key), 2);
+      if (!value.is_string() && !value.is_number() && !value.is_boolean())
+        fail(fmt::format("--config {}: \"{}\": expected a string, a number or true/false", *path, key), 2);
       try {
         opt->add_result(value.is_string() ? value.get<std::string>() : value.dump());
         opt->run_callback();
@@ -615,6 +630,27 @@ std::vector<actors::control_endpoint> parse_host_port_list(const std::string& te
   return out;
 }
 
+void add_tls_options(CLI::App* cmd, actors::control_security& s, bool listens) {
+  cmd->add_option("--tls-ca", s.ca,
+                  "PEM file of the cluster's CA: control connections use mutual TLS, and a peer must present a "
+                  "certificate it signed (with --tls-cert and --tls-key; deploy/make-certs.sh makes them)");
+  cmd->add_option("--tls-cert", s.cert, "PEM certificate this process presents, signed by the CA of --tls-ca");
+  cmd->add_option("--tls-key", s.key, "PEM private key (unencrypted) of --tls-cert");
+  if (!listens) return;
+  cmd->add_flag("--insecure", s.insecure,
+                "Without TLS, listen on addresses other than loopback anyway: anyone who reaches the port can join "
+                "the cluster and read its KV");
+}
+
+void check_tls_options(const actors::control_security& s, const std::string& who) {
+  if (gpu::status ok = actors::check_control_security(s); !ok.is_ok()) fail(ok.message(), 2);
+  if (s.tls())
+    log("{}: control plane over mutual TLS (peers need a certificate of the CA in {})", who, s.ca);
+  else
+    log("{}: control plane in clear text, without authentication{}", who,
+        s.insecure ? " (--insecure)" : " (loopback only)");
+}
+
 void add_cluster_commands(CLI::App& app) {
   auto g = std::make_shared<gmanager_flags>();
   CLI::App* gcmd =
@@ -631,6 +667,7 @@ void add_cluster_commands(CLI::App& app) {
                    "Faults the gManager injects, seeded: its move orders lost, twice or late, and a crash after "
                    "ordering moves: e.g. seed=3,order.drop=0.1,crash=after_order@5 (docs/faults.md; default: none)");
   add_metrics_options(gcmd, g->metrics_listen, g->metrics_prefix);
+  add_tls_options(gcmd, g->security, true);
   add_config_file(gcmd, R"({"listen": "0.0.0.0:7000", "heartbeat-timeout-ms": 2000})");
   gcmd->callback([g] { run_gmanager(*g); });
 
@@ -657,6 +694,7 @@ void add_cluster_commands(CLI::App& app) {
   add_setting_flags(icmd, actors::instance_settings_table(), f->instance);
   add_setting_flags(icmd, actors::batch_settings_table(), f->batch);
   add_metrics_options(icmd, f->metrics_listen, f->metrics_prefix);
+  add_tls_options(icmd, f->security, true);
   add_config_file(icmd,
                   R"({"join": "10.0.0.1:7000", "id": 3, "kv-blocks-per-instance": 4096, "ucx-net-devices": "eth0"})");
   icmd->callback([f] { run_instance(*f); });

@@ -11,6 +11,7 @@
 
 namespace illm::actors {
 struct control_endpoint;
+struct control_security;
 }
 
 namespace illm::cli {
@@ -47,6 +48,13 @@ struct host_port {
 host_port parse_host_port(const std::string& text, const char* flag, bool port_zero_ok = false);
 /// Parses a comma-separated list of HOST:PORT (e.g. the gManagers of --join and --gmanager), as parse_host_port.
 std::vector<actors::control_endpoint> parse_host_port_list(const std::string& text, const char* flag);
+
+/// Adds --tls-ca, --tls-cert, --tls-key (the control plane's security) to `cmd`, writing into `s`, and for a
+/// command that `listens` on the control plane, --insecure.
+void add_tls_options(CLI::App* cmd, actors::control_security& s, bool listens);
+/// Checks the TLS files of `s` (fails with status 2 and the reason when one is bad), and logs with `who` whether
+/// the control plane uses TLS.
+void check_tls_options(const actors::control_security& s, const std::string& who);
 
 /// Prints `message` to stderr as an error and throws CLI::RuntimeError(code).
 [[noreturn]] void fail(const std::string& message, int code = 1);

@@ -81,6 +81,7 @@ struct generate_flags {
   std::string backend = "auto";
   bool json = false;
   std::string gmanager;  // HOST:PORT of a cluster of processes (illm gmanager): the request goes there
+  actors::control_security security;  // how it reaches that cluster
 };
 
 std::string read_prompt(const generate_flags& f) {
@@ -239,7 +240,7 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
 /// The request on a cluster of processes: it goes to the instance of the gManager's view with the most
 /// free blocks (remote_cluster, as for illm serve --gmanager); its tokens come back over CAF's middleman.
 generation_report run_on_gmanager(const generate_flags& f, const gpu::generate_options& options) {
-  auto connected = actors::remote_cluster::connect(parse_host_port_list(f.gmanager, "--gmanager"));
+  auto connected = actors::remote_cluster::connect(parse_host_port_list(f.gmanager, "--gmanager"), f.security);
   if (!connected.is_ok()) fail(connected.error().message());
   actors::remote_cluster& c = *connected.value();
   generation_report r{options.prompt_ids, {}, {}, options.seed, 0, 0, {}};
@@ -278,6 +279,8 @@ void run_generate(const generate_flags& f) {
   options.max_batch_tokens = f.batch.max_batch_tokens;
   if (!f.gmanager.empty() && (f.instances > 0 || f.kv_pools > 1))
     fail("give --gmanager, --instances or --kv-pools, not two of them", 2);
+  if (f.security.tls() && f.gmanager.empty()) fail("--tls-ca, --tls-cert, --tls-key: for a cluster of processes (--gmanager)", 2);
+  if (gpu::status ok = actors::check_control_security(f.security); !ok.is_ok()) fail(ok.message(), 2);
   const generation_report r = !f.gmanager.empty() ? run_on_gmanager(f, options)
                               : f.instances > 0   ? run_cluster(f, model.value(), options)
                                                   : run_pools(f, model.value(), options);
@@ -316,6 +319,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--gmanager", flags->gmanager,
                   "HOST:PORT of a cluster of processes (illm gmanager): send the request to its instance with the "
                   "most free blocks");
+  add_tls_options(cmd, flags->security, false);
   cmd->callback([flags] { run_generate(*flags); });
 }
 

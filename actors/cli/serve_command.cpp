@@ -33,6 +33,7 @@ struct serve_flags {
   std::string model, host, metrics_prefix, gmanager, policy, profile, faults;
   int port = -1, instances = 0, max_requests = 0;
   std::vector<std::string> api_keys;
+  actors::control_security tls;  // files given override the config file's
   actors::instance_settings instance;  // those given override the config file's
   actors::batch_settings batch;
   actors::gmanager_settings gmanager_settings;
@@ -49,6 +50,8 @@ actors::frontend::serve_config resolve(const serve_flags& f, const CLI::App* cmd
   if (!f.host.empty()) c.host = f.host;
   if (f.port >= 0) c.port = uint16_t(f.port);
   if (!f.gmanager.empty()) c.gmanager = f.gmanager;
+  for (auto file : {&actors::control_security::ca, &actors::control_security::cert, &actors::control_security::key})
+    if (!(f.tls.*file).empty()) c.tls.*file = f.tls.*file;
   if (!f.faults.empty()) c.faults = f.faults;
   if (f.instances > 0) c.instances = f.instances;
   copy_given_settings(cmd, actors::instance_settings_table(), f.instance, c.instance);
@@ -123,11 +126,15 @@ routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu
           [cl] { return cl->faults_injected(); }, [] { return true; }};  // its gManager is in this process
 }
 
-routed_cluster connect_remote(const actors::frontend::serve_config& c) {
-  auto connected = actors::remote_cluster::connect(parse_host_port_list(c.gmanager, "--gmanager"), [](const std::string& line) {
-    fmt::print("illm serve: {}\n", line);
-    std::fflush(stdout);
-  });
+routed_cluster connect_remote(const actors::frontend::serve_config& c,
+                              const std::shared_ptr<actors::metrics::runtime_metrics>& metrics) {
+  auto connected = actors::remote_cluster::connect(
+      parse_host_port_list(c.gmanager, "--gmanager"), c.tls,
+      [](const std::string& line) {
+        fmt::print("illm serve: {}\n", line);
+        std::fflush(stdout);
+      },
+      [metrics] { metrics->cluster_peers_refused.with().add(); });
   if (!connected.is_ok()) fail(connected.error().message());
   actors::remote_cluster* rc = connected.value().get();
   return {std::move(connected).value(), [rc] { rc->shutdown(); },
@@ -150,6 +157,8 @@ void add_kv_usage_gauge(actors::metrics::registry& registry, const std::string& 
 void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   const actors::frontend::serve_config c = resolve(flags, cmd);
   if (!c.gmanager.empty()) (void)parse_host_port_list(c.gmanager, "--gmanager");  // a bad address fails before loading
+  if (c.tls.tls() && c.gmanager.empty()) fail("--tls-ca, --tls-cert, --tls-key: for a cluster of processes (--gmanager)", 2);
+  if (!c.gmanager.empty()) check_tls_options(c.tls, "illm serve");
   if (!c.gmanager.empty() && !c.faults.empty())
     fail("--faults: a front end of processes injects none: give --faults to illm instance", 2);
   if (!c.faults.empty()) (void)fault_plan_of(c.faults, actors::faults::fault_role::embedded);  // a bad spec fails before loading
@@ -160,7 +169,7 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   if (!model.is_ok()) fail(model.error().message());
   auto registry = std::make_shared<actors::metrics::registry>();
   auto metrics = std::make_shared<actors::metrics::runtime_metrics>(*registry, c.metrics_prefix);
-  routed_cluster routed = c.gmanager.empty() ? start_embedded(c, model.value(), metrics) : connect_remote(c);
+  routed_cluster routed = c.gmanager.empty() ? start_embedded(c, model.value(), metrics) : connect_remote(c, metrics);
   add_kv_usage_gauge(*registry, c.metrics_prefix, *routed.router);
   if (routed.faults_injected) add_faults_metric(*registry, c.metrics_prefix, routed.faults_injected);
   actors::metrics::add_gmanager_connected(*registry, c.metrics_prefix, routed.gmanager_connected);
@@ -215,6 +224,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--profile", flags->profile,
                   "Profile of the greedy policy (from illm profile --out; default: measured at start, a few seconds)");
   cmd->add_option("--api-key", flags->api_keys, "Accepted Bearer key (repeatable; default: none needed)");
+  add_tls_options(cmd, flags->tls, false);
   cmd->callback([flags, cmd] { run_serve(*flags, cmd); });
 }
 

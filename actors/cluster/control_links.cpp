@@ -5,6 +5,8 @@
 // port, too).
 #include "actors/cluster/control_links.hpp"
 
+#include "actors/cluster/control_security.hpp"
+
 #include <map>
 #include <set>
 
@@ -38,7 +40,7 @@ void connect(self_ptr self, const instance_view& i) {
     auto it = self->state.links.find(id);
     return it != self->state.links.end() && it->second.at == at && it->second.pending;
   };
-  self->request(self->system().middleman().actor_handle(), caf::infinite, caf::connect_atom::value, at.host, at.port)
+  self->request(control_connector(self->system()), caf::infinite, caf::connect_atom::value, at.host, at.port)
       .then(
           [=](const caf::node_id&, const caf::strong_actor_ptr&, const std::set<std::string>&) {
             if (!still_ours()) return;
@@ -48,10 +50,18 @@ void connect(self_ptr self, const instance_view& i) {
             if (self->state.config.on_link) self->state.config.on_link(id, at, {});
           },
           [=](const caf::error& e) {
+            if (refused_by_peer(e) && self->state.config.on_refused) self->state.config.on_refused();
             if (!still_ours()) return;
             self->state.links.erase(id);  // the next view tries again
             if (self->state.config.on_link) self->state.config.on_link(id, at, self->system().render(e));
           });
+}
+
+/// Watches instance `i` without connecting to it: it connects to this process (it has the lower id).
+void watch(self_ptr self, const instance_view& i) {
+  self->state.links[i.inst_id] = link{i.control, i.rmanager.address(), false};
+  self->monitor(i.rmanager);
+  if (self->state.config.on_link) self->state.config.on_link(i.inst_id, i.control, {});
 }
 
 void on_view(self_ptr self, const cluster_view& v) {
@@ -59,7 +69,10 @@ void on_view(self_ptr self, const cluster_view& v) {
   for (const instance_view& i : v.instances) {
     if (i.control.empty() || i.control == st.config.self) continue;
     if (auto it = st.links.find(i.inst_id); it != st.links.end() && it->second.at == i.control) continue;
-    connect(self, i);
+    if (st.config.self_id && i.inst_id < *st.config.self_id)
+      watch(self, i);
+    else
+      connect(self, i);
   }
 }
 

@@ -4,6 +4,8 @@
 // every probe period, and a gManager of a higher epoch is followed.
 #include "actors/cluster/gmanager_link.hpp"
 
+#include "actors/cluster/control_security.hpp"
+
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -79,7 +81,7 @@ void attempt(self_ptr self, const std::shared_ptr<round>& r, const control_endpo
     r->errors.push_back(fmt::format("{}: {}", to_string(at), why));
     settle_one(self, r);
   };
-  self->request(self->system().middleman().actor_handle(), timeout, caf::connect_atom::value, at.host, at.port)
+  self->request(control_connector(self->system()), timeout, caf::connect_atom::value, at.host, at.port)
       .then(
           [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
             if (!ptr) return fail("nothing is published there");
@@ -92,7 +94,10 @@ void attempt(self_ptr self, const std::shared_ptr<round>& r, const control_endpo
                     },
                     [=](const caf::error& e) { fail("no answer: " + self->system().render(e)); });
           },
-          [=](const caf::error& e) { fail(self->system().render(e)); });
+          [=](const caf::error& e) {
+            if (refused_by_peer(e) && self->state.config.on_refused) self->state.config.on_refused();
+            fail(self->system().render(e));
+          });
 }
 
 /// Starts a round over every address but the linked one's.

@@ -30,6 +30,8 @@ struct gmanager_link_config {
   std::function<void(const std::string& why)> on_lost;
   /// Told (on the link's thread) why a round of attempts reached no gManager.
   std::function<void(const std::string& why)> on_failed_round;
+  /// Told (on the link's thread) when a gManager refused this process (e.g. TLS: its certificate).
+  std::function<void()> on_refused;
 };
 
 /// The link actor: it starts trying at once. Stop it with an exit message.

@@ -133,20 +133,27 @@ remote_cluster::remote_cluster()
 remote_cluster::~remote_cluster() { shutdown(std::chrono::milliseconds(0)); }
 
 gpu::result<std::unique_ptr<remote_cluster>> remote_cluster::connect(const std::vector<control_endpoint>& gmanagers,
+                                                                    const control_security& security,
                                                                     std::function<void(const std::string&)> log,
+                                                                    std::function<void()> on_refused,
                                                                     std::chrono::milliseconds first_wait) {
+  ILLM_RETURN_IF_ERROR(check_control_security(security));
   std::unique_ptr<remote_cluster> c(new remote_cluster());
-  c->config_ = std::make_unique<caf::actor_system_config>();
-  register_messages(*c->config_);
-  quiet_idle_scheduler(*c->config_);
-  c->config_->load<caf::io::middleman>();
+  c->config_ = networked_config();
   c->system_ = std::make_unique<caf::actor_system>(*c->config_);
+  auto tls = start_control_plane(*c->system_, security, "illm front end");
+  if (!tls.is_ok()) return tls.error();
+  c->tls_ = std::move(tls).value();
   auto& picture = *c->picture_;
   picture.log = std::move(log);
   picture.requests = &c->requests_;
-  picture.links = spawn_control_links(*c->system_, links_config(c->picture_));
+  control_links_config cc = links_config(c->picture_);
+  cc.on_refused = on_refused;
+  picture.links = spawn_control_links(*c->system_, std::move(cc));
   c->links_ = picture.links;
-  c->link_ = spawn_gmanager_link(*c->system_, link_config(gmanagers, c->picture_));
+  gmanager_link_config lc = link_config(gmanagers, c->picture_);
+  lc.on_refused = std::move(on_refused);
+  c->link_ = spawn_gmanager_link(*c->system_, std::move(lc));
   const auto deadline = std::chrono::steady_clock::now() + first_wait;
   while (!c->gmanager() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -240,6 +247,7 @@ void remote_cluster::shutdown(std::chrono::milliseconds grace) {
   }
   // Not await_all_actors_done: CAF 0.17 counts one of the middleman's own actors as running after a
   // session with a remote node (see illm instance).
+  tls_.stop();
   system_->await_actors_before_shutdown(false);
   system_.reset();
   requests_.clear();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/cluster/control_links.hpp"
+#include "actors/cluster/control_security.hpp"
 #include "actors/cluster/gmanager_link.hpp"
 #include "actors/cluster/request_router.hpp"
 #include "gpu/status.hpp"
@@ -27,9 +28,12 @@ class remote_cluster final : public request_router {
   /// Reaches one of the gManagers at `gmanagers` (the highest epoch of those that answer within `first_wait`)
   /// and has its view; fails when none answers. From then on it follows the gManagers by itself, and keeps
   /// serving from its last view, refreshed by the instances, while none is reachable. `log` gets a line when
-  /// the gManager is lost or reached (empty: stderr).
+  /// the gManager is lost or reached (empty: stderr). Control connections are secured as `security` says;
+  /// `on_refused` is told of every peer that refused this process.
   static gpu::result<std::unique_ptr<remote_cluster>> connect(const std::vector<control_endpoint>& gmanagers,
+                                                             const control_security& security,
                                                              std::function<void(const std::string&)> log = {},
+                                                             std::function<void()> on_refused = {},
                                                              std::chrono::milliseconds first_wait = std::chrono::seconds(10));
   ~remote_cluster() override;
   remote_cluster(const remote_cluster&) = delete;
@@ -63,6 +67,7 @@ class remote_cluster final : public request_router {
   control_links_actor links_;
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;
+  control_plane tls_;  ///< its TLS actor, stopped before the system
   bool stopped_ = false;
 };
 

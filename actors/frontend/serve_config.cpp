@@ -23,6 +23,16 @@ setter text(std::string serve_config::*field) {
   };
 }
 
+/// A setter of a non-empty string at `field` of the part `part` of the configuration.
+template <class Part>
+setter text_of(Part serve_config::*part, std::string Part::*field) {
+  return [=](const json& v, serve_config& c) {
+    if (!v.is_string() || v.get<std::string>().empty()) return false;
+    c.*part.*field = v.get<std::string>();
+    return true;
+  };
+}
+
 /// A setter of a string that must be one of `allowed`.
 setter one_of(std::string serve_config::*field, std::vector<std::string> allowed) {
   return [=](const json& v, serve_config& c) {
@@ -64,6 +74,9 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
       {"host", {text(&serve_config::host), "address to listen on"}},
       {"port", {integer(&serve_config::port, 0, 65535), "port to listen on (0: any free port)"}},
       {"gmanager", {text(&serve_config::gmanager), "HOST:PORT (or a comma-separated list) of the gManager of a cluster of processes to route to (empty: embedded)"}},
+      {"tls_ca", {text_of(&serve_config::tls, &control_security::ca), "PEM file of the cluster's CA: the connections to a cluster of processes use mutual TLS"}},
+      {"tls_cert", {text_of(&serve_config::tls, &control_security::cert), "PEM certificate the front end presents to the cluster, signed by the CA of tls_ca"}},
+      {"tls_key", {text_of(&serve_config::tls, &control_security::key), "PEM private key (unencrypted) of tls_cert"}},
       {"instances", {integer(&serve_config::instances, 1, 64), "instances of the embedded cluster"}},
       {"faults", {text(&serve_config::faults), "faults the embedded cluster injects, e.g. \"seed=7,send.drop=0.01,heartbeat.drop=0.1\" (docs/faults.md; empty: none)"}},
       {"policy",

@@ -18,6 +18,7 @@ struct serve_config {
   uint16_t port = 8000;
   std::string faults;  ///< the fault plan to inject (actors/faults/fault_plan.hpp); empty: none
   std::string gmanager;  ///< HOST:PORT of a cluster of processes (illm gmanager); empty: an embedded cluster
+  control_security tls;  ///< how it reaches the cluster of processes (TLS files)
   int instances = 2;
   /// Every instance's pool (larger than elsewhere: a service holds many requests), threads and periods.
   instance_settings instance{.kv_blocks_per_instance = 1024};

@@ -67,7 +67,10 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
                                          {"instance"})),
       heartbeat_age(r.add_gauge(prefix + "heartbeat_age_seconds", "Age of an instance's last heartbeat at the gManager.",
                                 {"instance"})),
-      instances_alive(r.add_gauge(prefix + "instances_alive", "Instances with a recent heartbeat.")) {}
+      instances_alive(r.add_gauge(prefix + "instances_alive", "Instances with a recent heartbeat.")),
+      cluster_peers_refused(r.add_counter(prefix + "cluster_peers_refused_total",
+                                          "Control connections this process made that the peer refused in the "
+                                          "handshake (TLS: a certificate not accepted).")) {}
 
 std::string failure_reason(const std::string& error) {
   auto has = [&](const char* words) { return error.find(words) != std::string::npos; };

@@ -59,6 +59,9 @@ struct runtime_metrics {
   // Membership (the gManager).
   family<gauge>& heartbeat_age;    ///< illm:heartbeat_age_seconds{instance}
   family<gauge>& instances_alive;  ///< illm:instances_alive
+  /// illm:cluster_peers_refused_total: control connections this process made that the peer refused (its TLS
+  /// handshake: the peer did not accept this process's certificate, or this process not the peer's)
+  family<counter>& cluster_peers_refused;
 };
 
 /// The reason label of illm:requests_failed_total for a request's error: kv_lost (a holder of its KV failed too

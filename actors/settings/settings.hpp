@@ -86,6 +86,16 @@ struct gmanager_settings {
 /// Every gManager setting: key, range, meaning.
 const std::vector<int_setting<gmanager_settings>>& gmanager_settings_table();
 
+/// A process's control-plane security: its TLS files (all three, or none), and whether plain TCP may listen
+/// beyond loopback.
+struct control_security {
+  std::string ca;         ///< PEM file of the CA every peer's certificate must be signed by
+  std::string cert;       ///< PEM certificate (or chain) this process presents
+  std::string key;        ///< PEM private key of `cert` (unencrypted)
+  bool insecure = false;  ///< plain TCP may listen on addresses other than loopback
+  bool tls() const { return !ca.empty() || !cert.empty() || !key.empty(); }
+};
+
 /// A JSON key read into whichever of the tables has it (batch, instance, gManager settings).
 setting_read read_runtime_setting(const std::string& key, const nlohmann::json& value, batch_settings& batch,
                                   instance_settings& instance, gmanager_settings& gmanager);

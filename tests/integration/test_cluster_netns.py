@@ -4,7 +4,8 @@ four instances with small pools (64 blocks of 16 tokens each) and the front end 
 under a prefix and a /24 of this test's own; then
   (a) a prompt of about three pools goes to the cluster with `illm generate --gmanager` run in the client
       namespace: its token ids equal those of the same prompt on one instance with enough memory, and its
-      KV blocks are held by at least two instances;
+      KV blocks are held by at least two instances, and the control plane runs over mutual TLS (the
+      certificates the script makes);
   (b) a short completion posted to the front end over HTTP (from the root namespace, through the bridge)
       returns the text of the same prompt on one instance (skipped, with a note, while `illm serve` has
       no --gmanager);
@@ -241,16 +242,19 @@ def main():
         # (a) The long prompt from the client namespace, through the bridge to the gManager and the instances.
         result = timed("(a) cluster across namespaces", timings, run_json,
                        ["ip", "netns", "exec", env["ILLM_NETNS_CLIENT"], illm, *long_args,
-                        "--gmanager", env["ILLM_GMANAGER"]])
+                        "--gmanager", env["ILLM_GMANAGER"], *env.get("ILLM_TLS_ARGS", "").split()])
         blocks = result.get("blocks_per_instance") or []
         print(f"(a) {result['token_ids']}; blocks per instance {blocks}", flush=True)
         assert result["prompt_token_ids"] == reference["prompt_token_ids"]
         assert result["token_ids"] == reference["token_ids"], (result["token_ids"], reference["token_ids"])
         assert sum(1 for b in blocks if b > 0) >= 2, blocks
         with open(os.path.join(env["ILLM_LOG_DIR"], "gmanager.log"), errors="replace") as f:
-            moves = re.findall(r"^illm gmanager: move \d+ of request .*$", f.read(), re.M)
+            gm_log = f.read()
+        moves = re.findall(r"^illm gmanager: move \d+ of request .*$", gm_log, re.M)
         print(f"(a) {len(moves)} move reports in the gManager's log{', e.g. ' + moves[0] if moves else ''}",
               flush=True)
+        assert "control plane over mutual TLS" in gm_log and env.get("ILLM_TLS_ARGS"), gm_log[:2000]
+        print("(a) the control plane ran over mutual TLS (certificates of deploy/make-certs.sh)", flush=True)
 
         # (b) A completion from the front end, over HTTP through the bridge.
         if with_frontend:
@@ -288,6 +292,8 @@ def main():
                 sys.stderr.write(f"---- deploy/cluster-netns.sh output:\n{cluster.output()[-20000:]}\n")
             logs = os.path.join(work, "logs")
             for name in sorted(os.listdir(logs)) if os.path.isdir(logs) else []:
+                if not os.path.isfile(os.path.join(logs, name)):
+                    continue
                 with open(os.path.join(logs, name), errors="replace") as f:
                     sys.stderr.write(f"---- {name}:\n{f.read()[-6000:]}\n")
         shutil.rmtree(work, ignore_errors=True)
