@@ -180,6 +180,7 @@ class tls_doorman final : public net::doorman_impl {
     auto& mpx = acceptor_.backend();
     const net::native_socket fd = acceptor_.accepted_socket();
     (void)net::nonblocking(fd, true);
+    (void)net::tcp_nodelay(fd, true);  // small messages go at once (TLS records wait for no ACK)
     auto session = std::make_shared<tls_session>(shared_, fd, true);
     if (!session->valid()) {
       net::close_socket(fd);
@@ -207,6 +208,7 @@ class tls_middleman final : public caf::io::middleman_actor_impl {
     auto fd = net::new_tcp_connection(host, port);
     if (!fd) return std::move(fd.error());
     (void)net::nonblocking(*fd, true);
+    (void)net::tcp_nodelay(*fd, true);
     auto session = std::make_shared<tls_session>(shared_, *fd, false);
     if (!session->valid()) {
       net::close_socket(*fd);
