@@ -86,12 +86,22 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   n->attention = spawn_attention_servers(sys, acfg, n->decode_attention_device);
   const attention_servers servers = n->attention;
   attention_server_actor server = servers.prefill;  // the one that relays
-  n->plane->on_message(transport::channel::attend, [servers](transport::peer_id from, std::vector<uint8_t> bytes) {
-    servers.accept(instance_id(from), std::move(bytes));
+  // Only members' messages are served: what a sender outside the view sends is dropped and counted.
+  metrics::counter* dropped =
+      options.metrics ? &options.metrics->plane_messages_dropped.with({std::to_string(n->id)}) : nullptr;
+  auto from_member = [nodes, dropped](transport::peer_id from) {
+    if (nodes->member(uint32_t(from))) return true;
+    if (dropped) dropped->add();
+    return false;
+  };
+  n->plane->on_message(transport::channel::attend, [servers, from_member](transport::peer_id from,
+                                                                          std::vector<uint8_t> bytes) {
+    if (from_member(from)) servers.accept(instance_id(from), std::move(bytes));
   });
   std::weak_ptr<remote_router> router = n->router;
-  n->plane->on_message(transport::channel::partials, [router, server](transport::peer_id from,
-                                                                      std::vector<uint8_t> bytes) {
+  n->plane->on_message(transport::channel::partials, [router, server, from_member](transport::peer_id from,
+                                                                                   std::vector<uint8_t> bytes) {
+    if (!from_member(from)) return;
     if (const auto tag = partials_tag(bytes); tag && (*tag & relay_tag_bit))  // answers to what this one relays
       return caf::anon_send(server, incoming_partials{from, std::move(bytes)});
     if (auto r = router.lock()) r->on_partials(from, std::move(bytes));

@@ -2,6 +2,8 @@
 // a policy, a scribe and a doorman that make them, and a middleman actor whose connect and open make those.
 #include "actors/cluster/tls_transport.hpp"
 
+#include <csignal>
+
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
@@ -252,6 +254,9 @@ gpu::result<std::shared_ptr<tls_shared>> make_context(const control_security& s)
 
 gpu::result<caf::io::middleman_actor> spawn_tls_middleman(caf::actor_system& sys, const control_security& s,
                                                            tls_refusal_handler on_refused) {
+  // OpenSSL writes to its sockets with write(): a peer that closed its end (a refused stranger) would end this
+  // process with SIGPIPE. The error comes back from the write instead.
+  std::signal(SIGPIPE, SIG_IGN);
   auto shared = make_context(s);
   if (!shared.is_ok()) return shared.error();
   shared.value()->on_refused = std::move(on_refused);

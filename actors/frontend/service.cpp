@@ -7,6 +7,8 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
 
 #include "gpu/backend.hpp"
 
@@ -108,12 +110,27 @@ void service::refuse(http_reply& reply, const api_error& e, const std::string& r
   reply.send(e.status, json_type, error_body(e));
 }
 
+namespace {
+
+/// Whether two secrets are equal, in a time that depends on neither's contents: their SHA-256 digests are
+/// compared with CRYPTO_memcmp (a wrong key's time says nothing of how much of it was right).
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char da[SHA256_DIGEST_LENGTH], db[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(a.data()), a.size(), da);
+  SHA256(reinterpret_cast<const unsigned char*>(b.data()), b.size(), db);
+  return CRYPTO_memcmp(da, db, sizeof da) == 0;
+}
+
+}  // namespace
+
 bool service::authorized(const http_request& req, http_reply& reply) {
   if (options_.api_keys.empty()) return true;
   auto it = req.headers.find("authorization");
   const std::string given = it == req.headers.end() ? "" : it->second;
-  for (const std::string& key : options_.api_keys)
-    if (given == "Bearer " + key) return true;
+  bool accepted = false;
+  for (const std::string& key : options_.api_keys)  // every key compared: the time says not which one matched
+    accepted = same_secret(given, "Bearer " + key) || accepted;
+  if (accepted) return true;
   refuse(reply,
          make_error(401, given.empty() ? "missing API key (Authorization: Bearer <key>)" : "incorrect API key",
                     "invalid_request_error", "", "invalid_api_key"),

@@ -48,6 +48,10 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
                                      "Remote attention requests relayed to holders on this instance's node, their "
                                      "partials merged into one answer.",
                                      {"instance"})),
+      plane_messages_dropped(r.add_counter(prefix + "data_plane_messages_dropped_total",
+                                           "Attention messages on the data plane dropped because their sender is no "
+                                           "member of the view.",
+                                           {"instance"})),
       requests_restarted(r.add_counter(prefix + "requests_restarted_total",
                                        "Requests that started over from their tokens because a holder of their KV "
                                        "failed, by owner instance.",

@@ -45,6 +45,8 @@ struct runtime_metrics {
   family<histogram>& remote_attention_latency;  ///< illm:remote_attention_latency_seconds{instance}
   /// illm:remote_attention_relays_total{instance}: attends it relayed to holders on its node, their partials merged
   family<counter>& attention_relays;
+  /// illm:data_plane_messages_dropped_total{instance}: attention messages from a sender that is no member
+  family<counter>& plane_messages_dropped;
   /// illm:requests_restarted_total{instance}: requests that started over because a holder of their KV failed
   family<counter>& requests_restarted;
   /// illm:requests_recovered_total{instance, how}: requests that lost KV with a holder (or their owner) and went on,

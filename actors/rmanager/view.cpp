@@ -87,7 +87,9 @@ void adopt_view(self_ptr self, cluster_view v) {
   if (auto& nodes = self->state.config.nodes) {
     std::map<uint32_t, std::string> where;
     for (const instance_view& i : self->state.view.instances) where[i.inst_id] = i.node;
-    nodes->update(std::move(where));
+    std::set<uint32_t> members(self->state.view.members.begin(), self->state.view.members.end());
+    for (const auto& m : known) members.insert(m.first);  // not yet pruned: a settled view prunes them
+    nodes->update(std::move(where), std::move(members));
   }
   if (self->state.config.on_view) self->state.config.on_view(self->state.view);
 }

@@ -142,6 +142,7 @@ struct protocol_fixture {
   std::vector<std::shared_ptr<controlled_plane>> planes;
   std::vector<std::shared_ptr<instance_log>> logs;
   std::vector<std::shared_ptr<pool_promises>> promises;
+  std::vector<std::shared_ptr<peer_nodes>> nodes;  ///< each rManager's members and nodes, as its views say
   std::vector<rmanager_actor> rmanagers;
   std::vector<instance_actor> instances;
 
@@ -187,6 +188,8 @@ struct protocol_fixture {
     rc.answer_timeout = 1000ms;
     rc.replica_min_tokens = replica_min_tokens;
     rc.orphan_lease = 500ms;
+    rc.nodes = std::make_shared<peer_nodes>();
+    nodes.push_back(rc.nodes);
     log->id = id;
     auto rm = spawn_rmanager(*sys, rc);
     auto inst = sys->spawn(fake_instance, log);
@@ -740,6 +743,21 @@ TEST_SUITE("actors") {
     CHECK(f.pools[1]->check().is_ok());
     CHECK(f.pools[2]->check().is_ok());
     for (const instance_view& i : f.view().instances) CHECK(i.inst_id != 0);
+  }
+
+  TEST_CASE("each rManager knows the members of its view: a dead one is no member once the view is settled") {
+    protocol_fixture f(3);
+    for (const auto& n : f.nodes) {
+      CHECK(n->member(0));
+      CHECK(n->member(1));
+      CHECK(n->member(2));
+      CHECK_FALSE(n->member(7));  // the data plane drops what an unknown sender sends
+    }
+    caf::anon_send_exit(f.rmanagers[2], caf::exit_reason::kill);
+    f.settle(1000ms);
+    CHECK(f.nodes[0]->member(1));
+    CHECK_FALSE(f.nodes[0]->member(2));
+    CHECK_FALSE(f.nodes[1]->member(2));
   }
 
   TEST_CASE("a new owner takes a dead owner's hosted blocks over, and an older generation is fenced off") {

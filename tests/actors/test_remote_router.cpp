@@ -174,7 +174,7 @@ TEST_SUITE("actors") {
   TEST_CASE("a long step's jobs to several holders on another node go once, through the first of them") {
     auto plane = std::make_shared<recording_plane>();  // instance 0
     auto nodes = std::make_shared<peer_nodes>();
-    nodes->update({{0, "a"}, {1, "b"}, {2, "b"}, {3, "a"}, {4, "b"}});
+    nodes->update({{0, "a"}, {1, "b"}, {2, "b"}, {3, "a"}, {4, "b"}}, {0, 1, 2, 3, 4});
     remote_router router(plane, n_heads, head_dim, std::chrono::milliseconds(2000), nullptr, nodes, 4);
     row_buffers h1, h2, h3, h4, other, short_step;
     h2.blocks = {8, 9};

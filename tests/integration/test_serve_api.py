@@ -96,14 +96,17 @@ def disconnect_mid_stream(port):
 
 
 def api_keys():
-    with Server(ILLM, "--instances", "1", "--kv-blocks-per-instance", "64", "--api-key", "sekret") as s:
+    with Server(ILLM, "--instances", "1", "--kv-blocks-per-instance", "64", "--api-key", "sekret", "--api-key",
+                "second-key") as s:
         body = {"model": "stories15M", "prompt": "hi", "max_tokens": 2}
         status, answer = request(s.port, "POST", "/v1/completions", body)
         check(status == 401 and answer["error"]["code"] == "invalid_api_key", answer)
-        status, answer = request(s.port, "POST", "/v1/completions", body, {"Authorization": "Bearer wrong"})
-        check(status == 401, answer)
-        status, answer = request(s.port, "POST", "/v1/completions", body, {"Authorization": "Bearer sekret"})
-        check(status == 200, answer)
+        for wrong in ("Bearer wrong", "Bearer sekre", "Bearer sekretX", "sekret", "Bearer  sekret"):
+            status, answer = request(s.port, "POST", "/v1/completions", body, {"Authorization": wrong})
+            check(status == 401, (wrong, answer))
+        for right in ("Bearer sekret", "Bearer second-key"):
+            status, answer = request(s.port, "POST", "/v1/completions", body, {"Authorization": right})
+            check(status == 200, (right, answer))
         check(request(s.port, "GET", "/v1/models")[0] == 401, "models without a key")
 
 
