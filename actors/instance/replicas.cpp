@@ -114,18 +114,15 @@ bool readable_at(const instance_state& st, instance_id at, const std::set<instan
   return at == st.config.id || (!lost.count(at) && st.view.has_member(at));
 }
 
-/// Whether `blocks` more blocks can be had for a request: free here, or lent by members not lost.
-bool blocks_available(const instance_state& st, uint32_t blocks, const std::set<instance_id>& lost) {
-  uint64_t free = st.config.pool->free_blocks();
-  if (st.config.lending)
-    for (const instance_view& i : st.view.instances)
-      if (i.inst_id != st.config.id && !i.draining && !lost.count(i.inst_id)) free += i.movable_into();
-  return free >= blocks;
+/// Whether `blocks` more blocks are free in this pool now (a loan may never come: a request waiting for one
+/// with its KV half lost could wait for ever, so the lost blocks are computed again only into free ones here).
+bool blocks_available(const instance_state& st, uint32_t blocks, const std::set<instance_id>&) {
+  return uint64_t(st.config.pool->free_blocks()) >= uint64_t(blocks) + promised_blocks(st);
 }
 
 /// The lost blocks of `r` that have no copy are computed again, and only they (and the partial last block): the
 /// batcher gives them blocks as prefill reaches them (here, or lent elsewhere); the blocks after them stay where
-/// they are. False when the cluster lacks the blocks for them (nothing changed then: the request starts over).
+/// they are. False when this pool lacks free blocks for them (nothing changed then: the request starts over).
 bool compute_again(self_ptr self, running_request& r, const std::vector<uint32_t>& logical,
                    const std::set<instance_id>& lost) {
   auto& st = self->state;
