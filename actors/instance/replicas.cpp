@@ -116,17 +116,16 @@ bool readable_at(const instance_state& st, instance_id at, const std::set<instan
 
 /// Whether `blocks` more blocks are free in this pool now (a loan may never come: a request waiting for one
 /// with its KV half lost could wait for ever, so the lost blocks are computed again only into free ones here).
-bool blocks_available(const instance_state& st, uint32_t blocks, const std::set<instance_id>&) {
+bool blocks_free_here(const instance_state& st, uint32_t blocks) {
   return uint64_t(st.config.pool->free_blocks()) >= uint64_t(blocks) + promised_blocks(st);
 }
 
 /// The lost blocks of `r` that have no copy are computed again, and only they (and the partial last block): the
 /// batcher gives them blocks as prefill reaches them (here, or lent elsewhere); the blocks after them stay where
 /// they are. False when this pool lacks free blocks for them (nothing changed then: the request starts over).
-bool compute_again(self_ptr self, running_request& r, const std::vector<uint32_t>& logical,
-                   const std::set<instance_id>& lost) {
+bool compute_again(self_ptr self, running_request& r, const std::vector<uint32_t>& logical) {
   auto& st = self->state;
-  if (!blocks_available(st, uint32_t(logical.size()), lost)) return false;
+  if (!blocks_free_here(st, uint32_t(logical.size()))) return false;
   for (uint32_t i : logical) r.replicas.erase(i);
   const int again = r.seq->forget_lost_blocks(logical);
   if (auto* m = st.config.metrics.get()) m->positions_recomputed.with({std::to_string(st.config.id)}).add(double(again));
@@ -154,7 +153,7 @@ bool recover_from_replicas(self_ptr self, request_id id, const std::set<instance
     ask.at.push_back(copy->second);
   }
   if (ask.logical.empty() && without_copy.empty()) return false;
-  if (!without_copy.empty() && !compute_again(self, it->second, without_copy, lost)) return false;
+  if (!without_copy.empty() && !compute_again(self, it->second, without_copy)) return false;
   if (ask.logical.empty()) {  // nothing of what was lost had a copy
     if (auto* m = st.config.metrics.get()) m->requests_recovered.with({std::to_string(st.config.id), "recompute"}).add();
     return true;

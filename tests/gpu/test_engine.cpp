@@ -192,6 +192,36 @@ struct one_pool_rig {
   gpu::spread_block_source source;
 };
 
+/// The real model on the cpu backend, its engine stepping 64 tokens of 4 sequences, over three pools of 64 blocks
+/// that a sequence's blocks are spread over (pool 0 local).
+struct three_pool_rig {
+  three_pool_rig()
+      : eng(gpu::engine::create(test::real_model().weights, test::cpu_device(), {64, 4}).value()),
+        pools(make_pools(*eng)),
+        view{{&pools[0], &pools[1], &pools[2]}, 0},
+        source(view.by_id, 3) {}
+  three_pool_rig(const three_pool_rig&) = delete;
+  three_pool_rig& operator=(const three_pool_rig&) = delete;
+
+  /// The remote attention shape of the real model.
+  gpu::attention_shape shape() const {
+    const auto& c = test::real_model().weights->config();
+    return {c.n_heads, c.n_kv_heads, c.head_dim()};
+  }
+
+  std::unique_ptr<gpu::engine> eng;
+  std::vector<gpu::kv_pool> pools;
+  gpu::kv_pools view;
+  gpu::spread_block_source source;
+
+ private:
+  static std::vector<gpu::kv_pool> make_pools(gpu::engine& e) {
+    std::vector<gpu::kv_pool> out;
+    for (int p = 0; p < 3; ++p) out.push_back(gpu::kv_pool::create(test::cpu_device(), e.pool_layout(), 64).value());
+    return out;
+  }
+};
+
 }  // namespace
 
 TEST_SUITE("gpu") {
@@ -436,14 +466,9 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("a sequence whose holder fails starts over from its tokens; the others run the step again") {
     const auto& model = test::real_model();
-    const auto& c = model.weights->config();
-    gpu::backend& device = test::cpu_device();
-    auto eng = gpu::engine::create(model.weights, device, {64, 4}).value();
-    std::vector<gpu::kv_pool> pools;
-    for (int p = 0; p < 3; ++p) pools.push_back(gpu::kv_pool::create(device, eng->pool_layout(), 64).value());
-    gpu::kv_pools view{{&pools[0], &pools[1], &pools[2]}, 0};
-    gpu::spread_block_source source(view.by_id, 3);
-    gpu::pool_router inner(device, view, {c.n_heads, c.n_kv_heads, c.head_dim()});
+    three_pool_rig rig;
+    auto& [eng, pools, view, source] = rig;
+    gpu::pool_router inner(test::cpu_device(), view, rig.shape());
     dying_holder_router router(inner, 2, 2);
     gpu::batcher runner(*eng, source, {64, 4});
     std::vector<std::shared_ptr<gpu::sequence>> seqs;
@@ -495,14 +520,9 @@ TEST_SUITE("gpu") {
 
   TEST_CASE("a sequence that lost some blocks computes only their positions again, and its ids are those of one pool") {
     const auto& model = test::real_model();
-    const auto& c = model.weights->config();
-    gpu::backend& device = test::cpu_device();
-    auto eng = gpu::engine::create(model.weights, device, {64, 4}).value();
-    std::vector<gpu::kv_pool> pools;
-    for (int p = 0; p < 3; ++p) pools.push_back(gpu::kv_pool::create(device, eng->pool_layout(), 64).value());
-    gpu::kv_pools view{{&pools[0], &pools[1], &pools[2]}, 0};
-    gpu::spread_block_source source(view.by_id, 3);
-    gpu::pool_router router(device, view, {c.n_heads, c.n_kv_heads, c.head_dim()});
+    three_pool_rig rig;
+    auto& [eng, pools, view, source] = rig;
+    gpu::pool_router router(test::cpu_device(), view, rig.shape());
     gpu::batcher runner(*eng, source, {64, 4});
     auto s = std::make_shared<gpu::sequence>();
     s->id = 2;
