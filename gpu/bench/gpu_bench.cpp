@@ -147,19 +147,6 @@ status measure_memory(cuda_backend& dev, const gpu_bench_options& o, gpu_bench_r
 
 // ---- b. Decode MicroAttention bandwidth -----------------------------------------------------------------
 
-/// Fills a pool with seeded fp16 values: one chunk uploaded, then copied on the device over the rest.
-status fill_pool(cuda_backend& dev, const kv_pool& pool, uint64_t seed) {
-  const size_t bytes = size_t(pool.total_blocks()) * pool.layout().block_bytes();
-  const size_t chunk = std::min(bytes, size_t(64) << 20);
-  std::vector<float> values = seeded_floats(chunk / 2, seed);
-  std::vector<uint16_t> halves(values.size());
-  convert_floats(values.data(), values.size(), dtype::f16, halves.data());
-  char* base = static_cast<char*>(pool.base());
-  ILLM_RETURN_IF_ERROR(dev.upload(base, halves.data(), chunk));
-  for (size_t at = chunk; at < bytes; at += chunk) ILLM_RETURN_IF_ERROR(dev.copy(base + at, base, std::min(chunk, bytes - at)));
-  return dev.synchronize();
-}
-
 status measure_shape(cuda_backend& dev, const gpu_bench_options& o, const std::string& preset,
                      std::vector<int> contexts, gpu_bench_result& out) {
   auto config = preset_config(preset);
@@ -472,7 +459,8 @@ status measure_dist(cuda_backend& dev, const gpu_bench_options& o, gpu_bench_res
 
 // ---- d. Decode throughput ----------------------------------------------------------------------------
 
-status measure_decode(cuda_backend& dev, const gpu_bench_options& o, gpu_bench_result& out) {
+/// The model of parts d and e: llama2-7b (its first o.layers layers) with synthetic fp16 weights and fp16 KV.
+result<std::unique_ptr<engine>> decode_engine(cuda_backend& dev, const gpu_bench_options& o, gpu_bench_result& out) {
   auto config = preset_config(o.quick ? "tiny-gqa" : "llama2-7b");
   if (!config.is_ok()) return config.error();
   const int full_layers = config->n_layers;
@@ -485,11 +473,14 @@ status measure_decode(cuda_backend& dev, const gpu_bench_options& o, gpu_bench_r
   if (!weights.is_ok()) return weights.error();
   auto shared = std::make_shared<const model_weights>(std::move(weights).value());
   auto eng = engine::create(shared, dev, {512, 256, dtype::f16, dtype::f16});
-  if (!eng.is_ok()) return eng.error();
   out.weights_seconds = seconds_since(t0);
+  return eng;
+}
+
+status measure_decode(cuda_backend& dev, engine& eng, const gpu_bench_options& o, gpu_bench_result& out) {
   for (int batch : o.quick ? std::vector<int>{1, 4} : std::vector<int>{1, 8, 32, 64, 128, 256}) {
     report(o, text::format("decode at batch {}", batch));
-    auto figure = measure_decode_throughput(*eng.value(), dev, batch, o.seed);
+    auto figure = measure_decode_throughput(eng, dev, batch, o.seed);
     if (!figure.is_ok()) return figure.error();
     out.decode.push_back({batch, figure->tokens, figure->seconds});
   }
@@ -497,6 +488,18 @@ status measure_decode(cuda_backend& dev, const gpu_bench_options& o, gpu_bench_r
 }
 
 }  // namespace
+
+status fill_pool(cuda_backend& dev, const kv_pool& pool, uint64_t seed) {
+  const size_t bytes = size_t(pool.total_blocks()) * pool.layout().block_bytes();
+  const size_t chunk = std::min(bytes, size_t(64) << 20);
+  std::vector<float> values = seeded_floats(chunk / 2, seed);
+  std::vector<uint16_t> halves(values.size());
+  convert_floats(values.data(), values.size(), dtype::f16, halves.data());
+  char* base = static_cast<char*>(pool.base());
+  ILLM_RETURN_IF_ERROR(dev.upload(base, halves.data(), chunk));
+  for (size_t at = chunk; at < bytes; at += chunk) ILLM_RETURN_IF_ERROR(dev.copy(base + at, base, std::min(chunk, bytes - at)));
+  return dev.synchronize();
+}
 
 result<gpu_bench_result> run_gpu_bench(const gpu_bench_options& o) {
   const auto t0 = bench_clock::now();
@@ -514,7 +517,10 @@ result<gpu_bench_result> run_gpu_bench(const gpu_bench_options& o) {
   for (const char* preset : {"llama2-7b", "llama3-8b"})
     ILLM_RETURN_IF_ERROR(measure_shape(dev, o, preset, contexts, out));
   ILLM_RETURN_IF_ERROR(measure_dist(dev, o, out));
-  ILLM_RETURN_IF_ERROR(measure_decode(dev, o, out));
+  auto eng = decode_engine(dev, o, out);
+  if (!eng.is_ok()) return eng.error();
+  ILLM_RETURN_IF_ERROR(measure_decode(dev, *eng.value(), o, out));
+  ILLM_RETURN_IF_ERROR(measure_runtime(dev, *eng.value(), o, out));
   out.seconds = seconds_since(t0);
   return out;
 }

@@ -49,5 +49,11 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  const cuda::runtime_figure& runtime = result->runtime;
+  if (runtime.measured && !runtime.passed()) {
+    std::fprintf(stderr, "illm-gpu-bench: the runtime over device pools %s\n",
+                 runtime.moves_intact ? "gave other ids than one pool" : "changed blocks it moved");
+    return 1;
+  }
   return 0;
 }
