@@ -25,8 +25,9 @@ def load_illm(path):
     return {(a["shape"], a["context"]): (a["best_us"], a["best_gbps"]) for a in data.get("attention", [])}
 
 
-def time_call(torch, fn, repeats):
-    """Best time of one call in seconds, by CUDA events, after warming up."""
+def time_call(torch, fn, repeats, per_sample):
+    """Best time of one call in seconds, by CUDA events around per_sample back-to-back calls (as
+    illm-gpu-bench times its own), after warming up."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -34,10 +35,11 @@ def time_call(torch, fn, repeats):
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(repeats):
         start.record()
-        fn()
+        for _ in range(per_sample):
+            fn()
         end.record()
         end.synchronize()
-        best = min(best, start.elapsed_time(end) / 1e3)
+        best = min(best, start.elapsed_time(end) / 1e3 / per_sample)
     return best
 
 
@@ -78,8 +80,9 @@ def main():
             except TypeError:  # older: K and V repeated per query head
                 k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
                 fn = lambda: F.scaled_dot_product_attention(q, k, v)  # noqa: E731
-            repeats = max(5, min(50, int(8e9 // kv_bytes)))
-            seconds = time_call(torch, fn, repeats)
+            per_sample = max(1, min(64, int((4 << 30) // kv_bytes)))
+            repeats = max(5, min(50, int(8e9 // (kv_bytes * per_sample))))
+            seconds = time_call(torch, fn, repeats, per_sample)
             row = f"{shape:<10} {context:>8} {kv_bytes / 2**20:>9.1f} {seconds * 1e6:>10.1f} {kv_bytes / seconds / 1e9:>10.0f}"
             if (shape, context) in illm:
                 us, gbps = illm[(shape, context)]
