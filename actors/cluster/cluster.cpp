@@ -95,7 +95,9 @@ gpu::result<std::unique_ptr<instance_node>> cluster::make_node(instance_id id) {
   o.batch = options_.batch;
   o.metrics = options_.metrics;
   o.events = events_;
-  transport::plane_options po{.self = id, .group = group_};
+  transport::plane_options po;
+  po.self = id;
+  po.group = group_;
   if (plan.data_faults) po.faults = plan.data_text_for(uint64_t(id));
   auto endpoint = transport::make_plane(plan.empty() ? "inproc" : "faulty:inproc", po);
   if (!endpoint.is_ok()) return engine_status(endpoint.error());

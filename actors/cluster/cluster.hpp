@@ -104,6 +104,10 @@ class cluster final : public request_router {
   /// the planes inject no faults (cluster_options::faults is empty) or `id` is no live instance.
   bool partition_instance(instance_id id, std::chrono::milliseconds duration);
 
+  /// The group of the instances' inproc data planes: an endpoint made in it reaches them as a peer process
+  /// would (what a sender that is no member can push at them).
+  std::shared_ptr<transport::plane_group> plane_group() const { return group_; }
+
   /// Waits until every pool is back to all blocks free (releases are asynchronous: after a request
   /// ends, its holders free their blocks a moment later); false on timeout.
   bool wait_pools_free(std::chrono::milliseconds timeout);

@@ -11,12 +11,15 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "actors/cluster/cluster.hpp"
+#include "actors/metrics/runtime_metrics.hpp"
 #include "actors/placement/greedy_policy.hpp"
 #include "actors/placement/profiler.hpp"
 #include "gpu/backend_registry.hpp"
 #include "gpu/generate.hpp"
+#include "transport/registry.hpp"
 
 using namespace illm;
 using namespace illm::actors;
@@ -351,6 +354,34 @@ TEST_SUITE("actors") {
     CHECK(got[0].end.error.find("empty prompt") != std::string::npos);
     CHECK(got[1].end.reason == "error");
     CHECK(got[1].end.error.find("the cluster has 16") != std::string::npos);
+    c.value()->shutdown();
+  }
+
+  TEST_CASE("attention messages from a sender that is no member are dropped and counted, and serving goes on") {
+    cluster_options o = pools(2, 64);
+    metrics::registry registry;
+    o.metrics = std::make_shared<metrics::runtime_metrics>(registry);
+    auto c = cluster::start(model().weights, o);
+    REQUIRE(c.is_ok());
+    transport::plane_options po;
+    po.self = 9;  // no instance of the view
+    po.group = c.value()->plane_group();
+    auto stranger = transport::make_plane("inproc", po);
+    REQUIRE(stranger.is_ok());
+    const std::vector<uint8_t> junk(64, 0x5a);
+    for (instance_id to : {0u, 1u}) {
+      stranger.value()->send(to, transport::channel::attend, junk, [](const transport::status&) {});
+      stranger.value()->send(to, transport::channel::partials, junk, [](const transport::status&) {});
+    }
+    auto dropped = [&](instance_id at) { return o.metrics->plane_messages_dropped.with({std::to_string(at)}).value(); };
+    for (int i = 0; i < 500 && dropped(0) + dropped(1) < 4; ++i) std::this_thread::sleep_for(10ms);
+    CHECK(dropped(0) == 2);
+    CHECK(dropped(1) == 2);
+    const auto prompt = long_prompt(1500);  // about 1.5 pools: both instances attend it
+    const auto got = run_all_alone(*c.value(), {greedy(prompt, 8)});
+    CHECK(instances_holding(got[0].end) == 2);
+    CHECK(dropped(0) + dropped(1) == 4);  // the members' messages all pass
+    check_pools_back_to_start(*c.value());
     c.value()->shutdown();
   }
 }
