@@ -145,6 +145,23 @@ void engine::split_into_lanes(std::span<const batch_entry> batch, bool overlap) 
   lanes_ = {{0, i, 0, bound}, {i, entries_.size(), bound, rows}};
 }
 
+namespace {
+
+/// An error when `ref` (the block of position `pos` of sequence `seq`) is absent, or is no block of its pool
+/// where that pool is in this process (a remote holder checks its own).
+status check_block(const kv_pools& pools, uint64_t seq, const block_ref& ref, int64_t pos) {
+  if (ref.absent())
+    return {status_code::invalid_argument,
+            text::format("sequence {}: the block of position {} is absent (its KV is to be computed again)", seq, pos)};
+  const kv_pool* pool = ref.pool < pools.by_id.size() ? pools.by_id[ref.pool] : nullptr;
+  if (pool && ref.block >= pool->total_blocks())
+    return {status_code::invalid_argument, text::format("sequence {}: position {} is in block {} of pool {}, which has {}",
+                                                        seq, pos, ref.block, ref.pool, pool->total_blocks())};
+  return status::ok();
+}
+
+}  // namespace
+
 status engine::plan(const kv_pools& pools) {
   const model_config& c = config();
   const std::span<const batch_entry> batch = entries_;
@@ -177,6 +194,7 @@ status engine::plan(const kv_pools& pools) {
         return {status_code::invalid_argument,
                 text::format("sequence {}: position {} is in pool {}, which this engine cannot write", b.seq_id, pos,
                             ref.pool)};
+      ILLM_RETURN_IF_ERROR(check_block(pools, b.seq_id, ref, pos));
       tokens_.push_back(token);
       pos_.push_back(pos);
       slots_.push_back(ref.block * kv_block_tokens + uint32_t(pos % kv_block_tokens));
@@ -187,6 +205,7 @@ status engine::plan(const kv_pools& pools) {
     auto& groups = plans_[i].groups;
     for (uint32_t blk = 0; blk < blocks_for_tokens(end); ++blk) {
       const block_ref& ref = (*b.table)[blk];
+      ILLM_RETURN_IF_ERROR(check_block(pools, b.seq_id, ref, int64_t(blk) * kv_block_tokens));
       auto it = std::find_if(groups.begin(), groups.end(), [&](const block_group& g) { return g.pool == ref.pool; });
       if (it == groups.end()) {
         groups.push_back({ref.pool, {}, {}});

@@ -194,7 +194,7 @@ request_id cluster::submit(const generate_params& params, request_callbacks call
   instance_node* first = nodes().front();
   serving_instance target = most_free ? serving_instance{most_free->instance, most_free->inst_id}
                                       : serving_instance{first->instance(), first->id()};
-  requests_.spawn(*system_, id, params, std::move(target), std::move(callbacks));
+  requests_.spawn(*system_, id, params, std::move(target), std::move(callbacks), view);
   return id;
 }
 

@@ -221,7 +221,7 @@ request_id remote_cluster::submit(const generate_params& params, request_callbac
     if (callbacks.on_finished) callbacks.on_finished({id, "error", why, 0, {}});
     return id;
   }
-  requests_.spawn(*system_, id, params, {target->instance, target->inst_id}, std::move(callbacks));
+  requests_.spawn(*system_, id, params, {target->instance, target->inst_id}, std::move(callbacks), view);
   return id;
 }
 

@@ -22,7 +22,7 @@ serving_capacity capacity_of(const cluster_view& view) {
 }
 
 void request_table::spawn(caf::actor_system& sys, request_id id, const generate_params& params,
-                          serving_instance target, request_callbacks callbacks) {
+                          serving_instance target, request_callbacks callbacks, const cluster_view& chosen_from) {
   generate_request r{id, params, {}};
   auto on_finished = std::move(callbacks.on_finished);
   callbacks.on_finished = [this, id, on_finished](const request_finished& f) {
@@ -33,7 +33,9 @@ void request_table::spawn(caf::actor_system& sys, request_id id, const generate_
     if (on_finished) on_finished(f);
   };
   std::lock_guard lock(mutex_);
-  requests_[id] = spawn_request(sys, std::move(r), std::move(target), std::move(callbacks), resume_elsewhere_);
+  caf::actor request = spawn_request(sys, std::move(r), std::move(target), std::move(callbacks), resume_elsewhere_);
+  if (latest_ && latest_->newer_than(chosen_from)) caf::anon_send(request, *latest_);
+  requests_[id] = std::move(request);
 }
 
 void request_table::cancel(request_id id) {
@@ -53,6 +55,7 @@ void request_table::exit_all() {
 
 void request_table::tell_view(const cluster_view& view) {
   std::lock_guard lock(mutex_);
+  if (!latest_ || view.newer_than(*latest_)) latest_ = view;
   for (auto& [id, r] : requests_) caf::anon_send(r, view);
 }
 

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "actors/messages.hpp"
@@ -30,14 +31,16 @@ class request_table {
  public:
   /// With `resume_elsewhere`, a request whose instance left the cluster goes on on another one.
   explicit request_table(bool resume_elsewhere = false) : resume_elsewhere_(resume_elsewhere) {}
-  /// Spawns the request actor of `id`, which submits it to `target`.
+  /// Spawns the request actor of `id`, which submits it to `target`, picked from `chosen_from`. A view told
+  /// before that is newer than `chosen_from` is told to it too (its target may have died meanwhile).
   void spawn(caf::actor_system& sys, request_id id, const generate_params& params, serving_instance target,
-             request_callbacks callbacks);
+             request_callbacks callbacks, const cluster_view& chosen_from);
   void cancel(request_id id);
   void cancel_all();
   /// Sends every request actor an exit.
   void exit_all();
-  /// Tells every request actor the cluster's view: those whose instance is not in it end with an error.
+  /// Tells every request actor the cluster's view (those whose instance is not in it go on elsewhere, or end
+  /// with an error), and keeps it for requests spawned later from an older view.
   void tell_view(const cluster_view& view);
   /// Requests still in flight.
   size_t size();
@@ -48,6 +51,7 @@ class request_table {
   bool resume_elsewhere_;
   std::mutex mutex_;
   std::map<request_id, caf::actor> requests_;
+  std::optional<cluster_view> latest_;  ///< the newest view told
 };
 
 /// A cluster as a front end sees it.

@@ -1,7 +1,10 @@
-// Merge and combine: one warp per query row. Each lane finds the rows' largest m over the parts that
-// saw a key (e != 0) and the total weight, then owns columns lane, lane + 32, ... of the output.
+// Merge and combine: one warp per query row. The lanes share the parts: each finds the largest m and the
+// total weight over its parts (those that saw a key, e != 0), which the warp then reduces; for the output,
+// each lane owns columns lane, lane + 32, ... and adds the parts' MA rows in order, 32 parts' weights at a
+// time computed by the lanes and handed round by shuffles, so that the loads of several parts are in flight.
 #include "gpu/cuda/merge.cuh"
 
+#include "gpu/cuda/attention_jobs.hpp"
 #include "gpu/cuda/device.cuh"
 
 namespace illm::gpu::cuda {
@@ -11,6 +14,8 @@ namespace {
 
 constexpr int threads = 128;
 constexpr int rows_per_block = threads / 32;
+constexpr int columns_per_lane = 8;
+static_assert(32 * columns_per_lane >= head_dim_max, "a warp covers every column of a row");
 
 /// Folds row `row` of n_parts partials (row r of part p at p * n_rows + r): out_row gets the sum of each
 /// part's ma weighted by exp(m - top), divided by the total weight when normalising; top and total
@@ -19,22 +24,40 @@ __device__ __forceinline__ void fold_row(const float* m, const float* e, const f
                                          int row, int head_dim, bool normalise, float* out_row, float& top,
                                          float& total) {
   const int lane = int(threadIdx.x) & 31;
-  top = -INFINITY;
-  for (int p = 0; p < n_parts; ++p)
-    if (e[size_t(p) * n_rows + row] != 0.0f) top = fmaxf(top, m[size_t(p) * n_rows + row]);
-  total = 0.0f;
-  for (int p = 0; p < n_parts; ++p) {
+  float my_top = -INFINITY;
+  for (int p = lane; p < n_parts; p += 32)
+    if (e[size_t(p) * n_rows + row] != 0.0f) my_top = fmaxf(my_top, m[size_t(p) * n_rows + row]);
+  top = group_max(my_top);
+  float my_total = 0.0f;
+  for (int p = lane; p < n_parts; p += 32) {
     const size_t i = size_t(p) * n_rows + row;
-    if (e[i] != 0.0f) total += e[i] * expf(m[i] - top);
+    if (e[i] != 0.0f) my_total += e[i] * expf(m[i] - top);
   }
+  total = group_sum(my_total);
   const float scale = normalise ? (total == 0.0f ? 0.0f : 1.0f / total) : 1.0f;
-  for (int d = lane; d < head_dim; d += 32) {
-    float sum = 0.0f;
-    for (int p = 0; p < n_parts; ++p) {
-      const size_t i = size_t(p) * n_rows + row;
-      if (e[i] != 0.0f) sum += expf(m[i] - top) * ma[i * head_dim + d];
+  float sum[columns_per_lane];
+#pragma unroll
+  for (int k = 0; k < columns_per_lane; ++k) sum[k] = 0.0f;
+  for (int c = 0; c < n_parts; c += 32) {
+    const size_t mine = size_t(c + lane) * n_rows + row;
+    const float weight = c + lane < n_parts && e[mine] != 0.0f ? expf(m[mine] - top) : 0.0f;
+    const int n = imin(32, n_parts - c);
+#pragma unroll 4
+    for (int j = 0; j < n; ++j) {
+      const float w = __shfl_sync(full_mask, weight, j);
+      if (w == 0.0f) continue;  // the same for the whole warp
+      const float* src = ma + (size_t(c + j) * n_rows + row) * head_dim;
+#pragma unroll
+      for (int k = 0; k < columns_per_lane; ++k) {
+        const int d = lane + 32 * k;
+        if (d < head_dim) sum[k] += w * src[d];
+      }
     }
-    out_row[d] = sum * scale;
+  }
+#pragma unroll
+  for (int k = 0; k < columns_per_lane; ++k) {
+    const int d = lane + 32 * k;
+    if (d < head_dim) out_row[d] = sum[k] * scale;
   }
 }
 
@@ -69,6 +92,7 @@ __global__ void __launch_bounds__(threads) combine_kernel(const __grid_constant_
 
 cudaError_t merge_partials(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads,
                            int head_dim, float* out, size_t out_ld, cudaStream_t stream) {
+  if (head_dim > 32 * columns_per_lane) return cudaErrorInvalidValue;
   const int n_rows = n_q * n_heads;
   return launch(merge_kernel, dim3(unsigned((n_rows + rows_per_block - 1) / rows_per_block)), dim3(threads), 0,
                 stream, m, e, ma, n_parts, n_rows, n_heads, head_dim, out, out_ld);
