@@ -1,5 +1,6 @@
 #include "actors/attention_server.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -65,6 +66,11 @@ std::string refusal(const attention_server_config& c, const attend& a, instance_
       return fmt::format("instance {} keeps no block {} of request {} of instance {} (asked by instance {})",
                          c.plane->self(), b, a.req_id, a.owner, from);
   return {};
+}
+
+/// Attends of `from` waiting here for their blocks.
+size_t waiting_of(const attention_server_state& st, instance_id from) {
+  return size_t(std::count_if(st.parked.begin(), st.parked.end(), [&](const parked_attend& w) { return w.from == from; }));
 }
 
 /// Whether every listed block has `a`'s layer written.
@@ -226,6 +232,13 @@ attention_server_actor::behavior_type attention_server_behavior(self_ptr self, a
         const uint64_t relay = a.forwards.empty() ? 0 : start_relay(self, *cfg, in.from, a);
         if (relay) schedule_recheck(self);
         if (!a.blocks.empty() && refusal(*cfg, a, in.from).empty() && !written(*cfg, a)) {
+          if (waiting_of(self->state, in.from) >= cfg->max_waiting_per_peer) {
+            if (cfg->metrics) cfg->metrics->peer_limit_violations.with({std::to_string(cfg->plane->self())}).add();
+            partials refused{a.tag, false, fmt::format("instance {} has {} attends waiting here already (at most {})",
+                                                       in.from, cfg->max_waiting_per_peer, cfg->max_waiting_per_peer),
+                             {}, {}, {}};
+            return deliver(self, *cfg, in.from, relay, std::move(refused));
+          }
           self->state.parked.push_back({in.from, std::move(a), std::chrono::steady_clock::now(), relay});
           schedule_recheck(self);
           return;

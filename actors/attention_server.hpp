@@ -20,6 +20,7 @@
 #include "actors/logic/hosted_blocks.hpp"
 #include "actors/messages.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
+#include "actors/settings/settings.hpp"
 #include "gpu/backend.hpp"
 #include "gpu/kv_pool.hpp"
 #include "transport/transport.hpp"
@@ -35,6 +36,9 @@ struct attention_server_config {
   int n_layers = 0;
   std::shared_ptr<transport::data_plane> plane;
   std::chrono::milliseconds wait_limit{60000};  ///< how long a chunk's attend waits for its blocks
+  /// Attends of one peer that may wait for their blocks at once (instance_settings' peer_max_waiting_attends):
+  /// more are refused and counted (illm:peer_limit_violations_total).
+  size_t max_waiting_per_peer = size_t(instance_settings{}.peer_max_waiting_attends);
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional: counts the attends relayed
   /// Listens for the pool's writes, for the chunks' attends that wait (one server per pool does).
   bool watches_writes = true;

@@ -57,6 +57,8 @@ struct gmanager_state {
   /// Move ids stay below 2^40 (the rManagers' own start there) and differ between epochs: the low 16 bits of
   /// the epoch's second, then a count, so that a restarted gManager's orders never meet an earlier one's ids.
   uint64_t next_move = 1;
+  /// rManagers expelled for breaking a limit of the protocol, and why: their joins are refused.
+  std::map<caf::actor_addr, std::string> expelled;
   static inline const char* name = "gmanager";
 };
 
@@ -315,6 +317,8 @@ caf::result<cluster_view> on_join(self_ptr self, const join_cluster& j) {
                                                 held->second.rmanager != j.rmanager)
     return caf::make_error(caf::sec::invalid_argument,
                            "instance id " + std::to_string(j.inst_id) + " is already in the cluster");
+  if (auto it = st.expelled.find(j.rmanager.address()); it != st.expelled.end())
+    return caf::make_error(caf::sec::invalid_argument, "instance " + std::to_string(j.inst_id) + " was " + it->second);
   const bool is_new = !st.members.count(j.inst_id);
   if (j.known_epoch != 0 && j.known_epoch != st.config.epoch) {  // a member of a gManager before this one
     st.expected.insert(j.known_members.begin(), j.known_members.end());
@@ -358,6 +362,38 @@ void forget_rooms_of(gmanager_state& st, instance_id id) {
   }
 }
 
+/// A member is gone (its rManager died, or it was expelled): its requests (and others' blocks hosted on it) are
+/// reported, never silently forgotten; its rooms go.
+void drop_member(self_ptr self, std::map<instance_id, member>::iterator it, std::string reason) {
+  auto& members = self->state.members;
+  membership_event e{membership_event::kind::down, it->first, std::move(reason), {}, {}};
+  for (const auto& p : it->second.placement)
+    if (std::find(e.lost_requests.begin(), e.lost_requests.end(), p.req_id) == e.lost_requests.end())
+      e.lost_requests.push_back(p.req_id);
+  for (const auto& [id, other] : members)
+    for (const auto& p : other.placement)
+      if (id != it->first && p.inst_id == it->first && !p.local &&
+          std::find(e.lost_hosted.begin(), e.lost_hosted.end(), p.req_id) == e.lost_hosted.end())
+        e.lost_hosted.push_back(p.req_id);
+  tell(self, std::move(e));
+  forget_rooms_of(self->state, it->first);
+  members.erase(it);
+  ++self->state.version;
+}
+
+/// A member reported that `e.offender` broke a limit: it leaves the cluster and may not join this gManager again
+/// (a report from an rManager that is no member is ignored).
+void expel(self_ptr self, const expel_member& e) {
+  auto& members = self->state.members;
+  auto reporter = members.find(e.reporter);
+  if (reporter == members.end() || reporter->second.rmanager.address() != self->current_sender()) return;
+  auto offender = members.find(e.offender);
+  if (offender == members.end() || e.offender == e.reporter) return;
+  const std::string why = "expelled: instance " + std::to_string(e.reporter) + " reports " + e.reason;
+  self->state.expelled[offender->second.rmanager.address()] = why;
+  drop_member(self, offender, why);
+}
+
 }  // namespace
 
 gmanager_actor::behavior_type gmanager_behavior(self_ptr self, gmanager_config config) {
@@ -366,23 +402,7 @@ gmanager_actor::behavior_type gmanager_behavior(self_ptr self, gmanager_config c
   self->set_down_handler([=](const caf::down_msg& down) {
     auto& members = self->state.members;
     for (auto it = members.begin(); it != members.end(); ++it)
-      if (it->second.rmanager.address() == down.source) {
-        // Its requests (and others' blocks hosted on it) are reported, never silently forgotten.
-        membership_event e{membership_event::kind::down, it->first, self->system().render(down.reason), {}, {}};
-        for (const auto& p : it->second.placement)
-          if (std::find(e.lost_requests.begin(), e.lost_requests.end(), p.req_id) == e.lost_requests.end())
-            e.lost_requests.push_back(p.req_id);
-        for (const auto& [id, other] : members)
-          for (const auto& p : other.placement)
-            if (id != it->first && p.inst_id == it->first && !p.local &&
-                std::find(e.lost_hosted.begin(), e.lost_hosted.end(), p.req_id) == e.lost_hosted.end())
-              e.lost_hosted.push_back(p.req_id);
-        tell(self, std::move(e));
-        forget_rooms_of(self->state, it->first);
-        members.erase(it);
-        ++self->state.version;
-        break;
-      }
+      if (it->second.rmanager.address() == down.source) return drop_member(self, it, self->system().render(down.reason));
   });
   self->send(self, policy_tick_atom::value);
   return {
@@ -403,6 +423,7 @@ gmanager_actor::behavior_type gmanager_behavior(self_ptr self, gmanager_config c
         self->send(it->second.rmanager, d);
         ++self->state.version;
       },
+      [=](const expel_member& e) { expel(self, e); },
       [=](const leave_cluster& l) {
         forget_rooms_of(self->state, l.inst_id);
         if (self->state.members.erase(l.inst_id)) {

@@ -25,6 +25,7 @@ void register_messages(caf::actor_system_config& cfg) {
       .add_message_type<join_cluster>("join_cluster")
       .add_message_type<drain_instance>("drain_instance")
       .add_message_type<leave_cluster>("leave_cluster")
+      .add_message_type<expel_member>("expel_member")
       .add_message_type<use_gmanager>("use_gmanager")
       .add_message_type<control_endpoint>("control_endpoint")
       .add_message_type<attend>("attend")

@@ -83,6 +83,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   auto hosted = std::make_shared<actors::hosted_blocks>();
   attention_server_config acfg{n->pool, hosted, n->attention_device, shape, mc.n_layers, n->plane};
   acfg.metrics = options.metrics;
+  acfg.max_waiting_per_peer = size_t(options.instance.peer_max_waiting_attends);
   n->attention = spawn_attention_servers(sys, acfg, n->decode_attention_device);
   const attention_servers servers = n->attention;
   attention_server_actor server = servers.prefill;  // the one that relays
@@ -120,6 +121,8 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.lease = std::chrono::milliseconds(options.instance.lease_ms);
   rcfg.replica_min_tokens = uint32_t(options.instance.replica_min_tokens);
   rcfg.orphan_lease = std::chrono::milliseconds(options.instance.orphan_lease_ms);
+  rcfg.peer_max_blocks = uint32_t(options.instance.peer_max_blocks);
+  rcfg.peer_max_open_moves = uint32_t(options.instance.peer_max_open_moves);
   rcfg.metrics = options.metrics;
   rcfg.plane_address = options.plane_address;
   rcfg.node = options.node;

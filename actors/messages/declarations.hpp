@@ -27,6 +27,7 @@ struct cluster_view;
 struct join_cluster;
 struct drain_instance;
 struct leave_cluster;
+struct expel_member;
 struct use_gmanager;
 struct control_endpoint;
 struct reserve_room;

@@ -112,6 +112,16 @@ struct use_gmanager {
 };
 ILLM_INSPECT(use_gmanager, x.gmanager)
 
+/// rManager -> gManager: `offender` sent `reporter` a message beyond a limit of the protocol (more blocks than a
+/// message may name, more open moves than a peer may hold): the gManager expels it, and refuses its rManager's
+/// joins while it runs.
+struct expel_member {
+  instance_id offender = 0;
+  instance_id reporter = 0;
+  std::string reason;
+};
+ILLM_INSPECT(expel_member, x.offender, x.reporter, x.reason)
+
 /// rManager -> gManager: inst_id leaves the cluster.
 struct leave_cluster {
   instance_id inst_id = 0;

@@ -52,6 +52,10 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
                                            "Attention messages on the data plane dropped because their sender is no "
                                            "member of the view.",
                                            {"instance"})),
+      peer_limit_violations(r.add_counter(prefix + "peer_limit_violations_total",
+                                          "Control messages of a peer beyond a limit of the protocol (too many blocks, "
+                                          "too many open reservations): refused, and the peer expelled.",
+                                          {"instance"})),
       requests_restarted(r.add_counter(prefix + "requests_restarted_total",
                                        "Requests that started over from their tokens because a holder of their KV "
                                        "failed, by owner instance.",

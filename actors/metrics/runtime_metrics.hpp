@@ -47,6 +47,9 @@ struct runtime_metrics {
   family<counter>& attention_relays;
   /// illm:data_plane_messages_dropped_total{instance}: attention messages from a sender that is no member
   family<counter>& plane_messages_dropped;
+  /// illm:peer_limit_violations_total{instance}: control messages of a peer beyond a limit of the protocol (refused;
+  /// the peer is expelled)
+  family<counter>& peer_limit_violations;
   /// illm:requests_restarted_total{instance}: requests that started over because a holder of their KV failed
   family<counter>& requests_restarted;
   /// illm:requests_recovered_total{instance, how}: requests that lost KV with a holder (or their owner) and went on,

@@ -89,10 +89,18 @@ rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config c
       [=](const need_blocks& n) { start_loan(self, n); },
       [=](const transfer_done& d) { on_transfer(self, d); },
       // move destination
-      [=](const try_move_kvcache& t) {
+      [=](const try_move_kvcache& t) -> caf::result<move_reservation> {
+        if (!within_limits(self, over_limit(self->state, t))) {
+          move_reservation refused;
+          refused.id = t.id;
+          refused.dst_inst = self->state.config.id;
+          refused.reason = "beyond a limit of the protocol";
+          return refused;
+        }
         return answer<move_reservation>(self, faults::control_point::reply, [=] { return grant(self, t); });
       },
-      [=](const commit_move& c) {
+      [=](const commit_move& c) -> caf::result<commit_result> {
+        if (!within_limits(self, over_limit(self->state, c))) return commit_result{c.id, false, "beyond a limit"};
         return answer<commit_result>(self, faults::control_point::reply, [=] { return accept_commit(self, c); });
       },
       [=](const abort_move& a) { on_abort_move(self, a); },
@@ -101,7 +109,8 @@ rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config c
       [=](const return_reservation& r) { chunk_returned(self, r.id); },
       [=](const release_blocks& r) { release_hosted(self, r); },
       // rooms and releases
-      [=](const keep_blocks& k) {
+      [=](const keep_blocks& k) -> caf::result<uint32_t> {
+        if (!within_limits(self, over_limit(self->state, k))) return uint32_t(0);
         return answer<uint32_t>(self, faults::control_point::promise, [=] { return keep(self, k); });
       },
       [=](reserve_room& r) {
@@ -114,14 +123,25 @@ rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config c
       [=](const commit_chunk& c) { return commit_written_chunk(self, c); },
       [=](const abort_chunk& a) { abort_outgoing_chunk(self, a.id); },
       // replicas
-      [=](const replicate_blocks& r) { return copy_replica(self, r); },
-      [=](const replicas_lost& r) { on_replicas_lost(self, r); },
+      [=](const replicate_blocks& r) -> caf::result<replica_result> {
+        if (!within_limits(self, over_limit(self->state, r))) return replica_result{r.id, false, "beyond a limit"};
+        return copy_replica(self, r);
+      },
+      [=](const replicas_lost& r) {
+        if (within_limits(self, over_limit(self->state, r))) on_replicas_lost(self, r);
+      },
       [=](const spare_reclaimed& r) { on_spare_reclaimed(self, r); },
-      [=](const promote_replicas& p) { return promote(self, p); },
+      [=](const promote_replicas& p) -> caf::result<replicas_promoted> {
+        if (!within_limits(self, over_limit(self->state, p))) return replicas_promoted{false, "beyond a limit", {}};
+        return promote(self, p);
+      },
       // owner takeover
       [=](const take_over& t) { return take_over_request(self, t); },
       [=](const report_orphan& r) { return report(self, r); },
-      [=](const adopt_orphan& a) { return adopt(self, a); },
+      [=](const adopt_orphan& a) -> caf::result<orphan_adopted> {
+        if (!within_limits(self, over_limit(self->state, a))) return orphan_adopted{false, "beyond a limit", {}};
+        return adopt(self, a);
+      },
   };
 }
 

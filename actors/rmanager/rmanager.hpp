@@ -22,6 +22,7 @@
 #include "actors/logic/pool_promises.hpp"
 #include "actors/messages.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
+#include "actors/settings/settings.hpp"
 #include "gpu/kv_pool.hpp"
 #include "transport/transport.hpp"
 
@@ -50,6 +51,10 @@ struct rmanager_config {
   /// How long blocks kept here for a departed owner's request wait for a new owner to take them over (0: freed at
   /// once).
   std::chrono::milliseconds orphan_lease{15000};
+  /// The most blocks (or block places) one message of a peer may name, and reservations one peer may hold here
+  /// (instance_settings' peer_max_blocks and peer_max_open_moves): a peer beyond them is expelled.
+  uint32_t peer_max_blocks = uint32_t(instance_settings{}.peer_max_blocks);
+  uint32_t peer_max_open_moves = uint32_t(instance_settings{}.peer_max_open_moves);
   /// This instance's data-plane address, sent with its join (empty: an in-process plane, nothing to exchange).
   std::vector<uint8_t> plane_address;
   std::string node;  ///< the node (host) this instance runs on, sent with its join (empty: one node for all)

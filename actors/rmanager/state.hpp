@@ -162,6 +162,22 @@ struct rmanager_state {
 
 using self_ptr = rmanager_actor::stateful_pointer<rmanager_state>;
 
+// ---- limits.cpp -----------------------------------------------------------------------------------------------
+
+/// Why a peer's message goes beyond the limits of the protocol (empty: within them).
+std::string over_limit(const rmanager_state& st, const try_move_kvcache& m);
+std::string over_limit(const rmanager_state& st, const commit_move& m);
+std::string over_limit(const rmanager_state& st, const keep_blocks& m);
+std::string over_limit(const rmanager_state& st, const replicate_blocks& m);
+std::string over_limit(const rmanager_state& st, const replicas_lost& m);
+std::string over_limit(const rmanager_state& st, const promote_replicas& m);
+std::string over_limit(const rmanager_state& st, const adopt_orphan& m);
+
+/// True when `why` is empty. Otherwise the current message broke a limit: it is logged and counted
+/// (illm:peer_limit_violations_total), and its sender, when it is a member, is reported to the gManager, which
+/// expels it; the caller refuses the message.
+bool within_limits(self_ptr self, const std::string& why);
+
 // ---- rmanager.cpp ---------------------------------------------------------------------------------------------
 
 /// Writes a line of the rManager's data-plane log.

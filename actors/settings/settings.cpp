@@ -35,6 +35,12 @@ const std::vector<int_setting<instance_settings>>& instance_settings_table() {
       {"orphan_lease_ms", &instance_settings::orphan_lease_ms, 0, 3600000,
        "how long an instance keeps the blocks of a dead owner's request for a new owner to take over (0: freed at "
        "once)"},
+      {"peer_max_blocks", &instance_settings::peer_max_blocks, 1, 1 << 30,
+       "blocks (or block places) one message of a peer may name: a peer that names more is expelled from the cluster"},
+      {"peer_max_open_moves", &instance_settings::peer_max_open_moves, 1, 1 << 20,
+       "reservations of blocks one peer may hold at an instance at once: a peer that asks for more is expelled"},
+      {"peer_max_waiting_attends", &instance_settings::peer_max_waiting_attends, 1, 1 << 24,
+       "attention requests of one peer that may wait for their blocks at an instance: more are refused"},
   };
   return table;
 }

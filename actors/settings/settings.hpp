@@ -72,6 +72,9 @@ struct instance_settings {
   int attention_timeout_ms = 30000;
   int replica_min_tokens = 4096;
   int orphan_lease_ms = 15000;
+  int peer_max_blocks = 1 << 17;         ///< blocks (or block places) one message of a peer may name
+  int peer_max_open_moves = 1024;        ///< reservations one peer may hold at this instance at once
+  int peer_max_waiting_attends = 4096;   ///< attends of one peer waiting for their blocks at an attention server
 };
 
 /// Every instance setting: key, range, meaning.

@@ -147,6 +147,7 @@ struct protocol_fixture {
   std::vector<instance_actor> instances;
 
   uint32_t replica_min_tokens = 0;
+  uint32_t peer_max_blocks = rmanager_config{}.peer_max_blocks;  ///< of the instances added from now on
 
   /// `room_pass_limit`: the gManager's (how long younger, smaller rooms may go before a waiting one);
   /// `replica_min_tokens`: the rManagers' (0: no replicas).
@@ -188,6 +189,7 @@ struct protocol_fixture {
     rc.answer_timeout = 1000ms;
     rc.replica_min_tokens = replica_min_tokens;
     rc.orphan_lease = 500ms;
+    rc.peer_max_blocks = peer_max_blocks;
     rc.nodes = std::make_shared<peer_nodes>();
     nodes.push_back(rc.nodes);
     log->id = id;
@@ -743,6 +745,30 @@ TEST_SUITE("actors") {
     CHECK(f.pools[1]->check().is_ok());
     CHECK(f.pools[2]->check().is_ok());
     for (const instance_view& i : f.view().instances) CHECK(i.inst_id != 0);
+  }
+
+  TEST_CASE("a peer whose message names more blocks than the limit is refused and expelled from the cluster") {
+    protocol_fixture f(2);
+    f.peer_max_blocks = 2;  // instance 2 takes messages of at most two blocks
+    f.add_instance(2);
+    f.settle();
+    f.give_blocks(0, 7, 5);
+    f.orders.next.push_back({7, 0, 2, 3});  // instance 0 asks instance 2 to reserve three blocks
+    f.settle();
+    CHECK(f.pools[2]->used_blocks() == 0);  // refused: nothing reserved
+    CHECK(f.pools[0]->blocks_of(7) == 5);   // the request's blocks stay where they were
+    bool has0 = false, has1 = false, has2 = false;
+    for (const instance_view& i : f.view().instances) {
+      has0 = has0 || i.inst_id == 0;
+      has1 = has1 || i.inst_id == 1;
+      has2 = has2 || i.inst_id == 2;
+    }
+    CHECK_FALSE(has0);  // expelled
+    CHECK(has1);
+    CHECK(has2);
+    f.settle(1000ms);   // its heartbeats and joins change nothing
+    for (const instance_view& i : f.view().instances) CHECK(i.inst_id != 0);
+    CHECK(f.pools[2]->check().is_ok());
   }
 
   TEST_CASE("each rManager knows the members of its view: a dead one is no member once the view is settled") {
