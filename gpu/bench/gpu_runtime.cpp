@@ -14,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include "gpu/bench/bench_support.hpp"
 #include "gpu/bench/gpu_bench.hpp"
 #include "gpu/cuda/cuda_check.hpp"
 #include "gpu/pool_router.hpp"
@@ -25,15 +26,12 @@ inline namespace ILLM_CUDA_ABI {
 
 namespace {
 
-using bench_clock = std::chrono::steady_clock;
+using bench_detail::bench_clock;
+using bench_detail::seconds_since;
 
 constexpr int runtime_pools = 4;
 constexpr uint64_t request_id = 1;
 constexpr uint32_t owner_instance = 0;
-
-double seconds_since(bench_clock::time_point t0) {
-  return std::chrono::duration<double>(bench_clock::now() - t0).count();
-}
 
 /// The request's shape: a prompt whose first `seeded` positions have seeded KV, then `tail` tokens the
 /// engine prefills, then `steps` decode steps.
