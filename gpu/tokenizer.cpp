@@ -52,6 +52,9 @@ result<tokenizer> tokenizer::load(const std::string& path, int vocab_size) {
   int32_t max_length = 0;
   if (std::fread(&max_length, sizeof max_length, 1, f.get()) != 1) return corrupt(path, "no header");
   if (max_length <= 0 || max_length > 4096) return corrupt(path, text::format("bad max token length {}", max_length));
+  if (vocab_size < 3)
+    return corrupt(path, text::format("a vocabulary of {} pieces has no room for <unk>, <s> and </s> (ids 0, 1, 2)",
+                                      vocab_size));
   tokenizer t;
   t.pieces_.reserve(vocab_size);
   t.scores_.reserve(vocab_size);
@@ -96,8 +99,9 @@ std::vector<int32_t> tokenizer::encode(std::string_view raw, bool add_bos) const
     if (id >= 0) {
       symbols.push_back({id, uint32_t(i), uint32_t(n), 0, 0, true});
     } else {
-      for (size_t k = 0; k < n; ++k)
-        symbols.push_back({int32_t(static_cast<unsigned char>(text[i + k])) + 3, uint32_t(i + k), 1, 0, 0, false});
+      for (size_t k = 0; k < n; ++k)  // without byte pieces, <unk> (id 0)
+        symbols.push_back({has_byte_tokens_ ? int32_t(static_cast<unsigned char>(text[i + k])) + 3 : 0,
+                           uint32_t(i + k), 1, 0, 0, false});
     }
     i += n;
   }

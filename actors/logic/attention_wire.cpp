@@ -54,7 +54,7 @@ class reader {
     uint64_t n = 0;
     if (!skip_array<T>(n)) return false;
     v.resize(n);
-    std::memcpy(v.data(), in_.data() + at_ - n * sizeof(T), n * sizeof(T));
+    if (n > 0) std::memcpy(v.data(), in_.data() + at_ - n * sizeof(T), n * sizeof(T));  // an empty one's data() may be null
     return true;
   }
   bool text(std::string& s) {

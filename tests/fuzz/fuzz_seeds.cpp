@@ -1,0 +1,109 @@
+// fuzz_seeds DIR: writes valid inputs of every fuzz target into DIR/TARGET/seed-N, the seed corpora that
+// tests/fuzz/corpus keeps (messages encoded by the project's own encoders, a tiny checkpoint, request bodies).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "actors/logic/attention_wire.hpp"
+#include "gpu/checkpoint.hpp"
+#include "gpu/weights.hpp"
+#include "tests/fuzz/fuzz_support.hpp"
+
+using namespace illm;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write(const fs::path& dir, const std::string& name, const std::vector<uint8_t>& bytes) {
+  fs::create_directories(dir);
+  std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+}
+
+std::vector<uint8_t> text(char first, const std::string& body) {
+  std::vector<uint8_t> out{uint8_t(first)};
+  out.insert(out.end(), body.begin(), body.end());
+  return out;
+}
+
+void attention_wire(const fs::path& dir) {
+  actors::attend decode_step;
+  decode_step.tag = 7;
+  decode_step.req_id = 3;
+  decode_step.owner = 1;
+  decode_step.layer = 2;
+  decode_step.n_q = 1;
+  decode_step.num_blocks = 3;
+  decode_step.q.assign(8, 0.5f);
+  decode_step.q_pos = {40};
+  decode_step.logical_runs = actors::logical_runs({0, 1, 2});
+  write(dir, "seed-decode-attend", actors::encode(decode_step));
+  actors::attend chunk = decode_step;
+  chunk.n_q = 2;
+  chunk.q.assign(16, -0.25f);
+  chunk.q_pos = {41, 42};
+  chunk.blocks = {4, 5, 6};
+  chunk.block_pos = {0, 16, 32};
+  chunk.logical_runs.clear();
+  chunk.forwards.push_back({2, {9}, {48}});
+  write(dir, "seed-chunk-attend", actors::encode(chunk));
+  actors::partials answer{7, true, "", {1.0f, 2.0f}, {3.0f, 4.0f}, std::vector<float>(8, 0.125f)};
+  write(dir, "seed-partials", actors::encode(answer));
+  actors::partials refused{8, false, "instance 1 keeps no block 4", {}, {}, {}};
+  write(dir, "seed-refusal", actors::encode(refused));
+}
+
+void openai_request(const fs::path& dir) {
+  write(dir, "seed-completion", text(0, R"({"model":"stories15M","prompt":"Once upon a time","max_tokens":8})"));
+  write(dir, "seed-completion-ids",
+        text(0, R"({"model":"stories15M","prompt":[1,300,301],"max_tokens":4,"temperature":0.7,"top_p":0.9,"seed":3})"));
+  write(dir, "seed-stream",
+        text(0, R"({"model":"stories15M","prompt":"the","stream":true,"stream_options":{"include_usage":true},"stop":["."]})"));
+  write(dir, "seed-chat", text(1, R"({"model":"stories15M","messages":[{"role":"system","content":"Be kind."},)"
+                                  R"({"role":"user","content":"Tell a story"}],"max_tokens":16,"ignore_eos":true})"));
+}
+
+void checkpoint(const fs::path& dir) {
+  gpu::model_config c;
+  c.dim = 8;
+  c.hidden_dim = 16;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.vocab_size = 16;
+  c.max_seq = 8;
+  for (bool shared : {true, false}) {
+    auto w = gpu::synthetic_weights(c, 1, shared);
+    const std::string& path = fuzz::as_file(nullptr, 0);
+    if (!w.is_ok() || !gpu::write_llama2c(w.value(), path).is_ok()) {
+      std::fprintf(stderr, "fuzz_seeds: cannot write a checkpoint\n");
+      std::exit(1);
+    }
+    std::ifstream in(path, std::ios::binary);
+    write(dir, shared ? "seed-shared-classifier" : "seed-own-classifier",
+          std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {}));
+  }
+}
+
+void tokenizer(const fs::path& dir) {
+  std::vector<uint8_t> bytes{uint8_t(fuzz::small_vocab_size & 0xff), uint8_t(fuzz::small_vocab_size >> 8)};
+  const auto image = fuzz::small_vocab_image();
+  bytes.insert(bytes.end(), image.begin(), image.end());
+  write(dir, "seed-small-vocab", bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 2;
+  }
+  const fs::path dir = argv[1];
+  attention_wire(dir / "attention_wire");
+  openai_request(dir / "openai_request");
+  checkpoint(dir / "checkpoint");
+  tokenizer(dir / "tokenizer");
+  return 0;
+}
