@@ -7,10 +7,11 @@
 # (Debian: clang, libfuzzer-14-dev; deploy/install-deps.sh installs them).
 #
 # Targets: attention_wire (attend and partials messages of the data plane), openai_request (completions and
-# chat bodies), checkpoint (llama2.c model files), tokenizer (tokenizer.bin files, and text to encode).
+# chat bodies), checkpoint (llama2.c model files), tokenizer (tokenizer.bin files, and text to encode),
+# peer_messages (the control plane's messages through CAF's deserializer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-all_targets=(attention_wire openai_request checkpoint tokenizer)
+all_targets=(attention_wire openai_request checkpoint tokenizer peer_messages)
 target=${1:-all}
 seconds=${2:-60}
 build=${ILLM_FUZZ_BUILD:-build-fuzz}

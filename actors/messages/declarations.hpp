@@ -4,12 +4,59 @@
 
 #include <caf/all.hpp>
 
+namespace illm::actors {
+
+/// The most bytes a string or byte vector of a message may hold on the wire (reasons, addresses and keys are far
+/// smaller). CAF 0.17 allocates a byte sequence at the length a peer claims before it reads a byte: a 20-byte
+/// message could make the receiver allocate gigabytes. Fields of ILLM_INSPECT are read through bounded_bytes.
+inline constexpr size_t max_wire_bytes = size_t(1) << 20;
+
+/// A string or byte vector of a message, read with its length checked before anything is allocated.
+template <class Bytes>
+struct bounded_bytes {
+  Bytes& value;
+};
+
+/// Saves a bounded_bytes as CAF saves the sequence itself; loads it in the same format, its length checked.
+template <class Inspector, class Bytes>
+typename Inspector::result_type inspect(Inspector& f, bounded_bytes<Bytes>& b) {
+  if constexpr (Inspector::reads_state) {
+    return f(b.value);
+  } else {
+    size_t n = 0;
+    if (auto err = f.begin_sequence(n)) return err;
+    if (n > max_wire_bytes) return caf::make_error(caf::sec::invalid_argument, "a message field longer than allowed");
+    b.value.resize(n);
+    if (n > 0)
+      if (auto err = f.apply_raw(n, static_cast<void*>(&b.value[0]))) return err;
+    return f.end_sequence();
+  }
+}
+
+/// A message field as ILLM_INSPECT hands it to CAF: strings and byte vectors bounded, the rest as they are.
+template <class T>
+decltype(auto) wire_field(T& x) {
+  if constexpr (caf::detail::is_byte_sequence<T>::value)
+    return bounded_bytes<T>{x};
+  else
+    return (x);
+}
+
+/// The fields of a message of type `name` through `f`, each as wire_field hands it.
+template <class Inspector, class... Fields>
+typename Inspector::result_type inspect_fields(Inspector& f, const char* name, Fields&... fields) {
+  return f(caf::meta::type_name(name), wire_field(fields)...);
+}
+
+}  // namespace illm::actors
+
 /// Defines the CAF inspect overload (serialization) of message type T: its name on the wire and its fields,
 /// written as members of `x` in the order they travel: ILLM_INSPECT(move_kvcache, x.id, x.req_id, ...).
+/// Strings and byte vectors are read with their length checked (bounded_bytes).
 #define ILLM_INSPECT(T, ...)                                    \
   template <class Inspector>                                    \
   typename Inspector::result_type inspect(Inspector& f, T& x) { \
-    return f(caf::meta::type_name(#T), __VA_ARGS__);            \
+    return ::illm::actors::inspect_fields(f, #T, __VA_ARGS__);  \
   }
 
 namespace illm::actors {

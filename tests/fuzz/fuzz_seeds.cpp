@@ -6,7 +6,13 @@
 #include <string>
 #include <vector>
 
+#include <caf/all.hpp>
+
 #include "actors/logic/attention_wire.hpp"
+#include "actors/messages/membership.hpp"
+#include "actors/messages/placement.hpp"
+#include "actors/messages/replicas.hpp"
+#include "actors/messages/takeover.hpp"
 #include "gpu/checkpoint.hpp"
 #include "gpu/weights.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
@@ -52,6 +58,39 @@ void attention_wire(const fs::path& dir) {
   write(dir, "seed-partials", actors::encode(answer));
   actors::partials refused{8, false, "instance 1 keeps no block 4", {}, {}, {}};
   write(dir, "seed-refusal", actors::encode(refused));
+}
+
+/// Message `m` as fuzz_peer_messages reads it: the index of its type, then CAF's serialization.
+template <class T>
+std::vector<uint8_t> peer_message(uint8_t type, T m) {
+  std::vector<char> bytes;
+  caf::binary_serializer sink{nullptr, bytes};
+  if (sink(m)) std::exit(1);
+  std::vector<uint8_t> out{type};
+  out.insert(out.end(), bytes.begin(), bytes.end());
+  return out;
+}
+
+void peer_messages(const fs::path& dir) {  // type indexes as in fuzz_peer_messages.cpp
+  using namespace actors;
+  heartbeat hb;
+  hb.inst_id = 2;
+  hb.seq = 9;
+  hb.placement.push_back({});
+  write(dir, "seed-heartbeat", peer_message(0, hb));
+  write(dir, "seed-try-move", peer_message(2, try_move_kvcache{5, 3, 4, 1, false}));
+  move_reservation granted;
+  granted.id = 5;
+  granted.granted = true;
+  granted.blocks = {1, 2, 3, 4};
+  granted.region_key = {1, 2, 3};
+  granted.reason = "ok";
+  write(dir, "seed-reservation", peer_message(3, granted));
+  write(dir, "seed-commit", peer_message(4, commit_move{5, 3, 1, {0, 1, 2, 3}, true, 77}));
+  write(dir, "seed-replicate", peer_message(11, replicate_blocks{6, 3, 1, {0, 1}, {7, 8}, 2}));
+  write(dir, "seed-promote", peer_message(14, promote_replicas{3, 1, {0, 1}, {2, 2}}));
+  write(dir, "seed-adopt", peer_message(18, adopt_orphan{3, 1, 2, 1, {0, 1}, {2}}));
+  write(dir, "seed-expel", peer_message(20, expel_member{1, 2, "too many blocks"}));
 }
 
 void openai_request(const fs::path& dir) {
@@ -105,5 +144,6 @@ int main(int argc, char** argv) {
   openai_request(dir / "openai_request");
   checkpoint(dir / "checkpoint");
   tokenizer(dir / "tokenizer");
+  peer_messages(dir / "peer_messages");
   return 0;
 }

@@ -1,0 +1,55 @@
+// The control plane's messages as another process can send them: CAF's binary deserializer (what its wire
+// protocol uses) over each message type that a peer's rManager or the gManager can reach with plain data (the
+// first byte picks the type). What decodes must serialize and decode again to the same bytes.
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#include "actors/messages/membership.hpp"
+#include "actors/messages/placement.hpp"
+#include "actors/messages/replicas.hpp"
+#include "actors/messages/rooms.hpp"
+#include "actors/messages/takeover.hpp"
+
+using namespace illm::actors;
+
+namespace {
+
+/// Decodes a T from `data`; when it decodes, checks that it serializes to bytes that decode to the same bytes.
+template <class T>
+void round_trip(const uint8_t* data, size_t size) {
+  caf::binary_deserializer source{nullptr, reinterpret_cast<const char*>(data), size};
+  T x;
+  if (source(x)) return;  // refused: nothing more to check
+  std::vector<char> first, second;
+  caf::binary_serializer sink{nullptr, first};
+  if (sink(x)) std::abort();
+  caf::binary_deserializer again{nullptr, first};
+  T y;
+  if (again(y)) std::abort();
+  caf::binary_serializer sink2{nullptr, second};
+  if (sink2(y) || first != second) std::abort();
+}
+
+using decoder = void (*)(const uint8_t*, size_t);
+
+constexpr decoder decoders[] = {
+    round_trip<heartbeat>,        round_trip<move_kvcache>,     round_trip<try_move_kvcache>,
+    round_trip<move_reservation>, round_trip<commit_move>,      round_trip<commit_result>,
+    round_trip<abort_move>,       round_trip<release_blocks>,   round_trip<move_report>,
+    round_trip<keep_blocks>,      round_trip<release_room>,     round_trip<replicate_blocks>,
+    round_trip<replica_result>,   round_trip<replicas_lost>,    round_trip<promote_replicas>,
+    round_trip<replicas_promoted>, round_trip<report_orphan>,   round_trip<orphan_report>,
+    round_trip<adopt_orphan>,     round_trip<orphan_adopted>,   round_trip<expel_member>,
+    round_trip<drain_instance>,   round_trip<leave_cluster>,
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  decoders[data[0] % std::size(decoders)](data + 1, size - 1);
+  return 0;
+}
