@@ -286,6 +286,28 @@ size_t count_ok(const std::vector<move_report>& moves) {
 }  // namespace
 
 TEST_SUITE("actors") {
+  TEST_CASE("a message whose string claims more bytes than a message may carry is refused before it is sized") {
+    std::vector<char> bytes;
+    caf::binary_serializer sink{nullptr, bytes};
+    size_t claimed = max_wire_bytes + 1;  // commit_result: id, committed, then the reason's length and no bytes
+    REQUIRE_FALSE(sink(uint64_t(5), false));
+    REQUIRE_FALSE(sink.begin_sequence(claimed));
+    caf::binary_deserializer source{nullptr, bytes};
+    commit_result r;
+    const caf::error err = source(r);
+    REQUIRE(err);
+    CHECK(err == caf::sec::invalid_argument);  // CAF's own loading would size the string first, then hit the end
+    commit_result ok{5, true, "fine"};
+    std::vector<char> good;
+    caf::binary_serializer good_sink{nullptr, good};
+    REQUIRE_FALSE(good_sink(ok));
+    caf::binary_deserializer good_source{nullptr, good};
+    commit_result back;
+    REQUIRE_FALSE(good_source(back));
+    CHECK(back.reason == "fine");
+    CHECK(back.committed);
+  }
+
   TEST_CASE("a move copies the blocks then commits then switches the owner table") {
     protocol_fixture f(2);
     f.give_blocks(0, 7, 4);

@@ -61,4 +61,34 @@ TEST_SUITE("gpu") {
     CHECK_FALSE(gpu::tokenizer::load("/nonexistent/tokenizer.bin", 32000).is_ok());
     std::filesystem::remove(cut);
   }
+
+  TEST_CASE("tokenizer without byte pieces encodes unknown characters as <unk>, and needs room for its specials") {
+    // A tokenizer.bin of six pieces: max length, then per piece its score, length and bytes.
+    const std::string path = std::filesystem::temp_directory_path() / "illm_tokenizer_small.bin";
+    auto write_vocab = [&](const std::vector<std::string>& pieces) {
+      std::FILE* f = std::fopen(path.c_str(), "wb");
+      REQUIRE(f);
+      const int32_t max_length = 8;
+      std::fwrite(&max_length, sizeof max_length, 1, f);
+      for (const std::string& p : pieces) {
+        const float score = 0;
+        const int32_t length = int32_t(p.size());
+        std::fwrite(&score, sizeof score, 1, f);
+        std::fwrite(&length, sizeof length, 1, f);
+        std::fwrite(p.data(), 1, p.size(), f);
+      }
+      std::fclose(f);
+    };
+    write_vocab({"<unk>", "<s>", "</s>", " ", "a", " a"});
+    auto small = gpu::tokenizer::load(path, 6);
+    REQUIRE(small.is_ok());
+    const auto ids = small->encode("a\x01a", true);
+    for (int32_t id : ids) CHECK(id < 6);
+    CHECK(std::find(ids.begin(), ids.end(), 0) != ids.end());  // \x01 has no piece and no byte piece
+    write_vocab({"<unk>", "<s>"});
+    auto tiny = gpu::tokenizer::load(path, 2);
+    REQUIRE_FALSE(tiny.is_ok());
+    CHECK(tiny.error().message().find("no room") != std::string::npos);
+    std::filesystem::remove(path);
+  }
 }
