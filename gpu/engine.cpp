@@ -194,7 +194,6 @@ status engine::plan(const kv_pools& pools) {
         return {status_code::invalid_argument,
                 text::format("sequence {}: position {} is in pool {}, which this engine cannot write", b.seq_id, pos,
                             ref.pool)};
-      ILLM_RETURN_IF_ERROR(check_block(pools, b.seq_id, ref, pos));
       tokens_.push_back(token);
       pos_.push_back(pos);
       slots_.push_back(ref.block * kv_block_tokens + uint32_t(pos % kv_block_tokens));
