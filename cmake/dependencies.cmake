@@ -23,11 +23,6 @@ if(ILLM_ENABLE_UCX)
   target_link_libraries(illm::ucx INTERFACE ucx::ucp ucx::ucs)
 endif()
 
-# civetweb (HTTP server and client); Debian's config needs the civetweb package beside libcivetweb-dev.
-find_package(civetweb REQUIRED CONFIG)
-add_library(illm::civetweb INTERFACE IMPORTED)
-target_link_libraries(illm::civetweb INTERFACE civetweb::civetweb)
-
 if(ILLM_BUILD_TESTS)
   find_package(doctest REQUIRED)
   include(doctest)

@@ -1,13 +1,25 @@
 #include "actors/frontend/http_server.hpp"
 
-#include <civetweb.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-#include <algorithm>
-#include <cctype>
+#include <cerrno>
+#include <chrono>
 #include <condition_variable>
-#include <functional>
+#include <cstring>
+#include <deque>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -15,164 +27,522 @@ namespace illm::actors::frontend {
 
 namespace {
 
-std::once_flag library_once;
-std::mutex last_error_mutex;
-std::string last_error;  // civetweb's last complaint, for the error that mg_start's failure gives
+using clock = std::chrono::steady_clock;
 
-int remember_error(const mg_connection*, const char* message) {
-  std::lock_guard lock(last_error_mutex);
-  last_error = message ? message : "";
-  return 1;
+std::string error_json(const std::string& message) {
+  std::string escaped;
+  for (char c : message) escaped += (c == '"' || c == '\\') ? std::string{'\\', c} : std::string{c};
+  return fmt::format(R"({{"error":{{"message":"{}","type":"invalid_request_error","param":null,"code":null}}}})",
+                     escaped);
 }
 
-const char* reason_phrase(int status) {
-  switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Status";
+/// A whole response that closes the connection, for what the server refuses itself.
+std::string refusal(int status, const std::string& message) {
+  const std::string body = error_json(message);
+  return fmt::format("HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+                     status, reason_phrase(status), body.size(), body);
+}
+
+/// Sends what the socket takes now, without waiting (for refusals on the receiving thread).
+void send_now(int fd, const std::string& bytes) { (void)::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL); }
+
+void set_blocking(int fd, bool blocking) {
+  const int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, blocking ? flags & ~O_NONBLOCK : flags | O_NONBLOCK);
+}
+
+/// The numeric address of a peer.
+std::string address_of(const sockaddr_storage& a) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (a.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, text, sizeof text);
+  if (a.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, text, sizeof text);
+  return text;
+}
+
+/// Raises the soft limit on open files to the hard one: each connection is a file.
+rlim_t raise_file_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return 1024;
+  if (r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+    getrlimit(RLIMIT_NOFILE, &r);
   }
+  return r.rlim_cur;
 }
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  return s;
+/// A listening socket on host:port, or the reason there is none.
+gpu::result<int> listen_on(const std::string& host, uint16_t port) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  const std::string service = std::to_string(port);
+  if (int e = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found); e != 0)
+    return gpu::status{gpu::status_code::io_error, fmt::format("cannot serve on {}:{}: {}", host, port, gai_strerror(e))};
+  std::string why = "no address";
+  for (addrinfo* a = found; a; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 1024) == 0) {
+      freeaddrinfo(found);
+      return fd;
+    }
+    why = std::strerror(errno);
+    ::close(fd);
+  }
+  freeaddrinfo(found);
+  return gpu::status{gpu::status_code::io_error, fmt::format("cannot serve on {}:{}: {}", host, port, why)};
+}
+
+uint16_t bound_port(int fd) {
+  sockaddr_storage a{};
+  socklen_t n = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+  return ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(a).sin6_port
+                                       : reinterpret_cast<sockaddr_in&>(a).sin_port);
 }
 
 }  // namespace
 
+// ---- the reply ----
+
+bool http_reply::send_all(const std::string& bytes) {
+  for (size_t sent = 0; !failed_ && sent < bytes.size();) {
+    const ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) sent += size_t(n);
+    else if (n < 0 && errno == EINTR) continue;
+    else failed_ = true;  // gone, or took nothing for the write timeout
+  }
+  return !failed_;
+}
+
 void http_reply::send(int status, const std::string& content_type, const std::string& body) {
   status_ = status;
-  mg_printf(conn_, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-store\r\n\r\n",
-            status, reason_phrase(status), content_type.c_str(), body.size());
-  mg_write(conn_, body.data(), body.size());
+  const char* connection = !keep_alive_ ? "Connection: close\r\n" : http10_ ? "Connection: keep-alive\r\n" : "";
+  send_all(fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{}\r\n",
+                       status, reason_phrase(status), content_type, body.size(), connection) +
+           body);
 }
 
 bool http_reply::start_stream(const std::string& content_type) {
   status_ = 200;
-  return mg_printf(conn_,
-                   "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
-                   "Connection: close\r\n\r\n",
-                   content_type.c_str()) > 0;
+  streamed_ = true;
+  return send_all(fmt::format("HTTP/1.1 200 OK\r\nContent-Type: {}\r\nCache-Control: no-cache\r\n"
+                              "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+                              content_type));
 }
 
 bool http_reply::write(const std::string& data) {
-  return data.empty() || mg_send_chunk(conn_, data.data(), unsigned(data.size())) > 0;
+  return data.empty() || send_all(fmt::format("{:x}\r\n", data.size()) + data + "\r\n");
 }
 
-void http_reply::end_stream() { mg_send_chunk(conn_, "", 0); }
+void http_reply::end_stream() { send_all("0\r\n\r\n"); }
+
+// ---- the server ----
+
+/// The receiving thread, the handler threads and the connections between them.
+class http_server::impl {
+ public:
+  uint16_t port = 0;
+  http_refusal_observer observer;
+
+  gpu::status start(const std::map<std::string, handler>* routes, const std::string& host, uint16_t at, int threads,
+                    size_t max_body_bytes, const http_limits& limits);
+  void stop();
+
+ private:
+  enum class phase { idle, head, body };
+  /// One client connection, on the receiving side or with a handler.
+  struct connection {
+    int fd = -1;
+    std::string client;
+    std::string in;  ///< bytes read and not yet used (a pipelined request's start included)
+    phase state = phase::idle;
+    clock::time_point deadline, waiting_since;
+    http_head head;
+    bool body_too_large = false;
+    bool peer_closed = false;  ///< the client sent all it will (it may still read the answer)
+    bool served = false;       ///< it carried a request already
+  };
+  using connection_ptr = std::unique_ptr<connection>;
+
+  void receive_loop();
+  void accept_all();
+  bool make_room(const std::string& client, int fd);
+  void read_from(connection& c);
+  void advance(connection& c);
+  bool finish_head(connection& c, size_t head_end);
+  void hand_over(connection& c);
+  void take_back();
+  void expire();
+  void close_connection(connection& c);
+  void close_with(connection& c, int status, const std::string& message, const char* reason);
+  void count(const char* reason) const {
+    if (observer) observer(reason);
+  }
+  void watch(connection& c);
+
+  void handler_loop();
+  bool serve(connection& c);
+
+  const std::map<std::string, handler>* routes_ = nullptr;
+  http_limits limits_;
+  size_t max_body_bytes_ = 0;
+  int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
+  bool accepting_ = true;
+  clock::time_point accept_again_;
+  std::unordered_map<int, connection_ptr> receiving_;  // fd -> connection, on this thread
+  std::unordered_map<std::string, int> per_client_;    // open connections by address (with handlers too)
+  int open_ = 0;
+  std::thread receiver_;
+  std::vector<std::thread> handlers_;
+
+  std::mutex mutex_;  // guards what follows: the queues between the receiving thread and the handlers
+  std::condition_variable work_ready_;
+  std::deque<connection_ptr> work_;
+  std::deque<std::pair<connection_ptr, bool>> returned_;  // connection, whether it may carry another request
+  bool stopping_ = false;
+};
+
+gpu::status http_server::impl::start(const std::map<std::string, handler>* routes, const std::string& host,
+                                     uint16_t at, int threads, size_t max_body_bytes, const http_limits& limits) {
+  routes_ = routes;
+  limits_ = limits;
+  max_body_bytes_ = max_body_bytes;
+  const rlim_t files = raise_file_limit();
+  limits_.max_connections = int(std::min<rlim_t>(rlim_t(limits.max_connections), files > 64 ? files - 64 : 1));
+  auto fd = listen_on(host, at);
+  if (!fd.is_ok()) return fd.error();
+  listen_fd_ = fd.value();
+  port = bound_port(listen_fd_);
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  for (int w : {listen_fd_, wake_fd_}) {
+    epoll_event e{};
+    e.events = EPOLLIN;
+    e.data.fd = w;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w, &e);
+  }
+  receiver_ = std::thread([this] { receive_loop(); });
+  for (int i = 0; i < std::max(1, threads); ++i) handlers_.emplace_back([this] { handler_loop(); });
+  return gpu::status::ok();
+}
+
+void http_server::impl::stop() {
+  if (listen_fd_ < 0) return;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_ready_.notify_all();
+  const uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+  receiver_.join();
+  for (std::thread& t : handlers_) t.join();
+  handlers_.clear();
+  for (auto& c : work_) ::close(c->fd);
+  for (auto& [c, keep] : returned_) ::close(c->fd);
+  work_.clear();
+  returned_.clear();
+  for (int fd : {listen_fd_, epoll_fd_, wake_fd_}) ::close(fd);
+  listen_fd_ = epoll_fd_ = wake_fd_ = -1;
+}
+
+void http_server::impl::receive_loop() {
+  epoll_event events[256];
+  for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) break;
+    }
+    if (!accepting_ && clock::now() >= accept_again_) {
+      epoll_event e{};
+      e.events = EPOLLIN;
+      e.data.fd = listen_fd_;
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &e);
+      accepting_ = true;
+    }
+    const int n = epoll_wait(epoll_fd_, events, 256, 200);
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == listen_fd_) accept_all();
+      else if (fd == wake_fd_) take_back();
+      else if (auto it = receiving_.find(fd); it != receiving_.end()) read_from(*it->second);
+    }
+    expire();
+  }
+  while (!receiving_.empty()) close_connection(*receiving_.begin()->second);
+}
+
+void http_server::impl::accept_all() {
+  // A few at a time: between batches the loop reads the connections already taken, so a client that sent its
+  // request is served before a flood of newer connections could make it the oldest one and close it for room.
+  for (int taken = 0; taken < 64; ++taken) {
+    sockaddr_storage peer{};
+    socklen_t size = sizeof peer;
+    const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &size, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of files: stop accepting for a moment rather than spin on a connection that cannot be taken.
+        epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+        accepting_ = false;
+        accept_again_ = clock::now() + std::chrono::milliseconds(100);
+      }
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;
+    }
+    const std::string client = address_of(peer);
+    if (!make_room(client, fd)) continue;
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto c = std::make_unique<connection>();
+    c->fd = fd;
+    c->client = client;
+    c->waiting_since = clock::now();
+    c->deadline = c->waiting_since + std::chrono::milliseconds(limits_.header_timeout_ms);
+    ++per_client_[client];
+    ++open_;
+    watch(*c);
+    receiving_.emplace(fd, std::move(c));
+  }
+}
+
+/// Whether connection `fd` of `client` may be kept: its address under its cap, and a place for it (the
+/// connection waiting longest for a request closed when all are taken). Closes `fd` when not.
+bool http_server::impl::make_room(const std::string& client, int fd) {
+  auto mine = per_client_.find(client);
+  if (mine != per_client_.end() && mine->second >= limits_.max_connections_per_client) {
+    send_now(fd, refusal(503, "too many connections from this address"));
+    ::close(fd);
+    count("client_limit");
+    return false;
+  }
+  if (open_ < limits_.max_connections) return true;
+  connection* oldest = nullptr;
+  for (auto& [other_fd, c] : receiving_)
+    if (c->state != phase::body && (!oldest || c->waiting_since < oldest->waiting_since)) oldest = c.get();
+  if (!oldest) {
+    send_now(fd, refusal(503, "the server has no connection free"));
+    ::close(fd);
+    count("full");
+    return false;
+  }
+  count("evicted");
+  close_connection(*oldest);
+  return true;
+}
+
+void http_server::impl::watch(connection& c) {
+  epoll_event e{};
+  e.events = EPOLLIN;
+  e.data.fd = c.fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c.fd, &e);
+}
+
+void http_server::impl::read_from(connection& c) {
+  char buffer[16384];
+  for (;;) {
+    const size_t room = c.state == phase::body ? c.head.content_length + sizeof buffer : limits_.max_header_bytes + 4;
+    if (c.in.size() > room) break;  // enough to judge; the rest waits (or is never read)
+    const ssize_t n = ::recv(c.fd, buffer, sizeof buffer, 0);
+    if (n > 0) {
+      c.in.append(buffer, size_t(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n < 0) return close_connection(c);  // the connection broke
+    // The client sent all it will: a whole request may still be answered, then the connection goes.
+    c.peer_closed = true;
+    const int fd = c.fd;
+    advance(c);
+    if (auto it = receiving_.find(fd); it != receiving_.end() && it->second.get() == &c) close_connection(c);
+    return;
+  }
+  advance(c);
+}
+
+/// Moves `c` on with what it has read: a head begun, a head complete, a body complete.
+void http_server::impl::advance(connection& c) {
+  if (c.state == phase::idle && !c.in.empty()) {
+    c.state = phase::head;
+    c.deadline = clock::now() + std::chrono::milliseconds(limits_.header_timeout_ms);
+  }
+  if (c.state == phase::head) {
+    const size_t end = c.in.find("\r\n\r\n");
+    const size_t lf_end = c.in.find("\n\n");
+    const size_t head_end = std::min(end == std::string::npos ? end : end + 4, lf_end == std::string::npos ? lf_end : lf_end + 2);
+    if (head_end == std::string::npos) {
+      if (c.in.size() > limits_.max_header_bytes)
+        return close_with(c, 431, "the request head is too large", "malformed");
+      if (c.in.find('\n') == std::string::npos && c.in.size() > limits_.max_request_line_bytes)
+        return close_with(c, 414, "the request line is too long", "malformed");
+      return;
+    }
+    if (!finish_head(c, head_end)) return;
+  }
+  if (c.state == phase::body && (c.body_too_large || c.in.size() >= c.head.content_length)) hand_over(c);
+}
+
+/// Parses the head that ends at `head_end`; false when the connection was refused and closed.
+bool http_server::impl::finish_head(connection& c, size_t head_end) {
+  if (head_end > limits_.max_header_bytes + 4) {
+    close_with(c, 431, "the request head is too large", "malformed");
+    return false;
+  }
+  std::string_view text(c.in.data(), head_end);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
+  head_parse parsed = parse_request_head(text, limits_.max_request_line_bytes);
+  if (parsed.status) {
+    close_with(c, parsed.status, parsed.error, "malformed");
+    return false;
+  }
+  c.in.erase(0, head_end);
+  c.head = std::move(parsed.head);
+  c.body_too_large = c.head.content_length > max_body_bytes_;
+  if (c.head.expects_continue && !c.body_too_large && c.in.size() < c.head.content_length)
+    send_now(c.fd, "HTTP/1.1 100 Continue\r\n\r\n");
+  c.state = phase::body;
+  c.deadline = clock::now() + std::chrono::milliseconds(limits_.body_timeout_ms);
+  return true;
+}
+
+/// Gives a connection whose request arrived whole to the handler threads.
+void http_server::impl::hand_over(connection& c) {
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
+  auto it = receiving_.find(c.fd);
+  connection_ptr owned = std::move(it->second);
+  receiving_.erase(it);
+  {
+    std::lock_guard lock(mutex_);
+    work_.push_back(std::move(owned));
+  }
+  work_ready_.notify_one();
+}
+
+/// Takes back the connections the handlers are done with: kept for the next request, or closed.
+void http_server::impl::take_back() {
+  uint64_t ignored;
+  (void)!::read(wake_fd_, &ignored, sizeof ignored);
+  std::deque<std::pair<connection_ptr, bool>> done;
+  {
+    std::lock_guard lock(mutex_);
+    done.swap(returned_);
+  }
+  for (auto& [c, keep] : done) {
+    connection& kept = *c;
+    receiving_.emplace(c->fd, std::move(c));
+    if (!keep) {
+      close_connection(kept);
+      continue;
+    }
+    kept.state = phase::idle;
+    kept.served = true;
+    kept.waiting_since = clock::now();
+    kept.deadline = kept.waiting_since + std::chrono::milliseconds(limits_.idle_timeout_ms);
+    watch(kept);
+    advance(kept);  // a pipelined request may be here already
+  }
+}
+
+void http_server::impl::expire() {
+  const auto now = clock::now();
+  std::vector<connection*> late;
+  for (auto& [fd, c] : receiving_)
+    if (now >= c->deadline) late.push_back(c.get());
+  for (connection* c : late) {
+    if (c->state != phase::idle) {
+      close_with(*c, 408, "the request did not arrive in time", "timeout");
+      continue;
+    }
+    if (!c->served) count("timeout");  // opened, and nothing sent: held for nothing
+    close_connection(*c);             // (a kept-alive connection nobody used is simply closed)
+  }
+}
+
+void http_server::impl::close_with(connection& c, int status, const std::string& message,
+                                   const char* reason) {
+  count(reason);
+  send_now(c.fd, refusal(status, message));
+  close_connection(c);
+}
+
+void http_server::impl::close_connection(connection& c) {
+  const int fd = c.fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  if (auto it = per_client_.find(c.client); it != per_client_.end() && --it->second <= 0) per_client_.erase(it);
+  --open_;
+  ::close(fd);
+  receiving_.erase(fd);  // destroys c
+}
+
+void http_server::impl::handler_loop() {
+  for (;;) {
+    connection_ptr c;
+    {
+      std::unique_lock lock(mutex_);
+      work_ready_.wait(lock, [this] { return stopping_ || !work_.empty(); });
+      if (stopping_) return;
+      c = std::move(work_.front());
+      work_.pop_front();
+    }
+    const bool keep = serve(*c);
+    {
+      std::lock_guard lock(mutex_);
+      returned_.emplace_back(std::move(c), keep);
+    }
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof one);
+  }
+}
+
+/// Runs the handler of `c`'s request on this thread; whether the connection may carry another request.
+bool http_server::impl::serve(connection& c) {
+  set_blocking(c.fd, true);
+  const timeval write_timeout{limits_.write_timeout_ms / 1000, (limits_.write_timeout_ms % 1000) * 1000};
+  setsockopt(c.fd, SOL_SOCKET, SO_SNDTIMEO, &write_timeout, sizeof write_timeout);
+  http_request req;
+  req.method = c.head.method;
+  req.path = c.head.path;
+  req.headers = std::move(c.head.headers);
+  req.client = c.client;
+  req.body_too_large = c.body_too_large;
+  if (!c.body_too_large) {
+    req.body = c.in.substr(0, c.head.content_length);
+    c.in.erase(0, c.head.content_length);
+  }
+  http_reply reply(c.fd, c.head.keep_alive && !c.body_too_large, c.head.http10);
+  auto route = routes_->find(req.path);
+  try {
+    if (route == routes_->end()) reply.send(404, "application/json", error_json("no such endpoint"));
+    else route->second(req, reply);
+  } catch (const std::exception& e) {
+    if (!reply.status()) reply.send(500, "application/json", error_json(e.what()));
+  }
+  if (!reply.status()) reply.send(500, "application/json", error_json("the request got no answer"));
+  set_blocking(c.fd, false);
+  return reply.reusable() && !c.peer_closed;
+}
+
+http_server::http_server() : impl_(std::make_unique<impl>()) {}
 
 http_server::~http_server() { stop(); }
 
 void http_server::route(const std::string& path, handler h) { routes_[path] = std::move(h); }
 
-gpu::status http_server::start(const std::string& host, uint16_t port, int threads, size_t max_body_bytes) {
-  std::call_once(library_once, [] { mg_init_library(0); });
-  max_body_bytes_ = max_body_bytes;
-  const std::string ports = fmt::format("{}:{}", host, port), thread_count = std::to_string(std::max(1, threads));
-  const char* options[] = {"listening_ports", ports.c_str(), "num_threads", thread_count.c_str(),
-                           "request_timeout_ms", "60000", "enable_keep_alive", "yes", "tcp_nodelay", "1", nullptr};
-  mg_callbacks callbacks{};
-  callbacks.log_message = &remember_error;
-  context_ = mg_start(&callbacks, this, options);
-  if (!context_) {
-    std::lock_guard lock(last_error_mutex);
-    return {gpu::status_code::io_error, fmt::format("cannot serve on {}: {}", ports, last_error)};
-  }
-  mg_set_request_handler(context_, "/", &http_server::dispatch, this);
-  mg_server_port bound[4];
-  const int n = mg_get_server_ports(context_, 4, bound);
-  port_ = n > 0 ? uint16_t(bound[0].port) : port;
-  return gpu::status::ok();
+gpu::status http_server::start(const std::string& host, uint16_t port, int threads, size_t max_body_bytes,
+                               const http_limits& limits) {
+  return impl_->start(&routes_, host, port, threads, max_body_bytes, limits);
 }
 
-void http_server::stop() {
-  if (context_) mg_stop(context_);
-  context_ = nullptr;
-}
+uint16_t http_server::port() const { return impl_->port; }
 
-namespace {
+void http_server::on_refusal(http_refusal_observer observer) { impl_->observer = std::move(observer); }
 
-/// A thread with the default stack that runs what the civetweb thread it belongs to hands it, one job at a time:
-/// civetweb's threads have small stacks (Debian's build sets about 100 KiB), and handlers use the actor system
-/// and JSON. One per civetweb thread, made at its first request and kept while that thread lives: a thread
-/// started per request left resident memory a little higher after every burst larger than the ones before.
-class stack_helper {
- public:
-  stack_helper() : thread_([this] { loop(); }) {}
-  ~stack_helper() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    changed_.notify_all();
-    thread_.join();
-  }
-  /// Runs `job` on the helper's thread and returns when it is done.
-  void run(const std::function<void()>& job) {
-    std::unique_lock lock(mutex_);
-    job_ = &job;
-    done_ = false;
-    changed_.notify_all();
-    changed_.wait(lock, [this] { return done_; });
-  }
-
- private:
-  void loop() {
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      changed_.wait(lock, [this] { return stop_ || job_; });
-      if (!job_) return;
-      const std::function<void()>* job = job_;
-      lock.unlock();
-      (*job)();
-      lock.lock();
-      job_ = nullptr;
-      done_ = true;
-      changed_.notify_all();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  const std::function<void()>* job_ = nullptr;
-  bool done_ = false, stop_ = false;
-  std::thread thread_;  // last: it starts once the rest is made
-};
-
-}  // namespace
-
-int http_server::dispatch(mg_connection* conn, void* self) {
-  thread_local stack_helper helper;
-  helper.run([conn, self] { static_cast<http_server*>(self)->serve(conn); });
-  return 1;
-}
-
-void http_server::serve(mg_connection* conn) {
-  const mg_request_info* info = mg_get_request_info(conn);
-  http_request req;
-  req.method = info->request_method ? info->request_method : "";
-  req.path = info->local_uri ? info->local_uri : "";
-  for (int i = 0; i < info->num_headers; ++i) req.headers[lower(info->http_headers[i].name)] = info->http_headers[i].value;
-  // The body, up to the limit (one byte more tells that it is over).
-  char buffer[8192];
-  for (int n; req.body.size() <= max_body_bytes_ && (n = mg_read(conn, buffer, sizeof buffer)) > 0;)
-    req.body.append(buffer, size_t(n));
-  req.body_too_large = req.body.size() > max_body_bytes_;
-  http_reply reply(conn);
-  auto it = routes_.find(req.path);
-  if (it == routes_.end()) {
-    reply.send(404, "application/json",
-               R"({"error":{"message":"no such endpoint","type":"invalid_request_error","param":null,"code":null}})");
-    return;
-  }
-  it->second(req, reply);
-}
+void http_server::stop() { impl_->stop(); }
 
 }  // namespace illm::actors::frontend

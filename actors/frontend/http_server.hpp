@@ -1,33 +1,58 @@
 #pragma once
-// A small HTTP/1.1 server on civetweb: exact-path routes, the request body read with a size limit,
-// whole responses, and chunked streams (for server-sent events) whose writes report a client that
-// went away. Each request runs on one of the server's threads.
+// A small HTTP/1.1 server: exact-path routes, the request body read with a size limit, whole responses, and
+// chunked streams (for server-sent events) whose writes report a client that went away.
+//
+// One thread receives: it accepts connections and reads each request's line, headers and body under deadlines
+// and size limits, and keeps connections alive between requests. Only a request that arrived whole goes to the
+// pool of handler threads. So a client that sends slowly (slowloris) holds a connection, never a thread, and
+// loses it at its deadline; each client address has its own cap on connections, and when all connections of
+// the server are taken, the one that has waited longest for its next request is closed to make room.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
+#include "actors/frontend/http_parse.hpp"
 #include "gpu/status.hpp"
 
-struct mg_context;
-struct mg_connection;
-
 namespace illm::actors::frontend {
+
+/// What one client may hold and how long it may take.
+struct http_limits {
+  int max_connections = 4096;            ///< open connections in all (raised file limits permitting)
+  int max_connections_per_client = 256;  ///< open connections from one client address; beyond: 503 and closed
+  int header_timeout_ms = 15000;         ///< a request's line and headers arrive whole within this of its first byte
+  int body_timeout_ms = 60000;           ///< its body within this of its headers
+  int idle_timeout_ms = 30000;           ///< a connection waits this long for a request, then is closed
+  int write_timeout_ms = 30000;          ///< a client that takes nothing of a response for this long is dropped
+  size_t max_header_bytes = 16384;       ///< request line and headers together; beyond: 431
+  size_t max_request_line_bytes = 8192;  ///< beyond: 414
+};
+
+/// Told of every connection the server refuses or cuts off, with the reason: "client_limit" (its address had its
+/// cap), "full" (all connections were taken by requests), "evicted" (it waited for a request and made room for
+/// a new connection), "timeout" (its head or body came too slowly: 408), "malformed" (its head was refused).
+/// Called on the server's receiving thread.
+using http_refusal_observer = std::function<void(const char* reason)>;
 
 /// A request as a handler sees it.
 struct http_request {
   std::string method;
   std::string path;
   std::string body;
-  bool body_too_large = false;                 ///< the body was over the limit (and was not read whole)
+  bool body_too_large = false;                 ///< the body was over the limit (and was not read)
   std::map<std::string, std::string> headers;  ///< names in lower case
+  std::string client;                          ///< the client's address
 };
 
 /// The response side of one request.
 class http_reply {
  public:
-  explicit http_reply(mg_connection* conn) : conn_(conn) {}
+  /// A reply on socket `fd`; `keep_alive`: the connection may carry another request afterwards.
+  http_reply(int fd, bool keep_alive, bool http10) : fd_(fd), keep_alive_(keep_alive), http10_(http10) {}
   /// A whole response.
   void send(int status, const std::string& content_type, const std::string& body);
   /// Starts a chunked response; false when the client is gone.
@@ -36,11 +61,17 @@ class http_reply {
   bool write(const std::string& data);
   /// Ends a chunked response.
   void end_stream();
+  /// The status sent (0: nothing yet).
   int status() const { return status_; }
+  /// Whether the connection can carry the next request: a whole response went out in full.
+  bool reusable() const { return keep_alive_ && status_ != 0 && !streamed_ && !failed_; }
 
  private:
-  mg_connection* conn_;
+  bool send_all(const std::string& bytes);
+  int fd_;
+  bool keep_alive_, http10_;
   int status_ = 0;
+  bool streamed_ = false, failed_ = false;
 };
 
 /// The server.
@@ -48,28 +79,27 @@ class http_server {
  public:
   using handler = std::function<void(const http_request&, http_reply&)>;
 
-  http_server() = default;
+  http_server();
   ~http_server();
   http_server(const http_server&) = delete;
   http_server& operator=(const http_server&) = delete;
 
   /// Routes exact path `path` (any method) to `h`; before start().
   void route(const std::string& path, handler h);
-  /// Listens on host:port (port 0: any free port) with `threads` request threads.
-  gpu::status start(const std::string& host, uint16_t port, int threads, size_t max_body_bytes);
+  /// Listens on host:port (port 0: any free port) with `threads` handler threads.
+  gpu::status start(const std::string& host, uint16_t port, int threads, size_t max_body_bytes,
+                    const http_limits& limits = {});
   /// The port it listens on.
-  uint16_t port() const { return port_; }
-  /// Stops listening and waits for the running handlers.
+  uint16_t port() const;
+  /// Tells `observer` of every refusal; before start().
+  void on_refusal(http_refusal_observer observer);
+  /// Stops listening, lets the running handlers finish, and closes every connection.
   void stop();
 
  private:
-  static int dispatch(mg_connection* conn, void* self);
-  void serve(mg_connection* conn);
-
+  class impl;
   std::map<std::string, handler> routes_;
-  mg_context* context_ = nullptr;
-  uint16_t port_ = 0;
-  size_t max_body_bytes_ = 0;
+  std::unique_ptr<impl> impl_;
 };
 
 }  // namespace illm::actors::frontend

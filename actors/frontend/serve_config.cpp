@@ -64,6 +64,11 @@ setter limit(T api_limits::*field, int64_t lo, int64_t hi) {
 }
 
 template <class T>
+setter http_integer(T http_limits::*field, int64_t lo, int64_t hi) {
+  return integer_in<http_limits>([](serve_config& c) -> http_limits& { return c.service.http; }, field, lo, hi);
+}
+
+template <class T>
 setter service_integer(T service_options::*field, int64_t lo, int64_t hi) {
   return integer_in<service_options>([](serve_config& c) -> service_options& { return c.service; }, field, lo, hi);
 }
@@ -90,6 +95,20 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
       {"max_requests_in_flight",
        {service_integer(&service_options::max_requests_in_flight, 1, 100000), "requests served at once (more get 429)"}},
       {"http_threads", {service_integer(&service_options::http_threads, 1, 4096), "HTTP threads (each streaming request holds one)"}},
+      {"http_max_connections",
+       {http_integer(&http_limits::max_connections, 16, 1 << 20),
+        "open HTTP connections in all (when all are taken, the one idle longest is closed for a new one)"}},
+      {"http_max_connections_per_client",
+       {http_integer(&http_limits::max_connections_per_client, 1, 1 << 20), "open HTTP connections from one address"}},
+      {"http_header_timeout_ms",
+       {http_integer(&http_limits::header_timeout_ms, 100, 3600000), "time a request's line and headers may take"}},
+      {"http_body_timeout_ms", {http_integer(&http_limits::body_timeout_ms, 100, 3600000), "time a request's body may take"}},
+      {"http_idle_timeout_ms",
+       {http_integer(&http_limits::idle_timeout_ms, 100, 3600000), "time a connection may wait for its next request"}},
+      {"http_write_timeout_ms",
+       {http_integer(&http_limits::write_timeout_ms, 100, 3600000), "time a client may take nothing of a response"}},
+      {"http_max_header_bytes",
+       {http_integer(&http_limits::max_header_bytes, 1024, 1 << 20), "largest request line and headers together"}},
       {"api_keys",
        {[](const json& v, serve_config& c) {
           if (!v.is_array()) return false;

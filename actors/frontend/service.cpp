@@ -78,6 +78,8 @@ service::service(request_router& router, std::shared_ptr<const gpu::tokenizer> v
       metrics_(std::move(metrics)),
       options_(std::move(options)),
       started_(unix_now()) {
+  if (metrics_)
+    http_.on_refusal([m = metrics_](const char* reason) { m->http_connections_refused.with({reason}).add(); });
   http_.route("/health", [this](const http_request&, http_reply& reply) {
     const serving_capacity c = capacity_of(router_.view());
     const bool ok = !draining_ && c.instances >= std::max(1, router_.instances_needed());
@@ -102,7 +104,7 @@ service::~service() {
 }
 
 gpu::status service::start(const std::string& host, uint16_t port) {
-  return http_.start(host, port, options_.http_threads, options_.limits.max_body_bytes);
+  return http_.start(host, port, options_.http_threads, options_.limits.max_body_bytes, options_.http);
 }
 
 void service::refuse(http_reply& reply, const api_error& e, const std::string& reason) {

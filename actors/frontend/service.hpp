@@ -26,6 +26,7 @@ struct service_options {
   api_limits limits;
   int max_requests_in_flight = 64;  ///< beyond: 429
   int http_threads = 80;
+  http_limits http;  ///< connections, deadlines and head sizes of the HTTP server
 };
 
 /// The front end; routes requests to a running cluster (embedded or of processes).

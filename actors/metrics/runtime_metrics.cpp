@@ -78,7 +78,11 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
       instances_alive(r.add_gauge(prefix + "instances_alive", "Instances with a recent heartbeat.")),
       cluster_peers_refused(r.add_counter(prefix + "cluster_peers_refused_total",
                                           "Control connections this process made that the peer refused in the "
-                                          "handshake (TLS: a certificate not accepted).")) {}
+                                          "handshake (TLS: a certificate not accepted).")),
+      http_connections_refused(r.add_counter(prefix + "http_connections_refused_total",
+                                             "HTTP connections refused or cut off: an address over its cap, no "
+                                             "connection free, made room for another, too slow, malformed.",
+                                             {"reason"})) {}
 
 std::string failure_reason(const std::string& error) {
   auto has = [&](const char* words) { return error.find(words) != std::string::npos; };

@@ -67,6 +67,10 @@ struct runtime_metrics {
   /// illm:cluster_peers_refused_total: control connections this process made that the peer refused (its TLS
   /// handshake: the peer did not accept this process's certificate, or this process not the peer's)
   family<counter>& cluster_peers_refused;
+
+  /// illm:http_connections_refused_total{reason}: HTTP connections refused or cut off by the service
+  /// (client_limit, full, evicted, timeout, malformed: actors/frontend/http_server.hpp)
+  family<counter>& http_connections_refused;
 };
 
 /// The reason label of illm:requests_failed_total for a request's error: kv_lost (a holder of its KV failed too

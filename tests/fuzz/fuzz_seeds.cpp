@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -132,6 +133,14 @@ void tokenizer(const fs::path& dir) {
   write(dir, "seed-small-vocab", bytes);
 }
 
+void http_head(const fs::path& dir) {
+  const auto bytes = [](std::string_view s) { return std::vector<uint8_t>(s.begin(), s.end()); };
+  write(dir, "seed-post", bytes("POST /v1/completions HTTP/1.1\r\nHost: localhost:8000\r\nContent-Type: application/json\r\n"
+                                "Content-Length: 42\r\nAuthorization: Bearer key\r\nExpect: 100-continue"));
+  write(dir, "seed-get-1.0", bytes("GET /metrics?x=1 HTTP/1.0\r\nConnection: keep-alive\r\nAccept: */*"));
+  write(dir, "seed-repeated", bytes("GET /health HTTP/1.1\nAccept: a\nAccept: b\nConnection: close"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -145,5 +154,6 @@ int main(int argc, char** argv) {
   checkpoint(dir / "checkpoint");
   tokenizer(dir / "tokenizer");
   peer_messages(dir / "peer_messages");
+  http_head(dir / "http_head");
   return 0;
 }
