@@ -22,5 +22,9 @@ if(illm_sanitizers)
   list(JOIN illm_sanitizers "," illm_sanitizer_list)
   target_compile_options(illm_options INTERFACE
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${illm_sanitizer_list} -fno-omit-frame-pointer>)
+  if(ILLM_SANITIZE_UNDEFINED)
+    # Undefined behaviour stops the program (a test fails) instead of a report it carries on after.
+    target_compile_options(illm_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize-recover=undefined>)
+  endif()
   target_link_options(illm_options INTERFACE -fsanitize=${illm_sanitizer_list})
 endif()

@@ -43,7 +43,7 @@ run_once() {
   kill -TERM "$server"
   wait "$server" 2>/dev/null || true
   server=0
-  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.1f %d %d" % (r["output_tokens_per_s"], r["completed"], r["failed"]))' \
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.1f %d %d" % (r["output_tokens_per_second"], r["completed"], r["failed"]))' \
     "$work/run.json"
 }
 

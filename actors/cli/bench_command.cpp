@@ -202,7 +202,34 @@ struct replay_flags {
   std::string trace;
   std::string csv = "illm-bench.csv";
   bool json = false;
+  int prompt_tokens = 0;  ///< closed loop without a trace: every prompt's length
 };
+
+/// What to send: the trace's rows, or for a closed loop without one, --limit requests of --prompt-tokens and
+/// --max-output-tokens (defaults 64, 32 and 128).
+std::vector<actors::frontend::trace_row> requests_of(replay_flags& f) {
+  if (f.options.url.empty()) fail("give --url (or a subcommand: engine)", 2);
+  if (!f.trace.empty()) {
+    if (f.prompt_tokens) fail("--prompt-tokens is for a closed loop without --trace (clamp a trace with --max-input-tokens)", 2);
+    auto trace = actors::frontend::read_trace(f.trace);
+    if (!trace.is_ok()) fail(trace.error().message());
+    return trace.value();
+  }
+  if (f.options.concurrency <= 0) fail("give --trace (open loop) or --concurrency C (closed loop)", 2);
+  if (!f.options.limit) f.options.limit = 64;
+  if (!f.options.max_output_tokens) f.options.max_output_tokens = 128;
+  if (!f.prompt_tokens) f.prompt_tokens = 32;
+  return actors::frontend::uniform_trace(f.options.limit, f.prompt_tokens, f.options.max_output_tokens);
+}
+
+/// What was sent, for the report's first line.
+std::string load_of(const replay_flags& f) {
+  if (f.options.concurrency > 0 && f.trace.empty())
+    return fmt::format("closed loop at concurrency {}, {} prompt tokens, {} output tokens", f.options.concurrency,
+                       f.prompt_tokens, f.options.max_output_tokens);
+  if (f.options.concurrency > 0) return fmt::format("{}, closed loop at concurrency {}", f.trace, f.options.concurrency);
+  return fmt::format("{} (arrivals x{})", f.trace, f.options.rate_scale);
+}
 
 void write_csv(const std::string& path, const actors::frontend::replay_result& r) {
   std::ofstream out(path);
@@ -220,10 +247,8 @@ void write_csv(const std::string& path, const actors::frontend::replay_result& r
   }
 }
 
-void run_replay(const replay_flags& f) {
-  if (f.options.url.empty() || f.trace.empty()) fail("give --url and --trace (or a subcommand: engine)", 2);
-  auto trace = actors::frontend::read_trace(f.trace);
-  if (!trace.is_ok()) fail(trace.error().message());
+void run_replay(replay_flags& f) {
+  const std::vector<actors::frontend::trace_row> trace = requests_of(f);
   const bool tty = isatty(STDERR_FILENO) && !f.json;
   std::mutex print;
   auto progress = [&](size_t done, size_t failed, size_t total) {
@@ -234,7 +259,7 @@ void run_replay(const replay_flags& f) {
                std::string(size_t(width - filled), '.'), done, total, failed);
     std::fflush(stderr);
   };
-  auto result = actors::frontend::replay(trace.value(), f.options, progress);
+  auto result = actors::frontend::replay(trace, f.options, progress);
   if (tty) fmt::print(stderr, "\n");
   if (!result.is_ok()) fail(result.error().message());
   const auto& r = result.value();
@@ -259,13 +284,14 @@ void run_replay(const replay_flags& f) {
     nlohmann::json j = {{"url", f.options.url},
                         {"trace", f.trace},
                         {"rate_scale", f.options.rate_scale},
+                        {"concurrency", f.options.concurrency},
                         {"requests", r.requests.size()},
                         {"completed", completed},
                         {"failed", r.requests.size() - completed},
                         {"duration_s", r.duration_s},
                         {"requests_per_s", double(completed) / duration},
                         {"output_tokens", output_tokens},
-                        {"output_tokens_per_s", double(output_tokens) / duration},
+                        {"output_tokens_per_second", double(output_tokens) / duration},
                         {"ttft_s", triple(ttft)},
                         {"itl_s", triple(itl)},
                         {"e2e_s", triple(e2e)},
@@ -273,8 +299,8 @@ void run_replay(const replay_flags& f) {
     std::cout << j.dump() << "\n";
     return;
   }
-  fmt::print("illm bench: {} requests from {} (arrivals x{}), {} completed, {} failed, {:.1f} s\n", r.requests.size(),
-             f.trace, f.options.rate_scale, completed, r.requests.size() - completed, r.duration_s);
+  fmt::print("illm bench: {} requests, {}: {} completed, {} failed, {:.1f} s\n", r.requests.size(), load_of(f),
+             completed, r.requests.size() - completed, r.duration_s);
   fmt::print("throughput: {:.2f} req/s, {:.1f} output tok/s\n", double(completed) / duration,
              double(output_tokens) / duration);
   fmt::print("{:>10} {:>10} {:>10} {:>10}\n", "seconds", "p50", "p90", "p99");
@@ -290,15 +316,23 @@ void add_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (measure only; they assert nothing about speed)");
   bench->require_subcommand(0, 1);
   auto replay = std::make_shared<replay_flags>();
-  bench->add_option("--url", replay->options.url, "Replay a trace against this server (http://host:port)");
+  bench->add_option("--url", replay->options.url, "Send requests to this server (http://host:port)");
   bench->add_option("--trace", replay->trace, "Trace CSV: arrival_s,input_tokens,output_tokens");
   bench->add_option("--rate-scale", replay->options.rate_scale, "Arrivals come this many times faster")
       ->check(above_zero())
       ->capture_default_str();
-  bench->add_option("--limit", replay->options.limit, "Replay only the first N requests");
+  bench->add_option("--concurrency", replay->options.concurrency,
+                    "Closed loop: this many clients, each sending its next request when its last one ends (with "
+                    "--trace: the trace's requests, arrival times ignored)")
+      ->check(CLI::Range(1, 100000));
+  bench->add_option("--prompt-tokens", replay->prompt_tokens,
+                    "Closed loop without --trace: prompt length of every request (default 32)")
+      ->check(CLI::Range(1, 1 << 24));
+  bench->add_option("--limit", replay->options.limit,
+                    "Send only the first N requests (closed loop without --trace: N requests, default 64)");
   bench->add_option("--max-input-tokens", replay->options.max_input_tokens, "Clamp prompts to this many tokens")
       ->check(CLI::Range(0, 1 << 24));
-  bench->add_option("--max-output-tokens", replay->options.max_output_tokens, "Clamp outputs to this many tokens")
+  bench->add_option("--max-output-tokens", replay->options.max_output_tokens, "Clamp outputs to this many tokens (closed loop without --trace: every request's max_tokens, default 128)")
       ->check(CLI::Range(0, 1 << 24));
   bench->add_option("--model", replay->options.model, "Model id to ask for")->capture_default_str();
   bench->add_option("--api-key", replay->options.api_key, "Bearer key");

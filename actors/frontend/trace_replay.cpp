@@ -253,6 +253,7 @@ gpu::result<replay_result> replay(const std::vector<trace_row>& trace, const rep
   if (!address.is_ok()) return address.error();
   if (!(o.rate_scale > 0)) return gpu::status{gpu::status_code::invalid_argument, "--rate-scale must be positive"};
   const size_t n = o.limit ? std::min(o.limit, trace.size()) : trace.size();
+  if (o.concurrency < 0) return gpu::status{gpu::status_code::invalid_argument, "--concurrency must be positive"};
   replay_result result;
   result.requests.resize(n);
   std::mt19937_64 rng(o.seed);
@@ -260,7 +261,7 @@ gpu::result<replay_result> replay(const std::vector<trace_row>& trace, const rep
   for (size_t i = 0; i < n; ++i) {
     request_outcome& r = result.requests[i];
     r.index = i;
-    r.scheduled_s = (trace[i].arrival_s - trace[0].arrival_s) / o.rate_scale;
+    r.scheduled_s = o.concurrency > 0 ? 0.0 : (trace[i].arrival_s - trace[0].arrival_s) / o.rate_scale;
     r.prompt_tokens = std::max(1, o.max_input_tokens ? std::min(trace[i].input_tokens, o.max_input_tokens)
                                                      : trace[i].input_tokens);
     r.max_tokens = std::max(1, o.max_output_tokens ? std::min(trace[i].output_tokens, o.max_output_tokens)
@@ -269,24 +270,35 @@ gpu::result<replay_result> replay(const std::vector<trace_row>& trace, const rep
     while (int(prompt.size()) < r.prompt_tokens) prompt.push_back(int32_t(259 + rng() % uint64_t(o.vocab_size - 259)));
     bodies[i] = request_body(o, prompt, r.max_tokens);
   }
-  std::atomic<size_t> done{0}, failed{0};
-  std::vector<std::thread> workers;
-  workers.reserve(n);
+  std::atomic<size_t> done{0}, failed{0}, next{0};
   const auto start = clock::now();
-  for (size_t i = 0; i < n; ++i) {  // open loop: send at the arrival time, whatever is still running
-    std::this_thread::sleep_until(start + std::chrono::duration_cast<clock::duration>(
-                                              std::chrono::duration<double>(result.requests[i].scheduled_s)));
-    workers.emplace_back([&, i] {
-      run_one(address.value(), o, bodies[i], result.requests[i], start);
-      failed += !result.requests[i].ok();
-      const size_t d = ++done;
-      if (progress) progress(d, failed.load(), n);
-    });
+  auto send = [&](size_t i) {
+    run_one(address.value(), o, bodies[i], result.requests[i], start);
+    failed += !result.requests[i].ok();
+    const size_t d = ++done;
+    if (progress) progress(d, failed.load(), n);
+  };
+  std::vector<std::thread> workers;
+  if (o.concurrency > 0) {  // closed loop: each client sends its next request when its last one ends
+    for (size_t c = 0; c < std::min(n, size_t(o.concurrency)); ++c)
+      workers.emplace_back([&] {
+        for (size_t i; (i = next++) < n;) send(i);
+      });
+  } else {
+    for (size_t i = 0; i < n; ++i) {  // open loop: send at the arrival time, whatever is still running
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<clock::duration>(
+                                                std::chrono::duration<double>(result.requests[i].scheduled_s)));
+      workers.emplace_back([&, i] { send(i); });
+    }
   }
   for (auto& w : workers) w.join();
   for (const auto& r : result.requests)
     result.duration_s = std::max(result.duration_s, r.sent_s + std::max(0.0, r.e2e_s));
   return result;
+}
+
+std::vector<trace_row> uniform_trace(size_t count, int prompt_tokens, int output_tokens) {
+  return std::vector<trace_row>(count, trace_row{0.0, prompt_tokens, output_tokens});
 }
 
 double percentile(std::vector<double> values, double p) {

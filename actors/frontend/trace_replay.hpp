@@ -1,8 +1,9 @@
 #pragma once
-// `illm bench --url`: replays a request trace against an OpenAI-compatible server, open loop (each
-// request is sent at its arrival time, scaled, whether or not earlier ones have finished), with
-// prompts of the trace's token counts (random token ids) and max_tokens of its output counts,
-// streamed; it measures time to first token, inter-token latency and end-to-end latency.
+// `illm bench --url`: sends requests to an OpenAI-compatible server, streamed, with prompts of random token
+// ids, and measures time to first token, inter-token latency and end-to-end latency. Open loop: a trace's
+// requests, each sent at its arrival time (scaled) whether or not earlier ones have finished. Closed loop
+// (`--concurrency C`): C clients, each sending its next request when its last one ends, as a service's users
+// at a fixed concurrency do.
 
 #include <cstdint>
 #include <functional>
@@ -35,7 +36,11 @@ struct replay_options {
   int vocab_size = 32000;      ///< random prompt token ids are below this
   uint64_t seed = 1;
   double timeout_s = 600;      ///< per request
+  int concurrency = 0;         ///< closed loop with this many clients (0: open loop at the trace's arrivals)
 };
+
+/// `count` rows of `prompt_tokens` and `output_tokens` each, for a closed loop without a trace.
+std::vector<trace_row> uniform_trace(size_t count, int prompt_tokens, int output_tokens);
 
 /// What one request did.
 struct request_outcome {

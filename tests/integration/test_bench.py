@@ -15,6 +15,25 @@ ILLM, REPO = sys.argv[1], sys.argv[2]
 LIMIT = 24
 
 
+def closed_loop(csv_path):
+    """--concurrency 4: 12 requests of 20 prompt tokens and 24 output tokens, never more than 4 in flight."""
+    with Server(ILLM, "--instances", "2") as s:
+        result = subprocess.run([ILLM, "bench", "--url", f"http://127.0.0.1:{s.port}", "--concurrency", "4",
+                                 "--limit", "12", "--prompt-tokens", "20", "--max-output-tokens", "24",
+                                 "--csv", csv_path, "--json"], capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stdout + result.stderr
+        report = json.loads(result.stdout)
+    print(json.dumps(report))
+    assert report["concurrency"] == 4 and report["completed"] == 12 and report["failed"] == 0, report
+    assert report["output_tokens"] == 12 * 24 and report["output_tokens_per_second"] > 0, report
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    assert all(int(r["prompt_tokens"]) == 20 and int(r["output_tokens"]) == 24 for r in rows), rows[:3]
+    spans = [(float(r["sent_s"]), float(r["sent_s"]) + float(r["e2e_s"])) for r in rows]
+    most = max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
+    assert most <= 4, f"{most} requests were in flight at once"
+
+
 def main():
     trace = os.path.join(REPO, "tests/data/traces/azure2023_conv.csv")
     out = tempfile.NamedTemporaryFile(suffix=".csv", delete=False)
@@ -29,7 +48,7 @@ def main():
             report = json.loads(result.stdout)
         print(json.dumps(report))
         assert report["requests"] == LIMIT and report["completed"] == LIMIT and report["failed"] == 0, report
-        assert report["output_tokens_per_s"] > 0 and report["requests_per_s"] > 0, report
+        assert report["output_tokens_per_second"] > 0 and report["requests_per_s"] > 0, report
         for key in ("ttft_s", "itl_s", "e2e_s"):
             p = report[key]
             assert 0 < p["p50"] <= p["p90"] <= p["p99"], (key, p)
@@ -37,6 +56,7 @@ def main():
             rows = list(csv.DictReader(f))
         assert len(rows) == LIMIT and all(r["status"] == "200" for r in rows), rows[:3]
         assert all(int(r["output_tokens"]) == int(r["max_tokens"]) for r in rows), rows[:3]
+        closed_loop(out.name)
     finally:
         os.unlink(out.name)
     print("test_bench: all checks passed")
