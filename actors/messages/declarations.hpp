@@ -4,6 +4,9 @@
 
 #include <caf/all.hpp>
 
+#include <cmath>
+#include <type_traits>
+
 namespace illm::actors {
 
 /// The most bytes a string or byte vector of a message may hold on the wire (reasons, addresses and keys are far
@@ -33,11 +36,38 @@ typename Inspector::result_type inspect(Inspector& f, bounded_bytes<Bytes>& b) {
   }
 }
 
-/// A message field as ILLM_INSPECT hands it to CAF: strings and byte vectors bounded, the rest as they are.
+/// A floating-point field of a message, finite both ways: CAF 0.17 writes floats through a loop that never ends
+/// for an infinity or a NaN (a peer's message holding one would hang whichever process forwarded it), so such a
+/// value is refused when read and when written.
+template <class Float>
+struct finite_number {
+  Float& value;
+};
+
+/// Saves or loads a finite_number as CAF does the number itself; a value that is not finite is an error.
+template <class Inspector, class Float>
+typename Inspector::result_type inspect(Inspector& f, finite_number<Float>& x) {
+  auto refused = [] { return caf::make_error(caf::sec::invalid_argument, "a message number that is not finite"); };
+  if constexpr (std::is_void_v<typename Inspector::result_type>) {
+    return f(x.value);  // printed: nothing to refuse
+  } else if constexpr (Inspector::reads_state) {
+    if (!std::isfinite(x.value)) return refused();
+    return f(x.value);
+  } else {
+    if (auto err = f(x.value)) return err;
+    if (!std::isfinite(x.value)) return refused();
+    return {};
+  }
+}
+
+/// A message field as ILLM_INSPECT hands it to CAF: strings and byte vectors bounded, floating-point numbers
+/// finite, the rest as they are.
 template <class T>
 decltype(auto) wire_field(T& x) {
   if constexpr (caf::detail::is_byte_sequence<T>::value)
     return bounded_bytes<T>{x};
+  else if constexpr (std::is_floating_point_v<T>)
+    return finite_number<T>{x};
   else
     return (x);
 }
@@ -52,7 +82,7 @@ typename Inspector::result_type inspect_fields(Inspector& f, const char* name, F
 
 /// Defines the CAF inspect overload (serialization) of message type T: its name on the wire and its fields,
 /// written as members of `x` in the order they travel: ILLM_INSPECT(move_kvcache, x.id, x.req_id, ...).
-/// Strings and byte vectors are read with their length checked (bounded_bytes).
+/// Strings and byte vectors are read with their length checked (bounded_bytes), numbers must be finite.
 #define ILLM_INSPECT(T, ...)                                    \
   template <class Inspector>                                    \
   typename Inspector::result_type inspect(Inspector& f, T& x) { \

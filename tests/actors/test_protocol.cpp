@@ -7,9 +7,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "actors/gmanager.hpp"
+#include "actors/messages/requests.hpp"
 #include "actors/rmanager/rmanager.hpp"
 #include "gpu/cpu/cpu_backend.hpp"
 #include "transport/inproc/inproc.hpp"
@@ -306,6 +308,28 @@ TEST_SUITE("actors") {
     REQUIRE_FALSE(good_source(back));
     CHECK(back.reason == "fine");
     CHECK(back.committed);
+  }
+
+  TEST_CASE("a message number that is not finite is refused both ways instead of hanging CAF's float writer") {
+    generate_params p;
+    p.prompt = {1, 2};
+    p.temperature = std::numeric_limits<float>::infinity();
+    std::vector<char> out;
+    caf::binary_serializer sink{nullptr, out};
+    CHECK(sink(p) == caf::sec::invalid_argument);  // CAF 0.17's own float writer loops forever on an infinity
+    std::vector<char> bytes;  // the same fields with the bits of an infinity where the temperature goes
+    caf::binary_serializer raw{nullptr, bytes};
+    REQUIRE_FALSE(raw(std::vector<int32_t>{1, 2}, int32_t(16), uint32_t(0x7f800000), 1.0f, uint64_t(0), false));
+    caf::binary_deserializer source{nullptr, bytes};
+    generate_params back;
+    CHECK(source(back) == caf::sec::invalid_argument);
+    p.temperature = 0.5f;
+    std::vector<char> good;
+    caf::binary_serializer good_sink{nullptr, good};
+    REQUIRE_FALSE(good_sink(p));
+    caf::binary_deserializer good_source{nullptr, good};
+    REQUIRE_FALSE(good_source(back));
+    CHECK(back.temperature == 0.5f);
   }
 
   TEST_CASE("a move copies the blocks then commits then switches the owner table") {

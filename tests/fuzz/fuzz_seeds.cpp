@@ -13,6 +13,8 @@
 #include "actors/messages/membership.hpp"
 #include "actors/messages/placement.hpp"
 #include "actors/messages/replicas.hpp"
+#include "actors/messages/requests.hpp"
+#include "actors/messages/room_prefill.hpp"
 #include "actors/messages/takeover.hpp"
 #include "gpu/checkpoint.hpp"
 #include "gpu/weights.hpp"
@@ -64,9 +66,15 @@ void attention_wire(const fs::path& dir) {
 /// Message `m` as fuzz_peer_messages reads it: the index of its type, then CAF's serialization.
 template <class T>
 std::vector<uint8_t> peer_message(uint8_t type, T m) {
+  // Handles are written in a system's context, as a sender does; never destroyed (CAF 0.17's system does not
+  // survive the destruction of statics at exit).
+  static caf::actor_system& system = *new caf::actor_system(*new caf::actor_system_config);
   std::vector<char> bytes;
-  caf::binary_serializer sink{nullptr, bytes};
-  if (sink(m)) std::exit(1);
+  caf::binary_serializer sink{system, bytes};
+  if (auto e = sink(m)) {
+    std::fprintf(stderr, "fuzz_seeds: message type %d: %s\n", int(type), caf::to_string(e).c_str());
+    std::exit(1);
+  }
   std::vector<uint8_t> out{type};
   out.insert(out.end(), bytes.begin(), bytes.end());
   return out;
@@ -92,6 +100,37 @@ void peer_messages(const fs::path& dir) {  // type indexes as in fuzz_peer_messa
   write(dir, "seed-promote", peer_message(14, promote_replicas{3, 1, {0, 1}, {2, 2}}));
   write(dir, "seed-adopt", peer_message(18, adopt_orphan{3, 1, 2, 1, {0, 1}, {2}}));
   write(dir, "seed-expel", peer_message(20, expel_member{1, 2, "too many blocks"}));
+  // With actor handles (null here: the fuzzer finds the bytes of others).
+  join_cluster join;
+  join.inst_id = 3;
+  join.plane_address = {1, 2, 3, 4};
+  join.node = "node-a";
+  join.control = {"10.0.0.3", 7001};
+  join.known_epoch = 2;
+  join.known_members = {1, 2, 3};
+  write(dir, "seed-join", peer_message(23, join));
+  cluster_view view;
+  view.epoch = 2;
+  view.version = 17;
+  view.instances.resize(2);
+  view.instances[0].inst_id = 1;
+  view.instances[0].free_blocks = 40;
+  view.instances[1].inst_id = 2;
+  view.instances[1].plane_address = {9, 9};
+  view.members = {1, 2};
+  write(dir, "seed-view", peer_message(24, view));
+  generate_request request;
+  request.id = 11;
+  request.params.prompt = {1, 400, 500};
+  request.params.max_tokens = 16;
+  write(dir, "seed-generate", peer_message(26, request));
+  prefill_chunk chunk;
+  chunk.id = 4;
+  chunk.req_id = 11;
+  chunk.tokens = {1, 2, 3};
+  chunk.table_pools = {0, 1};
+  chunk.table_blocks = {5, 6};
+  write(dir, "seed-prefill-chunk", peer_message(33, chunk));
 }
 
 void openai_request(const fs::path& dir) {
