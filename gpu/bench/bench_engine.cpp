@@ -27,7 +27,7 @@ namespace {
 using namespace bench_detail;
 
 
-constexpr int decode_batches[] = {1, 8, 32, 128};
+constexpr int decode_batches[] = {1, 8, 16, 32, 64, 128};
 constexpr int decode_prompt_tokens = 8;
 constexpr int decode_warmup_steps = 4;
 constexpr int prefill_tokens = 512;

@@ -96,7 +96,7 @@ struct bench_engine_result {
   std::string backend;  ///< backend every figure ran on
   int threads = 0;
   int decode_prompt_tokens = 0;       ///< prompt length of each decoding sequence (BOS, seeded ids)
-  std::vector<decode_figure> decode;  ///< by batch size: 1, 8, 32, 128
+  std::vector<decode_figure> decode;  ///< by batch size: 1, 8, 16, 32, 64, 128
   prefill_figure prefill;
   std::string attention_model;  ///< preset whose layer shape the attention figures use
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
