@@ -98,6 +98,12 @@ gpu::result<int> listen_on(const std::string& host, uint16_t port) {
   return gpu::status{gpu::status_code::io_error, fmt::format("cannot serve on {}:{}: {}", host, port, why)};
 }
 
+/// Where the head in `in` ends: just past its empty line (CRLF CRLF, or LF LF); npos while it has none.
+size_t end_of_head(const std::string& in) {
+  const size_t crlf = in.find("\r\n\r\n"), lf = in.find("\n\n");
+  return std::min(crlf == std::string::npos ? crlf : crlf + 4, lf == std::string::npos ? lf : lf + 2);
+}
+
 uint16_t bound_port(int fd) {
   sockaddr_storage a{};
   socklen_t n = sizeof a;
@@ -184,7 +190,7 @@ class http_server::impl {
   void count(const char* reason) const {
     if (observer) observer(reason);
   }
-  void watch(connection& c);
+  void watch(int fd);
 
   void handler_loop();
   bool serve(connection& c);
@@ -194,7 +200,7 @@ class http_server::impl {
   size_t max_body_bytes_ = 0;
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
   bool accepting_ = true;
-  clock::time_point accept_again_;
+  clock::time_point accept_again_, next_expiry_;
   std::unordered_map<int, connection_ptr> receiving_;  // fd -> connection, on this thread
   std::unordered_map<std::string, int> per_client_;    // open connections by address (with handlers too)
   int open_ = 0;
@@ -221,12 +227,8 @@ gpu::status http_server::impl::start(const std::map<std::string, handler>* route
   port = bound_port(listen_fd_);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  for (int w : {listen_fd_, wake_fd_}) {
-    epoll_event e{};
-    e.events = EPOLLIN;
-    e.data.fd = w;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w, &e);
-  }
+  watch(listen_fd_);
+  watch(wake_fd_);
   receiver_ = std::thread([this] { receive_loop(); });
   for (int i = 0; i < std::max(1, threads); ++i) handlers_.emplace_back([this] { handler_loop(); });
   return gpu::status::ok();
@@ -260,10 +262,7 @@ void http_server::impl::receive_loop() {
       if (stopping_) break;
     }
     if (!accepting_ && clock::now() >= accept_again_) {
-      epoll_event e{};
-      e.events = EPOLLIN;
-      e.data.fd = listen_fd_;
-      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &e);
+      watch(listen_fd_);
       accepting_ = true;
     }
     const int n = epoll_wait(epoll_fd_, events, 256, 200);
@@ -273,7 +272,10 @@ void http_server::impl::receive_loop() {
       else if (fd == wake_fd_) take_back();
       else if (auto it = receiving_.find(fd); it != receiving_.end()) read_from(*it->second);
     }
-    expire();
+    if (clock::now() >= next_expiry_) {  // deadlines are checked a few times a second, not at every wake-up
+      expire();
+      next_expiry_ = clock::now() + std::chrono::milliseconds(50);
+    }
   }
   while (!receiving_.empty()) close_connection(*receiving_.begin()->second);
 }
@@ -306,7 +308,7 @@ void http_server::impl::accept_all() {
     c->deadline = c->waiting_since + std::chrono::milliseconds(limits_.header_timeout_ms);
     ++per_client_[client];
     ++open_;
-    watch(*c);
+    watch(c->fd);
     receiving_.emplace(fd, std::move(c));
   }
 }
@@ -336,11 +338,12 @@ bool http_server::impl::make_room(const std::string& client, int fd) {
   return true;
 }
 
-void http_server::impl::watch(connection& c) {
+/// Wakes the receiving loop when `fd` has bytes (or a connection) to read.
+void http_server::impl::watch(int fd) {
   epoll_event e{};
   e.events = EPOLLIN;
-  e.data.fd = c.fd;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c.fd, &e);
+  e.data.fd = fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e);
 }
 
 void http_server::impl::read_from(connection& c) {
@@ -373,9 +376,7 @@ void http_server::impl::advance(connection& c) {
     c.deadline = clock::now() + std::chrono::milliseconds(limits_.header_timeout_ms);
   }
   if (c.state == phase::head) {
-    const size_t end = c.in.find("\r\n\r\n");
-    const size_t lf_end = c.in.find("\n\n");
-    const size_t head_end = std::min(end == std::string::npos ? end : end + 4, lf_end == std::string::npos ? lf_end : lf_end + 2);
+    const size_t head_end = end_of_head(c.in);
     if (head_end == std::string::npos) {
       if (c.in.size() > limits_.max_header_bytes)
         return close_with(c, 431, "the request head is too large", "malformed");
@@ -444,7 +445,7 @@ void http_server::impl::take_back() {
     kept.served = true;
     kept.waiting_since = clock::now();
     kept.deadline = kept.waiting_since + std::chrono::milliseconds(limits_.idle_timeout_ms);
-    watch(kept);
+    watch(kept.fd);
     advance(kept);  // a pipelined request may be here already
   }
 }
