@@ -6,7 +6,22 @@
 
 namespace illm::cli {
 
+namespace {
+
+/// A stop signal that reached a thread started before the signals were blocked (a library's, e.g. OpenBLAS's
+/// workers, made when it loads): caught here instead of ending the process, and taken up by the waiting thread.
+std::atomic<int> caught_elsewhere{0};
+
+void catch_stop_signal(int signal) { caught_elsewhere.store(signal); }
+
+}  // namespace
+
 sigset_t block_stop_signals() {
+  struct sigaction caught {};
+  caught.sa_handler = &catch_stop_signal;
+  sigemptyset(&caught.sa_mask);
+  sigaction(SIGINT, &caught, nullptr);
+  sigaction(SIGTERM, &caught, nullptr);
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -31,7 +46,8 @@ void ignore_stop_signals() {
 int wait_for_stop_signal(const sigset_t& set, const std::atomic<bool>& stop) {
   const timespec period{0, 100'000'000};
   while (!stop.load()) {
-    const int s = sigtimedwait(&set, nullptr, &period);
+    int s = sigtimedwait(&set, nullptr, &period);
+    if (s <= 0) s = caught_elsewhere.exchange(0);
     if (s > 0) {
       ignore_stop_signals();
       return s;

@@ -10,7 +10,8 @@
 
 namespace illm::cli {
 
-/// Blocks SIGINT and SIGTERM in this thread and every thread started from it; returns the set to wait on.
+/// Blocks SIGINT and SIGTERM in this thread and every thread started from it (a thread started before, which
+/// leaves them unblocked, catches them for the waiting one); returns the set to wait on.
 sigset_t block_stop_signals();
 
 /// Waits for SIGINT or SIGTERM (returns it, and ignores any further one from then on) or for `stop` (0).
