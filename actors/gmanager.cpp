@@ -49,6 +49,8 @@ struct gmanager_state {
   /// smaller rooms that fit now go first, for room_pass_limit).
   std::optional<waiting_room> waiting;
   std::deque<move_report> reports;  // the latest move reports, for (moves_atom, request)
+  uint64_t moves_done = 0, moves_refused = 0;  // reports so far, for the status
+  std::deque<member_status> departed;           // members that left or went down lately, newest last
   uint64_t version = 0;  // counts changes within config.epoch
   /// Members of an earlier gManager join this one: it rebuilds membership until every member they knew has
   /// joined too, or until a heartbeat timeout after the last of their joins (one that died meanwhile never does).
@@ -241,6 +243,49 @@ std::vector<move_report> reports_of(const gmanager_state& st, request_id req) {
   return out;
 }
 
+/// Keeps a member that left or went down for the status, the latest max_kept_departed of them.
+void keep_departed(gmanager_state& st, instance_id id, const member& m, const char* state, std::string reason) {
+  constexpr size_t max_kept_departed = 16;
+  std::erase_if(st.departed, [id](const member_status& d) { return d.inst_id == id; });
+  st.departed.push_back({id, state, m.node, std::move(reason), m.stats, 0});
+  if (st.departed.size() > max_kept_departed) st.departed.pop_front();
+}
+
+/// The requests of the placement map, each with its owner and where its blocks are.
+std::vector<request_status> requests_of(const gmanager_state& st) {
+  std::map<request_id, request_status> by_id;
+  for (const auto& [id, m] : st.members)
+    for (const request_placement_entry& e : m.placement) {
+      request_status& r = by_id[e.req_id];
+      r.req_id = e.req_id;
+      r.owner = id;
+      r.blocks.push_back(e);
+    }
+  std::vector<request_status> out;
+  for (auto& [id, r] : by_id) out.push_back(std::move(r));
+  return out;
+}
+
+/// What a status page shows: the members (alive, draining, silent) and those gone lately, the requests and
+/// where their blocks are, and the latest moves.
+cluster_status status_of(self_ptr self) {
+  constexpr size_t moves_shown = 32;
+  const auto& st = self->state;
+  cluster_status s{st.config.epoch, st.version, settled(self), {}, requests_of(st), {}, st.moves_done, st.moves_refused};
+  const auto now = self->clock().now();
+  for (const auto& [id, m] : st.members) {
+    const bool heard = alive(self, m), draining = m.draining || m.stats.draining;
+    const auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(now - m.last_heard).count();
+    s.members.push_back({id, !heard ? "down" : draining ? "draining" : "alive", m.node,
+                         heard ? "" : "no heartbeat lately", m.stats, uint32_t(std::clamp<int64_t>(ago, 0, UINT32_MAX))});
+  }
+  for (const member_status& d : st.departed)
+    if (!st.members.count(d.inst_id)) s.members.push_back(d);
+  const size_t first = st.reports.size() - std::min(st.reports.size(), moves_shown);
+  s.moves.assign(st.reports.begin() + std::ptrdiff_t(first), st.reports.end());
+  return s;
+}
+
 void update_membership_metrics(self_ptr self) {
   auto* m = self->state.config.metrics.get();
   if (!m) return;
@@ -375,6 +420,7 @@ void drop_member(self_ptr self, std::map<instance_id, member>::iterator it, std:
       if (id != it->first && p.inst_id == it->first && !p.local &&
           std::find(e.lost_hosted.begin(), e.lost_hosted.end(), p.req_id) == e.lost_hosted.end())
         e.lost_hosted.push_back(p.req_id);
+  keep_departed(self->state, it->first, it->second, "down", e.reason);
   tell(self, std::move(e));
   forget_rooms_of(self->state, it->first);
   members.erase(it);
@@ -413,6 +459,8 @@ gmanager_actor::behavior_type gmanager_behavior(self_ptr self, gmanager_config c
       [=](const move_report& r) {  // a refused move is ordered again later
         self->state.ordered.erase(r.id);
         keep_report(self->state, r);
+        ++(r.ok ? self->state.moves_done : self->state.moves_refused);
+        ++self->state.version;
         if (self->state.config.on_move) self->state.config.on_move(r);
       },
       [=](const drain_instance& d) {
@@ -426,6 +474,8 @@ gmanager_actor::behavior_type gmanager_behavior(self_ptr self, gmanager_config c
       [=](const expel_member& e) { expel(self, e); },
       [=](const leave_cluster& l) {
         forget_rooms_of(self->state, l.inst_id);
+        if (auto it = self->state.members.find(l.inst_id); it != self->state.members.end())
+          keep_departed(self->state, l.inst_id, it->second, "left", "it left the cluster");
         if (self->state.members.erase(l.inst_id)) {
           ++self->state.version;
           tell(self, {membership_event::kind::left, l.inst_id, {}, {}, {}});
@@ -436,6 +486,7 @@ gmanager_actor::behavior_type gmanager_behavior(self_ptr self, gmanager_config c
         if (self->state.rooms.erase({r.owner, r.req_id})) ++self->state.version;
       },
       [=](view_atom) { return view_of(self); },
+      [=](status_atom) { return status_of(self); },
   };
 }
 

@@ -22,6 +22,7 @@ void register_messages(caf::actor_system_config& cfg) {
       .add_message_type<std::vector<move_report>>("std::vector<move_report>")
       .add_message_type<instance_view>("instance_view")
       .add_message_type<cluster_view>("cluster_view")
+      .add_message_type<cluster_status>("cluster_status")
       .add_message_type<join_cluster>("join_cluster")
       .add_message_type<drain_instance>("drain_instance")
       .add_message_type<leave_cluster>("leave_cluster")

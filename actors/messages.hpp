@@ -17,6 +17,7 @@
 #include "actors/messages/requests.hpp"
 #include "actors/messages/room_prefill.hpp"
 #include "actors/messages/rooms.hpp"
+#include "actors/messages/status.hpp"
 #include "actors/messages/takeover.hpp"
 #include "actors/messages/worker.hpp"
 

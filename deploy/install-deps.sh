@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the build, the tests and the main job need.
+# Installs the Debian packages the build, the tests and the main job need (chromium: the status page test).
 # Idempotent: packages already installed are skipped, and apt is not touched when nothing is missing.
 set -euo pipefail
 
@@ -9,6 +9,7 @@ packages=(
   libopenblas-dev libfmt-dev doctest-dev nlohmann-json3-dev libcli11-dev
   prometheus python3 gnuplot-nox
   iproute2 util-linux curl clang libfuzzer-14-dev
+  chromium fonts-dejavu-core
 )
 
 missing=()

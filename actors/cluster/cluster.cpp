@@ -176,6 +176,8 @@ cluster_view cluster::view() {
   return out;
 }
 
+std::optional<cluster_status> cluster::status() { return ask_status(*system_, gmanager()); }
+
 int cluster::size() const {
   std::lock_guard lock(nodes_mutex_);
   return int(nodes_.size());

@@ -76,6 +76,7 @@ class cluster final : public request_router {
   using request_router::submit;
   request_id submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) override;
   cluster_view view() override;
+  std::optional<cluster_status> status() override;
   /// Every instance of the cluster.
   int instances_needed() const override { return size(); }
 

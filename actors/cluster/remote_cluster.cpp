@@ -202,6 +202,12 @@ cluster_view remote_cluster::view() {
   return picture_->view;
 }
 
+std::optional<cluster_status> remote_cluster::status() {
+  gmanager_actor gm = gmanager();
+  if (!gm || stopped_) return std::nullopt;
+  return ask_status(*system_, gm);
+}
+
 std::vector<move_report> remote_cluster::moves_of(request_id id) {
   std::vector<move_report> out;
   gmanager_actor gm = gmanager();

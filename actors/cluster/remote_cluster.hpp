@@ -44,6 +44,7 @@ class remote_cluster final : public request_router {
   request_id submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) override;
   /// The gManager's view when it is reachable and settled; else the last view, as the instances refresh it.
   cluster_view view() override;
+  std::optional<cluster_status> status() override;
   int instances_needed() const override { return 1; }
 
   /// The gManager's reports of the moves of request `id` (empty when it does not answer).

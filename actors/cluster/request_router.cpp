@@ -4,6 +4,15 @@
 
 namespace illm::actors {
 
+std::optional<cluster_status> ask_status(caf::actor_system& sys, const gmanager_actor& gm) {
+  std::optional<cluster_status> out;
+  if (!gm) return out;
+  caf::scoped_actor s{sys, true};
+  s->request(gm, std::chrono::seconds(5), status_atom::value)
+      .receive([&](cluster_status& c) { out = std::move(c); }, [](const caf::error&) {});
+  return out;
+}
+
 const instance_view* most_free_instance(const cluster_view& view) {
   const instance_view* target = nullptr;
   for (const instance_view& i : view.instances)

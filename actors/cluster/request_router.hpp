@@ -25,6 +25,9 @@ struct serving_capacity {
 /// What `view` can serve (draining instances left out).
 serving_capacity capacity_of(const cluster_view& view);
 
+/// Asks gManager `gm` for its cluster_status (none when it does not answer within a few seconds).
+std::optional<cluster_status> ask_status(caf::actor_system& sys, const gmanager_actor& gm);
+
 /// The requests a router has in flight: their actors, each forgotten when it ends. It must outlive
 /// the actors it spawned (the owner awaits them before destroying it).
 class request_table {
@@ -73,6 +76,8 @@ class request_router {
   void cancel_all() { requests_.cancel_all(); }
   /// The gManager's current view (no instances when it does not answer).
   virtual cluster_view view() = 0;
+  /// The gManager's cluster_status (none when it does not answer): what GET /v1/cluster shows.
+  virtual std::optional<cluster_status> status() = 0;
   /// How many instances the view must list for the router to be ready (all of an embedded cluster;
   /// one of a cluster of processes, whose members come and go).
   virtual int instances_needed() const = 0;

@@ -75,7 +75,9 @@ head_parse parse_request_line(std::string_view line, size_t max_request_line) {
   if (version != "HTTP/1.1" && version != "HTTP/1.0") return refused(505, "only HTTP/1.0 and HTTP/1.1 are served");
   head_parse p;
   p.head.method = std::string(method);
-  p.head.path = std::string(target.substr(0, target.find('?')));
+  const size_t question = target.find('?');
+  p.head.path = std::string(target.substr(0, question));
+  if (question != std::string_view::npos) p.head.query = std::string(target.substr(question + 1));
   p.head.http10 = version == "HTTP/1.0";
   return p;
 }

@@ -14,6 +14,7 @@ namespace illm::actors::frontend {
 struct http_head {
   std::string method;
   std::string path;   ///< the target without its query
+  std::string query;  ///< what follows the target's '?' (empty: none)
   bool http10 = false;  ///< HTTP/1.0 (no keep-alive unless asked for)
   std::map<std::string, std::string> headers;  ///< names in lower case; repeated fields joined with ", "
   bool keep_alive = true;      ///< the connection may carry another request after this one

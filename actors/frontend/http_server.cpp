@@ -11,12 +11,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -509,6 +511,7 @@ bool http_server::impl::serve(connection& c) {
   http_request req;
   req.method = c.head.method;
   req.path = c.head.path;
+  req.query = c.head.query;
   req.headers = std::move(c.head.headers);
   req.client = c.client;
   req.body_too_large = c.body_too_large;
@@ -532,6 +535,17 @@ bool http_server::impl::serve(connection& c) {
 http_server::http_server() : impl_(std::make_unique<impl>()) {}
 
 http_server::~http_server() { stop(); }
+
+std::optional<std::string> http_request::query_value(const std::string& name) const {
+  for (size_t at = 0; at <= query.size();) {
+    const size_t end = std::min(query.find('&', at), query.size());
+    const std::string_view pair = std::string_view(query).substr(at, end - at);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) == name) return std::string(eq == std::string_view::npos ? "" : pair.substr(eq + 1));
+    at = end + 1;
+  }
+  return std::nullopt;
+}
 
 void http_server::route(const std::string& path, handler h) { routes_[path] = std::move(h); }
 

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "actors/frontend/http_parse.hpp"
@@ -40,8 +41,11 @@ using http_refusal_observer = std::function<void(const char* reason)>;
 
 /// A request as a handler sees it.
 struct http_request {
+  /// The value of `name` in the query ("a=1&b=2"), undecoded; none: absent.
+  std::optional<std::string> query_value(const std::string& name) const;
   std::string method;
   std::string path;
+  std::string query;  ///< what follows the target's '?' (empty: none)
   std::string body;
   bool body_too_large = false;                 ///< the body was over the limit (and was not read)
   std::map<std::string, std::string> headers;  ///< names in lower case

@@ -1,6 +1,7 @@
 #include "actors/frontend/service.hpp"
 
 #include <condition_variable>
+#include <charconv>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -77,6 +78,7 @@ service::service(request_router& router, std::shared_ptr<const gpu::tokenizer> v
       registry_(std::move(registry)),
       metrics_(std::move(metrics)),
       options_(std::move(options)),
+      feed_(router_, [this] { return tokens_out_.load(std::memory_order_relaxed); }),
       started_(unix_now()) {
   if (metrics_)
     http_.on_refusal([m = metrics_](const char* reason) { m->http_connections_refused.with({reason}).add(); });
@@ -89,6 +91,10 @@ service::service(request_router& router, std::shared_ptr<const gpu::tokenizer> v
   http_.route("/metrics", [this](const http_request&, http_reply& reply) {
     reply.send(200, "text/plain; version=0.0.4; charset=utf-8", registry_->expose());
   });
+  http_.route("/status", [](const http_request&, http_reply& reply) {
+    reply.send(200, "text/html; charset=utf-8", status_page_html());
+  });
+  http_.route("/v1/cluster", [this](const http_request& req, http_reply& reply) { cluster_snapshot(req, reply); });
   http_.route("/v1/models", [this](const http_request& req, http_reply& reply) {
     if (!authorized(req, reply)) return;
     reply.send(200, json_type, models_body(options_.model_name, started_));
@@ -105,6 +111,24 @@ service::~service() {
 
 gpu::status service::start(const std::string& host, uint16_t port) {
   return http_.start(host, port, options_.http_threads, options_.limits.max_body_bytes, options_.http);
+}
+
+void service::cluster_snapshot(const http_request& req, http_reply& reply) {
+  const std::optional<std::string> wanted = req.query_value("seq");
+  if (!wanted) {
+    std::optional<std::string> now = feed_.latest();
+    if (now) return reply.send(200, json_type, *now);
+    return reply.send(503, json_type, error_body(make_error(503, "the gManager does not answer", "unavailable", "", "")));
+  }
+  uint64_t seq = 0;
+  const char* end = wanted->data() + wanted->size();
+  if (wanted->empty() || std::from_chars(wanted->data(), end, seq).ptr != end)
+    return reply.send(400, json_type, error_body(make_error(400, "seq must be a number", "invalid_request_error", "seq", "")));
+  if (std::optional<std::string> kept = feed_.at(seq)) return reply.send(200, json_type, *kept);
+  reply.send(404, json_type,
+             error_body(make_error(404, "snapshot " + *wanted + " is not kept (only the latest " +
+                                            std::to_string(cluster_feed::max_kept) + " are)",
+                                   "not_found_error", "seq", "")));
 }
 
 void service::refuse(http_reply& reply, const api_error& e, const std::string& reason) {
@@ -228,6 +252,7 @@ void service::relay_token(answer& a, int32_t token, http_reply& reply) {
     metrics_->generation_tokens.with().add();
   }
   a.last_token = now;
+  tokens_out_.fetch_add(1, std::memory_order_relaxed);
   ++a.result.completion_tokens;
   const std::string piece = a.text.push(token);
   a.result.text += piece;

@@ -1,6 +1,7 @@
 #pragma once
 // The HTTP front end of a cluster: the OpenAI-compatible API (completions and chat completions, whole
-// or streamed as server-sent events), models, health and Prometheus metrics, with optional API keys
+// or streamed as server-sent events), models, health, Prometheus metrics, the cluster's status (GET
+// /v1/cluster and the page GET /status), with optional API keys
 // and limits on body size, prompt length, max_tokens and requests in flight. A client that goes away
 // mid-stream has its request cancelled (and its blocks freed).
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "actors/cluster/request_router.hpp"
+#include "actors/frontend/cluster_feed.hpp"
 #include "actors/frontend/http_server.hpp"
 #include "actors/frontend/openai_api.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
@@ -59,6 +61,8 @@ class service {
   /// The end of `a`: metrics, then the whole response or the stream's last chunk, usage and [DONE].
   void finish(answer& a, const request_finished& end, http_reply& reply);
   bool authorized(const http_request& req, http_reply& reply);
+  /// GET /v1/cluster: the cluster now, or with ?seq=N the snapshot N if it is still kept.
+  void cluster_snapshot(const http_request& req, http_reply& reply);
   void refuse(http_reply& reply, const api_error& e, const std::string& reason);
 
   request_router& router_;
@@ -67,6 +71,8 @@ class service {
   std::shared_ptr<metrics::runtime_metrics> metrics_;
   service_options options_;
   http_server http_;
+  std::atomic<uint64_t> tokens_out_{0};  ///< output tokens sent so far (the status page shows their rate)
+  cluster_feed feed_;
   std::atomic<int> in_flight_{0};
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{1};

@@ -101,6 +101,7 @@ struct abort_move;
 struct release_blocks;
 struct move_report;
 struct cluster_view;
+struct cluster_status;
 struct join_cluster;
 struct drain_instance;
 struct leave_cluster;
@@ -159,6 +160,8 @@ using liveness_tick_atom = caf::atom_constant<caf::atom("live_tick")>;
 using attach_atom = caf::atom_constant<caf::atom("attach")>;
 /// (view_atom): asks the gManager for its cluster_view.
 using view_atom = caf::atom_constant<caf::atom("view")>;
+/// (status_atom): asks the gManager for its cluster_status (what a status page shows).
+using status_atom = caf::atom_constant<caf::atom("status")>;
 /// (moves_atom, request_id) -> gManager: the reports of that request's moves it has (the latest ones).
 using moves_atom = caf::atom_constant<caf::atom("moves")>;
 /// The pool wrote a layer of some blocks: attends waiting for it may be answered.

@@ -30,6 +30,10 @@ struct instance_stats {
   uint32_t waiting_blocks = 0;   ///< blocks the queued requests need (prompt and max tokens)
   bool draining = false;
   uint32_t replica_blocks = 0;   ///< of the free blocks, those keeping replicas (taken only once no other is free)
+  uint32_t owned_blocks = 0;     ///< blocks of this instance's own requests kept here
+  /// Blocks not in use but spoken for: by its running requests' next tokens, the request first in its queue, and
+  /// others' rooms (not counted in free_blocks).
+  uint32_t promised_blocks = 0;
 };
 
 }  // namespace illm::actors

@@ -54,6 +54,16 @@ struct membership_fixture {
     sched->run();
   }
 
+  /// The gManager's status now.
+  cluster_status status() {
+    auto out = std::make_shared<cluster_status>();
+    sys->spawn([out, gm = gmanager](caf::event_based_actor* self) {
+      self->request(gm, caf::infinite, status_atom::value).then([out](cluster_status& s) { *out = std::move(s); });
+    });
+    sched->run();
+    return *out;
+  }
+
   size_t count(membership_event::kind k, instance_id id) const {
     return size_t(std::count_if(events->begin(), events->end(),
                                 [&](const auto& e) { return e.what == k && e.inst_id == id; }));
@@ -91,6 +101,54 @@ TEST_SUITE("membership") {
     f.sched->run();
     CHECK(f.count(membership_event::kind::down, 2) == 0);
     CHECK(std::string(to_string(membership_event::kind::down)) == "down");
+  }
+
+  TEST_CASE("the status shows each member's pool and state, each request's holders, moves, and members gone") {
+    membership_fixture f;
+    caf::actor a = f.member(), b = f.member();
+    f.from(a, join_cluster{1, caf::actor_cast<rmanager_actor>(a), {}, {}, {}, {}});
+    f.from(b, join_cluster{2, caf::actor_cast<rmanager_actor>(b), {}, {}, {}, {}});
+    instance_stats one{64, 20, 0, 6, 1, 0, 0, false, 0, 30, 8};
+    f.from(a, heartbeat{1, 1, one, {{7, 1, 30, true}, {7, 2, 6, false}}});
+    f.from(b, heartbeat{2, 1, {64, 58, 6, 0, 0, 0, 0, false, 0, 0, 0}, {}});
+    f.from(a, move_report{11, 7, 1, 2, 6, true, false, "", false});
+    f.from(a, move_report{12, 7, 1, 2, 4, false, false, "no room", false});
+    const uint64_t before = f.status().version;
+    f.from(b, drain_instance{2});
+    cluster_status s = f.status();
+    CHECK(s.version > before);
+    REQUIRE(s.members.size() == 2);
+    CHECK(s.members[0].inst_id == 1);
+    CHECK(s.members[0].state == "alive");
+    CHECK(s.members[0].stats.owned_blocks == 30);
+    CHECK(s.members[0].stats.promised_blocks == 8);
+    CHECK(s.members[1].state == "draining");
+    CHECK(s.members[1].stats.hosted_blocks == 6);
+    REQUIRE(s.requests.size() == 1);
+    CHECK(s.requests[0].req_id == 7);
+    CHECK(s.requests[0].owner == 1);
+    CHECK(s.requests[0].blocks.size() == 2);
+    CHECK(s.moves.size() == 2);
+    CHECK(s.moves_done == 1);
+    CHECK(s.moves_refused == 1);
+    CHECK(s.moves.back().reason == "no room");
+    // A member that dies is shown down with why, one that leaves as left, each until it joins again.
+    caf::anon_send_exit(a, caf::exit_reason::kill);
+    f.sched->run();
+    f.from(b, leave_cluster{2});
+    s = f.status();
+    REQUIRE(s.members.size() == 2);
+    CHECK(s.members[0].inst_id == 1);
+    CHECK(s.members[0].state == "down");
+    CHECK_FALSE(s.members[0].reason.empty());
+    CHECK(s.members[1].state == "left");
+    CHECK(s.requests.empty());
+    caf::actor c = f.member();
+    f.from(c, join_cluster{1, caf::actor_cast<rmanager_actor>(c), {}, {}, {}, {}});
+    s = f.status();
+    REQUIRE(s.members.size() == 2);
+    CHECK(s.members[0].state == "alive");
+    CHECK(s.members[1].state == "left");
   }
 }
 

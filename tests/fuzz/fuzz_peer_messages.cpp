@@ -16,6 +16,7 @@
 #include "actors/messages/requests.hpp"
 #include "actors/messages/room_prefill.hpp"
 #include "actors/messages/rooms.hpp"
+#include "actors/messages/status.hpp"
 #include "actors/messages/takeover.hpp"
 
 using namespace illm::actors;
@@ -64,6 +65,8 @@ constexpr decoder decoders[] = {
     round_trip<reserve_chunk>,    round_trip<prefill_chunk>,    round_trip<chunk_started>,
     round_trip<chunk_done>,       round_trip<commit_chunk>,     round_trip<abort_chunk>,
     round_trip<take_reservation>, round_trip<return_reservation>, round_trip<cancel_chunk>,
+    // the gManager's answer to a front end
+    round_trip<cluster_status>,
 };
 
 }  // namespace

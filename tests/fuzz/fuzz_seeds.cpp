@@ -15,6 +15,7 @@
 #include "actors/messages/replicas.hpp"
 #include "actors/messages/requests.hpp"
 #include "actors/messages/room_prefill.hpp"
+#include "actors/messages/status.hpp"
 #include "actors/messages/takeover.hpp"
 #include "gpu/checkpoint.hpp"
 #include "gpu/weights.hpp"
@@ -131,6 +132,15 @@ void peer_messages(const fs::path& dir) {  // type indexes as in fuzz_peer_messa
   chunk.table_pools = {0, 1};
   chunk.table_blocks = {5, 6};
   write(dir, "seed-prefill-chunk", peer_message(33, chunk));
+  cluster_status status;
+  status.epoch = 2;
+  status.version = 40;
+  status.members.push_back({1, "alive", "host-a", "", {64, 20, 6, 0, 1, 0, 0, false, 0, 30, 8}, 12});
+  status.members.push_back({2, "down", "", "no heartbeat lately", {}, 5000});
+  status.requests.push_back({7, 1, {{7, 1, 30, true}, {7, 2, 6, false}}});
+  status.moves.push_back({11, 7, 1, 2, 6, true, false, "", false});
+  status.moves_done = 1;
+  write(dir, "seed-cluster-status", peer_message(41, status));
 }
 
 void openai_request(const fs::path& dir) {

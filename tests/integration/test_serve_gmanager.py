@@ -134,7 +134,11 @@ def main():
                    60, "the front end's /health to count one instance")
         status, body = completion(fe_port, short, 24)
         assert status == 200 and body["choices"][0]["text"] == short_text, body
-        print("the front end keeps serving on instance 0", flush=True)
+        status, cluster = request(fe_port, "GET", "/v1/cluster", timeout=10)
+        states = {i["id"]: (i["state"], i["reason"]) for i in cluster["instances"]}
+        assert status == 200 and states[0][0] == "alive" and states[1][0] == "down" and states[1][1], cluster
+        print(f"the front end keeps serving on instance 0; /v1/cluster (seq {cluster['seq']}) shows instance 1 "
+              f"down: {states[1][1]}", flush=True)
 
         # Instance 1 comes back (a new process with its id), and the gManager is SIGKILLed while a request spread
         # over both instances decodes: the stream completes without error, with the text of one big instance.
