@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "gpu/cpu/simd.hpp"
 
@@ -106,6 +107,27 @@ void skinny_columns(const float* xt, int mp, int m, int k, const float* w, size_
   for (; j < j1; ++j) skinny_block<MV, 1>(xt, mp, m, k, w, ldw, j, y, ldy, accumulate);
 }
 
+/// More than 32 rows: each block of 8 weight rows against every group of 32 rows in turn. Every pass over k then
+/// reads 128 bytes of xt per step (at 64 rows and k = 288 a whole xt is 72 KiB, over L1, and the 64-row kernel
+/// re-read it from L2 for every 4 weight rows), and the block's weight rows, just read, come again from L1.
+void skinny_columns_grouped(const float* xt, int mp, int m, int k, const float* w, size_t ldw, int j0, int j1,
+                            float* y, size_t ldy, bool accumulate) {
+  constexpr int group = 2 * lanes, jb = 8;
+  auto block = [&](int j, auto width) {
+    for (int i0 = 0; i0 < m; i0 += group) {
+      const int rows = std::min(group, m - i0);
+      float* yi = y + size_t(i0) * ldy;
+      if (rows > lanes)
+        skinny_block<2, width()>(xt + i0, mp, rows, k, w, ldw, j, yi, ldy, accumulate);
+      else
+        skinny_block<1, width()>(xt + i0, mp, rows, k, w, ldw, j, yi, ldy, accumulate);
+    }
+  };
+  int j = j0;
+  for (; j + jb <= j1; j += jb) block(j, std::integral_constant<int, jb>{});
+  for (; j < j1; ++j) block(j, std::integral_constant<int, 1>{});
+}
+
 }  // namespace
 
 void gemm_skinny(const float* xt, int mp, int m, int k, const float* w, size_t ldw, int j0, int j1, float* y,
@@ -113,8 +135,7 @@ void gemm_skinny(const float* xt, int mp, int m, int k, const float* w, size_t l
   switch (mp / lanes) {
     case 1: skinny_columns<1>(xt, mp, m, k, w, ldw, j0, j1, y, ldy, accumulate); break;
     case 2: skinny_columns<2>(xt, mp, m, k, w, ldw, j0, j1, y, ldy, accumulate); break;
-    case 3: skinny_columns<3>(xt, mp, m, k, w, ldw, j0, j1, y, ldy, accumulate); break;
-    default: skinny_columns<4>(xt, mp, m, k, w, ldw, j0, j1, y, ldy, accumulate); break;
+    default: skinny_columns_grouped(xt, mp, m, k, w, ldw, j0, j1, y, ldy, accumulate); break;
   }
 }
 

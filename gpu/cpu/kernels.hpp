@@ -18,8 +18,8 @@ void gemv(const float* x, size_t ldx, int m, int k, const float* w, size_t ldw, 
 /// zero-padded.
 void transpose_rows(const float* x, size_t ldx, int m, int k, float* xt, int mp);
 
-/// Most rows of x that gemm_skinny takes.
-inline constexpr int skinny_rows_max = 64;
+/// Most rows of x that gemm_skinny takes (beyond: a general GEMM, whose packing pays off from there on).
+inline constexpr int skinny_rows_max = 128;
 
 /// y[i][j] (+)= dot(x[i], w[j]) for i < m and j in [j0, j1), from the transposed xt (transpose_rows):
 /// the product of a decode batch (a few dozen rows) and a weight matrix without the packing that a

@@ -25,8 +25,8 @@ std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
 TEST_SUITE("gpu") {
   TEST_CASE("gemm matches fp64 for decode and batch shapes") {
     gpu::backend& device = test::cpu_device();
-    for (int m : {1, 2, 3, 4, 5, 17, 33, 64, 65, 100}) {
-      for (auto [k, n] : {std::pair{37, 29}, std::pair{288, 768}, std::pair{130, 3}}) {
+    for (int m : {1, 2, 3, 4, 5, 17, 33, 48, 64, 65, 100, 128, 129}) {
+      for (auto [k, n] : {std::pair{37, 29}, std::pair{288, 768}, std::pair{130, 3}, std::pair{768, 40}}) {
         const auto x = random_vector(size_t(m) * k, 1 + m), w = random_vector(size_t(n) * k, 2 + n);
         for (bool accumulate : {false, true}) {
           std::vector<float> y(size_t(m) * n, 0.5f);
