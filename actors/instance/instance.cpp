@@ -27,11 +27,15 @@ int64_t now_ns(caf::local_actor* self) {
 }
 
 std::vector<request_placement_entry> placement_of(const gpu::sequence& seq, instance_id self_id) {
-  std::map<uint32_t, uint32_t> per_pool;
-  for (const gpu::block_ref& ref : seq.table)
-    if (!ref.absent()) ++per_pool[ref.pool];
-  std::vector<request_placement_entry> out;
-  for (const auto& [pool, n] : per_pool) out.push_back({seq.id, pool, n, pool == self_id});
+  std::vector<request_placement_entry> out;  // a few pools at most: a flat list, by pool
+  for (const gpu::block_ref& ref : seq.table) {
+    if (ref.absent()) continue;
+    auto at = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.inst_id == ref.pool; });
+    if (at == out.end()) at = out.insert(std::upper_bound(out.begin(), out.end(), ref.pool,
+                                                          [](uint32_t pool, const auto& e) { return pool < e.inst_id; }),
+                                         {seq.id, ref.pool, 0, ref.pool == self_id});
+    ++at->num_blocks;
+  }
   return out;
 }
 

@@ -1,6 +1,6 @@
 // The instance's step loop: plans the next step of continuous batching after admitting what may start,
-// runs it on the worker (run_step -> step_done), streams the tokens it gave, retires finished sequences and
-// tells their clients. A step whose remote attention failed for some sequences starts those over and runs
+// runs it on the worker (run_step -> step_done), retires finished sequences and tells their clients, sends the
+// next step, and streams the tokens the last one gave while the next one runs. A step whose remote attention failed for some sequences starts those over and runs
 // again for the others. A new cluster view may let waiting requests start.
 #include <algorithm>
 #include <map>
@@ -34,9 +34,11 @@ void notify_finished(self_ptr self) {
   }
 }
 
-/// Streams the tokens a completed step gave its sequences (only the first one, without streaming).
-void send_new_tokens(self_ptr self, const gpu::step_plan& plan) {
+/// The first-token bookkeeping of the tokens a completed step gave its sequences (and, without streaming, the
+/// first token sent); returns the requests whose new tokens stream_tokens sends once the next step is under way.
+std::vector<request_id> note_new_tokens(self_ptr self, const gpu::step_plan& plan) {
   auto& st = self->state;
+  std::vector<request_id> to_stream;
   for (gpu::sequence* s : plan.sequences) {
     auto it = st.requests.find(s->id);
     if (it == st.requests.end()) continue;
@@ -45,10 +47,22 @@ void send_new_tokens(self_ptr self, const gpu::step_plan& plan) {
       it->second.first_token_ns = now_ns(self);
       if (!st.config.stream_tokens) tell_client(self, it->second.client, token_event{s->id, s->tokens[size_t(s->n_prompt)]});
     }
-    if (s->finished() || !st.config.stream_tokens) continue;
-    for (; int32_t(it->second.tokens_sent) < s->n_generated(); ++it->second.tokens_sent)
-      tell_client(self, it->second.client,
-                 token_event{s->id, s->tokens[size_t(s->n_prompt) + it->second.tokens_sent]});
+    if (st.config.stream_tokens && !s->finished() && int32_t(it->second.tokens_sent) < s->n_generated())
+      to_stream.push_back(s->id);
+  }
+  return to_stream;
+}
+
+/// Streams the tokens of `ids` not sent yet. A request that ended meanwhile had them sent with its end
+/// (notify_finished), so it is no longer among the running ones.
+void stream_tokens(self_ptr self, const std::vector<request_id>& ids) {
+  auto& st = self->state;
+  for (request_id id : ids) {
+    auto it = st.requests.find(id);
+    if (it == st.requests.end()) continue;
+    const gpu::sequence& s = *it->second.seq;
+    for (; int32_t(it->second.tokens_sent) < s.n_generated(); ++it->second.tokens_sent)
+      tell_client(self, it->second.client, token_event{id, s.tokens[size_t(s.n_prompt) + it->second.tokens_sent]});
   }
 }
 
@@ -84,6 +98,7 @@ void on_step_done(self_ptr self, step_done& done) {
   for (gpu::sequence* s : plan.sequences)  // before the batcher frees the finished ones' blocks
     if (auto it = st.requests.find(s->id); it != st.requests.end())
       it->second.placement = placement_of(*s, st.config.id);
+  std::vector<request_id> to_stream;
   if (failed_for_some(done)) {
     retry_without_failed(self, done);
   } else {
@@ -95,13 +110,15 @@ void on_step_done(self_ptr self, step_done& done) {
       plan.sampled.assign(plan.params.size(), 0);
     }
     st.batcher->complete(plan);
-    send_new_tokens(self, plan);
+    to_stream = note_new_tokens(self, plan);
   }
   st.in_flight = nullptr;
   for (auto& change : std::exchange(st.after_step, {})) change();
   notify_finished(self);
-  publish_placement(self);
+  // The next step goes to the worker first: streaming this step's tokens and reporting the placement overlap it.
   maybe_step(self);
+  stream_tokens(self, to_stream);
+  publish_placement(self);
 }
 
 /// Whether a sequence has a room or blocks on other instances.
