@@ -14,8 +14,9 @@
 #            clients; distinct random-token prompts of PROMPT_TOKENS, OUTPUT_TOKENS each with ignore_eos, so
 #            prompt and output stay within the model's 256 tokens) at C = 1, 16 and 64. The usage counts both
 #            servers report are checked equal (every request's output in full).
-# Prints every run, then the means over the rounds and the ratios illm / llama.cpp (with the lowest and highest
-# ratio of a round), and illm's served output tok/s over its engine's decode at the same batch size.
+# Each round ends with illm alone served at C = 16 and 64 at its engine bench's decode shapes (8-token prompts, 64
+# tokens out). Prints every run, then the means over the rounds and the ratios illm / llama.cpp (with the lowest
+# and highest ratio of a round), and illm's served output tok/s over its engine's decode at the same batch size.
 # Measures only; asserts nothing about speed.
 #
 # Usage: [ROUNDS=3] [THREADS=2] [PROMPT_TOKENS=32] [OUTPUT_TOKENS=128] deploy/bench-vs-llama.sh
@@ -125,10 +126,11 @@ wait_healthy() {  # port log
   exit 1
 }
 
-# One served run: a fresh server of ENGINE (illm or llama) under a closed loop of C clients; appends
-# "served ENGINE C tok/s ttft_p50 ttft_p99 output_tokens" to the results.
+# One served run: a fresh server of ENGINE (illm or llama) under a closed loop of C clients, prompts of PROMPT
+# tokens and OUTPUT output tokens (default: PROMPT_TOKENS, OUTPUT_TOKENS); appends "ROUND served ENGINE cC tok/s
+# ttft_p50 ttft_p99 output_tokens" to the results (cC-short with SHAPE=short).
 serve_once() {
-  local engine=$1 c=$2 round=$3 port limit
+  local engine=$1 c=$2 round=$3 prompt=${4:-$prompt_tokens} output=${5:-$output_tokens} label=${6:-} port limit
   port=$(free_port)
   limit=$((c == 1 ? 16 : 4 * c))
   if [ "$engine" = illm ]; then
@@ -141,18 +143,18 @@ serve_once() {
   server=$!
   wait_healthy "$port" "$work/server.log"
   "$illm" bench --url "http://127.0.0.1:$port" --concurrency "$c" --limit "$limit" --seed "$round$c" \
-    --prompt-tokens "$prompt_tokens" --max-output-tokens "$output_tokens" --csv "$work/run.csv" --json >"$work/run.json"
+    --prompt-tokens "$prompt" --max-output-tokens "$output" --csv "$work/run.csv" --json >"$work/run.json"
   kill -TERM "$server"
   wait "$server" 2>/dev/null || true
   server=0
-  python3 - "$work/run.json" "$engine" "$c" "$round" "$((limit * output_tokens))" <<'EOF' | tee -a "$work/results"
+  python3 - "$work/run.json" "$engine" "$c" "$round" "$((limit * output))" "$label" <<'EOF' | tee -a "$work/results"
 import json, sys
 r = json.load(open(sys.argv[1]))
-engine, c, round_, expected = sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+engine, c, round_, expected, label = sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6]
 if r["failed"] or r["output_tokens"] != expected:
     sys.exit(f"bench-vs-llama: {engine} at concurrency {c}: {r['failed']} failed, {r['output_tokens']} output "
              f"tokens in the usage counts, {expected} asked for")
-print(f"{round_} served {engine} c{c} {r['output_tokens_per_second']:.1f} {r['ttft_s']['p50'] * 1000:.1f} "
+print(f"{round_} served {engine} c{c}{label} {r['output_tokens_per_second']:.1f} {r['ttft_s']['p50'] * 1000:.1f} "
       f"{r['ttft_s']['p99'] * 1000:.1f} {r['output_tokens']}")
 EOF
 }
@@ -203,6 +205,9 @@ for round in $(seq "$rounds"); do
   for c in "${concurrencies[@]}"; do
     for engine in $order; do serve_once "$engine" "$c" "$round"; done
   done
+  # illm served at the shapes of its engine bench's decode (8-token prompts, 64 tokens decoded): the served /
+  # engine ratio without the longer contexts and the prefill of the shapes above.
+  for c in 16 64; do serve_once illm "$c" "$round" 8 64 -short; done
 done
 
 python3 - "$work/results" <<'EOF'
@@ -220,14 +225,17 @@ for line in open(sys.argv[1]):
 print("\nmeans over the rounds; ratio illm / llama.cpp (lowest and highest of a round)")
 print(f"{'':<14} {'metric':<12} {'illm':>10} {'llama.cpp':>10} {'ratio':>7} {'range':>13}")
 for (kind, metric), by in runs.items():
+    if "llama" not in by:
+        continue
     a, b = by["illm"], by["llama"]
     ratios = [a[r] / b[r] for r in a if r in b and b[r] > 0]
     print(f"{kind:<14} {metric:<12} {statistics.mean(a.values()):>10.1f} {statistics.mean(b.values()):>10.1f} "
           f"{statistics.mean(ratios):>7.2f} {min(ratios):>6.2f}-{max(ratios):<6.2f}")
-print("\nillm served output tok/s over illm's engine decode at the same batch size")
-for c, batch in (("c16", "decode_b16"), ("c64", "decode_b64")):
+print("\nillm served output tok/s over illm's engine decode at the same batch size (short: served at the engine "
+      "bench's shapes, 8-token prompts and 64 output tokens)")
+for c, batch in (("c16", "decode_b16"), ("c64", "decode_b64"), ("c16-short", "decode_b16"), ("c64-short", "decode_b64")):
     served, engine = runs[(f"served {c}", "tok/s")]["illm"], runs[("engine", batch)]["illm"]
     ratios = [served[r] / engine[r] for r in served if r in engine]
-    print(f"{c:<4} {statistics.mean(served.values()):>8.1f} / {statistics.mean(engine.values()):>8.1f} = "
+    print(f"{c:<10} {statistics.mean(served.values()):>8.1f} / {statistics.mean(engine.values()):>8.1f} = "
           f"{statistics.mean(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
 EOF

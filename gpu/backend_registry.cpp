@@ -47,16 +47,25 @@ result<std::unique_ptr<backend>> make_cuda() {
 
 /// The cuda backend when this build has it and a GPU is present; otherwise nothing, and why.
 result<std::unique_ptr<backend>> auto_gpu() {
+  const std::string why_not = cuda_unavailable_reason();
+  if (!why_not.empty()) return status{status_code::unsupported, why_not};
 #if ILLM_HAVE_CUDA
-  const cuda::device_probe probe = cuda::probe_devices();
-  if (probe.count == 0) return status{status_code::unsupported, "no CUDA device (" + probe.reason + ")"};
   return make_cuda();
 #else
-  return status{status_code::unsupported, "this build has no CUDA backend"};
+  return status{status_code::internal, "unreachable: no CUDA backend"};
 #endif
 }
 
 }  // namespace
+
+std::string cuda_unavailable_reason() {
+#if ILLM_HAVE_CUDA
+  const cuda::device_probe probe = cuda::probe_devices();
+  return probe.count > 0 ? "" : "no CUDA device (" + probe.reason + ")";
+#else
+  return "this build has no CUDA backend";
+#endif
+}
 
 result<std::unique_ptr<backend>> make_backend(const std::string& name, int cpu_threads) {
   if (cpu_threads < 0) return status{status_code::invalid_argument, "thread count must be >= 0"};

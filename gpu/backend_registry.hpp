@@ -12,6 +12,10 @@ namespace illm::gpu {
 /// Backends compiled into this build, e.g. {"cpu", "cuda"}.
 std::vector<std::string> compiled_backends();
 
+/// Why the cuda backend cannot run here ("this build has no CUDA backend", "no CUDA device (...)"); empty when it
+/// can (this build has it and a GPU is present).
+std::string cuda_unavailable_reason();
+
 /// Makes backend `name`: "cpu", "cpu-reference", "cuda" (unsupported when the build or the machine has
 /// none), or "auto": cuda when this build has it and a GPU is present, else cpu, which it says once on
 /// stderr with the reason. `cpu_threads` threads for cpu work (0: every core).

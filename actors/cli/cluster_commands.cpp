@@ -32,6 +32,7 @@
 #include <caf/io/all.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/cli/backend_flag.hpp"
 #include "actors/cli/commands.hpp"
 #include "actors/cli/fault_flags.hpp"
 #include "actors/cli/setting_flags.hpp"
@@ -515,6 +516,7 @@ void start_node(instance_run& r, const gpu::loaded_model& model, const actors::g
                         return out;
                       });
   o.instance = r.flags.instance;
+  o.instance.backend = instance_backend(r.flags.instance.backend, "instance");
   o.batch = r.flags.batch;
   auto started = actors::instance_node::start(r.sys, model.weights, o, plane, gm);
   if (!started.is_ok()) stop_and_fail(r, started.error().message());
@@ -538,6 +540,7 @@ void run_instance(const instance_flags& flags) {
   if (flags.join.empty()) fail("--join is required (as a flag or in --config)", 2);
   const std::vector<actors::control_endpoint> gmanagers = parse_host_port_list(flags.join, "--join");
   if (!flags.listen.empty()) check_listen(flags.security, parse_host_port(flags.listen, "--listen", true).host, "--listen");
+  (void)instance_backend(flags.instance.backend, "instance");  // a backend it cannot use fails before anything
   check_tls_options(flags.security, fmt::format("illm instance {}", flags.id));
   (void)fault_plan_of(flags.faults, actors::faults::fault_role::instance);  // a bad spec fails before loading
   const sigset_t stop_signals = block_stop_signals();
@@ -691,6 +694,8 @@ void add_cluster_commands(CLI::App& app) {
   icmd->add_option("--faults", f->faults,
                    "Faults this instance injects, seeded: e.g. seed=7,send.drop=0.01,reply.drop=0.05 (docs/faults.md; "
                    "default: none)");
+  icmd->add_option("--backend", f->instance.backend,
+                   std::string("What this instance runs on: ") + backend_choices + " (default cpu)");
   add_setting_flags(icmd, actors::instance_settings_table(), f->instance);
   add_setting_flags(icmd, actors::batch_settings_table(), f->batch);
   add_metrics_options(icmd, f->metrics_listen, f->metrics_prefix);

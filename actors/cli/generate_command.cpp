@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/cli/setting_flags.hpp"
+#include "actors/cli/backend_flag.hpp"
 #include "actors/cli/commands.hpp"
 #include "actors/cluster/cluster.hpp"
 #include "actors/cluster/remote_cluster.hpp"
@@ -208,6 +209,7 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
   actors::cluster_options co;
   co.instances = f.instances;
   co.instance = f.instance;
+  co.instance.backend = instance_backend(f.backend, "generate --instances");
   if (co.instance.kv_blocks_per_instance == 0)
     co.instance.kv_blocks_per_instance = gpu::blocks_for_tokens(int64_t(options.prompt_ids.size()) + options.max_tokens) + 1;
   co.batch = f.batch;

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/cli/backend_flag.hpp"
 #include "actors/cli/commands.hpp"
 #include "actors/cli/fault_flags.hpp"
 #include "actors/cli/setting_flags.hpp"
@@ -30,7 +31,7 @@ namespace {
 /// Flags given on the command line; each overrides the config file.
 struct serve_flags {
   std::string config;
-  std::string model, host, metrics_prefix, gmanager, policy, profile, faults;
+  std::string model, host, metrics_prefix, gmanager, policy, profile, faults, backend;
   int port = -1, instances = 0, max_requests = 0;
   std::vector<std::string> api_keys;
   actors::control_security tls;  // files given override the config file's
@@ -54,6 +55,7 @@ actors::frontend::serve_config resolve(const serve_flags& f, const CLI::App* cmd
     if (!(f.tls.*file).empty()) c.tls.*file = f.tls.*file;
   if (!f.faults.empty()) c.faults = f.faults;
   if (f.instances > 0) c.instances = f.instances;
+  if (!f.backend.empty()) c.instance.backend = f.backend;
   copy_given_settings(cmd, actors::instance_settings_table(), f.instance, c.instance);
   copy_given_settings(cmd, actors::batch_settings_table(), f.batch, c.batch);
   copy_given_settings(cmd, actors::gmanager_settings_table(), f.gmanager_settings, c.embedded_gmanager);
@@ -104,6 +106,7 @@ routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu
   actors::cluster_options co;
   co.instances = c.instances;
   co.instance = c.instance;
+  co.instance.backend = instance_backend(c.instance.backend, "serve");
   co.batch = c.batch;
   co.gmanager = c.embedded_gmanager;
   co.faults = fault_plan_of(c.faults, actors::faults::fault_role::embedded);
@@ -209,6 +212,8 @@ void add_serve_command(CLI::App& app) {
                   "(docs/faults.md; default: none)");
   cmd->add_option("--instances", flags->instances, "Instances of the embedded cluster (default 2)")
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--backend", flags->backend,
+                  std::string("What the embedded instances run on: ") + backend_choices + " (default cpu)");
   flags->instance = actors::frontend::serve_config{}.instance;  // the defaults --help shows
   add_setting_flags(cmd, actors::instance_settings_table(), flags->instance);
   add_setting_flags(cmd, actors::batch_settings_table(), flags->batch);

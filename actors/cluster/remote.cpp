@@ -55,9 +55,13 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   const gpu::model_config& mc = weights->config();
   const gpu::attention_shape shape{mc.n_heads, mc.n_kv_heads, mc.head_dim()};
   const int threads = options.instance.threads_per_instance > 0 ? options.instance.threads_per_instance : std::max(1, int(std::thread::hardware_concurrency()));
-  auto device = gpu::make_backend("cpu", threads);
-  auto attention_device = gpu::make_backend("cpu", 1), decode_attention_device = gpu::make_backend("cpu", 1);
+  const std::string& backend = options.instance.backend;
+  auto device = gpu::make_backend(backend, threads);
+  auto attention_device = gpu::make_backend(backend, 1), decode_attention_device = gpu::make_backend(backend, 1);
   if (!device.is_ok()) return device.error();
+  if (!device.value()->host_memory())  // moves and the data plane read pools as host memory
+    return gpu::status{gpu::status_code::unsupported,
+                       "backend " + backend + ": an instance's KV pool lives in host memory so far (use cpu)"};
   if (!attention_device.is_ok()) return attention_device.error();
   if (!decode_attention_device.is_ok()) return decode_attention_device.error();
   n->device = to_shared(std::move(device).value());

@@ -65,6 +65,8 @@ const std::vector<int_setting<batch_settings>>& batch_settings_table();
 /// How an instance runs besides its batching: its pool, its threads, and the periods of its rManager (the
 /// embedded cluster's, an instance process's, the service's; the simulator's in simulated time).
 struct instance_settings {
+  /// What its engine, KV pool and attention servers run on (--backend, actors/cli/backend_flag.hpp).
+  std::string backend = "cpu";
   int kv_blocks_per_instance = 256;
   int threads_per_instance = 0;  ///< 0: the cores, shared among the instances of a process
   int heartbeat_ms = 20;

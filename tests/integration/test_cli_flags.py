@@ -1,7 +1,7 @@
 """Numeric flags of the commands refuse what is not a number in their range (nan, inf, out of range) with a
 message naming the flag and the value, before doing anything; values in range are taken (two lanes or one,
 room prefill or not, give the same ids). A placement policy that is not one, or a profile that cannot be
-read, is refused by name."""
+read, is refused by name, and so is a --backend that is none or cannot run here."""
 
 import json
 import subprocess
@@ -43,11 +43,22 @@ def main():
         (["gmanager", "--listen", "127.0.0.1:0", "--faults", "send.drop=0.1"], "the gManager injects only order.drop"),
         (["instance", "--join", "127.0.0.1:1", "--faults", "crash=after_order"], "are the gManager's"),
         (["serve", "--faults", "crash=mid_air"], "the crash points are mid_move, mid_room and after_order"),
+        # --backend: a name it does not know, and cuda where it cannot run (no GPU here; with one, the instances'
+        # pools in host memory so far): each says why and what to use.
+        (["serve", "--port", "0", "--policy", "simple", "--backend", "tpu"],
+         "illm serve: --backend must be cpu, cuda or auto, not 'tpu'"),
+        (["serve", "--port", "0", "--policy", "simple", "--backend", "cuda"], "illm serve --backend cuda: "),
+        (["generate", "--prompt", "hi", "--instances", "2", "--backend", "cuda"],
+         "illm generate --instances --backend cuda: "),
+        (["instance", "--join", "127.0.0.1:1", "--backend", "cuda"], "illm instance --backend cuda: "),
     ]
     for args, message in refused:
         result = run(*args)
         assert result.returncode != 0 and message in result.stderr, (args, result.returncode, result.stderr)
         assert result.stdout == "", (args, result.stdout)
+        if "--backend cuda: " in message:
+            assert "use --backend cpu or auto" in result.stderr, result.stderr
+            print(f"{' '.join(args[:1])} --backend cuda here: {result.stderr.strip()}", flush=True)
     # In range: a greedy generation of two tokens with the edge values.
     result = run("generate", "--prompt", "Once upon a time", "--max-tokens", "2", "--temperature", "0", "--top-p", "1")
     assert result.returncode == 0, result.stderr
