@@ -22,7 +22,7 @@
 # Usage: [ROUNDS=3] [THREADS=2] [PROMPT_TOKENS=32] [OUTPUT_TOKENS=128] deploy/bench-vs-llama.sh
 # Build illm first (deploy/run.sh or cmake). The first run fetches and builds llama.cpp (about 15 minutes on a
 # 2-core machine, cached in ${ILLM_CACHE:-~/.cache/illm}/llama.cpp-node-llama-cpp-3.21.1); each run then takes
-# about 2 minutes a round (7 minutes for 3 rounds).
+# about 3 minutes a round (10 minutes for 3 rounds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${ROUNDS:-3}"
