@@ -5,10 +5,6 @@
 
 #include <string>
 
-namespace CLI {
-class App;
-}
-
 namespace illm::cli {
 
 /// The backend names --backend takes.

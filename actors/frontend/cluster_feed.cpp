@@ -51,8 +51,7 @@ int64_t unix_ms() {
       .count();
 }
 
-}  // namespace
-
+/// The JSON of `status` as snapshot `seq`, with the cluster's output tokens so far and per second.
 std::string cluster_json(const cluster_status& status, uint64_t seq, uint64_t tokens_generated, double tokens_per_second) {
   json instances = json::array(), requests = json::array(), moves = json::array();
   for (const member_status& m : status.members) instances.push_back(instance_json(m));
@@ -72,6 +71,8 @@ std::string cluster_json(const cluster_status& status, uint64_t seq, uint64_t to
               {"moves", std::move(moves)}};
   return out.dump();
 }
+
+}  // namespace
 
 cluster_feed::cluster_feed(request_router& router, std::function<uint64_t()> tokens_generated)
     : router_(router), tokens_generated_(std::move(tokens_generated)) {}

@@ -16,9 +16,6 @@
 
 namespace illm::actors::frontend {
 
-/// The JSON of `status` as snapshot `seq`, with the cluster's output tokens so far and per second.
-std::string cluster_json(const cluster_status& status, uint64_t seq, uint64_t tokens_generated, double tokens_per_second);
-
 /// Numbered snapshots of one cluster.
 class cluster_feed {
  public:

@@ -50,7 +50,7 @@ li.move.refused{color:#fca5a5}
 const SVG = "http://www.w3.org/2000/svg";
 const COLORS = {owned: "#3b82f6", hosted: "#a855f7", promised: "#f59e0b", free: "#475569"};
 const STATE_COLORS = {alive: "#22c55e", draining: "#f59e0b", down: "#ef4444", left: "#64748b"};
-const seen = new Set();
+let seen = new Set();  // the moves of the last snapshot: one not among them is new
 
 function el(tag, attrs, text) {
   const e = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4)) : document.createElement(tag);
@@ -140,13 +140,14 @@ function renderRequests(s) {
 
 function renderMoves(s) {
   const list = document.getElementById("moves");
+  const shown = new Set(s.moves.map(m => m.id + "/" + m.ok));
   for (const m of s.moves) {
     if (seen.has(m.id + "/" + m.ok)) continue;
-    seen.add(m.id + "/" + m.ok);
     const text = (m.ok ? "✓ " : "✗ ") + m.kind + " " + m.id + ": request " + m.request + ", " + m.blocks +
       " blocks " + m.from + " → " + m.to + (m.ok ? "" : " refused: " + m.reason);
     list.prepend(el("li", {"class": "move" + (m.ok ? "" : " refused"), "data-id": m.id, "data-ok": m.ok}, text));
   }
+  seen = shown;
   while (list.children.length > 200) list.lastChild.remove();
 }
 
