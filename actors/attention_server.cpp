@@ -49,9 +49,9 @@ void attend_blocks(const attention_server_config& c, const attend& a, const std:
   p.m.resize(rows);
   p.e.resize(rows);
   p.ma.resize(rows * c.shape.head_dim);
-  const gpu::status s = c.device->micro_attention(c.shape, a.q.data(), row, a.q_pos.data(), a.n_q,
-                                                  c.pool->layer_view(a.layer), physical.data(), first_token.data(),
-                                                  int(physical.size()), p.m.data(), p.e.data(), p.ma.data());
+  const gpu::status s = c.kernels->run(c.shape, c.pool->layer_view(a.layer),
+                                       {a.q.data(), row, a.q_pos.data(), a.n_q, physical, first_token, p.m.data(),
+                                        p.e.data(), p.ma.data()});
   p.ok = s.is_ok();
   if (!p.ok) p.error = s.message();
 }
@@ -214,6 +214,7 @@ void schedule_recheck(self_ptr self) {
 
 attention_server_actor::behavior_type attention_server_behavior(self_ptr self, attention_server_config config) {
   auto cfg = std::make_shared<attention_server_config>(std::move(config));
+  cfg->kernels = std::make_shared<gpu::staged_attention>(*cfg->device);
   // The pool outlives the server: its listener holds the server weakly, and tells it only while it lives.
   caf::weak_actor_ptr me{self->ctrl()};
   if (cfg->watches_writes)

@@ -23,6 +23,7 @@
 #include "actors/settings/settings.hpp"
 #include "gpu/backend.hpp"
 #include "gpu/kv_pool.hpp"
+#include "gpu/staged_attention.hpp"
 #include "transport/transport.hpp"
 
 namespace illm::actors {
@@ -42,6 +43,8 @@ struct attention_server_config {
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional: counts the attends relayed
   /// Listens for the pool's writes, for the chunks' attends that wait (one server per pool does).
   bool watches_writes = true;
+  /// MicroAttention on `device` from the attends' host arrays (made by the server).
+  std::shared_ptr<gpu::staged_attention> kernels;
 };
 
 /// Spawns a detached attention server; feed it the data plane's attend messages (incoming_attend).

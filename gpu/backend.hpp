@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "gpu/host_memory.hpp"
 #include "gpu/status.hpp"
 
 namespace illm::gpu {
@@ -85,6 +86,11 @@ class backend {
   virtual status copy(void* dst, const void* src, size_t bytes) = 0;
   virtual status synchronize() = 0;
 
+  /// Host memory that copies to and from this device run from at full speed (pinned on a GPU), aligned for
+  /// any copy; nullptr when there is not enough. Free with deallocate_host.
+  virtual void* allocate_host(size_t bytes) { return host_alloc(bytes); }
+  virtual void deallocate_host(void* p) { host_free(p); }
+
   /// Copies n whole blocks between two arenas of this backend: block dst_ids[i] of dst_base (blocks
   /// block_bytes apart) gets block src_ids[i] of src_base. The ids are host memory. (KV migration.)
   virtual status copy_blocks(void* dst_base, const uint32_t* dst_ids, const void* src_base, const uint32_t* src_ids,
@@ -103,6 +109,16 @@ class backend {
       ILLM_RETURN_IF_ERROR(download(static_cast<char*>(host_dst) + size_t(i) * block_bytes,
                                     static_cast<const char*>(src_base) + size_t(src_ids[i]) * block_bytes,
                                     block_bytes));
+    return status::ok();
+  }
+
+  /// Uploads n whole blocks from host memory: block dst_ids[i] of dst_base gets host_src + i * block_bytes.
+  /// The ids are host memory.
+  virtual status upload_blocks(void* dst_base, const uint32_t* dst_ids, const void* host_src, int n,
+                               size_t block_bytes) {
+    for (int i = 0; i < n; ++i)
+      ILLM_RETURN_IF_ERROR(upload(static_cast<char*>(dst_base) + size_t(dst_ids[i]) * block_bytes,
+                                  static_cast<const char*>(host_src) + size_t(i) * block_bytes, block_bytes));
     return status::ok();
   }
 

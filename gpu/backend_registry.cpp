@@ -21,15 +21,13 @@ const char* to_string(dtype t) {
   return "unknown";
 }
 
-std::vector<std::string> compiled_backends() {
-#if ILLM_HAVE_CUDA
-  return {"cpu", "cuda"};
-#else
-  return {"cpu"};
-#endif
-}
-
 namespace {
+
+/// The factory provide_cuda installed (empty: this build's own).
+cuda_factory& provided_cuda() {
+  static cuda_factory make;
+  return make;
+}
 
 /// Tells stderr, once per process, why "auto" runs on the cpu.
 void say_cpu_fallback(const std::string& why) {
@@ -37,28 +35,41 @@ void say_cpu_fallback(const std::string& why) {
   std::call_once(once, [&] { std::fprintf(stderr, "illm: %s; running on the cpu backend\n", why.c_str()); });
 }
 
+result<std::unique_ptr<backend>> make_cuda(int device = 0) {
+  if (provided_cuda()) return provided_cuda()(device);
 #if ILLM_HAVE_CUDA
-result<std::unique_ptr<backend>> make_cuda() {
-  auto made = cuda::cuda_backend::create();
+  cuda::cuda_options options;
+  options.device = device;
+  auto made = cuda::cuda_backend::create(options);
   if (!made.is_ok()) return made.error();
   return std::unique_ptr<backend>(std::move(made).value());
-}
+#else
+  return status{status_code::unsupported, cuda_unavailable_reason()};
 #endif
+}
 
 /// The cuda backend when this build has it and a GPU is present; otherwise nothing, and why.
 result<std::unique_ptr<backend>> auto_gpu() {
   const std::string why_not = cuda_unavailable_reason();
   if (!why_not.empty()) return status{status_code::unsupported, why_not};
-#if ILLM_HAVE_CUDA
   return make_cuda();
-#else
-  return status{status_code::internal, "unreachable: no CUDA backend"};
-#endif
 }
 
 }  // namespace
 
+std::vector<std::string> compiled_backends() {
+  if (provided_cuda()) return {"cpu", "cuda"};
+#if ILLM_HAVE_CUDA
+  return {"cpu", "cuda"};
+#else
+  return {"cpu"};
+#endif
+}
+
+void provide_cuda(cuda_factory make) { provided_cuda() = std::move(make); }
+
 std::string cuda_unavailable_reason() {
+  if (provided_cuda()) return "";
 #if ILLM_HAVE_CUDA
   const cuda::device_probe probe = cuda::probe_devices();
   return probe.count > 0 ? "" : "no CUDA device (" + probe.reason + ")";
@@ -75,9 +86,13 @@ result<std::unique_ptr<backend>> make_backend(const std::string& name, int cpu_t
     if (gpu.is_ok()) return gpu;
     say_cpu_fallback(gpu.error().message());
   }
-#if ILLM_HAVE_CUDA
   if (name == "cuda") return make_cuda();
-#endif
+  if (name.rfind("cuda:", 0) == 0) {
+    const std::string index = name.substr(5);
+    if (index.empty() || index.size() > 4 || index.find_first_not_of("0123456789") != std::string::npos)
+      return status{status_code::invalid_argument, text::format("backend '{}': cuda:N names GPU N", name)};
+    return make_cuda(std::stoi(index));
+  }
   if (name == "cpu" || name == "auto")
     return std::unique_ptr<backend>(std::make_unique<cpu::cpu_backend>(threads, cpu::cpu_mode::fast));
   if (name == "cpu-reference")

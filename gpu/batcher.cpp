@@ -151,6 +151,13 @@ status batcher::reserve_blocks(std::vector<planned>& batch, std::vector<const se
         continue;
       }
       if (block.error().code() != status_code::out_of_blocks) return block.error();
+      // The blocks a prompt's chunk has hold part of it: that part runs now (its full blocks may then be lent
+      // out), the rest in a later step. A chunk larger than the pool could otherwise never run.
+      if (const int fits = int(missing[k]) * kv_block_tokens - seq.n_cached;
+          !seq.foreign() && fits > 0 && fits < batch[i].n_tokens) {
+        batch[i].n_tokens = fits;
+        break;
+      }
       const uint32_t short_by = uint32_t(missing.size() - k);
       if (options_.on_shortage && options_.on_shortage(seq, short_by) == shortage_action::wait) {
         waiting = true;  // blocks are being found elsewhere: this sequence sits out the step

@@ -221,19 +221,20 @@ uint32_t kv_pool::blocks_of(uint64_t request) const {
   return n;
 }
 
-result<uint64_t> kv_pool::checksum(const std::vector<uint32_t>& blocks) const {
+result<uint64_t> kv_pool::checksum(const std::vector<uint32_t>& blocks, backend* via) const {
+  backend& reader = via ? *via : *device_;
   const size_t bytes = layout_.block_bytes();
   uint64_t h = checksum_seed;
   std::vector<char> staged;
   for (uint32_t b : blocks) {
     if (b >= total_) return status{status_code::invalid_argument, "checksum of block " + std::to_string(b) + " of " +
                                                                       std::to_string(total_)};
-    if (device_->host_memory()) {
+    if (reader.host_memory()) {
       h = checksum_words(block_data(b), bytes, h);
       continue;
     }
     staged.resize(bytes);
-    ILLM_RETURN_IF_ERROR(device_->download(staged.data(), block_data(b), bytes));
+    ILLM_RETURN_IF_ERROR(reader.download(staged.data(), block_data(b), bytes));
     h = checksum_words(staged.data(), bytes, h);
   }
   return h;

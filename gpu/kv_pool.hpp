@@ -125,8 +125,9 @@ class kv_pool {
   }
 
   /// The checksum (gpu/checksum.hpp) of the contents of `blocks`, in that order; device pools are read
-  /// through the host.
-  result<uint64_t> checksum(const std::vector<uint32_t>& blocks) const;
+  /// through the host, with `via` when given (a backend of the pool's device that the caller's thread owns),
+  /// else with the pool's own.
+  result<uint64_t> checksum(const std::vector<uint32_t>& blocks, backend* via = nullptr) const;
 
   /// Verifies the accounting: every block is on the free list once, spare or used, never two of them.
   status check() const;

@@ -12,6 +12,7 @@
 #include "gpu/attention_router.hpp"
 #include "gpu/backend.hpp"
 #include "gpu/engine.hpp"
+#include "gpu/staged_attention.hpp"
 
 namespace illm::gpu {
 
@@ -31,14 +32,8 @@ class pool_router final : public attention_router {
   uint64_t jobs() const { return jobs_; }
 
  private:
-  /// One job on a device backend: inputs uploaded, MicroAttention, partial downloaded.
-  status attend_staged(const remote_attention_job& job, const kv_layer_view& view);
-
-  backend& device_;
   const kv_pools& pools_;
-  std::vector<float> staged_;  // a job's inputs, then its outputs, as 32-bit words
-  device_ptr staged_dev_;
-  size_t staged_capacity_ = 0;
+  staged_attention staged_;
   attention_shape shape_;
   uint64_t query_bytes_ = 0, partial_bytes_ = 0, jobs_ = 0;
 };

@@ -98,6 +98,7 @@ cluster_options cluster_for(const scenario& s, uint64_t seed, const chaos_option
   cluster_options c;
   const int replicas = s.replica_min_tokens ? int(s.replica_min_tokens) : o.replica_min_tokens;
   c.instances = o.instances + (replicas ? 1 : 0);
+  c.instance.backend = o.backend;
   c.instance.kv_blocks_per_instance = o.kv_blocks_per_instance;
   c.instance.replica_min_tokens = replicas;
   c.instance.threads_per_instance = 1;
@@ -248,6 +249,10 @@ uint64_t leaked_blocks(cluster& c, std::vector<std::string>& problems, uint64_t&
     if (i.free_blocks != i.total_blocks) {
       leaked += i.total_blocks - i.free_blocks;
       problems.push_back(fmt::format("instance {}: {} of {} blocks free at the end", i.id, i.free_blocks, i.total_blocks));
+    }
+    if (i.landing_taken != 0) {
+      leaked += i.landing_taken;
+      problems.push_back(fmt::format("instance {}: {} landing slots held at the end", i.id, i.landing_taken));
     }
     // Every request ended, so no owner's table names a block anywhere: none is hosted, promised or copied.
     if (i.replica_blocks != 0) {

@@ -76,6 +76,8 @@ struct run_result {
 
 /// The cluster a run uses.
 struct chaos_options {
+  /// What the instances run on (instance_settings::backend); the fault-free answers come from the cpu backend.
+  std::string backend = "cpu";
   int instances = 3;
   int kv_blocks_per_instance = 64;
   int short_requests = 4;  ///< besides one long request (more than one pool)

@@ -3,24 +3,33 @@
 #include <cstdio>
 
 #include "actors/cli/commands.hpp"
+#include "actors/settings/settings.hpp"
 #include "gpu/backend_registry.hpp"
 
 namespace illm::cli {
 
 std::string instance_backend(const std::string& asked, const std::string& command) {
-  const std::string no_gpu = gpu::cuda_unavailable_reason();
-  const char* host_pools = "an instance's KV pool, engine and attention servers run on the cpu backend so far "
-                           "(illm generate and illm bench engine run on cuda)";
   if (asked == "cpu") return "cpu";
+  const std::string no_gpu = gpu::cuda_unavailable_reason();
   if (asked == "auto") {
-    if (no_gpu.empty()) std::fprintf(stderr, "illm %s: a GPU is present, but %s\n", command.c_str(), host_pools);
+    if (no_gpu.empty()) return "cuda";
+    std::fprintf(stderr, "illm %s: %s; the instances run on the cpu backend\n", command.c_str(), no_gpu.c_str());
     return "cpu";
   }
-  if (asked == "cuda")
-    fail("illm " + command + " --backend cuda: " + (no_gpu.empty() ? std::string(host_pools) : no_gpu) +
-             "; use --backend cpu or auto",
-         2);
+  if (asked == "cuda") {
+    if (no_gpu.empty()) return "cuda";
+    fail("illm " + command + " --backend cuda: " + no_gpu + "; use --backend cpu or auto", 2);
+  }
   fail("illm " + command + ": --backend must be " + backend_choices + ", not '" + asked + "'", 2);
+}
+
+void add_devices_flag(CLI::App& cmd, std::string& devices) {
+  cmd.add_option("--devices", devices,
+                 "GPUs of the cuda backend, e.g. 0,1: instance i runs on the (i mod n)-th; instances sharing a GPU "
+                 "each have their own pool (default: GPU 0)")
+      ->check([](const std::string& value) -> std::string {
+        return actors::parse_devices(value) ? "" : "a list of GPU indexes such as 0,1, not '" + value + "'";
+      });
 }
 
 }  // namespace illm::cli

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/chaos/chaos.hpp"
+#include "actors/cli/backend_flag.hpp"
 #include "actors/cli/commands.hpp"
 #include "gpu/model_files.hpp"
 
@@ -69,6 +70,7 @@ std::string cluster_flags(const actors::chaos::chaos_options& o) {
     out += fmt::format(" --kv-blocks-per-instance {}", o.kv_blocks_per_instance);
   if (o.replica_min_tokens != defaults.replica_min_tokens)
     out += fmt::format(" --replica-min-tokens {}", o.replica_min_tokens);
+  if (o.backend != defaults.backend) out += fmt::format(" --backend {}", o.backend);
   return out;
 }
 
@@ -111,6 +113,7 @@ void run_chaos(const chaos_flags& f) {
   }
   const auto runs = plan_runs(f);
   actors::chaos::chaos_options options = f.options;
+  options.backend = instance_backend(f.options.backend, "chaos");
   if (f.verbose)
     options.log = [](const std::string& line) {
       fmt::print(stderr, "{}\n", line);
@@ -173,6 +176,8 @@ void add_chaos_command(CLI::App& app) {
                   "Replicas on in every scenario for requests of this many tokens, with one more instance for their "
                   "memory (0: only in the scenarios that turn them on)")
       ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--backend", f->options.backend,
+                  std::string("What the instances run on: ") + backend_choices + " (default cpu)");
   cmd->add_flag("--verbose", f->verbose, "Show the cluster's log lines (instances killed, blocks released)");
   cmd->callback([f] { run_chaos(*f); });
 }

@@ -696,6 +696,7 @@ void add_cluster_commands(CLI::App& app) {
                    "default: none)");
   icmd->add_option("--backend", f->instance.backend,
                    std::string("What this instance runs on: ") + backend_choices + " (default cpu)");
+  add_devices_flag(*icmd, f->instance.devices);
   add_setting_flags(icmd, actors::instance_settings_table(), f->instance);
   add_setting_flags(icmd, actors::batch_settings_table(), f->batch);
   add_metrics_options(icmd, f->metrics_listen, f->metrics_prefix);

@@ -31,7 +31,7 @@ namespace {
 /// Flags given on the command line; each overrides the config file.
 struct serve_flags {
   std::string config;
-  std::string model, host, metrics_prefix, gmanager, policy, profile, faults, backend;
+  std::string model, host, metrics_prefix, gmanager, policy, profile, faults, backend, devices;
   int port = -1, instances = 0, max_requests = 0;
   std::vector<std::string> api_keys;
   actors::control_security tls;  // files given override the config file's
@@ -56,6 +56,7 @@ actors::frontend::serve_config resolve(const serve_flags& f, const CLI::App* cmd
   if (!f.faults.empty()) c.faults = f.faults;
   if (f.instances > 0) c.instances = f.instances;
   if (!f.backend.empty()) c.instance.backend = f.backend;
+  if (!f.devices.empty()) c.instance.devices = f.devices;
   copy_given_settings(cmd, actors::instance_settings_table(), f.instance, c.instance);
   copy_given_settings(cmd, actors::batch_settings_table(), f.batch, c.batch);
   copy_given_settings(cmd, actors::gmanager_settings_table(), f.gmanager_settings, c.embedded_gmanager);
@@ -76,8 +77,8 @@ struct routed_cluster {
   std::function<bool()> gmanager_connected;  ///< whether it reaches a gManager now
 };
 
-/// The greedy policy's profile: read from `c.profile` (it must describe `model`), or measured here on the CPU
-/// with the instances' thread count (a few seconds; illm profile --out FILE, then --profile FILE, skips it).
+/// The greedy policy's profile: read from `c.profile` (it must describe `model`), or measured here on the
+/// instances' backend with their thread count (a few seconds; illm profile --out FILE, then --profile FILE, skips it).
 actors::placement::profile greedy_profile(const actors::frontend::serve_config& c, const gpu::loaded_model& model,
                                           int threads) {
   if (!c.profile.empty()) {
@@ -88,7 +89,7 @@ actors::placement::profile greedy_profile(const actors::frontend::serve_config& 
                        loaded->model.empty() ? "an unnamed model" : loaded->model, model.name, c.model));
     return loaded.value();
   }
-  auto device = gpu::make_backend("cpu", threads);
+  auto device = gpu::make_backend(instance_backend(c.instance.backend, "serve"), threads);
   if (!device.is_ok()) fail(device.error().message());
   actors::placement::profiler_options options;
   options.repeats = 2;
@@ -214,6 +215,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(1, 64));
   cmd->add_option("--backend", flags->backend,
                   std::string("What the embedded instances run on: ") + backend_choices + " (default cpu)");
+  add_devices_flag(*cmd, flags->devices);
   flags->instance = actors::frontend::serve_config{}.instance;  // the defaults --help shows
   add_setting_flags(cmd, actors::instance_settings_table(), flags->instance);
   add_setting_flags(cmd, actors::batch_settings_table(), flags->batch);

@@ -204,7 +204,8 @@ std::vector<instance_report> cluster::instances() const {
   std::vector<instance_report> out;
   for (instance_node* n : nodes())
     out.push_back({n->id(), n->pool().total_blocks(), n->pool().free_blocks(), n->pool().check(), n->plane().counters(),
-                   !killed(n->id()), n->hosted_count(), n->promised_count(), n->pool().spare_blocks()});
+                   !killed(n->id()), n->hosted_count(), n->promised_count(), n->pool().spare_blocks(),
+                   n->landing_taken()});
   return out;
 }
 
@@ -259,7 +260,7 @@ bool cluster::wait_pools_free(std::chrono::milliseconds timeout) {
     if (std::all_of(pools.begin(), pools.end(),
                     [](const auto& i) {
                       return !i.alive || (i.free_blocks == i.total_blocks && i.replica_blocks == 0 &&
-                                          i.hosted_blocks == 0 && i.promised_blocks == 0);
+                                          i.hosted_blocks == 0 && i.promised_blocks == 0 && i.landing_taken == 0);
                     }))
       return true;
     if (std::chrono::steady_clock::now() > deadline) return false;

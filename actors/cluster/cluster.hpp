@@ -61,6 +61,7 @@ struct instance_report {
   uint32_t hosted_blocks = 0;    ///< held for other instances' requests
   uint32_t promised_blocks = 0;  ///< promised to other instances' rooms, not yet handed over
   uint32_t replica_blocks = 0;   ///< spare blocks keeping second copies of blocks (replicas)
+  uint32_t landing_taken = 0;    ///< landing slots of moves into a device pool still in flight
 };
 
 /// A running embedded cluster.

@@ -15,9 +15,10 @@ namespace illm::actors {
 
 struct instance_node::parts {
   instance_id id = 0;
-  std::shared_ptr<gpu::backend> device, attention_device, decode_attention_device;
+  std::shared_ptr<gpu::backend> device, attention_device, decode_attention_device, move_device;
   std::shared_ptr<gpu::engine> engine;
   std::shared_ptr<gpu::kv_pool> pool;
+  std::shared_ptr<gpu::kv_landing> landing;  // where moves into a device pool land (none for a host pool)
   std::shared_ptr<transport::data_plane> plane;
   std::shared_ptr<remote_router> router;
   std::shared_ptr<event_log> events;
@@ -34,6 +35,28 @@ namespace {
 template <class T>
 std::shared_ptr<T> to_shared(std::unique_ptr<T> p) {
   return std::shared_ptr<T>(std::move(p));
+}
+
+/// Registers the memory that moves into this instance land in with its data plane: the pool when it is host
+/// memory, else a landing arena of host blocks made for it.
+gpu::result<transport::remote_region> register_landing(transport::data_plane& plane, const gpu::kv_pool& pool,
+                                                        const std::shared_ptr<gpu::backend>& move_device,
+                                                        const instance_settings& settings,
+                                                        std::shared_ptr<gpu::kv_landing>& landing) {
+  const uint64_t block_bytes = pool.layout().block_bytes();
+  void* base = pool.base();
+  uint64_t bytes = uint64_t(pool.total_blocks()) * block_bytes;
+  if (!move_device->host_memory()) {
+    const int slots = settings.landing_blocks > 0 ? settings.landing_blocks : settings.kv_blocks_per_instance;
+    auto made = gpu::kv_landing::create(move_device, block_bytes, uint32_t(slots));
+    if (!made.is_ok()) return made.error();
+    landing = to_shared(std::move(made).value());
+    base = landing->base();
+    bytes = landing->bytes();
+  }
+  auto region = plane.register_memory(base, bytes);
+  if (!region.is_ok()) return engine_status(region.error());
+  return region.value();
 }
 
 }  // namespace
@@ -55,18 +78,22 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   const gpu::model_config& mc = weights->config();
   const gpu::attention_shape shape{mc.n_heads, mc.n_kv_heads, mc.head_dim()};
   const int threads = options.instance.threads_per_instance > 0 ? options.instance.threads_per_instance : std::max(1, int(std::thread::hardware_concurrency()));
-  const std::string& backend = options.instance.backend;
+  const std::optional<std::string> named = instance_backend_name(options.instance, options.id);
+  if (!named)
+    return gpu::status{gpu::status_code::invalid_argument,
+                       "devices '" + options.instance.devices + "': a list of GPU indexes such as 0,1"};
+  const std::string& backend = *named;
   auto device = gpu::make_backend(backend, threads);
-  auto attention_device = gpu::make_backend(backend, 1), decode_attention_device = gpu::make_backend(backend, 1);
   if (!device.is_ok()) return device.error();
-  if (!device.value()->host_memory())  // moves and the data plane read pools as host memory
-    return gpu::status{gpu::status_code::unsupported,
-                       "backend " + backend + ": an instance's KV pool lives in host memory so far (use cpu)"};
-  if (!attention_device.is_ok()) return attention_device.error();
-  if (!decode_attention_device.is_ok()) return decode_attention_device.error();
+  // The attention servers and the rManager's moves each run on a backend of their own (own stream on a GPU).
+  auto attention_device = gpu::make_backend(backend, 1), decode_attention_device = gpu::make_backend(backend, 1);
+  auto move_device = gpu::make_backend(backend, 1);
+  for (auto* made : {&attention_device, &decode_attention_device, &move_device})
+    if (!made->is_ok()) return made->error();
   n->device = to_shared(std::move(device).value());
   n->attention_device = to_shared(std::move(attention_device).value());
   n->decode_attention_device = to_shared(std::move(decode_attention_device).value());
+  n->move_device = to_shared(std::move(move_device).value());
   gpu::engine_options engine_options{options.batch.max_batch_tokens, options.batch.max_batch_seqs};
   engine_options.overlap_min_tokens = options.batch.overlap_min_tokens;
   auto eng = gpu::engine::create(weights, *n->device, engine_options);
@@ -75,9 +102,8 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   auto pool = gpu::kv_pool::create(*n->device, n->engine->pool_layout(), uint32_t(options.instance.kv_blocks_per_instance));
   if (!pool.is_ok()) return pool.error();
   n->pool = std::make_shared<gpu::kv_pool>(std::move(pool).value());
-  auto region =
-      n->plane->register_memory(n->pool->base(), uint64_t(n->pool->total_blocks()) * n->pool->layout().block_bytes());
-  if (!region.is_ok()) return engine_status(region.error());
+  auto region = register_landing(*n->plane, *n->pool, n->move_device, options.instance, n->landing);
+  if (!region.is_ok()) return region.error();
 
   metrics::histogram* latency =
       options.metrics ? &options.metrics->remote_attention_latency.with({std::to_string(n->id)}) : nullptr;
@@ -119,6 +145,8 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.promises = n->promises = std::make_shared<pool_promises>();
   rcfg.plane = n->plane;
   rcfg.region = region.value();
+  rcfg.landing = n->landing;
+  rcfg.move_device = n->move_device;
   rcfg.gmanager = std::move(gmanager);
   rcfg.events = n->events;
   rcfg.heartbeat_period = std::chrono::milliseconds(options.instance.heartbeat_ms);
@@ -168,6 +196,9 @@ const gpu::kv_pool& instance_node::pool() const { return *p_->pool; }
 const transport::data_plane& instance_node::plane() const { return *p_->plane; }
 uint32_t instance_node::hosted_count() const { return p_->hosted->count(); }
 uint32_t instance_node::promised_count() const { return p_->promises->rooms_total(); }
+uint32_t instance_node::landing_taken() const {
+  return p_->landing ? p_->landing->total_slots() - p_->landing->free_slots() : 0;
+}
 
 std::vector<caf::actor_addr> instance_node::actors() const {
   return {p_->instance.address(), p_->worker.address(), p_->attention.decode.address(),

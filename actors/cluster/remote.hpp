@@ -66,6 +66,8 @@ class instance_node {
   uint32_t hosted_count() const;
   /// Blocks it has promised to other instances' rooms and not yet handed over.
   uint32_t promised_count() const;
+  /// Landing slots held by moves into its pool not committed or given back yet (0 for a pool in host memory).
+  uint32_t landing_taken() const;
   /// Its actors: instance, worker, the two attention servers (decode, prefill), rManager.
   std::vector<caf::actor_addr> actors() const;
 

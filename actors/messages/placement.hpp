@@ -50,13 +50,16 @@ struct move_reservation {
   std::string reason;            ///< why not, when refused
   uint32_t free_blocks = 0;      ///< free at the destination when it answered
   std::vector<uint32_t> blocks;  ///< physical blocks at the destination
-  uint64_t region_address = 0;   ///< the destination pool's registered memory
+  /// Where each block's bytes go in the registered region, in blocks of block_bytes: the landing slots of a
+  /// destination whose pool is in device memory (uploaded into `blocks` at the commit); empty: `blocks`.
+  std::vector<uint32_t> landing;
+  uint64_t region_address = 0;   ///< the destination's registered memory (its pool, or its landing arena)
   uint64_t region_bytes = 0;
   std::vector<uint8_t> region_key;
   uint64_t block_bytes = 0;
   int64_t lease_ms = 0;
 };
-ILLM_INSPECT(move_reservation, x.id, x.dst_inst, x.granted, x.reason, x.free_blocks, x.blocks, x.region_address,
+ILLM_INSPECT(move_reservation, x.id, x.dst_inst, x.granted, x.reason, x.free_blocks, x.blocks, x.landing, x.region_address,
              x.region_bytes, x.region_key, x.block_bytes, x.lease_ms)
 
 /// source -> destination after the copy: the reserved blocks now hold req_id's KV at these logical

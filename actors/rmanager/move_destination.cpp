@@ -2,6 +2,8 @@
 // free at that moment (try_move_kvcache), as leases that expire when the source never commits; commits
 // checked against the source's checksum (commit_move); blocks given back (abort_move) or released when their
 // owner's request ended (release_blocks); a room's chunk computed here into its reservation.
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "actors/rmanager/state.hpp"
@@ -47,9 +49,34 @@ reserved_blocks reserve_blocks(rmanager_state& st, const try_move_kvcache& ask, 
   return {};
 }
 
+/// The landing slots of `move` go back (it committed, ended, or is computed here instead).
+void release_landing(rmanager_state& st, incoming_move& move) {
+  if (st.config.landing) st.config.landing->give_back(move.landing);
+  move.landing.clear();
+}
+
+/// Slots for `n` blocks to land in, when the pool is in device memory: none (and `reason`) when too few are free.
+std::optional<std::vector<uint32_t>> landing_for(rmanager_state& st, uint32_t n, std::string& reason) {
+  if (!st.config.landing) return std::vector<uint32_t>{};
+  std::vector<uint32_t> slots = st.config.landing->take(n);
+  if (slots.size() == n) return slots;
+  reason = fmt::format("{} blocks asked, {} of {} landing slots free", n, st.config.landing->free_slots(),
+                       st.config.landing->total_slots());
+  return std::nullopt;
+}
+
+/// Uploads a committed move's landed bytes into its blocks of the pool (a device pool's).
+gpu::status land(rmanager_state& st, incoming_move& move) {
+  if (!st.config.landing) return gpu::status::ok();
+  const gpu::status s = st.config.landing->land(*st.config.move_device, *st.config.pool, move.landing, move.blocks);
+  release_landing(st, move);
+  return s;
+}
+
 /// A move that did not happen: its blocks go back to the pool, and those promised to its room to the room
 /// (unless the request has ended: its promise is gone).
 void give_back(self_ptr self, incoming_move& move, incoming_move::state why) {
+  release_landing(self->state, move);
   if (move.replica && move.stage == incoming_move::state::committed) {
     drop_replica(self, move);
     move.stage = why;
@@ -84,10 +111,15 @@ move_reservation grant(self_ptr self, const try_move_kvcache& ask) {
     r.reason = "draining";
   } else if (ask.num_blocks == 0) {
     r.reason = "no block asked";
-  } else if (reserved_blocks got = reserve_blocks(st, ask, r.reason); !got.blocks.empty()) {
+  } else if (auto slots = landing_for(st, ask.num_blocks, r.reason); !slots) {
+    // refused: no room to land in
+  } else if (reserved_blocks got = reserve_blocks(st, ask, r.reason); got.blocks.empty()) {
+    if (st.config.landing) st.config.landing->give_back(*slots);
+  } else {
     r.granted = true;
     r.blocks = got.blocks;
-    incoming_move& move = st.incoming[ask.id] = {ask.req_id, ask.src_inst, std::move(got.blocks),
+    r.landing = *slots;
+    incoming_move& move = st.incoming[ask.id] = {ask.req_id, ask.src_inst, std::move(got.blocks), std::move(*slots),
                                                  incoming_move::state::reserved, got.promised,
                                                  self->clock().now() + st.config.lease};
     move.replica = ask.replica;
@@ -117,7 +149,9 @@ commit_result accept_commit(self_ptr self, const commit_move& c) {
   }
   if (c.logical.size() != move.blocks.size() || c.src_inst != move.src) return {c.id, false, "commit does not match"};
   // What arrived must be what was sent; else the source keeps its blocks (and aborts: they are given back).
-  auto arrived = c.checksummed ? st.config.pool->checksum(move.blocks) : gpu::result<uint64_t>(c.checksum);
+  if (gpu::status s = land(st, move); !s.is_ok()) return {c.id, false, "landing: " + s.message()};
+  auto arrived = c.checksummed ? st.config.pool->checksum(move.blocks, st.config.move_device.get())
+                               : gpu::result<uint64_t>(c.checksum);
   if (!arrived.is_ok()) return {c.id, false, "checksum: " + arrived.error().message()};
   if (arrived.value() != c.checksum)
     return {c.id, false, fmt::format("the blocks arrived with checksum {:016x}, sent with {:016x}", arrived.value(),
@@ -156,6 +190,7 @@ std::vector<uint32_t> take_for_chunk(self_ptr self, const take_reservation& t) {
   if (move.stage != incoming_move::state::reserved || move.computing || move.req != t.req_id || move.src != t.owner)
     return {};
   move.computing = true;
+  release_landing(self->state, move);  // computed here: nothing lands
   return move.blocks;
 }
 

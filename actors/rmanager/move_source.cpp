@@ -91,25 +91,34 @@ void commit(self_ptr self, move_id id) {
           [=](const caf::error& err) { finish_move(self, id, false, "no commit answer: " + self->system().render(err)); });
 }
 
-/// Puts every picked block into the reserved blocks, then flushes.
+/// Puts every picked block into the reserved blocks (or their landing slots), then flushes.
 void copy_blocks(self_ptr self, move_id id) {
   auto& st = self->state;
   outgoing_move& move = st.outgoing.at(id);
   const transport::remote_region region{move.reservation.region_address, move.reservation.region_bytes,
                                         move.reservation.region_key};
   move.copies_left = uint32_t(move.picked.physical.size());
-  // Full blocks do not change while they move (only their owner writes them, and only until full).
+  // Full blocks do not change while they move (only their owner writes them, and only until full). A device
+  // pool's are read into host memory first; the puts keep that copy until they complete.
+  std::shared_ptr<const gpu::outgoing_blocks> bytes;
+  if (st.config.move_device) {
+    auto read = gpu::outgoing_blocks::read(st.config.move_device, *st.config.pool, move.picked.physical);
+    if (!read.is_ok()) return finish_move(self, id, false, "reading the blocks: " + read.error().message());
+    bytes = std::move(read).value();
+  }
   if (st.config.verify_moves) {
-    auto sum = st.config.pool->checksum(move.picked.physical);
+    auto sum = bytes ? gpu::result<uint64_t>(bytes->checksum()) : st.config.pool->checksum(move.picked.physical);
     if (!sum.is_ok()) return finish_move(self, id, false, "checksum: " + sum.error().message());
     move.checksummed = true;
     move.checksum = sum.value();
   }
   rmanager_actor me{self};
+  const std::vector<uint32_t>& slots = move.reservation.landing.empty() ? move.reservation.blocks : move.reservation.landing;
   for (size_t i = 0; i < move.picked.physical.size(); ++i) {
-    const uint64_t remote = move.reservation.region_address + move.reservation.blocks[i] * move.reservation.block_bytes;
-    st.config.plane->put(move.dst, st.config.pool->block_data(move.picked.physical[i]), move.reservation.block_bytes,
-                         region, remote, [me, id](transport::status s) {
+    const uint64_t remote = move.reservation.region_address + slots[i] * move.reservation.block_bytes;
+    const void* local = bytes ? bytes->data(i) : st.config.pool->block_data(move.picked.physical[i]);
+    st.config.plane->put(move.dst, local, move.reservation.block_bytes, region, remote,
+                         [me, id, bytes](transport::status s) {  // `bytes` lives until every put completed
                            caf::anon_send(me, transfer_done{id, s.is_ok(), s.message});
                          });
   }
@@ -154,6 +163,7 @@ void reserve(self_ptr self, move_id id, block_pick pick) {
             if (!r.granted) return finish_move(self, id, false, "refused by instance " + std::to_string(r.dst_inst) +
                                                                     ": " + r.reason);
             if (r.blocks.size() != jt->second.picked.logical.size() ||
+                (!r.landing.empty() && r.landing.size() != r.blocks.size()) ||
                 r.block_bytes != self->state.config.pool->layout().block_bytes()) {
               jt->second.reservation = std::move(r);
               return finish_move(self, id, false, "reservation does not match the request");

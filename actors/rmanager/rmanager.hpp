@@ -24,6 +24,7 @@
 #include "actors/metrics/runtime_metrics.hpp"
 #include "actors/settings/settings.hpp"
 #include "gpu/kv_pool.hpp"
+#include "gpu/kv_staging.hpp"
 #include "transport/transport.hpp"
 
 namespace illm::actors {
@@ -35,7 +36,12 @@ struct rmanager_config {
   std::shared_ptr<hosted_blocks> hosted;  ///< shared with the attention server
   std::shared_ptr<pool_promises> promises;  ///< shared with the instance (one is made when none is given)
   std::shared_ptr<transport::data_plane> plane;
-  transport::remote_region region;  ///< the pool's registered memory
+  transport::remote_region region;  ///< the registered memory moves land in: the pool's, or `landing`'s
+  /// Moves into a pool in device memory land here first (null: the pool is host memory and they land in it).
+  std::shared_ptr<gpu::kv_landing> landing;
+  /// The rManager's own backend on the pool's device (own stream): it reads blocks out for moves, uploads landed
+  /// ones and checksums them (null: the pool's memory is put as it is: host memory, or the simulator's pools).
+  std::shared_ptr<gpu::backend> move_device;
   gmanager_actor gmanager;
   std::shared_ptr<event_log> events;
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional

@@ -55,6 +55,7 @@ struct incoming_move {
   request_id req = 0;
   instance_id src = 0;
   std::vector<uint32_t> blocks;
+  std::vector<uint32_t> landing;  // slots of the landing arena its bytes arrive in (a device pool's), until the commit
   state stage = state::reserved;
   uint32_t promised = 0;  // of them, blocks that were promised to the request's room
   caf::actor_clock::time_point lease_end;  // a reservation not committed by then expires

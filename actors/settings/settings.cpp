@@ -1,5 +1,7 @@
 #include "actors/settings/settings.hpp"
 
+#include <algorithm>
+
 namespace illm::actors {
 
 const std::vector<int_setting<batch_settings>>& batch_settings_table() {
@@ -22,6 +24,9 @@ const std::vector<int_setting<instance_settings>>& instance_settings_table() {
   static const std::vector<int_setting<instance_settings>> table{
       {"kv_blocks_per_instance", &instance_settings::kv_blocks_per_instance, 2, 1 << 24,
        "KV blocks of 16 tokens in each instance's pool"},
+      {"landing_blocks", &instance_settings::landing_blocks, 0, 1 << 24,
+       "blocks of host memory (pinned) that moves into a pool in device memory land in before their commit uploads "
+       "them; a move needing more than are free is refused (0: as many as the pool; unused with pools in host memory)"},
       {"threads_per_instance", &instance_settings::threads_per_instance, 0, 1024,
        "CPU threads of each instance's engine (0: the cores, shared among the instances of a process)", "threads"},
       {"heartbeat_ms", &instance_settings::heartbeat_ms, 1, 60000, "rManager heartbeat period"},
@@ -43,6 +48,27 @@ const std::vector<int_setting<instance_settings>>& instance_settings_table() {
        "attention requests of one peer that may wait for their blocks at an instance: more are refused"},
   };
   return table;
+}
+
+std::optional<std::vector<int>> parse_devices(const std::string& list) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, comma - at);
+    if (item.empty() || item.size() > 4 || item.find_first_not_of("0123456789") != std::string::npos)
+      return std::nullopt;
+    out.push_back(std::stoi(item));
+    at = comma + 1;
+  }
+  return out;
+}
+
+std::optional<std::string> instance_backend_name(const instance_settings& s, uint32_t id) {
+  if (s.backend != "cuda" || s.devices.empty()) return s.backend;
+  const auto devices = parse_devices(s.devices);
+  if (!devices) return std::nullopt;
+  return "cuda:" + std::to_string((*devices)[id % devices->size()]);
 }
 
 const std::vector<int_setting<gmanager_settings>>& gmanager_settings_table() {

@@ -4,6 +4,7 @@
 // them. Plain C++ (no CAF, no CLI library): actors/cli/setting_flags.hpp turns a table into flags.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,7 +68,11 @@ const std::vector<int_setting<batch_settings>>& batch_settings_table();
 struct instance_settings {
   /// What its engine, KV pool and attention servers run on (--backend, actors/cli/backend_flag.hpp).
   std::string backend = "cpu";
+  /// The GPUs of the cuda backend, "0,1,...": instance i runs on the (i mod n)-th; several instances may share one,
+  /// each with its own pool (--devices; empty: GPU 0).
+  std::string devices{};
   int kv_blocks_per_instance = 256;
+  int landing_blocks = 0;  ///< 0: as many as the pool
   int threads_per_instance = 0;  ///< 0: the cores, shared among the instances of a process
   int heartbeat_ms = 20;
   int lease_ms = 2000;
@@ -81,6 +86,13 @@ struct instance_settings {
 
 /// Every instance setting: key, range, meaning.
 const std::vector<int_setting<instance_settings>>& instance_settings_table();
+
+/// The GPU indexes of a --devices list ("0,1,3"); nothing when it is not a comma-separated list of indexes.
+std::optional<std::vector<int>> parse_devices(const std::string& list);
+
+/// The backend name instance `id` makes (gpu::make_backend): "cuda:N" for the cuda backend on its GPU of
+/// `s.devices`, else `s.backend`; nothing when the list is malformed.
+std::optional<std::string> instance_backend_name(const instance_settings& s, uint32_t id);
 
 /// How the gManager runs (the embedded cluster's, `illm gmanager`'s, the simulator's).
 struct gmanager_settings {

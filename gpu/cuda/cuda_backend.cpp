@@ -189,6 +189,26 @@ status cuda_backend::download_blocks(void* host_dst, const void* src_base, const
   return check(cudaStreamSynchronize(stream_), "download_blocks");
 }
 
+status cuda_backend::upload_blocks(void* dst_base, const uint32_t* dst_ids, const void* host_src, int n,
+                                   size_t block_bytes) {
+  ILLM_RETURN_IF_ERROR(device_pointer(dst_base, "upload_blocks destination"));
+  for (int i = 0; i < n; ++i)
+    ILLM_RETURN_IF_ERROR(check(cudaMemcpyAsync(static_cast<char*>(dst_base) + size_t(dst_ids[i]) * block_bytes,
+                                               static_cast<const char*>(host_src) + size_t(i) * block_bytes,
+                                               block_bytes, cudaMemcpyHostToDevice, stream_),
+                               "upload_blocks"));
+  return check(cudaStreamSynchronize(stream_), "upload_blocks");
+}
+
+void* cuda_backend::allocate_host(size_t bytes) {
+  void* p = nullptr;
+  return cudaMallocHost(&p, bytes) == cudaSuccess ? p : nullptr;
+}
+
+void cuda_backend::deallocate_host(void* p) {
+  if (p) cudaFreeHost(p);
+}
+
 status cuda_backend::gemm(const float* x, size_t ldx, int m, int k, const void* w, dtype w_type, size_t ldw, int n,
                           float* y, size_t ldy, bool accumulate) {
   if (m < 0 || n < 0 || k <= 0 || ldx < size_t(k) || ldw < size_t(k) || ldy < size_t(n))

@@ -19,6 +19,7 @@
 #include "actors/placement/profiler.hpp"
 #include "gpu/backend_registry.hpp"
 #include "gpu/generate.hpp"
+#include "tests/actors/support.hpp"
 #include "transport/registry.hpp"
 
 using namespace illm;
@@ -27,11 +28,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const gpu::loaded_model& model() {
-  static const auto loaded = gpu::load_model("stories15M");
-  if (!loaded.is_ok()) FAIL("stories15M is needed: run deploy/fetch-model.sh (", loaded.error().message(), ")");
-  return loaded.value();
-}
+const gpu::loaded_model& model() { return test::stories15m(); }
 
 /// A prompt of about n tokens: a license text repeated, BOS first.
 std::vector<int32_t> long_prompt(size_t n) {
@@ -48,17 +45,7 @@ std::vector<int32_t> long_prompt(size_t n) {
 }
 
 /// Greedy ids of a request alone on one pool with room for all of it.
-std::vector<int32_t> alone(const std::vector<int32_t>& prompt, int max_tokens) {
-  auto device = gpu::make_backend("cpu", 2);
-  REQUIRE(device.is_ok());
-  gpu::generate_options o;
-  o.prompt_ids = prompt;
-  o.max_tokens = max_tokens;
-  o.ignore_eos = true;
-  auto out = gpu::generate(model(), *device.value(), o);
-  REQUIRE(out.is_ok());
-  return out->token_ids;
-}
+std::vector<int32_t> alone(const std::vector<int32_t>& prompt, int max_tokens) { return test::alone_on_cpu(prompt, max_tokens); }
 
 /// A finished request as the cluster reported it.
 struct outcome {

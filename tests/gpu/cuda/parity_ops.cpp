@@ -8,6 +8,7 @@
 
 #include "gpu/half.hpp"
 #include "gpu/kv_pool.hpp"
+#include "gpu/kv_staging.hpp"
 #include "gpu/sampler.hpp"
 #include "tests/gpu/cuda/runner.hpp"
 
@@ -230,6 +231,44 @@ ILLM_CASE("ops", "KV blocks copy between pools and download whole") {
   for (uint32_t s : src)
     expected.insert(expected.end(), a.begin() + s * layout.block_bytes(), a.begin() + (s + 1) * layout.block_bytes());
   ILLM_CHECK(host == expected, "downloaded blocks differ");
+}
+
+ILLM_CASE("ops", "KV blocks of a device pool cross the host: read out, landed in slots, uploaded into another pool") {
+  const gpu::kv_layout layout{3, 2, 24, dtype::f16};
+  const uint32_t n_blocks = 9;
+  const size_t block_bytes = layout.block_bytes();
+  std::shared_ptr<gpu::backend> via(&device(), [](gpu::backend*) {});  // the runner's, not owned
+  auto a = gpu::kv_pool::create(device(), layout, n_blocks), b = gpu::kv_pool::create(device(), layout, n_blocks);
+  ILLM_REQUIRE(a.is_ok() && b.is_ok(), "pools");
+  std::vector<uint8_t> bytes(block_bytes * n_blocks);
+  std::mt19937 rng(83);
+  for (auto& x : bytes) x = uint8_t(rng());
+  ILLM_REQUIRE_OK(device().upload(a->base(), bytes.data(), bytes.size()));
+  const std::vector<uint32_t> src = {8, 0, 3, 4}, dst = {1, 2, 7, 0};
+  auto out = gpu::outgoing_blocks::read(via, a.value(), src);
+  ILLM_REQUIRE_OK(out.error());
+  auto sent = a->checksum(src);
+  ILLM_REQUIRE_OK(sent.error());
+  ILLM_CHECK(out.value()->checksum() == sent.value(), "the staged copy's checksum differs from the pool's");
+  auto landing = gpu::kv_landing::create(via, block_bytes, 6);
+  ILLM_REQUIRE_OK(landing.error());
+  ILLM_CHECK(landing.value()->take(7).empty(), "7 of 6 slots taken");
+  const std::vector<uint32_t> slots = landing.value()->take(4);
+  ILLM_REQUIRE(slots.size() == 4, "4 slots");
+  for (size_t i = 0; i < src.size(); ++i)  // as the data plane's puts write them
+    std::memcpy(static_cast<char*>(landing.value()->base()) + slots[i] * block_bytes, out.value()->data(i), block_bytes);
+  ILLM_REQUIRE_OK(landing.value()->land(device(), b.value(), slots, dst));
+  landing.value()->give_back(slots);
+  ILLM_CHECK(landing.value()->free_slots() == 6, "{} slots free after giving back", landing.value()->free_slots());
+  auto arrived = b->checksum(dst);
+  ILLM_REQUIRE_OK(arrived.error());
+  ILLM_CHECK(arrived.value() == sent.value(), "the blocks arrived with another checksum");
+  std::vector<uint8_t> got(block_bytes);
+  for (size_t i = 0; i < src.size(); ++i) {
+    ILLM_REQUIRE_OK(device().download(got.data(), b->block_data(dst[i]), block_bytes));
+    ILLM_CHECK(std::equal(got.begin(), got.end(), bytes.begin() + src[i] * block_bytes), "block {} -> {} differs",
+               src[i], dst[i]);
+  }
 }
 
 // ---- MicroAttention -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #if !defined(__x86_64__)
@@ -38,6 +39,14 @@ std::map<uintptr_t, size_t>& pinned_allocations() {
   return map;
 }
 int access_depth = 0;
+
+/// Held by every call that reads or changes the emulation's state (allocations, the block runner, device
+/// memory's protection): the runtime calls the emulated device from several threads (a worker, attention
+/// servers, moves), and the emulation runs one call at a time, as one device would run them in some order.
+std::recursive_mutex& api_mutex() {
+  static std::recursive_mutex mutex;
+  return mutex;
+}
 int device_count = 1;
 thread_local cudaError_t last_error = cudaSuccess;
 std::map<const void*, int>& shared_limits() {
@@ -403,6 +412,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  const std::lock_guard lock(api_mutex());
   size_t used = 0;
   for (const auto& [base, a] : device_allocations()) used += a.bytes;
   *total_bytes = size_t(8) << 30;
@@ -411,6 +421,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 }
 
 cudaError_t cudaMalloc(void** p, size_t bytes) {
+  const std::lock_guard lock(api_mutex());
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
@@ -425,6 +436,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 
 cudaError_t cudaFree(void* p) {
+  const std::lock_guard lock(api_mutex());
   if (!p) return cudaSuccess;
   auto it = device_allocations().find(reinterpret_cast<uintptr_t>(p));
   if (it == device_allocations().end()) return set_error(cudaErrorInvalidValue);
@@ -434,6 +446,7 @@ cudaError_t cudaFree(void* p) {
 }
 
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  const std::lock_guard lock(api_mutex());
   *p = std::malloc(std::max<size_t>(bytes, 1));
   if (!*p) return set_error(cudaErrorMemoryAllocation);
   pinned_allocations()[reinterpret_cast<uintptr_t>(*p)] = bytes;
@@ -441,6 +454,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 }
 
 cudaError_t cudaFreeHost(void* p) {
+  const std::lock_guard lock(api_mutex());
   if (!p) return cudaSuccess;
   if (pinned_allocations().erase(reinterpret_cast<uintptr_t>(p)) == 0) return set_error(cudaErrorInvalidValue);
   std::free(p);
@@ -448,10 +462,12 @@ cudaError_t cudaFreeHost(void* p) {
 }
 
 bool is_device(const void* p, size_t bytes) {
+  const std::lock_guard lock(api_mutex());
   return within(device_allocations(), p, bytes == 0 ? 1 : bytes, allocation_bytes);
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  const std::lock_guard lock(api_mutex());
   if (bytes == 0) return cudaSuccess;
   const bool dst_device = is_device(dst, bytes), src_device = is_device(src, bytes);
   bool ok = false;
@@ -473,6 +489,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 }
 
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+  const std::lock_guard lock(api_mutex());
   if (bytes == 0) return cudaSuccess;
   if (!is_device(p, bytes)) fail("cudaMemset outside device memory");
   access_scope scope;
@@ -481,6 +498,7 @@ cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
 }
 
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* p) {
+  const std::lock_guard lock(api_mutex());
   *attributes = {};
   if (is_device(p, 1)) {
     attributes->type = cudaMemoryTypeDevice;
@@ -530,6 +548,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 }
 
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attribute, int value) {
+  const std::lock_guard lock(api_mutex());
   if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > (227 << 10))
     return set_error(cudaErrorInvalidValue);
   shared_limits()[func] = value;
@@ -543,6 +562,7 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const voi
 
 cudaError_t run_grid(const void* func, dim3 grid, dim3 block, size_t shared_bytes,
                      const std::function<void()>& body) {
+  const std::lock_guard lock(api_mutex());
   if (block.y != 1 || block.z != 1 || block.x == 0 || block.x > max_threads || block.x % 32 != 0)
     fail("the emulation takes one-dimensional blocks of a multiple of 32 threads, at most 1024");
   if (grid.y > 65535 || grid.z > 65535) return set_error(cudaErrorInvalidConfiguration);
@@ -609,6 +629,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
                             int k, const void* alpha, const void* A, cudaDataType_t a_type, int lda, const void* B,
                             cudaDataType_t b_type, int ldb, const void* beta, void* C, cudaDataType_t c_type, int ldc,
                             cublasComputeType_t compute, cublasGemmAlgo_t) {
+  const std::lock_guard lock(api_mutex());
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (m < 0 || n < 0 || k < 0 || lda < std::max(1, transa == CUBLAS_OP_N ? m : k) ||
       ldb < std::max(1, transb == CUBLAS_OP_N ? k : n) || ldc < std::max(1, m))

@@ -1,0 +1,93 @@
+#include "gpu/kv_staging.hpp"
+
+#include <algorithm>
+
+#include "gpu/text.hpp"
+
+namespace illm::gpu {
+
+result<std::shared_ptr<const outgoing_blocks>> outgoing_blocks::read(std::shared_ptr<backend> via,
+                                                                     const kv_pool& pool,
+                                                                     std::span<const uint32_t> blocks) {
+  const size_t bytes = pool.layout().block_bytes();
+  for (uint32_t b : blocks)
+    if (b >= pool.total_blocks())
+      return status{status_code::invalid_argument, text::format("block {} of a pool of {}", b, pool.total_blocks())};
+  std::shared_ptr<outgoing_blocks> out(new outgoing_blocks(via, bytes));
+  if (via->host_memory()) {
+    for (uint32_t b : blocks) out->blocks_.push_back(pool.block_data(b));
+    return std::shared_ptr<const outgoing_blocks>(std::move(out));
+  }
+  out->staging_ = via->allocate_host(std::max<size_t>(1, blocks.size()) * bytes);
+  if (!out->staging_)
+    return status{status_code::out_of_memory, text::format("cannot stage {} blocks in host memory", blocks.size())};
+  ILLM_RETURN_IF_ERROR(via->download_blocks(out->staging_, pool.base(), blocks.data(), int(blocks.size()), bytes));
+  for (size_t i = 0; i < blocks.size(); ++i) out->blocks_.push_back(static_cast<const char*>(out->staging_) + i * bytes);
+  return std::shared_ptr<const outgoing_blocks>(std::move(out));
+}
+
+outgoing_blocks::~outgoing_blocks() {
+  if (staging_) via_->deallocate_host(staging_);
+}
+
+uint64_t outgoing_blocks::checksum() const {
+  uint64_t h = checksum_seed;
+  for (const void* b : blocks_) h = checksum_words(b, block_bytes_, h);
+  return h;
+}
+
+result<std::unique_ptr<kv_landing>> kv_landing::create(std::shared_ptr<backend> device, size_t block_bytes,
+                                                       uint32_t slots) {
+  if (block_bytes == 0 || slots == 0) return status{status_code::invalid_argument, "a landing arena needs blocks"};
+  void* base = device->allocate_host(block_bytes * slots);
+  if (!base)
+    return status{status_code::out_of_memory, text::format("cannot allocate {} landing blocks of {} bytes in host memory",
+                                                           slots, block_bytes)};
+  return std::unique_ptr<kv_landing>(new kv_landing(std::move(device), base, block_bytes, slots));
+}
+
+kv_landing::kv_landing(std::shared_ptr<backend> device, void* base, size_t block_bytes, uint32_t slots)
+    : device_(std::move(device)), base_(base), block_bytes_(block_bytes), total_(slots), taken_(slots, false) {
+  free_.reserve(slots);
+  for (uint32_t s = slots; s > 0; --s) free_.push_back(s - 1);
+}
+
+kv_landing::~kv_landing() { device_->deallocate_host(base_); }
+
+std::vector<uint32_t> kv_landing::take(uint32_t n) {
+  std::lock_guard lock(mutex_);
+  if (n > free_.size()) return {};
+  std::vector<uint32_t> out(free_.end() - n, free_.end());
+  free_.resize(free_.size() - n);
+  for (uint32_t s : out) taken_[s] = true;
+  return out;
+}
+
+void kv_landing::give_back(std::span<const uint32_t> slots) {
+  std::lock_guard lock(mutex_);
+  for (uint32_t s : slots)
+    if (s < total_ && taken_[s]) {
+      taken_[s] = false;
+      free_.push_back(s);
+    }
+}
+
+uint32_t kv_landing::free_slots() const {
+  std::lock_guard lock(mutex_);
+  return uint32_t(free_.size());
+}
+
+status kv_landing::land(backend& via, const kv_pool& pool, std::span<const uint32_t> slots,
+                        std::span<const uint32_t> blocks) const {
+  if (slots.size() != blocks.size()) return {status_code::invalid_argument, "one landing slot per block"};
+  if (pool.layout().block_bytes() != block_bytes_)
+    return {status_code::invalid_argument, "the landing arena's blocks are not the pool's"};
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i] >= total_ || blocks[i] >= pool.total_blocks())
+      return {status_code::invalid_argument, text::format("landing slot {} into block {}", slots[i], blocks[i])};
+    ILLM_RETURN_IF_ERROR(via.upload(pool.block_data(blocks[i]), slot_data(slots[i]), block_bytes_));
+  }
+  return status::ok();
+}
+
+}  // namespace illm::gpu

@@ -1,0 +1,117 @@
+// The runtime on the cuda backend, here on the CPU emulation of CUDA (main_cuda_emulated.cpp): KV pools in
+// device memory, moves through host staging and landing slots (their bytes checksummed on arrival), remote
+// attention computed on the holder's device, and a holder killed mid-decode. The ids are those of the cpu
+// backend alone on one pool; the books close (every pool whole, every landing slot back).
+#include <doctest/doctest.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <set>
+
+#include "actors/chaos/chaos.hpp"
+#include "actors/cluster/cluster.hpp"
+#include "tests/actors/support.hpp"
+
+using namespace illm;
+using namespace illm::actors;
+using namespace std::chrono_literals;
+
+namespace {
+
+const gpu::loaded_model& model() { return test::stories15m(); }
+
+/// n random tokens after BOS (a fixed seed).
+std::vector<int32_t> prompt_of(int n) {
+  std::vector<int32_t> ids{1};
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (int i = 1; i < n; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    ids.push_back(int32_t(3 + (x >> 33) % uint64_t(model().weights->config().vocab_size - 3)));
+  }
+  return ids;
+}
+
+/// Runs one request on `c` to its end: its tokens and how it ended.
+std::pair<std::vector<int32_t>, request_finished> run_one(cluster& c, const generate_params& params) {
+  std::mutex mutex;
+  std::condition_variable done;
+  std::vector<int32_t> tokens;
+  std::optional<request_finished> end;
+  c.submit(params, {[&](int32_t token) {
+                      std::lock_guard lock(mutex);
+                      tokens.push_back(token);
+                    },
+                    [&](const request_finished& e) {
+                      std::lock_guard lock(mutex);
+                      end = e;
+                      done.notify_all();
+                    }});
+  std::unique_lock lock(mutex);
+  REQUIRE(done.wait_for(lock, 600s, [&] { return end.has_value(); }));
+  return {tokens, *end};
+}
+
+}  // namespace
+
+TEST_SUITE("cuda runtime") {
+  TEST_CASE("emulated cuda: a request over device pools moves its blocks through host staging and has the ids of one cpu instance") {
+    cluster_options o;
+    o.instances = 3;
+    o.instance.backend = "cuda";
+    o.instance.kv_blocks_per_instance = 16;  // 256 tokens: the request needs two pools
+    o.instance.landing_blocks = 8;           // fewer than a pool: a move too large for them is refused and retried
+    o.instance.threads_per_instance = 1;
+    o.batch.room_prefill_min_chunks = 0;
+  o.batch.max_batch_tokens = 128;  // the owner computes the prompt and moves full blocks out (copies of KV)
+    o.gmanager.policy_period_ms = 50;
+    auto c = cluster::start(model().weights, o);
+    REQUIRE(c.is_ok());
+    const std::vector<int32_t> prompt = prompt_of(360);
+    const int max_tokens = 8;
+    const auto [tokens, end] = run_one(*c.value(), {prompt, max_tokens, 0.0f, 1.0f, 0, true});
+    REQUIRE_MESSAGE(end.reason == "length", end.error);
+    CHECK(tokens == test::alone_on_cpu(prompt, max_tokens));
+    std::set<instance_id> holders;
+    for (const auto& e : end.placement) holders.insert(e.inst_id);
+    CHECK(holders.size() >= 2);
+    uint32_t moved = 0;
+    for (const move_report& m : c.value()->moves()) {
+      if (m.ok) moved += m.blocks;
+      CHECK_MESSAGE(m.reason.find("checksum") == std::string::npos, m.reason);
+    }
+    CHECK(moved >= 7);  // 23 blocks, at most 16 on the owner
+    uint64_t attention_bytes = 0;
+    for (const auto& i : c.value()->instances())
+      attention_bytes += i.traffic.message_bytes[uint8_t(transport::channel::partials)];
+    CHECK(attention_bytes > 0);  // holders answered with partials computed on their devices
+    CHECK(c.value()->wait_pools_free(10s));
+    for (const auto& i : c.value()->instances()) {
+      CHECK_MESSAGE(i.accounting.is_ok(), i.accounting.message());
+      CHECK(i.free_blocks == i.total_blocks);
+      CHECK(i.landing_taken == 0);
+    }
+    c.value()->shutdown();
+  }
+
+  TEST_CASE("emulated cuda: a holder of device pools killed mid-decode: every request answered once with its ids, the books whole") {
+    const actors::chaos::scenario* s = actors::chaos::find_scenario("kill-holder");
+    REQUIRE(s);
+    actors::chaos::chaos_options o;
+    o.backend = "cuda";
+    o.instances = 3;
+    o.kv_blocks_per_instance = 16;
+    o.short_requests = 2;
+    const uint64_t seed = 1;
+    MESSAGE("kill-holder on the emulated cuda backend, seed ", seed,
+            " (replay: illm chaos --scenario kill-holder --seed 1 --kv-blocks-per-instance 16 --backend cuda)");
+    const actors::chaos::run_result r = actors::chaos::run(model(), *s, seed, o);
+    for (const std::string& p : r.problems) MESSAGE(p);
+    CHECK(r.tally.clean());
+    CHECK(r.tally.accepted == 3);
+    CHECK(r.tally.lost == 0);
+    CHECK(r.tally.duplicated == 0);
+    CHECK(r.tally.faults.count("instance_killed") == 1);
+  }
+}
+
