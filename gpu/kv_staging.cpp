@@ -90,4 +90,21 @@ status kv_landing::land(backend& via, const kv_pool& pool, std::span<const uint3
   return status::ok();
 }
 
+void local_device_pools::add(uint32_t id, entry e) {
+  std::lock_guard lock(mutex_);
+  pools_[id] = std::move(e);
+}
+
+void local_device_pools::remove(uint32_t id) {
+  std::lock_guard lock(mutex_);
+  pools_.erase(id);
+}
+
+std::optional<local_device_pools::entry> local_device_pools::find(uint32_t id) const {
+  std::lock_guard lock(mutex_);
+  const auto it = pools_.find(id);
+  if (it == pools_.end()) return std::nullopt;
+  return it->second;
+}
+
 }  // namespace illm::gpu

@@ -7,8 +7,10 @@
 // pool and the slots go back. An instance whose pool is host memory needs neither: puts read and write the pool.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -81,6 +83,25 @@ class kv_landing {
   mutable std::mutex mutex_;
   std::vector<uint32_t> free_;   // under mutex_
   std::vector<bool> taken_;      // under mutex_
+};
+
+/// The device pools of one process by instance id, and the GPU of each: a move between two pools on one GPU
+/// copies device to device (backend::copy_blocks) instead of crossing the host. Thread-safe.
+class local_device_pools {
+ public:
+  /// A pool and its GPU.
+  struct entry {
+    std::shared_ptr<kv_pool> pool;
+    int device = 0;
+  };
+  void add(uint32_t id, entry e);
+  void remove(uint32_t id);
+  /// Pool `id` when it is in this process.
+  std::optional<entry> find(uint32_t id) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<uint32_t, entry> pools_;  // under mutex_
 };
 
 }  // namespace illm::gpu

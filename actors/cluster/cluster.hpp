@@ -21,6 +21,7 @@
 #include "actors/metrics/runtime_metrics.hpp"
 #include "actors/placement/types.hpp"
 #include "gpu/engine.hpp"
+#include "gpu/kv_staging.hpp"
 #include "actors/request.hpp"
 #include "actors/cluster/request_router.hpp"
 #include "gpu/weights.hpp"
@@ -46,6 +47,9 @@ struct cluster_options {
   /// A request whose instance left the cluster (killed) goes on on another instance with its tokens so far
   /// (as a front end of processes does); else it ends with an error.
   bool resume_elsewhere = false;
+  /// Moves between device pools on one GPU copy device to device; false: through host staging and landing
+  /// slots, as between processes.
+  bool device_copies = true;
   /// Where the rManagers' lines go (a data-plane peer failed, a departed owner's blocks released); empty: stderr.
   std::function<void(const std::string&)> log;
 };
@@ -142,6 +146,7 @@ class cluster final : public request_router {
   std::vector<std::shared_ptr<transport::data_plane>> planes_;  ///< by instance id
   std::shared_ptr<faults::control_faults> control_faults_;  ///< none without control-plane faults
   std::shared_ptr<event_log> events_;
+  std::shared_ptr<gpu::local_device_pools> local_pools_ = std::make_shared<gpu::local_device_pools>();
   std::atomic<request_id> next_request_{1};
   /// The gManager now (restart_gmanager replaces it while front-end threads read it).
   gmanager_actor gmanager() const;

@@ -1,5 +1,6 @@
 #include "actors/cluster/remote.hpp"
 
+#include <cstdlib>
 #include <thread>
 
 #include "actors/attention_server.hpp"
@@ -19,6 +20,7 @@ struct instance_node::parts {
   std::shared_ptr<gpu::engine> engine;
   std::shared_ptr<gpu::kv_pool> pool;
   std::shared_ptr<gpu::kv_landing> landing;  // where moves into a device pool land (none for a host pool)
+  std::shared_ptr<gpu::local_device_pools> local_pools;  // where its device pool is listed (none: not listed)
   std::shared_ptr<transport::data_plane> plane;
   std::shared_ptr<remote_router> router;
   std::shared_ptr<event_log> events;
@@ -35,6 +37,11 @@ namespace {
 template <class T>
 std::shared_ptr<T> to_shared(std::unique_ptr<T> p) {
   return std::shared_ptr<T>(std::move(p));
+}
+
+/// The GPU a backend name runs on ("cuda:N": N; others: 0).
+int gpu_index_of(const std::string& backend) {
+  return backend.rfind("cuda:", 0) == 0 ? std::atoi(backend.c_str() + 5) : 0;
 }
 
 /// Registers the memory that moves into this instance land in with its data plane: the pool when it is host
@@ -147,6 +154,12 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.region = region.value();
   rcfg.landing = n->landing;
   rcfg.move_device = n->move_device;
+  rcfg.gpu_index = gpu_index_of(backend);
+  if (options.local_pools && !n->device->host_memory()) {
+    n->local_pools = options.local_pools;
+    n->local_pools->add(n->id, {n->pool, rcfg.gpu_index});
+    rcfg.local_pools = n->local_pools;
+  }
   rcfg.gmanager = std::move(gmanager);
   rcfg.events = n->events;
   rcfg.heartbeat_period = std::chrono::milliseconds(options.instance.heartbeat_ms);
@@ -213,6 +226,7 @@ void instance_node::peer_failed(instance_id peer, const std::string& why) {
 
 void instance_node::stop() {
   if (!p_ || !p_->rmanager) return;
+  if (p_->local_pools) p_->local_pools->remove(p_->id);
   p_->plane->on_message(transport::channel::attend, nullptr);
   p_->plane->on_message(transport::channel::partials, nullptr);
   for (const caf::actor_addr& a : actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);

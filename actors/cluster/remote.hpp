@@ -10,11 +10,13 @@
 #include <vector>
 
 #include "gpu/engine.hpp"
+#include "gpu/kv_staging.hpp"
 #include "actors/event_log.hpp"
 #include "actors/faults/control_faults.hpp"
 #include "actors/messages.hpp"
 #include "actors/logic/room_prefill.hpp"
 #include "actors/settings/settings.hpp"
+#include "gpu/kv_staging.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/kv_pool.hpp"
 #include "gpu/weights.hpp"
@@ -41,6 +43,9 @@ struct instance_node_options {
   /// Told every view its rManager adopts, on the rManager's thread (empty: nobody): e.g. the control links.
   std::function<void(const cluster_view&)> on_view;
   std::function<void(const std::string&)> log;
+  /// The device pools of this process (an embedded cluster's): moves between two on one GPU copy device to
+  /// device. None: every move goes over the data plane.
+  std::shared_ptr<gpu::local_device_pools> local_pools;
 };
 
 /// A running instance and what its actors use.

@@ -71,8 +71,11 @@ struct commit_move {
   std::vector<uint32_t> logical;  ///< one per reserved block, in the reservation's order
   bool checksummed = false;       ///< the source sends a checksum: the destination verifies it
   uint64_t checksum = 0;          ///< of the blocks as the source sent them (kv_pool::checksum), in that order
+  /// The source copied the bytes straight into the reserved blocks (device to device, within one process): none
+  /// landed in landing slots.
+  bool in_place = false;
 };
-ILLM_INSPECT(commit_move, x.id, x.req_id, x.src_inst, x.logical, x.checksummed, x.checksum)
+ILLM_INSPECT(commit_move, x.id, x.req_id, x.src_inst, x.logical, x.checksummed, x.checksum, x.in_place)
 
 /// The answer to commit_move.
 struct commit_result {

@@ -149,7 +149,8 @@ commit_result accept_commit(self_ptr self, const commit_move& c) {
   }
   if (c.logical.size() != move.blocks.size() || c.src_inst != move.src) return {c.id, false, "commit does not match"};
   // What arrived must be what was sent; else the source keeps its blocks (and aborts: they are given back).
-  if (gpu::status s = land(st, move); !s.is_ok()) return {c.id, false, "landing: " + s.message()};
+  if (c.in_place) release_landing(st, move);  // the source's device copy wrote the blocks: nothing landed
+  else if (gpu::status s = land(st, move); !s.is_ok()) return {c.id, false, "landing: " + s.message()};
   auto arrived = c.checksummed ? st.config.pool->checksum(move.blocks, st.config.move_device.get())
                                : gpu::result<uint64_t>(c.checksum);
   if (!arrived.is_ok()) return {c.id, false, "checksum: " + arrived.error().message()};

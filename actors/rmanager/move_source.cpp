@@ -59,7 +59,8 @@ void commit(self_ptr self, move_id id) {
   auto& move = self->state.outgoing.at(id);
   const instance_id source = move.replica ? move.owner : self->state.config.id;
   self->request(move.dst_rmanager, self->state.config.answer_timeout,
-                commit_move{id, move.picked.req_id, source, move.picked.logical, move.checksummed, move.checksum})
+                commit_move{id, move.picked.req_id, source, move.picked.logical, move.checksummed, move.checksum,
+                            move.in_place})
       .then(
           [=](const commit_result& r) {
             auto it = self->state.outgoing.find(id);
@@ -91,10 +92,41 @@ void commit(self_ptr self, move_id id) {
           [=](const caf::error& err) { finish_move(self, id, false, "no commit answer: " + self->system().render(err)); });
 }
 
+/// The destination's pool when it is a device pool of this process on this GPU (a move copies into it directly).
+std::shared_ptr<gpu::kv_pool> pool_on_this_gpu(const rmanager_state& st, instance_id dst) {
+  if (!st.config.local_pools || !st.config.move_device || st.config.move_device->host_memory()) return nullptr;
+  const auto there = st.config.local_pools->find(dst);
+  return there && there->device == st.config.gpu_index ? there->pool : nullptr;
+}
+
+/// Copies the picked blocks device to device into the reserved blocks of `dst`, then commits.
+void copy_in_place(self_ptr self, move_id id, const gpu::kv_pool& dst) {
+  auto& st = self->state;
+  outgoing_move& move = st.outgoing.at(id);
+  const std::vector<uint32_t>& src = move.picked.physical;
+  if (st.config.verify_moves) {
+    auto sum = st.config.pool->checksum(src, st.config.move_device.get());
+    if (!sum.is_ok()) return finish_move(self, id, false, "checksum: " + sum.error().message());
+    move.checksummed = true;
+    move.checksum = sum.value();
+  }
+  gpu::backend& device = *st.config.move_device;
+  gpu::status s = device.copy_blocks(dst.base(), move.reservation.blocks.data(), st.config.pool->base(), src.data(),
+                                     int(src.size()), dst.layout().block_bytes());
+  if (s.is_ok()) s = device.synchronize();
+  if (!s.is_ok()) return finish_move(self, id, false, "device copy: " + s.message());
+  move.in_place = true;
+  move.copies_left = 0;
+  if (crashes_at(self, faults::crash_point::mid_move)) return;
+  commit(self, id);
+}
+
 /// Puts every picked block into the reserved blocks (or their landing slots), then flushes.
 void copy_blocks(self_ptr self, move_id id) {
   auto& st = self->state;
   outgoing_move& move = st.outgoing.at(id);
+  if (const auto dst = pool_on_this_gpu(st, move.dst); dst && dst->layout().block_bytes() == move.reservation.block_bytes)
+    return copy_in_place(self, id, *dst);
   const transport::remote_region region{move.reservation.region_address, move.reservation.region_bytes,
                                         move.reservation.region_key};
   move.copies_left = uint32_t(move.picked.physical.size());

@@ -44,6 +44,7 @@ struct outgoing_move {
   uint32_t copies_left = 0;
   bool checksummed = false;
   uint64_t checksum = 0;  // of the picked blocks as they were put
+  bool in_place = false;  // copied device to device into the reserved blocks (a pool of this process on this GPU)
   bool replica = false;   // a second copy: the request's table does not change, its owner hears the result
   instance_id owner = 0;  // ... the request's owner (this instance, or the one whose blocks are hosted here)
   caf::typed_response_promise<replica_result> replica_answer;  // ... answers the owner's replicate_blocks

@@ -55,7 +55,7 @@ std::pair<std::vector<int32_t>, request_finished> run_one(cluster& c, const gene
 }  // namespace
 
 TEST_SUITE("cuda runtime") {
-  TEST_CASE("emulated cuda: a request over device pools moves its blocks through host staging and has the ids of one cpu instance") {
+  TEST_CASE("emulated cuda: a request over device pools moves its blocks device to device or through host staging, with the ids of one cpu instance") {
     cluster_options o;
     o.instances = 3;
     o.instance.backend = "cuda";
@@ -65,6 +65,8 @@ TEST_SUITE("cuda runtime") {
     o.batch.room_prefill_min_chunks = 0;
   o.batch.max_batch_tokens = 128;  // the owner computes the prompt and moves full blocks out (copies of KV)
     o.gmanager.policy_period_ms = 50;
+    SUBCASE("device to device within the process") { o.device_copies = true; }
+    SUBCASE("through host staging and landing slots, as between processes") { o.device_copies = false; }
     auto c = cluster::start(model().weights, o);
     REQUIRE(c.is_ok());
     const std::vector<int32_t> prompt = prompt_of(360);
@@ -81,9 +83,15 @@ TEST_SUITE("cuda runtime") {
       CHECK_MESSAGE(m.reason.find("checksum") == std::string::npos, m.reason);
     }
     CHECK(moved >= 7);  // 23 blocks, at most 16 on the owner
-    uint64_t attention_bytes = 0;
-    for (const auto& i : c.value()->instances())
+    uint64_t attention_bytes = 0, put_bytes = 0;
+    for (const auto& i : c.value()->instances()) {
       attention_bytes += i.traffic.message_bytes[uint8_t(transport::channel::partials)];
+      put_bytes += i.traffic.put_bytes;
+    }
+    if (o.device_copies)
+      CHECK(put_bytes == 0);  // every move copied device to device: nothing crossed the data plane
+    else
+      CHECK(put_bytes > 0);  // the moves' bytes went through staging and landing slots
     CHECK(attention_bytes > 0);  // holders answered with partials computed on their devices
     CHECK(c.value()->wait_pools_free(10s));
     for (const auto& i : c.value()->instances()) {
