@@ -112,13 +112,13 @@ class backend {
     return status::ok();
   }
 
-  /// Uploads n whole blocks from host memory: block dst_ids[i] of dst_base gets host_src + i * block_bytes.
-  /// The ids are host memory.
-  virtual status upload_blocks(void* dst_base, const uint32_t* dst_ids, const void* host_src, int n,
-                               size_t block_bytes) {
+  /// Uploads n whole blocks from host memory: block dst_ids[i] of dst_base gets block src_ids[i] of the host
+  /// arena host_base (blocks block_bytes apart). The ids are host memory.
+  virtual status upload_blocks(void* dst_base, const uint32_t* dst_ids, const void* host_base, const uint32_t* src_ids,
+                               int n, size_t block_bytes) {
     for (int i = 0; i < n; ++i)
       ILLM_RETURN_IF_ERROR(upload(static_cast<char*>(dst_base) + size_t(dst_ids[i]) * block_bytes,
-                                  static_cast<const char*>(host_src) + size_t(i) * block_bytes, block_bytes));
+                                  static_cast<const char*>(host_base) + size_t(src_ids[i]) * block_bytes, block_bytes));
     return status::ok();
   }
 

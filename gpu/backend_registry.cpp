@@ -66,6 +66,15 @@ std::vector<std::string> compiled_backends() {
 #endif
 }
 
+std::optional<int> cuda_device_of(const std::string& name) {
+  if (name == "cuda") return 0;
+  if (name.rfind("cuda:", 0) != 0) return std::nullopt;
+  const std::string index = name.substr(5);
+  if (index.empty() || index.size() > 4 || index.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return std::stoi(index);
+}
+
 void provide_cuda(cuda_factory make) { provided_cuda() = std::move(make); }
 
 std::string cuda_unavailable_reason() {
@@ -86,12 +95,10 @@ result<std::unique_ptr<backend>> make_backend(const std::string& name, int cpu_t
     if (gpu.is_ok()) return gpu;
     say_cpu_fallback(gpu.error().message());
   }
-  if (name == "cuda") return make_cuda();
-  if (name.rfind("cuda:", 0) == 0) {
-    const std::string index = name.substr(5);
-    if (index.empty() || index.size() > 4 || index.find_first_not_of("0123456789") != std::string::npos)
-      return status{status_code::invalid_argument, text::format("backend '{}': cuda:N names GPU N", name)};
-    return make_cuda(std::stoi(index));
+  if (name.rfind("cuda", 0) == 0) {
+    const std::optional<int> device = cuda_device_of(name);
+    if (!device) return status{status_code::invalid_argument, text::format("backend '{}': cuda:N names GPU N", name)};
+    return make_cuda(*device);
   }
   if (name == "cpu" || name == "auto")
     return std::unique_ptr<backend>(std::make_unique<cpu::cpu_backend>(threads, cpu::cpu_mode::fast));

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ using cuda_factory = std::function<result<std::unique_ptr<backend>>(int device)>
 /// machine have: how a test runs the runtime, unchanged, on the CPU emulation of CUDA. Call before any backend
 /// is made.
 void provide_cuda(cuda_factory make);
+
+/// The GPU a backend name runs on: N for "cuda:N", 0 for "cuda"; nothing for other names or a malformed index.
+std::optional<int> cuda_device_of(const std::string& name);
 
 /// Makes backend `name`: "cpu", "cpu-reference", "cuda" (unsupported when the build or the machine has
 /// none; "cuda:N" on GPU N, "cuda" on GPU 0), or "auto": cuda when this build has it and a GPU is present, else cpu, which it says once on

@@ -82,12 +82,10 @@ status kv_landing::land(backend& via, const kv_pool& pool, std::span<const uint3
   if (slots.size() != blocks.size()) return {status_code::invalid_argument, "one landing slot per block"};
   if (pool.layout().block_bytes() != block_bytes_)
     return {status_code::invalid_argument, "the landing arena's blocks are not the pool's"};
-  for (size_t i = 0; i < slots.size(); ++i) {
+  for (size_t i = 0; i < slots.size(); ++i)
     if (slots[i] >= total_ || blocks[i] >= pool.total_blocks())
       return {status_code::invalid_argument, text::format("landing slot {} into block {}", slots[i], blocks[i])};
-    ILLM_RETURN_IF_ERROR(via.upload(pool.block_data(blocks[i]), slot_data(slots[i]), block_bytes_));
-  }
-  return status::ok();
+  return via.upload_blocks(pool.base(), blocks.data(), base_, slots.data(), int(slots.size()), block_bytes_);
 }
 
 void local_device_pools::add(uint32_t id, entry e) {

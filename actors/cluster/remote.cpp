@@ -1,6 +1,5 @@
 #include "actors/cluster/remote.hpp"
 
-#include <cstdlib>
 #include <thread>
 
 #include "actors/attention_server.hpp"
@@ -37,11 +36,6 @@ namespace {
 template <class T>
 std::shared_ptr<T> to_shared(std::unique_ptr<T> p) {
   return std::shared_ptr<T>(std::move(p));
-}
-
-/// The GPU a backend name runs on ("cuda:N": N; others: 0).
-int gpu_index_of(const std::string& backend) {
-  return backend.rfind("cuda:", 0) == 0 ? std::atoi(backend.c_str() + 5) : 0;
 }
 
 /// Registers the memory that moves into this instance land in with its data plane: the pool when it is host
@@ -154,7 +148,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.region = region.value();
   rcfg.landing = n->landing;
   rcfg.move_device = n->move_device;
-  rcfg.gpu_index = gpu_index_of(backend);
+  rcfg.gpu_index = gpu::cuda_device_of(backend).value_or(0);
   if (options.local_pools && !n->device->host_memory()) {
     n->local_pools = options.local_pools;
     n->local_pools->add(n->id, {n->pool, rcfg.gpu_index});

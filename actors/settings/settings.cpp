@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "gpu/backend_registry.hpp"
+
 namespace illm::actors {
 
 const std::vector<int_setting<batch_settings>>& batch_settings_table() {
@@ -55,10 +57,9 @@ std::optional<std::vector<int>> parse_devices(const std::string& list) {
   size_t at = 0;
   while (at <= list.size()) {
     const size_t comma = std::min(list.find(',', at), list.size());
-    const std::string item = list.substr(at, comma - at);
-    if (item.empty() || item.size() > 4 || item.find_first_not_of("0123456789") != std::string::npos)
-      return std::nullopt;
-    out.push_back(std::stoi(item));
+    const std::optional<int> device = gpu::cuda_device_of("cuda:" + list.substr(at, comma - at));
+    if (!device) return std::nullopt;
+    out.push_back(*device);
     at = comma + 1;
   }
   return out;

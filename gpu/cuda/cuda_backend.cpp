@@ -189,12 +189,12 @@ status cuda_backend::download_blocks(void* host_dst, const void* src_base, const
   return check(cudaStreamSynchronize(stream_), "download_blocks");
 }
 
-status cuda_backend::upload_blocks(void* dst_base, const uint32_t* dst_ids, const void* host_src, int n,
-                                   size_t block_bytes) {
+status cuda_backend::upload_blocks(void* dst_base, const uint32_t* dst_ids, const void* host_base,
+                                   const uint32_t* src_ids, int n, size_t block_bytes) {
   ILLM_RETURN_IF_ERROR(device_pointer(dst_base, "upload_blocks destination"));
   for (int i = 0; i < n; ++i)
     ILLM_RETURN_IF_ERROR(check(cudaMemcpyAsync(static_cast<char*>(dst_base) + size_t(dst_ids[i]) * block_bytes,
-                                               static_cast<const char*>(host_src) + size_t(i) * block_bytes,
+                                               static_cast<const char*>(host_base) + size_t(src_ids[i]) * block_bytes,
                                                block_bytes, cudaMemcpyHostToDevice, stream_),
                                "upload_blocks"));
   return check(cudaStreamSynchronize(stream_), "upload_blocks");

@@ -78,7 +78,7 @@ class cuda_backend final : public backend {
                      size_t block_bytes) override;
   status download_blocks(void* host_dst, const void* src_base, const uint32_t* src_ids, int n,
                          size_t block_bytes) override;
-  status upload_blocks(void* dst_base, const uint32_t* dst_ids, const void* host_src, int n,
+  status upload_blocks(void* dst_base, const uint32_t* dst_ids, const void* host_base, const uint32_t* src_ids, int n,
                        size_t block_bytes) override;
 
   status gemm(const float* x, size_t ldx, int m, int k, const void* w, dtype w_type, size_t ldw, int n, float* y,
