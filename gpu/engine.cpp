@@ -13,13 +13,24 @@ namespace illm::gpu {
 
 result<std::unique_ptr<engine>> engine::create(std::shared_ptr<const model_weights> weights, backend& device,
                                                const engine_options& options) {
+  // The placement frees its memory through `device`, which outlives the engine and so the placement.
+  auto placed = device_weights::place(std::move(weights), std::shared_ptr<backend>(std::shared_ptr<backend>{}, &device),
+                                      options.weight_type);
+  if (!placed.is_ok()) return placed.error();
+  return create(std::move(placed).value(), device, options);
+}
+
+result<std::unique_ptr<engine>> engine::create(std::shared_ptr<const device_weights> weights, backend& device,
+                                               const engine_options& options) {
   if (options.max_batch_tokens <= 0 || options.max_batch_seqs <= 0)
     return status{status_code::invalid_argument, "engine limits must be positive"};
+  if (!weights || weights->weight_type() != options.weight_type)
+    return status{status_code::invalid_argument, "the placed weights are not of the engine's weight type"};
   std::unique_ptr<engine> e(new engine());
   e->weights_ = std::move(weights);
   e->device_ = &device;
   e->options_ = options;
-  ILLM_RETURN_IF_ERROR(e->prepare_weights());
+  ILLM_RETURN_IF_ERROR(e->allocate_buffers());
   return e;
 }
 
@@ -28,15 +39,7 @@ kv_layout engine::pool_layout() const {
   return {c.n_layers, c.n_kv_heads, c.head_dim(), options_.kv_type};
 }
 
-const float* engine::device_tensor(const float* host, size_t n) {
-  if (device_->host_memory()) return host;
-  device_ptr buffer = make_device_buffer(*device_, n * sizeof(float));
-  if (!buffer || !device_->upload(buffer.get(), host, n * sizeof(float)).is_ok()) return nullptr;
-  owned_.push_back(std::move(buffer));
-  return static_cast<const float*>(owned_.back().get());
-}
-
-status engine::prepare_weights() {
+status engine::allocate_buffers() {
   const model_config& c = config();
   const size_t d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, vocab = c.vocab_size;
   const size_t m = size_t(options_.max_batch_tokens), s = size_t(options_.max_batch_seqs);
@@ -46,25 +49,6 @@ status engine::prepare_weights() {
     owned_.push_back(std::move(p));
     return static_cast<float*>(owned_.back().get());
   };
-  // Projections that read the same input are packed into one matrix: one product instead of three.
-  for (int l = 0; l < c.n_layers; ++l) {
-    const layer_weights& w = weights_->layer(l);
-    layer_tensors t{};
-    t.rms_att = device_tensor(w.rms_att, d);
-    t.wqkv = device_matrix({{w.wq, d * d}, {w.wk, kv * d}, {w.wv, kv * d}});
-    t.wo = device_matrix({{w.wo, d * d}});
-    t.rms_ffn = device_tensor(w.rms_ffn, d);
-    t.w13 = device_matrix({{w.w1, h * d}, {w.w3, h * d}});
-    t.w2 = device_matrix({{w.w2, d * h}});
-    if (!t.rms_att || !t.wqkv || !t.wo || !t.rms_ffn || !t.w13 || !t.w2)
-      return {status_code::out_of_memory, text::format("cannot place layer {} on {}", l, device_->name())};
-    layers_.push_back(t);
-  }
-  embedding_ = device_tensor(weights_->token_embedding(), vocab * d);
-  rms_final_ = device_tensor(weights_->rms_final(), d);
-  classifier_ = weights_->shared_classifier() && options_.weight_type == dtype::f32
-                    ? embedding_
-                    : device_matrix({{weights_->classifier(), vocab * d}});
   x_ = buffer(m * d);
   xb_ = buffer(m * d);
   qkv_ = buffer(m * (d + 2 * kv));
@@ -73,28 +57,9 @@ status engine::prepare_weights() {
   hb_ = buffer(m * h);
   rope_ = buffer(m * c.head_dim());
   logits_ = buffer(s * vocab);
-  if (!embedding_ || !rms_final_ || !classifier_ || !x_ || !xb_ || !qkv_ || !att_ || !h13_ || !hb_ || !rope_ ||
-      !logits_)
+  if (!x_ || !xb_ || !qkv_ || !att_ || !h13_ || !hb_ || !rope_ || !logits_)
     return {status_code::out_of_memory, text::format("cannot allocate the engine's buffers on {}", device_->name())};
   return status::ok();
-}
-
-const void* engine::device_matrix(std::initializer_list<std::pair<const float*, size_t>> parts) {
-  const dtype type = options_.weight_type;
-  if (type == dtype::f32 && parts.size() == 1) return device_tensor(parts.begin()->first, parts.begin()->second);
-  size_t n = 0;
-  for (auto [p, count] : parts) n += count;
-  // fp32 packs are staged as they are; 16-bit ones converted (round to nearest even) on the way.
-  std::vector<uint8_t> staged(n * dtype_bytes(type));
-  size_t at = 0;
-  for (auto [p, count] : parts) {
-    convert_floats(p, count, type, staged.data() + at * dtype_bytes(type));
-    at += count;
-  }
-  device_ptr buffer = make_device_buffer(*device_, staged.size());
-  if (!buffer || !device_->upload(buffer.get(), staged.data(), staged.size()).is_ok()) return nullptr;
-  owned_.push_back(std::move(buffer));
-  return owned_.back().get();
 }
 
 bool engine::long_enough_for_lanes(int overlap_min_tokens, int64_t tokens) {
@@ -406,8 +371,8 @@ status engine::classify() {
   if (n == 0) return status::ok();
   // Logits only for the rows that sample: the classifier is the largest matrix of a small model.
   ILLM_RETURN_IF_ERROR(device_->gather_rows(x_, size_t(c.dim), sample_rows_dev_, n, c.dim, xb_, size_t(c.dim)));
-  ILLM_RETURN_IF_ERROR(device_->rmsnorm(xb_, size_t(c.dim), rms_final_, n, c.dim, c.norm_eps, xb_, size_t(c.dim)));
-  ILLM_RETURN_IF_ERROR(device_->gemm(xb_, size_t(c.dim), n, c.dim, classifier_, options_.weight_type, size_t(c.dim),
+  ILLM_RETURN_IF_ERROR(device_->rmsnorm(xb_, size_t(c.dim), weights_->rms_final(), n, c.dim, c.norm_eps, xb_, size_t(c.dim)));
+  ILLM_RETURN_IF_ERROR(device_->gemm(xb_, size_t(c.dim), n, c.dim, weights_->classifier(), options_.weight_type, size_t(c.dim),
                                      c.vocab_size, logits_, size_t(c.vocab_size), false));
   return status::ok();
 }
@@ -429,7 +394,7 @@ status engine::copy_logits(int i, float* host) const {
 
 status engine::layer_front(int layer, int lane, const kv_pools& pools, attention_router* router) {
   const model_config& c = config();
-  const layer_tensors& w = layers_[size_t(layer)];
+  const device_weights::layer& w = weights_->at(layer);
   const lane_span& span = lanes_[size_t(lane)];
   const size_t d = c.dim, ld_qkv = d + 2 * c.kv_dim(), r0 = size_t(span.r0);
   const int m = span.r1 - span.r0, hd = c.head_dim();
@@ -467,7 +432,7 @@ status engine::mark_foreign_written(int layer, int lane, const kv_pools& pools) 
 
 status engine::layer_back(int layer, int lane, attention_router* router) {
   const model_config& c = config();
-  const layer_tensors& w = layers_[size_t(layer)];
+  const device_weights::layer& w = weights_->at(layer);
   const lane_span& span = lanes_[size_t(lane)];
   const size_t d = c.dim, h = c.hidden_dim, r0 = size_t(span.r0);
   const int m = span.r1 - span.r0;
@@ -495,7 +460,7 @@ status engine::step(std::span<const batch_entry> batch, const kv_pools& pools, a
   ILLM_RETURN_IF_ERROR(plan(pools));
   const int m = int(tokens_.size());
   if (m == 0) return status::ok();
-  ILLM_RETURN_IF_ERROR(device_->embed(tokens_dev_, m, embedding_, c.dim, x_, size_t(c.dim)));
+  ILLM_RETURN_IF_ERROR(device_->embed(tokens_dev_, m, weights_->embedding(), c.dim, x_, size_t(c.dim)));
   ILLM_RETURN_IF_ERROR(device_->rope_table(pos_dev_, m, c.head_dim(), c.rope_theta, rope_));
   // Each lane's layer is sent off to the holders before the other lane's is finished: while they attend
   // one lane's queries, this device runs the other's dense layers. One lane runs the layers in turn.

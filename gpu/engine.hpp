@@ -11,6 +11,7 @@
 
 #include "gpu/attention_router.hpp"
 #include "gpu/backend.hpp"
+#include "gpu/device_weights.hpp"
 #include "gpu/kv_pool.hpp"
 #include "gpu/weights.hpp"
 
@@ -67,8 +68,12 @@ struct step_stats {
 /// buffers, since an attention_router's jobs hold host pointers.
 class engine {
  public:
-  /// Prepares the weights on `device` (packed projections); `weights` must outlive the engine.
+  /// Places the weights on `device` for this engine alone (packed projections); `device` must outlive the engine.
   static result<std::unique_ptr<engine>> create(std::shared_ptr<const model_weights> weights, backend& device,
+                                                const engine_options& options);
+  /// Runs on weights already placed on `device`'s GPU (shared with other engines there); their weight type
+  /// must be options.weight_type.
+  static result<std::unique_ptr<engine>> create(std::shared_ptr<const device_weights> weights, backend& device,
                                                 const engine_options& options);
 
   /// Whether a step of `tokens` tokens is long enough for two lanes under `overlap_min_tokens`: it runs as
@@ -93,14 +98,6 @@ class engine {
   kv_layout pool_layout() const;
 
  private:
-  struct layer_tensors {
-    const float* rms_att;
-    const void* wqkv;  // [dim + 2 kv_dim][dim]: wq, wk, wv rows (weight_type)
-    const void* wo;
-    const float* rms_ffn;
-    const void* w13;   // [2 hidden][dim]: w1 (gate) rows, then w3 (up) rows
-    const void* w2;
-  };
   /// A sequence's blocks in one pool, for one step.
   struct block_group {
     uint32_t pool;
@@ -123,10 +120,8 @@ class engine {
   };
 
   engine() = default;
-  status prepare_weights();
-  const float* device_tensor(const float* host, size_t n);
-  /// A matrix on the device in weight_type, packed from `parts` (host fp32, in order).
-  const void* device_matrix(std::initializer_list<std::pair<const float*, size_t>> parts);
+  /// The activation buffers, sized by the options.
+  status allocate_buffers();
   /// Points the step's index arrays at device memory: one upload, or the host vectors themselves.
   status stage_indices();
   /// Remote attention on a device backend: the queries of a lane's entries with remote blocks, downloaded.
@@ -153,14 +148,10 @@ class engine {
   status mark_foreign_written(int layer, int lane, const kv_pools& pools);
   status classify();
 
-  std::shared_ptr<const model_weights> weights_;
+  std::shared_ptr<const device_weights> weights_;
   backend* device_ = nullptr;
   engine_options options_;
-  std::vector<device_ptr> owned_;  // device copies of weights and the activation buffers
-  std::vector<layer_tensors> layers_;
-  const float* embedding_ = nullptr;
-  const float* rms_final_ = nullptr;
-  const void* classifier_ = nullptr;  // weight_type
+  std::vector<device_ptr> owned_;  // the activation buffers
 
   // Activations, [max_batch_tokens][width] each.
   float *x_ = nullptr, *xb_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *h13_ = nullptr, *hb_ = nullptr;

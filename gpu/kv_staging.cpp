@@ -6,34 +6,61 @@
 
 namespace illm::gpu {
 
-result<std::shared_ptr<const outgoing_blocks>> outgoing_blocks::read(std::shared_ptr<backend> via,
-                                                                     const kv_pool& pool,
-                                                                     std::span<const uint32_t> blocks) {
-  const size_t bytes = pool.layout().block_bytes();
+uint64_t outgoing_blocks::checksum(uint64_t from) const {
+  uint64_t h = from;
+  for (size_t i = 0; i < count_; ++i) h = checksum_words(data(i), block_bytes_, h);
+  return h;
+}
+
+result<std::shared_ptr<outgoing_staging>> outgoing_staging::create(std::shared_ptr<backend> via, size_t block_bytes,
+                                                                   uint32_t chunk_blocks, uint32_t buffers) {
+  if (block_bytes == 0 || chunk_blocks == 0 || buffers == 0)
+    return status{status_code::invalid_argument, "an outgoing staging needs blocks and buffers"};
+  std::shared_ptr<outgoing_staging> staging(new outgoing_staging(std::move(via), block_bytes, chunk_blocks));
+  for (uint32_t i = 0; i < buffers; ++i) {
+    void* buffer = staging->via_->allocate_host(block_bytes * chunk_blocks);
+    if (!buffer)
+      return status{status_code::out_of_memory, text::format("cannot stage {} blocks of {} bytes in host memory",
+                                                             chunk_blocks, block_bytes)};
+    staging->buffers_.push_back(buffer);
+    staging->free_.push_back(i);
+  }
+  return staging;
+}
+
+outgoing_staging::~outgoing_staging() {
+  for (void* b : buffers_) via_->deallocate_host(b);
+}
+
+uint32_t outgoing_staging::free_buffers() const {
+  std::lock_guard lock(mutex_);
+  return uint32_t(free_.size());
+}
+
+void outgoing_staging::give_back(size_t buffer) {
+  std::lock_guard lock(mutex_);
+  free_.push_back(buffer);
+}
+
+result<std::shared_ptr<const outgoing_blocks>> outgoing_staging::read(const kv_pool& pool,
+                                                                      std::span<const uint32_t> blocks) {
+  if (blocks.size() > chunk_blocks_ || pool.layout().block_bytes() != block_bytes_)
+    return status{status_code::invalid_argument, text::format("{} blocks of {} bytes into chunks of {} of {}", blocks.size(),
+                                                             pool.layout().block_bytes(), chunk_blocks_, block_bytes_)};
   for (uint32_t b : blocks)
     if (b >= pool.total_blocks())
       return status{status_code::invalid_argument, text::format("block {} of a pool of {}", b, pool.total_blocks())};
-  std::shared_ptr<outgoing_blocks> out(new outgoing_blocks(via, bytes));
-  if (via->host_memory()) {
-    for (uint32_t b : blocks) out->blocks_.push_back(pool.block_data(b));
-    return std::shared_ptr<const outgoing_blocks>(std::move(out));
+  size_t buffer = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (free_.empty()) return std::shared_ptr<const outgoing_blocks>();
+    buffer = free_.back();
+    free_.pop_back();
   }
-  out->staging_ = via->allocate_host(std::max<size_t>(1, blocks.size()) * bytes);
-  if (!out->staging_)
-    return status{status_code::out_of_memory, text::format("cannot stage {} blocks in host memory", blocks.size())};
-  ILLM_RETURN_IF_ERROR(via->download_blocks(out->staging_, pool.base(), blocks.data(), int(blocks.size()), bytes));
-  for (size_t i = 0; i < blocks.size(); ++i) out->blocks_.push_back(static_cast<const char*>(out->staging_) + i * bytes);
-  return std::shared_ptr<const outgoing_blocks>(std::move(out));
-}
-
-outgoing_blocks::~outgoing_blocks() {
-  if (staging_) via_->deallocate_host(staging_);
-}
-
-uint64_t outgoing_blocks::checksum() const {
-  uint64_t h = checksum_seed;
-  for (const void* b : blocks_) h = checksum_words(b, block_bytes_, h);
-  return h;
+  // The buffer goes back to this staging when the chunk is freed (the staging lives while a chunk does).
+  std::shared_ptr<void> held(buffers_[buffer], [self = shared_from_this(), buffer](void*) { self->give_back(buffer); });
+  ILLM_RETURN_IF_ERROR(via_->download_blocks(held.get(), pool.base(), blocks.data(), int(blocks.size()), block_bytes_));
+  return std::shared_ptr<const outgoing_blocks>(new outgoing_blocks(std::move(held), block_bytes_, blocks.size()));
 }
 
 result<std::unique_ptr<kv_landing>> kv_landing::create(std::shared_ptr<backend> device, size_t block_bytes,

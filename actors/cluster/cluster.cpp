@@ -98,6 +98,7 @@ gpu::result<std::unique_ptr<instance_node>> cluster::make_node(instance_id id) {
   // Moves between device pools on one GPU copy device to device, unless the data plane injects faults (which
   // such copies would bypass).
   if (options_.device_copies && !plan.data_faults) o.local_pools = local_pools_;
+  o.weights_on_devices = weights_on_devices_;
   transport::plane_options po;
   po.self = id;
   po.group = group_;

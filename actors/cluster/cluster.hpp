@@ -90,6 +90,9 @@ class cluster final : public request_router {
   /// Every move so far with its outcome.
   std::vector<move_report> moves() const { return events_->moves(); }
   int size() const;
+  /// How many times the instances' weights were placed on a device: one per device in use, however many
+  /// instances share it.
+  int weight_placements() const { return weights_on_devices_->placements(); }
   /// The faults injected so far, by kind, data and control planes together.
   faults::fault_counts faults_injected() const;
 
@@ -147,6 +150,8 @@ class cluster final : public request_router {
   std::shared_ptr<faults::control_faults> control_faults_;  ///< none without control-plane faults
   std::shared_ptr<event_log> events_;
   std::shared_ptr<gpu::local_device_pools> local_pools_ = std::make_shared<gpu::local_device_pools>();
+  /// The weights on each device the instances run on: one copy per device, not per instance.
+  std::shared_ptr<gpu::device_weights_cache> weights_on_devices_ = std::make_shared<gpu::device_weights_cache>();
   std::atomic<request_id> next_request_{1};
   /// The gManager now (restart_gmanager replaces it while front-end threads read it).
   gmanager_actor gmanager() const;

@@ -97,7 +97,10 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   n->move_device = to_shared(std::move(move_device).value());
   gpu::engine_options engine_options{options.batch.max_batch_tokens, options.batch.max_batch_seqs};
   engine_options.overlap_min_tokens = options.batch.overlap_min_tokens;
-  auto eng = gpu::engine::create(weights, *n->device, engine_options);
+  auto placed = options.weights_on_devices ? options.weights_on_devices->on(weights, backend, engine_options.weight_type)
+                                           : gpu::device_weights::place(weights, n->device, engine_options.weight_type);
+  if (!placed.is_ok()) return placed.error();
+  auto eng = gpu::engine::create(std::move(placed).value(), *n->device, engine_options);
   if (!eng.is_ok()) return eng.error();
   n->engine = to_shared(std::move(eng).value());
   auto pool = gpu::kv_pool::create(*n->device, n->engine->pool_layout(), uint32_t(options.instance.kv_blocks_per_instance));
@@ -148,6 +151,12 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.region = region.value();
   rcfg.landing = n->landing;
   rcfg.move_device = n->move_device;
+  if (!n->move_device->host_memory()) {
+    auto staging = gpu::outgoing_staging::create(n->move_device, n->pool->layout().block_bytes(),
+                                                 uint32_t(options.instance.staging_chunk_blocks));
+    if (!staging.is_ok()) return staging.error();
+    rcfg.staging = std::move(staging).value();
+  }
   rcfg.gpu_index = gpu::cuda_device_of(backend).value_or(0);
   if (options.local_pools && !n->device->host_memory()) {
     n->local_pools = options.local_pools;

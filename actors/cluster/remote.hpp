@@ -18,6 +18,7 @@
 #include "actors/settings/settings.hpp"
 #include "gpu/kv_staging.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
+#include "gpu/device_weights.hpp"
 #include "gpu/kv_pool.hpp"
 #include "gpu/weights.hpp"
 #include "transport/transport.hpp"
@@ -46,6 +47,9 @@ struct instance_node_options {
   /// The device pools of this process (an embedded cluster's): moves between two on one GPU copy device to
   /// device. None: every move goes over the data plane.
   std::shared_ptr<gpu::local_device_pools> local_pools;
+  /// The weights placed per device in this process (an embedded cluster's): instances on one device share
+  /// one copy. None: this instance places its own.
+  std::shared_ptr<gpu::device_weights_cache> weights_on_devices;
 };
 
 /// A running instance and what its actors use.

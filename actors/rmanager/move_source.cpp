@@ -121,38 +121,81 @@ void copy_in_place(self_ptr self, move_id id, const gpu::kv_pool& dst) {
   commit(self, id);
 }
 
+/// Puts blocks [first, first + n) of the move's picked blocks into their reserved blocks (or landing slots),
+/// reading them from `chunk` (a staged copy, kept by every put until it completes) or from the pool's memory.
+void put_blocks(self_ptr self, move_id id, size_t first, size_t n, std::shared_ptr<const gpu::outgoing_blocks> chunk) {
+  auto& st = self->state;
+  const outgoing_move& move = st.outgoing.at(id);
+  const move_reservation& r = move.reservation;
+  const transport::remote_region region{r.region_address, r.region_bytes, r.region_key};
+  const std::vector<uint32_t>& slots = r.landing.empty() ? r.blocks : r.landing;
+  rmanager_actor me{self};
+  for (size_t i = first; i < first + n; ++i) {
+    const uint64_t remote = r.region_address + slots[i] * r.block_bytes;
+    const void* local = chunk ? chunk->data(i - first) : st.config.pool->block_data(move.picked.physical[i]);
+    st.config.plane->put(move.dst, local, r.block_bytes, region, remote,
+                         [me, id, chunk](transport::status s) mutable {
+                           chunk.reset();  // the buffer is free before the rManager hears of it
+                           caf::anon_send(me, transfer_done{id, s.is_ok(), s.message});
+                         });
+  }
+}
+
+/// Reads the move's next chunks into free staging buffers and puts them, while buffers are free; the move waits
+/// for a buffer otherwise (resume_staged_moves). A chunk downloads while the one before is on the network.
+void stage_chunks(self_ptr self, move_id id) {
+  auto& st = self->state;
+  gpu::outgoing_staging& staging = *st.config.staging;
+  for (;;) {
+    auto it = st.outgoing.find(id);
+    if (it == st.outgoing.end()) return;
+    outgoing_move& move = it->second;
+    const std::span<const uint32_t> picked = move.picked.physical;
+    if (move.staged == picked.size()) return;
+    const size_t n = std::min<size_t>(staging.chunk_blocks(), picked.size() - move.staged);
+    auto read = staging.read(*st.config.pool, picked.subspan(move.staged, n));
+    if (!read.is_ok()) return finish_move(self, id, false, "reading the blocks: " + read.error().message());
+    if (!read.value()) {
+      st.waiting_for_staging.push_back(id);
+      return;
+    }
+    if (st.config.verify_moves) move.checksum = read.value()->checksum(move.checksum);
+    const size_t first = move.staged;
+    move.staged += uint32_t(n);
+    put_blocks(self, id, first, n, std::move(read).value());
+  }
+}
+
 /// Puts every picked block into the reserved blocks (or their landing slots), then flushes.
 void copy_blocks(self_ptr self, move_id id) {
   auto& st = self->state;
   outgoing_move& move = st.outgoing.at(id);
   if (const auto dst = pool_on_this_gpu(st, move.dst); dst && dst->layout().block_bytes() == move.reservation.block_bytes)
     return copy_in_place(self, id, *dst);
-  const transport::remote_region region{move.reservation.region_address, move.reservation.region_bytes,
-                                        move.reservation.region_key};
   move.copies_left = uint32_t(move.picked.physical.size());
   // Full blocks do not change while they move (only their owner writes them, and only until full). A device
-  // pool's are read into host memory first; the puts keep that copy until they complete.
-  std::shared_ptr<const gpu::outgoing_blocks> bytes;
-  if (st.config.move_device) {
-    auto read = gpu::outgoing_blocks::read(st.config.move_device, *st.config.pool, move.picked.physical);
-    if (!read.is_ok()) return finish_move(self, id, false, "reading the blocks: " + read.error().message());
-    bytes = std::move(read).value();
+  // pool's are staged through host memory chunk by chunk; the checksum chains over the chunks as they are read.
+  if (st.config.staging) {
+    move.checksummed = st.config.verify_moves;
+    move.checksum = gpu::checksum_seed;
+    return stage_chunks(self, id);
   }
   if (st.config.verify_moves) {
-    auto sum = bytes ? gpu::result<uint64_t>(bytes->checksum()) : st.config.pool->checksum(move.picked.physical);
+    auto sum = st.config.pool->checksum(move.picked.physical);
     if (!sum.is_ok()) return finish_move(self, id, false, "checksum: " + sum.error().message());
     move.checksummed = true;
     move.checksum = sum.value();
   }
-  rmanager_actor me{self};
-  const std::vector<uint32_t>& slots = move.reservation.landing.empty() ? move.reservation.blocks : move.reservation.landing;
-  for (size_t i = 0; i < move.picked.physical.size(); ++i) {
-    const uint64_t remote = move.reservation.region_address + slots[i] * move.reservation.block_bytes;
-    const void* local = bytes ? bytes->data(i) : st.config.pool->block_data(move.picked.physical[i]);
-    st.config.plane->put(move.dst, local, move.reservation.block_bytes, region, remote,
-                         [me, id, bytes](transport::status s) {  // `bytes` lives until every put completed
-                           caf::anon_send(me, transfer_done{id, s.is_ok(), s.message});
-                         });
+  put_blocks(self, id, 0, move.picked.physical.size(), nullptr);
+}
+
+/// A staging buffer may have come free: the moves waiting for one go on, oldest first.
+void resume_staged_moves(self_ptr self) {
+  auto& st = self->state;
+  while (!st.waiting_for_staging.empty() && st.config.staging->free_buffers() > 0) {
+    const move_id next = st.waiting_for_staging.front();
+    st.waiting_for_staging.pop_front();
+    stage_chunks(self, next);
   }
 }
 
@@ -161,6 +204,7 @@ void copy_blocks(self_ptr self, move_id id) {
 /// A put or the flush of a move completed.
 void on_transfer(self_ptr self, const transfer_done& done) {
   auto& st = self->state;
+  if (st.config.staging) resume_staged_moves(self);
   auto it = st.outgoing.find(done.id);
   if (it == st.outgoing.end()) return;  // the move already ended
   if (!done.ok) return finish_move(self, done.id, false, "copy failed: " + done.error);

@@ -42,6 +42,9 @@ struct rmanager_config {
   /// The rManager's own backend on the pool's device (own stream): it reads blocks out for moves, uploads landed
   /// ones and checksums them (null: the pool's memory is put as it is: host memory, or the simulator's pools).
   std::shared_ptr<gpu::backend> move_device;
+  /// The pinned buffers moves out of a device pool are read into, chunk by chunk (null: the pool's memory is
+  /// put as it is).
+  std::shared_ptr<gpu::outgoing_staging> staging;
   /// The device pools of this process (none: moves always go over the data plane); this one's GPU among them.
   std::shared_ptr<gpu::local_device_pools> local_pools;
   int gpu_index = 0;

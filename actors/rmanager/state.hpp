@@ -42,6 +42,7 @@ struct outgoing_move {
   block_pick picked;
   move_reservation reservation;
   uint32_t copies_left = 0;
+  uint32_t staged = 0;  // of the picked blocks, how many were read into staging buffers and put (device pools)
   bool checksummed = false;
   uint64_t checksum = 0;  // of the picked blocks as they were put
   bool in_place = false;  // copied device to device into the reserved blocks (a pool of this process on this GPU)
@@ -97,6 +98,7 @@ struct rmanager_state {
   uint64_t ticks = 0;  // heartbeat periods since the start (with or without a gManager)
   placement_update placement;
   std::map<move_id, outgoing_move> outgoing;
+  std::deque<move_id> waiting_for_staging;  // moves whose next chunk waits for a free staging buffer
   std::map<move_id, incoming_move> incoming;
   std::map<move_id, outgoing_chunk> chunks;  // reserved for this instance's requests' chunks, not yet committed
   std::map<request_id, std::map<instance_id, uint32_t>> lent;  // this instance's requests' blocks elsewhere

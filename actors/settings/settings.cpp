@@ -29,6 +29,9 @@ const std::vector<int_setting<instance_settings>>& instance_settings_table() {
       {"landing_blocks", &instance_settings::landing_blocks, 0, 1 << 24,
        "blocks of host memory (pinned) that moves into a pool in device memory land in before their commit uploads "
        "them; a move needing more than are free is refused (0: as many as the pool; unused with pools in host memory)"},
+      {"staging_chunk_blocks", &instance_settings::staging_chunk_blocks, 1, 1 << 16,
+       "blocks per chunk of a move out of a pool in device memory: the move reads a chunk into one of two pinned "
+       "buffers while the one before is on the network (unused with pools in host memory)"},
       {"threads_per_instance", &instance_settings::threads_per_instance, 0, 1024,
        "CPU threads of each instance's engine (0: the cores, shared among the instances of a process)", "threads"},
       {"heartbeat_ms", &instance_settings::heartbeat_ms, 1, 60000, "rManager heartbeat period"},

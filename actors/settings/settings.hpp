@@ -73,6 +73,7 @@ struct instance_settings {
   std::string devices{};
   int kv_blocks_per_instance = 256;
   int landing_blocks = 0;  ///< 0: as many as the pool
+  int staging_chunk_blocks = 8;  ///< blocks per chunk of a move out of a device pool (two chunk buffers, pinned)
   int threads_per_instance = 0;  ///< 0: the cores, shared among the instances of a process
   int heartbeat_ms = 20;
   int lease_ms = 2000;

@@ -138,6 +138,7 @@ std::vector<move_report> run_long_request(const cluster_options& o, int max_toke
   REQUIRE(got[0].end.reason == "length");
   CHECK(got[0].tokens == alone(prompt, max_tokens));
   CHECK(instances_holding(got[0].end) >= 3);
+  CHECK(c.value()->weight_placements() == 1);  // four instances on the cpu share one copy of the packed weights
   auto moves = c.value()->moves();
   check_pools_back_to_start(*c.value());
   c.value()->shutdown();

@@ -61,9 +61,10 @@ TEST_SUITE("cuda runtime") {
     o.instance.backend = "cuda";
     o.instance.kv_blocks_per_instance = 16;  // 256 tokens: the request needs two pools
     o.instance.landing_blocks = 8;           // fewer than a pool: a move too large for them is refused and retried
+    o.instance.staging_chunk_blocks = 2;     // a move out is several chunks, waiting for the two staging buffers
     o.instance.threads_per_instance = 1;
     o.batch.room_prefill_min_chunks = 0;
-  o.batch.max_batch_tokens = 128;  // the owner computes the prompt and moves full blocks out (copies of KV)
+    o.batch.max_batch_tokens = 128;  // the owner computes the prompt and moves full blocks out (copies of KV)
     o.gmanager.policy_period_ms = 50;
     SUBCASE("device to device within the process") { o.device_copies = true; }
     SUBCASE("through host staging and landing slots, as between processes") { o.device_copies = false; }
@@ -74,6 +75,7 @@ TEST_SUITE("cuda runtime") {
     const auto [tokens, end] = run_one(*c.value(), {prompt, max_tokens, 0.0f, 1.0f, 0, true});
     REQUIRE_MESSAGE(end.reason == "length", end.error);
     CHECK(tokens == test::alone_on_cpu(prompt, max_tokens));
+    CHECK(c.value()->weight_placements() == 1);  // three instances on one GPU, one copy of the weights
     std::set<instance_id> holders;
     for (const auto& e : end.placement) holders.insert(e.inst_id);
     CHECK(holders.size() >= 2);

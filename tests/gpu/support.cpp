@@ -35,7 +35,8 @@ greedy_run run_greedy(std::shared_ptr<const gpu::model_weights> weights, const s
   const gpu::model_config& c = weights->config();
   gpu::engine_options engine_options{options.chunk, 1};
   engine_options.overlap_min_tokens = options.overlap_min_tokens;
-  auto made = gpu::engine::create(weights, device, engine_options);
+  auto made = options.placed ? gpu::engine::create(options.placed, device, engine_options)
+                             : gpu::engine::create(weights, device, engine_options);
   REQUIRE(made.is_ok());
   gpu::engine& eng = *made.value();
   const uint32_t blocks = gpu::blocks_for_tokens(int64_t(prompt.size()) + n_new);

@@ -12,6 +12,7 @@
 
 #include "gpu/attention_router.hpp"
 #include "gpu/backend.hpp"
+#include "gpu/device_weights.hpp"
 #include "gpu/model_files.hpp"
 
 namespace illm::test {
@@ -43,6 +44,8 @@ struct greedy_options {
   int overlap_min_tokens = 512;  ///< the engine's: steps this long with remote blocks run as two lanes
   router_decorator decorate;
   gpu::backend* device = nullptr;  ///< default: cpu_device()
+  /// Weights already placed on `device` (shared with other engines); none: the engine places its own.
+  std::shared_ptr<const gpu::device_weights> placed;
 };
 
 /// Runs `prompt` greedily for `n_new` tokens (no stop at EOS) through the engine step by step.

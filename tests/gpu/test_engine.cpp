@@ -352,6 +352,36 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("engines on one device share one placement of the weights and give the ids of an engine of their own") {
+    const auto& model = test::real_model();
+    const auto prompt = license_prompt();
+    gpu::device_weights_cache cache;
+    {
+      auto first = cache.on(model.weights, "cpu", gpu::dtype::f32);
+      auto second = cache.on(model.weights, "cpu", gpu::dtype::f32);
+      REQUIRE(first.is_ok());
+      REQUIRE(second.is_ok());
+      CHECK(first.value() == second.value());
+      CHECK(cache.placements() == 1);
+      CHECK(first.value()->placed_bytes() > 0);  // the packed projections
+      test::greedy_options shared;
+      shared.placed = first.value();
+      shared.chunk = 16;
+      const auto own = test::run_greedy(model.weights, prompt, 8, {});
+      CHECK(test::run_greedy(model.weights, prompt, 8, shared).ids == own.ids);
+      CHECK(test::run_greedy(model.weights, prompt, 8, shared).ids == own.ids);
+      // Another weight type is another placement.
+      auto halves = cache.on(model.weights, "cpu", gpu::dtype::f16);
+      REQUIRE(halves.is_ok());
+      CHECK(halves.value() != first.value());
+      CHECK(cache.placements() == 2);
+    }
+    // Once no engine holds a placement, the next one places again.
+    REQUIRE(cache.on(model.weights, "cpu", gpu::dtype::f32).is_ok());
+    CHECK(cache.placements() == 3);
+    CHECK_FALSE(cache.on(model.weights, "tpu", gpu::dtype::f32).is_ok());
+  }
+
   TEST_CASE("a synthetic GQA model gives the same ids over several pools and chunks") {
     const std::vector<int32_t> prompt = {1, 17, 300, 42, 999, 5, 77, 123, 456, 789, 11, 12, 13, 14, 15, 16, 17, 18,
                                          19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35};

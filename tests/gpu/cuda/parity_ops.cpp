@@ -245,18 +245,33 @@ ILLM_CASE("ops", "KV blocks of a device pool cross the host: read out, landed in
   for (auto& x : bytes) x = uint8_t(rng());
   ILLM_REQUIRE_OK(device().upload(a->base(), bytes.data(), bytes.size()));
   const std::vector<uint32_t> src = {8, 0, 3, 4}, dst = {1, 2, 7, 0};
-  auto out = gpu::outgoing_blocks::read(via, a.value(), src);
-  ILLM_REQUIRE_OK(out.error());
+  // Read out in chunks of 3 through two buffers, as a move's puts read them.
+  auto staging = gpu::outgoing_staging::create(via, block_bytes, 3, 2);
+  ILLM_REQUIRE_OK(staging.error());
+  auto head = staging.value()->read(a.value(), std::span(src).first(3));
+  auto tail = staging.value()->read(a.value(), std::span(src).subspan(3));
+  ILLM_REQUIRE_OK(head.error());
+  ILLM_REQUIRE_OK(tail.error());
+  ILLM_REQUIRE(head.value() && tail.value(), "two chunks staged in two buffers");
+  auto third = staging.value()->read(a.value(), std::span(src).first(1));
+  ILLM_CHECK(third.is_ok() && !third.value(), "a third chunk staged while both buffers are in use");
+  ILLM_CHECK(!staging.value()->read(a.value(), src).is_ok(), "4 blocks read into chunks of 3");
   auto sent = a->checksum(src);
   ILLM_REQUIRE_OK(sent.error());
-  ILLM_CHECK(out.value()->checksum() == sent.value(), "the staged copy's checksum differs from the pool's");
+  ILLM_CHECK(tail.value()->checksum(head.value()->checksum()) == sent.value(),
+             "the staged chunks' checksum differs from the pool's");
+  std::vector<const void*> staged;
+  for (const auto* chunk : {&head.value(), &tail.value()})
+    for (size_t i = 0; i < (*chunk)->size(); ++i) staged.push_back((*chunk)->data(i));
   auto landing = gpu::kv_landing::create(via, block_bytes, 6);
   ILLM_REQUIRE_OK(landing.error());
   ILLM_CHECK(landing.value()->take(7).empty(), "7 of 6 slots taken");
   const std::vector<uint32_t> slots = landing.value()->take(4);
   ILLM_REQUIRE(slots.size() == 4, "4 slots");
   for (size_t i = 0; i < src.size(); ++i)  // as the data plane's puts write them
-    std::memcpy(static_cast<char*>(landing.value()->base()) + slots[i] * block_bytes, out.value()->data(i), block_bytes);
+    std::memcpy(static_cast<char*>(landing.value()->base()) + slots[i] * block_bytes, staged[i], block_bytes);
+  head.value().reset();  // its puts are done: the buffer is free again
+  ILLM_CHECK(staging.value()->free_buffers() == 1, "{} buffers free after a chunk was freed", staging.value()->free_buffers());
   ILLM_REQUIRE_OK(landing.value()->land(device(), b.value(), slots, dst));
   landing.value()->give_back(slots);
   ILLM_CHECK(landing.value()->free_slots() == 6, "{} slots free after giving back", landing.value()->free_slots());
