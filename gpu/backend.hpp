@@ -101,6 +101,14 @@ class backend {
     return status::ok();
   }
 
+  /// Copies n whole blocks into an arena of GPU `dst_gpu` of this process: block dst_ids[i] of dst_base gets
+  /// block src_ids[i] of src_base (this backend's device); direct where the GPUs reach each other (peer access),
+  /// else staged through the host by the driver. Unsupported off the cuda backend. The ids are host memory.
+  virtual status copy_blocks_to_gpu(int dst_gpu, void* dst_base, const uint32_t* dst_ids, const void* src_base,
+                                    const uint32_t* src_ids, int n, size_t block_bytes) {
+    return {status_code::unsupported, name() + " has no other GPU to copy to"};
+  }
+
   /// Downloads n whole blocks into host memory one after another: host_dst + i * block_bytes gets block
   /// src_ids[i] of src_base. The ids are host memory.
   virtual status download_blocks(void* host_dst, const void* src_base, const uint32_t* src_ids, int n,

@@ -157,10 +157,9 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
     if (!staging.is_ok()) return staging.error();
     rcfg.staging = std::move(staging).value();
   }
-  rcfg.gpu_index = gpu::cuda_device_of(backend).value_or(0);
   if (options.local_pools && !n->device->host_memory()) {
     n->local_pools = options.local_pools;
-    n->local_pools->add(n->id, {n->pool, rcfg.gpu_index});
+    n->local_pools->add(n->id, {n->pool, gpu::cuda_device_of(backend).value_or(0)});
     rcfg.local_pools = n->local_pools;
   }
   rcfg.gmanager = std::move(gmanager);

@@ -92,15 +92,15 @@ void commit(self_ptr self, move_id id) {
           [=](const caf::error& err) { finish_move(self, id, false, "no commit answer: " + self->system().render(err)); });
 }
 
-/// The destination's pool when it is a device pool of this process on this GPU (a move copies into it directly).
-std::shared_ptr<gpu::kv_pool> pool_on_this_gpu(const rmanager_state& st, instance_id dst) {
-  if (!st.config.local_pools || !st.config.move_device || st.config.move_device->host_memory()) return nullptr;
-  const auto there = st.config.local_pools->find(dst);
-  return there && there->device == st.config.gpu_index ? there->pool : nullptr;
+/// The destination's pool and GPU when it is a device pool of this process (a move copies into it directly).
+std::optional<gpu::local_device_pools::entry> pool_in_this_process(const rmanager_state& st, instance_id dst) {
+  if (!st.config.local_pools || !st.config.move_device || st.config.move_device->host_memory()) return std::nullopt;
+  return st.config.local_pools->find(dst);
 }
 
-/// Copies the picked blocks device to device into the reserved blocks of `dst`, then commits.
-void copy_in_place(self_ptr self, move_id id, const gpu::kv_pool& dst) {
+/// Copies the picked blocks device to device into the reserved blocks of `dst` (on this GPU, or peer to peer on
+/// another of this process), then commits.
+void copy_in_place(self_ptr self, move_id id, const gpu::local_device_pools::entry& dst) {
   auto& st = self->state;
   outgoing_move& move = st.outgoing.at(id);
   const std::vector<uint32_t>& src = move.picked.physical;
@@ -111,8 +111,9 @@ void copy_in_place(self_ptr self, move_id id, const gpu::kv_pool& dst) {
     move.checksum = sum.value();
   }
   gpu::backend& device = *st.config.move_device;
-  gpu::status s = device.copy_blocks(dst.base(), move.reservation.blocks.data(), st.config.pool->base(), src.data(),
-                                     int(src.size()), dst.layout().block_bytes());
+  gpu::status s = device.copy_blocks_to_gpu(dst.device, dst.pool->base(), move.reservation.blocks.data(),
+                                            st.config.pool->base(), src.data(), int(src.size()),
+                                            dst.pool->layout().block_bytes());
   if (s.is_ok()) s = device.synchronize();
   if (!s.is_ok()) return finish_move(self, id, false, "device copy: " + s.message());
   move.in_place = true;
@@ -170,7 +171,8 @@ void stage_chunks(self_ptr self, move_id id) {
 void copy_blocks(self_ptr self, move_id id) {
   auto& st = self->state;
   outgoing_move& move = st.outgoing.at(id);
-  if (const auto dst = pool_on_this_gpu(st, move.dst); dst && dst->layout().block_bytes() == move.reservation.block_bytes)
+  if (const auto dst = pool_in_this_process(st, move.dst);
+      dst && dst->pool->layout().block_bytes() == move.reservation.block_bytes)
     return copy_in_place(self, id, *dst);
   move.copies_left = uint32_t(move.picked.physical.size());
   // Full blocks do not change while they move (only their owner writes them, and only until full). A device

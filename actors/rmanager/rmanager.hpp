@@ -45,9 +45,8 @@ struct rmanager_config {
   /// The pinned buffers moves out of a device pool are read into, chunk by chunk (null: the pool's memory is
   /// put as it is).
   std::shared_ptr<gpu::outgoing_staging> staging;
-  /// The device pools of this process (none: moves always go over the data plane); this one's GPU among them.
+  /// The device pools of this process and their GPUs (none: moves always go over the data plane).
   std::shared_ptr<gpu::local_device_pools> local_pools;
-  int gpu_index = 0;
   gmanager_actor gmanager;
   std::shared_ptr<event_log> events;
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional

@@ -59,8 +59,22 @@ result<std::unique_ptr<cuda_backend>> cuda_backend::create(const cuda_options& o
 
 cuda_backend::cuda_backend(const cuda_options& options) : options_(options) {}
 
-status cuda_backend::open() {
+namespace {
+
+/// The device made current on this host thread by cuda_backend::bind (-1: none yet).
+thread_local int bound_device = -1;
+
+}  // namespace
+
+status cuda_backend::bind() const {
+  if (bound_device == options_.device) return status::ok();
   ILLM_RETURN_IF_ERROR(check(cudaSetDevice(options_.device), "cudaSetDevice"));
+  bound_device = options_.device;
+  return status::ok();
+}
+
+status cuda_backend::open() {
+  ILLM_RETURN_IF_ERROR(bind());
   cudaDeviceProp prop{};
   ILLM_RETURN_IF_ERROR(check(cudaGetDeviceProperties(&prop, options_.device), "cudaGetDeviceProperties"));
   info_ = {options_.device, prop.name, prop.multiProcessorCount, prop.major, prop.minor, prop.totalGlobalMem,
@@ -79,6 +93,7 @@ status cuda_backend::open() {
 }
 
 cuda_backend::~cuda_backend() {
+  (void)bind();
   if (stream_) cudaStreamSynchronize(stream_);
   for (scratch* s : {&gemm_x_, &split_ws_, &ids_, &tokens_})
     if (s->data) cudaFree(s->data);
@@ -90,6 +105,7 @@ cuda_backend::~cuda_backend() {
 }
 
 void* cuda_backend::allocate(size_t bytes) {
+  if (!bind().is_ok()) return nullptr;
   void* p = nullptr;
   if (cudaMalloc(&p, std::max<size_t>(bytes, 1)) != cudaSuccess) {
     cudaGetLastError();  // an allocation failure is an answer, not a sticky error
@@ -99,12 +115,13 @@ void* cuda_backend::allocate(size_t bytes) {
 }
 
 void cuda_backend::deallocate(void* p) {
-  if (!p) return;
+  if (!p || !bind().is_ok()) return;
   cudaStreamSynchronize(stream_);  // work queued before may still read it
   cudaFree(p);
 }
 
 status cuda_backend::upload(void* dst, const void* host_src, size_t bytes) {
+  ILLM_RETURN_IF_ERROR(bind());
   if (bytes == 0) return status::ok();
   ILLM_RETURN_IF_ERROR(device_pointer(dst, "upload destination"));
   if (bytes > staging_slot_bytes) {
@@ -123,6 +140,7 @@ status cuda_backend::upload(void* dst, const void* host_src, size_t bytes) {
 }
 
 status cuda_backend::download(void* host_dst, const void* src, size_t bytes) {
+  ILLM_RETURN_IF_ERROR(bind());
   if (bytes == 0) return status::ok();
   ILLM_RETURN_IF_ERROR(device_pointer(src, "download source"));
   ILLM_RETURN_IF_ERROR(check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download"));
@@ -130,13 +148,17 @@ status cuda_backend::download(void* host_dst, const void* src, size_t bytes) {
 }
 
 status cuda_backend::copy(void* dst, const void* src, size_t bytes) {
+  ILLM_RETURN_IF_ERROR(bind());
   if (bytes == 0) return status::ok();
   ILLM_RETURN_IF_ERROR(device_pointer(dst, "copy destination"));
   ILLM_RETURN_IF_ERROR(device_pointer(src, "copy source"));
   return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
 }
 
-status cuda_backend::synchronize() { return check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+status cuda_backend::synchronize() {
+  ILLM_RETURN_IF_ERROR(bind());
+  return check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
 
 status cuda_backend::reserve(scratch& s, size_t bytes, const char* what) {
   if (s.bytes >= bytes) return status::ok();
@@ -167,6 +189,7 @@ status cuda_backend::stage(scratch& s, const void* host, size_t bytes, const cha
 
 status cuda_backend::copy_blocks(void* dst_base, const uint32_t* dst_ids, const void* src_base,
                                  const uint32_t* src_ids, int n, size_t block_bytes) {
+  ILLM_RETURN_IF_ERROR(bind());
   if (n <= 0) return status::ok();
   ILLM_RETURN_IF_ERROR(device_pointer(dst_base, "copy_blocks destination"));
   ILLM_RETURN_IF_ERROR(device_pointer(src_base, "copy_blocks source"));
@@ -178,8 +201,37 @@ status cuda_backend::copy_blocks(void* dst_base, const uint32_t* dst_ids, const 
   return check(cuda::copy_blocks(dst_base, ids, src_base, ids + n, n, block_bytes, stream_), "copy_blocks");
 }
 
+status cuda_backend::copy_blocks_to_gpu(int dst_gpu, void* dst_base, const uint32_t* dst_ids, const void* src_base,
+                                        const uint32_t* src_ids, int n, size_t block_bytes) {
+  ILLM_RETURN_IF_ERROR(bind());
+  if (dst_gpu == options_.device) return copy_blocks(dst_base, dst_ids, src_base, src_ids, n, block_bytes);
+  ILLM_RETURN_IF_ERROR(device_pointer(src_base, "copy_blocks_to_gpu source"));
+  ILLM_RETURN_IF_ERROR(enable_peer(dst_gpu));
+  for (int i = 0; i < n; ++i)
+    ILLM_RETURN_IF_ERROR(check(cudaMemcpyPeerAsync(static_cast<char*>(dst_base) + size_t(dst_ids[i]) * block_bytes, dst_gpu,
+                                                   static_cast<const char*>(src_base) + size_t(src_ids[i]) * block_bytes,
+                                                   options_.device, block_bytes, stream_),
+                               "cudaMemcpyPeerAsync"));
+  return status::ok();
+}
+
+status cuda_backend::enable_peer(int gpu) {
+  std::lock_guard lock(peers_mutex_);
+  if (!peers_seen_.insert(gpu).second) return status::ok();
+  int can = 0;
+  ILLM_RETURN_IF_ERROR(check(cudaDeviceCanAccessPeer(&can, options_.device, gpu), "cudaDeviceCanAccessPeer"));
+  if (!can) return status::ok();  // cudaMemcpyPeerAsync stages through the host
+  const cudaError_t err = cudaDeviceEnablePeerAccess(gpu, 0);
+  if (err == cudaErrorPeerAccessAlreadyEnabled) {  // another backend of this GPU enabled it: context-wide
+    cudaGetLastError();
+    return status::ok();
+  }
+  return check(err, "cudaDeviceEnablePeerAccess");
+}
+
 status cuda_backend::download_blocks(void* host_dst, const void* src_base, const uint32_t* src_ids, int n,
                                      size_t block_bytes) {
+  ILLM_RETURN_IF_ERROR(bind());
   ILLM_RETURN_IF_ERROR(device_pointer(src_base, "download_blocks source"));
   for (int i = 0; i < n; ++i)
     ILLM_RETURN_IF_ERROR(check(cudaMemcpyAsync(static_cast<char*>(host_dst) + size_t(i) * block_bytes,
@@ -191,6 +243,7 @@ status cuda_backend::download_blocks(void* host_dst, const void* src_base, const
 
 status cuda_backend::upload_blocks(void* dst_base, const uint32_t* dst_ids, const void* host_base,
                                    const uint32_t* src_ids, int n, size_t block_bytes) {
+  ILLM_RETURN_IF_ERROR(bind());
   ILLM_RETURN_IF_ERROR(device_pointer(dst_base, "upload_blocks destination"));
   for (int i = 0; i < n; ++i)
     ILLM_RETURN_IF_ERROR(check(cudaMemcpyAsync(static_cast<char*>(dst_base) + size_t(dst_ids[i]) * block_bytes,
@@ -202,6 +255,7 @@ status cuda_backend::upload_blocks(void* dst_base, const uint32_t* dst_ids, cons
 
 void* cuda_backend::allocate_host(size_t bytes) {
   void* p = nullptr;
+  if (!bind().is_ok()) return nullptr;
   return cudaMallocHost(&p, bytes) == cudaSuccess ? p : nullptr;
 }
 
@@ -211,6 +265,7 @@ void cuda_backend::deallocate_host(void* p) {
 
 status cuda_backend::gemm(const float* x, size_t ldx, int m, int k, const void* w, dtype w_type, size_t ldw, int n,
                           float* y, size_t ldy, bool accumulate) {
+  ILLM_RETURN_IF_ERROR(bind());
   if (m < 0 || n < 0 || k <= 0 || ldx < size_t(k) || ldw < size_t(k) || ldy < size_t(n))
     return {status_code::invalid_argument, text::format("gemm of m {} n {} k {} with ldx {} ldw {} ldy {}", m, n, k,
                                                         ldx, ldw, ldy)};
@@ -222,6 +277,7 @@ status cuda_backend::gemm(const float* x, size_t ldx, int m, int k, const void* 
 
 status cuda_backend::rmsnorm(const float* x, size_t ldx, const float* weight, int m, int n, float eps, float* y,
                              size_t ldy) {
+  ILLM_RETURN_IF_ERROR(bind());
   for (auto [p, what] : {std::pair<const void*, const char*>{x, "rmsnorm x"}, {weight, "rmsnorm weight"},
                          {y, "rmsnorm y"}})
     ILLM_RETURN_IF_ERROR(device_pointer(p, what));
@@ -229,12 +285,14 @@ status cuda_backend::rmsnorm(const float* x, size_t ldx, const float* weight, in
 }
 
 status cuda_backend::rope_table(const int32_t* pos, int m, int head_dim, float theta, float* table) {
+  ILLM_RETURN_IF_ERROR(bind());
   ILLM_RETURN_IF_ERROR(device_pointer(pos, "rope_table positions"));
   ILLM_RETURN_IF_ERROR(device_pointer(table, "rope_table table"));
   return check(cuda::rope_table(pos, m, head_dim, theta, table, stream_), "rope_table");
 }
 
 status cuda_backend::rope(float* x, size_t ld, int m, int n_heads, int head_dim, const float* table) {
+  ILLM_RETURN_IF_ERROR(bind());
   ILLM_RETURN_IF_ERROR(device_pointer(x, "rope x"));
   ILLM_RETURN_IF_ERROR(device_pointer(table, "rope table"));
   return check(cuda::rope(x, ld, m, n_heads, head_dim, table, stream_), "rope");
@@ -242,6 +300,7 @@ status cuda_backend::rope(float* x, size_t ld, int m, int n_heads, int head_dim,
 
 status cuda_backend::silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out,
                               size_t ld_out) {
+  ILLM_RETURN_IF_ERROR(bind());
   for (auto [p, what] : {std::pair<const void*, const char*>{gate, "silu_mul gate"}, {up, "silu_mul up"},
                          {out, "silu_mul out"}})
     ILLM_RETURN_IF_ERROR(device_pointer(p, what));
@@ -249,11 +308,13 @@ status cuda_backend::silu_mul(const float* gate, const float* up, size_t ld_in, 
 }
 
 status cuda_backend::embed(const int32_t* tokens, int m, const float* table, int dim, float* out, size_t ld_out) {
+  ILLM_RETURN_IF_ERROR(bind());
   return gather_rows(table, size_t(dim), tokens, m, dim, out, ld_out);
 }
 
 status cuda_backend::gather_rows(const float* src, size_t ld_src, const int32_t* rows, int n, int width, float* dst,
                                  size_t ld_dst) {
+  ILLM_RETURN_IF_ERROR(bind());
   for (auto [p, what] : {std::pair<const void*, const char*>{src, "gather_rows source"}, {rows, "gather_rows rows"},
                          {dst, "gather_rows destination"}})
     ILLM_RETURN_IF_ERROR(device_pointer(p, what));
@@ -262,6 +323,7 @@ status cuda_backend::gather_rows(const float* src, size_t ld_src, const int32_t*
 
 status cuda_backend::store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,
                               const kv_layer_view& dst, const uint32_t* slots) {
+  ILLM_RETURN_IF_ERROR(bind());
   for (auto [p, what] : {std::pair<const void*, const char*>{k, "store_kv k"}, {v, "store_kv v"},
                          {dst.base, "store_kv pool"}, {slots, "store_kv slots"}})
     ILLM_RETURN_IF_ERROR(device_pointer(p, what));
@@ -270,6 +332,7 @@ status cuda_backend::store_kv(const float* k, const float* v, size_t ld, int m, 
 
 status cuda_backend::merge(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads,
                            int head_dim, float* out, size_t out_ld) {
+  ILLM_RETURN_IF_ERROR(bind());
   for (auto [p, what] : {std::pair<const void*, const char*>{m, "merge m"}, {e, "merge e"}, {ma, "merge ma"},
                          {out, "merge out"}})
     ILLM_RETURN_IF_ERROR(device_pointer(p, what));
@@ -278,6 +341,7 @@ status cuda_backend::merge(const float* m, const float* e, const float* ma, int 
 
 status cuda_backend::sample(const float* logits, size_t ld, int n, int vocab, const sampling_params* params,
                             uint64_t* rng, int32_t* out) {
+  ILLM_RETURN_IF_ERROR(bind());
   if (n <= 0) return status::ok();
   ILLM_RETURN_IF_ERROR(device_pointer(logits, "sample logits"));
   // Greedy rows: argmax on the device, n ints come back. Other rows: their logits come back and the
@@ -305,6 +369,7 @@ status cuda_backend::sample(const float* logits, size_t ld, int n, int vocab, co
 
 status cuda_backend::micro_attention_batch(const attention_shape& shape, const kv_layer_view& kv,
                                            std::span<const attention_job> jobs) {
+  ILLM_RETURN_IF_ERROR(bind());
   if (shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0)
     return {status_code::invalid_argument, "n_heads must be a multiple of n_kv_heads"};
   if (shape.head_dim <= 0 || shape.head_dim % 2 != 0 || shape.head_dim > head_dim_max)

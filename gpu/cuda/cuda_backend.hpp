@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -74,6 +76,8 @@ class cuda_backend final : public backend {
   status synchronize() override;
   void* allocate_host(size_t bytes) override;
   void deallocate_host(void* p) override;
+  status copy_blocks_to_gpu(int dst_gpu, void* dst_base, const uint32_t* dst_ids, const void* src_base,
+                            const uint32_t* src_ids, int n, size_t block_bytes) override;
   status copy_blocks(void* dst_base, const uint32_t* dst_ids, const void* src_base, const uint32_t* src_ids, int n,
                      size_t block_bytes) override;
   status download_blocks(void* host_dst, const void* src_base, const uint32_t* src_ids, int n,
@@ -109,6 +113,12 @@ class cuda_backend final : public backend {
 
   explicit cuda_backend(const cuda_options& options);
   status open();
+  /// Makes this backend's GPU current on the calling thread. CUDA's current device is per host thread and the
+  /// runtime calls a backend from whichever thread runs its actor, so every call that touches the device
+  /// binds first (a thread-local compare when it is already current).
+  status bind() const;
+  /// Lets this GPU reach `gpu`'s memory directly where the two can (once per GPU; a no-op where they cannot).
+  status enable_peer(int gpu);
   /// At least `bytes` of `s`.
   status reserve(scratch& s, size_t bytes, const char* what);
   /// invalid_argument naming `what` when p is neither null nor device memory (with check_pointers).
@@ -140,6 +150,8 @@ class cuda_backend final : public backend {
   std::map<int, int> occupancy_;               // resident_blocks, by kernel configuration
   std::vector<float> host_logits_;
   std::vector<int32_t> host_ints_;
+  std::mutex peers_mutex_;
+  std::set<int> peers_seen_;  // GPUs enable_peer was asked for (under peers_mutex_)
 };
 
 }  // namespace ILLM_CUDA_ABI

@@ -17,7 +17,17 @@ using namespace illm;
 using namespace illm::actors;
 using namespace std::chrono_literals;
 
+namespace illm_emu {
+void set_device_count(int n);  // tests/gpu/cuda/emu: how many GPUs the emulation has
+}
+
 namespace {
+
+/// The emulation has `n` GPUs while this lives (each host thread has its current device, as on CUDA).
+struct emulated_gpus {
+  explicit emulated_gpus(int n) { illm_emu::set_device_count(n); }
+  ~emulated_gpus() { illm_emu::set_device_count(1); }
+};
 
 const gpu::loaded_model& model() { return test::stories15m(); }
 
@@ -55,7 +65,7 @@ std::pair<std::vector<int32_t>, request_finished> run_one(cluster& c, const gene
 }  // namespace
 
 TEST_SUITE("cuda runtime") {
-  TEST_CASE("emulated cuda: a request over device pools moves its blocks device to device or through host staging, with the ids of one cpu instance") {
+  TEST_CASE("emulated cuda: a request over device pools on one or two GPUs moves its blocks device to device or through host staging, with the ids of one cpu instance") {
     cluster_options o;
     o.instances = 3;
     o.instance.backend = "cuda";
@@ -66,8 +76,15 @@ TEST_SUITE("cuda runtime") {
     o.batch.room_prefill_min_chunks = 0;
     o.batch.max_batch_tokens = 128;  // the owner computes the prompt and moves full blocks out (copies of KV)
     o.gmanager.policy_period_ms = 50;
+    std::optional<emulated_gpus> two;
+    int gpus = 1;
     SUBCASE("device to device within the process") { o.device_copies = true; }
     SUBCASE("through host staging and landing slots, as between processes") { o.device_copies = false; }
+    SUBCASE("over two GPUs: device to device on one, peer to peer between them") {
+      two.emplace(2);
+      gpus = 2;
+      o.instance.devices = "0,1";  // instances 0 and 2 on GPU 0, instance 1 on GPU 1
+    }
     auto c = cluster::start(model().weights, o);
     REQUIRE(c.is_ok());
     const std::vector<int32_t> prompt = prompt_of(360);
@@ -75,7 +92,7 @@ TEST_SUITE("cuda runtime") {
     const auto [tokens, end] = run_one(*c.value(), {prompt, max_tokens, 0.0f, 1.0f, 0, true});
     REQUIRE_MESSAGE(end.reason == "length", end.error);
     CHECK(tokens == test::alone_on_cpu(prompt, max_tokens));
-    CHECK(c.value()->weight_placements() == 1);  // three instances on one GPU, one copy of the weights
+    CHECK(c.value()->weight_placements() == gpus);  // one copy of the weights per GPU, not per instance
     std::set<instance_id> holders;
     for (const auto& e : end.placement) holders.insert(e.inst_id);
     CHECK(holders.size() >= 2);
@@ -91,7 +108,7 @@ TEST_SUITE("cuda runtime") {
       put_bytes += i.traffic.put_bytes;
     }
     if (o.device_copies)
-      CHECK(put_bytes == 0);  // every move copied device to device: nothing crossed the data plane
+      CHECK(put_bytes == 0);  // every move copied device to device (peer to peer between GPUs): none crossed the plane
     else
       CHECK(put_bytes > 0);  // the moves' bytes went through staging and landing slots
     CHECK(attention_bytes > 0);  // holders answered with partials computed on their devices

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #if !defined(__x86_64__)
@@ -26,8 +27,9 @@ namespace {
 // ---- Device memory ---------------------------------------------------------------------------------
 
 struct allocation {
-  size_t bytes;   // asked for
-  size_t mapped;  // page-rounded
+  size_t bytes;    // asked for
+  size_t mapped;   // page-rounded
+  int device = 0;  // the device current on the allocating thread
 };
 
 std::map<uintptr_t, allocation>& device_allocations() {
@@ -48,6 +50,7 @@ std::recursive_mutex& api_mutex() {
   return mutex;
 }
 int device_count = 1;
+thread_local int current_device = 0;  // as CUDA's: per host thread, set by cudaSetDevice
 thread_local cudaError_t last_error = cudaSuccess;
 std::map<const void*, int>& shared_limits() {
   static std::map<const void*, int> map;
@@ -365,6 +368,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorPeerAccessAlreadyEnabled: return "cudaErrorPeerAccessAlreadyEnabled";
   }
   return "cudaErrorUnknown";
 }
@@ -389,12 +393,22 @@ cudaError_t cudaGetDeviceCount(int* count) {
 }
 
 cudaError_t cudaSetDevice(int device) {
-  return device >= 0 && device < device_count ? cudaSuccess : set_error(cudaErrorInvalidDevice);
+  if (device < 0 || device >= device_count) return set_error(cudaErrorInvalidDevice);
+  current_device = device;
+  return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = current_device;
   return cudaSuccess;
+}
+
+void check_stream(cudaStream_t stream, const char* what) {
+  if (!stream) return;
+  const int device = *reinterpret_cast<const int*>(stream);
+  if (device != current_device)
+    fail(std::string(what) + ": a stream of device " + std::to_string(device) + " used while device " +
+         std::to_string(current_device) + " is current on this thread");
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
@@ -430,7 +444,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   if (at == MAP_FAILED) return set_error(cudaErrorMemoryAllocation);
   std::memset(at, 0xff, bytes);  // NaN until written, as garbage would be
   if (access_depth == 0 && mprotect(at, mapped, PROT_NONE) != 0) fail("mprotect failed");
-  device_allocations()[reinterpret_cast<uintptr_t>(at)] = {bytes, mapped};
+  device_allocations()[reinterpret_cast<uintptr_t>(at)] = {bytes, mapped, current_device};
   *p = at;
   return cudaSuccess;
 }
@@ -461,6 +475,12 @@ cudaError_t cudaFreeHost(void* p) {
   return cudaSuccess;
 }
 
+int device_of(const void* p) {
+  const std::lock_guard lock(api_mutex());
+  auto it = device_allocations().upper_bound(reinterpret_cast<uintptr_t>(p));
+  return it == device_allocations().begin() ? -1 : std::prev(it)->second.device;
+}
+
 bool is_device(const void* p, size_t bytes) {
   const std::lock_guard lock(api_mutex());
   return within(device_allocations(), p, bytes == 0 ? 1 : bytes, allocation_bytes);
@@ -479,13 +499,44 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
     case cudaMemcpyDefault: ok = (dst_device || !is_device(dst, 1)) && (src_device || !is_device(src, 1)); break;
   }
   if (!ok) fail("cudaMemcpy: pointers do not match the copy's kind or run past an allocation");
+  for (const void* p : {static_cast<const void*>(dst), src})
+    if (is_device(p, 1) && device_of(p) != current_device)
+      fail("cudaMemcpy: memory of device " + std::to_string(device_of(p)) + " while device " +
+           std::to_string(current_device) + " is current (no peer access)");
   access_scope scope;
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  check_stream(stream, "cudaMemcpyAsync");
   return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer) {
+  if (device < 0 || device >= device_count || peer < 0 || peer >= device_count) return set_error(cudaErrorInvalidDevice);
+  *can = device != peer;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned) {
+  static std::set<std::pair<int, int>> enabled;
+  const std::lock_guard lock(api_mutex());
+  if (peer < 0 || peer >= device_count || peer == current_device) return set_error(cudaErrorInvalidDevice);
+  if (!enabled.insert({current_device, peer}).second) return set_error(cudaErrorPeerAccessAlreadyEnabled);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, size_t bytes,
+                                cudaStream_t stream) {
+  const std::lock_guard lock(api_mutex());
+  check_stream(stream, "cudaMemcpyPeerAsync");
+  if (bytes == 0) return cudaSuccess;
+  if (!is_device(dst, bytes) || !is_device(src, bytes) || device_of(dst) != dst_device || device_of(src) != src_device)
+    fail("cudaMemcpyPeerAsync: the pointers are not memory of the devices named, or run past an allocation");
+  access_scope scope;
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
 }
 
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
@@ -502,6 +553,7 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
   *attributes = {};
   if (is_device(p, 1)) {
     attributes->type = cudaMemoryTypeDevice;
+    attributes->device = device_of(p);
     attributes->devicePointer = const_cast<void*>(p);
   } else if (is_pinned(p, 1)) {
     attributes->type = cudaMemoryTypeHost;
@@ -511,12 +563,12 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
-  *stream = reinterpret_cast<cudaStream_t>(new char(0));
+  *stream = reinterpret_cast<cudaStream_t>(new int(current_device));  // a stream belongs to the current device
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  delete reinterpret_cast<char*>(stream);
+  delete reinterpret_cast<int*>(stream);
   return cudaSuccess;
 }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -76,6 +77,7 @@ struct thread_indices {
 thread_indices& current_indices();
 
 [[noreturn]] void fail(const char* what);
+[[noreturn]] inline void fail(const std::string& what) { fail(what.c_str()); }
 
 /// Barriers and data exchange between the fibers of a block.
 void sync_block();
@@ -121,6 +123,7 @@ enum cudaError_t {
   cudaErrorInsufficientDriver = 35,
   cudaErrorNoDevice = 100,
   cudaErrorLaunchFailure = 719,
+  cudaErrorPeerAccessAlreadyEnabled = 704,
 };
 const char* cudaGetErrorName(cudaError_t e);
 const char* cudaGetErrorString(cudaError_t e);
@@ -178,6 +181,11 @@ cudaError_t cudaFreeHost(void* p);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = nullptr);
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream = nullptr);
+cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer);
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags);
+/// Copies between the memory of two devices (through the host where peer access is not enabled, as CUDA does).
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, size_t bytes,
+                                cudaStream_t stream = nullptr);
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* p);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
@@ -192,6 +200,12 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attribute, int value);
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void* func, int block_size,
                                                           size_t shared_bytes);
+
+/// Stops with `what` when `stream` (null: the default stream) belongs to another device than the one current
+/// on this thread, as a launch into it would fail on a GPU.
+void check_stream(cudaStream_t stream, const char* what);
+/// The device whose memory `p` is (device memory only).
+int device_of(const void* p);
 
 /// Runs `body` as every thread of every block of the grid (one block at a time) with device memory
 /// accessible; checks the launch (block shape, the shared memory that cudaFuncSetAttribute allowed
@@ -273,8 +287,9 @@ V emu_load(const S* p) {
 
 /// The launch of gpu/cuda/device.cuh under emulation: every thread calls `kernel(args...)`.
 template <class... Params>
-cudaError_t emu_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t,
+cudaError_t emu_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                        Params... args) {
+  illm_emu::check_stream(stream, "a kernel launch");
   const std::tuple<Params...> saved(args...);
   return illm_emu::run_grid(reinterpret_cast<const void*>(kernel), grid, block, shared_bytes,
                             [&] { std::apply(kernel, saved); });
