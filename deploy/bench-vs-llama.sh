@@ -126,11 +126,25 @@ wait_healthy() {  # port log
   exit 1
 }
 
+# CPU seconds (user + system, all threads) process PID has used so far.
+process_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
+
+# Runs a command; writes the CPU seconds it used (user + system) to FILE.
+run_counting_cpu() {  # FILE command...
+  python3 -c 'import resource, subprocess, sys
+code = subprocess.run(sys.argv[2:]).returncode
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write(f"{r.ru_utime + r.ru_stime}\n")
+sys.exit(code)' "$@"
+}
+
 # One served run: a fresh server of ENGINE (illm or llama) under a closed loop of C clients, prompts of PROMPT
 # tokens and OUTPUT output tokens (default: PROMPT_TOKENS, OUTPUT_TOKENS); appends "ROUND served ENGINE cC tok/s
-# ttft_p50 ttft_p99 output_tokens" to the results (cC-short with SHAPE=short).
+# ttft_p50 ttft_p99 output_tokens server_cores client_cores" to the results (cC-short with SHAPE=short): the
+# cores each process kept busy while the clients ran, on average.
 serve_once() {
   local engine=$1 c=$2 round=$3 prompt=${4:-$prompt_tokens} output=${5:-$output_tokens} label=${6:-} port limit
+  local cpu0 cpu1 t0 t1
   port=$(free_port)
   limit=$((c == 1 ? 16 : 4 * c))
   if [ "$engine" = illm ]; then
@@ -142,20 +156,28 @@ serve_once() {
   fi
   server=$!
   wait_healthy "$port" "$work/server.log"
-  "$illm" bench --url "http://127.0.0.1:$port" --concurrency "$c" --limit "$limit" --seed "$round$c" \
-    --prompt-tokens "$prompt" --max-output-tokens "$output" --csv "$work/run.csv" --json >"$work/run.json"
+  cpu0=$(process_cpu "$server")
+  t0=$(date +%s.%N)
+  run_counting_cpu "$work/client.cpu" "$illm" bench --url "http://127.0.0.1:$port" --concurrency "$c" \
+    --limit "$limit" --seed "$round$c" --prompt-tokens "$prompt" --max-output-tokens "$output" --csv "$work/run.csv" \
+    --json >"$work/run.json"
+  cpu1=$(process_cpu "$server")
+  t1=$(date +%s.%N)
   kill -TERM "$server"
   wait "$server" 2>/dev/null || true
   server=0
-  python3 - "$work/run.json" "$engine" "$c" "$round" "$((limit * output))" "$label" <<'EOF' | tee -a "$work/results"
+  python3 - "$work/run.json" "$engine" "$c" "$round" "$((limit * output))" "$label" "$cpu0" "$cpu1" "$t0" "$t1" \
+    "$work/client.cpu" <<'EOF' | tee -a "$work/results"
 import json, sys
 r = json.load(open(sys.argv[1]))
 engine, c, round_, expected, label = sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6]
+cpu0, cpu1, t0, t1 = map(float, sys.argv[7:11])
+server_cores, client_cores = (cpu1 - cpu0) / (t1 - t0), float(open(sys.argv[11]).read()) / (t1 - t0)
 if r["failed"] or r["output_tokens"] != expected:
     sys.exit(f"bench-vs-llama: {engine} at concurrency {c}: {r['failed']} failed, {r['output_tokens']} output "
              f"tokens in the usage counts, {expected} asked for")
 print(f"{round_} served {engine} c{c}{label} {r['output_tokens_per_second']:.1f} {r['ttft_s']['p50'] * 1000:.1f} "
-      f"{r['ttft_s']['p99'] * 1000:.1f} {r['output_tokens']}")
+      f"{r['ttft_s']['p99'] * 1000:.1f} {r['output_tokens']} {server_cores:.2f} {client_cores:.2f}")
 EOF
 }
 
@@ -197,7 +219,7 @@ build_llama
 convert_model
 echo "llama.cpp: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tag"])' "$llama/llama.cpp.info.json") \
 from $package; model $gguf; $threads threads; prompts of $prompt_tokens tokens, $output_tokens output tokens"
-echo "round kind engine metric value (served: tok/s ttft_p50_ms ttft_p99_ms output_tokens)"
+echo "round kind engine metric value (served: tok/s ttft_p50_ms ttft_p99_ms output_tokens server_cores client_cores)"
 : >"$work/results"
 for round in $(seq "$rounds"); do
   order=$([ $((round % 2)) -eq 1 ] && echo "illm llama" || echo "llama illm")
@@ -211,8 +233,9 @@ for round in $(seq "$rounds"); do
 done
 
 python3 - "$work/results" <<'EOF'
-import collections, statistics, sys
+import collections, os, statistics, sys
 runs = collections.defaultdict(dict)  # (kind, metric) -> engine -> [per round]
+cores = collections.defaultdict(list)  # (engine, served label) -> [(server cores, client cores) per round]
 for line in open(sys.argv[1]):
     f = line.split()
     round_, kind, engine = int(f[0]), f[1], f[2]
@@ -221,6 +244,7 @@ for line in open(sys.argv[1]):
     else:
         for name, value in zip(("tok/s", "ttft_p50_ms", "ttft_p99_ms"), f[4:7]):
             runs[(f"served {f[3]}", name)].setdefault(engine, {})[round_] = float(value)
+        cores[(engine, f[3])].append((float(f[8]), float(f[9])))
 
 print("\nmeans over the rounds; ratio illm / llama.cpp (lowest and highest of a round)")
 print(f"{'':<14} {'metric':<12} {'illm':>10} {'llama.cpp':>10} {'ratio':>7} {'range':>13}")
@@ -238,4 +262,9 @@ for c, batch in (("c16", "decode_b16"), ("c64", "decode_b64"), ("c16-short", "de
     ratios = [served[r] / engine[r] for r in served if r in engine]
     print(f"{c:<10} {statistics.mean(served.values()):>8.1f} / {statistics.mean(engine.values()):>8.1f} = "
           f"{statistics.mean(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
+print(f"\ncores kept busy while the clients ran, means over the rounds (this machine has {os.cpu_count()})")
+print(f"{'':<10} {'engine':>6} {'server':>8} {'client':>8}")
+for (engine, label), values in sorted(cores.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    print(f"{label:<10} {engine:>6} {statistics.mean(v[0] for v in values):>8.2f} "
+          f"{statistics.mean(v[1] for v in values):>8.2f}")
 EOF
