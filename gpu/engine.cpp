@@ -6,7 +6,6 @@
 #include <cstring>
 #include <limits>
 
-#include "gpu/half.hpp"
 #include "gpu/text.hpp"
 
 namespace illm::gpu {
