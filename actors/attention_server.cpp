@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "actors/faults/hang.hpp"
+
 namespace illm::actors {
 
 namespace {
@@ -213,6 +215,7 @@ void schedule_recheck(self_ptr self) {
 }
 
 attention_server_actor::behavior_type attention_server_behavior(self_ptr self, attention_server_config config) {
+  faults::silent_when_told(self);
   auto cfg = std::make_shared<attention_server_config>(std::move(config));
   cfg->kernels = std::make_shared<gpu::staged_attention>(*cfg->device);
   // The pool outlives the server: its listener holds the server weakly, and tells it only while it lives.

@@ -427,6 +427,22 @@ void drop_member(self_ptr self, std::map<instance_id, member>::iterator it, std:
   ++self->state.version;
 }
 
+/// Members silent longer than dead_after are declared dead: nothing else may tell (a hung process, a cut network),
+/// so their missing heartbeats are the sign. Not while the view is being rebuilt (a member of an earlier gManager
+/// may not have reported yet).
+void drop_silent(self_ptr self) {
+  if (!settled(self)) return;
+  const auto now = self->clock().now();
+  auto& members = self->state.members;
+  for (auto it = members.begin(); it != members.end();) {
+    const auto silent = now - it->second.last_heard;
+    auto next = std::next(it);
+    if (silent > self->state.config.dead_after)
+      drop_member(self, it, fmt::format("no heartbeat for {} ms", std::chrono::duration_cast<std::chrono::milliseconds>(silent).count()));
+    it = next;
+  }
+}
+
 /// A member reported that `e.offender` broke a limit: it leaves the cluster and may not join this gManager again
 /// (a report from an rManager that is no member is ignored).
 void expel(self_ptr self, const expel_member& e) {
@@ -455,7 +471,10 @@ gmanager_actor::behavior_type gmanager_behavior(self_ptr self, gmanager_config c
       [=](const join_cluster& j) { return on_join(self, j); },
       [=](moves_atom, request_id req) { return reports_of(self->state, req); },
       [=](heartbeat& hb) { return on_heartbeat(self, hb); },
-      [=](policy_tick_atom) { run_policy(self); },
+      [=](policy_tick_atom) {
+        drop_silent(self);
+        run_policy(self);
+      },
       [=](const move_report& r) {  // a refused move is ordered again later
         self->state.ordered.erase(r.id);
         keep_report(self->state, r);

@@ -38,6 +38,9 @@ struct gmanager_config {
   placement::policy policy;  ///< decides the moves each period
   /// An instance whose heartbeat is older than this is left out of the view and the policy.
   std::chrono::milliseconds heartbeat_timeout{2000};
+  /// A member whose heartbeat is older than this is declared dead, as if its rManager had gone down (nothing else
+  /// may tell: a hung process, a cut network): it leaves the view, and its requests go on elsewhere.
+  std::chrono::milliseconds dead_after{10000};
   std::shared_ptr<metrics::runtime_metrics> metrics;  ///< optional
   /// Optional: told of every membership change, on the gManager's thread (keep it short).
   std::function<void(const membership_event&)> on_membership;

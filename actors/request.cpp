@@ -40,8 +40,15 @@ void end(self_ptr self, const request_finished& f) {
   self->quit();
 }
 
+/// Ends the request from here (no instance ended it), telling the tap.
+void end_here(self_ptr self, const request_finished& f) {
+  if (const auto& tap = self->state.callbacks.on_delivery; tap && !self->state.ended)
+    tap({f.req_id, delivery::kind::end, delivery::front_end, 0, 0, f.reason});
+  end(self, f);
+}
+
 void end_with_error(self_ptr self, std::string why) {
-  end(self, {self->state.request.id, "error", std::move(why), self->state.resumed, {}});
+  end_here(self, {self->state.request.id, "error", std::move(why), self->state.resumed, {}});
 }
 
 /// Hands the request to `target`.
@@ -50,6 +57,8 @@ void submit(self_ptr self, serving_instance target, generate_request r) {
   if (st.instance) self->demonitor(st.instance.address());  // the instance it leaves
   st.instance = std::move(target.actor);
   st.serving_id = target.id;
+  if (const auto& tap = st.callbacks.on_delivery)
+    tap({st.request.id, delivery::kind::served_by, target.id, 0, int32_t(st.tokens.size()), {}});
   self->monitor(st.instance);
   self->send(st.instance, std::move(r));
 }
@@ -63,7 +72,7 @@ void resume(self_ptr self, const cluster_view& view) {
   if (!target)
     return end_with_error(self, "the instance serving the request left the cluster, and no other takes requests");
   const int32_t left = st.request.params.max_tokens - int32_t(st.tokens.size());
-  if (left <= 0) return end(self, {st.request.id, "length", {}, st.resumed, {}});
+  if (left <= 0) return end_here(self, {st.request.id, "length", {}, st.resumed, {}});
   generate_request r = st.request;
   r.params.prompt.insert(r.params.prompt.end(), st.tokens.begin(), st.tokens.end());
   r.params.max_tokens = left;
@@ -71,6 +80,7 @@ void resume(self_ptr self, const cluster_view& view) {
   ++st.resumed;
   r.takeover_generation = uint32_t(st.resumed);  // its new owner takes the blocks that survived over
   r.takeover_owner = st.serving_id;
+  if (!st.tokens.empty()) r.lost_positions = uint32_t(r.params.prompt.size() - 1);
   if (st.instance) self->send(st.instance, cancel_request{st.request.id});  // an old owner only slow stops
   st.generated_before = int32_t(st.tokens.size());
   st.lost = caf::actor_addr{};

@@ -5,6 +5,7 @@
 
 #include <functional>
 
+#include "actors/checker_hooks.hpp"
 #include "actors/messages.hpp"
 
 namespace illm::actors {
@@ -13,6 +14,9 @@ namespace illm::actors {
 struct request_callbacks {
   std::function<void(int32_t token)> on_token;
   std::function<void(const request_finished& end)> on_finished;
+  /// The books' tap (tests and `illm chaos`): told where the request is served from which token on, and the
+  /// ends the request actor decides itself (the instances' tap tells what they send). Empty: nobody.
+  delivery_tap on_delivery;
 };
 
 /// Where a request runs: an instance's actor and its id in the cluster's views.

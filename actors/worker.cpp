@@ -1,12 +1,14 @@
 #include "actors/worker.hpp"
 
+#include "actors/faults/hang.hpp"
 #include "gpu/batcher.hpp"
 
 namespace illm::actors {
 
 namespace {
 
-caf::behavior worker_behavior(caf::event_based_actor*, worker_config config) {
+caf::behavior worker_behavior(caf::event_based_actor* self, worker_config config) {
+  faults::silent_when_told(self);
   auto cfg = std::make_shared<worker_config>(std::move(config));
   return {
       [cfg](run_step& job) {

@@ -30,9 +30,17 @@ void sequence::step_over_kept() {
   }
 }
 
+int sequence::note_computed(int from, int to) {
+  const int again = std::max(0, std::min(to, lost_below) - from);
+  recomputed += again;
+  return again;
+}
+
 int sequence::forget_lost_blocks(std::span<const uint32_t> lost) {
   if (lost.empty()) return 0;
   const int had = kv_positions();
+  // Every block up to the last that had KV was computed once: the lost ones among them are computed again.
+  lost_below = std::max(lost_below, std::max(n_cached, kept_ahead.empty() ? 0 : int((kept_ahead.back() + 1) * kv_block_tokens)));
   std::vector<uint32_t> with_kv;  // full blocks with KV, lost ones left out
   for (uint32_t i = 0; i < full_blocks(); ++i) with_kv.push_back(i);
   with_kv.insert(with_kv.end(), kept_ahead.begin(), kept_ahead.end());
@@ -228,9 +236,11 @@ status batcher::execute(engine& e, step_plan& plan, const kv_pools& pools, atten
 void batcher::complete(step_plan& plan) {
   last_tokens_ = 0;
   last_decodes_ = plan.decode_tokens;
+  last_recomputed_ = 0;
   size_t sampled = 0;
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     sequence& s = *plan.sequences[i];
+    if (!s.foreign()) last_recomputed_ += s.note_computed(s.n_cached, s.n_cached + plan.entries[i].n_tokens);
     s.n_cached += plan.entries[i].n_tokens;
     s.step_over_kept();
     last_tokens_ += plan.entries[i].n_tokens;
@@ -252,6 +262,7 @@ void batcher::complete(step_plan& plan) {
 void batcher::discard(step_plan& plan) {
   last_tokens_ = 0;
   last_decodes_ = 0;
+  last_recomputed_ = 0;
   plan = {};
   retire();  // those cancelled meanwhile
 }

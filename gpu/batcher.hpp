@@ -11,6 +11,7 @@
 // the sampled tokens; step() does all three in place.
 
 #include <cstdint>
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -52,6 +53,15 @@ struct sequence {
   /// Full logical blocks past n_cached whose KV the table holds already, ascending: blocks kept when KV before
   /// them was lost. Prefill computes the positions between them and steps over them.
   std::vector<uint32_t> kept_ahead;
+  /// Positions below this had KV computed once and lost it (set by whoever saw the loss): computing them again
+  /// is counted in recomputed.
+  int lost_below = 0;
+  int recomputed = 0;  ///< positions computed again after their KV was lost
+
+  /// Positions [from, to) had their KV computed: counts those below lost_below in recomputed; returns how many.
+  int note_computed(int from, int to);
+  /// Marks every position that has KV now (or had it before) as lost: all of them will be computed again.
+  void mark_all_lost() { lost_below = std::max(lost_below, kv_positions()); }
 
   bool foreign() const { return foreign_request != 0; }
   int n_generated() const { return int(tokens.size()) - n_prompt; }
@@ -152,6 +162,8 @@ class batcher {
   /// Tokens processed by the last completed step, and how many were decode tokens.
   int last_step_tokens() const { return last_tokens_; }
   int last_step_decodes() const { return last_decodes_; }
+  /// Positions the last completed step computed again after their KV was lost (sequence::lost_below).
+  int last_step_recomputed() const { return last_recomputed_; }
 
  private:
   struct planned {
@@ -175,7 +187,7 @@ class batcher {
   batcher_options options_;
   std::deque<std::shared_ptr<sequence>> active_;  // admission order: oldest first
   std::vector<std::shared_ptr<sequence>> finished_;
-  int last_tokens_ = 0, last_decodes_ = 0;
+  int last_tokens_ = 0, last_decodes_ = 0, last_recomputed_ = 0;
 };
 
 }  // namespace illm::gpu

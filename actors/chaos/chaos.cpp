@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -28,20 +29,24 @@ constexpr auto partition_length = std::chrono::milliseconds(1000);  // shorter t
 constexpr int joiner_requests = 2;  // short requests sent once an instance joined (to it: it is the emptiest)
 constexpr auto run_deadline = std::chrono::seconds(180);
 
-/// One request of the load as the harness saw it.
+/// One request of the load: what it asked for, what its client saw and what the instances sent it.
 struct record {
   generate_params params;
-  std::vector<int32_t> tokens;
-  int ends = 0;
-  request_finished end;
+  request_id id = 0;  ///< the cluster's id, once submitted
+  client_view client;
+  std::vector<delivery> deliveries;  ///< in the order the tap heard them
 };
 
-/// The load of a run and its progress, shared with the request callbacks.
+/// The load of a run and its progress, shared with the request callbacks and the tap.
 struct load {
   std::mutex mutex;
   std::condition_variable changed;
   std::vector<record> records;  ///< [0] is the long request
   size_t ended = 0;
+  /// Deliveries by request id, as the tap hears them (a request's first may come before its submit returns).
+  std::map<request_id, std::vector<delivery>> deliveries;
+  /// The long request's tokens as its client saw them.
+  size_t long_tokens() const { return records[0].client.tokens.size(); }
 };
 
 /// `n` short greedy requests of random tokens (8 to 127 prompt tokens, 8 to max_output_tokens answers) drawn
@@ -104,10 +109,12 @@ cluster_options cluster_for(const scenario& s, uint64_t seed, const chaos_option
   c.instance.threads_per_instance = 1;
   c.instance.attention_timeout_ms = 2000;  // a lost attention message costs a step this long
   c.instance.lease_ms = 1000;
+  c.instance.answer_timeout_ms = 1000;  // a lost answer costs the asker this long
   c.instance.orphan_lease_ms = 3000;  // a dead owner's blocks that nobody takes over are free before the books close
   if (s.owner_prefills) c.batch.room_prefill_min_chunks = 0;
   c.gmanager.policy_period_ms = 50;
   c.gmanager.heartbeat_timeout_ms = 500;
+  c.gmanager.dead_after_ms = 1500;  // a hung instance: declared dead by its missed heartbeats
   c.resume_elsewhere = true;
   c.log = o.log ? o.log : [](const std::string&) {};  // the rManagers' lines: only with --verbose
   {  // every run's planes are faulty ones (a partition needs them), injecting only what the scenario asks
@@ -123,45 +130,110 @@ void submit_all(cluster& c, load& l, const cluster_view& view, size_t from = 0) 
   for (size_t i = from; i < l.records.size(); ++i) {
     request_callbacks cb{[&l, i](int32_t token) {
                            std::lock_guard lock(l.mutex);
-                           l.records[i].tokens.push_back(token);
+                           l.records[i].client.tokens.push_back(token);
                            l.changed.notify_all();
                          },
                          [&l, i](const request_finished& end) {
                            std::lock_guard lock(l.mutex);
-                           if (l.records[i].ends++ == 0) ++l.ended;
-                           l.records[i].end = end;
+                           client_view& seen = l.records[i].client;
+                           if (seen.ends++ == 0) {
+                             ++l.ended;
+                             seen.reason = end.reason;
+                             seen.error = end.error;
+                           }
                            l.changed.notify_all();
+                         },
+                         [&l](const delivery& d) {
+                           std::lock_guard lock(l.mutex);
+                           l.deliveries[d.req].push_back(d);
                          }};
-    c.submit(l.records[i].params, std::move(cb), view);
+    const request_id id = c.submit(l.records[i].params, std::move(cb), view);
+    std::lock_guard lock(l.mutex);
+    l.records[i].id = id;
   }
 }
 
-/// Whether the long request's full blocks all have copies (or it has nearly decoded its answer without them: on a
-/// loaded machine the copies can take longer than half its answer).
-bool copied(cluster& c, load& l, size_t tokens) {
+/// The tap the cluster's instances tell what they send.
+delivery_tap tap_into(load& l) {
+  return [&l](const delivery& d) {
+    std::lock_guard lock(l.mutex);
+    l.deliveries[d.req].push_back(d);
+  };
+}
+
+/// Whether every full block of the long request's prompt has a copy.
+bool all_copied(cluster& c, const load& l) {
   uint64_t copies = 0;
   for (const auto& i : c.instances()) copies += i.replica_blocks;
-  return copies >= l.records[0].params.prompt.size() / gpu::kv_block_tokens || tokens >= max_output_tokens - 4;
+  return copies >= l.records[0].params.prompt.size() / gpu::kv_block_tokens;
 }
 
-/// Whether the long request has reached the moment the scenario acts at.
-bool triggered(cluster& c, load& l, const scenario& s, request_id long_id) {
-  const size_t tokens = l.records[0].tokens.size();
-  if (s.replica_min_tokens && tokens >= 4) return copied(c, l, tokens);
+/// Whether the long request has reached the moment the scenario acts at: with replicas, once its blocks have
+/// copies (or it has nearly decoded its answer without them: the run then reports the fault missed); mid room,
+/// once a holder keeps chunks of its prompt (or its first token came: missed); else once it decodes.
+bool triggered(cluster& c, const load& l, const scenario& s) {
+  const size_t tokens = l.long_tokens();
+  if (s.replica_min_tokens && tokens >= 4) return all_copied(c, l) || tokens >= max_output_tokens - 4;
   if (s.what != action::kill_mid_room) return tokens >= 4;
-  if (tokens > 0) return true;  // too late for the prompt: act now anyway
-  const auto moves = c.moves();
-  return std::any_of(moves.begin(), moves.end(), [&](const move_report& m) { return m.req_id == long_id && m.ok; });
+  if (tokens > 0) return true;
+  const auto pools = c.instances();
+  return std::any_of(pools.begin(), pools.end(), [](const instance_report& i) { return i.alive && i.hosted_blocks > 0; });
 }
 
-/// An instance other than `owner` that holds blocks of the long request (the destination of its moves), else
-/// any other live one.
-instance_id holder_of(cluster& c, request_id long_id, instance_id owner) {
+/// A live instance other than `owner` that holds blocks of the long request: the destination of its first move
+/// when the gManager's placement map says it still holds some, else the one the map shows with the most, else
+/// one that hosts blocks (the long request is the only one spread); none when none does.
+std::optional<instance_id> holder_of(cluster& c, request_id long_id, instance_id owner) {
+  std::map<instance_id, uint32_t> held;  // by the placement map
+  if (const auto status = c.status())
+    for (const request_status& r : status->requests)
+      if (r.req_id == long_id)
+        for (const request_placement_entry& e : r.blocks)
+          if (e.inst_id != owner && e.num_blocks > 0) held[e.inst_id] = e.num_blocks;
+  const auto pools = c.instances();
+  auto alive = [&](instance_id id) {
+    return std::any_of(pools.begin(), pools.end(), [&](const auto& i) { return i.alive && i.id == id; });
+  };
   for (const move_report& m : c.moves())
-    if (m.req_id == long_id && m.ok && m.dst_inst != owner) return m.dst_inst;
+    if (m.req_id == long_id && m.ok && held.count(m.dst_inst) && alive(m.dst_inst)) return m.dst_inst;
+  std::optional<instance_id> best;
+  for (const auto& [id, n] : held)
+    if (alive(id) && (!best || n > held[*best])) best = id;
+  for (const instance_report& i : pools)
+    if (!best && i.alive && i.id != owner && i.hosted_blocks > 0) best = i.id;
+  return best;
+}
+
+/// Whether the action strikes a holder of the long request rather than its owner.
+bool strikes_holder(action what) {
+  return what == action::kill_holder || what == action::kill_mid_room || what == action::drain ||
+         what == action::partition || what == action::hang_holder;
+}
+
+/// Whom the action strikes, and why it misses its moment or its kind of target (empty: it does not).
+struct aim {
+  instance_id target = 0;
+  std::string missed;
+};
+
+aim aim_at(cluster& c, load& l, const scenario& s, request_id long_id, instance_id owner) {
+  aim a{owner, {}};
+  if (s.what == action::none) return a;  // judged by whether its faults fired
+  {
+    std::lock_guard lock(l.mutex);
+    if (l.records[0].client.ends > 0) a.missed = "the long request had ended";
+    else if (s.what == action::kill_mid_room && l.long_tokens() > 0) a.missed = "the long request's prompt was computed";
+    else if (s.replica_min_tokens && !all_copied(c, l)) a.missed = "the long request's blocks had no copies yet";
+  }
+  if (!strikes_holder(s.what)) return a;
+  if (auto h = holder_of(c, long_id, owner)) {
+    a.target = *h;
+    return a;
+  }
+  if (a.missed.empty()) a.missed = "no instance but its owner held blocks of the long request";
   for (const auto& i : c.instances())
-    if (i.alive && i.id != owner) return i.id;
-  return owner;
+    if (i.alive && i.id != owner) a.target = i.id;
+  return a;
 }
 
 /// Starts another instance and sends it short requests of the seed (they go to the emptiest: the new one).
@@ -172,25 +244,25 @@ std::string join_one(cluster& c, load& l, uint64_t seed, const gpu::loaded_model
   {
     std::lock_guard lock(l.mutex);
     from = l.records.size();
-    for (generate_params& p : short_requests(model, random, joiner_requests)) l.records.push_back({std::move(p), {}, 0, {}});
+    for (generate_params& p : short_requests(model, random, joiner_requests)) l.records.push_back({std::move(p)});
   }
   submit_all(c, l, c.view(), from);
   return "instance_joined";
 }
 
-/// Does what the scenario does; returns the fault's name (empty: nothing done).
-std::string act(cluster& c, load& l, action what, request_id long_id, instance_id owner, uint64_t seed,
-                const gpu::loaded_model& model) {
+/// Does what the scenario does to `target`; returns the fault's name (empty: nothing done).
+std::string act(cluster& c, load& l, action what, instance_id target, uint64_t seed, const gpu::loaded_model& model) {
   switch (what) {
-    case action::partition:
-      return c.partition_instance(holder_of(c, long_id, owner), partition_length) ? "instance_partitioned" : "";
+    case action::partition: return c.partition_instance(target, partition_length) ? "instance_partitioned" : "";
     case action::join: return join_one(c, l, seed, model);
     case action::none: return {};
     case action::kill_holder:
-    case action::kill_mid_room: return c.kill_instance(holder_of(c, long_id, owner)) ? "instance_killed" : "";
-    case action::kill_owner: return c.kill_instance(owner) ? "instance_killed" : "";
+    case action::kill_mid_room:
+    case action::kill_owner: return c.kill_instance(target) ? "instance_killed" : "";
+    case action::hang_holder:
+    case action::hang_owner: return c.hang_instance(target) ? "instance_hung" : "";
     case action::kill_gmanager: c.restart_gmanager(); return "gmanager_restarted";
-    case action::drain: c.drain_instance(holder_of(c, long_id, owner)); return "instance_drained";
+    case action::drain: c.drain_instance(target); return "instance_drained";
   }
   return {};
 }
@@ -203,32 +275,18 @@ books tally(const gpu::loaded_model& model, const std::vector<record>& records, 
   for (size_t i = 0; i < records.size(); ++i) {
     const record& r = records[i];
     ++b.accepted;
-    if (r.ends == 0) {
-      ++b.lost;
-      problems.push_back(fmt::format("request {} never ended ({} tokens)", i, r.tokens.size()));
-      continue;
-    }
-    if (r.ends > 1) {
-      ++b.duplicated;
-      problems.push_back(fmt::format("request {} ended {} times", i, r.ends));
-    }
-    if (r.end.reason == "length") {
-      ++b.completed;
-      const auto& want = reference(model, r.params.prompt);
-      const bool same = r.tokens.size() == size_t(r.params.max_tokens) && want.size() >= r.tokens.size() &&
-                        std::equal(r.tokens.begin(), r.tokens.end(), want.begin());
-      if (!same) {
-        ++b.mismatched;
-        problems.push_back(fmt::format("request {}: its {} tokens differ from the fault-free ones", i, r.tokens.size()));
-      }
-      continue;
-    }
-    ++b.failed;
-      const uint64_t needed = gpu::blocks_for_tokens(int64_t(r.params.prompt.size()) + r.params.max_tokens);
-    if (needed <= surviving_blocks) {
+    const verdict v = judge(r.deliveries, r.client, r.params.max_tokens, reference(model, r.params.prompt));
+    for (const std::string& p : v.problems) problems.push_back(fmt::format("request {}: {}", i, p));
+    b.lost += v.lost;
+    b.duplicated += v.duplicated;
+    b.mismatched += v.mismatched;
+    b.extra_tokens += v.extra_tokens;
+    b.completed += v.completed;
+    b.failed += v.failed;
+    const uint64_t needed = gpu::blocks_for_tokens(int64_t(r.params.prompt.size()) + r.params.max_tokens);
+    if (v.failed && needed <= surviving_blocks) {
       ++b.unjustified_failed;
-      problems.push_back(fmt::format("request {} failed though the surviving pools hold it: {} {}", i, r.end.reason,
-                                     r.end.error));
+      problems.push_back(fmt::format("request {} failed though the surviving pools hold it: {}", i, r.client.error));
     }
   }
   return b;
@@ -270,23 +328,6 @@ uint64_t leaked_blocks(cluster& c, std::vector<std::string>& problems, uint64_t&
 
 }  // namespace
 
-books& books::operator+=(const books& o) {
-  runs += o.runs;
-  accepted += o.accepted;
-  completed += o.completed;
-  failed += o.failed;
-  unjustified_failed += o.unjustified_failed;
-  lost += o.lost;
-  duplicated += o.duplicated;
-  mismatched += o.mismatched;
-  leaked_blocks += o.leaked_blocks;
-  faults_injected += o.faults_injected;
-  recovered_by_replica += o.recovered_by_replica;
-  positions_recomputed += o.positions_recomputed;
-  for (const auto& [kind, n] : o.faults) faults[kind] += n;
-  return *this;
-}
-
 const std::vector<scenario>& scenarios() {
   static const std::vector<scenario> all = {
       {"kill-holder", "an instance holding blocks of the long request dies while it decodes", action::kill_holder, ""},
@@ -301,7 +342,7 @@ const std::vector<scenario>& scenarios() {
        "heartbeat.drop=0.2,heartbeat.dup=0.1,heartbeat.delay=0.1,reply.dup=0.2,reply.delay=0.2,promise.dup=0.2,"
        "promise.delay=0.2,delay_ms=20"},
       {"lost-answers", "answers to moves and promises lost (the asker times out)", action::none,
-       "reply.drop=0.1,promise.drop=0.1"},
+       "reply.drop_first=1,promise.drop_first=1,reply.drop=0.1,promise.drop=0.1"},
       {"data-faults", "KV copies failed or dropped, attention messages twice or late", action::none,
        "put.fail=0.05,put.drop=0.05,send.dup=0.05,send.delay=0.05,delay_ms=20"},
       {"message-loss", "attention messages lost", action::none, "send.drop=0.005"},
@@ -318,6 +359,10 @@ const std::vector<scenario>& scenarios() {
        action::kill_holder, "", false, 512},
       {"replica-owner", "replicas on: the long request's owner dies once its blocks are copied, and a new owner takes "
        "them over", action::kill_owner, "", false, 512},
+      {"hang-holder", "an instance holding blocks of the long request hangs while it decodes; only its missed "
+       "heartbeats tell", action::hang_holder, ""},
+      {"hang-owner", "the long request's owner hangs while it decodes; only its missed heartbeats tell",
+       action::hang_owner, ""},
   };
   return all;
 }
@@ -328,11 +373,28 @@ const scenario* find_scenario(const std::string& name) {
   return nullptr;
 }
 
+namespace {
+
+/// The records with their deliveries, as they stand now.
+std::vector<record> snapshot(load& l) {
+  std::lock_guard lock(l.mutex);
+  std::vector<record> out = l.records;
+  for (record& r : out)
+    if (auto it = l.deliveries.find(r.id); it != l.deliveries.end()) r.deliveries = it->second;
+  return out;
+}
+
+}  // namespace
+
 run_result run(const gpu::loaded_model& model, const scenario& s, uint64_t seed, const chaos_options& options) {
   const auto started = std::chrono::steady_clock::now();
-  run_result out{s.name, seed, {}, {}, 0};
+  run_result out{s.name, seed, {}, {}, {}, 0};
+  load l;  // outlives the cluster, whose instances tell its tap
+  for (generate_params& p : make_load(model, seed, options)) l.records.push_back({std::move(p)});
   std::string error;
   cluster_options co = cluster_for(s, seed, options, error);
+  co.tap = tap_into(l);
+  co.plant = options.plant;
   metrics::registry registry;  // what the run's requests recovered from, read at the end
   co.metrics = std::make_shared<metrics::runtime_metrics>(registry);
   auto made = error.empty() ? cluster::start(model.weights, co) : gpu::result<std::unique_ptr<cluster>>(
@@ -344,8 +406,6 @@ run_result run(const gpu::loaded_model& model, const scenario& s, uint64_t seed,
     return out;
   }
   cluster& c = *made.value();
-  load l;
-  for (generate_params& p : make_load(model, seed, options)) l.records.push_back({std::move(p), {}, 0, {}});
   const cluster_view view = c.view();
   const instance_view* first = most_free_instance(view);
   const instance_id owner = first ? first->inst_id : 0;
@@ -355,28 +415,31 @@ run_result run(const gpu::loaded_model& model, const scenario& s, uint64_t seed,
   std::unique_lock lock(l.mutex);
   while (std::chrono::steady_clock::now() < deadline &&  // moves do not wake it: it looks every 10 ms
          !l.changed.wait_for(lock, std::chrono::milliseconds(10),
-                             [&] { return l.ended == l.records.size() || triggered(c, l, s, long_id); })) {
+                             [&] { return l.ended == l.records.size() || triggered(c, l, s); })) {
   }
   lock.unlock();
-  if (const std::string fault = act(c, l, s.what, long_id, owner, seed, model); !fault.empty())
+  const aim a = aim_at(c, l, s, long_id, owner);
+  if (const std::string fault = act(c, l, s.what, a.target, seed, model); !fault.empty())
     out.tally.faults[fault] += 1;
   lock.lock();
   l.changed.wait_until(lock, deadline, [&] { return l.ended == l.records.size(); });
-  const std::vector<record> snapshot = l.records;
   lock.unlock();
   uint64_t surviving = 0;
-  const uint64_t leaked = leaked_blocks(c, out.problems, surviving);
+  const uint64_t leaked = leaked_blocks(c, out.problems, surviving);  // waits for the releases: late sends land too
+  const std::vector<record> records = snapshot(l);
   for (const auto& [kind, n] : c.faults_injected()) out.tally.faults[kind] += n;
   c.shutdown();
-  books b = tally(model, snapshot, surviving, out.problems);
+  books b = tally(model, records, surviving, out.problems);
   b.leaked_blocks = leaked;
   b.faults = out.tally.faults;
   for (const auto& [kind, n] : b.faults) b.faults_injected += n;
-  co.metrics->requests_recovered.each([&](const metrics::label_values& labels, const metrics::counter& n) {
-    if (labels.size() == 2 && labels[1] == "replica") b.recovered_by_replica += uint64_t(n.value());
-  });
-  co.metrics->positions_recomputed.each(
-      [&](const metrics::label_values&, const metrics::counter& n) { b.positions_recomputed += uint64_t(n.value()); });
+  const metrics::recovery_counts recovered = metrics::recoveries(*co.metrics);
+  b.recovered_by_replica = recovered.replica;
+  b.recovered_by_takeover = recovered.takeover;
+  b.recovered_by_recompute = recovered.recompute;
+  b.positions_recomputed = recovered.positions;
+  out.missed = s.what == action::none && b.faults_injected == 0 ? "none of its faults fired" : a.missed;
+  b.missed = !out.missed.empty();
   out.tally = b;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return out;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/chaos/books.hpp"
+#include "actors/checker_hooks.hpp"
 #include "gpu/model_files.hpp"
 
 namespace illm::actors::chaos {
@@ -24,6 +26,8 @@ enum class action {
   drain,           ///< drain an instance that does not own the long request while it decodes
   partition,       ///< cut a holder of the long request off the data plane for a while, as it decodes
   join,            ///< start another instance while the long request decodes, and send it more requests
+  hang_holder,     ///< an instance holding blocks of the long request hangs while it decodes: nobody is told
+  hang_owner,      ///< the long request's owner hangs while it decodes: nobody is told
 };
 
 /// One scenario: its name, what it does, and the faults it injects (a fault spec without its seed).
@@ -45,32 +49,13 @@ const std::vector<scenario>& scenarios();
 /// The scenario named `name`; null when there is none.
 const scenario* find_scenario(const std::string& name);
 
-/// The books of one run, or of many added up.
-struct books {
-  uint64_t runs = 0;
-  uint64_t accepted = 0;            ///< requests submitted and taken
-  uint64_t completed = 0;           ///< ended with their tokens (length)
-  uint64_t failed = 0;              ///< ended with a clear error
-  uint64_t unjustified_failed = 0;  ///< failed though the surviving pools could have held them
-  uint64_t lost = 0;                ///< never ended
-  uint64_t duplicated = 0;          ///< ended more than once
-  uint64_t mismatched = 0;          ///< completed with tokens other than the fault-free ones
-  uint64_t leaked_blocks = 0;       ///< blocks still taken in surviving pools at the end, or a pool's check failed
-  uint64_t faults_injected = 0;     ///< faults of the spec, kills and restarts
-  uint64_t recovered_by_replica = 0;  ///< requests that lost KV and went on from promoted replicas
-  uint64_t positions_recomputed = 0;  ///< KV positions computed again because their blocks were lost
-  std::map<std::string, uint64_t> faults;  ///< faults_injected by kind
-  books& operator+=(const books& o);
-  /// Whether the run kept every promise (nothing lost, twice, wrong, leaked or failed without cause).
-  bool clean() const { return !lost && !duplicated && !mismatched && !leaked_blocks && !unjustified_failed; }
-};
-
 /// One run: a scenario at a seed, its books and what went wrong (empty when clean).
 struct run_result {
   std::string scenario;
   uint64_t seed = 0;
   books tally;
   std::vector<std::string> problems;
+  std::string missed;  ///< why its fault missed its moment or found no target of its kind (empty: it did not)
   double seconds = 0;
 };
 
@@ -83,6 +68,8 @@ struct chaos_options {
   int short_requests = 4;  ///< besides one long request (more than one pool)
   /// Nonzero: replicas on in every scenario for requests of this many tokens (with one more instance).
   int replica_min_tokens = 0;
+  /// A defect the instances plant on purpose (what the tests of the books use to show they catch it).
+  planted_defect plant = planted_defect::none;
   /// Told the cluster's log lines (an instance killed, blocks released; empty: dropped).
   std::function<void(const std::string&)> log;
 };

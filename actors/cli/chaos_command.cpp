@@ -28,6 +28,8 @@ struct chaos_flags {
   bool json = false;
   bool list = false;
   bool verbose = false;
+  std::string plant;  // a defect to plant (empty: none)
+  double max_missed_percent = 5;  // a scenario whose faults missed in more of its runs fails the command
   actors::chaos::chaos_options options;
 };
 
@@ -83,9 +85,13 @@ nlohmann::json books_json(const actors::chaos::books& b) {
                       {"lost", b.lost},
                       {"duplicated", b.duplicated},
                       {"mismatched", b.mismatched},
+                      {"extra_tokens", b.extra_tokens},
                       {"leaked_blocks", b.leaked_blocks},
+                      {"missed", b.missed},
                       {"faults_injected", b.faults_injected},
                       {"recovered_by_replica", b.recovered_by_replica},
+                      {"recovered_by_takeover", b.recovered_by_takeover},
+                      {"recovered_by_recompute", b.recovered_by_recompute},
                       {"positions_recomputed", b.positions_recomputed}};
   j["faults"] = b.faults;
   return j;
@@ -93,16 +99,19 @@ nlohmann::json books_json(const actors::chaos::books& b) {
 
 void print_table(const std::map<std::string, scenario_books>& by, const actors::chaos::books& total, double seconds) {
   static constexpr const char* row =
-      "{:<18} {:>5} {:>7} {:>8} {:>9} {:>6} {:>11} {:>5} {:>10} {:>10} {:>6} {:>10} {:>10}\n";
-  fmt::print(fmt::runtime(row), "scenario", "runs", "faults", "accepted", "completed", "failed", "unjustified", "lost", "duplicated",
-             "mismatched", "leaked", "by_replica", "recomputed");
+      "{:<18} {:>4} {:>6} {:>6} {:>8} {:>9} {:>6} {:>11} {:>4} {:>10} {:>10} {:>5} {:>6} {:>7} {:>8} {:>9} {:>10}\n";
+  fmt::print(fmt::runtime(row), "scenario", "runs", "faults", "missed", "accepted", "completed", "failed", "unjustified",
+             "lost", "duplicated", "mismatched", "extra", "leaked", "replica", "takeover", "recompute", "recomputed");
   auto line = [&](const std::string& name, const actors::chaos::books& b) {
-    fmt::print(fmt::runtime(row), name, b.runs, b.faults_injected, b.accepted, b.completed, b.failed, b.unjustified_failed, b.lost,
-               b.duplicated, b.mismatched, b.leaked_blocks, b.recovered_by_replica, b.positions_recomputed);
+    fmt::print(fmt::runtime(row), name, b.runs, b.faults_injected, b.missed, b.accepted, b.completed, b.failed,
+               b.unjustified_failed, b.lost, b.duplicated, b.mismatched, b.extra_tokens, b.leaked_blocks,
+               b.recovered_by_replica, b.recovered_by_takeover, b.recovered_by_recompute, b.positions_recomputed);
   };
   for (const auto& [name, s] : by) line(name, s.tally);
   line("total", total);
-  fmt::print("{} runs in {:.1f} s\n", total.runs, seconds);
+  fmt::print("{} runs in {:.1f} s; replica, takeover, recompute: how requests that lost KV went on; recomputed: KV "
+             "positions prefilled again\n",
+             total.runs, seconds);
 }
 
 void run_chaos(const chaos_flags& f) {
@@ -114,6 +123,11 @@ void run_chaos(const chaos_flags& f) {
   const auto runs = plan_runs(f);
   actors::chaos::chaos_options options = f.options;
   options.backend = instance_backend(f.options.backend, "chaos");
+  if (!f.plant.empty()) {
+    const auto plant = actors::planted_defect_named(f.plant);
+    if (!plant || *plant == actors::planted_defect::none) fail(fmt::format("--plant {}: no such defect", f.plant), 2);
+    options.plant = *plant;
+  }
   if (f.verbose)
     options.log = [](const std::string& line) {
       fmt::print(stderr, "{}\n", line);
@@ -132,10 +146,15 @@ void run_chaos(const chaos_flags& f) {
     by[s->name].tally += r.tally;
     by[s->name].seeds.push_back(seed);
     total += r.tally;
+    if (!r.missed.empty()) {
+      if (terminal) fmt::print(stderr, "\n");
+      fmt::print(stderr, "MISSED {} seed {}: {}\n", s->name, seed, r.missed);
+    }
     if (r.tally.clean()) continue;
     if (terminal) fmt::print(stderr, "\n");
-    fmt::print(stderr, "FAILED {} seed {}: {}\n  replay: illm chaos --scenario {} --seed {}{}\n", s->name, seed,
-               fmt::join(r.problems, "; "), s->name, seed, cluster_flags(options));
+    fmt::print(stderr, "FAILED {} seed {}: {}\n  replay: illm chaos --scenario {} --seed {}{}{}\n", s->name, seed,
+               fmt::join(r.problems, "; "), s->name, seed, cluster_flags(options),
+               f.plant.empty() ? "" : " --plant " + f.plant);
   }
   if (terminal) progress(runs.size(), runs.size(), "done"), fmt::print(stderr, "\n");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -150,6 +169,11 @@ void run_chaos(const chaos_flags& f) {
     print_table(by, total, seconds);
   }
   if (!total.clean()) fail("the books do not balance: see FAILED above for the runs and how to replay them", 1);
+  for (const auto& [name, s] : by)
+    if (double(s.tally.missed) * 100 > f.max_missed_percent * double(s.tally.runs))
+      fail(fmt::format("{}: the fault missed its moment in {} of {} runs (more than --max-missed {}%): see MISSED above",
+                       name, s.tally.missed, s.tally.runs, f.max_missed_percent),
+           1);
 }
 
 }  // namespace
@@ -178,6 +202,13 @@ void add_chaos_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--backend", f->options.backend,
                   std::string("What the instances run on: ") + backend_choices + " (default cpu)");
+  cmd->add_option("--plant", f->plant,
+                  "Plant a defect on purpose, to see the books catch it: second-end, wrong-token, token-past-max, "
+                  "leaked-block or failed-fitting (the run then fails)");
+  cmd->add_option("--max-missed", f->max_missed_percent,
+                  "Fail when a scenario's fault missed its moment (or found no target of its kind) in more than this "
+                  "percentage of its runs (default 5)")
+      ->check(CLI::Range(0.0, 100.0));
   cmd->add_flag("--verbose", f->verbose, "Show the cluster's log lines (instances killed, blocks released)");
   cmd->callback([f] { run_chaos(*f); });
 }

@@ -141,6 +141,7 @@ void run_gmanager(const gmanager_flags& flags) {
     });
   g.policy_period = std::chrono::milliseconds(flags.gmanager.policy_period_ms);
   g.heartbeat_timeout = std::chrono::milliseconds(flags.gmanager.heartbeat_timeout_ms);
+  g.dead_after = std::chrono::milliseconds(flags.gmanager.dead_after_ms);
   std::string placement = "simple";
   g.policy = actors::placement::policy(actors::placement::simple_policy);
   if (!flags.profile.empty()) {

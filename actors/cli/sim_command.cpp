@@ -91,6 +91,7 @@ nlohmann::json report_json(const actors::sim::sim_report& r) {
           {"wall_s", r.wall_s},
           {"failures", r.failures},
           {"recovered_by_replica", r.recovered_by_replica},
+          {"recovered_by_takeover", r.recovered_by_takeover},
           {"recovered_by_recompute", r.recovered_by_recompute},
           {"positions_recomputed", r.positions_recomputed},
           {"timeline", timeline_json(r.timeline)}};
@@ -109,9 +110,10 @@ void print_report(const actors::sim::sim_report& r) {
       r.computing_fraction * 100, r.hosted_fraction * 100, r.kv_used_fraction * 100, r.kv_promised_fraction * 100,
       r.wall_s);
   if (r.failures > 0)
-    fmt::print("{:<14} {} instance(s) died: {} request(s) went on from the KV that survived, {} computed it again; "
-               "{} positions computed again\n",
-               "", r.failures, r.recovered_by_replica, r.recovered_by_recompute, r.positions_recomputed);
+    fmt::print("{:<14} {} instance(s) died: {} request(s) went on with replicas promoted, {} with the surviving "
+               "blocks taken over, {} computed their KV again; {} positions computed again\n",
+               "", r.failures, r.recovered_by_replica, r.recovered_by_takeover, r.recovered_by_recompute,
+               r.positions_recomputed);
 }
 
 void print_timeline(const std::vector<actors::sim::timeline_row>& rows) {

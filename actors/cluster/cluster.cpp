@@ -65,9 +65,15 @@ gpu::status cluster::build(std::shared_ptr<const gpu::model_weights> weights, co
   gcfg.policy_period = std::chrono::milliseconds(options.gmanager.policy_period_ms);
   gcfg.policy = options.policy ? options.policy : placement::policy(placement::simple_policy);
   gcfg.heartbeat_timeout = std::chrono::milliseconds(options.gmanager.heartbeat_timeout_ms);
+  gcfg.dead_after = std::chrono::milliseconds(options.gmanager.dead_after_ms);
   gcfg.metrics = options.metrics;
   gcfg.faults = control_faults_;
   gcfg.crash = [this] { after_crash([this] { restart_gmanager(); }); };
+  // A member declared dead (its rManager went down, or its heartbeats stopped): the request actors hear the view
+  // without it, and those it served go on elsewhere.
+  gcfg.on_membership = [this](const membership_event& e) {
+    if (e.what == membership_event::kind::down) after_crash([this] { requests_.tell_view(view()); });
+  };
   gmanager_ = spawn_gmanager(*system_, gcfg);
 
   group_ = transport::make_plane_group("inproc");
@@ -90,6 +96,8 @@ gpu::result<std::unique_ptr<instance_node>> cluster::make_node(instance_id id) {
     if (stop_instance(id)) after_crash([this, id] { announce_death(id); });
   };
   o.log = options_.log;
+  o.tap = options_.tap;
+  o.plant = options_.plant;
   o.instance = options_.instance;
   o.instance.threads_per_instance = threads_for(options_);
   o.batch = options_.batch;
@@ -213,16 +221,17 @@ std::vector<instance_report> cluster::instances() const {
   return out;
 }
 
+instance_node* cluster::mark_gone(instance_id id) {
+  std::lock_guard lock(nodes_mutex_);
+  if (id >= nodes_.size() || killed_[id]) return nullptr;
+  killed_[id] = true;
+  return nodes_[id].get();
+}
+
 bool cluster::stop_instance(instance_id id) {
-  instance_node* node = nullptr;
-  {
-    std::lock_guard lock(nodes_mutex_);
-    if (id >= nodes_.size() || killed_[id]) return false;
-    killed_[id] = true;
-    node = nodes_[id].get();
-  }
-  node->stop();
-  return true;
+  instance_node* node = mark_gone(id);
+  if (node) node->stop();
+  return node != nullptr;
 }
 
 void cluster::announce_death(instance_id id) {
@@ -235,6 +244,12 @@ void cluster::announce_death(instance_id id) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   requests_.tell_view(v);
+}
+
+bool cluster::hang_instance(instance_id id) {
+  instance_node* node = mark_gone(id);
+  if (node) node->hang();
+  return node != nullptr;
 }
 
 bool cluster::kill_instance(instance_id id) {

@@ -52,6 +52,9 @@ struct cluster_options {
   bool device_copies = true;
   /// Where the rManagers' lines go (a data-plane peer failed, a departed owner's blocks released); empty: stderr.
   std::function<void(const std::string&)> log;
+  /// The books' hooks (tests and `illm chaos`): told every token and end the instances send; a defect planted.
+  delivery_tap tap;
+  planted_defect plant = planted_defect::none;
 };
 
 /// One instance's pool and data-plane traffic, for reports and tests.
@@ -100,6 +103,10 @@ class cluster final : public request_router {
   /// it failed, and once the gManager's view has lost it the request actors are told (those it served go on
   /// elsewhere with cluster_options::resume_elsewhere). False when it is no live instance.
   bool kill_instance(instance_id id);
+  /// Makes instance `id` hang as a frozen process would: its actors go silent and nobody is told, so only its
+  /// missed heartbeats reveal it (the gManager declares it dead after gmanager_settings::dead_after_ms, and the
+  /// request actors it served go on elsewhere then). False when it is no live instance.
+  bool hang_instance(instance_id id);
   /// Stops the gManager as a crash would and starts another in its place (a higher epoch): every rManager
   /// joins it, and it rebuilds membership and the placement map from their joins and heartbeats.
   void restart_gmanager();
@@ -134,11 +141,15 @@ class cluster final : public request_router {
   /// The nodes now (add_instance appends while others read).
   std::vector<instance_node*> nodes() const;
   bool killed(instance_id id) const;
+  /// Marks instance `id` gone (killed or hung: no longer alive in reports); its node, or null when it is no live
+  /// instance.
+  instance_node* mark_gone(instance_id id);
   /// Stops instance `id`'s actors as a crash would; false when it is no live instance.
   bool stop_instance(instance_id id);
   /// Tells the others that `id` died, waits until the gManager's view has lost it, and tells the requests.
   void announce_death(instance_id id);
-  /// A crash point of the fault plan was reached on an actor's thread: the rest happens on a thread of its own.
+  /// A crash point of the fault plan was reached, or a member was declared dead, on an actor's thread: the rest
+  /// happens on a thread of its own.
   void after_crash(std::function<void()> rest);
 
   std::shared_ptr<const gpu::model_weights> weights_;

@@ -1,5 +1,7 @@
 #include "actors/cluster/remote.hpp"
 
+#include "actors/faults/hang.hpp"
+
 #include <thread>
 
 #include "actors/attention_server.hpp"
@@ -165,6 +167,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.gmanager = std::move(gmanager);
   rcfg.events = n->events;
   rcfg.heartbeat_period = std::chrono::milliseconds(options.instance.heartbeat_ms);
+  rcfg.answer_timeout = std::chrono::milliseconds(options.instance.answer_timeout_ms);
   rcfg.lease = std::chrono::milliseconds(options.instance.lease_ms);
   rcfg.replica_min_tokens = uint32_t(options.instance.replica_min_tokens);
   rcfg.orphan_lease = std::chrono::milliseconds(options.instance.orphan_lease_ms);
@@ -199,6 +202,8 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   icfg.promises = rcfg.promises;
   icfg.batch = options.batch;
   icfg.metrics = options.metrics;
+  icfg.tap = options.tap;
+  icfg.plant = options.plant;
   n->instance = spawn_instance(sys, icfg);
   caf::anon_send(n->rmanager, attach_atom::value, n->instance);
   return std::unique_ptr<instance_node>(new instance_node(std::move(n)));
@@ -224,6 +229,11 @@ void instance_node::peer_failed(instance_id peer, const std::string& why) {
   if (!p_ || !p_->rmanager) return;
   p_->router->peer_failed(transport::peer_id(peer), why);
   caf::anon_send(p_->rmanager, actors::peer_failed{peer, why});
+}
+
+void instance_node::hang() {
+  if (!p_ || !p_->rmanager) return;
+  for (const caf::actor_addr& a : actors()) faults::tell_to_hang(a);
 }
 
 void instance_node::stop() {

@@ -11,6 +11,7 @@
 
 #include "gpu/engine.hpp"
 #include "gpu/kv_staging.hpp"
+#include "actors/checker_hooks.hpp"
 #include "actors/event_log.hpp"
 #include "actors/faults/control_faults.hpp"
 #include "actors/messages.hpp"
@@ -50,6 +51,8 @@ struct instance_node_options {
   /// The weights placed per device in this process (an embedded cluster's): instances on one device share
   /// one copy. None: this instance places its own.
   std::shared_ptr<gpu::device_weights_cache> weights_on_devices;
+  delivery_tap tap;                                ///< instance_config::tap
+  planted_defect plant = planted_defect::none;  ///< instance_config::plant
 };
 
 /// A running instance and what its actors use.
@@ -83,6 +86,9 @@ class instance_node {
   /// The data plane lost `peer` (its endpoint failed): remote attention waiting for it fails at once and
   /// the rManager fails moves to it and reconnects when the view names it again.
   void peer_failed(instance_id peer, const std::string& why);
+
+  /// Makes every actor of the instance go silent, as a hung process (actors/faults/hang.hpp): nobody is told.
+  void hang();
 
   /// Sends an exit to every actor of the instance (the caller then awaits them) and drops the data
   /// plane's handlers into them.

@@ -25,7 +25,8 @@ fate control_faults::draw(control_point point) {
   const double x = std::uniform_real_distribution<double>(0.0, 1.0)(random_);
   fate f = fate::pass;
   const char* kind = "";
-  if (x < spec_.drop[p]) f = fate::drop, kind = "_drop";
+  if (drawn_[p]++ < spec_.drop_first[p]) f = fate::drop, kind = "_drop";
+  else if (x < spec_.drop[p]) f = fate::drop, kind = "_drop";
   else if (x < spec_.drop[p] + spec_.duplicate[p]) f = fate::duplicate, kind = "_duplicate";
   else if (x < spec_.drop[p] + spec_.duplicate[p] + spec_.delay_chance[p]) f = fate::delay, kind = "_delay";
   if (f != fate::pass) ++injected_[std::string(to_string(point)) + kind];

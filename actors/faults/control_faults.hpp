@@ -45,6 +45,7 @@ class control_faults {
   const crash_point crash_;
   const uint32_t crash_at_;
   uint32_t crash_reached_ = 0;
+  uint64_t drawn_[control_point_count] = {};  ///< messages drawn for, per point
   mutable std::mutex mutex_;
   std::mt19937_64 random_;
   fault_counts injected_;

@@ -36,11 +36,31 @@ std::vector<std::string_view> split(std::string_view text, char by) {
   return out;
 }
 
+/// Reads "POINT.drop_first=N" into `plan`; false when `key` is no such key (an error message in `error`).
+bool read_drop_first(std::string_view key, std::string_view value, fault_plan& plan, std::string& error) {
+  const size_t dot = key.find('.');
+  if (dot == std::string_view::npos || key.substr(dot + 1) != "drop_first") return false;
+  for (int p = 0; p < control_point_count; ++p) {
+    if (key.substr(0, dot) != to_string(control_point(p))) continue;
+    const std::string v(value);
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || n < 0 || n > 1000000)
+      error = fmt::format("faults: \"{}={}\": expected a count from 0 to 1000000", key, value);
+    else
+      plan.control.drop_first[p] = uint32_t(n);
+    return true;
+  }
+  return false;
+}
+
 /// Reads one control pair into `plan`; an error message, or empty.
 std::string read_control(std::string_view key, std::string_view value, fault_plan& plan) {
+  if (std::string error; read_drop_first(key, value, plan, error)) return error;
   double* chance = nullptr;
   (void)control_key(key, plan.control, chance);
-  if (!chance) return fmt::format("faults: \"{}\": the faults of a control point are drop, dup and delay", key);
+  if (!chance)
+    return fmt::format("faults: \"{}\": the faults of a control point are drop, dup, delay and drop_first", key);
   const std::string v(value);
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
@@ -98,7 +118,7 @@ const char* to_string(crash_point p) {
 
 bool control_fault_spec::any() const {
   for (int p = 0; p < control_point_count; ++p)
-    if (drop[p] > 0 || duplicate[p] > 0 || delay_chance[p] > 0) return true;
+    if (drop[p] > 0 || duplicate[p] > 0 || delay_chance[p] > 0 || drop_first[p] > 0) return true;
   return false;
 }
 
@@ -129,7 +149,7 @@ gpu::result<fault_plan> parse_fault_plan(std::string_view text) {
   if (!data.is_ok())
     return gpu::status{gpu::status_code::invalid_argument,
                        data.error().message + "; and the control plane's: heartbeat, reply, promise and order, each "
-                                              "with .drop, .dup or .delay; and crash=POINT[@N]"};
+                                              "with .drop, .dup, .delay or .drop_first; and crash=POINT[@N]"};
   plan.data = std::move(data).value();
   plan.data_faults = data_keys;
   plan.data_text = data_text;
@@ -139,14 +159,16 @@ gpu::result<fault_plan> parse_fault_plan(std::string_view text) {
 gpu::status check_role(const fault_plan& plan, fault_role role) {
   const int order = int(control_point::order);
   const bool orders = plan.control.drop[order] > 0 || plan.control.duplicate[order] > 0 ||
-                      plan.control.delay_chance[order] > 0 || plan.crash == crash_point::after_order;
+                      plan.control.delay_chance[order] > 0 || plan.control.drop_first[order] > 0 ||
+                      plan.crash == crash_point::after_order;
   control_fault_spec others = plan.control;
   others.drop[order] = others.duplicate[order] = others.delay_chance[order] = 0;
+  others.drop_first[order] = 0;
   const bool instance_faults = plan.data_faults || others.any() ||
                                (plan.crash != crash_point::none && plan.crash != crash_point::after_order);
   if (role == fault_role::gmanager && instance_faults)
     return {gpu::status_code::invalid_argument,
-            "faults: the gManager injects only order.drop, order.dup, order.delay and crash=after_order (the "
+            "faults: the gManager injects only order.drop, order.dup, order.delay, order.drop_first and crash=after_order (the "
             "others are an instance's: give them to illm instance --faults)"};
   if (role == fault_role::instance && orders)
     return {gpu::status_code::invalid_argument,
@@ -162,6 +184,8 @@ std::string describe(const fault_plan& plan) {
     if (plan.control.drop[p] > 0) parts.push_back(fmt::format("{}.drop={}", name, plan.control.drop[p]));
     if (plan.control.duplicate[p] > 0) parts.push_back(fmt::format("{}.dup={}", name, plan.control.duplicate[p]));
     if (plan.control.delay_chance[p] > 0) parts.push_back(fmt::format("{}.delay={}", name, plan.control.delay_chance[p]));
+    if (plan.control.drop_first[p] > 0)
+      parts.push_back(fmt::format("{}.drop_first={}", name, plan.control.drop_first[p]));
   }
   if (plan.crash != crash_point::none)
     parts.push_back(fmt::format("crash at {} (time {} it is reached)", to_string(plan.crash), plan.crash_at));

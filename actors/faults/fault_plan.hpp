@@ -42,6 +42,8 @@ struct control_fault_spec {
   double drop[control_point_count] = {};
   double duplicate[control_point_count] = {};
   double delay_chance[control_point_count] = {};
+  /// [point]: the first this many messages (or answers) are lost for sure, before the chances apply.
+  uint32_t drop_first[control_point_count] = {};
   /// Whether any fault is asked for.
   bool any() const;
 };

@@ -128,6 +128,7 @@ std::shared_ptr<gpu::sequence> sequence_of(const generate_request& r) {
   seq->rng = r.params.seed;
   seq->max_new_tokens = r.params.max_tokens;
   seq->ignore_eos = r.params.ignore_eos;
+  seq->lost_below = int(r.lost_positions);
   return seq;
 }
 
@@ -264,7 +265,7 @@ void start_over(self_ptr self, request_id id, const std::string& why) {
     running.error = fmt::format("{} (its KV was lost {} times)", why, req->second.kv_losses);
     return;
   }
-  const int cached = running.kv_positions();  // positions that will be computed again
+  running.mark_all_lost();  // its positions with KV are computed again (counted as the engine computes them)
   std::shared_ptr<gpu::sequence> seq = st.batcher->take_back(id);
   if (!seq) return;
   release_elsewhere(self, id);
@@ -274,7 +275,6 @@ void start_over(self_ptr self, request_id id, const std::string& why) {
     const std::string instance = std::to_string(st.config.id);
     m->requests_restarted.with({instance}).add();
     m->requests_recovered.with({instance, "recompute"}).add();
-    m->positions_recomputed.with({instance}).add(double(cached));
   }
   const int32_t left = seq->max_new_tokens - seq->n_generated();
   generate_request again{id, {seq->tokens, left, seq->sampling.temperature, seq->sampling.top_p, seq->rng,

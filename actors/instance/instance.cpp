@@ -2,6 +2,7 @@
 // files listed in state.hpp.
 #include <algorithm>
 
+#include "actors/faults/hang.hpp"
 #include "actors/instance/state.hpp"
 
 namespace illm::actors {
@@ -24,6 +25,11 @@ gpu::status local_blocks::release(const gpu::block_ref& ref) {
 
 int64_t now_ns(caf::local_actor* self) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(self->clock().now().time_since_epoch()).count();
+}
+
+void note_recomputed(self_ptr self, int positions) {
+  if (auto* m = self->state.config.metrics.get(); m && positions > 0)
+    m->positions_recomputed.with({std::to_string(self->state.config.id)}).add(double(positions));
 }
 
 std::vector<request_placement_entry> placement_of(const gpu::sequence& seq, instance_id self_id) {
@@ -120,6 +126,7 @@ namespace {
 
 instance_actor::behavior_type instance_behavior(self_ptr self, instance_config config) {
   auto& st = self->state;
+  faults::silent_when_told(self);
   st.config = std::move(config);
   st.blocks = std::make_unique<local_blocks>(st.config.pool, st.config.id,
                                              [self](const gpu::sequence& seq) { return may_take_block(self->state, seq); });

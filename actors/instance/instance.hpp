@@ -9,6 +9,7 @@
 
 #include <memory>
 
+#include "actors/checker_hooks.hpp"
 #include "actors/messages.hpp"
 #include "actors/logic/pool_promises.hpp"
 #include "actors/logic/room_prefill.hpp"
@@ -38,6 +39,8 @@ struct instance_config {
   /// share and reads the rooms'. None: nothing is promised to rooms, and the rManager hears the running
   /// requests' share with their placement.
   std::shared_ptr<pool_promises> promises;
+  delivery_tap tap;                                ///< told every token and end it sends (empty: nobody)
+  planted_defect plant = planted_defect::none;  ///< a defect it puts in what it delivers (tests of the books)
 };
 
 /// Spawns an instance (on the scheduler: its handlers never block).

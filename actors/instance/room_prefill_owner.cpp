@@ -29,8 +29,12 @@ void abandon_room_prefill(self_ptr self, request_id req, const std::string& why)
     self->send(st.config.rmanager, abort_chunk{id});
     st.chunk_requests.erase(id);
   }
+  const int32_t committed = it->second.committed();  // the holders' KV up to there is lost with the room
   st.prefills.erase(it);
-  if (auto r = st.requests.find(req); r != st.requests.end()) r->second.seq->held = false;
+  if (auto r = st.requests.find(req); r != st.requests.end()) {
+    r->second.seq->held = false;
+    r->second.seq->lost_below = std::max(r->second.seq->lost_below, int(committed));
+  }
   start_over(self, req, why);
   maybe_step(self);
 }
@@ -42,6 +46,7 @@ void end_room_prefill(self_ptr self, request_id req) {
   auto r = st.requests.find(req);
   if (it == st.prefills.end() || r == st.requests.end()) return;
   gpu::sequence& seq = *r->second.seq;
+  note_recomputed(self, seq.note_computed(seq.n_cached, it->second.covered()));  // the holders computed them
   seq.n_cached = it->second.covered();
   seq.table.resize(gpu::blocks_for_tokens(seq.n_cached));
   seq.held = false;

@@ -110,6 +110,7 @@ struct instance_state {
   std::map<request_id, generate_request> taking_over;  ///< requests of a dead owner whose blocks the rManager takes over
   std::map<request_id, adopted_prefix> adopted;        ///< ... and, once it has, what they start with
   uint64_t next_chunk = 1;
+  std::set<request_id> planted;  ///< requests a planted defect was put in (config.plant)
   static inline const char* name = "instance";
 };
 
@@ -127,13 +128,15 @@ uint32_t blocks_here(const instance_state& st, const gpu::sequence& seq);
 uint32_t promised_blocks(const instance_state& st);
 /// Tells the rManager, through the shared promises, what is spoken for here.
 void note_promised(const instance_state& st);
-/// Tells a request's client (its request actor, not a typed actor) a token_event or its request_finished, as from
-/// this instance.
-template <class Event>
-void tell_client(self_ptr self, const caf::actor& client, Event e) {
-  e.from = self->state.config.id;
-  caf::anon_send(client, std::move(e));
-}
+// ---- to_client.cpp ------------------------------------------------------------------------------------------
+
+/// Tells a request's client (its request actor, not a typed actor) a token, as from this instance (through the
+/// checker's tap, and with the defect it plants, when the config has them).
+void tell_client(self_ptr self, const caf::actor& client, token_event e);
+/// ... or its end.
+void tell_client(self_ptr self, const caf::actor& client, request_finished e);
+/// Counts `positions` computed again after their KV was lost (illm:positions_recomputed_total).
+void note_recomputed(self_ptr self, int positions);
 /// Sends the rManager the placement and load of this instance.
 void publish_placement(self_ptr self);
 /// Request `req` no longer holds blocks here as it did: its blocks elsewhere, room, moves and prefill go.

@@ -110,6 +110,7 @@ void on_step_done(self_ptr self, step_done& done) {
       plan.sampled.assign(plan.params.size(), 0);
     }
     st.batcher->complete(plan);
+    note_recomputed(self, st.batcher->last_step_recomputed());
     to_stream = note_new_tokens(self, plan);
   }
   st.in_flight = nullptr;

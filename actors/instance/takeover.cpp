@@ -31,11 +31,11 @@ void on_taken_over(self_ptr self, request_id id, taken_over t, int64_t since_ns)
     give_back(self, id, t);
     t = {};
   }
-  if (auto* m = st.config.metrics.get()) {
-    const std::string instance = std::to_string(st.config.id);
-    m->requests_recovered.with({instance, t.holders.empty() ? "recompute" : "replica"}).add();
-    m->positions_recomputed.with({instance}).add(double(r.params.prompt.size() - t.holders.size() * gpu::kv_block_tokens));
-  }
+  // Copies promoted: by replica; only surviving primaries adopted: by takeover; nothing: computed again (when its
+  // old owner had computed anything: one that died before its first token may have lost nothing).
+  const char* how = t.promoted > 0 ? "replica" : !t.holders.empty() ? "takeover" : "recompute";
+  if (auto* m = st.config.metrics.get(); m && (!t.holders.empty() || r.lost_positions > 0))
+    m->requests_recovered.with({std::to_string(st.config.id), how}).add();
   st.adopted[id] = {std::move(t), since_ns};
   queue_first(self, std::move(r));
   maybe_step(self);
@@ -45,7 +45,12 @@ void on_taken_over(self_ptr self, request_id id, taken_over t, int64_t since_ns)
 
 bool begin_takeover(self_ptr self, generate_request& r) {
   auto& st = self->state;
-  if (r.takeover_generation == 0 || r.params.prompt.size() <= gpu::kv_block_tokens) return false;
+  if (r.takeover_generation == 0) return false;
+  if (r.params.prompt.size() <= gpu::kv_block_tokens) {  // no full block to take over: computed again
+    if (auto* m = st.config.metrics.get(); m && r.lost_positions > 0)
+      m->requests_recovered.with({std::to_string(st.config.id), "recompute"}).add();
+    return false;
+  }
   const request_id id = r.id;
   const take_over ask{id, r.takeover_owner, r.takeover_generation,
                       uint32_t((r.params.prompt.size() - 1) / gpu::kv_block_tokens)};

@@ -77,6 +77,12 @@ bool room_prefill_plan::stalled() const {
                       [&](const auto& h) { return h.second > 0 && !refusing_.count(h.first); });
 }
 
+int32_t room_prefill_plan::committed() const {
+  int32_t out = next_pos_;
+  for (const auto& [id, s] : under_way_) out = std::min(out, s.c.pos0);
+  return out;
+}
+
 std::vector<uint64_t> room_prefill_plan::under_way() const {
   std::vector<uint64_t> out;
   for (const auto& [id, s] : under_way_) out.push_back(id);

@@ -64,6 +64,8 @@ class room_prefill_plan {
   int32_t covered() const { return next_pos_; }
   /// Chunks not yet committed.
   std::vector<uint64_t> under_way() const;
+  /// Positions [begin, committed()) are written and committed at the holders (chunks go out in order).
+  int32_t committed() const;
   /// The holder chunk `id` went to (0 for an unknown chunk).
   uint32_t holder_of(uint64_t id) const;
   /// The chunk `id` went to, if it is under way.

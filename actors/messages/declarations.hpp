@@ -172,5 +172,8 @@ using deferred_atom = caf::atom_constant<caf::atom("deferred")>;
 using requeue_atom = caf::atom_constant<caf::atom("requeue")>;
 /// An attention server looks at its waiting attends again; an idle instance at its queue.
 using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
+/// An actor of an instance goes silent: from then on it handles nothing and sends nothing, as in a hung process
+/// (actors/faults/hang.hpp: fault tests whose deaths only missed heartbeats reveal).
+using hang_atom = caf::atom_constant<caf::atom("hang")>;
 
 }  // namespace illm::actors

@@ -31,8 +31,11 @@ struct generate_request {
   /// owner takes over the blocks that survived elsewhere (actors/messages/takeover.hpp).
   uint32_t takeover_generation = 0;
   instance_id takeover_owner = 0;
+  /// Positions of its prompt whose KV the instance it went on from had computed, as far as its request actor
+  /// knows (all but the last token once it had a token; none before): computing them again counts as recomputed.
+  uint32_t lost_positions = 0;
 };
-ILLM_INSPECT(generate_request, x.id, x.params, x.client, x.takeover_generation, x.takeover_owner)
+ILLM_INSPECT(generate_request, x.id, x.params, x.client, x.takeover_generation, x.takeover_owner, x.lost_positions)
 
 /// instance -> request actor: the next generated token.
 struct token_event {

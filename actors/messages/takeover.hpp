@@ -33,8 +33,9 @@ struct taken_over {
   std::vector<instance_id> holders;
   std::vector<uint32_t> physical;
   std::string reason;  ///< why fewer blocks than asked for survived, when a holder refused or failed
+  uint32_t promoted = 0;  ///< how many of them were copies (replicas) promoted; the others were primaries kept
 };
-ILLM_INSPECT(taken_over, x.holders, x.physical, x.reason)
+ILLM_INSPECT(taken_over, x.holders, x.physical, x.reason, x.promoted)
 
 /// new owner's rManager -> a member's rManager: what do you keep for req_id of `owner` (answer: orphan_report)?
 struct report_orphan {

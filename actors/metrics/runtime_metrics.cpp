@@ -62,16 +62,17 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
                                        {"instance"})),
       requests_recovered(r.add_counter(prefix + "requests_recovered_total",
                                        "Requests that lost KV with a holder or their owner and went on: with copies "
-                                       "of the lost blocks promoted where they were, or blocks taken over by a new "
-                                       "owner (how=replica), or by computing the lost blocks again (how=recompute; "
-                                       "positions_recomputed_total counts the positions).",
+                                       "of lost blocks promoted where they were (how=replica), with only the "
+                                       "surviving primaries adopted by a new owner (how=takeover), or by computing "
+                                       "the lost KV again (how=recompute; positions_recomputed_total counts the "
+                                       "positions).",
                                        {"instance", "how"})),
       recovery_seconds(r.add_histogram(prefix + "recovery_seconds",
                                        "Time from a step that lost a request's KV (or a new owner's takeover of it) "
                                        "to the request's next token.",
                                        latency_buckets(), {"instance"})),
       positions_recomputed(r.add_counter(prefix + "positions_recomputed_total",
-                                         "KV positions computed again because the blocks holding them were lost.",
+                                         "KV positions the engine computed again because the blocks holding them were lost.",
                                          {"instance"})),
       heartbeat_age(r.add_gauge(prefix + "heartbeat_age_seconds", "Age of an instance's last heartbeat at the gManager.",
                                 {"instance"})),
@@ -90,6 +91,19 @@ std::string failure_reason(const std::string& error) {
   if (has("left the cluster") || has("instance serving the request stopped")) return "instance_lost";
   if (has("KV blocks; the cluster has") || has("cannot hold")) return "no_capacity";
   return "other";
+}
+
+recovery_counts recoveries(const runtime_metrics& m) {
+  recovery_counts out;
+  m.requests_recovered.each([&](const label_values& labels, const counter& n) {
+    if (labels.size() != 2) return;
+    const uint64_t count = uint64_t(n.value());
+    if (labels[1] == "replica") out.replica += count;
+    else if (labels[1] == "takeover") out.takeover += count;
+    else out.recompute += count;
+  });
+  m.positions_recomputed.each([&](const label_values&, const counter& n) { out.positions += uint64_t(n.value()); });
+  return out;
 }
 
 void add_gmanager_connected(registry& r, const std::string& prefix, std::function<bool()> connected) {

@@ -52,13 +52,13 @@ struct runtime_metrics {
   family<counter>& peer_limit_violations;
   /// illm:requests_restarted_total{instance}: requests that started over because a holder of their KV failed
   family<counter>& requests_restarted;
-  /// illm:requests_recovered_total{instance, how}: requests that lost KV with a holder (or their owner) and went on,
-  /// from the KV that survived (replicas promoted where they were, blocks taken over by a new owner: how="replica")
-  /// or by computing their KV again (how="recompute")
+  /// illm:requests_recovered_total{instance, how}: requests that lost KV with a holder (or their owner) and went on:
+  /// copies of lost blocks promoted (how="replica"), only the surviving primaries adopted by a new owner
+  /// (how="takeover"), or nothing kept and the lost KV computed again (how="recompute")
   family<counter>& requests_recovered;
   /// illm:recovery_seconds{instance}: from the failed step (or a takeover's start) to the request's next token
   family<histogram>& recovery_seconds;
-  /// illm:positions_recomputed_total{instance}: KV positions computed again because their blocks were lost
+  /// illm:positions_recomputed_total{instance}: KV positions the engine computed again because their blocks were lost
   family<counter>& positions_recomputed;
 
   // Membership (the gManager).
@@ -77,6 +77,13 @@ struct runtime_metrics {
 /// often), instance_lost (its instance left and none could take it), no_capacity (the cluster cannot hold it),
 /// or other.
 std::string failure_reason(const std::string& error);
+
+/// Requests that lost KV and went on, each way (illm:requests_recovered_total{how}), and the positions computed
+/// again (illm:positions_recomputed_total), summed over the instances.
+struct recovery_counts {
+  uint64_t replica = 0, takeover = 0, recompute = 0, positions = 0;
+};
+recovery_counts recoveries(const runtime_metrics& m);
 
 /// Registers illm:gmanager_connected (under `prefix`): 1 while `connected()` says this process reaches a
 /// gManager, 0 while it serves on from its last view.

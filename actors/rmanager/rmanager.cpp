@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "actors/faults/hang.hpp"
 #include "actors/rmanager/state.hpp"
 
 namespace illm::actors {
@@ -46,6 +47,7 @@ namespace {
 
 rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config config) {
   if (!config.promises) config.promises = std::make_shared<pool_promises>();
+  faults::silent_when_told(self);
   self->state.config = std::move(config);
   // The pool tells it which spare blocks (replicas kept here) an allocation took, while it lives.
   caf::weak_actor_ptr me{self->ctrl()};

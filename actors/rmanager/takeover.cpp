@@ -189,6 +189,7 @@ void finish_takeover(self_ptr self, const run_ptr& run) {
     out.physical.push_back(run->handed.at(holder).physical.at(place_in(run->plan.at(holder), l)));
     ++per_holder[holder];
   }
+  for (const auto& [holder, a] : run->plan) out.promoted += uint32_t(a.promote.size());
   for (const auto& [holder, n] : per_holder)
     if (holder != st.config.id) note_placed(st, run->ask.req_id, holder, n);
   plane_log(st, fmt::format("rmanager {}: took request {} of instance {} over: {} block(s) survived at {} holder(s)",

@@ -39,6 +39,8 @@ const std::vector<int_setting<instance_settings>>& instance_settings_table() {
        "how long a granted reservation of blocks waits for its commit"},
       {"attention_timeout_ms", &instance_settings::attention_timeout_ms, 1, 3600000,
        "how long a step waits for a holder's partials before the holder counts as failed"},
+      {"answer_timeout_ms", &instance_settings::answer_timeout_ms, 1, 3600000,
+       "how long an rManager waits for a peer's answer (a reservation, a commit, a promise) before it gives up"},
       {"replica_min_tokens", &instance_settings::replica_min_tokens, 0, 1 << 30,
        "full KV blocks of requests of at least this many tokens get a second copy on another instance, in free "
        "memory given up first when memory is needed (0: no replicas)"},
@@ -79,7 +81,9 @@ const std::vector<int_setting<gmanager_settings>>& gmanager_settings_table() {
   static const std::vector<int_setting<gmanager_settings>> table{
       {"policy_period_ms", &gmanager_settings::policy_period_ms, 1, 3600000, "how often the placement policy runs"},
       {"heartbeat_timeout_ms", &gmanager_settings::heartbeat_timeout_ms, 1, 3600000,
-       "an instance silent this long leaves the cluster"},
+       "an instance silent this long gets no new requests, blocks or rooms"},
+      {"dead_after_ms", &gmanager_settings::dead_after_ms, 1, 3600000,
+       "an instance silent this long is declared dead: it leaves the cluster and its requests go on elsewhere"},
   };
   return table;
 }

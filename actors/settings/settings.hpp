@@ -78,6 +78,7 @@ struct instance_settings {
   int heartbeat_ms = 20;
   int lease_ms = 2000;
   int attention_timeout_ms = 30000;
+  int answer_timeout_ms = 5000;
   int replica_min_tokens = 4096;
   int orphan_lease_ms = 15000;
   int peer_max_blocks = 1 << 17;         ///< blocks (or block places) one message of a peer may name
@@ -99,6 +100,7 @@ std::optional<std::string> instance_backend_name(const instance_settings& s, uin
 struct gmanager_settings {
   int policy_period_ms = 50;
   int heartbeat_timeout_ms = 2000;
+  int dead_after_ms = 10000;
 };
 
 /// Every gManager setting: key, range, meaning.

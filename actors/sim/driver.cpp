@@ -66,6 +66,7 @@ void send_to(caf::stateful_actor<driver_state>* self, size_t target, size_t i) {
   if (t.resumed > 0) {
     r.takeover_generation = t.resumed;
     r.takeover_owner = t.lost_owner;
+    if (t.generated > 0) r.lost_positions = uint32_t(t.input + t.generated - 1);
   }
   self->send(self->state.instances[target], std::move(r));
 }

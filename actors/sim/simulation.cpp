@@ -432,11 +432,11 @@ void add_request_figures(sim_report& r, const std::vector<tracked>& outcome, clo
 /// The report's figures of failures: instances that died, requests recovered each way, positions recomputed.
 void add_recovery_figures(sim_report& r, const driver_record& record, metrics::runtime_metrics& m) {
   r.failures = record.failures;
-  m.requests_recovered.each([&](const metrics::label_values& labels, const metrics::counter& n) {
-    if (labels.size() == 2) (labels[1] == "replica" ? r.recovered_by_replica : r.recovered_by_recompute) += uint64_t(n.value());
-  });
-  m.positions_recomputed.each(
-      [&](const metrics::label_values&, const metrics::counter& n) { r.positions_recomputed += uint64_t(n.value()); });
+  const metrics::recovery_counts recovered = metrics::recoveries(m);
+  r.recovered_by_replica = recovered.replica;
+  r.recovered_by_takeover = recovered.takeover;
+  r.recovered_by_recompute = recovered.recompute;
+  r.positions_recomputed = recovered.positions;
 }
 
 /// What a run is made of, from the resolved options.
@@ -482,6 +482,7 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   gcfg.policy_period = std::chrono::milliseconds(o.gmanager.policy_period_ms);
   if (o.policy == "infinite") gcfg.policy = placement::greedy_policy(model, o.greedy);
   gcfg.heartbeat_timeout = std::chrono::milliseconds(o.gmanager.heartbeat_timeout_ms);
+  gcfg.dead_after = std::chrono::milliseconds(o.gmanager.dead_after_ms);
   gcfg.room_pass_limit = o.room_pass_limit;
   gmanager_actor gm = spawn_gmanager(sys, gcfg);
   sim_cluster c;

@@ -65,7 +65,7 @@ struct sim_options {
   /// simulated step is tens of milliseconds of a GPU's time). The pool size comes from the profile.
   /// No replicas unless asked for (replica_min_tokens 0).
   instance_settings instance{.heartbeat_ms = 200, .lease_ms = 10000, .replica_min_tokens = 0};
-  gmanager_settings gmanager{.policy_period_ms = 500, .heartbeat_timeout_ms = 10000};
+  gmanager_settings gmanager{.policy_period_ms = 500, .heartbeat_timeout_ms = 10000, .dead_after_ms = 60000};
   std::chrono::seconds stall_limit{600};  ///< end the run when no instance has stepped for this long
   placement::greedy_options greedy;
   std::optional<placement::profile> profile;  ///< instead of the GPU's roofline
@@ -135,7 +135,8 @@ struct sim_report {
   double kv_promised_fraction = 0;  ///< free KV blocks promised (to running requests' growth, to rooms), mean
   double wall_s = 0;                ///< real time the simulation took
   size_t failures = 0;                 ///< instances that died (sim_options::fail_at_s, fail_rate_per_hour)
-  uint64_t recovered_by_replica = 0;   ///< requests that went on from the KV that survived (copies, takeovers)
+  uint64_t recovered_by_replica = 0;   ///< requests that went on with copies of lost blocks promoted
+  uint64_t recovered_by_takeover = 0;  ///< ... with the primaries that survived their owner adopted (no copy)
   uint64_t recovered_by_recompute = 0; ///< requests that lost KV and computed it again
   uint64_t positions_recomputed = 0;   ///< KV positions computed again because their blocks were lost
   /// Per request of the trace, in order: simulated seconds from the first arrival to its end; -1 when it

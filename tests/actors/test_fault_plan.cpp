@@ -46,7 +46,7 @@ TEST_SUITE("actors") {
     CHECK(unknown.error().message().find("heartbeat") != std::string::npos);  // the control keys are listed too
     auto fault = parse_fault_plan("reply.lose=0.1");
     REQUIRE_FALSE(fault.is_ok());
-    CHECK(fault.error().message().find("drop, dup and delay") != std::string::npos);
+    CHECK(fault.error().message().find("drop, dup, delay and drop_first") != std::string::npos);
     auto chance = parse_fault_plan("heartbeat.drop=1.5");
     REQUIRE_FALSE(chance.is_ok());
     CHECK(chance.error().message().find("from 0 to 1") != std::string::npos);
@@ -72,6 +72,20 @@ TEST_SUITE("actors") {
     CHECK(fired == std::vector<bool>{false, false, true, false, false});
     CHECK(f.injected().at("crash_mid_move") == 1);
     CHECK(parse_fault_plan("crash=after_order").value().crash_at == 1);
+  }
+
+  TEST_CASE("drop_first loses the first messages at a point for sure, then the chances apply") {
+    auto plan = parse_fault_plan("reply.drop_first=2,reply.dup=1");
+    REQUIRE(plan.is_ok());
+    CHECK(plan->control.any());
+    control_faults f(plan.value());
+    CHECK(draws(f, control_point::reply, 4) == std::vector<fate>{fate::drop, fate::drop, fate::duplicate, fate::duplicate});
+    CHECK(draws(f, control_point::promise, 1) == std::vector<fate>{fate::pass});  // a point of its own
+    CHECK(f.injected().at("reply_drop") == 2);
+    CHECK_FALSE(parse_fault_plan("reply.drop_first=-1").is_ok());
+    CHECK_FALSE(parse_fault_plan("reply.drop_first=0.5").is_ok());
+    CHECK(check_role(parse_fault_plan("order.drop_first=1").value(), fault_role::instance).code() ==
+          illm::gpu::status_code::invalid_argument);
   }
 
   TEST_CASE("control faults follow their seed and are counted by kind") {

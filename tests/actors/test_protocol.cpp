@@ -159,7 +159,7 @@ struct protocol_fixture {
     cfg.set("scheduler.policy", caf::atom("testing"));
     sys = std::make_unique<caf::actor_system>(cfg);
     sched = &dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
-    gmanager = spawn_gmanager(*sys, {10ms, orders.policy(), 1000ms, nullptr, {}, {}, room_pass_limit});
+    gmanager = spawn_gmanager(*sys, {10ms, orders.policy(), 1000ms, 10000ms, nullptr, {}, {}, room_pass_limit});
     for (int i = 0; i < n; ++i) add_instance(instance_id(i));
     settle();
   }

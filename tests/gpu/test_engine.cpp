@@ -582,16 +582,20 @@ TEST_SUITE("gpu") {
     CHECK(s->n_cached == int(lost.front() * gpu::kv_block_tokens));
     CHECK_FALSE(s->kept_ahead.empty());
     CHECK(s->blocks_held() == s->table.size() - lost.size());
-    // Until its next token, the steps compute the lost positions and the pending token, nothing else.
-    int computed = 0;
+    // Until its next token, the steps compute the lost positions and the pending token, nothing else; the batcher
+    // counts the lost ones as computed again.
+    int computed = 0, recomputed = 0;
     for (const int generated = s->n_generated(); s->n_generated() == generated;) {
       gpu::step_plan plan;
       REQUIRE(runner.plan(plan).is_ok());
       for (const auto& e : plan.entries) computed += e.seq_id == s->id ? e.n_tokens : 0;
       REQUIRE(gpu::batcher::execute(*eng, plan, view, &router).is_ok());
       runner.complete(plan);
+      recomputed += runner.last_step_recomputed();
     }
     CHECK(computed == again + 1);
+    CHECK(recomputed == again);
+    CHECK(s->recomputed == again);
     CHECK(s->kept_ahead.empty());
     CHECK(s->blocks_held() == s->table.size());
     while (!runner.idle()) REQUIRE(runner.step(view, &router).is_ok());

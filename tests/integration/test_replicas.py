@@ -3,12 +3,13 @@ POOL_BLOCKS blocks) and `illm serve --gmanager`. A streamed greedy completion of
 spread over the instances (more than one and a half pools). With `--replica-min-tokens`, once the instances keep a copy of every full block of its
 prompt (illm:kv_replica_blocks), the instance hosting the most of its blocks is SIGKILLed mid-stream: the owner
 promotes the copies, the stream completes with the text of one instance, the owner's
-illm:requests_recovered_total{how="replica"} rises and its illm:positions_recomputed_total stays at most one block
+illm:requests_recovered_total{how="replica"} rises and its illm:positions_recomputed_total (what its engine prefilled
+again) stays at most one block
 per lost instance. The same run on a cluster without replicas computes the blocks the holder had again, and only
 them, when its owner's pool has them free (else it starts over from its tokens). The stall the kill causes (the longest wait for a token from the kill over
 the next 32 tokens) of both runs is printed side by side. Then the same with the request's owner SIGKILLed: the front end hands the request to another instance,
 which takes over the blocks that survived (the holders' blocks, and with replicas the copies of the owner's own) and
-computes only the rest. Every process started here is gone at the end. Generous upper bounds on the waits only: no timing
+computes only the rest: how="replica" with copies promoted, how="takeover" without replicas (primaries adopted only). Every process started here is gone at the end. Generous upper bounds on the waits only: no timing
 assertions.
 
 Usage: test_replicas.py ILLM [SOURCE_DIR] [--pool-blocks N] [WORDS ...]  (prompt lengths in words; default one: CI's;
@@ -114,10 +115,11 @@ def run_cluster(illm, prompt, prompt_tokens, expected, replica_min_tokens, pool_
         gap = max(b - a for a, b in zip(times, times[1:]))
         if kill == "owner":  # the instance the front end handed the request to
             owner = next(i for i in insts if i != victim and
-                         metric(metrics_of(i), "illm:requests_recovered_total", {"instance": i, "how": "replica"}) +
-                         metric(metrics_of(i), "illm:requests_recovered_total", {"instance": i, "how": "recompute"}) > 0)
+                         sum(metric(metrics_of(i), "illm:requests_recovered_total", {"instance": i, "how": how})
+                             for how in ("replica", "takeover", "recompute")) > 0)
         text = metrics_of(owner)
         counters = {"replica": metric(text, "illm:requests_recovered_total", {"instance": owner, "how": "replica"}),
+                    "takeover": metric(text, "illm:requests_recovered_total", {"instance": owner, "how": "takeover"}),
                     "recompute": metric(text, "illm:requests_recovered_total", {"instance": owner, "how": "recompute"}),
                     "recomputed": metric(text, "illm:positions_recomputed_total", {"instance": owner}),
                     "victim_blocks": hosted[victim] if kill == "holder" else 0}
@@ -126,7 +128,8 @@ def run_cluster(illm, prompt, prompt_tokens, expected, replica_min_tokens, pool_
         print(f"  replica_min_tokens {replica_min_tokens}: {what} SIGKILLed after {before} events; the longest "
               f"wait for a token after it {gap:.3f} s; the "
               f"stream completed with the text of one instance; recovered by replica {counters['replica']:.0f}, by "
-              f"recompute {counters['recompute']:.0f}, positions recomputed {counters['recomputed']:.0f}", flush=True)
+              f"takeover {counters['takeover']:.0f}, by recompute {counters['recompute']:.0f}, positions recomputed "
+              f"{counters['recomputed']:.0f}", flush=True)
         fe.process.send_signal(signal.SIGTERM)
         assert fe.wait_exit(EXIT_S) == 0, fe.output()
         for i, p in insts.items():
@@ -167,7 +170,8 @@ def main():
         # With copies of the owner's own blocks, its successor computes only the blocks made since the last copy.
         assert taken["replica"] >= 1 and taken["recomputed"] < prompt_tokens // 4, taken
         owner_without, lost = run_cluster(illm, prompt, prompt_tokens, expected, 0, pool_blocks, "owner")
-        # Without them, the holders' blocks are taken over and the owner's own are computed again.
+        # Without them, the holders' blocks are taken over (no copy promoted) and the owner's own are computed again.
+        assert lost["replica"] == 0 and lost["takeover"] >= 1, lost
         assert lost["recomputed"] > taken["recomputed"], (lost, taken)
         print(f"{prompt_tokens} prompt tokens, the owner killed: the longest wait for a token after the kill {owner_copies:.3f} s "
               f"with replicas, {owner_without:.3f} s without; positions recomputed {taken['recomputed']:.0f} and "

@@ -112,8 +112,9 @@ def main():
         assert failing.returncode == 0, failing.stdout + failing.stderr
         r = json.loads(failing.stdout)["results"]["infinite"]
         assert r["failures"] == 1 and (r["completed"], r["failed"], r["output_tokens"]) == (4, 0, 140), r
-        assert r["recovered_by_replica"] + r["recovered_by_recompute"] >= 1, r
-        print(f"an instance died at 8 s: {r['recovered_by_replica']} request(s) went on from the KV that survived, "
+        assert r["recovered_by_replica"] + r["recovered_by_takeover"] + r["recovered_by_recompute"] >= 1, r
+        print(f"an instance died at 8 s: {r['recovered_by_replica']} request(s) went on with replicas, "
+              f"{r['recovered_by_takeover']} with the blocks that survived taken over, "
               f"{r['recovered_by_recompute']} computed it again ({r['positions_recomputed']} positions)", flush=True)
         assert results["infinite"]["profile"] == multi["profile"]
         assert results["static-single"]["instances"] == 1
