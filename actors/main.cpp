@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   illm::cli::add_profile_command(app);
   illm::cli::add_sim_command(app);
   illm::cli::add_bench_command(app);
-  illm::cli::add_cluster_commands(app);
+  illm::cli::add_gmanager_command(app);
+  illm::cli::add_instance_command(app);
   illm::cli::add_chaos_command(app);
   try {
     app.parse(argc, argv);

@@ -367,7 +367,9 @@ status engine::classify() {
   const model_config& c = config();
   const int n = int(sample_rows_.size());
   stats_.sampled = n;
-  if (n == 0) return status::ok();
+  // The KV a step wrote is read on other streams once it returns (the attention servers, moves out of the pool):
+  // a step that samples nothing waits for its work here; one that samples does when sample() downloads.
+  if (n == 0) return device_->synchronize();
   // Logits only for the rows that sample: the classifier is the largest matrix of a small model.
   ILLM_RETURN_IF_ERROR(device_->gather_rows(x_, size_t(c.dim), sample_rows_dev_, n, c.dim, xb_, size_t(c.dim)));
   ILLM_RETURN_IF_ERROR(device_->rmsnorm(xb_, size_t(c.dim), weights_->rms_final(), n, c.dim, c.norm_eps, xb_, size_t(c.dim)));

@@ -82,10 +82,11 @@ class engine {
   /// Whether some query of `batch` attends a block that another pool than `local` holds.
   static bool attends_elsewhere(std::span<const batch_entry> batch, uint32_t local);
 
-  /// One forward pass over `batch`; the entries with sample set get logits, in batch order.
+  /// One forward pass over `batch`; the entries with sample set get logits, in batch order. The KV it wrote is in
+  /// the pools once it returns, or, when entries sample, once sample() returns.
   status step(std::span<const batch_entry> batch, const kv_pools& pools, attention_router* router);
 
-  /// Picks a token for each sampled entry of the last step.
+  /// Picks a token for each sampled entry of the last step (and waits for the step's work).
   status sample(std::span<const sampling_params> params, std::span<uint64_t> rng, std::span<int32_t> out);
   /// Copies the logits [vocab] of the i-th sampled entry of the last step to host memory.
   status copy_logits(int i, float* host) const;

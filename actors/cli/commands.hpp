@@ -35,8 +35,10 @@ void add_sim_command(CLI::App& app);
 /// `illm chaos`: seeded fault scenarios on an embedded cluster, with their books.
 void add_chaos_command(CLI::App& app);
 
-/// `illm gmanager` and `illm instance --join`: the cluster as separate processes over CAF's io middleman.
-void add_cluster_commands(CLI::App& app);
+/// `illm gmanager`: the gManager of a cluster of processes, on a TCP port of CAF's io middleman.
+void add_gmanager_command(CLI::App& app);
+/// `illm instance --join`: one instance of a cluster of processes.
+void add_instance_command(CLI::App& app);
 
 /// An address given as HOST:PORT, :PORT or PORT (host 127.0.0.1).
 struct host_port {

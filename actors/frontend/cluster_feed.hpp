@@ -44,7 +44,11 @@ class cluster_feed {
   std::deque<std::pair<clock::time_point, uint64_t>> token_samples_;
 };
 
-/// The status page: HTML with its script and style inline (nothing fetched but /v1/cluster).
+/// The page at GET /status: actors/frontend/status_page.html, built into the program (cmake/embed_text.cmake). One
+/// HTML document with its style and script inline (nothing fetched but /v1/cluster, twice a second): each instance
+/// with its pool (owned, hosted for others, promised, free) and state, the running requests as lines from their
+/// owner to the holders of their blocks, and the moves as they are reported. Every drawn value is also in a data-
+/// attribute, which the browser test reads.
 const std::string& status_page_html();
 
 }  // namespace illm::actors::frontend

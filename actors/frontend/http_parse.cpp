@@ -40,18 +40,28 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-/// The lines of `text`, each without its CRLF or LF.
+/// The lines of `text`, each without its CRLF.
 std::vector<std::string_view> lines_of(std::string_view text) {
   std::vector<std::string_view> lines;
   while (!text.empty()) {
-    const size_t end = text.find('\n');
-    std::string_view line = text.substr(0, end);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    lines.push_back(line);
+    const size_t end = text.find("\r\n");
+    lines.push_back(text.substr(0, end));
     if (end == std::string_view::npos) break;
-    text.remove_prefix(end + 1);
+    text.remove_prefix(end + 2);
   }
   return lines;
+}
+
+/// The comma-separated tokens of a list field, trimmed and in lower case.
+std::vector<std::string> tokens_of(std::string_view list) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string_view item = trim(list.substr(at, comma - at));
+    if (!item.empty()) out.push_back(lower(item));
+    at = comma + 1;
+  }
+  return out;
 }
 
 head_parse refused(int status, std::string error) {
@@ -115,9 +125,11 @@ head_parse read_framing(http_head& head) {
       return refused(400, "Content-Length is not a number");
     head.content_length = std::stoull(*length);
   }
-  const std::string connection = field("connection") ? lower(*field("connection")) : "";
-  head.keep_alive = head.http10 ? connection.find("keep-alive") != std::string::npos
-                                : connection.find("close") == std::string::npos;
+  const std::vector<std::string> connection = field("connection") ? tokens_of(*field("connection"))
+                                                                 : std::vector<std::string>{};
+  const auto has = [&](const char* token) { return std::find(connection.begin(), connection.end(), token) != connection.end(); };
+  head.keep_alive = !has("close") && (!head.http10 || has("keep-alive"));
+  if (!head.http10 && !field("host")) return refused(400, "an HTTP/1.1 request must name its Host");
   if (const std::string* expect = field("expect")) {
     if (lower(*expect) != "100-continue") return refused(417, "only \"Expect: 100-continue\" is understood");
     head.expects_continue = !head.http10;
@@ -127,9 +139,13 @@ head_parse read_framing(http_head& head) {
 
 }  // namespace
 
-head_parse parse_request_head(std::string_view text, size_t max_request_line) {
+head_parse parse_request_head(std::string_view text, size_t max_request_line, size_t max_fields) {
   const std::vector<std::string_view> lines = lines_of(text);
   if (lines.empty() || lines[0].empty()) return refused(400, "the request has no request line");
+  for (std::string_view line : lines)
+    if (line.find_first_of("\r\n") != std::string_view::npos)
+      return refused(400, "the request head has a bare CR or LF (lines end with CRLF)");
+  if (lines.size() - 1 > max_fields) return refused(431, "the request has too many header fields");
   head_parse p = parse_request_line(lines[0], max_request_line);
   if (p.status) return p;
   for (size_t i = 1; i < lines.size(); ++i) {

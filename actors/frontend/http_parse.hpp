@@ -29,11 +29,14 @@ struct head_parse {
   http_head head;
 };
 
-/// Parses `text`: the request line and header lines, each ended by CRLF (or LF), without the empty line that
-/// ends the head. A request line longer than `max_request_line` bytes is a 414; a malformed line, field or
-/// Content-Length a 400; a Transfer-Encoding (request bodies are sent with Content-Length here) a 501; an
-/// HTTP version other than 1.0 and 1.1 a 505.
-head_parse parse_request_head(std::string_view text, size_t max_request_line);
+/// Parses `text`: the request line and header lines, each ended by CRLF, without the empty line that ends the
+/// head. Strict where a proxy in front could read the bytes otherwise (request smuggling): a bare CR or LF, a
+/// folded (obs-fold) line, a repeated Content-Length or Host, Content-Length with Transfer-Encoding, or an
+/// HTTP/1.1 request without Host is a 400; a Transfer-Encoding alone a 501 (request bodies are sent with
+/// Content-Length here). A request line longer than `max_request_line` bytes is a 414, more than
+/// `max_fields` header fields a 431, an HTTP version other than 1.0 and 1.1 a 505. Connection is read as a
+/// list of tokens ("close", "keep-alive").
+head_parse parse_request_head(std::string_view text, size_t max_request_line, size_t max_fields = 100);
 
 /// The reason phrase of `status` ("OK", "Not Found", ...).
 const char* reason_phrase(int status);

@@ -128,27 +128,32 @@ bool http_reply::send_all(const std::string& bytes) {
   return !failed_;
 }
 
-void http_reply::send(int status, const std::string& content_type, const std::string& body) {
+void http_reply::send(int status, const std::string& content_type, const std::string& body,
+                      const std::vector<http_header>& headers) {
   status_ = status;
-  const char* connection = !keep_alive_ ? "Connection: close\r\n" : http10_ ? "Connection: keep-alive\r\n" : "";
+  std::string extra = !keep_alive_ ? "Connection: close\r\n" : http10_ ? "Connection: keep-alive\r\n" : "";
+  for (const http_header& h : headers) extra += fmt::format("{}: {}\r\n", h.name, h.value);
   send_all(fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{}\r\n",
-                       status, reason_phrase(status), content_type, body.size(), connection) +
-           body);
+                       status, reason_phrase(status), content_type, body.size(), extra) +
+           (head_only_ ? std::string() : body));
 }
 
 bool http_reply::start_stream(const std::string& content_type) {
   status_ = 200;
   streamed_ = true;
-  return send_all(fmt::format("HTTP/1.1 200 OK\r\nContent-Type: {}\r\nCache-Control: no-cache\r\n"
-                              "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
-                              content_type));
+  // An HTTP/1.0 client knows no chunks: the stream ends where the connection closes.
+  return send_all(fmt::format("HTTP/1.1 200 OK\r\nContent-Type: {}\r\nCache-Control: no-cache\r\n{}Connection: close\r\n\r\n",
+                              content_type, http10_ ? "" : "Transfer-Encoding: chunked\r\n"));
 }
 
 bool http_reply::write(const std::string& data) {
-  return data.empty() || send_all(fmt::format("{:x}\r\n", data.size()) + data + "\r\n");
+  if (data.empty() || head_only_) return !failed_;
+  return send_all(http10_ ? data : fmt::format("{:x}\r\n", data.size()) + data + "\r\n");
 }
 
-void http_reply::end_stream() { send_all("0\r\n\r\n"); }
+void http_reply::end_stream() {
+  if (!http10_ && !head_only_) send_all("0\r\n\r\n");
+}
 
 // ---- the server ----
 
@@ -158,12 +163,12 @@ class http_server::impl {
   uint16_t port = 0;
   http_refusal_observer observer;
 
-  gpu::status start(const std::map<std::string, handler>* routes, const std::string& host, uint16_t at, int threads,
+  gpu::status start(const std::map<std::string, endpoint>* routes, const std::string& host, uint16_t at, int threads,
                     size_t max_body_bytes, const http_limits& limits);
   void stop();
 
  private:
-  enum class phase { idle, head, body };
+  enum class phase { idle, head, body, draining };
   /// One client connection, on the receiving side or with a handler.
   struct connection {
     int fd = -1;
@@ -175,6 +180,7 @@ class http_server::impl {
     bool body_too_large = false;
     bool peer_closed = false;  ///< the client sent all it will (it may still read the answer)
     bool served = false;       ///< it carried a request already
+    size_t drain_left = 0;     ///< draining: bytes of an unread body still to read and drop
   };
   using connection_ptr = std::unique_ptr<connection>;
 
@@ -188,6 +194,8 @@ class http_server::impl {
   void take_back();
   void expire();
   void close_connection(connection& c);
+  void drain_then_close(connection& c);
+  void drop_unread(connection& c);
   void close_with(connection& c, int status, const std::string& message, const char* reason);
   void count(const char* reason) const {
     if (observer) observer(reason);
@@ -196,15 +204,16 @@ class http_server::impl {
 
   void handler_loop();
   bool serve(connection& c);
+  void dispatch(const http_request& req, http_reply& reply);
 
-  const std::map<std::string, handler>* routes_ = nullptr;
+  const std::map<std::string, endpoint>* routes_ = nullptr;
   http_limits limits_;
   size_t max_body_bytes_ = 0;
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
   bool accepting_ = true;
   clock::time_point accept_again_, next_expiry_;
   std::unordered_map<int, connection_ptr> receiving_;  // fd -> connection, on this thread
-  std::unordered_map<std::string, int> per_client_;    // open connections by address (with handlers too)
+  std::unordered_map<std::string, int> per_client_;    // connections by address on this thread (no handler's)
   int open_ = 0;
   std::thread receiver_;
   std::vector<std::thread> handlers_;
@@ -216,7 +225,7 @@ class http_server::impl {
   bool stopping_ = false;
 };
 
-gpu::status http_server::impl::start(const std::map<std::string, handler>* routes, const std::string& host,
+gpu::status http_server::impl::start(const std::map<std::string, endpoint>* routes, const std::string& host,
                                      uint16_t at, int threads, size_t max_body_bytes, const http_limits& limits) {
   routes_ = routes;
   limits_ = limits;
@@ -349,6 +358,7 @@ void http_server::impl::watch(int fd) {
 }
 
 void http_server::impl::read_from(connection& c) {
+  if (c.state == phase::draining) return drop_unread(c);
   char buffer[16384];
   for (;;) {
     const size_t room = c.state == phase::body ? c.head.content_length + sizeof buffer : limits_.max_header_bytes + 4;
@@ -399,7 +409,7 @@ bool http_server::impl::finish_head(connection& c, size_t head_end) {
   }
   std::string_view text(c.in.data(), head_end);
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
-  head_parse parsed = parse_request_head(text, limits_.max_request_line_bytes);
+  head_parse parsed = parse_request_head(text, limits_.max_request_line_bytes, limits_.max_header_fields);
   if (parsed.status) {
     close_with(c, parsed.status, parsed.error, "malformed");
     return false;
@@ -417,6 +427,7 @@ bool http_server::impl::finish_head(connection& c, size_t head_end) {
 /// Gives a connection whose request arrived whole to the handler threads.
 void http_server::impl::hand_over(connection& c) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
+  if (auto n = per_client_.find(c.client); n != per_client_.end() && --n->second <= 0) per_client_.erase(n);
   auto it = receiving_.find(c.fd);
   connection_ptr owned = std::move(it->second);
   receiving_.erase(it);
@@ -438,7 +449,12 @@ void http_server::impl::take_back() {
   }
   for (auto& [c, keep] : done) {
     connection& kept = *c;
+    ++per_client_[c->client];  // on this thread again
     receiving_.emplace(c->fd, std::move(c));
+    if (!keep && kept.body_too_large) {
+      drain_then_close(kept);
+      continue;
+    }
     if (!keep) {
       close_connection(kept);
       continue;
@@ -458,6 +474,10 @@ void http_server::impl::expire() {
   for (auto& [fd, c] : receiving_)
     if (now >= c->deadline) late.push_back(c.get());
   for (connection* c : late) {
+    if (c->state == phase::draining) {
+      close_connection(*c);
+      continue;
+    }
     if (c->state != phase::idle) {
       close_with(*c, 408, "the request did not arrive in time", "timeout");
       continue;
@@ -472,6 +492,31 @@ void http_server::impl::close_with(connection& c, int status, const std::string&
   count(reason);
   send_now(c.fd, refusal(status, message));
   close_connection(c);
+}
+
+/// After an answer to a request whose body was not read (413): no more is sent (FIN), and what the client still
+/// sends of its body is read and dropped, up to max_drain_bytes for drain_timeout_ms, so that closing does not
+/// reset the connection (a close with unread bytes sends RST, and the client may lose the answer).
+void http_server::impl::drain_then_close(connection& c) {
+  ::shutdown(c.fd, SHUT_WR);
+  c.state = phase::draining;
+  const size_t unread = c.head.content_length > c.in.size() ? c.head.content_length - c.in.size() : 0;
+  c.drain_left = std::min(unread, limits_.max_drain_bytes);
+  c.in.clear();
+  c.deadline = clock::now() + std::chrono::milliseconds(limits_.drain_timeout_ms);
+  if (c.drain_left == 0 || c.peer_closed) return close_connection(c);
+  watch(c.fd);
+}
+
+void http_server::impl::drop_unread(connection& c) {
+  char buffer[16384];
+  for (;;) {
+    const ssize_t n = ::recv(c.fd, buffer, sizeof buffer, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0 || size_t(n) >= c.drain_left) return close_connection(c);  // done, gone, or too much
+    c.drain_left -= size_t(n);
+  }
 }
 
 void http_server::impl::close_connection(connection& c) {
@@ -519,17 +564,27 @@ bool http_server::impl::serve(connection& c) {
     req.body = c.in.substr(0, c.head.content_length);
     c.in.erase(0, c.head.content_length);
   }
-  http_reply reply(c.fd, c.head.keep_alive && !c.body_too_large, c.head.http10);
-  auto route = routes_->find(req.path);
+  http_reply reply(c.fd, c.head.keep_alive && !c.body_too_large, c.head.http10, req.method == "HEAD");
   try {
-    if (route == routes_->end()) reply.send(404, "application/json", error_json("no such endpoint"));
-    else route->second(req, reply);
+    dispatch(req, reply);
   } catch (const std::exception& e) {
     if (!reply.status()) reply.send(500, "application/json", error_json(e.what()));
   }
   if (!reply.status()) reply.send(500, "application/json", error_json("the request got no answer"));
   set_blocking(c.fd, false);
   return reply.reusable() && !c.peer_closed;
+}
+
+/// Runs the route of `req`: 404 for an unknown path, 405 (with Allow) for a method the path does not take.
+void http_server::impl::dispatch(const http_request& req, http_reply& reply) {
+  auto route = routes_->find(req.path);
+  if (route == routes_->end()) return reply.send(404, "application/json", error_json("no such endpoint"));
+  const std::vector<std::string>& methods = route->second.methods;
+  const auto takes = [&](const std::string& m) { return std::find(methods.begin(), methods.end(), m) != methods.end(); };
+  if (takes(req.method) || (req.method == "HEAD" && takes("GET"))) return route->second.h(req, reply);
+  std::string allow;
+  for (const std::string& m : methods) allow += (allow.empty() ? "" : ", ") + m + (m == "GET" ? ", HEAD" : "");
+  reply.send(405, "application/json", error_json(fmt::format("{} takes {}", req.path, allow)), {{"Allow", allow}});
 }
 
 http_server::http_server() : impl_(std::make_unique<impl>()) {}
@@ -547,7 +602,9 @@ std::optional<std::string> http_request::query_value(const std::string& name) co
   return std::nullopt;
 }
 
-void http_server::route(const std::string& path, handler h) { routes_[path] = std::move(h); }
+void http_server::route(const std::string& path, std::vector<std::string> methods, handler h) {
+  routes_[path] = {std::move(methods), std::move(h)};
+}
 
 gpu::status http_server::start(const std::string& host, uint16_t port, int threads, size_t max_body_bytes,
                                const http_limits& limits) {

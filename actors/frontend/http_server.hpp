@@ -1,12 +1,17 @@
 #pragma once
-// A small HTTP/1.1 server: exact-path routes, the request body read with a size limit, whole responses, and
-// chunked streams (for server-sent events) whose writes report a client that went away.
+// A small HTTP/1.1 server: exact-path routes with their methods (HEAD wherever GET is: the head of its answer;
+// another method: 405 with Allow), the request body read with a size limit, whole responses, and streams (for
+// server-sent events: chunked, or delimited by the connection's close for HTTP/1.0) whose writes report a
+// client that went away.
 //
 // One thread receives: it accepts connections and reads each request's line, headers and body under deadlines
 // and size limits, and keeps connections alive between requests. Only a request that arrived whole goes to the
 // pool of handler threads. So a client that sends slowly (slowloris) holds a connection, never a thread, and
 // loses it at its deadline; each client address has its own cap on connections, and when all connections of
-// the server are taken, the one that has waited longest for its next request is closed to make room.
+// the server are taken, the one that has waited longest for its next request is closed to make room. A
+// connection whose request a handler runs does not count against its address's cap: the handler's own limit
+// (the service's requests in flight, answered with 429) bounds those. A request whose body is over the limit is answered (413) and its unread
+// body drained for a while before the connection closes, so that the client reads the answer, not a reset.
 
 #include <atomic>
 #include <cstdint>
@@ -15,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "actors/frontend/http_parse.hpp"
 #include "gpu/status.hpp"
@@ -24,13 +30,23 @@ namespace illm::actors::frontend {
 /// What one client may hold and how long it may take.
 struct http_limits {
   int max_connections = 4096;            ///< open connections in all (raised file limits permitting)
-  int max_connections_per_client = 256;  ///< open connections from one client address; beyond: 503 and closed
+  /// Connections from one address waiting for (or sending) a request; beyond: 503 and closed. Connections whose
+  /// request runs do not count (the service's in-flight limit answers those with 429).
+  int max_connections_per_client = 1024;
   int header_timeout_ms = 15000;         ///< a request's line and headers arrive whole within this of its first byte
   int body_timeout_ms = 60000;           ///< its body within this of its headers
   int idle_timeout_ms = 30000;           ///< a connection waits this long for a request, then is closed
   int write_timeout_ms = 30000;          ///< a client that takes nothing of a response for this long is dropped
   size_t max_header_bytes = 16384;       ///< request line and headers together; beyond: 431
   size_t max_request_line_bytes = 8192;  ///< beyond: 414
+  size_t max_header_fields = 100;        ///< beyond: 431
+  int drain_timeout_ms = 2000;           ///< an unread body after a 413 is read and dropped for at most this long
+  size_t max_drain_bytes = size_t(64) << 20;  ///< ... and at most this many bytes
+};
+
+/// A response header beyond the ones the server writes itself (e.g. Retry-After, Allow).
+struct http_header {
+  std::string name, value;
 };
 
 /// Told of every connection the server refuses or cuts off, with the reason: "client_limit" (its address had its
@@ -55,15 +71,19 @@ struct http_request {
 /// The response side of one request.
 class http_reply {
  public:
-  /// A reply on socket `fd`; `keep_alive`: the connection may carry another request afterwards.
-  http_reply(int fd, bool keep_alive, bool http10) : fd_(fd), keep_alive_(keep_alive), http10_(http10) {}
+  /// A reply on socket `fd`; `keep_alive`: the connection may carry another request afterwards; `head_only`: a
+  /// HEAD request, answered with the head of the response and no body.
+  http_reply(int fd, bool keep_alive, bool http10, bool head_only = false)
+      : fd_(fd), keep_alive_(keep_alive), http10_(http10), head_only_(head_only) {}
   /// A whole response.
-  void send(int status, const std::string& content_type, const std::string& body);
-  /// Starts a chunked response; false when the client is gone.
+  void send(int status, const std::string& content_type, const std::string& body,
+            const std::vector<http_header>& headers = {});
+  /// Starts a streamed response (chunked; for HTTP/1.0, delimited by closing the connection); false when the
+  /// client is gone.
   bool start_stream(const std::string& content_type);
-  /// Writes one chunk; false when the client is gone.
+  /// Writes one piece of the stream; false when the client is gone.
   bool write(const std::string& data);
-  /// Ends a chunked response.
+  /// Ends a streamed response.
   void end_stream();
   /// The status sent (0: nothing yet).
   int status() const { return status_; }
@@ -73,7 +93,7 @@ class http_reply {
  private:
   bool send_all(const std::string& bytes);
   int fd_;
-  bool keep_alive_, http10_;
+  bool keep_alive_, http10_, head_only_;
   int status_ = 0;
   bool streamed_ = false, failed_ = false;
 };
@@ -88,8 +108,9 @@ class http_server {
   http_server(const http_server&) = delete;
   http_server& operator=(const http_server&) = delete;
 
-  /// Routes exact path `path` (any method) to `h`; before start().
-  void route(const std::string& path, handler h);
+  /// Routes exact path `path` with `methods` ("GET", "POST"; GET brings HEAD) to `h`; before start(). Another
+  /// method on the path is answered 405 with the methods allowed.
+  void route(const std::string& path, std::vector<std::string> methods, handler h);
   /// Listens on host:port (port 0: any free port) with `threads` handler threads.
   gpu::status start(const std::string& host, uint16_t port, int threads, size_t max_body_bytes,
                     const http_limits& limits = {});
@@ -101,8 +122,13 @@ class http_server {
   void stop();
 
  private:
+  /// A path's handler and the methods it takes.
+  struct endpoint {
+    std::vector<std::string> methods;
+    handler h;
+  };
   class impl;
-  std::map<std::string, handler> routes_;
+  std::map<std::string, endpoint> routes_;
   std::unique_ptr<impl> impl_;
 };
 

@@ -96,12 +96,16 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
         "metric name prefix: \"illm:\" (as vLLM's \"vllm:\") or \"illm_\""}},
       {"max_requests_in_flight",
        {service_integer(&service_options::max_requests_in_flight, 1, 100000), "requests served at once (more get 429)"}},
-      {"http_threads", {service_integer(&service_options::http_threads, 1, 4096), "HTTP threads (each streaming request holds one)"}},
+      {"http_threads",
+       {service_integer(&service_options::http_threads, 1, 4096),
+        "HTTP threads (each running request holds one; at least max_requests_in_flight + 16 are started)"}},
       {"http_max_connections",
        {http_integer(&http_limits::max_connections, 16, 1 << 20),
         "open HTTP connections in all (when all are taken, the one idle longest is closed for a new one)"}},
       {"http_max_connections_per_client",
-       {http_integer(&http_limits::max_connections_per_client, 1, 1 << 20), "open HTTP connections from one address"}},
+       {http_integer(&http_limits::max_connections_per_client, 1, 1 << 20),
+        "HTTP connections from one address waiting for or sending a request (those whose request runs do not "
+        "count: max_requests_in_flight bounds them)"}},
       {"http_header_timeout_ms",
        {http_integer(&http_limits::header_timeout_ms, 100, 3600000), "time a request's line and headers may take"}},
       {"http_body_timeout_ms", {http_integer(&http_limits::body_timeout_ms, 100, 3600000), "time a request's body may take"}},
@@ -111,6 +115,8 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
        {http_integer(&http_limits::write_timeout_ms, 100, 3600000), "time a client may take nothing of a response"}},
       {"http_max_header_bytes",
        {http_integer(&http_limits::max_header_bytes, 1024, 1 << 20), "largest request line and headers together"}},
+      {"http_max_header_fields",
+       {http_integer(&http_limits::max_header_fields, 1, 10000), "most header fields of a request (more: 431)"}},
       {"api_keys",
        {[](const json& v, serve_config& c) {
           if (!v.is_array()) return false;

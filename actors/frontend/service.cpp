@@ -82,26 +82,26 @@ service::service(request_router& router, std::shared_ptr<const gpu::tokenizer> v
       started_(unix_now()) {
   if (metrics_)
     http_.on_refusal([m = metrics_](const char* reason) { m->http_connections_refused.with({reason}).add(); });
-  http_.route("/health", [this](const http_request&, http_reply& reply) {
+  http_.route("/health", {"GET"}, [this](const http_request&, http_reply& reply) {
     const serving_capacity c = capacity_of(router_.view());
     const bool ok = !draining_ && c.instances >= std::max(1, router_.instances_needed());
     reply.send(ok ? 200 : 503, json_type,
                fmt::format(R"({{"status":"{}","instances":{}}})", ok ? "ok" : "unavailable", c.instances));
   });
-  http_.route("/metrics", [this](const http_request&, http_reply& reply) {
+  http_.route("/metrics", {"GET"}, [this](const http_request&, http_reply& reply) {
     reply.send(200, "text/plain; version=0.0.4; charset=utf-8", registry_->expose());
   });
-  http_.route("/status", [](const http_request&, http_reply& reply) {
+  http_.route("/status", {"GET"}, [](const http_request&, http_reply& reply) {
     reply.send(200, "text/html; charset=utf-8", status_page_html());
   });
-  http_.route("/v1/cluster", [this](const http_request& req, http_reply& reply) { cluster_snapshot(req, reply); });
-  http_.route("/v1/models", [this](const http_request& req, http_reply& reply) {
+  http_.route("/v1/cluster", {"GET"}, [this](const http_request& req, http_reply& reply) { cluster_snapshot(req, reply); });
+  http_.route("/v1/models", {"GET"}, [this](const http_request& req, http_reply& reply) {
     if (!authorized(req, reply)) return;
     reply.send(200, json_type, models_body(options_.model_name, started_));
   });
-  http_.route("/v1/completions",
+  http_.route("/v1/completions", {"POST"},
               [this](const http_request& req, http_reply& reply) { generate(endpoint::completions, req, reply); });
-  http_.route("/v1/chat/completions",
+  http_.route("/v1/chat/completions", {"POST"},
               [this](const http_request& req, http_reply& reply) { generate(endpoint::chat_completions, req, reply); });
 }
 
@@ -110,7 +110,9 @@ service::~service() {
 }
 
 gpu::status service::start(const std::string& host, uint16_t port) {
-  return http_.start(host, port, options_.http_threads, options_.limits.max_body_bytes, options_.http);
+  // A thread for every request that may run, and some: the in-flight limit answers the next ones (429) at once.
+  const int threads = std::max(options_.http_threads, options_.max_requests_in_flight + 16);
+  return http_.start(host, port, threads, options_.limits.max_body_bytes, options_.http);
 }
 
 void service::cluster_snapshot(const http_request& req, http_reply& reply) {
@@ -133,7 +135,10 @@ void service::cluster_snapshot(const http_request& req, http_reply& reply) {
 
 void service::refuse(http_reply& reply, const api_error& e, const std::string& reason) {
   if (metrics_) metrics_->request_refused.with({reason}).add();
-  reply.send(e.status, json_type, error_body(e));
+  // A client told it is too busy retries after a second (OpenAI's SDKs read Retry-After).
+  std::vector<http_header> headers;
+  if (e.status == 429 || e.status == 503) headers.push_back({"Retry-After", "1"});
+  reply.send(e.status, json_type, error_body(e), headers);
 }
 
 namespace {
@@ -166,7 +171,6 @@ bool service::authorized(const http_request& req, http_reply& reply) {
 
 std::optional<completion_request> service::accept(endpoint kind, const http_request& req, http_reply& reply,
                                                   const cluster_view& view) {
-  if (req.method != "POST") return refuse(reply, make_error(405, "use POST"), "method"), std::nullopt;
   if (draining_)
     return refuse(reply, make_error(503, "the server is shutting down", "server_error"), "draining"), std::nullopt;
   if (!authorized(req, reply)) return std::nullopt;

@@ -1,5 +1,6 @@
 // illm-gpu-bench [--quick] [--layers N] [--device N] [--json FILE]: the figures of gpu/bench/gpu_bench.hpp
-// as tables on stdout (and as JSON in FILE); progress on stderr. Exits 77 when there is no CUDA device.
+// as tables on stdout (and as JSON in FILE); progress on stderr. Exits 77 when there is no CUDA device, and 1
+// when a part did not run (every part is asked for) or the runtime part failed its checks.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,7 +51,15 @@ int main(int argc, char** argv) {
     }
   }
   const cuda::runtime_figure& runtime = result->runtime;
-  if (runtime.measured && !runtime.passed()) {
+  if (!runtime.measured || result->attention.empty() || result->decode.empty() || result->dist.empty()) {
+    std::fprintf(stderr, "illm-gpu-bench: a part did not run (attention %zu points, distributed %zu, decode %zu, "
+                         "runtime %s); notes:\n",
+                 result->attention.size(), result->dist.size(), result->decode.size(),
+                 runtime.measured ? "measured" : "not measured");
+    for (const std::string& note : result->notes) std::fprintf(stderr, "  %s\n", note.c_str());
+    return 1;
+  }
+  if (!runtime.passed()) {
     std::fprintf(stderr, "illm-gpu-bench: the runtime over device pools %s\n",
                  runtime.moves_intact ? "gave other ids than one pool" : "changed blocks it moved");
     return 1;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -238,6 +239,11 @@ status cuda_backend::download_blocks(void* host_dst, const void* src_base, const
                                                static_cast<const char*>(src_base) + size_t(src_ids[i]) * block_bytes,
                                                block_bytes, cudaMemcpyDeviceToHost, stream_),
                                "download_blocks"));
+  // A test switch (ILLM_CUDA_TEST_DROP_STAGING_WAIT set): return before the copies land, as code that forgot the
+  // wait would. The CUDA emulation's asynchronous streams make the moves it stages fail their checksums
+  // (a CTest entry that must fail shows it); never set in a service.
+  static const bool drop_wait = std::getenv("ILLM_CUDA_TEST_DROP_STAGING_WAIT") != nullptr;
+  if (drop_wait) return status::ok();
   return check(cudaStreamSynchronize(stream_), "download_blocks");
 }
 

@@ -9,7 +9,11 @@ exits saying it reached no gManager; so no view names it and no block moves to i
 stranger's certificate cannot read the view (`illm generate --gmanager` fails), and `illm serve --gmanager`
 with the front end's certificate counts both members at /health. Every process started here is gone at the end.
 
-Usage: test_tls.py ILLM [SOURCE_DIR]"""
+TLS needs no UCX: with --no-ucx (a build without it, which has no instance processes) the same checks run on what
+needs no data plane: the refusals at start, the gManager over TLS, a front end with the cluster's certificate
+that reaches it and clients with the stranger's certificate, or none, that cannot.
+
+Usage: test_tls.py ILLM [SOURCE_DIR] [--no-ucx]"""
 
 import os
 import re
@@ -45,8 +49,42 @@ def refused_at_start(illm, *args, expect):
     print(f"  refused at start: {done.stdout.strip().splitlines()[-1]}", flush=True)
 
 
+def client_reaches(illm, at, certs, prompt):
+    """What `illm generate --gmanager AT` with `certs` says on a cluster without instances: it reaches the gManager
+    (and is told no instance takes requests), or it cannot."""
+    done = subprocess.run([illm, "generate", "--prompt-file", prompt, "--max-tokens", "2", "--gmanager", at, *certs],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=RUN_S)
+    assert done.returncode != 0, done.stdout
+    if re.search(r"no instance that takes requests", done.stdout):
+        return True
+    assert re.search(r"cannot reach a gManager", done.stdout), done.stdout
+    return False
+
+
+def without_ucx(illm, certs, stranger, port, work):
+    """What TLS alone does: the gManager over TLS, and clients with and without the cluster's certificate."""
+    prompt = f"{work}/prompt.txt"
+    with open(prompt, "w") as f:
+        f.write("Once upon a time")
+    procs = ProcGroup(illm)
+    procs.files.append(prompt)
+    at = f"127.0.0.1:{port}"
+    with procs.running():
+        gm = procs.start("gmanager", "gmanager", "--listen", at, *tls(certs, "gmanager"))
+        wait_until(lambda: gm.has(r"listening on") or gm.gone(), 60, "the gManager to listen")
+        assert gm.has(r"control plane over mutual TLS"), gm.output()
+        assert client_reaches(illm, at, tls(certs, "serve"), prompt), "the client did not reach the gManager"
+        print("illm generate --gmanager with the cluster's certificate reached the gManager over TLS (and was told "
+              "no instance takes requests)", flush=True)
+        assert not client_reaches(illm, at, tls(stranger, "instance9"), prompt), "a stranger reached it"
+        assert not client_reaches(illm, at, [], prompt), "a client without TLS reached it"
+        print("  one with the stranger's certificate, and one without TLS, could not reach it", flush=True)
+        procs.stop_last(gm, EXIT_S)
+
+
 def main():
     illm, source = sys.argv[1], sys.argv[2]
+    no_ucx = "--no-ucx" in sys.argv[3:]
     work = tempfile.mkdtemp(prefix="illm-tls-")
     certs, stranger = f"{work}/certs", f"{work}/stranger"
     make_certs(source, certs, "gmanager", "instance0", "instance1", "serve")
@@ -66,6 +104,11 @@ def main():
     refused_at_start(illm, "gmanager", "--listen", f"127.0.0.1:{port}", "--tls-ca", f"{work}/missing.pem",
                      "--tls-cert", f"{certs}/gmanager.pem", "--tls-key", f"{certs}/gmanager.key",
                      expect=r"--tls-ca .*missing\.pem: cannot read it")
+    if no_ucx:
+        without_ucx(illm, certs, stranger, port, work)
+        shutil.rmtree(work, ignore_errors=True)
+        print("ok")
+        return
 
     prompt = f"{work}/prompt.txt"
     with open(prompt, "w") as f:

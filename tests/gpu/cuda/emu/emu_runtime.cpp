@@ -1,5 +1,6 @@
 // The CPU emulation of CUDA (see emu_runtime.hpp): device memory as mappings that are inaccessible
-// outside kernels and copies, thread blocks as fibers switched at barriers, cuBLAS's GemmEx in double.
+// outside kernels and copies, thread blocks as fibers switched at barriers, streams as threads that run their
+// work in order after seeded random delays, cuBLAS's GemmEx in double.
 #include "emu_runtime.hpp"
 
 #include <sys/mman.h>
@@ -7,13 +8,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
 #if !defined(__x86_64__)
@@ -92,6 +96,103 @@ cudaError_t set_error(cudaError_t e) {
   if (e != cudaSuccess) last_error = e;
   return e;
 }
+
+// ---- Streams ---------------------------------------------------------------------------------------
+
+/// A stream: a thread that runs the stream's work in order, each piece after a random delay, under the
+/// emulation's lock (one piece of work at a time in the whole emulation, as one device would run them).
+struct emu_stream {
+  int device = 0;
+  std::mt19937_64 random;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::function<void()>> queue;  // under mutex
+  bool busy = false;                        // a piece taken from the queue has not finished (under mutex)
+  bool stopping = false;
+  std::thread thread;
+};
+
+struct stream_registry {
+  std::mutex mutex;
+  std::set<emu_stream*> streams;
+  uint64_t seed = 1;
+  unsigned max_delay_us = 200;
+  uint64_t made = 0;
+  stream_registry() {
+    if (const char* s = std::getenv("ILLM_EMU_SEED")) seed = std::strtoull(s, nullptr, 10);
+    if (const char* d = std::getenv("ILLM_EMU_MAX_DELAY_US")) max_delay_us = unsigned(std::strtoul(d, nullptr, 10));
+  }
+};
+
+stream_registry& registry() {
+  static stream_registry r;
+  return r;
+}
+
+emu_stream* as_stream(cudaStream_t s) { return reinterpret_cast<emu_stream*>(s); }
+
+void run_stream(emu_stream* s, unsigned max_delay_us) {
+  current_device = s->device;
+  std::unique_lock lock(s->mutex);
+  for (;;) {
+    s->changed.wait(lock, [&] { return s->stopping || !s->queue.empty(); });
+    if (s->queue.empty()) return;  // stopping, and every piece of work ran
+    std::function<void()> work = std::move(s->queue.front());
+    s->queue.pop_front();
+    s->busy = true;
+    const uint64_t delay_us = max_delay_us ? s->random() % (uint64_t(max_delay_us) + 1) : 0;
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    {
+      const std::lock_guard api(api_mutex());
+      work();
+    }
+    lock.lock();
+    s->busy = false;
+    s->changed.notify_all();
+  }
+}
+
+/// Runs `work` on `stream` after the work queued there before; on the default stream (null), now. The caller
+/// must not hold the emulation's lock while it waits for a stream (drain), as the stream's thread takes it.
+void enqueue(cudaStream_t stream, std::function<void()> work) {
+  if (!stream) {
+    const std::lock_guard api(api_mutex());
+    work();
+    return;
+  }
+  emu_stream* s = as_stream(stream);
+  const std::lock_guard lock(s->mutex);
+  s->queue.push_back(std::move(work));
+  s->changed.notify_all();
+}
+
+/// Waits until every piece of work queued on `s` has run.
+void drain(emu_stream* s) {
+  std::unique_lock lock(s->mutex);
+  s->changed.wait(lock, [&] { return s->queue.empty() && !s->busy; });
+}
+
+/// Waits for every stream of `device` (-1: of every device).
+void drain_device(int device) {
+  std::vector<emu_stream*> streams;
+  {
+    const std::lock_guard lock(registry().mutex);
+    for (emu_stream* s : registry().streams)
+      if (device < 0 || s->device == device) streams.push_back(s);
+  }
+  for (emu_stream* s : streams) drain(s);
+}
+
+/// An event: the times it was recorded and those whose record has run, and when the last ran.
+struct emu_event {
+  std::mutex mutex;
+  std::condition_variable changed;
+  uint64_t recorded = 0, completed = 0;
+  std::chrono::steady_clock::time_point at{};
+};
+
+emu_event* as_event(cudaEvent_t e) { return reinterpret_cast<emu_event*>(e); }
 
 // ---- Fibers ----------------------------------------------------------------------------------------
 
@@ -286,10 +387,6 @@ void run_block(dim3 block_idx, dim3 grid, dim3 block) {
   }
 }
 
-std::chrono::steady_clock::time_point& event_time(cudaEvent_t e) {
-  return *reinterpret_cast<std::chrono::steady_clock::time_point*>(e);
-}
-
 }  // namespace
 
 // ---- The device language ----------------------------------------------------------------------------
@@ -387,6 +484,12 @@ cudaError_t cudaPeekAtLastError() { return last_error; }
 
 void set_device_count(int n) { device_count = n; }
 
+void set_stream_delay(uint64_t seed, unsigned max_delay_us) {
+  const std::lock_guard lock(registry().mutex);
+  registry().seed = seed;
+  registry().max_delay_us = max_delay_us;
+}
+
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = device_count;
   return device_count > 0 ? cudaSuccess : set_error(cudaErrorInsufficientDriver);
@@ -405,7 +508,7 @@ cudaError_t cudaGetDevice(int* device) {
 
 void check_stream(cudaStream_t stream, const char* what) {
   if (!stream) return;
-  const int device = *reinterpret_cast<const int*>(stream);
+  const int device = as_stream(stream)->device;
   if (device != current_device)
     fail(std::string(what) + ": a stream of device " + std::to_string(device) + " used while device " +
          std::to_string(current_device) + " is current on this thread");
@@ -450,8 +553,9 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 
 cudaError_t cudaFree(void* p) {
-  const std::lock_guard lock(api_mutex());
   if (!p) return cudaSuccess;
+  drain_device(-1);  // as CUDA's, it waits for the work queued before
+  const std::lock_guard lock(api_mutex());
   auto it = device_allocations().find(reinterpret_cast<uintptr_t>(p));
   if (it == device_allocations().end()) return set_error(cudaErrorInvalidValue);
   munmap(p, it->second.mapped);
@@ -468,8 +572,9 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
 }
 
 cudaError_t cudaFreeHost(void* p) {
-  const std::lock_guard lock(api_mutex());
   if (!p) return cudaSuccess;
+  drain_device(-1);
+  const std::lock_guard lock(api_mutex());
   if (pinned_allocations().erase(reinterpret_cast<uintptr_t>(p)) == 0) return set_error(cudaErrorInvalidValue);
   std::free(p);
   return cudaSuccess;
@@ -486,9 +591,11 @@ bool is_device(const void* p, size_t bytes) {
   return within(device_allocations(), p, bytes == 0 ? 1 : bytes, allocation_bytes);
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+namespace {
+
+/// Stops when the pointers do not fit the copy's kind or touch another device's memory.
+void check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
   const std::lock_guard lock(api_mutex());
-  if (bytes == 0) return cudaSuccess;
   const bool dst_device = is_device(dst, bytes), src_device = is_device(src, bytes);
   bool ok = false;
   switch (kind) {
@@ -498,11 +605,21 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
     case cudaMemcpyHostToHost: ok = !is_device(dst, 1) && !is_device(src, 1); break;
     case cudaMemcpyDefault: ok = (dst_device || !is_device(dst, 1)) && (src_device || !is_device(src, 1)); break;
   }
-  if (!ok) fail("cudaMemcpy: pointers do not match the copy's kind or run past an allocation");
+  if (!ok) fail(std::string(what) + ": pointers do not match the copy's kind or run past an allocation");
   for (const void* p : {static_cast<const void*>(dst), src})
     if (is_device(p, 1) && device_of(p) != current_device)
-      fail("cudaMemcpy: memory of device " + std::to_string(device_of(p)) + " while device " +
+      fail(std::string(what) + ": memory of device " + std::to_string(device_of(p)) + " while device " +
            std::to_string(current_device) + " is current (no peer access)");
+}
+
+bool pageable(const void* p, size_t bytes) { return !is_device(p, 1) && !is_pinned(p, bytes); }
+
+}  // namespace
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  check_copy(dst, src, bytes, kind, "cudaMemcpy");
+  const std::lock_guard lock(api_mutex());
   access_scope scope;
   std::memmove(dst, src, bytes);
   return cudaSuccess;
@@ -510,7 +627,23 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   check_stream(stream, "cudaMemcpyAsync");
-  return cudaMemcpy(dst, src, bytes, kind);
+  if (!stream) return cudaMemcpy(dst, src, bytes, kind);
+  if (bytes == 0) return cudaSuccess;
+  check_copy(dst, src, bytes, kind, "cudaMemcpyAsync");
+  if (pageable(src, bytes)) {  // CUDA stages pageable memory before it returns: the caller may reuse it at once
+    auto taken = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+    enqueue(stream, [dst, taken] {
+      access_scope scope;
+      std::memcpy(dst, taken->data(), taken->size());
+    });
+  } else {
+    enqueue(stream, [dst, src, bytes] {
+      access_scope scope;
+      std::memmove(dst, src, bytes);
+    });
+  }
+  if (pageable(dst, bytes)) drain(as_stream(stream));  // into pageable memory CUDA returns once it is done
+  return cudaSuccess;
 }
 
 cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer) {
@@ -529,22 +662,29 @@ cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned) {
 
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device, size_t bytes,
                                 cudaStream_t stream) {
-  const std::lock_guard lock(api_mutex());
   check_stream(stream, "cudaMemcpyPeerAsync");
   if (bytes == 0) return cudaSuccess;
-  if (!is_device(dst, bytes) || !is_device(src, bytes) || device_of(dst) != dst_device || device_of(src) != src_device)
-    fail("cudaMemcpyPeerAsync: the pointers are not memory of the devices named, or run past an allocation");
-  access_scope scope;
-  std::memmove(dst, src, bytes);
+  {
+    const std::lock_guard lock(api_mutex());
+    if (!is_device(dst, bytes) || !is_device(src, bytes) || device_of(dst) != dst_device ||
+        device_of(src) != src_device)
+      fail("cudaMemcpyPeerAsync: the pointers are not memory of the devices named, or run past an allocation");
+  }
+  enqueue(stream, [dst, src, bytes] {
+    access_scope scope;
+    std::memmove(dst, src, bytes);
+  });
   return cudaSuccess;
 }
 
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
-  const std::lock_guard lock(api_mutex());
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
+  check_stream(stream, "cudaMemsetAsync");
   if (bytes == 0) return cudaSuccess;
   if (!is_device(p, bytes)) fail("cudaMemset outside device memory");
-  access_scope scope;
-  std::memset(p, value, bytes);
+  enqueue(stream, [p, value, bytes] {
+    access_scope scope;
+    std::memset(p, value, bytes);
+  });
   return cudaSuccess;
 }
 
@@ -563,39 +703,98 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
-  *stream = reinterpret_cast<cudaStream_t>(new int(current_device));  // a stream belongs to the current device
+  auto* s = new emu_stream;
+  s->device = current_device;  // a stream belongs to the current device
+  unsigned max_delay_us = 0;
+  {
+    stream_registry& r = registry();
+    const std::lock_guard lock(r.mutex);
+    s->random.seed(r.seed * 0x9e3779b97f4a7c15ULL + ++r.made);
+    max_delay_us = r.max_delay_us;
+    r.streams.insert(s);
+  }
+  s->thread = std::thread(run_stream, s, max_delay_us);
+  *stream = reinterpret_cast<cudaStream_t>(s);
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  delete reinterpret_cast<int*>(stream);
+  emu_stream* s = as_stream(stream);
+  if (!s) return set_error(cudaErrorInvalidValue);
+  {
+    const std::lock_guard lock(registry().mutex);
+    registry().streams.erase(s);
+  }
+  {
+    const std::lock_guard lock(s->mutex);
+    s->stopping = true;  // the work queued still runs, as CUDA's does
+    s->changed.notify_all();
+  }
+  s->thread.join();
+  delete s;
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (stream) drain(as_stream(stream));
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  drain_device(current_device);
+  return cudaSuccess;
+}
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
-  *event = reinterpret_cast<cudaEvent_t>(new std::chrono::steady_clock::time_point());
+  *event = reinterpret_cast<cudaEvent_t>(new emu_event);
   return cudaSuccess;
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete &event_time(event);
+  delete as_event(event);
   return cudaSuccess;
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  event_time(event) = std::chrono::steady_clock::now();
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  check_stream(stream, "cudaEventRecord");
+  emu_event* e = as_event(event);
+  uint64_t nth = 0;
+  {
+    const std::lock_guard lock(e->mutex);
+    nth = ++e->recorded;
+  }
+  auto reached = [e, nth] {  // the event completes when the stream reaches it
+    const std::lock_guard lock(e->mutex);
+    e->completed = std::max(e->completed, nth);
+    e->at = std::chrono::steady_clock::now();
+    e->changed.notify_all();
+  };
+  if (stream) enqueue(stream, reached);
+  else reached();
   return cudaSuccess;
 }
 
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  emu_event* e = as_event(event);
+  std::unique_lock lock(e->mutex);
+  const uint64_t last = e->recorded;
+  e->changed.wait(lock, [&] { return e->completed >= last; });
+  return cudaSuccess;
+}
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  *ms = std::chrono::duration<float, std::milli>(event_time(end) - event_time(start)).count();
+  std::chrono::steady_clock::time_point from, to;
+  {
+    const std::lock_guard lock(as_event(start)->mutex);
+    from = as_event(start)->at;
+  }
+  {
+    const std::lock_guard lock(as_event(end)->mutex);
+    to = as_event(end)->at;
+  }
+  *ms = std::chrono::duration<float, std::milli>(to - from).count();
   return cudaSuccess;
 }
 
@@ -612,18 +811,11 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const voi
   return cudaSuccess;
 }
 
-cudaError_t run_grid(const void* func, dim3 grid, dim3 block, size_t shared_bytes,
-                     const std::function<void()>& body) {
-  const std::lock_guard lock(api_mutex());
-  if (block.y != 1 || block.z != 1 || block.x == 0 || block.x > max_threads || block.x % 32 != 0)
-    fail("the emulation takes one-dimensional blocks of a multiple of 32 threads, at most 1024");
-  if (grid.y > 65535 || grid.z > 65535) return set_error(cudaErrorInvalidConfiguration);
-  const auto limit = shared_limits().find(func);
-  const size_t allowed = limit != shared_limits().end() ? size_t(limit->second) : size_t(48) << 10;
-  if (shared_bytes > std::max<size_t>(allowed, size_t(48) << 10))
-    fail("a launch asks for more dynamic shared memory than cudaFuncSetAttribute allowed");
+namespace {
+
+/// Runs `body` as every thread of every block of the grid, one block at a time (under the emulation's lock).
+void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& body) {
   block_runner& r = runner();
-  if (r.current) fail("a launch from inside a kernel");
   r.shared.assign(shared_bytes + 16, 0xff);
   r.shared_bytes = shared_bytes;
   r.slots.assign(size_t(block.x / 32) * 2 * 32, 0);
@@ -633,6 +825,24 @@ cudaError_t run_grid(const void* func, dim3 grid, dim3 block, size_t shared_byte
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) run_block(dim3(x, y, z), grid, block);
+}
+
+}  // namespace
+
+cudaError_t launch_grid(const void* func, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                        std::function<void()> body) {
+  {
+    const std::lock_guard lock(api_mutex());
+    if (block.y != 1 || block.z != 1 || block.x == 0 || block.x > max_threads || block.x % 32 != 0)
+      fail("the emulation takes one-dimensional blocks of a multiple of 32 threads, at most 1024");
+    if (grid.y > 65535 || grid.z > 65535) return set_error(cudaErrorInvalidConfiguration);
+    const auto limit = shared_limits().find(func);
+    const size_t allowed = limit != shared_limits().end() ? size_t(limit->second) : size_t(48) << 10;
+    if (shared_bytes > std::max<size_t>(allowed, size_t(48) << 10))
+      fail("a launch asks for more dynamic shared memory than cudaFuncSetAttribute allowed");
+    if (runner().current) fail("a launch from inside a kernel");
+  }
+  enqueue(stream, [grid, block, shared_bytes, body = std::move(body)] { run_grid(grid, block, shared_bytes, body); });
   return cudaSuccess;
 }
 
@@ -659,18 +869,25 @@ bool device_matrix(const void* p, cudaDataType_t type, int rows, int cols, int l
 
 }  // namespace
 
+/// A cuBLAS handle: the stream its work goes to.
+struct emu_blas {
+  cudaStream_t stream = nullptr;
+};
+
 cublasStatus_t cublasCreate(cublasHandle_t* handle) {
-  *handle = reinterpret_cast<cublasHandle_t>(new char(0));
+  *handle = reinterpret_cast<cublasHandle_t>(new emu_blas);
   return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasDestroy(cublasHandle_t handle) {
-  delete reinterpret_cast<char*>(handle);
+  delete reinterpret_cast<emu_blas*>(handle);
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t) {
-  return handle ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  reinterpret_cast<emu_blas*>(handle)->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t) {
@@ -681,8 +898,9 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
                             int k, const void* alpha, const void* A, cudaDataType_t a_type, int lda, const void* B,
                             cudaDataType_t b_type, int ldb, const void* beta, void* C, cudaDataType_t c_type, int ldc,
                             cublasComputeType_t compute, cublasGemmAlgo_t) {
-  const std::lock_guard lock(api_mutex());
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  const cudaStream_t stream = reinterpret_cast<emu_blas*>(handle)->stream;
+  check_stream(stream, "cublasGemmEx");
   if (m < 0 || n < 0 || k < 0 || lda < std::max(1, transa == CUBLAS_OP_N ? m : k) ||
       ldb < std::max(1, transb == CUBLAS_OP_N ? k : n) || ldc < std::max(1, m))
     return CUBLAS_STATUS_INVALID_VALUE;
@@ -691,20 +909,22 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
   const bool a_ok = transa == CUBLAS_OP_N ? device_matrix(A, a_type, m, k, lda) : device_matrix(A, a_type, k, m, lda);
   const bool b_ok = transb == CUBLAS_OP_N ? device_matrix(B, b_type, k, n, ldb) : device_matrix(B, b_type, n, k, ldb);
   if (!a_ok || !b_ok || !device_matrix(C, c_type, m, n, ldc)) fail("cublasGemmEx: a matrix is not device memory");
-  const double a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
-  access_scope scope;
-  auto* c = static_cast<float*>(C);
-  for (int j = 0; j < n; ++j)
-    for (int i = 0; i < m; ++i) {
-      double sum = 0;
-      for (int l = 0; l < k; ++l) {
-        const size_t ai = transa == CUBLAS_OP_N ? size_t(i) + size_t(l) * lda : size_t(l) + size_t(i) * lda;
-        const size_t bi = transb == CUBLAS_OP_N ? size_t(l) + size_t(j) * ldb : size_t(j) + size_t(l) * ldb;
-        sum += element(A, a_type, ai) * element(B, b_type, bi);
+  const double a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);  // read when called
+  enqueue(stream, [=] {
+    access_scope scope;
+    auto* c = static_cast<float*>(C);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        double sum = 0;
+        for (int l = 0; l < k; ++l) {
+          const size_t ai = transa == CUBLAS_OP_N ? size_t(i) + size_t(l) * lda : size_t(l) + size_t(i) * lda;
+          const size_t bi = transb == CUBLAS_OP_N ? size_t(l) + size_t(j) * ldb : size_t(j) + size_t(l) * ldb;
+          sum += element(A, a_type, ai) * element(B, b_type, bi);
+        }
+        float& out = c[size_t(i) + size_t(j) * ldc];
+        out = float(a * sum + (b == 0 ? 0.0 : b * out));  // beta 0: C is not read (it may hold NaN)
       }
-      float& out = c[size_t(i) + size_t(j) * ldc];
-      out = float(a * sum + (b == 0 ? 0.0 : b * out));  // beta 0: C is not read (it may hold NaN)
-    }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 

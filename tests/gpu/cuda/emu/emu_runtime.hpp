@@ -7,6 +7,16 @@
 // copy read before its wait, device memory touched by host code (it is mapped inaccessible outside
 // kernels and copies), a host pointer given to a copy or a GEMM as device memory.
 //
+// Streams run asynchronously, as on a GPU: each stream has a thread of its own that runs the stream's work in
+// order (launches, copies, GEMMs, event records), each piece after a random delay drawn from a seed
+// (set_stream_delay: ILLM_EMU_SEED and ILLM_EMU_MAX_DELAY_US), one piece at a time in the whole emulation;
+// cudaStreamSynchronize, cudaDeviceSynchronize and cudaEventSynchronize wait for that work, and cudaFree waits
+// for every stream, as CUDA's does. Host code that reads a result before its wait reads what was there before
+// (a pinned buffer's old bytes): missing synchronisation shows as wrong data. Copies from pageable host memory
+// take their bytes when called, and copies into it return once done, as CUDA's do. Work on the default stream
+// (a null stream) runs at once on the caller's thread. Device memory is open to the whole process while any
+// piece of work runs (mprotect is per process): host code racing a kernel is not caught then.
+//
 // The sources see it through the stub headers in include/ (cuda_runtime.h, cublas_v2.h, ...), with
 // ILLM_CUDA_EMULATION=1. Names live in namespace illm_emu, brought in by a using-directive, so that a
 // binary may also link the real CUDA runtime.
@@ -168,6 +178,9 @@ struct cudaDeviceProp {
 
 /// How many devices the emulation reports (1 by default; 0 imitates a machine without a GPU).
 void set_device_count(int n);
+/// The seed of the streams' random delays and their bound in microseconds (defaults: $ILLM_EMU_SEED or 1, and
+/// $ILLM_EMU_MAX_DELAY_US or 200); streams made afterwards draw from it.
+void set_stream_delay(uint64_t seed, unsigned max_delay_us);
 
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
@@ -207,10 +220,11 @@ void check_stream(cudaStream_t stream, const char* what);
 /// The device whose memory `p` is (device memory only).
 int device_of(const void* p);
 
-/// Runs `body` as every thread of every block of the grid (one block at a time) with device memory
-/// accessible; checks the launch (block shape, the shared memory that cudaFuncSetAttribute allowed
-/// `func`) as a GPU would.
-cudaError_t run_grid(const void* func, dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& body);
+/// Checks a launch (block shape, the shared memory that cudaFuncSetAttribute allowed `func`) as a GPU would,
+/// then queues `body` on `stream` to run as every thread of every block of the grid (one block at a time) with
+/// device memory accessible.
+cudaError_t launch_grid(const void* func, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                        std::function<void()> body);
 
 /// True when [p, p + bytes) lies in one device allocation.
 bool is_device(const void* p, size_t bytes);
@@ -290,7 +304,6 @@ template <class... Params>
 cudaError_t emu_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                        Params... args) {
   illm_emu::check_stream(stream, "a kernel launch");
-  const std::tuple<Params...> saved(args...);
-  return illm_emu::run_grid(reinterpret_cast<const void*>(kernel), grid, block, shared_bytes,
-                            [&] { std::apply(kernel, saved); });
+  return illm_emu::launch_grid(reinterpret_cast<const void*>(kernel), grid, block, shared_bytes, stream,
+                               [kernel, saved = std::tuple<Params...>(args...)] { std::apply(kernel, saved); });
 }

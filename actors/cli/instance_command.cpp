@@ -1,12 +1,10 @@
-// `illm gmanager` and `illm instance --join`: the cluster as separate processes. The gManager is published
-// on a TCP port by CAF's io middleman; each instance process builds one instance (as the embedded cluster
-// builds each of its own) on a UCX data plane, reaches a gManager of its --join list (gmanager_link) and
-// joins it with the ordinary join message, so that its heartbeats, and the gManager's monitor on its
-// rManager, cross the network. Each instance process listens on its own control port too (carried in the
-// view), and the other processes link to it directly (control_links): no message between instances or from
-// a front end passes through the gManager's process. The gManager is soft state: when it is gone the
-// instance serves on from its last view and its link reaches a gManager again, which it then joins.
-// Membership changes are logged one line each on stderr.
+// `illm instance --join`: one instance of a cluster of processes. It builds one instance (as the embedded
+// cluster builds each of its own) on a UCX data plane, reaches a gManager of its --join list (gmanager_link) and
+// joins it with the ordinary join message, so that its heartbeats, and the gManager's monitor on its rManager,
+// cross the network. It listens on its own control port too (carried in the view), and the other processes link
+// to it directly (control_links): no message between instances or from a front end passes through the
+// gManager's process. The gManager is soft state: when it is gone the instance serves on from its last view
+// and its link reaches a gManager again, which it then joins.
 //
 // Data planes: each instance sends its UCX worker address with its join; the gManager's view carries it, and
 // each rManager connects its plane to every peer of the view it is not connected to yet (peer id = instance
@@ -50,153 +48,11 @@
 #include "actors/placement/simple_policy.hpp"
 #include "gpu/model_files.hpp"
 #include "transport/registry.hpp"
+#include "actors/cli/process_options.hpp"
 
 namespace illm::cli {
 
 namespace {
-
-template <class... Args>
-void log(fmt::format_string<Args...> format, Args&&... args) {
-  fmt::print(stderr, "{}\n", fmt::format(format, std::forward<Args>(args)...));
-  std::fflush(stderr);
-}
-
-/// Fails (status 2) when `host` may not be listened on under `s`.
-void check_listen(const actors::control_security& s, const std::string& host, const std::string& what) {
-  if (gpu::status ok = actors::check_listen_host(s, host, what); !ok.is_ok()) fail(ok.message(), 2);
-}
-
-// ---- /metrics of a gManager or instance process ----------------------------------------------------------
-
-/// A process's metrics: its runtime metrics on a registry, served at /metrics on --metrics-listen (no
-/// metrics, and no server, without it).
-struct metrics_endpoint {
-  std::shared_ptr<actors::metrics::registry> registry;
-  std::shared_ptr<actors::metrics::runtime_metrics> metrics;
-  std::unique_ptr<actors::frontend::http_server> server;
-};
-
-/// Serves `who`'s metrics (names under `prefix`) on `listen` (HOST:PORT, port 0: any free one), logged.
-metrics_endpoint start_metrics(const std::string& listen, const std::string& prefix, const std::string& who) {
-  metrics_endpoint out;
-  if (listen.empty()) return out;
-  const host_port at = parse_host_port(listen, "--metrics-listen", true);
-  out.registry = std::make_shared<actors::metrics::registry>();
-  out.metrics = std::make_shared<actors::metrics::runtime_metrics>(*out.registry, prefix);
-  out.server = std::make_unique<actors::frontend::http_server>();
-  out.server->route("/metrics", [registry = out.registry](const actors::frontend::http_request&,
-                                                          actors::frontend::http_reply& reply) {
-    reply.send(200, "text/plain; version=0.0.4; charset=utf-8", registry->expose());
-  });
-  if (gpu::status s = out.server->start(at.host, at.port, 2, 4096); !s.is_ok())
-    fail(fmt::format("--metrics-listen {}: {}", listen, s.message()), 2);
-  log("{}: metrics on http://{}:{}/metrics", who, at.host, out.server->port());
-  return out;
-}
-
-/// Adds --metrics-listen and --metrics-prefix to `cmd`.
-void add_metrics_options(CLI::App* cmd, std::string& listen, std::string& prefix) {
-  cmd->add_option("--metrics-listen", listen,
-                  "HOST:PORT to serve Prometheus metrics on, at /metrics (port 0: any free one; default: none)");
-  cmd->add_option("--metrics-prefix", prefix, "Metric name prefix: illm: (default) or illm_")
-      ->check(CLI::IsMember({"illm:", "illm_"}));
-}
-
-// ---- illm gmanager ---------------------------------------------------------------------------------------
-
-struct gmanager_flags {
-  std::string listen;
-  actors::control_security security;
-  std::string metrics_listen, metrics_prefix = "illm:";
-  std::string profile;  // the greedy policy's; empty: the simple policy
-  std::string faults;   // the fault plan it injects (order.*, crash=after_order); empty: none
-  actors::gmanager_settings gmanager;
-};
-
-std::string ids(const std::vector<actors::request_id>& v) {
-  return fmt::format("[{}]", fmt::join(v, ", "));
-}
-
-void run_gmanager(const gmanager_flags& flags) {
-  if (flags.listen.empty()) fail("--listen is required (as a flag or in --config)", 2);
-  const host_port at = parse_host_port(flags.listen, "--listen", true);
-  check_listen(flags.security, at.host, "--listen");
-  check_tls_options(flags.security, "illm gmanager");
-  const actors::faults::fault_plan plan = fault_plan_of(flags.faults, actors::faults::fault_role::gmanager);
-  const sigset_t stop_signals = block_stop_signals();
-  auto cfg = actors::networked_config();
-  caf::actor_system sys{*cfg};
-  auto tls = actors::start_control_plane(sys, flags.security, "illm gmanager");
-  if (!tls.is_ok()) fail(tls.error().message(), 2);
-
-  metrics_endpoint endpoint = start_metrics(flags.metrics_listen, flags.metrics_prefix, "illm gmanager");
-  auto members = std::make_shared<std::atomic<int>>(0);
-  actors::gmanager_config g;
-  g.metrics = endpoint.metrics;
-  announce_faults(plan, "illm gmanager");
-  if (plan.in_actors()) g.faults = std::make_shared<actors::faults::control_faults>(plan);
-  if (endpoint.registry)
-    add_faults_metric(*endpoint.registry, flags.metrics_prefix, [faults = g.faults] {
-      return faults ? faults->injected() : actors::faults::fault_counts{};
-    });
-  g.policy_period = std::chrono::milliseconds(flags.gmanager.policy_period_ms);
-  g.heartbeat_timeout = std::chrono::milliseconds(flags.gmanager.heartbeat_timeout_ms);
-  g.dead_after = std::chrono::milliseconds(flags.gmanager.dead_after_ms);
-  std::string placement = "simple";
-  g.policy = actors::placement::policy(actors::placement::simple_policy);
-  if (!flags.profile.empty()) {
-    auto loaded = actors::placement::profile_from_file(flags.profile);
-    if (!loaded.is_ok()) fail(loaded.error().message(), 2);
-    placement = fmt::format("greedy on {}", loaded->name);
-    g.policy = actors::placement::greedy_policy(std::move(loaded).value());
-  }
-  g.on_membership = [members](const actors::membership_event& e) {
-    using kind = actors::membership_event::kind;
-    if (e.what == kind::joined) ++*members;
-    if (e.what == kind::left || e.what == kind::down) --*members;
-    if (e.what == kind::down)
-      log("illm gmanager: instance {} down ({}): lost {} requests it owned {}, and hosted blocks of {} requests {} "
-          "(members: {})",
-          e.inst_id, e.reason, e.lost_requests.size(), ids(e.lost_requests), e.lost_hosted.size(), ids(e.lost_hosted),
-          members->load());
-    else
-      log("illm gmanager: instance {} {} (members: {})", e.inst_id, actors::to_string(e.what), members->load());
-  };
-  g.on_move = [](const actors::move_report& r) {
-    if (r.ok)
-      log("illm gmanager: move {} of request {}: instance {} -> {}, {} blocks ({})", r.id, r.req_id, r.src_inst,
-          r.dst_inst, r.blocks,
-          r.computed         ? "prefilled there"
-          : r.self_initiated ? "loan"
-                             : "order");
-    else
-      log("illm gmanager: move {} of request {}: instance {} -> {} failed: {}", r.id, r.req_id, r.src_inst, r.dst_inst,
-          r.reason);
-  };
-  actors::gmanager_actor gm = actors::spawn_gmanager(sys, g);
-  auto port = actors::publish_control(sys, caf::actor_cast<caf::strong_actor_ptr>(gm), sys.message_types(gm), at.port,
-                                      at.host);
-  if (!port) {
-    caf::anon_send_exit(gm, caf::exit_reason::user_shutdown);
-    const std::string why = sys.render(port.error());
-    gm = actors::gmanager_actor{};
-    sys.await_all_actors_done();
-    fail(fmt::format("cannot listen on {}:{}: {}", at.host, at.port, why));
-  }
-  log("illm gmanager: listening on {}:{} ({} placement every {} ms, heartbeat timeout {} ms)", at.host, *port,
-      placement, flags.gmanager.policy_period_ms, flags.gmanager.heartbeat_timeout_ms);
-
-  std::atomic<bool> never{false};
-  const int signal = wait_for_stop_signal(stop_signals, never);
-  log("illm gmanager: {} received: stopping ({} members)", stop_signal_name(signal), members->load());
-  caf::anon_send(actors::control_connector(sys), caf::close_atom::value, *port);
-  caf::anon_send_exit(gm, caf::exit_reason::user_shutdown);
-  gm = actors::gmanager_actor{};
-  sys.await_all_actors_done();
-  log("illm gmanager: stopped");
-}
-
-// ---- illm instance --join --------------------------------------------------------------------------------
 
 struct instance_flags {
   std::string join;
@@ -571,110 +427,7 @@ void run_instance(const instance_flags& flags) {
 
 }  // namespace
 
-/// --config FILE: the command's options in a JSON object, keyed by their long names without the dashes
-/// ({"join": "10.0.0.1:7000", "kv-blocks-per-instance": 4096}); flags given too override it. A key that is
-/// no option of the command, or a value its option refuses, is an error naming it.
-void add_config_file(CLI::App* cmd, const std::string& example) {
-  auto path = std::make_shared<std::string>();
-  cmd->add_option("--config", *path, "JSON file of this command's options, e.g. " + example);
-  cmd->parse_complete_callback([cmd, path] {
-    if (path->empty()) return;
-    std::ifstream in(*path);
-    if (!in) fail(fmt::format("--config {}: cannot read it", *path), 2);
-    nlohmann::json config;
-    try {
-      config = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      fail(fmt::format("--config {}: not JSON: {}", *path, e.what()), 2);
-    }
-    if (!config.is_object()) fail(fmt::format("--config {}: expected a JSON object of options", *path), 2);
-    for (const auto& [key, value] : config.items()) {
-      CLI::Option* opt = key == "config" ? nullptr : cmd->get_option_no_throw("--" + key);
-      if (!opt) fail(fmt::format("--config {}: \"{}\" is no option of illm {}", *path, key, cmd->get_name()), 2);
-      if (opt->count() > 0) continue;  // given as a flag
-      if (!value.is_string() && !value.is_number() && !value.is_boolean())
-        fail(fmt::format("--config {}: \"{}\": expected a string, a number or true/false", *path, key), 2);
-      try {
-        opt->add_result(value.is_string() ? value.get<std::string>() : value.dump());
-        opt->run_callback();
-      } catch (const CLI::Error& e) {
-        fail(fmt::format("--config {}: \"{}\": {}", *path, key, e.what()), 2);
-      }
-    }
-  });
-}
-
-host_port parse_host_port(const std::string& text, const char* flag, bool port_zero_ok) {
-  host_port out;
-  std::string port = text;
-  if (const auto colon = text.rfind(':'); colon != std::string::npos) {
-    if (colon > 0) out.host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-  }
-  try {
-    size_t used = 0;
-    const long p = std::stol(port, &used);
-    if (used != port.size() || p < (port_zero_ok ? 0 : 1) || p > 65535) throw std::out_of_range(port);
-    out.port = uint16_t(p);
-  } catch (const std::exception&) {
-    fail(fmt::format("{} {}: expected HOST:PORT with a port in {}..65535", flag, text, port_zero_ok ? 0 : 1), 2);
-  }
-  return out;
-}
-
-std::vector<actors::control_endpoint> parse_host_port_list(const std::string& text, const char* flag) {
-  std::vector<actors::control_endpoint> out;
-  size_t from = 0;
-  while (from <= text.size()) {
-    const size_t comma = std::min(text.find(',', from), text.size());
-    const host_port at = parse_host_port(text.substr(from, comma - from), flag);
-    out.push_back({at.host, at.port});
-    from = comma + 1;
-  }
-  return out;
-}
-
-void add_tls_options(CLI::App* cmd, actors::control_security& s, bool listens) {
-  cmd->add_option("--tls-ca", s.ca,
-                  "PEM file of the cluster's CA: control connections use mutual TLS, and a peer must present a "
-                  "certificate it signed (with --tls-cert and --tls-key; deploy/make-certs.sh makes them)");
-  cmd->add_option("--tls-cert", s.cert, "PEM certificate this process presents, signed by the CA of --tls-ca");
-  cmd->add_option("--tls-key", s.key, "PEM private key (unencrypted) of --tls-cert");
-  if (!listens) return;
-  cmd->add_flag("--insecure", s.insecure,
-                "Without TLS, listen on addresses other than loopback anyway: anyone who reaches the port can join "
-                "the cluster and read its KV");
-}
-
-void check_tls_options(const actors::control_security& s, const std::string& who) {
-  if (gpu::status ok = actors::check_control_security(s); !ok.is_ok()) fail(ok.message(), 2);
-  if (s.tls())
-    log("{}: control plane over mutual TLS (peers need a certificate of the CA in {})", who, s.ca);
-  else
-    log("{}: control plane in clear text, without authentication{}", who,
-        s.insecure ? " (--insecure)" : " (loopback only)");
-}
-
-void add_cluster_commands(CLI::App& app) {
-  auto g = std::make_shared<gmanager_flags>();
-  CLI::App* gcmd =
-      app.add_subcommand("gmanager", "Run the gManager of a cluster of processes, published on a TCP port");
-  gcmd->add_option(
-      "--listen", g->listen,
-      "HOST:PORT to listen on (HOST defaults to 127.0.0.1; port 0: any free; required, here or in --config)");
-  add_setting_flags(gcmd, actors::gmanager_settings_table(), g->gmanager);
-  gcmd->add_option(
-      "--profile", g->profile,
-      "Profile of the instances (illm profile --out on their host): the greedy placement policy runs on it "
-      "(default: the simple policy)");
-  gcmd->add_option("--faults", g->faults,
-                   "Faults the gManager injects, seeded: its move orders lost, twice or late, and a crash after "
-                   "ordering moves: e.g. seed=3,order.drop=0.1,crash=after_order@5 (docs/faults.md; default: none)");
-  add_metrics_options(gcmd, g->metrics_listen, g->metrics_prefix);
-  add_tls_options(gcmd, g->security, true);
-  add_config_file(gcmd, R"({"listen": "0.0.0.0:7000", "heartbeat-timeout-ms": 2000})");
-  gcmd->callback([g] { run_gmanager(*g); });
-
+void add_instance_command(CLI::App& app) {
   auto f = std::make_shared<instance_flags>();
   CLI::App* icmd = app.add_subcommand("instance", "Run one instance that joins a gManager (illm gmanager)");
   icmd->add_option("--join", f->join,
