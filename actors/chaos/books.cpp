@@ -144,23 +144,30 @@ verdict judge(const std::vector<delivery>& deliveries, const client_view& client
   return r.finish(client);
 }
 
+const std::vector<std::pair<const char*, uint64_t books::*>>& books::counts() {
+  static const std::vector<std::pair<const char*, uint64_t books::*>> all = {
+      {"runs", &books::runs},
+      {"accepted", &books::accepted},
+      {"completed", &books::completed},
+      {"failed", &books::failed},
+      {"unjustified_failed", &books::unjustified_failed},
+      {"lost", &books::lost},
+      {"duplicated", &books::duplicated},
+      {"mismatched", &books::mismatched},
+      {"extra_tokens", &books::extra_tokens},
+      {"leaked_blocks", &books::leaked_blocks},
+      {"missed", &books::missed},
+      {"faults_injected", &books::faults_injected},
+      {"recovered_by_replica", &books::recovered_by_replica},
+      {"recovered_by_takeover", &books::recovered_by_takeover},
+      {"recovered_by_recompute", &books::recovered_by_recompute},
+      {"positions_recomputed", &books::positions_recomputed},
+  };
+  return all;
+}
+
 books& books::operator+=(const books& o) {
-  runs += o.runs;
-  accepted += o.accepted;
-  completed += o.completed;
-  failed += o.failed;
-  unjustified_failed += o.unjustified_failed;
-  lost += o.lost;
-  duplicated += o.duplicated;
-  mismatched += o.mismatched;
-  extra_tokens += o.extra_tokens;
-  leaked_blocks += o.leaked_blocks;
-  missed += o.missed;
-  faults_injected += o.faults_injected;
-  recovered_by_replica += o.recovered_by_replica;
-  recovered_by_takeover += o.recovered_by_takeover;
-  recovered_by_recompute += o.recovered_by_recompute;
-  positions_recomputed += o.positions_recomputed;
+  for (const auto& [name, count] : counts()) this->*count += o.*count;
   for (const auto& [kind, n] : o.faults) faults[kind] += n;
   return *this;
 }

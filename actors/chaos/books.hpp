@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/checker_hooks.hpp"
@@ -31,6 +32,8 @@ struct books {
   uint64_t recovered_by_recompute = 0;  ///< ... in which nothing survived: the lost KV was computed again
   uint64_t positions_recomputed = 0;    ///< KV positions the engines prefilled again after losing them
   std::map<std::string, uint64_t> faults;  ///< faults_injected by kind
+  /// Every count above with its name (in --json): what adding up books and printing them go through.
+  static const std::vector<std::pair<const char*, uint64_t books::*>>& counts();
   books& operator+=(const books& o);
   /// Whether the run kept every promise (nothing lost, twice, wrong, extra, leaked or failed without cause).
   bool clean() const {

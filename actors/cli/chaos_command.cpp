@@ -77,22 +77,8 @@ std::string cluster_flags(const actors::chaos::chaos_options& o) {
 }
 
 nlohmann::json books_json(const actors::chaos::books& b) {
-  nlohmann::json j = {{"runs", b.runs},
-                      {"accepted", b.accepted},
-                      {"completed", b.completed},
-                      {"failed", b.failed},
-                      {"unjustified_failed", b.unjustified_failed},
-                      {"lost", b.lost},
-                      {"duplicated", b.duplicated},
-                      {"mismatched", b.mismatched},
-                      {"extra_tokens", b.extra_tokens},
-                      {"leaked_blocks", b.leaked_blocks},
-                      {"missed", b.missed},
-                      {"faults_injected", b.faults_injected},
-                      {"recovered_by_replica", b.recovered_by_replica},
-                      {"recovered_by_takeover", b.recovered_by_takeover},
-                      {"recovered_by_recompute", b.recovered_by_recompute},
-                      {"positions_recomputed", b.positions_recomputed}};
+  nlohmann::json j;
+  for (const auto& [name, count] : actors::chaos::books::counts()) j[name] = b.*count;
   j["faults"] = b.faults;
   return j;
 }

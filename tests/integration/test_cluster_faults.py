@@ -15,7 +15,10 @@ ids of one instance; afterwards no survivor hosts a block. Then a request that n
 survivors' pools (which it could not have, had a holder kept blocks for the dead owner) runs and gives the ids of
 one instance. Last, an instance started with `--faults crash=mid_room`
 owns the long request and dies as SIGKILL would once a chunk of its room is reserved at a holder; the
-client goes on on the survivors with the ids of one instance. Every process started here is gone at the end.
+client goes on on the survivors with the ids of one instance. Then a holder hangs (SIGSTOP): nothing tells the
+others, its connections stay open; the owner's steps time out on it and compute its blocks again, the gManager
+declares it dead only when it has missed its heartbeats for --dead-after-ms, and the request completes with the
+ids of one instance. Every process started here is gone at the end.
 Generous upper bounds on the waits only: no timing assertions.
 
 Usage: test_cluster_faults.py ILLM [SOURCE_DIR]"""
@@ -25,6 +28,7 @@ import re
 import signal
 import sys
 import tempfile
+import time
 
 from common import ProcGroup, free_port, make_prompt, metric, planes_connected, request, run_json, wait_until
 
@@ -91,13 +95,16 @@ def main():
             assert client.wait_exit(RUN_S) == 0, client.output()
             return json.loads([line for line in client.output().splitlines() if line.startswith("{")][-1])
 
-        gm = start("gmanager", "gmanager", "--listen", f"127.0.0.1:{port}", "--heartbeat-timeout-ms", "2000")
+        gm = start("gmanager", "gmanager", "--listen", f"127.0.0.1:{port}", "--heartbeat-timeout-ms", "2000",
+                   "--dead-after-ms", "4000")
         wait_until(lambda: gm.has(r"listening on 127\.0\.0\.1:%d" % port) or gm.process.poll() is not None, 60,
                    "the gManager to listen")
-        insts = {i: start(f"instance{i}", "instance", "--join", f"127.0.0.1:{port}", "--id", str(i),
-                          "--kv-blocks-per-instance", str(POOL_BLOCKS), "--threads", "1", "--heartbeat-ms", "50",
-                          "--ucx-tls", "tcp", "--ucx-net-devices", "lo", "--metrics-listen", "127.0.0.1:0")
-                 for i in (0, 1, 2, 3)}
+        def instance_args(i, blocks=POOL_BLOCKS):
+            return ["instance", "--join", f"127.0.0.1:{port}", "--id", str(i), "--kv-blocks-per-instance", str(blocks),
+                    "--threads", "1", "--heartbeat-ms", "50", "--attention-timeout-ms", "3000", "--ucx-tls", "tcp",
+                    "--ucx-net-devices", "lo"]
+
+        insts = {i: start(f"instance{i}", *instance_args(i), "--metrics-listen", "127.0.0.1:0") for i in (0, 1, 2, 3)}
 
         def metrics_of(i):
             """Instance i's Prometheus exposition, from the port its log names."""
@@ -166,9 +173,7 @@ def main():
         # ---- an owner crashes at a point of the protocol (--faults crash=mid_room) ----
         # Instance 4 has the largest pool, so the long request goes to it; it dies as SIGKILL would once the first
         # chunk of its room is reserved at a holder, and the client goes on on the survivors.
-        crasher = start("instance4", "instance", "--join", f"127.0.0.1:{port}", "--id", "4", "--kv-blocks-per-instance",
-                        str(POOL_BLOCKS + 16), "--threads", "1", "--heartbeat-ms", "50", "--ucx-tls", "tcp",
-                        "--ucx-net-devices", "lo", "--faults", "crash=mid_room")
+        crasher = start("instance4", *instance_args(4, POOL_BLOCKS + 16), "--faults", "crash=mid_room")
         wait_until(lambda: all(crasher.has(rf"data plane connected to instance {j}\b") for j in insts) or
                    crasher.process.poll() is not None, JOIN_S, "instance 4 to join and connect its plane")
         assert crasher.has("WARNING: FAULT INJECTION IS ON"), crasher.output()
@@ -180,6 +185,26 @@ def main():
         wait_until(lambda: gm.has(r"instance 4 down"), EXIT_S, "the gManager to report instance 4 down")
         print("instance 4 (--faults crash=mid_room) owned the long request and died once a chunk of its room was "
               f"reserved; the client went on on the survivors: the {len(expected)} ids of one instance", flush=True)
+
+        # ---- a holder hangs: only its missed heartbeats tell ----
+        insts[5] = start("instance5", *instance_args(5), "--metrics-listen", "127.0.0.1:0")
+        wait_until(lambda: all(insts[5].has(rf"data plane connected to instance {j}\b") for j in insts if j != 5) or
+                   insts[5].gone(), JOIN_S, "instance 5 to join and connect its plane")
+        hung, req, owner, holder = spread_request("hung", ORPHAN_TOKENS, 1)
+        insts[holder].process.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        print(f"request {req} owned by instance {owner} moved blocks to instance {holder}: SIGSTOPped it", flush=True)
+        result = answer_of(hung)
+        assert result["token_ids"] == expected, (result["token_ids"], expected)
+        wait_until(lambda: gm.has(rf"instance {holder} down \(no heartbeat for \d+ ms\)"), EXIT_S,
+                   f"the gManager to declare instance {holder} dead by its heartbeats")
+        declared = re.search(rf"instance {holder} down \((no heartbeat for \d+ ms)\)", gm.output())[1]
+        print(f"  the gManager declared it dead by its missed heartbeats ({declared}); the request completed "
+              f"{time.monotonic() - stopped_at:.1f} s after the stop with the {len(expected)} ids of one instance",
+              flush=True)
+        insts[holder].process.send_signal(signal.SIGKILL)
+        assert insts[holder].wait_exit(EXIT_S) == -signal.SIGKILL
+        del insts[holder]
 
         for p in insts.values():
             p.process.send_signal(signal.SIGTERM)
