@@ -16,28 +16,17 @@ limit="${LIMIT:-40}"
 max_input="${MAX_INPUT:-3000}"
 trace=tests/data/traces/claudecode_sessions_t0.csv
 [ -x "$illm" ] || { echo "bench-replicas: build $illm first (cmake -S . -B build && cmake --build build -j2)" >&2; exit 2; }
-work=$(mktemp -d)
-server=0
-cleanup() {
-  [ "$server" -ne 0 ] && kill -TERM "$server" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
+source deploy/bench-common.sh bench-replicas
 
 # One run: a fresh server with BLOCKS blocks per pool and replicas from MIN_TOKENS tokens (0: off); prints
 # "tok/s completed failed".
 run_once() {
   local blocks=$1 min_tokens=$2 port
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(free_port)
   "$illm" serve --port "$port" --instances 4 --policy simple --kv-blocks-per-instance "$blocks" \
     --replica-min-tokens "$min_tokens" --max-requests 1024 >"$work/serve.log" 2>&1 &
   server=$!
-  for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-    kill -0 "$server" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }
-    sleep 0.2
-  done
+  wait_healthy "$port" "$work/serve.log"
   "$illm" bench --url "http://127.0.0.1:$port" --trace "$trace" --limit "$limit" --rate-scale 1000000 \
     --max-input-tokens "$max_input" --max-output-tokens 32 --csv "$work/run.csv" --json >"$work/run.json"
   kill -TERM "$server"

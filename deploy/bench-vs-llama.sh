@@ -43,14 +43,7 @@ done
 deploy/fetch-model.sh >/dev/null
 model_dir="${ILLM_MODELS:-$cache/models}/stories15M"
 
-work=$(mktemp -d)
-server=0
-cleanup() {
-  [ "$server" -ne 0 ] && kill -TERM "$server" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
+source deploy/bench-common.sh bench-vs-llama
 
 # llama.cpp from the package's bundle, built once.
 build_llama() {
@@ -112,18 +105,6 @@ with open(sys.argv[1], "r+b") as f:
 print(f"bench-vs-llama: llama.context_length {value} -> {seq_len}")
 EOF
   mv "$gguf.part" "$gguf"
-}
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
-wait_healthy() {  # port log
-  for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$1/health" >/dev/null && return
-    kill -0 "$server" 2>/dev/null || { cat "$2" >&2; exit 1; }
-    sleep 0.2
-  done
-  echo "bench-vs-llama: no /health after 120 s" >&2
-  exit 1
 }
 
 # CPU seconds (user + system, all threads) process PID has used so far.

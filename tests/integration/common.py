@@ -11,7 +11,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+
+# Generous upper bounds on the waits of the process tests (never timing assertions): a process to join its cluster
+# (model load, UCX and CAF handshakes on a loaded machine), a request to run, a process to exit.
+JOIN_S = 120
+RUN_S = 600
+EXIT_S = 60
 
 
 def free_port():
@@ -102,6 +109,37 @@ class Server:
             sys.stderr.write(self.output())
         os.unlink(self.log.name)
 
+
+
+class stream_reader:
+    """A streamed completion of `body` read on a thread of its own: each event's data and arrival time, and what
+    ended it early, if anything."""
+
+    def __init__(self, port, body, timeout=RUN_S):
+        self.events, self.times, self.failure = [], [], []
+        self.thread = threading.Thread(target=self._read, args=(port, body, timeout))
+        self.thread.start()
+
+    def _read(self, port, body, timeout):
+        try:
+            for data in stream_events(port, "/v1/completions", body, timeout=timeout):
+                self.times.append(time.monotonic())
+                self.events.append(data)
+        except Exception as e:  # noqa: BLE001 (the test reports it)
+            self.failure.append(repr(e))
+
+    def wait_for(self, n):
+        """Waits for the stream's first `n` events."""
+        wait_until(lambda: len(self.events) >= n or self.failure or not self.thread.is_alive(), RUN_S,
+                   "the stream's first tokens")
+        assert len(self.events) >= n, (self.failure, self.events[-3:])
+
+    def finish(self):
+        """Waits for the stream's end: its events."""
+        self.thread.join(RUN_S)
+        assert not self.thread.is_alive(), "the stream did not end"
+        assert not self.failure, self.failure
+        return self.events
 
 def metric(text, name, labels=None):
     """The value of a series in a Prometheus text exposition (0 when absent)."""

@@ -30,11 +30,9 @@ import sys
 import tempfile
 import time
 
-from common import ProcGroup, free_port, make_prompt, metric, planes_connected, request, run_json, wait_until
+from common import (EXIT_S, JOIN_S, RUN_S, ProcGroup, free_port, make_prompt, metric, planes_connected, request,
+                    run_json, wait_until)
 
-JOIN_S = 120
-RUN_S = 600
-EXIT_S = 60
 POOL_BLOCKS = 64
 VICTIM_TOKENS = 400
 ORPHAN_TOKENS = 200

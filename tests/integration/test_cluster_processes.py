@@ -17,11 +17,9 @@ import sys
 import tempfile
 import time
 
-from common import ProcGroup, SkipTest, free_port, wait_until
+from common import EXIT_S, JOIN_S, ProcGroup, SkipTest, free_port, wait_until
 
-JOIN_S = 120  # model load + UCX + CAF handshake, on a loaded machine
 DOWN_S = 60
-EXIT_S = 60
 
 
 def main():

@@ -15,7 +15,6 @@ some of the long steps' queries to the other node go there once, relayed by one 
 
 Usage: test_cluster_ucx.py ILLM [SOURCE_DIR]"""
 
-import json
 import re
 import shutil
 import signal
@@ -23,11 +22,9 @@ import subprocess
 import sys
 import tempfile
 
-from common import ProcGroup, SkipTest, free_port, make_prompt, metric, request, run_json, wait_until
+from common import (EXIT_S, JOIN_S, RUN_S, ProcGroup, SkipTest, free_port, make_prompt, metric, request, run_json,
+                    wait_until)
 
-JOIN_S = 120
-RUN_S = 600
-EXIT_S = 60
 MAX_TOKENS = 12
 
 def tcp_bytes(port):

@@ -5,7 +5,6 @@ missing, malformed or other model's --profile."""
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile

@@ -14,7 +14,7 @@ import tempfile
 import urllib.parse
 import urllib.request
 
-from common import Server, free_port, metric, process, request, wait_until
+from common import Server, free_port, process, request, wait_until
 
 ILLM, REPO = sys.argv[1], sys.argv[2]
 REQUESTS, MAX_TOKENS = 6, 12

@@ -21,14 +21,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-from common import ProcGroup, free_port, make_prompt, metric, planes_connected, request, stream_events, wait_until
+from common import (EXIT_S, JOIN_S, ProcGroup, free_port, make_prompt, metric, planes_connected, request,
+                    stream_reader, wait_until)
 
-JOIN_S = 120
 RUN_S = 900
-EXIT_S = 60
 POOL_BLOCKS = 200
 OUTPUT_TOKENS = 400
 DEFAULT_WORDS = 4300  # about 5,100 tokens: one pool of 3,200 tokens and more than half another
@@ -74,34 +72,21 @@ def run_cluster(illm, prompt, prompt_tokens, expected, replica_min_tokens, pool_
             assert status == 200, (status, text)
             return text
 
-        events, failure = [], []
-
-        def consume():
-            try:
-                for data in stream_events(fe_port, "/v1/completions",
-                                          {"model": "stories15M", "prompt": prompt, "max_tokens": OUTPUT_TOKENS,
-                                           "ignore_eos": True, "stream": True, "temperature": 0}, timeout=RUN_S):
-                    events.append((time.monotonic(), data))
-            except Exception as e:  # noqa: BLE001 (reported below)
-                failure.append(repr(e))
-
-        reader = threading.Thread(target=consume)
-        reader.start()
-        wait_until(lambda: len(events) >= 4 or failure or not reader.is_alive(), RUN_S, "the stream's first tokens")
-        assert len(events) >= 4, (failure, events[-3:])
+        stream = stream_reader(fe_port, {"model": "stories15M", "prompt": prompt, "max_tokens": OUTPUT_TOKENS,
+                                         "ignore_eos": True, "stream": True, "temperature": 0})
+        stream.wait_for(4)
         owner = next(i for i in insts if metric(metrics_of(i), "illm:num_requests_running", {"instance": i}) > 0)
         if replica_min_tokens:
             full_blocks = prompt_tokens // 16
             wait_until(lambda: sum(metric(metrics_of(i), "illm:kv_replica_blocks") for i in insts) >= full_blocks or
-                       not reader.is_alive(), RUN_S, f"copies of the {full_blocks} full blocks of the prompt")
+                       not stream.thread.is_alive(), RUN_S, f"copies of the {full_blocks} full blocks of the prompt")
         hosted = {i: metric(metrics_of(i), "illm:kv_blocks_hosted") for i in insts if i != owner}
         victim = max(hosted, key=hosted.get) if kill == "holder" else owner
-        assert max(hosted.values()) > 0 and reader.is_alive(), (hosted, len(events))
-        before = len(events)
+        assert max(hosted.values()) > 0 and stream.thread.is_alive(), (hosted, len(stream.events))
+        before = len(stream.events)
         killed_at = time.monotonic()
         insts[victim].process.send_signal(signal.SIGKILL)
-        reader.join(RUN_S)
-        assert not reader.is_alive() and not failure, failure
+        events = list(zip(stream.times, stream.finish()))
         assert events[-1][1] == "[DONE]", events[-3:]
         chunks = [json.loads(data) for _, data in events[:-1]]
         assert not [c for c in chunks if "error" in c], events[-3:]

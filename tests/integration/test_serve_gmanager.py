@@ -18,15 +18,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-from common import ProcGroup, SkipTest, free_port, request, stream_events, wait_until
+from common import EXIT_S, JOIN_S, RUN_S, ProcGroup, SkipTest, free_port, request, stream_reader, wait_until
 from test_cluster_ucx import make_prompt
 
-JOIN_S = 120
-RUN_S = 600
-EXIT_S = 60
 STREAM_TOKENS = 500
 
 
@@ -101,26 +97,13 @@ def main():
               f"{time.monotonic() - started:.1f} s)", flush=True)
 
         # A long stream (within the two pools) spread over both instances; one instance process is SIGKILLed mid-stream.
-        events, failure = [], []
-
-        def consume():
-            try:
-                for data in stream_events(fe_port, "/v1/completions",
-                                          {"model": "stories15M", "prompt": long_prompt, "max_tokens": STREAM_TOKENS,
-                                           "ignore_eos": True, "stream": True, "temperature": 0}, timeout=RUN_S):
-                    events.append(data)
-            except Exception as e:  # noqa: BLE001 (reported below)
-                failure.append(repr(e))
-
-        reader = threading.Thread(target=consume)
-        reader.start()
-        wait_until(lambda: len(events) >= 5 or failure or not reader.is_alive(), RUN_S, "the stream's first tokens")
-        assert len(events) >= 5, (failure, events)
+        long_stream = {"model": "stories15M", "prompt": long_prompt, "max_tokens": STREAM_TOKENS, "ignore_eos": True,
+                       "stream": True, "temperature": 0}
+        stream = stream_reader(fe_port, long_stream)
+        stream.wait_for(5)
         killed_at = time.monotonic()
         b.process.send_signal(signal.SIGKILL)
-        reader.join(RUN_S)
-        assert not reader.is_alive(), "the stream did not end after its instance was killed"
-        assert not failure, failure
+        events = stream.finish()
         assert events[-1] == "[DONE]", events[-3:]
         errors = [e for e in events if e.startswith("{") and "error" in json.loads(e)]
         assert errors, "the request that lost its instance did not report an error: " + str(events[-3:])
@@ -147,20 +130,16 @@ def main():
         assert not b.gone(), b.output()
         wait_until(lambda: request(fe_port, "GET", "/health", timeout=5) == (200, {"status": "ok", "instances": 2}),
                    60, "the front end's /health to count both instances again")
-        events.clear()
-        reader = threading.Thread(target=consume)
-        reader.start()
-        wait_until(lambda: len(events) >= 5 or failure or not reader.is_alive(), RUN_S, "the stream's first tokens")
-        assert len(events) >= 5, (failure, events)
+        stream = stream_reader(fe_port, long_stream)
+        stream.wait_for(5)
         gm.process.send_signal(signal.SIGKILL)
         wait_until(lambda: a.has(r"the gManager is gone") and b.has(r"the gManager is gone"), 60,
                    "both instances to notice the gManager is gone")
-        tokens_at_kill = len(events)
+        tokens_at_kill = len(stream.events)
         status, body = completion(fe_port, short, 24)
         assert status == 200 and body["choices"][0]["text"] == short_text, (status, body)
         assert request(fe_port, "GET", "/health", timeout=10) == (200, {"status": "ok", "instances": 2})
-        reader.join(RUN_S)
-        assert not reader.is_alive() and not failure, failure
+        events = stream.finish()
         assert events[-1] == "[DONE]", events[-3:]
         chunks = [json.loads(e) for e in events[:-1]]
         assert not [c for c in chunks if "error" in c], events[-3:]

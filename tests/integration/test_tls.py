@@ -23,11 +23,9 @@ import subprocess
 import sys
 import tempfile
 
-from common import ProcGroup, free_port, make_prompt, metric, planes_connected, request, run_json, wait_until
+from common import (EXIT_S, JOIN_S, RUN_S, ProcGroup, free_port, make_prompt, metric, planes_connected, request,
+                    run_json, wait_until)
 
-JOIN_S = 120
-RUN_S = 600
-EXIT_S = 60
 MAX_TOKENS = 12
 
 
