@@ -91,13 +91,18 @@ class backend {
   virtual void* allocate_host(size_t bytes) { return host_alloc(bytes); }
   virtual void deallocate_host(void* p) { host_free(p); }
 
+  /// Block `id` of an arena at `base` whose blocks are `block_bytes` apart.
+  static char* block_at(const void* base, uint32_t id, size_t block_bytes) {
+    return static_cast<char*>(const_cast<void*>(base)) + size_t(id) * block_bytes;
+  }
+
   /// Copies n whole blocks between two arenas of this backend: block dst_ids[i] of dst_base (blocks
   /// block_bytes apart) gets block src_ids[i] of src_base. The ids are host memory. (KV migration.)
   virtual status copy_blocks(void* dst_base, const uint32_t* dst_ids, const void* src_base, const uint32_t* src_ids,
                              int n, size_t block_bytes) {
     for (int i = 0; i < n; ++i)
-      ILLM_RETURN_IF_ERROR(copy(static_cast<char*>(dst_base) + size_t(dst_ids[i]) * block_bytes,
-                                static_cast<const char*>(src_base) + size_t(src_ids[i]) * block_bytes, block_bytes));
+      ILLM_RETURN_IF_ERROR(
+          copy(block_at(dst_base, dst_ids[i], block_bytes), block_at(src_base, src_ids[i], block_bytes), block_bytes));
     return status::ok();
   }
 
@@ -114,9 +119,8 @@ class backend {
   virtual status download_blocks(void* host_dst, const void* src_base, const uint32_t* src_ids, int n,
                                  size_t block_bytes) {
     for (int i = 0; i < n; ++i)
-      ILLM_RETURN_IF_ERROR(download(static_cast<char*>(host_dst) + size_t(i) * block_bytes,
-                                    static_cast<const char*>(src_base) + size_t(src_ids[i]) * block_bytes,
-                                    block_bytes));
+      ILLM_RETURN_IF_ERROR(download(block_at(host_dst, uint32_t(i), block_bytes),
+                                    block_at(src_base, src_ids[i], block_bytes), block_bytes));
     return status::ok();
   }
 
@@ -125,8 +129,8 @@ class backend {
   virtual status upload_blocks(void* dst_base, const uint32_t* dst_ids, const void* host_base, const uint32_t* src_ids,
                                int n, size_t block_bytes) {
     for (int i = 0; i < n; ++i)
-      ILLM_RETURN_IF_ERROR(upload(static_cast<char*>(dst_base) + size_t(dst_ids[i]) * block_bytes,
-                                  static_cast<const char*>(host_base) + size_t(src_ids[i]) * block_bytes, block_bytes));
+      ILLM_RETURN_IF_ERROR(upload(block_at(dst_base, dst_ids[i], block_bytes),
+                                  block_at(host_base, src_ids[i], block_bytes), block_bytes));
     return status::ok();
   }
 

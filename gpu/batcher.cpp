@@ -1,6 +1,7 @@
 #include "gpu/batcher.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 
 #include "gpu/text.hpp"
@@ -9,14 +10,8 @@
 namespace illm::gpu {
 
 const char* to_string(finish_reason r) {
-  switch (r) {
-    case finish_reason::none: return "none";
-    case finish_reason::length: return "length";
-    case finish_reason::stop: return "stop";
-    case finish_reason::cancelled: return "cancelled";
-    case finish_reason::error: return "error";
-  }
-  return "unknown";
+  static constexpr const char* names[] = {"none", "length", "stop", "cancelled", "error"};  // in enum order
+  return size_t(r) < std::size(names) ? names[size_t(r)] : "unknown";
 }
 
 int sequence::tokens_before_kept() const {
@@ -91,12 +86,12 @@ std::vector<batcher::planned> batcher::pick(const std::vector<const sequence*>& 
   // after them wait for their blocks), then prefill chunks in arrival order.
   for (const auto& s : active_)
     if (runs(*s) && !s->foreign() && int(s->tokens.size()) - s->n_cached == 1 && budget > 0) {
-      batch.push_back({s.get(), 1});
+      batch.push_back({s.get(), 1, s});
       --budget;
     }
   for (const auto& s : active_)
     if (const int pending = int(s->tokens.size()) - s->n_cached; runs(*s) && s->foreign() && pending <= budget) {
-      batch.push_back({s.get(), pending});
+      batch.push_back({s.get(), pending, s});
       budget -= pending;
     }
   // A step with decode tokens prefills only up to mixed_step_tokens in all: a prompt spreads over the decode
@@ -109,7 +104,7 @@ std::vector<batcher::planned> batcher::pick(const std::vector<const sequence*>& 
     const int pending = int(s->tokens.size()) - s->n_cached;
     if (!runs(*s) || s->foreign() || pending <= 1 || budget == 0) continue;
     const int n = std::min({pending, budget, s->tokens_before_kept()});
-    batch.push_back({s.get(), n});
+    batch.push_back({s.get(), n, s});
     budget -= n;
   }
   return batch;
@@ -217,6 +212,7 @@ status batcher::plan(step_plan& out) {
     out.entries.push_back({s.id, s.tokens.data() + s.n_cached, p.n_tokens, s.n_cached, &s.table, completes,
                            s.foreign_request, s.foreign_owner});
     out.sequences.push_back(&s);
+    out.held.push_back(p.owner);
     if (completes) {
       out.params.push_back(s.sampling);
       out.rng.push_back(s.rng);

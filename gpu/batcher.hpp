@@ -113,6 +113,9 @@ struct batcher_options {
 struct step_plan {
   std::vector<batch_entry> entries;
   std::vector<sequence*> sequences;
+  /// The sequences of the step, kept alive while whoever runs it holds the plan (its entries point into them):
+  /// an instance that dies mid-step frees its batcher, not a step its worker is running.
+  std::vector<std::shared_ptr<sequence>> held;
   std::vector<sampling_params> params;  ///< one per sampled entry, in entry order
   std::vector<uint64_t> rng;            ///< one per sampled entry; advanced by sampling
   std::vector<int32_t> sampled;         ///< filled by whoever runs the step
@@ -169,6 +172,7 @@ class batcher {
   struct planned {
     sequence* seq;
     int n_tokens;
+    std::shared_ptr<sequence> owner;  ///< seq, as the batcher holds it
   };
   /// The tokens of the next step, leaving out the sequences in `waiting`.
   std::vector<planned> pick(const std::vector<const sequence*>& waiting) const;

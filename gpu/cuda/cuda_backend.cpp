@@ -174,6 +174,11 @@ status cuda_backend::reserve(scratch& s, size_t bytes, const char* what) {
   return status::ok();
 }
 
+status cuda_backend::device_pointers(std::initializer_list<std::pair<const void*, const char*>> pointers) const {
+  for (const auto& [p, what] : pointers) ILLM_RETURN_IF_ERROR(device_pointer(p, what));
+  return status::ok();
+}
+
 status cuda_backend::device_pointer(const void* p, const char* what) const {
   if (!options_.check_pointers || !p) return status::ok();
   cudaPointerAttributes attributes{};
@@ -209,8 +214,8 @@ status cuda_backend::copy_blocks_to_gpu(int dst_gpu, void* dst_base, const uint3
   ILLM_RETURN_IF_ERROR(device_pointer(src_base, "copy_blocks_to_gpu source"));
   ILLM_RETURN_IF_ERROR(enable_peer(dst_gpu));
   for (int i = 0; i < n; ++i)
-    ILLM_RETURN_IF_ERROR(check(cudaMemcpyPeerAsync(static_cast<char*>(dst_base) + size_t(dst_ids[i]) * block_bytes, dst_gpu,
-                                                   static_cast<const char*>(src_base) + size_t(src_ids[i]) * block_bytes,
+    ILLM_RETURN_IF_ERROR(check(cudaMemcpyPeerAsync(block_at(dst_base, dst_ids[i], block_bytes), dst_gpu,
+                                                   block_at(src_base, src_ids[i], block_bytes),
                                                    options_.device, block_bytes, stream_),
                                "cudaMemcpyPeerAsync"));
   return status::ok();
@@ -235,8 +240,8 @@ status cuda_backend::download_blocks(void* host_dst, const void* src_base, const
   ILLM_RETURN_IF_ERROR(bind());
   ILLM_RETURN_IF_ERROR(device_pointer(src_base, "download_blocks source"));
   for (int i = 0; i < n; ++i)
-    ILLM_RETURN_IF_ERROR(check(cudaMemcpyAsync(static_cast<char*>(host_dst) + size_t(i) * block_bytes,
-                                               static_cast<const char*>(src_base) + size_t(src_ids[i]) * block_bytes,
+    ILLM_RETURN_IF_ERROR(check(cudaMemcpyAsync(block_at(host_dst, uint32_t(i), block_bytes),
+                                               block_at(src_base, src_ids[i], block_bytes),
                                                block_bytes, cudaMemcpyDeviceToHost, stream_),
                                "download_blocks"));
   // A test switch (ILLM_CUDA_TEST_DROP_STAGING_WAIT set): return before the copies land, as code that forgot the
@@ -252,8 +257,8 @@ status cuda_backend::upload_blocks(void* dst_base, const uint32_t* dst_ids, cons
   ILLM_RETURN_IF_ERROR(bind());
   ILLM_RETURN_IF_ERROR(device_pointer(dst_base, "upload_blocks destination"));
   for (int i = 0; i < n; ++i)
-    ILLM_RETURN_IF_ERROR(check(cudaMemcpyAsync(static_cast<char*>(dst_base) + size_t(dst_ids[i]) * block_bytes,
-                                               static_cast<const char*>(host_base) + size_t(src_ids[i]) * block_bytes,
+    ILLM_RETURN_IF_ERROR(check(cudaMemcpyAsync(block_at(dst_base, dst_ids[i], block_bytes),
+                                               block_at(host_base, src_ids[i], block_bytes),
                                                block_bytes, cudaMemcpyHostToDevice, stream_),
                                "upload_blocks"));
   return check(cudaStreamSynchronize(stream_), "upload_blocks");
@@ -275,8 +280,7 @@ status cuda_backend::gemm(const float* x, size_t ldx, int m, int k, const void* 
   if (m < 0 || n < 0 || k <= 0 || ldx < size_t(k) || ldw < size_t(k) || ldy < size_t(n))
     return {status_code::invalid_argument, text::format("gemm of m {} n {} k {} with ldx {} ldw {} ldy {}", m, n, k,
                                                         ldx, ldw, ldy)};
-  for (auto [p, what] : {std::pair<const void*, const char*>{x, "gemm x"}, {w, "gemm w"}, {y, "gemm y"}})
-    ILLM_RETURN_IF_ERROR(device_pointer(p, what));
+  ILLM_RETURN_IF_ERROR(device_pointers({{x, "gemm x"}, {w, "gemm w"}, {y, "gemm y"}}));
   if (w_type != dtype::f32) ILLM_RETURN_IF_ERROR(reserve(gemm_x_, size_t(m) * k * 2, "gemm: converted x"));
   return cuda::gemm(*blas_api_, blas_, stream_, x, ldx, m, k, w, w_type, ldw, n, y, ldy, accumulate, gemm_x_.data);
 }
@@ -284,9 +288,7 @@ status cuda_backend::gemm(const float* x, size_t ldx, int m, int k, const void* 
 status cuda_backend::rmsnorm(const float* x, size_t ldx, const float* weight, int m, int n, float eps, float* y,
                              size_t ldy) {
   ILLM_RETURN_IF_ERROR(bind());
-  for (auto [p, what] : {std::pair<const void*, const char*>{x, "rmsnorm x"}, {weight, "rmsnorm weight"},
-                         {y, "rmsnorm y"}})
-    ILLM_RETURN_IF_ERROR(device_pointer(p, what));
+  ILLM_RETURN_IF_ERROR(device_pointers({{x, "rmsnorm x"}, {weight, "rmsnorm weight"}, {y, "rmsnorm y"}}));
   return check(cuda::rmsnorm(x, ldx, weight, m, n, eps, y, ldy, stream_), "rmsnorm");
 }
 
@@ -307,9 +309,7 @@ status cuda_backend::rope(float* x, size_t ld, int m, int n_heads, int head_dim,
 status cuda_backend::silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out,
                               size_t ld_out) {
   ILLM_RETURN_IF_ERROR(bind());
-  for (auto [p, what] : {std::pair<const void*, const char*>{gate, "silu_mul gate"}, {up, "silu_mul up"},
-                         {out, "silu_mul out"}})
-    ILLM_RETURN_IF_ERROR(device_pointer(p, what));
+  ILLM_RETURN_IF_ERROR(device_pointers({{gate, "silu_mul gate"}, {up, "silu_mul up"}, {out, "silu_mul out"}}));
   return check(cuda::silu_mul(gate, up, ld_in, m, n, out, ld_out, stream_), "silu_mul");
 }
 
@@ -321,27 +321,23 @@ status cuda_backend::embed(const int32_t* tokens, int m, const float* table, int
 status cuda_backend::gather_rows(const float* src, size_t ld_src, const int32_t* rows, int n, int width, float* dst,
                                  size_t ld_dst) {
   ILLM_RETURN_IF_ERROR(bind());
-  for (auto [p, what] : {std::pair<const void*, const char*>{src, "gather_rows source"}, {rows, "gather_rows rows"},
-                         {dst, "gather_rows destination"}})
-    ILLM_RETURN_IF_ERROR(device_pointer(p, what));
+  ILLM_RETURN_IF_ERROR(
+      device_pointers({{src, "gather_rows source"}, {rows, "gather_rows rows"}, {dst, "gather_rows destination"}}));
   return check(cuda::gather_rows(src, ld_src, rows, n, width, dst, ld_dst, stream_), "gather_rows");
 }
 
 status cuda_backend::store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,
                               const kv_layer_view& dst, const uint32_t* slots) {
   ILLM_RETURN_IF_ERROR(bind());
-  for (auto [p, what] : {std::pair<const void*, const char*>{k, "store_kv k"}, {v, "store_kv v"},
-                         {dst.base, "store_kv pool"}, {slots, "store_kv slots"}})
-    ILLM_RETURN_IF_ERROR(device_pointer(p, what));
+  ILLM_RETURN_IF_ERROR(
+      device_pointers({{k, "store_kv k"}, {v, "store_kv v"}, {dst.base, "store_kv pool"}, {slots, "store_kv slots"}}));
   return check(cuda::store_kv(k, v, ld, m, n_kv_heads, head_dim, dst, slots, stream_), "store_kv");
 }
 
 status cuda_backend::merge(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads,
                            int head_dim, float* out, size_t out_ld) {
   ILLM_RETURN_IF_ERROR(bind());
-  for (auto [p, what] : {std::pair<const void*, const char*>{m, "merge m"}, {e, "merge e"}, {ma, "merge ma"},
-                         {out, "merge out"}})
-    ILLM_RETURN_IF_ERROR(device_pointer(p, what));
+  ILLM_RETURN_IF_ERROR(device_pointers({{m, "merge m"}, {e, "merge e"}, {ma, "merge ma"}, {out, "merge out"}}));
   return check(merge_partials(m, e, ma, n_parts, n_q, n_heads, head_dim, out, out_ld, stream_), "merge");
 }
 
@@ -424,10 +420,13 @@ status cuda_backend::attend(const attention_shape& shape, const kv_layer_view& k
   int max_rows = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     const attention_job& j = jobs[size_t(ids[i])];
-    for (auto [p, what] : {std::pair<const void*, const char*>{j.q, "attention q"}, {j.q_pos, "attention q_pos"},
-                           {j.blocks, "attention blocks"}, {j.block_pos, "attention block_pos"}, {j.m, "attention m"},
-                           {j.e, "attention e"}, {j.ma, "attention ma"}})
-      ILLM_RETURN_IF_ERROR(device_pointer(p, what));
+    ILLM_RETURN_IF_ERROR(device_pointers({{j.q, "attention q"},
+                                          {j.q_pos, "attention q_pos"},
+                                          {j.blocks, "attention blocks"},
+                                          {j.block_pos, "attention block_pos"},
+                                          {j.m, "attention m"},
+                                          {j.e, "attention e"},
+                                          {j.ma, "attention ma"}}));
     a.jobs[i] = {j.q, j.q_pos, j.blocks, j.block_pos, j.m, j.e, j.ma, nullptr, j.q_ld, j.n_q, j.n_blocks, 0, 1, 1, 0};
     const int rows = j.n_q * group;
     max_rows = std::max(max_rows, rows);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -123,6 +124,8 @@ class cuda_backend final : public backend {
   status reserve(scratch& s, size_t bytes, const char* what);
   /// invalid_argument naming `what` when p is neither null nor device memory (with check_pointers).
   status device_pointer(const void* p, const char* what) const;
+  /// device_pointer of each (pointer, what), the first refusal.
+  status device_pointers(std::initializer_list<std::pair<const void*, const char*>> pointers) const;
   /// Uploads host data into `s` (grown as needed) through the pinned staging ring.
   status stage(scratch& s, const void* host, size_t bytes, const char* what);
   /// Fills and runs one launch of the decode (or prefill) kernel over `ids`, then combines splits.
