@@ -3,6 +3,7 @@
 // it (the tap of actors/checker_hooks.hpp: every token and end, in the order they were sent, and where the request
 // was served from which token on) and from what its client saw, against its fault-free answer.
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -63,8 +64,10 @@ struct verdict {
 /// Judges one request from its deliveries (in the order the tap heard them), what its client saw, the tokens it
 /// asked for and its fault-free answer (at least max_tokens ids). An end that only acknowledges the cancel a
 /// request sends an instance it left is no answer; tokens that such an instance sent after the request left it
-/// are checked against the fault-free answer but form no part of it.
+/// are checked against the fault-free answer but form no part of it. Deliveries from `shutdown_from` on were
+/// made while the harness stopped the cluster: they count (a late second end, a late token), but for the
+/// cancellations the stop itself causes.
 verdict judge(const std::vector<delivery>& deliveries, const client_view& client, int32_t max_tokens,
-              const std::vector<int32_t>& reference);
+              const std::vector<int32_t>& reference, size_t shutdown_from = SIZE_MAX);
 
 }  // namespace illm::actors::chaos

@@ -35,6 +35,7 @@ struct record {
   request_id id = 0;  ///< the cluster's id, once submitted
   client_view client;
   std::vector<delivery> deliveries;  ///< in the order the tap heard them
+  size_t delivered_before_stop = SIZE_MAX;  ///< how many of them came before the harness stopped the cluster
 };
 
 /// The load of a run and its progress, shared with the request callbacks and the tap.
@@ -275,7 +276,8 @@ books tally(const gpu::loaded_model& model, const std::vector<record>& records, 
   for (size_t i = 0; i < records.size(); ++i) {
     const record& r = records[i];
     ++b.accepted;
-    const verdict v = judge(r.deliveries, r.client, r.params.max_tokens, reference(model, r.params.prompt));
+    const verdict v =
+        judge(r.deliveries, r.client, r.params.max_tokens, reference(model, r.params.prompt), r.delivered_before_stop);
     for (const std::string& p : v.problems) problems.push_back(fmt::format("request {}: {}", i, p));
     b.lost += v.lost;
     b.duplicated += v.duplicated;
@@ -375,6 +377,15 @@ const scenario* find_scenario(const std::string& name) {
 
 namespace {
 
+/// Adds what the instances sent after `records` were taken, up to the cluster's stop, to their deliveries.
+void add_late_deliveries(load& l, std::vector<record>& records) {
+  std::lock_guard lock(l.mutex);
+  for (record& r : records) {
+    r.delivered_before_stop = r.deliveries.size();
+    if (auto it = l.deliveries.find(r.id); it != l.deliveries.end()) r.deliveries = it->second;
+  }
+}
+
 /// The records with their deliveries, as they stand now.
 std::vector<record> snapshot(load& l) {
   std::lock_guard lock(l.mutex);
@@ -425,10 +436,11 @@ run_result run(const gpu::loaded_model& model, const scenario& s, uint64_t seed,
   l.changed.wait_until(lock, deadline, [&] { return l.ended == l.records.size(); });
   lock.unlock();
   uint64_t surviving = 0;
-  const uint64_t leaked = leaked_blocks(c, out.problems, surviving);  // waits for the releases: late sends land too
-  const std::vector<record> records = snapshot(l);
+  const uint64_t leaked = leaked_blocks(c, out.problems, surviving);  // waits for the releases
+  std::vector<record> records = snapshot(l);  // what the clients saw, before the stop cancels what still runs
   for (const auto& [kind, n] : c.faults_injected()) out.tally.faults[kind] += n;
-  c.shutdown();
+  c.shutdown();  // every actor is gone: whatever an instance sent late (a second end, a token) is in the record
+  add_late_deliveries(l, records);
   books b = tally(model, records, surviving, out.problems);
   b.leaked_blocks = leaked;
   b.faults = out.tally.faults;

@@ -76,6 +76,14 @@ TEST_CASE("books: what the request actor would filter is still counted") {
     const auto v = judge({served(0, 0), token(0, 10)}, {{10}, 1, "error"}, 4, answer);
     CHECK(v.lost);
   }
+  SUBCASE("what came while the harness stopped the cluster counts, but for the cancellations the stop causes") {
+    const auto lost = judge({served(0, 0), token(0, 10), ended(0, "cancelled")}, {{10}, 0, ""}, 4, answer, 2);
+    CHECK(lost.lost);  // never answered: the stop's cancellation hides nothing
+    const auto twice = judge({served(0, 0), token(0, 10), token(0, 11), token(0, 12), token(0, 13), ended(0, "length"),
+                              ended(0, "length")},
+                             {answer, 1, "length"}, 4, answer, 6);
+    CHECK(twice.duplicated);  // a second end sent late
+  }
   SUBCASE("an end the request actor decided itself is an answer") {
     const auto v = judge({served(0, 0), token(0, 10), ended(delivery::front_end, "error")}, {{10}, 1, "error"}, 4, answer);
     CHECK(v.failed);
