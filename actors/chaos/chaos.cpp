@@ -171,14 +171,16 @@ bool all_copied(cluster& c, const load& l) {
 
 /// Whether the long request has reached the moment the scenario acts at: with replicas, once its blocks have
 /// copies (or it has nearly decoded its answer without them: the run then reports the fault missed); mid room,
-/// once a holder keeps chunks of its prompt (or its first token came: missed); else once it decodes.
-bool triggered(cluster& c, const load& l, const scenario& s) {
+/// once an instance other than its owner keeps chunks of its prompt (or its first token came: missed); else once
+/// it decodes.
+bool triggered(cluster& c, const load& l, const scenario& s, instance_id owner) {
   const size_t tokens = l.long_tokens();
   if (s.replica_min_tokens && tokens >= 4) return all_copied(c, l) || tokens >= max_output_tokens - 4;
   if (s.what != action::kill_mid_room) return tokens >= 4;
   if (tokens > 0) return true;
   const auto pools = c.instances();
-  return std::any_of(pools.begin(), pools.end(), [](const instance_report& i) { return i.alive && i.hosted_blocks > 0; });
+  return std::any_of(pools.begin(), pools.end(),
+                     [&](const instance_report& i) { return i.alive && i.id != owner && i.hosted_blocks > 0; });
 }
 
 /// A live instance other than `owner` that holds blocks of the long request: the destination of its first move
@@ -426,7 +428,7 @@ run_result run(const gpu::loaded_model& model, const scenario& s, uint64_t seed,
   std::unique_lock lock(l.mutex);
   while (std::chrono::steady_clock::now() < deadline &&  // moves do not wake it: it looks every 10 ms
          !l.changed.wait_for(lock, std::chrono::milliseconds(10),
-                             [&] { return l.ended == l.records.size() || triggered(c, l, s); })) {
+                             [&] { return l.ended == l.records.size() || triggered(c, l, s, owner); })) {
   }
   lock.unlock();
   const aim a = aim_at(c, l, s, long_id, owner);
