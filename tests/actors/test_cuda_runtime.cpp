@@ -56,7 +56,8 @@ std::pair<std::vector<int32_t>, request_finished> run_one(cluster& c, const gene
                       std::lock_guard lock(mutex);
                       end = e;
                       done.notify_all();
-                    }});
+                    },
+                    {}});
   std::unique_lock lock(mutex);
   REQUIRE(done.wait_for(lock, 600s, [&] { return end.has_value(); }));
   return {tokens, *end};

@@ -190,6 +190,21 @@ void http_head(const fs::path& dir) {
   write(dir, "seed-repeated", bytes("GET /health HTTP/1.1\nAccept: a\nAccept: b\nConnection: close"));
 }
 
+void safetensors(const fs::path& dir) {
+  const auto file = [](const std::string& header, size_t data_bytes) {
+    std::vector<uint8_t> out(8);
+    for (int i = 0; i < 8; ++i) out[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
+    out.insert(out.end(), header.begin(), header.end());
+    for (size_t i = 0; i < data_bytes; ++i) out.push_back(uint8_t(i * 37));
+    return out;
+  };
+  write(dir, "seed-three-types",
+        file(R"({"__metadata__":{"format":"pt"},"a.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+             R"("b":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]},"c":{"dtype":"F16","shape":[],"data_offsets":[32,34]}})",
+             34));
+  write(dir, "seed-empty", file("{}", 0));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -204,5 +219,6 @@ int main(int argc, char** argv) {
   tokenizer(dir / "tokenizer");
   peer_messages(dir / "peer_messages");
   http_head(dir / "http_head");
+  safetensors(dir / "safetensors");
   return 0;
 }

@@ -1,0 +1,177 @@
+#include "gpu/formats/safetensors.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu/text.hpp"
+
+namespace illm::gpu {
+
+const char* to_string(stored_type t) {
+  switch (t) {
+    case stored_type::f32: return "F32";
+    case stored_type::f16: return "F16";
+    case stored_type::bf16: return "BF16";
+  }
+  return "?";
+}
+
+uint32_t element_bytes(stored_type t) { return t == stored_type::f32 ? 4 : 2; }
+
+uint64_t stored_tensor::elements() const {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  return n;
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+status corrupt(const std::string& file, const std::string& what) {
+  return {status_code::corrupt_model, text::format("{}: {}", file, what)};
+}
+
+std::optional<stored_type> dtype_named(const std::string& name) {
+  for (stored_type t : {stored_type::f32, stored_type::f16, stored_type::bf16})
+    if (name == to_string(t)) return t;
+  return std::nullopt;
+}
+
+/// Reads one tensor's entry; an error naming it, or empty.
+std::string read_entry(const std::string& name, const json& value, uint64_t data_bytes, safetensors_entry& out) {
+  if (!value.is_object()) return "its entry is not an object";
+  const auto dtype = value.find("dtype"), shape = value.find("shape"), offsets = value.find("data_offsets");
+  if (dtype == value.end() || !dtype->is_string()) return "no dtype";
+  const auto type = dtype_named(dtype->get<std::string>());
+  if (!type) return text::format("dtype {} is not one of F32, F16, BF16", dtype->get<std::string>());
+  if (shape == value.end() || !shape->is_array() || shape->size() > 8) return "no shape (an array of at most 8 sizes)";
+  if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
+      !(*offsets)[1].is_number_unsigned())
+    return "no data_offsets [begin, end]";
+  out = {name, *type, {}, (*offsets)[0].get<uint64_t>(), (*offsets)[1].get<uint64_t>()};
+  uint64_t elements = 1;
+  for (const json& d : *shape) {
+    if (!d.is_number_unsigned()) return "a size of its shape is not a whole number";
+    const uint64_t size = d.get<uint64_t>();
+    if (size != 0 && elements > (uint64_t(1) << 48) / size) return "its shape is too large";
+    elements *= size;
+    out.shape.push_back(size);
+  }
+  if (out.begin > out.end || out.end > data_bytes)
+    return text::format("data_offsets [{}, {}] run past the data's {} bytes", out.begin, out.end, data_bytes);
+  if (out.end - out.begin != elements * element_bytes(*type))
+    return text::format("data_offsets [{}, {}] hold {} bytes, its shape and dtype {}", out.begin, out.end,
+                        out.end - out.begin, elements * element_bytes(*type));
+  return {};
+}
+
+/// The tensors of one mapped file.
+result<std::vector<stored_tensor>> tensors_of(const std::shared_ptr<const mapped_file>& f) {
+  if (f->size() < 8) return corrupt(f->path(), text::format("{} bytes: too short for a safetensors header", f->size()));
+  uint64_t header_bytes = 0;
+  for (int i = 7; i >= 0; --i) header_bytes = header_bytes << 8 | f->data()[i];  // little-endian
+  if (header_bytes > max_safetensors_header_bytes || header_bytes > f->size() - 8)
+    return corrupt(f->path(), text::format("a header of {} bytes, in a file of {} (at most {} are read)", header_bytes,
+                                           f->size(), max_safetensors_header_bytes));
+  const std::string_view json_text(reinterpret_cast<const char*>(f->data()) + 8, header_bytes);
+  const uint64_t data_at = 8 + header_bytes;
+  auto entries = parse_safetensors_header(json_text, f->size() - data_at, f->path());
+  if (!entries.is_ok()) return entries.error();
+  std::vector<stored_tensor> out;
+  for (safetensors_entry& e : entries.value())
+    out.push_back({std::move(e.name), e.type, std::move(e.shape), f->data() + data_at + e.begin, e.end - e.begin, f});
+  return out;
+}
+
+/// The shards an index names, and which shard each tensor is in.
+result<std::map<std::string, std::string>> read_index(const std::string& path) {
+  auto f = mapped_file::open(path);
+  if (!f.is_ok()) return f.error();
+  json index = json::parse(reinterpret_cast<const char*>(f.value()->data()),
+                           reinterpret_cast<const char*>(f.value()->data()) + f.value()->size(), nullptr, false);
+  if (index.is_discarded() || !index.is_object()) return corrupt(path, "not a JSON object");
+  const auto map = index.find("weight_map");
+  if (map == index.end() || !map->is_object() || map->empty()) return corrupt(path, "no weight_map of tensor names to files");
+  std::map<std::string, std::string> out;
+  for (const auto& [name, shard] : map->items()) {
+    const std::string file = shard.is_string() ? shard.get<std::string>() : "";
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+      return corrupt(path, text::format("weight_map: tensor {} names no file of this folder", name));
+    out[name] = file;
+  }
+  return out;
+}
+
+}  // namespace
+
+result<std::vector<safetensors_entry>> parse_safetensors_header(std::string_view json_text, uint64_t data_bytes,
+                                                                const std::string& file) {
+  json header = json::parse(json_text.begin(), json_text.end(), nullptr, false);
+  if (header.is_discarded() || !header.is_object()) return corrupt(file, "the header is not a JSON object");
+  std::vector<safetensors_entry> out;
+  for (const auto& [name, value] : header.items()) {
+    if (name == "__metadata__") {
+      if (!value.is_object()) return corrupt(file, "__metadata__ is not an object");
+      continue;
+    }
+    safetensors_entry e;
+    if (std::string why = read_entry(name, value, data_bytes, e); !why.empty())
+      return corrupt(file, text::format("tensor {}: {}", name, why));
+    out.push_back(std::move(e));
+  }
+  std::vector<const safetensors_entry*> by_offset;
+  for (const safetensors_entry& e : out) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < by_offset.size(); ++i)
+    if (by_offset[i]->begin < by_offset[i - 1]->end)
+      return corrupt(file, text::format("tensors {} and {} overlap", by_offset[i - 1]->name, by_offset[i]->name));
+  return out;
+}
+
+result<safetensors_checkpoint> safetensors_checkpoint::open(const std::string& path) {
+  safetensors_checkpoint out;
+  const bool is_index = path.size() >= 11 && path.compare(path.size() - 11, 11, ".index.json") == 0;
+  std::map<std::string, std::string> index;
+  std::vector<std::string> files{path};
+  if (is_index) {
+    auto read = read_index(path);
+    if (!read.is_ok()) return read.error();
+    index = std::move(read).value();
+    files.clear();
+    const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+    for (const auto& [name, shard] : index)
+      if (std::find(files.begin(), files.end(), (folder / shard).string()) == files.end())
+        files.push_back((folder / shard).string());
+  }
+  for (const std::string& file : files) {
+    auto f = mapped_file::open(file);
+    if (!f.is_ok()) return f.error();
+    auto tensors = tensors_of(f.value());
+    if (!tensors.is_ok()) return tensors.error();
+    for (stored_tensor& t : tensors.value()) out.tensors_.push_back(std::move(t));
+  }
+  std::sort(out.tensors_.begin(), out.tensors_.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (size_t i = 1; i < out.tensors_.size(); ++i)
+    if (out.tensors_[i].name == out.tensors_[i - 1].name)
+      return corrupt(out.tensors_[i].file->path(), text::format("tensor {} is in two files", out.tensors_[i].name));
+  for (const auto& [name, shard] : index) {
+    const stored_tensor* t = out.find(name);
+    if (!t || std::filesystem::path(t->file->path()).filename() != shard)
+      return corrupt(path, text::format("weight_map: tensor {} is not in {}", name, shard));
+  }
+  return out;
+}
+
+const stored_tensor* safetensors_checkpoint::find(std::string_view name) const {
+  auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                             [](const stored_tensor& t, std::string_view n) { return t.name < n; });
+  return it != tensors_.end() && it->name == name ? &*it : nullptr;
+}
+
+}  // namespace illm::gpu

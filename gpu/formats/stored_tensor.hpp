@@ -1,0 +1,34 @@
+#pragma once
+// A tensor as a model file stores it: its element type, shape and bytes, read where they lie in the file's
+// mapping (safetensors.hpp; GGUF files too).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu/formats/mapped_file.hpp"
+
+namespace illm::gpu {
+
+/// How a tensor's elements are stored.
+enum class stored_type : uint8_t { f32, f16, bf16 };
+
+/// Its name as the files spell it ("F32", "F16", "BF16").
+const char* to_string(stored_type t);
+/// Bytes of one element.
+uint32_t element_bytes(stored_type t);
+
+/// One tensor of a model file.
+struct stored_tensor {
+  std::string name;
+  stored_type type = stored_type::f32;
+  std::vector<uint64_t> shape;        ///< outermost first, as the file says
+  const uint8_t* data = nullptr;      ///< in `file`'s mapping; not aligned for its type (read it with memcpy)
+  uint64_t bytes = 0;
+  std::shared_ptr<const mapped_file> file;  ///< keeps the mapping while the tensor is read
+  /// Elements: the product of the shape (1 for a scalar).
+  uint64_t elements() const;
+};
+
+}  // namespace illm::gpu
