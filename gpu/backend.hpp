@@ -11,6 +11,7 @@
 #include <string>
 
 #include "gpu/host_memory.hpp"
+#include "gpu/rope_frequencies.hpp"
 #include "gpu/status.hpp"
 
 namespace illm::gpu {
@@ -143,9 +144,18 @@ class backend {
   virtual status rmsnorm(const float* x, size_t ldx, const float* weight, int m, int n, float eps, float* y,
                          size_t ldy) = 0;
 
-  /// cos and sin of pos * theta^(-2i / head_dim) per token and pair i, computed in fp64 so that every
+  /// y = x / rms(x) * weight for every head of every row, in place (a head's RMSNorm before RoPE).
+  /// x [m][n_heads][head_dim] rows ld apart; weight [head_dim].
+  virtual status head_rmsnorm(float* x, size_t ld, int m, int n_heads, int head_dim, const float* weight,
+                              float eps) = 0;
+
+  /// x[i][j] += bias[j]. x [m][n] rows ld apart; bias [n].
+  virtual status add_bias(float* x, size_t ld, int m, int n, const float* bias) = 0;
+
+  /// cos and sin of pos * freq.inverse(i, head_dim) per token and pair i, computed in fp64 so that every
   /// position, far beyond the training context, is exact. pos [m]; table [m][head_dim / 2][2: cos, sin].
-  virtual status rope_table(const int32_t* pos, int m, int head_dim, float theta, float* table) = 0;
+  virtual status rope_table(const int32_t* pos, int m, int head_dim, const rope_frequencies& freq,
+                            float* table) = 0;
 
   /// Rotates the adjacent pairs (2i, 2i+1) of every head in place by the table's angles.
   /// x [m][n_heads][head_dim] rows ld apart; table [m][head_dim / 2][2] from rope_table.

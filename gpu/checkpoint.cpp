@@ -76,35 +76,44 @@ result<model_weights> load_llama2c(const std::string& path) {
   auto allocated = model_weights::allocate(config, shared_classifier);
   if (!allocated.is_ok()) return allocated.error();
   model_weights& w = allocated.value();
-  ILLM_RETURN_IF_ERROR(read_floats(f.get(), w.data(), w.body_size(), path));
-  if (std::fseek(f.get(), long(rope_table_floats(config) * sizeof(float)), SEEK_CUR) != 0)
-    return corrupt(path, "cannot skip the RoPE tables");
-  ILLM_RETURN_IF_ERROR(read_floats(f.get(), w.data() + w.body_size(), w.size() - w.body_size(), path));
+  for (const tensor_view& t : w.tensors()) {
+    if (t.name == "classifier" && std::fseek(f.get(), long(rope_table_floats(config) * sizeof(float)), SEEK_CUR) != 0)
+      return corrupt(path, "cannot skip the RoPE tables");
+    ILLM_RETURN_IF_ERROR(read_floats(f.get(), t.data, t.size, path));
+  }
   ILLM_RETURN_IF_ERROR(check_finite(w, path));
   return allocated;
 }
 
 status write_llama2c(const model_weights& weights, const std::string& path) {
+  const model_config& c = weights.config();
+  if (c.head_size > 0 || c.qkv_bias || c.qk_norm || c.rope_scaling.scaling != rope_scaling_kind::none)
+    return {status_code::unsupported, "the llama2.c format has no head width of its own, biases, head norms or "
+                                      "RoPE scaling"};
   file_ptr f(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!f) return {status_code::io_error, text::format("cannot create {}", path)};
-  const model_config& c = weights.config();
   const int32_t vocab = weights.shared_classifier() ? c.vocab_size : -c.vocab_size;
   const int32_t header[7] = {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, vocab, c.max_seq};
   bool ok = std::fwrite(header, sizeof(int32_t), 7, f.get()) == 7;
-  ok = ok && std::fwrite(weights.data(), sizeof(float), weights.body_size(), f.get()) == weights.body_size();
-  // The RoPE tables llama2.c stores (cos then sin of pos * theta^(-2i/head_dim)); the loader skips them.
-  const int half = c.head_dim() / 2;
-  std::vector<float> cos_table, sin_table;
-  for (int pos = 0; pos < c.max_seq; ++pos)
-    for (int i = 0; i < half; ++i) {
-      const double angle = pos * std::pow(double(c.rope_theta), -2.0 * i / c.head_dim());
-      cos_table.push_back(float(std::cos(angle)));
-      sin_table.push_back(float(std::sin(angle)));
-    }
-  ok = ok && std::fwrite(cos_table.data(), sizeof(float), cos_table.size(), f.get()) == cos_table.size();
-  ok = ok && std::fwrite(sin_table.data(), sizeof(float), sin_table.size(), f.get()) == sin_table.size();
-  const uint64_t tail = weights.size() - weights.body_size();
-  ok = ok && std::fwrite(weights.data() + weights.body_size(), sizeof(float), tail, f.get()) == tail;
+  // The RoPE tables llama2.c stores (cos then sin of pos * theta^(-2i/head_dim)) before the classifier; the
+  // loader skips them.
+  const auto rope_tables = [&] {
+    const int half = c.head_dim() / 2;
+    std::vector<float> cos_table, sin_table;
+    for (int pos = 0; pos < c.max_seq; ++pos)
+      for (int i = 0; i < half; ++i) {
+        const double angle = pos * std::pow(double(c.rope_theta), -2.0 * i / c.head_dim());
+        cos_table.push_back(float(std::cos(angle)));
+        sin_table.push_back(float(std::sin(angle)));
+      }
+    return std::fwrite(cos_table.data(), sizeof(float), cos_table.size(), f.get()) == cos_table.size() &&
+           std::fwrite(sin_table.data(), sizeof(float), sin_table.size(), f.get()) == sin_table.size();
+  };
+  for (const tensor_view& t : weights.tensors()) {
+    if (t.name == "classifier") ok = ok && rope_tables();
+    ok = ok && std::fwrite(t.data, sizeof(float), t.size, f.get()) == t.size;
+  }
+  if (weights.shared_classifier()) ok = ok && rope_tables();
   if (!ok) return {status_code::io_error, text::format("write to {} failed", path)};
   return status::ok();
 }

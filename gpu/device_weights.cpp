@@ -31,9 +31,13 @@ const float* device_weights::tensor(const float* host, size_t n) {
 }
 
 const void* device_weights::matrix(std::initializer_list<std::pair<const float*, size_t>> parts) {
-  if (weight_type_ == dtype::f32 && parts.size() == 1) return tensor(parts.begin()->first, parts.begin()->second);
   size_t n = 0;
-  for (auto [p, count] : parts) n += count;
+  bool adjacent = true;
+  for (auto [p, count] : parts) {
+    adjacent = adjacent && p == parts.begin()->first + n;
+    n += count;
+  }
+  if (weight_type_ == dtype::f32 && adjacent) return tensor(parts.begin()->first, n);
   // fp32 packs are staged as they are; 16-bit ones converted (round to nearest even) on the way.
   const size_t element = dtype_bytes(weight_type_);
   std::vector<uint8_t> staged(n * element);
@@ -47,17 +51,24 @@ const void* device_weights::matrix(std::initializer_list<std::pair<const float*,
 
 status device_weights::place_all() {
   const model_config& c = config();
-  const size_t d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, vocab = c.vocab_size;
+  const size_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim, vocab = c.vocab_size, hd = c.head_dim();
   for (int l = 0; l < c.n_layers; ++l) {
     const layer_weights& w = host_->layer(l);
     layer t;
     t.rms_att = tensor(w.rms_att, d);
-    t.wqkv = matrix({{w.wq, d * d}, {w.wk, kv * d}, {w.wv, kv * d}});
-    t.wo = matrix({{w.wo, d * d}});
+    t.wqkv = matrix({{w.wq, q * d}, {w.wk, kv * d}, {w.wv, kv * d}});
+    t.wo = matrix({{w.wo, d * q}});
     t.rms_ffn = tensor(w.rms_ffn, d);
     t.w13 = matrix({{w.w1, h * d}, {w.w3, h * d}});
     t.w2 = matrix({{w.w2, d * h}});
-    if (!t.rms_att || !t.wqkv || !t.wo || !t.rms_ffn || !t.w13 || !t.w2)
+    // model_weights keeps bq, bk and bv side by side.
+    if (c.qkv_bias) t.bqkv = tensor(w.bq, q + 2 * kv);
+    if (c.qk_norm) {
+      t.q_norm = tensor(w.q_norm, hd);
+      t.k_norm = tensor(w.k_norm, hd);
+    }
+    if (!t.rms_att || !t.wqkv || !t.wo || !t.rms_ffn || !t.w13 || !t.w2 || (c.qkv_bias && !t.bqkv) ||
+        (c.qk_norm && (!t.q_norm || !t.k_norm)))
       return {status_code::out_of_memory, text::format("cannot place layer {} on {}", l, device_->name())};
     layers_.push_back(t);
   }

@@ -15,15 +15,18 @@
 namespace illm::gpu {
 
 /// The weights on one device: projections that read the same input packed into one matrix (one product
-/// instead of three), matrices in weight_type, norms in fp32. On a host-memory backend the fp32 tensors are
-/// the host weights themselves. Read only once placed, so engines on several streams share it.
+/// instead of three), matrices in weight_type, norms and biases in fp32. On a host-memory backend the fp32
+/// tensors are the host weights themselves (model_weights keeps the packed matrices' parts side by side). Read only once placed, so engines on several streams share it.
 class device_weights {
  public:
   /// One layer's tensors on the device.
   struct layer {
     const float* rms_att = nullptr;
-    const void* wqkv = nullptr;  ///< [dim + 2 kv_dim][dim]: wq, wk, wv rows (weight_type)
-    const void* wo = nullptr;
+    const void* wqkv = nullptr;  ///< [q_dim + 2 kv_dim][dim]: wq, wk, wv rows (weight_type)
+    const float* bqkv = nullptr;    ///< [q_dim + 2 kv_dim] when the model has q, k, v biases
+    const float* q_norm = nullptr;  ///< [head_dim] when the model normalises query and key heads
+    const float* k_norm = nullptr;
+    const void* wo = nullptr;       ///< [dim][q_dim]
     const float* rms_ffn = nullptr;
     const void* w13 = nullptr;  ///< [2 hidden][dim]: w1 (gate) rows, then w3 (up) rows
     const void* w2 = nullptr;
@@ -47,7 +50,8 @@ class device_weights {
   device_weights() = default;
   status place_all();
   const float* tensor(const float* host, size_t n);
-  /// A matrix in weight_type packed from `parts` (host fp32, in order).
+  /// A matrix in weight_type packed from `parts` (host fp32, in order): the host memory itself where it is
+  /// fp32 on a host-memory backend and the parts lie one after another.
   const void* matrix(std::initializer_list<std::pair<const float*, size_t>> parts);
   const void* keep(device_ptr buffer, const void* host, size_t bytes);
 

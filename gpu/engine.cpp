@@ -40,7 +40,7 @@ kv_layout engine::pool_layout() const {
 
 status engine::allocate_buffers() {
   const model_config& c = config();
-  const size_t d = c.dim, kv = c.kv_dim(), h = c.hidden_dim, vocab = c.vocab_size;
+  const size_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim, vocab = c.vocab_size;
   const size_t m = size_t(options_.max_batch_tokens), s = size_t(options_.max_batch_seqs);
   auto buffer = [this](size_t floats) -> float* {
     device_ptr p = make_device_buffer(*device_, floats * sizeof(float));
@@ -50,8 +50,8 @@ status engine::allocate_buffers() {
   };
   x_ = buffer(m * d);
   xb_ = buffer(m * d);
-  qkv_ = buffer(m * (d + 2 * kv));
-  att_ = buffer(m * d);
+  qkv_ = buffer(m * (q + 2 * kv));
+  att_ = buffer(m * q);
   h13_ = buffer(m * 2 * h);
   hb_ = buffer(m * h);
   rope_ = buffer(m * c.head_dim());
@@ -241,8 +241,8 @@ status engine::stage_indices() {
 
 status engine::store_new_kv(int layer, const lane_span& lane, const kv_pools& pools) {
   const model_config& c = config();
-  const size_t ld = size_t(c.dim) + 2 * c.kv_dim();
-  const float* k = qkv_ + c.dim;
+  const size_t ld = size_t(c.q_dim()) + 2 * c.kv_dim();
+  const float* k = qkv_ + c.q_dim();
   const float* v = k + c.kv_dim();
   // Consecutive rows that go to the same pool are written in one call.
   for (size_t r0 = size_t(lane.r0); r0 < size_t(lane.r1);) {
@@ -267,7 +267,7 @@ std::array<float*, 3> engine::partials_of(float* base, size_t i, size_t g) const
 
 status engine::begin_attention(int layer, int lane, const kv_pools& pools, attention_router* router) {
   const model_config& c = config();
-  const size_t ld = size_t(c.dim) + 2 * c.kv_dim();
+  const size_t ld = size_t(c.q_dim()) + 2 * c.kv_dim();
   const bool host = device_->host_memory();
   float* partials = static_cast<float*>(partials_.get());
   const lane_span& span = lanes_[size_t(lane)];
@@ -321,7 +321,7 @@ status engine::end_attention(int lane, attention_router* router) {
   for (size_t i = span.e0; i < span.e1; ++i) {
     auto [m, e, ma] = partials_of(partials, i, 0);
     ILLM_RETURN_IF_ERROR(device_->merge(m, e, ma, int(plans_[i].groups.size()), entries_[i].n_tokens, c.n_heads,
-                                        c.head_dim(), att_ + size_t(plans_[i].row0) * c.dim, size_t(c.dim)));
+                                        c.head_dim(), att_ + size_t(plans_[i].row0) * c.q_dim(), size_t(c.q_dim())));
   }
   stats_.remote_jobs += jobs_[size_t(lane)].size();
   return status::ok();
@@ -329,7 +329,7 @@ status engine::end_attention(int lane, attention_router* router) {
 
 status engine::stage_remote_queries(int lane) {
   const model_config& c = config();
-  const size_t ld = size_t(c.dim) + 2 * c.kv_dim();
+  const size_t ld = size_t(c.q_dim()) + 2 * c.kv_dim();
   // The rows of each entry with remote jobs (q, k and v alike: one copy per entry) into the lane's remote_q_.
   auto& staged = remote_q_[size_t(lane)];
   auto& jobs = jobs_[size_t(lane)];
@@ -397,14 +397,19 @@ status engine::layer_front(int layer, int lane, const kv_pools& pools, attention
   const model_config& c = config();
   const device_weights::layer& w = weights_->at(layer);
   const lane_span& span = lanes_[size_t(lane)];
-  const size_t d = c.dim, ld_qkv = d + 2 * c.kv_dim(), r0 = size_t(span.r0);
+  const size_t d = c.dim, q = c.q_dim(), ld_qkv = q + 2 * c.kv_dim(), r0 = size_t(span.r0);
   const int m = span.r1 - span.r0, hd = c.head_dim();
   float* qkv = qkv_ + r0 * ld_qkv;
   ILLM_RETURN_IF_ERROR(device_->rmsnorm(x_ + r0 * d, d, w.rms_att, m, c.dim, c.norm_eps, xb_ + r0 * d, d));
   ILLM_RETURN_IF_ERROR(device_->gemm(xb_ + r0 * d, d, m, c.dim, w.wqkv, options_.weight_type, d, int(ld_qkv), qkv,
                                      ld_qkv, false));
+  if (w.bqkv) ILLM_RETURN_IF_ERROR(device_->add_bias(qkv, ld_qkv, m, int(ld_qkv), w.bqkv));
+  if (w.q_norm) {
+    ILLM_RETURN_IF_ERROR(device_->head_rmsnorm(qkv, ld_qkv, m, c.n_heads, hd, w.q_norm, c.norm_eps));
+    ILLM_RETURN_IF_ERROR(device_->head_rmsnorm(qkv + q, ld_qkv, m, c.n_kv_heads, hd, w.k_norm, c.norm_eps));
+  }
   ILLM_RETURN_IF_ERROR(device_->rope(qkv, ld_qkv, m, c.n_heads, hd, rope_ + r0 * size_t(hd)));
-  ILLM_RETURN_IF_ERROR(device_->rope(qkv + d, ld_qkv, m, c.n_kv_heads, hd, rope_ + r0 * size_t(hd)));
+  ILLM_RETURN_IF_ERROR(device_->rope(qkv + q, ld_qkv, m, c.n_kv_heads, hd, rope_ + r0 * size_t(hd)));
   ILLM_RETURN_IF_ERROR(store_new_kv(layer, span, pools));
   ILLM_RETURN_IF_ERROR(mark_foreign_written(layer, lane, pools));
   return begin_attention(layer, lane, pools, router);
@@ -435,12 +440,12 @@ status engine::layer_back(int layer, int lane, attention_router* router) {
   const model_config& c = config();
   const device_weights::layer& w = weights_->at(layer);
   const lane_span& span = lanes_[size_t(lane)];
-  const size_t d = c.dim, h = c.hidden_dim, r0 = size_t(span.r0);
+  const size_t d = c.dim, q = c.q_dim(), h = c.hidden_dim, r0 = size_t(span.r0);
   const int m = span.r1 - span.r0;
   const dtype wt = options_.weight_type;
   float *x = x_ + r0 * d, *xb = xb_ + r0 * d, *h13 = h13_ + r0 * 2 * h, *hb = hb_ + r0 * h;
   ILLM_RETURN_IF_ERROR(end_attention(lane, router));
-  ILLM_RETURN_IF_ERROR(device_->gemm(att_ + r0 * d, d, m, c.dim, w.wo, wt, d, c.dim, x, d, true));
+  ILLM_RETURN_IF_ERROR(device_->gemm(att_ + r0 * q, q, m, int(q), w.wo, wt, q, c.dim, x, d, true));
   ILLM_RETURN_IF_ERROR(device_->rmsnorm(x, d, w.rms_ffn, m, c.dim, c.norm_eps, xb, d));
   ILLM_RETURN_IF_ERROR(device_->gemm(xb, d, m, c.dim, w.w13, wt, d, int(2 * h), h13, 2 * h, false));
   ILLM_RETURN_IF_ERROR(device_->silu_mul(h13, h13 + h, 2 * h, m, int(h), hb, h));
@@ -462,7 +467,7 @@ status engine::step(std::span<const batch_entry> batch, const kv_pools& pools, a
   const int m = int(tokens_.size());
   if (m == 0) return status::ok();
   ILLM_RETURN_IF_ERROR(device_->embed(tokens_dev_, m, weights_->embedding(), c.dim, x_, size_t(c.dim)));
-  ILLM_RETURN_IF_ERROR(device_->rope_table(pos_dev_, m, c.head_dim(), c.rope_theta, rope_));
+  ILLM_RETURN_IF_ERROR(device_->rope_table(pos_dev_, m, c.head_dim(), c.rope(), rope_));
   // Each lane's layer is sent off to the holders before the other lane's is finished: while they attend
   // one lane's queries, this device runs the other's dense layers. One lane runs the layers in turn.
   const int lanes = int(lanes_.size());

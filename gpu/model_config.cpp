@@ -9,8 +9,9 @@
 namespace illm::gpu {
 
 uint64_t model_config::parameter_count(bool shared_classifier) const {
-  const uint64_t d = dim, h = hidden_dim, kv = kv_dim(), v = vocab_size;
-  const uint64_t per_layer = 2 * d + d * d * 2 + 2 * d * kv + 3 * d * h;
+  const uint64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim(), v = vocab_size;
+  const uint64_t per_layer = 2 * d + d * q * 2 + 2 * d * kv + 3 * d * h + (qkv_bias ? q + 2 * kv : 0) +
+                             (qk_norm ? 2 * uint64_t(head_dim()) : 0);
   return v * d + n_layers * per_layer + d + (shared_classifier ? 0 : v * d);
 }
 
@@ -21,16 +22,26 @@ status model_config::validate() const {
     return bad(text::format("non-positive dimension (dim {}, hidden_dim {}, n_layers {}, n_heads {}, "
                            "n_kv_heads {}, vocab_size {}, max_seq {})",
                            dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, max_seq));
-  if (dim % n_heads != 0) return bad(text::format("dim {} is not a multiple of n_heads {}", dim, n_heads));
+  if (head_size < 0) return bad(text::format("negative head_dim {}", head_size));
+  if (head_size == 0 && dim % n_heads != 0)
+    return bad(text::format("dim {} is not a multiple of n_heads {}", dim, n_heads));
   if (n_heads % n_kv_heads != 0)
     return bad(text::format("n_heads {} is not a multiple of n_kv_heads {}", n_heads, n_kv_heads));
   if (head_dim() % 2 != 0) return bad(text::format("head_dim {} is odd (RoPE rotates pairs)", head_dim()));
   if (dim > (1 << 16) || hidden_dim > (1 << 18) || n_layers > 1024 || vocab_size > (1 << 22) ||
-      head_dim() > 512)
+      head_dim() > 512 || n_heads > 1024)
     return bad(text::format("implausible shape (dim {}, hidden_dim {}, n_layers {}, vocab_size {})", dim,
                            hidden_dim, n_layers, vocab_size));
   if (!(rope_theta > 0.0f) || !(norm_eps > 0.0f))
     return bad("rope_theta and norm_eps must be positive");
+  const rope_frequencies& r = rope_scaling;
+  if (r.scaling != rope_scaling_kind::none && !(r.factor >= 1.0f && r.factor < 1e6f))
+    return bad(text::format("rope scaling factor {} is not in [1, 1e6)", r.factor));
+  if (r.scaling == rope_scaling_kind::llama3 &&
+      !(r.low_freq_factor > 0.0f && r.high_freq_factor > r.low_freq_factor && r.original_positions > 0))
+    return bad(text::format("llama3 rope scaling needs 0 < low_freq_factor ({}) < high_freq_factor ({}) and a "
+                            "positive original_max_position_embeddings ({})",
+                            r.low_freq_factor, r.high_freq_factor, r.original_positions));
   return status::ok();
 }
 

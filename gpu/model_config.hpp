@@ -1,11 +1,14 @@
 #pragma once
-// The shape of a LLaMA-architecture model (with grouped-query attention), and named presets.
+// The shape of a LLaMA-architecture model (with grouped-query attention), and named presets. The family's
+// variants are options of it: a head width apart from dim / n_heads, biases on q, k and v (Qwen2), RMSNorm of
+// each query and key head before RoPE (Qwen3), scaled RoPE frequencies (Llama 3.1).
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "gpu/rope_frequencies.hpp"
 #include "gpu/status.hpp"
 
 namespace illm::gpu {
@@ -21,9 +24,22 @@ struct model_config {
   int max_seq = 0;     ///< training context; positions beyond it are still valid (RoPE is computed)
   float rope_theta = 10000.0f;
   float norm_eps = 1e-5f;
+  int head_size = 0;      ///< width of a head; 0: dim / n_heads
+  bool qkv_bias = false;  ///< q, k and v projections add a bias
+  bool qk_norm = false;   ///< each query and key head is RMS-normalised (weights [head_dim]) before RoPE
+  /// RoPE scaling; its theta is rope_theta (rope() gives the whole).
+  rope_frequencies rope_scaling{};
 
-  int head_dim() const { return dim / n_heads; }
+  int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
+  /// Width of the queries (and of the attention output): n_heads * head_dim.
+  int q_dim() const { return n_heads * head_dim(); }
   int kv_dim() const { return head_dim() * n_kv_heads; }
+  /// The RoPE frequencies: rope_theta with rope_scaling's scaling.
+  rope_frequencies rope() const {
+    rope_frequencies r = rope_scaling;
+    r.theta = rope_theta;
+    return r;
+  }
   /// Query heads that share one key/value head.
   int gqa_group() const { return n_heads / n_kv_heads; }
   /// Number of weights, classifier counted when it is separate from the embedding.

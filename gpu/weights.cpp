@@ -13,49 +13,74 @@ result<model_weights> model_weights::allocate(const model_config& config, bool s
   w.config_ = config;
   w.shared_classifier_ = shared_classifier;
   w.size_ = config.parameter_count(shared_classifier);
-  w.body_size_ = w.size_ - (shared_classifier ? 0 : uint64_t(config.vocab_size) * config.dim);
   w.storage_.reset(static_cast<float*>(host_alloc(w.size_ * sizeof(float))));
   if (!w.storage_)
     return status{status_code::out_of_memory,
                   text::format("cannot allocate {:.1f} GiB of weights", w.size_ * 4.0 / (1u << 30))};
 
-  w.layers_.resize(config.n_layers);
-  std::vector<tensor_view> views = w.tensors();
-  size_t next = 0;
-  w.token_embedding_ = views[next++].data;
-  for (auto member : {&layer_weights::rms_att, &layer_weights::wq, &layer_weights::wk, &layer_weights::wv,
-                      &layer_weights::wo, &layer_weights::rms_ffn, &layer_weights::w1, &layer_weights::w2,
-                      &layer_weights::w3})
-    for (auto& l : w.layers_) l.*member = views[next++].data;
-  w.rms_final_ = views[next++].data;
-  w.classifier_ = shared_classifier ? w.token_embedding_ : views[next++].data;
+  // Storage order: embedding; per layer rms_att, wq wk wv, bq bk bv, q_norm, k_norm, wo, rms_ffn, w1 w3, w2;
+  // final norm; classifier.
+  const uint64_t d = config.dim, h = config.hidden_dim, q = config.q_dim(), kv = config.kv_dim();
+  const uint64_t hd = config.head_dim(), vocab = config.vocab_size;
+  float* p = w.storage_.get();
+  auto take = [&p](uint64_t floats, bool present = true) {
+    float* at = present ? p : nullptr;
+    if (present) p += floats;
+    return at;
+  };
+  w.token_embedding_ = take(vocab * d);
+  w.layers_.resize(size_t(config.n_layers));
+  for (layer_weights& l : w.layers_) {
+    l.rms_att = take(d);
+    l.wq = take(q * d);
+    l.wk = take(kv * d);
+    l.wv = take(kv * d);
+    l.bq = take(q, config.qkv_bias);
+    l.bk = take(kv, config.qkv_bias);
+    l.bv = take(kv, config.qkv_bias);
+    l.q_norm = take(hd, config.qk_norm);
+    l.k_norm = take(hd, config.qk_norm);
+    l.wo = take(d * q);
+    l.rms_ffn = take(d);
+    l.w1 = take(h * d);
+    l.w3 = take(h * d);
+    l.w2 = take(d * h);
+  }
+  w.rms_final_ = take(d);
+  w.classifier_ = shared_classifier ? w.token_embedding_ : take(vocab * d);
   return w;
 }
 
-std::vector<tensor_view> model_weights::tensors() {
+std::vector<tensor_view> model_weights::tensors() const {
   const model_config& c = config_;
-  const uint64_t d = c.dim, h = c.hidden_dim, kv = c.kv_dim(), vocab = c.vocab_size;
+  const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
   std::vector<tensor_view> out;
-  float* p = storage_.get();
-  auto add = [&](std::string name, uint64_t size, uint64_t fan_in) {
-    out.push_back({std::move(name), p, size, fan_in});
-    p += size;
+  auto stack = [&](const char* kind, float* layer_weights::*member, uint64_t size, uint64_t fan_in,
+                   tensor_role role) {
+    for (int l = 0; l < c.n_layers; ++l)
+      out.push_back({text::format("layers.{}.{}", l, kind), layers_[size_t(l)].*member, size, fan_in, role});
   };
-  auto stack = [&](const char* kind, uint64_t size, uint64_t fan_in) {
-    for (int l = 0; l < c.n_layers; ++l) add(text::format("layers.{}.{}", l, kind), size, fan_in);
-  };
-  add("token_embedding", vocab * d, d);
-  stack("rms_att", d, 0);
-  stack("wq", d * d, d);
-  stack("wk", kv * d, d);
-  stack("wv", kv * d, d);
-  stack("wo", d * d, d);
-  stack("rms_ffn", d, 0);
-  stack("w1", h * d, d);
-  stack("w2", d * h, h);
-  stack("w3", h * d, d);
-  add("rms_final", d, 0);
-  if (!shared_classifier_) add("classifier", vocab * d, d);
+  out.push_back({"token_embedding", token_embedding_, uint64_t(c.vocab_size) * d, d, tensor_role::embedding});
+  stack("rms_att", &layer_weights::rms_att, d, 0, tensor_role::norm);
+  stack("wq", &layer_weights::wq, q * d, d, tensor_role::matrix);
+  stack("wk", &layer_weights::wk, kv * d, d, tensor_role::matrix);
+  stack("wv", &layer_weights::wv, kv * d, d, tensor_role::matrix);
+  stack("wo", &layer_weights::wo, d * q, q, tensor_role::matrix);
+  stack("rms_ffn", &layer_weights::rms_ffn, d, 0, tensor_role::norm);
+  stack("w1", &layer_weights::w1, h * d, d, tensor_role::matrix);
+  stack("w2", &layer_weights::w2, d * h, h, tensor_role::matrix);
+  stack("w3", &layer_weights::w3, h * d, d, tensor_role::matrix);
+  out.push_back({"rms_final", rms_final_, d, 0, tensor_role::norm});
+  if (!shared_classifier_) out.push_back({"classifier", classifier_, uint64_t(c.vocab_size) * d, d, tensor_role::matrix});
+  if (c.qkv_bias) {
+    stack("bq", &layer_weights::bq, q, 0, tensor_role::bias);
+    stack("bk", &layer_weights::bk, kv, 0, tensor_role::bias);
+    stack("bv", &layer_weights::bv, kv, 0, tensor_role::bias);
+  }
+  if (c.qk_norm) {
+    stack("q_norm", &layer_weights::q_norm, hd, 0, tensor_role::norm);
+    stack("k_norm", &layer_weights::k_norm, hd, 0, tensor_role::norm);
+  }
   return out;
 }
 
@@ -87,9 +112,11 @@ result<model_weights> synthetic_weights(const model_config& config, uint64_t see
   seeded_stream rng(seed);
   for (const tensor_view& t : allocated->tensors()) {
     // Norm weights near one; matrices uniform with variance 1/fan_in, so activations stay of order
-    // one through every layer; the embedding uniform in [-1, 1).
-    const bool is_norm = t.fan_in == 0, is_embedding = t.name == "token_embedding";
-    const float scale = is_norm ? 0.1f : is_embedding ? 1.0f : float(std::sqrt(3.0 / double(t.fan_in)));
+    // one through every layer; the embedding uniform in [-1, 1); biases small.
+    const bool is_norm = t.role == tensor_role::norm;
+    const float scale = is_norm || t.role == tensor_role::bias ? 0.1f
+                        : t.role == tensor_role::embedding     ? 1.0f
+                                                               : float(std::sqrt(3.0 / double(t.fan_in)));
     const float offset = is_norm ? 1.0f : 0.0f;
     for (uint64_t i = 0; i < t.size; ++i) t.data[i] = offset + scale * rng.next_signed();
   }

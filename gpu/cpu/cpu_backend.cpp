@@ -19,6 +19,16 @@ namespace {
 /// Below this many floats of work an op runs on the calling thread: waking the pool costs more.
 constexpr int64_t parallel_threshold = 1 << 14;
 
+/// Runs rows(i0, i1) over [0, n): on the calling thread when the op's `floats` of work are few, else split
+/// over the pool.
+template <typename Rows>
+void over_rows(thread_pool& pool, int64_t n, int64_t floats, Rows&& rows) {
+  if (floats < parallel_threshold)
+    rows(0, n);
+  else
+    pool.parallel_for(n, rows);
+}
+
 }  // namespace
 
 cpu_backend::cpu_backend(int n_threads, cpu_mode mode)
@@ -103,42 +113,50 @@ void cpu_backend::gemm_rows_skinny(const float* x, size_t ldx, int m, int k, con
 
 status cpu_backend::rmsnorm(const float* x, size_t ldx, const float* weight, int m, int n, float eps, float* y,
                             size_t ldy) {
-  auto rows = [&](int64_t i0, int64_t i1) {
+  over_rows(pool_, m, int64_t(m) * n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) rmsnorm_row(x + size_t(i) * ldx, weight, n, eps, y + size_t(i) * ldy);
-  };
-  if (int64_t(m) * n < parallel_threshold)
-    rows(0, m);
-  else
-    pool_.parallel_for(m, rows);
+  });
   return status::ok();
 }
 
-status cpu_backend::rope_table(const int32_t* pos, int m, int head_dim, float theta, float* table) {
-  for (int i = 0; i < m; ++i) rope_table_row(pos[i], head_dim, theta, table + size_t(i) * head_dim);
+status cpu_backend::head_rmsnorm(float* x, size_t ld, int m, int n_heads, int head_dim, const float* weight,
+                                 float eps) {
+  over_rows(pool_, m, int64_t(m) * n_heads * head_dim, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      for (int h = 0; h < n_heads; ++h) {
+        float* head = x + size_t(i) * ld + size_t(h) * head_dim;
+        rmsnorm_row(head, weight, head_dim, eps, head);
+      }
+  });
+  return status::ok();
+}
+
+status cpu_backend::add_bias(float* x, size_t ld, int m, int n, const float* bias) {
+  over_rows(pool_, m, int64_t(m) * n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      for (int j = 0; j < n; ++j) x[size_t(i) * ld + size_t(j)] += bias[j];
+  });
+  return status::ok();
+}
+
+status cpu_backend::rope_table(const int32_t* pos, int m, int head_dim, const rope_frequencies& freq, float* table) {
+  for (int i = 0; i < m; ++i) rope_table_row(pos[i], head_dim, freq, table + size_t(i) * head_dim);
   return status::ok();
 }
 
 status cpu_backend::rope(float* x, size_t ld, int m, int n_heads, int head_dim, const float* table) {
-  auto rows = [&](int64_t i0, int64_t i1) {
+  over_rows(pool_, m, int64_t(m) * n_heads * head_dim, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) rope_row(x + size_t(i) * ld, n_heads, head_dim, table + size_t(i) * head_dim);
-  };
-  if (int64_t(m) * n_heads * head_dim < parallel_threshold)
-    rows(0, m);
-  else
-    pool_.parallel_for(m, rows);
+  });
   return status::ok();
 }
 
 status cpu_backend::silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out,
                              size_t ld_out) {
-  auto rows = [&](int64_t i0, int64_t i1) {
+  over_rows(pool_, m, int64_t(m) * n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
       silu_mul_row(gate + size_t(i) * ld_in, up + size_t(i) * ld_in, n, out + size_t(i) * ld_out);
-  };
-  if (int64_t(m) * n < parallel_threshold)
-    rows(0, m);
-  else
-    pool_.parallel_for(m, rows);
+  });
   return status::ok();
 }
 
@@ -269,13 +287,9 @@ status cpu_backend::micro_attention_batch(const attention_shape& shape, const kv
 status cpu_backend::merge(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads,
                           int head_dim, float* out, size_t out_ld) {
   const int rows = n_q * n_heads;
-  auto slice = [&](int64_t r0, int64_t r1) {
+  over_rows(pool_, rows, int64_t(rows) * n_parts * head_dim, [&](int64_t r0, int64_t r1) {
     merge_rows(m, e, ma, n_parts, rows, n_heads, head_dim, int(r0), int(r1), out, out_ld);
-  };
-  if (int64_t(rows) * n_parts * head_dim < parallel_threshold)
-    slice(0, rows);
-  else
-    pool_.parallel_for(rows, slice);
+  });
   return status::ok();
 }
 

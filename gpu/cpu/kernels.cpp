@@ -156,9 +156,9 @@ void rmsnorm_row(const float* x, const float* weight, int n, float eps, float* y
   for (int i = 0; i < n; ++i) y[i] = x[i] * inv * weight[i];
 }
 
-void rope_table_row(int32_t pos, int head_dim, float theta, float* table) {
+void rope_table_row(int32_t pos, int head_dim, const rope_frequencies& freq, float* table) {
   for (int i = 0; i < head_dim / 2; ++i) {
-    const double angle = double(pos) * std::pow(double(theta), -2.0 * i / head_dim);
+    const double angle = double(pos) * freq.inverse(i, head_dim);
     table[2 * i] = float(std::cos(angle));
     table[2 * i + 1] = float(std::sin(angle));
   }

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpu/rope_frequencies.hpp"
+
 #include "gpu/backend.hpp"
 
 namespace illm::gpu::cpu {
@@ -32,7 +34,7 @@ void gemm_reference(const float* x, size_t ldx, int m, int k, const float* w, si
                     size_t ldy, bool accumulate);
 
 void rmsnorm_row(const float* x, const float* weight, int n, float eps, float* y);
-void rope_table_row(int32_t pos, int head_dim, float theta, float* table);
+void rope_table_row(int32_t pos, int head_dim, const rope_frequencies& freq, float* table);
 void rope_row(float* x, int n_heads, int head_dim, const float* table);
 void silu_mul_row(const float* gate, const float* up, int n, float* out);
 

@@ -19,6 +19,7 @@
 #include "gpu/cuda/kv_copy.cuh"
 #include "gpu/cuda/merge.cuh"
 #include "gpu/cuda/prefill_attention.cuh"
+#include "gpu/cuda/add_bias.cuh"
 #include "gpu/cuda/rmsnorm.cuh"
 #include "gpu/cuda/rope.cuh"
 #include "gpu/cuda/silu_mul.cuh"
@@ -292,11 +293,24 @@ status cuda_backend::rmsnorm(const float* x, size_t ldx, const float* weight, in
   return check(cuda::rmsnorm(x, ldx, weight, m, n, eps, y, ldy, stream_), "rmsnorm");
 }
 
-status cuda_backend::rope_table(const int32_t* pos, int m, int head_dim, float theta, float* table) {
+status cuda_backend::head_rmsnorm(float* x, size_t ld, int m, int n_heads, int head_dim, const float* weight,
+                                  float eps) {
+  ILLM_RETURN_IF_ERROR(bind());
+  ILLM_RETURN_IF_ERROR(device_pointers({{x, "head_rmsnorm x"}, {weight, "head_rmsnorm weight"}}));
+  return check(cuda::head_rmsnorm(x, ld, m, n_heads, head_dim, weight, eps, stream_), "head_rmsnorm");
+}
+
+status cuda_backend::add_bias(float* x, size_t ld, int m, int n, const float* bias) {
+  ILLM_RETURN_IF_ERROR(bind());
+  ILLM_RETURN_IF_ERROR(device_pointers({{x, "add_bias x"}, {bias, "add_bias bias"}}));
+  return check(cuda::add_bias(x, ld, m, n, bias, stream_), "add_bias");
+}
+
+status cuda_backend::rope_table(const int32_t* pos, int m, int head_dim, const rope_frequencies& freq, float* table) {
   ILLM_RETURN_IF_ERROR(bind());
   ILLM_RETURN_IF_ERROR(device_pointer(pos, "rope_table positions"));
   ILLM_RETURN_IF_ERROR(device_pointer(table, "rope_table table"));
-  return check(cuda::rope_table(pos, m, head_dim, theta, table, stream_), "rope_table");
+  return check(cuda::rope_table(pos, m, head_dim, freq, table, stream_), "rope_table");
 }
 
 status cuda_backend::rope(float* x, size_t ld, int m, int n_heads, int head_dim, const float* table) {

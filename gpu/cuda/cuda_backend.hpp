@@ -90,7 +90,10 @@ class cuda_backend final : public backend {
               size_t ldy, bool accumulate) override;
   status rmsnorm(const float* x, size_t ldx, const float* weight, int m, int n, float eps, float* y,
                  size_t ldy) override;
-  status rope_table(const int32_t* pos, int m, int head_dim, float theta, float* table) override;
+  status head_rmsnorm(float* x, size_t ld, int m, int n_heads, int head_dim, const float* weight,
+                      float eps) override;
+  status add_bias(float* x, size_t ld, int m, int n, const float* bias) override;
+  status rope_table(const int32_t* pos, int m, int head_dim, const rope_frequencies& freq, float* table) override;
   status rope(float* x, size_t ld, int m, int n_heads, int head_dim, const float* table) override;
   status silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out, size_t ld_out) override;
   status embed(const int32_t* tokens, int m, const float* table, int dim, float* out, size_t ld_out) override;

@@ -10,14 +10,14 @@ namespace {
 
 constexpr int threads = 256;
 
-__global__ void __launch_bounds__(threads) rope_table_kernel(const int32_t* pos, int m, int head_dim, float theta,
-                                                             float* table) {
+__global__ void __launch_bounds__(threads) rope_table_kernel(const int32_t* pos, int m, int head_dim,
+                                                             rope_frequencies freq, float* table) {
   const int pairs = head_dim / 2;
   const int64_t i = int64_t(blockIdx.x) * threads + threadIdx.x;
   if (i >= int64_t(m) * pairs) return;
   const int token = int(i / pairs), pair = int(i % pairs);
   // fp64 throughout, as the cpu backend: the angle grows with the position, fp32 would lose it.
-  const double angle = double(pos[token]) * pow(double(theta), -2.0 * pair / head_dim);
+  const double angle = double(pos[token]) * freq.inverse(pair, head_dim);
   double s, c;
   sincos(angle, &s, &c);
   table[2 * i] = float(c);
@@ -41,9 +41,10 @@ unsigned blocks_for(int64_t items) { return unsigned((items + threads - 1) / thr
 
 }  // namespace
 
-cudaError_t rope_table(const int32_t* pos, int m, int head_dim, float theta, float* table, cudaStream_t stream) {
+cudaError_t rope_table(const int32_t* pos, int m, int head_dim, const rope_frequencies& freq, float* table,
+                       cudaStream_t stream) {
   return launch(rope_table_kernel, dim3(blocks_for(int64_t(m) * (head_dim / 2))), dim3(threads), 0, stream, pos, m,
-                head_dim, theta, table);
+                head_dim, freq, table);
 }
 
 cudaError_t rope(float* x, size_t ld, int m, int n_heads, int head_dim, const float* table, cudaStream_t stream) {

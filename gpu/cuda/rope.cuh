@@ -8,14 +8,16 @@
 #include <cstdint>
 
 #include "gpu/cuda/abi.hpp"
+#include "gpu/rope_frequencies.hpp"
 
 namespace illm::gpu::cuda {
 inline namespace ILLM_CUDA_ABI {
 
-/// cos and sin of pos * theta^(-2i / head_dim) for every token and pair i.
+/// cos and sin of pos * freq.inverse(i, head_dim) for every token and pair i.
 ///   pos    [m] (device)
 ///   table  [m][head_dim / 2][2: cos, sin] fp32 (device)
-cudaError_t rope_table(const int32_t* pos, int m, int head_dim, float theta, float* table, cudaStream_t stream);
+cudaError_t rope_table(const int32_t* pos, int m, int head_dim, const rope_frequencies& freq, float* table,
+                       cudaStream_t stream);
 
 /// Rotates the adjacent pairs (2i, 2i + 1) of every head in place by the table's angles.
 ///   x      [m][n_heads][head_dim] fp32, token rows ld apart (device)

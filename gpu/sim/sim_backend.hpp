@@ -31,7 +31,11 @@ class sim_backend final : public backend {
   status rmsnorm(const float*, size_t, const float*, int, int, float, float*, size_t) override {
     return none("rmsnorm");
   }
-  status rope_table(const int32_t*, int, int, float, float*) override { return none("rope_table"); }
+  status head_rmsnorm(float*, size_t, int, int, int, const float*, float) override { return none("head_rmsnorm"); }
+  status add_bias(float*, size_t, int, int, const float*) override { return none("add_bias"); }
+  status rope_table(const int32_t*, int, int, const rope_frequencies&, float*) override {
+    return none("rope_table");
+  }
   status rope(float*, size_t, int, int, int, const float*) override { return none("rope"); }
   status silu_mul(const float*, const float*, size_t, int, int, float*, size_t) override { return none("silu_mul"); }
   status embed(const int32_t*, int, const float*, int, float*, size_t) override { return none("embed"); }

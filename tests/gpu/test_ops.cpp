@@ -70,7 +70,7 @@ TEST_SUITE("gpu") {
     const int hd = 64, heads = 2;
     const std::vector<int32_t> pos = {0, 255, 100000, 2000000000};
     std::vector<float> table(pos.size() * hd);
-    REQUIRE(device.rope_table(pos.data(), int(pos.size()), hd, 10000.0f, table.data()).is_ok());
+    REQUIRE(device.rope_table(pos.data(), int(pos.size()), hd, gpu::rope_frequencies{}, table.data()).is_ok());
     const auto x0 = random_vector(pos.size() * heads * hd, 9);
     auto x = x0;
     REQUIRE(device.rope(x.data(), heads * hd, int(pos.size()), heads, hd, table.data()).is_ok());
@@ -94,7 +94,7 @@ TEST_SUITE("gpu") {
       std::vector<float> table(2 * hd), qk(2 * hd);
       std::copy(q.begin(), q.end(), qk.begin());
       std::copy(k.begin(), k.end(), qk.begin() + hd);
-      REQUIRE(device.rope_table(pos.data(), 2, hd, 10000.0f, table.data()).is_ok());
+      REQUIRE(device.rope_table(pos.data(), 2, hd, gpu::rope_frequencies{}, table.data()).is_ok());
       REQUIRE(device.rope(qk.data(), hd, 2, 1, hd, table.data()).is_ok());
       double s = 0;
       for (int d = 0; d < hd; ++d) s += double(qk[d]) * qk[hd + d];

@@ -84,6 +84,20 @@ std::shared_ptr<const gpu::model_weights> synthetic_gqa() {
   return w;
 }
 
+/// tiny-gqa with every variant of the family: heads wider than dim / n_heads, q/k/v biases, query and key
+/// head norms, Llama 3.1's RoPE scaling.
+std::shared_ptr<const gpu::model_weights> synthetic_variants() {
+  static auto w = [] {
+    gpu::model_config c = gpu::preset_config("tiny-gqa").value();
+    c.head_size = 24;
+    c.qkv_bias = true;
+    c.qk_norm = true;
+    c.rope_scaling = {0.0f, gpu::rope_scaling_kind::llama3, 8.0f, 1.0f, 4.0f, 64};
+    return std::make_shared<const gpu::model_weights>(gpu::synthetic_weights(c, 6).value());
+  }();
+  return w;
+}
+
 const std::vector<int32_t> gqa_prompt = {1,  17, 300, 42, 999, 5,  77, 123, 456, 789, 11, 12, 13, 14, 15, 16, 17, 18,
                                          19, 20, 21,  22, 23,  24, 25, 26,  27,  28,  29, 30, 31, 32, 33, 34, 35};
 
@@ -107,6 +121,17 @@ ILLM_CASE("model", "a synthetic GQA model gives the cpu's greedy ids over pools 
     o.overlap_min_tokens = overlap;  // 2: every chunk of two tokens or more runs as two lanes
     check_same_run(run_greedy(test::device(), synthetic_gqa(), gqa_prompt, 40, o), ref, 1e-8,
                    gpu::text::format("{} pools, chunks of {}, two lanes from {} tokens", pools, chunk, overlap));
+  }
+}
+
+ILLM_CASE("model", "wide heads, biases, head norms and scaled RoPE give the cpu's greedy ids over pools") {
+  const auto ref = run_greedy(test::fast_cpu(), synthetic_variants(), gqa_prompt, 24, {});
+  for (auto [pools, chunk] : {std::pair{1, 512}, std::pair{3, 7}}) {
+    run_options o;
+    o.pools = pools;
+    o.chunk = chunk;
+    check_same_run(run_greedy(test::device(), synthetic_variants(), gqa_prompt, 24, o), ref, 1e-8,
+                   gpu::text::format("{} pools, chunks of {}", pools, chunk));
   }
 }
 

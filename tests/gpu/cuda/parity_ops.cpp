@@ -85,14 +85,30 @@ ILLM_CASE("ops", "rmsnorm, also in place") {
   ILLM_CHECK(nmse(dx.read(), in_place_ref) <= exact_ops, "in place nmse {}", nmse(dx.read(), in_place_ref));
 }
 
+ILLM_CASE("ops", "head_rmsnorm and add_bias") {
+  const int m = 4, heads = 3, hd = 50;
+  const size_t ld = size_t(heads) * hd + 7;
+  auto x_ref = random_floats(size_t(m) * ld, 13, 3.0f);
+  const auto w = random_floats(size_t(hd), 14), bias = random_floats(ld - 2, 15);
+  device_array<float> dx(device(), x_ref), dw(device(), w), dbias(device(), bias);
+  ILLM_REQUIRE_OK(reference().head_rmsnorm(x_ref.data(), ld, m, heads, hd, w.data(), 1e-6f));
+  ILLM_REQUIRE_OK(device().head_rmsnorm(dx.get(), ld, m, heads, hd, dw.get(), 1e-6f));
+  ILLM_CHECK(nmse(dx.read(), x_ref) <= exact_ops, "head_rmsnorm nmse {}", nmse(dx.read(), x_ref));
+  ILLM_REQUIRE_OK(reference().add_bias(x_ref.data(), ld, m, int(ld) - 2, bias.data()));
+  ILLM_REQUIRE_OK(device().add_bias(dx.get(), ld, m, int(ld) - 2, dbias.get()));
+  ILLM_CHECK(nmse(dx.read(), x_ref) <= exact_ops, "add_bias nmse {}", nmse(dx.read(), x_ref));
+}
+
 ILLM_CASE("ops", "rope table and rotation, exact far beyond training positions") {
   const std::vector<int32_t> pos = {0, 1, 7, 255, 4097, 100000, 1048575, 2000000000};
   const int m = int(pos.size()), hd = 50, heads = 3;
   std::vector<float> table_ref(size_t(m) * hd);
-  ILLM_REQUIRE_OK(reference().rope_table(pos.data(), m, hd, 500000.0f, table_ref.data()));
+  // Llama 3.1's scaled frequencies: every band of the blend is crossed by some pair.
+  const gpu::rope_frequencies freq{500000.0f, gpu::rope_scaling_kind::llama3, 8.0f, 1.0f, 4.0f, 8192};
+  ILLM_REQUIRE_OK(reference().rope_table(pos.data(), m, hd, freq, table_ref.data()));
   device_array<int32_t> dpos(device(), pos);
   device_array<float> dtable(device(), size_t(m) * hd);
-  ILLM_REQUIRE_OK(device().rope_table(dpos.get(), m, hd, 500000.0f, dtable.get()));
+  ILLM_REQUIRE_OK(device().rope_table(dpos.get(), m, hd, freq, dtable.get()));
   const auto table = dtable.read();
   double worst = 0;
   for (size_t i = 0; i < table.size(); ++i) worst = std::max(worst, double(std::abs(table[i] - table_ref[i])));

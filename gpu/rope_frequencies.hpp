@@ -1,0 +1,43 @@
+#pragma once
+// The angles of rotary position embedding: pair i of a head turns by pos * inverse(i) radians, with
+// inverse(i) = theta^(-2i / head_dim), rescaled for long context as the model asks: "linear" divides every
+// frequency by the factor; "llama3" (Llama 3.1 and later) divides the low frequencies by it, keeps the high
+// ones, and blends the band between. Shared by the cpu and CUDA kernels (computed in fp64 on both).
+
+#include <math.h>
+
+#if defined(__CUDACC__)
+#define ILLM_HOST_DEVICE __host__ __device__
+#else
+#define ILLM_HOST_DEVICE
+#endif
+
+namespace illm::gpu {
+
+/// How a model's RoPE frequencies are scaled.
+enum class rope_scaling_kind : int { none, linear, llama3 };
+
+/// The frequencies of a model's RoPE (trivially copyable: a kernel argument).
+struct rope_frequencies {
+  float theta = 10000.0f;
+  rope_scaling_kind scaling = rope_scaling_kind::none;
+  float factor = 1.0f;            ///< linear and llama3: how much longer the context is
+  float low_freq_factor = 1.0f;   ///< llama3: wavelengths above original / low_freq_factor are divided by factor
+  float high_freq_factor = 4.0f;  ///< llama3: wavelengths below original / high_freq_factor are kept
+  int original_positions = 8192;  ///< llama3: the context the model was trained on first
+
+  /// Radians per position of pair `pair` of a head of `head_dim`.
+  ILLM_HOST_DEVICE double inverse(int pair, int head_dim) const {
+    const double base = pow(double(theta), -2.0 * pair / head_dim);
+    if (scaling == rope_scaling_kind::linear) return base / factor;
+    if (scaling != rope_scaling_kind::llama3) return base;
+    const double wavelength = 2.0 * 3.14159265358979323846 / base;
+    const double original = double(original_positions);
+    if (wavelength < original / high_freq_factor) return base;
+    if (wavelength > original / low_freq_factor) return base / factor;
+    const double smooth = (original / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor);
+    return (1.0 - smooth) * base / factor + smooth * base;
+  }
+};
+
+}  // namespace illm::gpu
