@@ -29,6 +29,14 @@ result<std::shared_ptr<const mapped_file>> mapped_file::open(const std::string& 
   return std::shared_ptr<const mapped_file>(new mapped_file(path, static_cast<const uint8_t*>(at), size));
 }
 
+void mapped_file::drop(const uint8_t* p, uint64_t bytes) const {
+  const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  const uint64_t begin = (uint64_t(p - data_) + page - 1) / page * page, end = uint64_t(p - data_) + bytes;
+  if (p < data_ || end > size_ || end <= begin) return;
+  // Advice only: a failure leaves the pages resident, which costs memory, not correctness.
+  (void)::madvise(const_cast<uint8_t*>(data_) + begin, (end - begin) / page * page, MADV_DONTNEED);
+}
+
 mapped_file::~mapped_file() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

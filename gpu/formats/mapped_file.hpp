@@ -19,6 +19,10 @@ class mapped_file {
   mapped_file(const mapped_file&) = delete;
   mapped_file& operator=(const mapped_file&) = delete;
 
+  /// Lets the kernel drop the pages wholly inside [p, p + bytes) from memory (they are read again from the file
+  /// if touched): a loader that converted them keeps no copy resident.
+  void drop(const uint8_t* p, uint64_t bytes) const;
+
   const uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }

@@ -12,23 +12,6 @@
 
 namespace illm::gpu {
 
-const char* to_string(stored_type t) {
-  switch (t) {
-    case stored_type::f32: return "F32";
-    case stored_type::f16: return "F16";
-    case stored_type::bf16: return "BF16";
-  }
-  return "?";
-}
-
-uint32_t element_bytes(stored_type t) { return t == stored_type::f32 ? 4 : 2; }
-
-uint64_t stored_tensor::elements() const {
-  uint64_t n = 1;
-  for (uint64_t d : shape) n *= d;
-  return n;
-}
-
 namespace {
 
 using json = nlohmann::json;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gpu/formats/mapped_file.hpp"
+#include "gpu/status.hpp"
 
 namespace illm::gpu {
 
@@ -29,6 +30,17 @@ struct stored_tensor {
   std::shared_ptr<const mapped_file> file;  ///< keeps the mapping while the tensor is read
   /// Elements: the product of the shape (1 for a scalar).
   uint64_t elements() const;
+  /// "name [a, b] BF16", for messages.
+  std::string describe() const;
 };
+
+/// Converts elements [first, first + n) of `t` to fp32 into `out`; corrupt_model naming the tensor and file at
+/// the first element that is not finite.
+status read_floats(const stored_tensor& t, uint64_t first, uint64_t n, float* out);
+
+/// Reorders the rows of a q or k projection (or its bias, or a head norm: cols 1) from the half-split RoPE layout
+/// (pair i of a head is rows i and i + head_dim / 2, Hugging Face's rotate_half) to adjacent pairs (rows 2i,
+/// 2i + 1), in place. x [heads * head_dim][cols].
+void interleave_rope_halves(float* x, uint64_t heads, uint64_t head_dim, uint64_t cols);
 
 }  // namespace illm::gpu

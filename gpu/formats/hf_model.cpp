@@ -1,0 +1,364 @@
+#include "gpu/formats/hf_model.hpp"
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu/formats/safetensors.hpp"
+#include "gpu/text.hpp"
+
+namespace illm::gpu {
+
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+/// The largest config file read.
+constexpr uintmax_t max_config_bytes = 16 << 20;
+
+status bad_field(const std::string& file, const std::string& field, const std::string& what) {
+  return {status_code::corrupt_model, text::format("{}: {}: {}", file, field, what)};
+}
+
+/// A JSON file of the folder, parsed; empty when it is absent and not required.
+result<json> read_json(const fs::path& path, bool required) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    if (!required) return json();
+    return status{status_code::io_error, text::format("{}: no such file", path.string())};
+  }
+  if (fs::file_size(path, ec) > max_config_bytes || ec)
+    return status{status_code::corrupt_model, text::format("{}: larger than {} MiB", path.string(), max_config_bytes >> 20)};
+  std::ifstream in(path);
+  std::stringstream text_in;
+  text_in << in.rdbuf();
+  json j = json::parse(text_in.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return status{status_code::corrupt_model, text::format("{}: not a JSON object", path.string())};
+  return j;
+}
+
+/// Reads the fields of one JSON object, each with its type and range checked; the first error is kept.
+class field_reader {
+ public:
+  field_reader(const json& object, std::string file, std::string prefix = "")
+      : object_(object), file_(std::move(file)), prefix_(std::move(prefix)) {}
+
+  /// A whole number in [lo, hi]; `fallback` when absent or null (none: required).
+  int integer(const char* key, int lo, int hi, std::optional<int> fallback = std::nullopt) {
+    const json* v = find(key);
+    if (!v) return missing(key, fallback.value_or(0), fallback.has_value());
+    if (!v->is_number_integer() || v->get<int64_t>() < lo || v->get<int64_t>() > hi)
+      return fail(key, text::format("{} is not a whole number in [{}, {}]", v->dump(), lo, hi), 0);
+    return int(v->get<int64_t>());
+  }
+  /// A number in (0, hi].
+  float positive(const char* key, double hi, std::optional<float> fallback = std::nullopt) {
+    const json* v = find(key);
+    if (!v) return missing(key, fallback.value_or(0.0f), fallback.has_value());
+    if (!v->is_number() || !(v->get<double>() > 0.0) || v->get<double>() > hi)
+      return fail(key, text::format("{} is not a number in (0, {}]", v->dump(), hi), 0.0f);
+    return float(v->get<double>());
+  }
+  bool boolean(const char* key, bool fallback) {
+    const json* v = find(key);
+    if (!v) return fallback;
+    if (!v->is_boolean()) return fail(key, text::format("{} is not true or false", v->dump()), fallback);
+    return v->get<bool>();
+  }
+  std::string string(const char* key, std::optional<std::string> fallback = std::nullopt) {
+    const json* v = find(key);
+    if (!v) return missing(key, fallback.value_or(""), fallback.has_value());
+    if (!v->is_string()) return fail(key, text::format("{} is not a string", v->dump()), std::string());
+    return v->get<std::string>();
+  }
+  /// Token ids: a whole number or a list of them.
+  std::vector<int32_t> ids(const char* key) {
+    const json* v = find(key);
+    if (!v) return {};
+    std::vector<int32_t> out;
+    for (const json& id : v->is_array() ? *v : json::array({*v})) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (int64_t(1) << 31))
+        return fail(key, text::format("{} is not a token id or a list of them", v->dump()), std::vector<int32_t>());
+      out.push_back(int32_t(id.get<int64_t>()));
+    }
+    return out;
+  }
+  /// The object under `key`; null when absent or null.
+  const json* object(const char* key) {
+    const json* v = find(key);
+    if (v && !v->is_object()) return fail(key, text::format("{} is not an object", v->dump()), nullptr);
+    return v;
+  }
+  /// Records an error of this reader's file at `key`.
+  template <typename T>
+  T fail(const std::string& key, const std::string& what, T value) {
+    if (error_.is_ok()) error_ = bad_field(file_, prefix_ + key, what);
+    return value;
+  }
+  /// Keeps `s` as this reader's error unless it has one.
+  void take(const status& s) {
+    if (error_.is_ok()) error_ = s;
+  }
+  const status& error() const { return error_; }
+  const std::string& file() const { return file_; }
+
+ private:
+  const json* find(const char* key) const {
+    const auto it = object_.find(key);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+  template <typename T>
+  T missing(const char* key, T fallback, bool optional) {
+    return optional ? fallback : fail(key, "missing", fallback);
+  }
+
+  const json& object_;
+  std::string file_, prefix_;
+  status error_ = status::ok();
+};
+
+struct architecture {
+  const char* name;
+  bool qkv_bias, qk_norm;
+};
+
+constexpr std::array<architecture, 4> architectures{{
+    {"LlamaForCausalLM", false, false},
+    {"MistralForCausalLM", false, false},
+    {"Qwen2ForCausalLM", true, false},
+    {"Qwen3ForCausalLM", false, true},
+}};
+
+/// rope_scaling (or rope_parameters) of config.json into `c`.
+void read_rope_scaling(field_reader& top, const std::string& file, model_config& c) {
+  const json* scaling = top.object("rope_parameters");
+  const char* key = "rope_parameters";
+  if (!scaling) {
+    scaling = top.object("rope_scaling");
+    key = "rope_scaling";
+  }
+  if (!scaling) return;
+  field_reader r(*scaling, file, std::string(key) + ".");
+  c.rope_theta = r.positive("rope_theta", 1e12, c.rope_theta);  // where rope_parameters holds it
+  const std::string kind = r.string("rope_type", r.string("type", std::string("default")));
+  rope_frequencies& f = c.rope_scaling;
+  if (kind == "default") {
+    f.scaling = rope_scaling_kind::none;
+  } else if (kind == "linear") {
+    f.scaling = rope_scaling_kind::linear;
+    f.factor = r.positive("factor", 1e6);
+  } else if (kind == "llama3") {
+    f.scaling = rope_scaling_kind::llama3;
+    f.factor = r.positive("factor", 1e6);
+    f.low_freq_factor = r.positive("low_freq_factor", 1e6);
+    f.high_freq_factor = r.positive("high_freq_factor", 1e6);
+    f.original_positions = r.integer("original_max_position_embeddings", 1, 1 << 30);
+  } else {
+    r.fail("rope_type", text::format("'{}' is not supported (default, linear, llama3)", kind), 0);
+  }
+  top.take(r.error());
+}
+
+/// An option this engine does not compute: refused when set.
+void refuse_when_set(field_reader& r, const char* key, const char* why) {
+  if (r.boolean(key, false)) r.fail(key, text::format("true: {}", why), 0);
+}
+
+/// A sliding window shorter than the context bounds the context: every request then fits in the window, where
+/// attention over all keys is what the window gives.
+void bound_by_window(field_reader& r, const char* key, hf_model& m) {
+  const int window = r.integer(key, 1, 1 << 30, 0);
+  if (window > 0 && window < m.config.max_seq) {
+    m.notes.push_back(text::format("{} {} bounds the context (max_position_embeddings {}): requests up to {} tokens",
+                                   key, window, m.config.max_seq, window));
+    m.config.max_seq = window;
+  }
+}
+
+}  // namespace
+
+bool is_hf_folder(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / "config.json", ec);
+}
+
+result<hf_model> read_hf_config(const std::string& folder) {
+  const fs::path config_path = fs::path(folder) / "config.json";
+  auto config_json = read_json(config_path, true);
+  if (!config_json.is_ok()) return config_json.error();
+  field_reader r(config_json.value(), config_path.string());
+  hf_model m;
+  const json* names = nullptr;
+  if (auto it = config_json->find("architectures"); it != config_json->end() && it->is_array() && it->size() == 1 &&
+                                                    (*it)[0].is_string())
+    names = &(*it)[0];
+  if (!names) return bad_field(config_path.string(), "architectures", "missing, or not a list of one name");
+  m.architecture = names->get<std::string>();
+  const auto arch = std::find_if(architectures.begin(), architectures.end(),
+                                 [&](const architecture& a) { return m.architecture == a.name; });
+  if (arch == architectures.end())
+    return bad_field(config_path.string(), "architectures",
+                     text::format("{} is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                                  "Qwen3ForCausalLM)", m.architecture));
+  model_config& c = m.config;
+  c.dim = r.integer("hidden_size", 1, 1 << 16);
+  c.hidden_dim = r.integer("intermediate_size", 1, 1 << 18);
+  c.n_layers = r.integer("num_hidden_layers", 1, 1024);
+  c.n_heads = r.integer("num_attention_heads", 1, 1024);
+  c.n_kv_heads = r.integer("num_key_value_heads", 1, 1024, c.n_heads);
+  c.vocab_size = r.integer("vocab_size", 1, 1 << 22);
+  c.max_seq = r.integer("max_position_embeddings", 1, 1 << 30);
+  c.rope_theta = r.positive("rope_theta", 1e12, 10000.0f);
+  c.norm_eps = r.positive("rms_norm_eps", 1.0, 1e-6f);
+  const int head_dim = r.integer("head_dim", 1, 512, 0);
+  if (head_dim > 0 && (c.n_heads <= 0 || head_dim != c.dim / c.n_heads || c.dim % c.n_heads != 0)) c.head_size = head_dim;
+  c.qkv_bias = arch->qkv_bias;
+  c.qk_norm = arch->qk_norm;
+  m.tied_embeddings = r.boolean("tie_word_embeddings", false);
+  if (const std::string act = r.string("hidden_act", std::string("silu")); act != "silu")
+    r.fail("hidden_act", text::format("'{}' is not supported (silu)", act), 0);
+  refuse_when_set(r, "attention_bias", "biases on every attention projection, o_proj's included, are not supported");
+  refuse_when_set(r, "mlp_bias", "biases on the feed-forward projections are not supported");
+  read_rope_scaling(r, config_path.string(), c);
+  if (m.architecture == "MistralForCausalLM") bound_by_window(r, "sliding_window", m);
+  if (m.architecture == "Qwen2ForCausalLM" && r.boolean("use_sliding_window", false))
+    bound_by_window(r, "sliding_window", m);
+  m.eos_ids = r.ids("eos_token_id");
+  if (auto bos = r.ids("bos_token_id"); bos.size() == 1) m.bos_id = bos[0];
+  ILLM_RETURN_IF_ERROR(r.error());
+  if (status s = c.validate(); !s.is_ok()) return bad_field(config_path.string(), "shape", s.message());
+
+  const fs::path generation_path = fs::path(folder) / "generation_config.json";
+  auto generation = read_json(generation_path, false);
+  if (!generation.is_ok()) return generation.error();
+  if (!generation->is_null()) {
+    field_reader g(generation.value(), generation_path.string());
+    for (int32_t id : g.ids("eos_token_id"))
+      if (std::find(m.eos_ids.begin(), m.eos_ids.end(), id) == m.eos_ids.end()) m.eos_ids.push_back(id);
+    if (auto bos = g.ids("bos_token_id"); bos.size() == 1 && !m.bos_id) m.bos_id = bos[0];
+    const json& given = generation.value();
+    if (given.contains("temperature") && !given["temperature"].is_null())
+      m.defaults.temperature = g.positive("temperature", 100.0f);
+    if (given.contains("top_p") && !given["top_p"].is_null()) m.defaults.top_p = g.positive("top_p", 1.0);
+    if (int k = g.integer("top_k", 0, 1 << 22, 0); k > 0) m.defaults.top_k = k;
+    ILLM_RETURN_IF_ERROR(g.error());
+  }
+  for (int32_t id : m.eos_ids)
+    if (id >= c.vocab_size)
+      return bad_field(config_path.string(), "eos_token_id", text::format("{} is outside the vocabulary of {}", id,
+                                                                          c.vocab_size));
+  return m;
+}
+
+namespace {
+
+/// Where one file tensor goes: its name, the shape it must have, its destination, and whether its rows are q or k
+/// rows to reorder for RoPE (heads of head_dim rows).
+struct tensor_slot {
+  std::string name;
+  std::vector<uint64_t> shape;
+  float* dst = nullptr;
+  uint64_t rope_heads = 0;
+};
+
+std::vector<tensor_slot> slots_of(const model_weights& w, const hf_model& m) {
+  const model_config& c = w.config();
+  const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
+  const uint64_t heads = c.n_heads, kv_heads = c.n_kv_heads;
+  std::map<std::string, float*> whole;  // the tensors outside the layers
+  for (const tensor_view& v : w.tensors()) whole[v.name] = v.data;
+  std::vector<tensor_slot> s;
+  s.push_back({"model.embed_tokens.weight", {uint64_t(c.vocab_size), d}, whole["token_embedding"]});
+  s.push_back({"model.norm.weight", {d}, whole["rms_final"]});
+  if (!m.tied_embeddings) s.push_back({"lm_head.weight", {uint64_t(c.vocab_size), d}, whole["classifier"]});
+  for (int l = 0; l < c.n_layers; ++l) {
+    const layer_weights& t = w.layer(l);
+    const std::string p = text::format("model.layers.{}.", l);
+    s.push_back({p + "input_layernorm.weight", {d}, t.rms_att});
+    s.push_back({p + "self_attn.q_proj.weight", {q, d}, t.wq, heads});
+    s.push_back({p + "self_attn.k_proj.weight", {kv, d}, t.wk, kv_heads});
+    s.push_back({p + "self_attn.v_proj.weight", {kv, d}, t.wv});
+    s.push_back({p + "self_attn.o_proj.weight", {d, q}, t.wo});
+    s.push_back({p + "post_attention_layernorm.weight", {d}, t.rms_ffn});
+    s.push_back({p + "mlp.gate_proj.weight", {h, d}, t.w1});
+    s.push_back({p + "mlp.up_proj.weight", {h, d}, t.w3});
+    s.push_back({p + "mlp.down_proj.weight", {d, h}, t.w2});
+    if (c.qkv_bias) {
+      s.push_back({p + "self_attn.q_proj.bias", {q}, t.bq, heads});
+      s.push_back({p + "self_attn.k_proj.bias", {kv}, t.bk, kv_heads});
+      s.push_back({p + "self_attn.v_proj.bias", {kv}, t.bv});
+    }
+    if (c.qk_norm) {
+      s.push_back({p + "self_attn.q_norm.weight", {hd}, t.q_norm, 1});
+      s.push_back({p + "self_attn.k_norm.weight", {hd}, t.k_norm, 1});
+    }
+  }
+  return s;
+}
+
+/// Tensors a checkpoint may carry that the model does not use: RoPE tables some exports keep, and the classifier
+/// of a tied model.
+bool ignorable(const std::string& name, const hf_model& m) {
+  const std::string_view suffix = ".rotary_emb.inv_freq";
+  return (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) ||
+         (m.tied_embeddings && name == "lm_head.weight");
+}
+
+/// The checkpoint's file: the index of shards, or model.safetensors.
+result<std::string> weights_file(const fs::path& folder) {
+  std::error_code ec;
+  for (const char* name : {"model.safetensors.index.json", "model.safetensors"})
+    if (fs::exists(folder / name, ec)) return (folder / name).string();
+  return status{status_code::io_error,
+                text::format("{}: no model.safetensors or model.safetensors.index.json", folder.string())};
+}
+
+status fill(const tensor_slot& slot, const stored_tensor& t, uint64_t head_dim) {
+  if (t.shape != slot.shape)
+    return {status_code::corrupt_model,
+            text::format("{}: tensor {} has shape [{}], config.json gives [{}]", t.file->path(), t.name,
+                         text::join(t.shape, ", "), text::join(slot.shape, ", "))};
+  ILLM_RETURN_IF_ERROR(read_floats(t, 0, t.elements(), slot.dst));
+  if (slot.rope_heads > 0) {
+    const uint64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
+    interleave_rope_halves(slot.dst, slot.rope_heads, head_dim, cols);
+  }
+  t.file->drop(t.data, t.bytes);
+  return status::ok();
+}
+
+}  // namespace
+
+result<model_weights> load_hf_weights(const std::string& folder, const hf_model& m) {
+  auto file = weights_file(folder);
+  if (!file.is_ok()) return file.error();
+  auto checkpoint = safetensors_checkpoint::open(file.value());
+  if (!checkpoint.is_ok()) return checkpoint.error();
+  auto allocated = model_weights::allocate(m.config, m.tied_embeddings);
+  if (!allocated.is_ok()) return allocated.error();
+  const std::vector<tensor_slot> slots = slots_of(allocated.value(), m);
+  for (const tensor_slot& slot : slots) {
+    const stored_tensor* t = checkpoint->find(slot.name);
+    if (!t)
+      return status{status_code::corrupt_model,
+                    text::format("{}: no tensor {} (a {} with this config.json has it)", file.value(), slot.name,
+                                 m.architecture)};
+    ILLM_RETURN_IF_ERROR(fill(slot, *t, uint64_t(m.config.head_dim())));
+  }
+  for (const stored_tensor& t : checkpoint->tensors())
+    if (!ignorable(t.name, m) &&
+        std::none_of(slots.begin(), slots.end(), [&](const tensor_slot& s) { return s.name == t.name; }))
+      return status{status_code::corrupt_model,
+                    text::format("{}: tensor {} is not part of a {} with this config.json", t.file->path(),
+                                 t.describe(), m.architecture)};
+  return allocated;
+}
+
+}  // namespace illm::gpu

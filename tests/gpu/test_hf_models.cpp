@@ -1,0 +1,168 @@
+// Hugging Face folders of every supported architecture and dtype give the logits of a float64 numpy reference
+// that follows transformers' modeling code (tests/models/tiny_checkpoints.py writes the tiny random checkpoints
+// and the reference's greedy ids and logits): all 16 greedy ids equal, logits within 1e-3; over spread pools
+// too. Bad folders (an unknown architecture or rope type, a shape that disagrees with config.json, a missing or
+// extra tensor) are refused naming the file and the field.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu/formats/hf_model.hpp"
+#include "tests/gpu/support.hpp"
+
+using namespace illm;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// A folder of tiny checkpoints written by the reference script for this process, removed at exit.
+const fs::path& tiny_models() {
+  static const fs::path dir = [] {
+    char pattern[] = "/tmp/illm-tiny-hf-XXXXXX";
+    REQUIRE(::mkdtemp(pattern) != nullptr);
+    std::atexit([] { std::error_code ec; fs::remove_all(tiny_models(), ec); });
+    // Debian's python3 has Debian's numpy (python3-numpy); another python3 first on PATH may lack it.
+    const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const std::string command = python + " " + ILLM_SOURCE_DIR "/tests/models/tiny_checkpoints.py " + pattern +
+                                " > " + pattern + "/log.txt 2>&1";
+    INFO("the reference needs python3 and numpy (deploy/install-deps.sh installs them)");
+    REQUIRE(std::system(command.c_str()) == 0);
+    return fs::path(pattern);
+  }();
+  return dir;
+}
+
+json manifest() {
+  std::ifstream in(tiny_models() / "manifest.json");
+  return json::parse(in);
+}
+
+std::shared_ptr<const gpu::model_weights> load(const fs::path& folder) {
+  auto model = gpu::read_hf_config(folder.string());
+  REQUIRE_MESSAGE(model.is_ok(), model.error().message());
+  auto weights = gpu::load_hf_weights(folder.string(), model.value());
+  REQUIRE_MESSAGE(weights.is_ok(), weights.error().message());
+  return std::make_shared<const gpu::model_weights>(std::move(weights).value());
+}
+
+/// Greedy ids equal to the reference's and the logits of every step within 1e-3.
+void check_against_reference(const json& entry, const test::greedy_options& options, const std::string& how) {
+  const auto weights = load(tiny_models() / entry["name"].get<std::string>());
+  const auto prompt = entry["prompt"].get<std::vector<int32_t>>();
+  const auto expected = entry["ids"].get<std::vector<int32_t>>();
+  test::greedy_options o = options;
+  o.keep_logits = true;
+  const auto run = test::run_greedy(weights, prompt, int(expected.size()), o);
+  const std::string what = entry["name"].get<std::string>() + ", " + how;
+  CHECK_MESSAGE(run.ids == expected, what);
+  double worst = 0;
+  for (size_t step = 0; step < run.logits.size(); ++step) {
+    const auto ref = entry["logits"][step].get<std::vector<float>>();
+    REQUIRE(ref.size() == run.logits[step].size());
+    for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, double(std::abs(ref[i] - run.logits[step][i])));
+  }
+  MESSAGE(what, ": ", run.ids.size(), " greedy ids, largest logit difference ", worst, " (logit std ",
+          entry["logit_std"].get<double>(), ")");
+  CHECK_MESSAGE(worst <= 1e-3, what);
+  CHECK(entry["logit_std"].get<double>() >= 1.0);
+}
+
+/// A copy of one tiny model's folder to break.
+fs::path copy_of(const std::string& name) {
+  const fs::path to = tiny_models() / ("broken-" + name);
+  fs::remove_all(to);
+  fs::copy(tiny_models() / name, to);
+  return to;
+}
+
+void edit_config(const fs::path& folder, const std::function<void(json&)>& edit) {
+  json config;
+  std::ifstream(folder / "config.json") >> config;
+  edit(config);
+  std::ofstream(folder / "config.json") << config.dump();
+}
+
+std::string load_error(const fs::path& folder) {
+  auto model = gpu::read_hf_config(folder.string());
+  if (!model.is_ok()) return model.error().message();
+  auto weights = gpu::load_hf_weights(folder.string(), model.value());
+  return weights.is_ok() ? "" : weights.error().message();
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("Hugging Face checkpoints of every architecture and dtype give the reference's ids and logits") {
+    for (const json& entry : manifest()) check_against_reference(entry, {}, "one pool");
+  }
+
+  TEST_CASE("Hugging Face checkpoints spread over pools, prefilled in chunks, give the same ids") {
+    test::greedy_options o;
+    o.pools = 3;
+    o.chunk = 5;
+    for (const json& entry : manifest()) check_against_reference(entry, o, "3 pools, chunks of 5");
+  }
+
+  TEST_CASE("a Hugging Face config is read whole: end ids of both files, defaults, rope scaling, head width") {
+    auto llama = gpu::read_hf_config((tiny_models() / "llama31-bf16").string());
+    REQUIRE(llama.is_ok());
+    CHECK(llama->eos_ids == std::vector<int32_t>{2, 3, 7});
+    CHECK(llama->bos_id == 1);
+    CHECK(llama->defaults.temperature == doctest::Approx(0.6));
+    CHECK(llama->defaults.top_p == doctest::Approx(0.9));
+    CHECK(llama->config.max_seq == 131072);
+    CHECK(llama->config.rope_scaling.scaling == gpu::rope_scaling_kind::llama3);
+    CHECK(llama->config.rope_scaling.factor == 8.0f);
+    CHECK(llama->config.rope_theta == 500000.0f);
+    auto qwen3 = gpu::read_hf_config((tiny_models() / "qwen3-bf16").string());
+    REQUIRE(qwen3.is_ok());
+    CHECK(qwen3->config.head_dim() == 32);
+    CHECK(qwen3->config.q_dim() == 128);
+    CHECK(qwen3->config.qk_norm);
+    const fs::path mistral = copy_of("mistral-bf16");
+    edit_config(mistral, [](json& c) { c["sliding_window"] = 512; });
+    auto windowed = gpu::read_hf_config(mistral.string());
+    REQUIRE(windowed.is_ok());
+    CHECK(windowed->config.max_seq == 512);
+    REQUIRE(windowed->notes.size() == 1);
+  }
+
+  TEST_CASE("bad Hugging Face folders are refused naming the file and the field") {
+    const auto refused = [](const std::string& model, const std::function<void(const fs::path&)>& spoil,
+                            const std::vector<std::string>& words) {
+      const fs::path folder = copy_of(model);
+      spoil(folder);
+      const std::string error = load_error(folder);
+      MESSAGE(error);
+      for (const std::string& w : words) CHECK_MESSAGE(error.find(w) != std::string::npos, "'", w, "' in: ", error);
+    };
+    refused("llama31-bf16", [](const fs::path& f) { edit_config(f, [](json& c) { c["architectures"] = {"GPT2LMHeadModel"}; }); },
+            {"config.json", "architectures", "GPT2LMHeadModel", "not supported"});
+    refused("llama31-bf16", [](const fs::path& f) { edit_config(f, [](json& c) { c["rope_scaling"]["rope_type"] = "yarn"; }); },
+            {"config.json", "rope_scaling.rope_type", "yarn"});
+    refused("llama31-bf16", [](const fs::path& f) { edit_config(f, [](json& c) { c["hidden_size"] = 128; }); },
+            {"model.safetensors", "model.embed_tokens.weight", "[320, 64]", "[320, 128]"});
+    refused("llama31-bf16", [](const fs::path& f) { edit_config(f, [](json& c) { c["num_hidden_layers"] = 1; }); },
+            {"model.layers.1.", "not part of a LlamaForCausalLM"});
+    refused("llama31-bf16", [](const fs::path& f) { edit_config(f, [](json& c) { c["num_hidden_layers"] = 3; }); },
+            {"no tensor model.layers.2."});
+    refused("llama31-bf16", [](const fs::path& f) { edit_config(f, [](json& c) { c["num_attention_heads"] = "four"; }); },
+            {"config.json", "num_attention_heads", "not a whole number"});
+    refused("llama31-bf16", [](const fs::path& f) { edit_config(f, [](json& c) { c["attention_bias"] = true; }); },
+            {"attention_bias"});
+    refused("llama31-bf16", [](const fs::path& f) { fs::remove(f / "config.json"); }, {"no such file"});
+    refused("qwen2-bf16", [](const fs::path& f) { fs::remove(f / "model-00002-of-00002.safetensors"); },
+            {"model-00002-of-00002.safetensors", "cannot open"});
+    refused("llama31-bf16", [](const fs::path& f) { fs::resize_file(f / "model.safetensors", 5000); },
+            {"model.safetensors", "past the data"});
+  }
+}

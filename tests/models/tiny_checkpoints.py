@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Tiny random Hugging Face checkpoints of every architecture the runtime loads, and their logits.
+
+tiny_checkpoints.py OUT writes OUT/<name>/ (config.json, generation_config.json, safetensors, some sharded with
+model.safetensors.index.json) for Llama (3.1-style scaled RoPE, 2-style, 3.2-style tied), Mistral, Qwen2 (q/k/v
+biases) and Qwen3 (q/k norms, a head width of its own) in BF16, F16 and F32, and OUT/manifest.json: for each one
+a prompt, the next 16 greedy ids and the logits of every step, computed by a float64 numpy reference that follows
+transformers' modeling code (rotate_half RoPE on the checkpoint's own q/k layout, repeat_kv, the llama3 frequency
+blend). Weights are scaled so that logits spread (std >= 1) and greedy outputs vary.
+"""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+VOCAB = 320
+
+
+# ---- Writing ----------------------------------------------------------------------------------------------
+
+def to_bf16_bits(a):
+    """float32 -> bfloat16 bits, round to nearest even."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def stored(a, dtype):
+    """(bytes as the file stores them, the values the file holds as float64)."""
+    if dtype == "F32":
+        s = a.astype(np.float32)
+        return s.tobytes(), s.astype(np.float64)
+    if dtype == "F16":
+        s = a.astype(np.float16)
+        return s.tobytes(), s.astype(np.float64)
+    bits = to_bf16_bits(a)
+    return bits.tobytes(), (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> (dtype, shape, bytes)."""
+    header, offset, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    for name, (dtype, shape, data) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def write_checkpoint(out, weights, dtype, shards):
+    """Stores `weights` (name -> float64 array) in `dtype`; returns the values as stored."""
+    as_stored, files = {}, [dict() for _ in range(shards)]
+    for i, (name, a) in enumerate(sorted(weights.items())):
+        data, values = stored(a, dtype)
+        as_stored[name] = values.reshape(a.shape)
+        files[i * shards // len(weights)][name] = (dtype, a.shape, data)
+    if shards == 1:
+        write_safetensors(os.path.join(out, "model.safetensors"), files[0])
+        return as_stored
+    index = {"metadata": {"total_size": sum(len(t[2]) for f in files for t in f.values())}, "weight_map": {}}
+    for s, f in enumerate(files):
+        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        write_safetensors(os.path.join(out, file), f)
+        for name in f:
+            index["weight_map"][name] = file
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f, indent=2)
+    return as_stored
+
+
+# ---- The models ---------------------------------------------------------------------------------------------
+
+def make_weights(cfg, rng):
+    d, h, heads = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"]
+    kv = cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim", d // heads)
+    tied = cfg["tie_word_embeddings"]
+    qwen2, qwen3 = cfg["architectures"][0].startswith("Qwen2"), cfg["architectures"][0].startswith("Qwen3")
+
+    def matrix(rows, cols, scale=1.0):
+        return rng.normal(0.0, scale / math.sqrt(cols), size=(rows, cols))
+
+    def norm(n):
+        return 1.0 + 0.1 * rng.normal(size=n)
+
+    # Tied: the embedding is the classifier; std 0.3 gives logits of std ~2.4 at width 64.
+    w = {"model.embed_tokens.weight": rng.normal(0.0, 0.3 if tied else 1.0, size=(VOCAB, d)),
+         "model.norm.weight": norm(d)}
+    if not tied:
+        w["lm_head.weight"] = matrix(VOCAB, d, 2.5)
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        w[p + "input_layernorm.weight"] = norm(d)
+        w[p + "post_attention_layernorm.weight"] = norm(d)
+        w[p + "self_attn.q_proj.weight"] = matrix(heads * hd, d)
+        w[p + "self_attn.k_proj.weight"] = matrix(kv * hd, d, 2.0)
+        w[p + "self_attn.v_proj.weight"] = matrix(kv * hd, d)
+        # The layers' outputs outweigh the embedding in the residual, so a tied classifier does not echo its input.
+        w[p + "self_attn.o_proj.weight"] = matrix(d, heads * hd, 3.0)
+        w[p + "mlp.gate_proj.weight"] = matrix(h, d)
+        w[p + "mlp.up_proj.weight"] = matrix(h, d)
+        w[p + "mlp.down_proj.weight"] = matrix(d, h, 3.0)
+        if qwen2:
+            for x, n in (("q", heads * hd), ("k", kv * hd), ("v", kv * hd)):
+                w[p + f"self_attn.{x}_proj.bias"] = 0.2 * rng.normal(size=n)
+        if qwen3:
+            w[p + "self_attn.q_norm.weight"] = norm(hd)
+            w[p + "self_attn.k_norm.weight"] = norm(hd)
+    return w
+
+
+def base_config(arch, **extra):
+    cfg = {"architectures": [arch], "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": VOCAB, "max_position_embeddings": 2048,
+           "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False,
+           "bos_token_id": 1, "eos_token_id": 2}
+    cfg.update(extra)
+    return cfg
+
+
+MODELS = [
+    # name, config, dtype, shards
+    ("llama31-bf16", base_config("LlamaForCausalLM", rope_theta=500000.0, eos_token_id=[2, 3],
+                                 rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                                 max_position_embeddings=131072), "BF16", 1),
+    ("llama2-f32-sharded", base_config("LlamaForCausalLM", num_key_value_heads=4), "F32", 3),
+    ("llama32-tied-f16", base_config("LlamaForCausalLM", tie_word_embeddings=True, rope_theta=500000.0,
+                                     rope_parameters={"type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                                      "high_freq_factor": 4.0,
+                                                      "original_max_position_embeddings": 8192}), "F16", 1),
+    ("mistral-bf16", base_config("MistralForCausalLM", sliding_window=None, rope_theta=1000000.0), "BF16", 1),
+    ("qwen2-bf16", base_config("Qwen2ForCausalLM", tie_word_embeddings=True, use_sliding_window=False,
+                               sliding_window=32768, rope_theta=1000000.0, rms_norm_eps=1e-6), "BF16", 2),
+    ("qwen3-bf16", base_config("Qwen3ForCausalLM", head_dim=32, rope_theta=1000000.0, rms_norm_eps=1e-6), "BF16", 1),
+]
+
+
+# ---- The reference: transformers' modeling code in float64 ----------------------------------------------------
+
+def inverse_frequencies(cfg, hd):
+    inv = 1.0 / (cfg["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    kind = scaling and (scaling.get("rope_type") or scaling.get("type"))
+    if kind == "llama3":
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        scaled = np.where(wavelen > old / low, inv / factor, inv)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+        inv = np.where(medium, smoothed, scaled)
+    return inv
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def forward(cfg, w, ids):
+    """Logits [len(ids)][vocab] of the whole sequence."""
+    d, heads, kv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd, eps, n = cfg.get("head_dim", d // heads), cfg["rms_norm_eps"], len(ids)
+    freqs = np.outer(np.arange(n, dtype=np.float64), inverse_frequencies(cfg, hd))
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
+    mask = np.triu(np.full((n, n), -np.inf), 1)
+    x = w["model.embed_tokens.weight"][ids]
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        proj = {}
+        for name in "qkv":
+            proj[name] = h @ w[p + f"self_attn.{name}_proj.weight"].T
+            if p + f"self_attn.{name}_proj.bias" in w:
+                proj[name] = proj[name] + w[p + f"self_attn.{name}_proj.bias"]
+        q = proj["q"].reshape(n, heads, hd)
+        k = proj["k"].reshape(n, kv, hd)
+        v = proj["v"].reshape(n, kv, hd)
+        if p + "self_attn.q_norm.weight" in w:
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = np.repeat(k, heads // kv, axis=1)
+        v = np.repeat(v, heads // kv, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + mask
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        scores /= scores.sum(axis=-1, keepdims=True)
+        o = np.einsum("hqk,khd->qhd", scores, v).reshape(n, heads * hd)
+        x = x + o @ w[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate = h @ w[p + "mlp.gate_proj.weight"].T
+        up = h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
+    return x @ head.T
+
+
+def greedy(cfg, w, prompt, n_new):
+    ids, logits = list(prompt), []
+    for _ in range(n_new):
+        last = forward(cfg, w, ids)[-1]
+        logits.append(last)
+        ids.append(int(np.argmax(last)))
+    return ids[len(prompt):], logits
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: tiny_checkpoints.py OUT")
+    out = sys.argv[1]
+    manifest = []
+    for i, (name, cfg, dtype, shards) in enumerate(MODELS):
+        folder = os.path.join(out, name)
+        os.makedirs(folder, exist_ok=True)
+        rng = np.random.default_rng(1000 + i)
+        weights = write_checkpoint(folder, make_weights(cfg, rng), dtype, shards)
+        cfg = dict(cfg, torch_dtype={"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[dtype])
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2)
+        with open(os.path.join(folder, "generation_config.json"), "w") as f:
+            json.dump({"bos_token_id": 1, "eos_token_id": [2, 7], "temperature": 0.6, "top_p": 0.9}, f, indent=2)
+        prompt = [int(t) for t in rng.integers(3, VOCAB, size=11)]
+        ids, logits = greedy(cfg, weights, prompt, 16)
+        spread = float(np.mean([np.std(row) for row in logits]))
+        manifest.append({"name": name, "dtype": dtype, "prompt": prompt, "ids": ids, "logit_std": spread,
+                         "logits": [[round(float(v), 7) for v in row] for row in logits]})
+        print(f"{name}: {dtype}, {shards} file(s), greedy {ids}, logit std {spread:.2f}")
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+
+
+if __name__ == "__main__":
+    main()
