@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "gpu/checkpoint.hpp"
+#include "gpu/tokenizers/llama2c_tokenizer.hpp"
 #include "gpu/text.hpp"
 
 namespace illm::gpu {
@@ -44,12 +45,12 @@ result<loaded_model> load_model(const std::string& name_or_path) {
   if (!paths.is_ok()) return paths.error();
   auto weights = load_llama2c(paths->checkpoint);
   if (!weights.is_ok()) return weights.error();
-  auto vocab = tokenizer::load(paths->tokenizer, weights->config().vocab_size);
+  auto vocab = llama2c_tokenizer::load(paths->tokenizer, weights->config().vocab_size);
   if (!vocab.is_ok()) return vocab.error();
   loaded_model m;
   m.name = fs::path(paths->checkpoint).stem().string();
   m.weights = std::make_shared<const model_weights>(std::move(weights).value());
-  m.vocab = std::make_shared<const tokenizer>(std::move(vocab).value());
+  m.vocab = std::make_shared<const llama2c_tokenizer>(std::move(vocab).value());
   return m;
 }
 

@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "actors/frontend/openai_api.hpp"
+#include "gpu/tokenizers/llama2c_tokenizer.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 using namespace illm;
@@ -13,9 +14,9 @@ namespace api = illm::actors::frontend;
 namespace {
 
 const gpu::tokenizer& vocab() {
-  static const gpu::tokenizer t = [] {
+  static const gpu::llama2c_tokenizer t = [] {
     const auto image = fuzz::small_vocab_image();
-    return gpu::tokenizer::load(fuzz::as_file(image.data(), image.size()), fuzz::small_vocab_size).value();
+    return gpu::llama2c_tokenizer::load(fuzz::as_file(image.data(), image.size()), fuzz::small_vocab_size).value();
   }();
   return t;
 }

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "gpu/tokenizer.hpp"
+#include "gpu/tokenizers/llama2c_tokenizer.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
 using namespace illm;
@@ -14,7 +14,7 @@ using namespace illm;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   const int vocab_size = 1 + (data[0] | data[1] << 8) % 600;
-  auto vocab = gpu::tokenizer::load(fuzz::as_file(data + 2, size - 2), vocab_size);
+  auto vocab = gpu::llama2c_tokenizer::load(fuzz::as_file(data + 2, size - 2), vocab_size);
   if (!vocab.is_ok()) return 0;
   for (std::string_view text : {std::string_view("Once upon a time"),
                                 std::string_view(reinterpret_cast<const char*>(data), size)}) {

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "gpu/model_files.hpp"
+#include "gpu/tokenizers/llama2c_tokenizer.hpp"
 #include "tests/gpu/support.hpp"
 
 using namespace illm;
@@ -51,14 +52,14 @@ TEST_SUITE("gpu") {
     const std::string cut = std::filesystem::temp_directory_path() / "illm_tokenizer_cut.bin";
     std::filesystem::copy_file(paths->tokenizer, cut, std::filesystem::copy_options::overwrite_existing);
     std::filesystem::resize_file(cut, size - 3);
-    auto truncated = gpu::tokenizer::load(cut, 32000);
+    auto truncated = gpu::llama2c_tokenizer::load(cut, 32000);
     REQUIRE_FALSE(truncated.is_ok());
     CHECK(truncated.error().message().find("truncated") != std::string::npos);
     std::filesystem::resize_file(cut, size + 5);
-    auto oversized = gpu::tokenizer::load(cut, 32000);
+    auto oversized = gpu::llama2c_tokenizer::load(cut, 32000);
     REQUIRE_FALSE(oversized.is_ok());
     CHECK(oversized.error().message().find("oversized") != std::string::npos);
-    CHECK_FALSE(gpu::tokenizer::load("/nonexistent/tokenizer.bin", 32000).is_ok());
+    CHECK_FALSE(gpu::llama2c_tokenizer::load("/nonexistent/tokenizer.bin", 32000).is_ok());
     std::filesystem::remove(cut);
   }
 
@@ -80,13 +81,13 @@ TEST_SUITE("gpu") {
       std::fclose(f);
     };
     write_vocab({"<unk>", "<s>", "</s>", " ", "a", " a"});
-    auto small = gpu::tokenizer::load(path, 6);
+    auto small = gpu::llama2c_tokenizer::load(path, 6);
     REQUIRE(small.is_ok());
     const auto ids = small->encode("a\x01a", true);
     for (int32_t id : ids) CHECK(id < 6);
     CHECK(std::find(ids.begin(), ids.end(), 0) != ids.end());  // \x01 has no piece and no byte piece
     write_vocab({"<unk>", "<s>"});
-    auto tiny = gpu::tokenizer::load(path, 2);
+    auto tiny = gpu::llama2c_tokenizer::load(path, 2);
     REQUIRE_FALSE(tiny.is_ok());
     CHECK(tiny.error().message().find("no room") != std::string::npos);
     std::filesystem::remove(path);

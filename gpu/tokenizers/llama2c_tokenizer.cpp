@@ -1,4 +1,4 @@
-#include "gpu/tokenizer.hpp"
+#include "gpu/tokenizers/llama2c_tokenizer.hpp"
 
 #include <cstdio>
 #include <memory>
@@ -46,7 +46,7 @@ struct candidate {
 
 }  // namespace
 
-result<tokenizer> tokenizer::load(const std::string& path, int vocab_size) {
+result<llama2c_tokenizer> llama2c_tokenizer::load(const std::string& path, int vocab_size) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) return status{status_code::io_error, text::format("tokenizer file {}: cannot open", path)};
   int32_t max_length = 0;
@@ -55,7 +55,7 @@ result<tokenizer> tokenizer::load(const std::string& path, int vocab_size) {
   if (vocab_size < 3)
     return corrupt(path, text::format("a vocabulary of {} pieces has no room for <unk>, <s> and </s> (ids 0, 1, 2)",
                                       vocab_size));
-  tokenizer t;
+  llama2c_tokenizer t;
   t.pieces_.reserve(vocab_size);
   t.scores_.reserve(vocab_size);
   for (int32_t id = 0; id < vocab_size; ++id) {
@@ -79,12 +79,12 @@ result<tokenizer> tokenizer::load(const std::string& path, int vocab_size) {
   return t;
 }
 
-int32_t tokenizer::lookup(std::string_view piece) const {
+int32_t llama2c_tokenizer::lookup(std::string_view piece) const {
   auto it = ids_.find(piece);
   return it == ids_.end() ? -1 : it->second;
 }
 
-std::vector<int32_t> tokenizer::encode(std::string_view raw, bool add_bos) const {
+std::vector<int32_t> llama2c_tokenizer::encode(std::string_view raw, bool add_bos) const {
   std::vector<int32_t> out;
   if (add_bos) out.push_back(token_bos);
   if (raw.empty()) return out;
@@ -137,21 +137,12 @@ std::vector<int32_t> tokenizer::encode(std::string_view raw, bool add_bos) const
   return out;
 }
 
-std::string tokenizer::decode(int32_t prev, int32_t token) const {
+std::string llama2c_tokenizer::decode(int32_t prev, int32_t token) const {
   if (token < 0 || token >= vocab_size()) return {};
   if (is_byte_token(token)) return std::string(1, char(token - 3));
   std::string_view piece = pieces_[token];
   if (prev == token_bos && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
   return std::string(piece);
-}
-
-std::string tokenizer::decode(std::span<const int32_t> tokens, int32_t prev) const {
-  std::string out;
-  for (int32_t t : tokens) {
-    out += decode(prev, t);
-    prev = t;
-  }
-  return out;
 }
 
 }  // namespace illm::gpu
