@@ -13,6 +13,7 @@ target_include_directories(illm::openblas INTERFACE ${OpenBLAS_INCLUDE_DIRS})
 target_link_libraries(illm::openblas INTERFACE ${OpenBLAS_LIBRARIES})
 
 include(${CMAKE_CURRENT_LIST_DIR}/caf.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/unicode.cmake)
 # OpenSSL (libssl-dev): mutual TLS on the control plane, under CAF's middleman (actors/cluster/tls_transport.hpp).
 find_package(OpenSSL REQUIRED)
 

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config ca-certificates
   libcaf-dev libssl-dev openssl libucx-dev ucx-utils
-  libopenblas-dev libfmt-dev doctest-dev nlohmann-json3-dev libcli11-dev
+  libopenblas-dev libfmt-dev doctest-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev
   prometheus python3 python3-numpy gnuplot-nox
   iproute2 util-linux curl clang libfuzzer-14-dev
   chromium fonts-dejavu-core

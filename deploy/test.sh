@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 deploy/install-deps.sh
 deploy/fetch-model.sh
+deploy/fetch-tokenizers.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j2
 cd build

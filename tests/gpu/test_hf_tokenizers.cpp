@@ -1,0 +1,103 @@
+// Hugging Face tokenizer.json files of real models (Llama 2, Llama 3, Llama 3.1, Qwen3; deploy/fetch-tokenizers.sh)
+// give the ids of Hugging Face's own JS implementation on a corpus that stresses them (tests/models/
+// tokenizer_corpus.py: many scripts, combining marks, emoji sequences, whitespace runs, digits, code,
+// special-token text): with and without the special tokens they add, and decode gives its text.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu/model_files.hpp"
+#include "gpu/tokenizers/hf_tokenizer.hpp"
+#include "gpu/tokenizers/unicode_text.hpp"
+
+using namespace illm;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::vector<std::string> vocabularies = {"llama2", "llama3", "llama3_1", "qwen3"};
+
+fs::path tokenizers_dir() { return fs::path(gpu::models_dir()) / "hf-tokenizers"; }
+
+/// The corpus and the reference's answers for every vocabulary, made once per process in a folder removed at exit.
+const json& reference() {
+  static const json answers = [] {
+    if (!fs::exists(tokenizers_dir() / "js"))
+      FAIL("the tokenizer files are needed: run deploy/fetch-tokenizers.sh");
+    char pattern[] = "/tmp/illm-tokenizers-XXXXXX";
+    REQUIRE(::mkdtemp(pattern) != nullptr);
+    const fs::path dir = pattern;
+    const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    std::string command = python + " " ILLM_SOURCE_DIR "/tests/models/tokenizer_corpus.py " + (dir / "corpus.json").string() +
+                          " && node " ILLM_SOURCE_DIR "/tests/models/tokenizer_reference.mjs " +
+                          (tokenizers_dir() / "js" / "package").string() + " " + (dir / "corpus.json").string();
+    for (const std::string& v : vocabularies) command += " " + (tokenizers_dir() / v).string();
+    command += " > " + (dir / "reference.json").string();
+    INFO("the reference needs python3 and node (deploy/install-deps.sh installs them)");
+    REQUIRE(std::system(command.c_str()) == 0);
+    json out;
+    std::ifstream(dir / "corpus.json") >> out["corpus"];
+    std::ifstream(dir / "reference.json") >> out["answers"];
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return out;
+  }();
+  return answers;
+}
+
+std::string shown(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += std::to_string(id) + " ";
+  return s;
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("tokenizer.json of Llama 2, 3, 3.1 and Qwen3 give the ids and text of Hugging Face's tokenizers") {
+    const json& ref = reference();
+    const auto& corpus = ref["corpus"];
+    size_t compared = 0, differences = 0;
+    for (const std::string& v : vocabularies) {
+      auto tok = gpu::hf_tokenizer::load((tokenizers_dir() / v).string());
+      REQUIRE_MESSAGE(tok.is_ok(), tok.error().message());
+      const json& answers = ref["answers"][(tokenizers_dir() / v).string()];
+      REQUIRE(answers.size() == corpus.size());
+      size_t mine = 0;
+      for (size_t i = 0; i < corpus.size(); ++i) {
+        const std::string text = corpus[i].get<std::string>();
+        const auto special = answers[i]["special"].get<std::vector<int32_t>>();
+        const auto plain = answers[i]["plain"].get<std::vector<int32_t>>();
+        const auto got_special = tok.value()->encode(text, true), got_plain = tok.value()->encode(text, false);
+        const std::string decoded = tok.value()->decode_text(plain, false);
+        // Streaming: token by token, the bytes add up to the text (where decode cleans up no spaces).
+        if (v == "llama2" || v == "qwen3") {
+          std::vector<int32_t> text_ids;
+          for (int32_t id : plain)
+            if (!tok.value()->is_special(id)) text_ids.push_back(id);
+          CHECK_MESSAGE(gpu::valid_utf8(tok.value()->decode(text_ids, -1)) == tok.value()->decode_text(plain, true),
+                        v, " text ", i);
+        }
+        for (bool same : {got_special == special, got_plain == plain, decoded == answers[i]["decoded"].get<std::string>()}) {
+          ++compared;
+          if (!same) ++mine;
+        }
+        if ((got_plain != plain || got_special != special || decoded != answers[i]["decoded"]) && mine <= 3)
+          MESSAGE(v, " text ", i, " ", json(text).dump(), "\n  ours   ", shown(got_plain), "\n  theirs ", shown(plain),
+                  "\n  decoded ", json(decoded).dump(), " vs ", answers[i]["decoded"].dump());
+      }
+      MESSAGE(v, ": ", 3 * corpus.size(), " comparisons (ids with and without specials, decode), ", mine, " differ");
+      differences += mine;
+    }
+    MESSAGE(compared, " comparisons over ", corpus.size(), " texts, ", differences, " differences");
+    CHECK(differences == 0);
+  }
+}
