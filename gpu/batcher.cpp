@@ -245,7 +245,7 @@ void batcher::complete(step_plan& plan) {
     const int32_t token = plan.sampled[sampled];
     s.rng = plan.rng[sampled++];
     if (s.finished()) continue;  // cancelled while the step ran
-    if (!s.ignore_eos && (token == token_bos || token == token_eos)) {
+    if (!s.ignore_eos && std::find(s.stop_ids.begin(), s.stop_ids.end(), token) != s.stop_ids.end()) {
       s.finish = finish_reason::stop;
       continue;
     }

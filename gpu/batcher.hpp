@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gpu/engine.hpp"
+#include "gpu/tokenizer.hpp"
 
 namespace illm::gpu {
 
@@ -37,7 +38,9 @@ struct sequence {
   sampling_params sampling;
   uint64_t rng = 0;             ///< sampling stream state (the seed at start)
   int max_new_tokens = 0;
-  bool ignore_eos = false;      ///< keep going past BOS and EOS
+  bool ignore_eos = false;      ///< keep going past the stop ids
+  /// Ids that end it when sampled (the model's end ids; llama2.c's BOS and EOS unless told).
+  std::vector<int32_t> stop_ids{token_bos, token_eos};
   finish_reason finish = finish_reason::none;
   std::string error;            ///< why, when finish is error
   int preemptions = 0;

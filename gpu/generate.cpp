@@ -74,6 +74,7 @@ result<generate_result> generate(const loaded_model& model, backend& device, con
   seq->rng = options.seed;
   seq->max_new_tokens = options.max_tokens;
   seq->ignore_eos = options.ignore_eos;
+  seq->stop_ids = options.stop_ids;
   runner.add(seq);
 
   generate_result out;

@@ -38,6 +38,7 @@ struct generate_options {
   sampling_params sampling;
   uint64_t seed = 0;
   bool ignore_eos = false;
+  std::vector<int32_t> stop_ids{token_bos, token_eos};  ///< the model's end ids
   int kv_pools = 1;
   uint32_t blocks_per_pool = 0;  ///< 0: enough for the prompt plus max_tokens
   int max_batch_tokens = 512;    ///< prefill chunk

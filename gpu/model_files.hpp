@@ -1,7 +1,8 @@
 #pragma once
 // Finding and loading a model by name or path: a NAME is the folder $ILLM_MODELS/NAME (default
-// ~/.cache/illm/models/NAME) holding NAME.bin and tokenizer.bin; a folder holds <folder name>.bin and
-// tokenizer.bin; a file is a checkpoint with tokenizer.bin beside it.
+// ~/.cache/illm/models/NAME); a folder with a config.json is a Hugging Face model (config.json, safetensors,
+// tokenizer.json); another folder holds <folder name>.bin and tokenizer.bin (llama2.c); a file is a llama2.c
+// checkpoint with tokenizer.bin beside it.
 
 #include <memory>
 #include <string>
@@ -25,9 +26,12 @@ result<model_paths> resolve_model(const std::string& name_or_path);
 
 /// A model ready to run: weights and tokenizer.
 struct loaded_model {
-  std::string name;
+  std::string name;  ///< the folder's or file's name
   std::shared_ptr<const model_weights> weights;
   std::shared_ptr<const tokenizer> vocab;
+  std::vector<int32_t> end_ids;  ///< a generation stops at any of them (every end id the model's files name)
+  int max_model_len = 0;         ///< the longest context it serves (prompt and output); 0: no bound
+  std::vector<std::string> notes;  ///< what loading adapted, for the log
 };
 
 /// Resolves and loads a model.

@@ -218,7 +218,7 @@ generation_report run_cluster(const generate_flags& f, const gpu::loaded_model& 
   actors::cluster& c = *started.value();
 
   actors::generate_params params{options.prompt_ids, options.max_tokens, options.sampling.temperature,
-                                 options.sampling.top_p, options.seed, options.ignore_eos};
+                                 options.sampling.top_p, options.seed, options.ignore_eos, options.stop_ids};
   token_stream stream;
   c.submit(params, stream.callbacks());
   generation_report r{options.prompt_ids, {}, {}, options.seed, 0, 0, {}};
@@ -248,7 +248,7 @@ generation_report run_on_gmanager(const generate_flags& f, const gpu::generate_o
   generation_report r{options.prompt_ids, {}, {}, options.seed, 0, 0, {}};
   const actors::cluster_view view = c.view();
   actors::generate_params params{options.prompt_ids, options.max_tokens, options.sampling.temperature,
-                                 options.sampling.top_p, options.seed, options.ignore_eos};
+                                 options.sampling.top_p, options.seed, options.ignore_eos, options.stop_ids};
   token_stream stream;
   const actors::request_id id = c.submit(params, stream.callbacks(), view);
   const actors::request_finished end = stream.wait(r);
@@ -278,6 +278,7 @@ void run_generate(const generate_flags& f) {
   options.sampling = {f.temperature, f.top_p};
   options.seed = f.seed >= 0 ? uint64_t(f.seed) : std::random_device{}();
   options.ignore_eos = f.ignore_eos;
+  options.stop_ids = model->end_ids;
   options.max_batch_tokens = f.batch.max_batch_tokens;
   if (!f.gmanager.empty() && (f.instances > 0 || f.kv_pools > 1))
     fail("give --gmanager, --instances or --kv-pools, not two of them", 2);

@@ -179,6 +179,10 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   actors::metrics::add_gmanager_connected(*registry, c.metrics_prefix, routed.gmanager_connected);
   actors::frontend::service_options so = c.service;
   so.model_name = model->name;
+  so.end_ids = model->end_ids;
+  so.max_model_len = model->max_model_len;
+  so.limits.max_model_len = model->max_model_len;
+  for (const std::string& note : model->notes) fmt::print("illm serve: {}\n", note);
   actors::frontend::service svc(*routed.router, model->vocab, registry, metrics, so);
   if (gpu::status s = svc.start(c.host, c.port); !s.is_ok()) fail(s.message());
   fmt::print("illm serve: {} on {} at http://{}:{}\n", model->name, routed.description, c.host, svc.port());

@@ -211,6 +211,11 @@ std::optional<api_error> read_request(endpoint kind, const json& body, const gpu
     return bad(fmt::format("the prompt has {} tokens, more than the limit of {}", r.prompt_ids.size(),
                            limits.max_prompt_tokens),
                kind == endpoint::completions ? "prompt" : "messages", "context_length_exceeded");
+  if (limits.max_model_len > 0 && int64_t(r.prompt_ids.size()) + r.max_tokens > limits.max_model_len)
+    return bad(fmt::format("this model's maximum context length is {} tokens; the prompt has {} and max_tokens asks "
+                           "for {} more",
+                           limits.max_model_len, r.prompt_ids.size(), r.max_tokens),
+               "max_tokens", "context_length_exceeded");
   return std::nullopt;
 }
 
@@ -313,10 +318,11 @@ std::string stream_usage(const completion_request& r, const std::string& id, int
          "\n\n";
 }
 
-std::string models_body(const std::string& model, int64_t created) {
+std::string models_body(const std::string& model, int64_t created, int max_model_len) {
   return dump({{"object", "list"},
                {"data", json::array({{{"id", model}, {"object", "model"}, {"created", created},
-                                      {"owned_by", "infinite-llm"}}})}});
+                                      {"owned_by", "infinite-llm"},
+                                      {"max_model_len", max_model_len > 0 ? json(max_model_len) : json()}}})}});
 }
 
 text_stream::text_stream(const gpu::tokenizer& vocab, int32_t last_prompt_token, std::vector<std::string> stop)

@@ -25,6 +25,7 @@ struct api_limits {
   int max_tokens = 2048;       ///< largest max_tokens accepted
   int default_max_tokens = 256;  ///< when a chat request gives none (completions default to 16, as OpenAI)
   int max_stop = 4;
+  int max_model_len = 0;  ///< the model's context: prompt plus max_tokens may not pass it (0: no bound)
 };
 
 /// An error as OpenAI reports it: HTTP status and the body's fields.
@@ -86,7 +87,7 @@ std::string stream_usage(const completion_request& r, const std::string& id, int
                          const completion_result& result);
 
 /// The body of GET /v1/models.
-std::string models_body(const std::string& model, int64_t created);
+std::string models_body(const std::string& model, int64_t created, int max_model_len);
 
 /// Text decoded from generated tokens, released only in whole UTF-8 characters, and cut at the first
 /// stop string (text that could still become a stop string is held back).

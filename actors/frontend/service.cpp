@@ -97,7 +97,7 @@ service::service(request_router& router, std::shared_ptr<const gpu::tokenizer> v
   http_.route("/v1/cluster", {"GET"}, [this](const http_request& req, http_reply& reply) { cluster_snapshot(req, reply); });
   http_.route("/v1/models", {"GET"}, [this](const http_request& req, http_reply& reply) {
     if (!authorized(req, reply)) return;
-    reply.send(200, json_type, models_body(options_.model_name, started_));
+    reply.send(200, json_type, models_body(options_.model_name, started_, options_.max_model_len));
   });
   http_.route("/v1/completions", {"POST"},
               [this](const http_request& req, http_reply& reply) { generate(endpoint::completions, req, reply); });
@@ -228,7 +228,8 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
   a.result.prompt_tokens = int(r.prompt_ids.size());
   auto channel = std::make_shared<event_channel>();
   const generate_params params{
-      r.prompt_ids, r.max_tokens, r.temperature, r.top_p, r.seed.value_or(std::hash<std::string>{}(id)), r.ignore_eos};
+      r.prompt_ids, r.max_tokens, r.temperature, r.top_p, r.seed.value_or(std::hash<std::string>{}(id)), r.ignore_eos,
+      options_.end_ids};
   a.cluster_id = router_.submit(params, channel->callbacks(), view);
   if (metrics_) metrics_->prompt_tokens.with().add(double(r.prompt_ids.size()));
   if (r.stream && !reply.start_stream("text/event-stream")) a.client_gone = true;

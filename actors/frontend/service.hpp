@@ -24,6 +24,8 @@ namespace illm::actors::frontend {
 /// How the service behaves.
 struct service_options {
   std::string model_name;             ///< the id clients must ask for
+  std::vector<int32_t> end_ids{gpu::token_bos, gpu::token_eos};  ///< the model's: a generation stops at them
+  int max_model_len = 0;  ///< the longest context (prompt and output) the model serves, shown by /v1/models (0: none)
   std::vector<std::string> api_keys;  ///< empty: no key needed
   api_limits limits;
   int max_requests_in_flight = 64;  ///< beyond: 429

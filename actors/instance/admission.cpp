@@ -128,6 +128,7 @@ std::shared_ptr<gpu::sequence> sequence_of(const generate_request& r) {
   seq->rng = r.params.seed;
   seq->max_new_tokens = r.params.max_tokens;
   seq->ignore_eos = r.params.ignore_eos;
+  seq->stop_ids = r.params.stop_ids;
   seq->lost_below = int(r.lost_positions);
   return seq;
 }
@@ -278,7 +279,7 @@ void start_over(self_ptr self, request_id id, const std::string& why) {
   }
   const int32_t left = seq->max_new_tokens - seq->n_generated();
   generate_request again{id, {seq->tokens, left, seq->sampling.temperature, seq->sampling.top_p, seq->rng,
-                              seq->ignore_eos},
+                              seq->ignore_eos, seq->stop_ids},
                          req->second.client};
   st.resuming[id] = std::move(seq);
   const auto pause = restart_pause(req->second.kv_losses);

@@ -8,6 +8,7 @@
 #include <vector>
 #include "actors/messages/declarations.hpp"
 #include "actors/placement/types.hpp"
+#include "gpu/tokenizer.hpp"
 
 namespace illm::actors {
 
@@ -19,8 +20,10 @@ struct generate_params {
   float top_p = 1.0f;
   uint64_t seed = 0;
   bool ignore_eos = false;
+  /// Ids that end it when sampled: the model's end ids (llama2.c's BOS and EOS unless told).
+  std::vector<int32_t> stop_ids{gpu::token_bos, gpu::token_eos};
 };
-ILLM_INSPECT(generate_params, x.prompt, x.max_tokens, x.temperature, x.top_p, x.seed, x.ignore_eos)
+ILLM_INSPECT(generate_params, x.prompt, x.max_tokens, x.temperature, x.top_p, x.seed, x.ignore_eos, x.stop_ids)
 
 /// A generation request, as a request actor hands it to an instance.
 struct generate_request {

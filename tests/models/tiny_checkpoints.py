@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Tiny random Hugging Face checkpoints of every architecture the runtime loads, and their logits.
 
-tiny_checkpoints.py OUT writes OUT/<name>/ (config.json, generation_config.json, safetensors, some sharded with
+tiny_checkpoints.py OUT [LLAMA31_TOKENIZER_DIR] writes OUT/<name>/ (config.json, generation_config.json, safetensors, some sharded with
 model.safetensors.index.json) for Llama (3.1-style scaled RoPE, 2-style, 3.2-style tied), Mistral, Qwen2 (q/k/v
 biases) and Qwen3 (q/k norms, a head width of its own) in BF16, F16 and F32, and OUT/manifest.json: for each one
 a prompt, the next 16 greedy ids and the logits of every step, computed by a float64 numpy reference that follows
 transformers' modeling code (rotate_half RoPE on the checkpoint's own q/k layout, repeat_kv, the llama3 frequency
-blend). Weights are scaled so that logits spread (std >= 1) and greedy outputs vary.
+blend). Weights are scaled so that logits spread (std >= 1) and greedy outputs vary. Given a folder with Llama
+3.1's tokenizer.json and tokenizer_config.json, it also writes llama31-chat: a tiny Llama 3.1 with that
+vocabulary (128256 ids) and those files, a model the server can run end to end.
 """
+import shutil
 import json
 import math
 import os
@@ -91,10 +94,11 @@ def make_weights(cfg, rng):
         return 1.0 + 0.1 * rng.normal(size=n)
 
     # Tied: the embedding is the classifier; std 0.3 gives logits of std ~2.4 at width 64.
-    w = {"model.embed_tokens.weight": rng.normal(0.0, 0.3 if tied else 1.0, size=(VOCAB, d)),
+    vocab = cfg["vocab_size"]
+    w = {"model.embed_tokens.weight": rng.normal(0.0, 0.3 if tied else 1.0, size=(vocab, d)),
          "model.norm.weight": norm(d)}
     if not tied:
-        w["lm_head.weight"] = matrix(VOCAB, d, 2.5)
+        w["lm_head.weight"] = matrix(vocab, d, 2.5)
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         w[p + "input_layernorm.weight"] = norm(d)
@@ -221,11 +225,15 @@ def greedy(cfg, w, prompt, n_new):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: tiny_checkpoints.py OUT")
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: tiny_checkpoints.py OUT [LLAMA31_TOKENIZER_DIR]")
     out = sys.argv[1]
+    models = list(MODELS)
+    if len(sys.argv) == 3:
+        models.append(("llama31-chat", dict(MODELS[0][1], vocab_size=128256, bos_token_id=128000,
+                                            eos_token_id=[128001, 128008, 128009]), "BF16", 1))
     manifest = []
-    for i, (name, cfg, dtype, shards) in enumerate(MODELS):
+    for i, (name, cfg, dtype, shards) in enumerate(models):
         folder = os.path.join(out, name)
         os.makedirs(folder, exist_ok=True)
         rng = np.random.default_rng(1000 + i)
@@ -234,8 +242,14 @@ def main():
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
         with open(os.path.join(folder, "generation_config.json"), "w") as f:
-            json.dump({"bos_token_id": 1, "eos_token_id": [2, 7], "temperature": 0.6, "top_p": 0.9}, f, indent=2)
-        prompt = [int(t) for t in rng.integers(3, VOCAB, size=11)]
+            eos = cfg["eos_token_id"] if isinstance(cfg["eos_token_id"], list) else [cfg["eos_token_id"]]
+            extra = [7] if cfg["vocab_size"] == VOCAB else []  # an end id only generation_config.json names
+            json.dump({"bos_token_id": cfg["bos_token_id"], "eos_token_id": eos + extra, "temperature": 0.6,
+                       "top_p": 0.9}, f, indent=2)
+        if name == "llama31-chat":
+            for file in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copy(os.path.join(sys.argv[2], file), os.path.join(folder, file))
+        prompt = [int(t) for t in rng.integers(3, cfg["vocab_size"], size=11)]
         ids, logits = greedy(cfg, weights, prompt, 16)
         spread = float(np.mean([np.std(row) for row in logits]))
         manifest.append({"name": name, "dtype": dtype, "prompt": prompt, "ids": ids, "logit_std": spread,
