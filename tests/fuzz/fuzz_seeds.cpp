@@ -205,6 +205,35 @@ void safetensors(const fs::path& dir) {
   write(dir, "seed-empty", file("{}", 0));
 }
 
+void tokenizer_json(const fs::path& dir) {
+  const auto bytes = [](std::string_view s) { return std::vector<uint8_t>(s.begin(), s.end()); };
+  write(dir, "seed-byte-level", bytes(R"({"added_tokens": [{"id": 6, "content": "<s>", "special": true}],
+    "normalizer": {"type": "NFC"},
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "\\p{L}+| ?\\p{N}"},
+      "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]},
+    "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+      "special_tokens": {"<s>": {"id": "<s>", "ids": [6]}}},
+    "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "vocab": {"H": 0, "e": 1, "l": 2, "o": 3, "He": 4, "ll": 5}, "merges": ["H e", "l l"]}})"));
+  write(dir, "seed-sentencepiece", bytes(R"({"normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+      {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+    "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+      {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+    "model": {"type": "BPE", "byte_fallback": true, "unk_token": "<unk>", "fuse_unk": true,
+      "vocab": {"<unk>": 0, "<0x0A>": 1, "\u2581": 2, "a": 3, "\u2581a": 4}, "merges": [["\u2581", "a"]]}})"));
+}
+
+void chat_template(const fs::path& dir) {
+  const auto bytes = [](std::string_view s) { return std::vector<uint8_t>(s.begin(), s.end()); };
+  write(dir, "seed-chatml", bytes("{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content "
+                                  "+ '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+                                  "{%- endif %}"));
+  write(dir, "seed-tools", bytes("{% set ns = namespace(n=0) %}{% for t in tools %}{{ t | tojson(indent=2) }}{% set ns.n = ns.n + 1 %}"
+                                 "{% endfor %}{{ messages[1:] | selectattr('role', 'equalto', 'user') | list | length }}"
+                                 "{{ messages[0].content.strip().split(' ')[::-1] | join(',') }}{% if x is not defined %}"
+                                 "{{ raise_exception('no x') }}{% endif %}"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,5 +249,7 @@ int main(int argc, char** argv) {
   peer_messages(dir / "peer_messages");
   http_head(dir / "http_head");
   safetensors(dir / "safetensors");
+  tokenizer_json(dir / "tokenizer_json");
+  chat_template(dir / "chat_template");
   return 0;
 }

@@ -1,0 +1,730 @@
+#include "gpu/jinja/syntax.hpp"
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+
+namespace illm::jinja {
+
+namespace {
+
+using node_ptr = std::unique_ptr<node>;
+
+[[noreturn]] void fail(int line, const std::string& what) {
+  throw template_error("template line " + std::to_string(line) + ": " + what);
+}
+
+/// Counts one level of nesting while it lives; past `limit` levels, a template_error.
+class nesting {
+ public:
+  nesting(int& depth, int limit, int line, const char* what) : depth_(depth) {
+    if (++depth_ > limit) fail(line, what);
+  }
+  ~nesting() { --depth_; }
+  nesting(const nesting&) = delete;
+  nesting& operator=(const nesting&) = delete;
+
+ private:
+  int& depth_;
+};
+
+node_ptr make(node::kind k, int line) {
+  auto n = std::make_unique<node>();
+  n->what = k;
+  n->line = line;
+  return n;
+}
+
+// ---- Cutting the text into segments ---------------------------------------------------------------------------
+
+/// A piece of the template: text, or a tag's inside.
+struct segment {
+  enum kind { text, output, statement } what;
+  std::string body;
+  int line;
+  bool strip_before = false, strip_after = false;  // "-" markers of a tag
+  bool keep_indent = false;                        // "+" of a block tag: no lstrip_blocks
+};
+
+bool is_blank(char c) { return c == ' ' || c == '\t'; }
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+/// Where the tag that opens at `at` (of kind "{{", "{%" or "{#") closes, and its closing marker's length.
+size_t tag_end(const std::string& s, size_t at, char close, int line) {
+  bool in_string = false;
+  char quote = 0;
+  for (size_t i = at + 2; i + 1 < s.size(); ++i) {
+    const char c = s[i];
+    if (close != '#' && in_string) {
+      if (c == '\\') ++i;
+      else if (c == quote) in_string = false;
+      continue;
+    }
+    if (close != '#' && (c == '\'' || c == '"')) {
+      in_string = true;
+      quote = c;
+      continue;
+    }
+    if (c == close && s[i + 1] == '}') return i;
+  }
+  fail(line, std::string("a tag opened here is never closed by '") + close + "}'");
+}
+
+std::vector<segment> cut(const std::string& s) {
+  std::vector<segment> out;
+  size_t at = 0;
+  int line = 1;
+  auto count_lines = [&](size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i) line += s[i] == '\n';
+  };
+  while (at < s.size()) {
+    size_t open = s.find('{', at);
+    while (open != std::string::npos && open + 1 < s.size() && s[open + 1] != '{' && s[open + 1] != '%' && s[open + 1] != '#')
+      open = s.find('{', open + 1);
+    if (open == std::string::npos || open + 1 >= s.size()) {
+      out.push_back({segment::text, s.substr(at), line});
+      break;
+    }
+    if (open > at) out.push_back({segment::text, s.substr(at, open - at), line});
+    count_lines(at, open);
+    const char kind = s[open + 1];
+    const char close = kind == '{' ? '}' : kind;
+    const size_t end = tag_end(s, open, close, line);
+    std::string body = s.substr(open + 2, end - open - 2);
+    segment seg{kind == '{' ? segment::output : segment::statement, "", line};
+    if (!body.empty() && (body.front() == '-' || body.front() == '+')) {
+      seg.strip_before = body.front() == '-';
+      seg.keep_indent = body.front() == '+';
+      body.erase(0, 1);
+    }
+    if (!body.empty() && body.back() == '-') {
+      seg.strip_after = true;
+      body.pop_back();
+    }
+    seg.body = kind == '#' ? "" : body;
+    if (kind == '#') seg.what = segment::statement;  // a comment: an empty statement, trimmed as a block tag
+    count_lines(open, end + 2);
+    at = end + 2;
+    out.push_back(std::move(seg));
+    // {% raw %} ... {% endraw %}: the text between, as it is.
+    if (kind == '%' && body.find_first_not_of(" \t\n") != std::string::npos &&
+        body.substr(body.find_first_not_of(" \t\n"), 3) == "raw") {
+      const size_t close_raw = s.find("endraw", at);
+      const size_t tag = close_raw == std::string::npos ? close_raw : s.rfind("{%", close_raw);
+      if (tag == std::string::npos) fail(line, "{% raw %} without {% endraw %}");
+      out.back().body = "";
+      out.push_back({segment::text, s.substr(at, tag - at), line});
+      count_lines(at, tag);
+      const size_t end_raw = tag_end(s, tag, '%', line);
+      at = end_raw + 2;
+    }
+  }
+  return out;
+}
+
+/// Applies Jinja2's whitespace rules (as transformers sets it: trim_blocks, lstrip_blocks) to the text segments.
+void trim(std::vector<segment>& segs) {
+  // Whether a tag starts its line is a question about the source, asked before any text is trimmed.
+  std::vector<std::string> source;
+  for (const segment& s : segs) source.push_back(s.what == segment::text ? s.body : "");
+  const auto starts_line = [&](size_t text_index) {
+    const std::string& before = source[text_index];
+    size_t k = before.size();
+    while (k > 0 && is_blank(before[k - 1])) --k;
+    return k == 0 ? text_index == 0 : before[k - 1] == '\n';
+  };
+  for (size_t i = 0; i < segs.size(); ++i) {
+    if (segs[i].what == segment::text) continue;
+    const bool block = segs[i].what == segment::statement;
+    if (i > 0 && segs[i - 1].what == segment::text) {
+      std::string& before = segs[i - 1].body;
+      if (segs[i].strip_before) {
+        while (!before.empty() && is_space(before.back())) before.pop_back();
+      } else if (block && !segs[i].keep_indent && starts_line(i - 1)) {  // lstrip_blocks
+        while (!before.empty() && is_blank(before.back())) before.pop_back();
+      }
+    }
+    if (i + 1 < segs.size() && segs[i + 1].what == segment::text) {
+      std::string& after = segs[i + 1].body;
+      if (segs[i].strip_after) {
+        size_t k = 0;
+        while (k < after.size() && is_space(after[k])) ++k;
+        after.erase(0, k);
+      } else if (block && !after.empty() && after[0] == '\n') {  // trim_blocks
+        after.erase(0, 1);
+      } else if (block && after.size() >= 2 && after[0] == '\r' && after[1] == '\n') {
+        after.erase(0, 2);
+      }
+    }
+  }
+}
+
+// ---- Tokens of a tag ---------------------------------------------------------------------------------------------
+
+struct token {
+  enum kind { name, number, string, op, end } what;
+  std::string text;
+  value number_value;
+};
+
+value number_value(const std::string& digits, bool is_float, int line) {
+  errno = 0;
+  char* end = nullptr;
+  const value v = is_float ? value(json(std::strtod(digits.c_str(), &end))) : value(json(int64_t(std::strtoll(digits.c_str(), &end, 10))));
+  if (errno == ERANGE) fail(line, "the number " + digits + " is out of range");
+  return v;
+}
+
+std::vector<token> tokenize(const std::string& s, int line) {
+  std::vector<token> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    const char c = s[i];
+    if (is_space(c)) {
+      ++i;
+    } else if (std::isalpha(uint8_t(c)) || c == '_') {
+      size_t j = i;
+      while (j < s.size() && (std::isalnum(uint8_t(s[j])) || s[j] == '_')) ++j;
+      out.push_back({token::name, s.substr(i, j - i), {}});
+      i = j;
+    } else if (std::isdigit(uint8_t(c))) {
+      size_t j = i;
+      bool is_float = false;
+      while (j < s.size() && (std::isdigit(uint8_t(s[j])) || s[j] == '_' ||
+                              (s[j] == '.' && !is_float && j + 1 < s.size() && std::isdigit(uint8_t(s[j + 1]))))) {
+        is_float = is_float || s[j] == '.';
+        ++j;
+      }
+      std::string digits;
+      for (size_t k = i; k < j; ++k)
+        if (s[k] != '_') digits += s[k];
+      out.push_back({token::number, digits, number_value(digits, is_float, line)});
+      i = j;
+    } else if (c == '\'' || c == '"') {
+      std::string text;
+      size_t j = i + 1;
+      for (; j < s.size() && s[j] != c; ++j) {
+        if (s[j] != '\\' || j + 1 >= s.size()) {
+          text += s[j];
+          continue;
+        }
+        const char e = s[++j];
+        text += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e == '0' ? '\0' : e;
+      }
+      if (j >= s.size()) fail(line, "a string is never closed");
+      out.push_back({token::string, text, {}});
+      i = j + 1;
+    } else {
+      static const char* two[] = {"==", "!=", "<=", ">=", "//", "**"};
+      std::string op(1, c);
+      for (const char* t : two)
+        if (s.compare(i, 2, t) == 0) op = t;
+      if (std::string("()[]{}.,:|+-*/%~<>=!").find(c) == std::string::npos) fail(line, std::string("unexpected '") + c + "'");
+      out.push_back({token::op, op, {}});
+      i += op.size();
+    }
+  }
+  out.push_back({token::end, "", {}});
+  return out;
+}
+
+// ---- Expressions -------------------------------------------------------------------------------------------------
+
+class expression_parser {
+ public:
+  expression_parser(std::vector<token> tokens, int line) : t_(std::move(tokens)), line_(line) {}
+
+  node_ptr expression() {
+    const nesting level(depth_, max_depth, line_, "expressions nested too deeply");
+    node_ptr then = or_expr();
+    if (!is_name("if")) return then;
+    next();
+    auto n = make(node::kind::conditional, line_);
+    n->kids.push_back(std::move(then));
+    n->kids.push_back(or_expr());
+    if (is_name("else")) {
+      next();
+      n->kids.push_back(expression());
+    } else {
+      n->kids.push_back(nullptr);
+    }
+    return n;
+  }
+  /// An expression without a trailing "if" (the iterable of a for with a filter).
+  node_ptr or_expression() { return or_expr(); }
+
+  bool is_name(const char* n) const { return peek().what == token::name && peek().text == n; }
+  bool is_op(const char* o) const { return peek().what == token::op && peek().text == o; }
+  bool at_end() const { return peek().what == token::end; }
+  const token& peek(size_t ahead = 0) const { return t_[std::min(at_ + ahead, t_.size() - 1)]; }
+  const token& next() { return t_[std::min(at_++, t_.size() - 1)]; }
+  std::string expect_name() {
+    if (peek().what != token::name) fail(line_, "expected a name, found '" + peek().text + "'");
+    return next().text;
+  }
+  void expect_op(const char* o) {
+    if (!is_op(o)) fail(line_, std::string("expected '") + o + "', found '" + peek().text + "'");
+    next();
+  }
+  void expect_end() {
+    if (!at_end()) fail(line_, "unexpected '" + peek().text + "'");
+  }
+
+ private:
+  node_ptr binary(std::string op, node_ptr l, node_ptr r) {
+    auto n = make(node::kind::binary, line_);
+    n->text = std::move(op);
+    n->kids.push_back(std::move(l));
+    n->kids.push_back(std::move(r));
+    return n;
+  }
+  node_ptr or_expr() {
+    node_ptr l = and_expr();
+    while (is_name("or")) {
+      next();
+      l = binary("or", std::move(l), and_expr());
+    }
+    return l;
+  }
+  node_ptr and_expr() {
+    node_ptr l = not_expr();
+    while (is_name("and")) {
+      next();
+      l = binary("and", std::move(l), not_expr());
+    }
+    return l;
+  }
+  node_ptr not_expr() {
+    if (!is_name("not")) return compare();
+    next();
+    auto n = make(node::kind::unary, line_);
+    n->text = "not";
+    n->kids.push_back(not_expr());
+    return n;
+  }
+  node_ptr compare() {
+    node_ptr l = concat();
+    for (;;) {
+      std::string op;
+      if (peek().what == token::op && (peek().text == "==" || peek().text == "!=" || peek().text == "<" ||
+                                       peek().text == ">" || peek().text == "<=" || peek().text == ">="))
+        op = next().text;
+      else if (is_name("in"))
+        op = next().text;
+      else if (is_name("not") && peek(1).what == token::name && peek(1).text == "in") {
+        next();
+        next();
+        op = "not in";
+      } else
+        return l;
+      l = binary(op, std::move(l), concat());
+    }
+  }
+  node_ptr concat() {
+    node_ptr l = sum();
+    while (is_op("~")) {
+      next();
+      l = binary("~", std::move(l), sum());
+    }
+    return l;
+  }
+  node_ptr sum() {
+    node_ptr l = product();
+    while (is_op("+") || is_op("-")) {
+      std::string op = next().text;
+      l = binary(op, std::move(l), product());
+    }
+    return l;
+  }
+  node_ptr product() {
+    node_ptr l = power();
+    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      std::string op = next().text;
+      l = binary(op, std::move(l), power());
+    }
+    return l;
+  }
+  node_ptr power() {
+    node_ptr l = unary();
+    while (is_op("**")) {
+      next();
+      l = binary("**", std::move(l), unary());
+    }
+    return l;
+  }
+  node_ptr unary() {
+    const nesting level(depth_, max_depth, line_, "expressions nested too deeply");
+    if (is_op("-") || is_op("+")) {
+      auto n = make(node::kind::unary, line_);
+      n->text = next().text;
+      n->kids.push_back(unary_no_filter());
+      return filters(std::move(n));
+    }
+    return filters(postfix(primary()));
+  }
+  node_ptr unary_no_filter() {
+    const nesting level(depth_, max_depth, line_, "expressions nested too deeply");
+    if (is_op("-") || is_op("+")) {
+      auto n = make(node::kind::unary, line_);
+      n->text = next().text;
+      n->kids.push_back(unary_no_filter());
+      return n;
+    }
+    return postfix(primary());
+  }
+  /// Arguments up to ')': positional first, then name=value.
+  void arguments(node& n) {
+    expect_op("(");
+    while (!is_op(")")) {
+      if (peek().what == token::name && peek(1).what == token::op && peek(1).text == "=") {
+        n.names.push_back(next().text);
+        next();
+        n.kids.push_back(expression());
+      } else {
+        if (!n.names.empty()) fail(line_, "a positional argument after a keyword argument");
+        n.kids.push_back(expression());
+        ++n.positional;
+      }
+      if (!is_op(")")) expect_op(",");
+    }
+    next();
+  }
+  node_ptr filters(node_ptr operand) {
+    for (;;) {
+      if (is_op("|")) {
+        next();
+        auto f = make(node::kind::filter, line_);
+        f->text = expect_name();
+        while (is_op(".")) {  // dotted filter names are not Jinja's; refused as unknown later
+          next();
+          f->text += "." + expect_name();
+        }
+        f->kids.push_back(std::move(operand));
+        if (is_op("(")) arguments(*f);
+        operand = std::move(f);
+      } else if (is_name("is")) {
+        next();
+        auto t = make(node::kind::test, line_);
+        if (is_name("not")) {
+          next();
+          t->negated = true;
+        }
+        t->text = peek().what == token::name ? next().text : peek().text == "==" ? (next(), "==") : expect_name();
+        t->kids.push_back(std::move(operand));
+        if (is_op("(")) {
+          arguments(*t);
+        } else if (!at_end() && (peek().what == token::string || peek().what == token::number ||
+                                 (peek().what == token::name && peek().text != "and" && peek().text != "or" &&
+                                  peek().text != "else" && peek().text != "if"))) {
+          t->kids.push_back(primary());  // "is divisibleby 3", "is sameas none"
+          ++t->positional;
+        }
+        operand = std::move(t);
+      } else {
+        return operand;
+      }
+    }
+  }
+  node_ptr postfix(node_ptr n) {
+    for (;;) {
+      if (is_op(".")) {
+        next();
+        auto a = make(node::kind::attribute, line_);
+        a->text = peek().what == token::number ? next().text : expect_name();
+        a->kids.push_back(std::move(n));
+        n = std::move(a);
+      } else if (is_op("[")) {
+        next();
+        n = subscript(std::move(n));
+      } else if (is_op("(")) {
+        auto c = make(node::kind::call, line_);
+        c->kids.push_back(std::move(n));
+        arguments(*c);
+        n = std::move(c);
+      } else {
+        return n;
+      }
+    }
+  }
+  node_ptr subscript(node_ptr obj) {
+    node_ptr parts[3];
+    int colons = 0;
+    if (!is_op(":")) parts[0] = expression();
+    while (is_op(":") && colons < 2) {
+      next();
+      ++colons;
+      if (!is_op(":") && !is_op("]")) parts[colons] = expression();
+    }
+    expect_op("]");
+    auto n = make(colons ? node::kind::slice : node::kind::item, line_);
+    n->kids.push_back(std::move(obj));
+    n->kids.push_back(std::move(parts[0]));
+    if (colons) {
+      n->kids.push_back(std::move(parts[1]));
+      n->kids.push_back(std::move(parts[2]));
+    }
+    return n;
+  }
+  node_ptr literal(value v) {
+    auto n = make(node::kind::literal, line_);
+    n->constant = std::move(v);
+    return n;
+  }
+  node_ptr primary() {
+    const token& t = peek();
+    if (t.what == token::number) return literal(next().number_value);
+    if (t.what == token::string) {
+      std::string s = next().text;
+      while (peek().what == token::string) s += next().text;  // adjacent strings join
+      return literal(value(json(s)));
+    }
+    if (t.what == token::name) {
+      const std::string name = next().text;
+      if (name == "true" || name == "True") return literal(value(json(true)));
+      if (name == "false" || name == "False") return literal(value(json(false)));
+      if (name == "none" || name == "None") return literal(value::none());
+      auto n = make(node::kind::name, line_);
+      n->text = name;
+      return n;
+    }
+    if (is_op("(")) {
+      next();
+      node_ptr inner = expression();
+      if (is_op(",")) {  // a tuple: a list here
+        auto l = make(node::kind::list, line_);
+        l->kids.push_back(std::move(inner));
+        while (is_op(",")) {
+          next();
+          if (is_op(")")) break;
+          l->kids.push_back(expression());
+        }
+        inner = std::move(l);
+      }
+      expect_op(")");
+      return inner;
+    }
+    if (is_op("[")) {
+      next();
+      auto l = make(node::kind::list, line_);
+      while (!is_op("]")) {
+        l->kids.push_back(expression());
+        if (!is_op("]")) expect_op(",");
+      }
+      next();
+      return l;
+    }
+    if (is_op("{")) {
+      next();
+      auto d = make(node::kind::dict, line_);
+      while (!is_op("}")) {
+        d->kids.push_back(expression());
+        expect_op(":");
+        d->kids.push_back(expression());
+        if (!is_op("}")) expect_op(",");
+      }
+      next();
+      return d;
+    }
+    fail(line_, "unexpected '" + t.text + "'");
+  }
+
+  static constexpr int max_depth = 200;
+  std::vector<token> t_;
+  size_t at_ = 0;
+  int line_;
+  int depth_ = 0;
+};
+
+// ---- Statements --------------------------------------------------------------------------------------------------
+
+class statement_parser {
+ public:
+  explicit statement_parser(std::vector<segment> segs) : segs_(std::move(segs)) {}
+
+  node_ptr whole() {
+    auto root = make(node::kind::block, 1);
+    const std::string stop = body(*root, {});
+    if (!stop.empty()) fail(line_, "'" + stop + "' without its opening tag");
+    return root;
+  }
+
+ private:
+  /// Reads statements into `block` until a tag whose first word is one of `stops` (returned, its parser left
+  /// after that word) or the end ("").
+  std::string body(node& block, const std::vector<std::string>& stops) {
+    const nesting level(depth_, max_depth, line_, "blocks nested too deeply");
+    while (at_ < segs_.size()) {
+      segment& s = segs_[at_++];
+      line_ = s.line;
+      if (s.what == segment::text) {
+        if (s.body.empty()) continue;
+        auto t = make(node::kind::text, s.line);
+        t->text = s.body;
+        block.kids.push_back(std::move(t));
+        continue;
+      }
+      if (s.what == segment::output) {
+        expression_parser p(tokenize(s.body, s.line), s.line);
+        auto o = make(node::kind::output, s.line);
+        o->kids.push_back(p.expression());
+        p.expect_end();
+        block.kids.push_back(std::move(o));
+        continue;
+      }
+      if (s.body.find_first_not_of(" \t\r\n") == std::string::npos) continue;  // a comment
+      tag_ = std::make_unique<expression_parser>(tokenize(s.body, s.line), s.line);
+      const std::string word = tag_->expect_name();
+      for (const std::string& stop : stops)
+        if (word == stop) return word;
+      block.kids.push_back(statement(word));
+    }
+    return "";
+  }
+
+  node_ptr statement(const std::string& word) {
+    if (word == "if") return if_statement();
+    if (word == "for") return for_statement();
+    if (word == "set") return set_statement();
+    if (word == "macro") return macro_statement();
+    if (word == "break" || word == "continue") {
+      tag_->expect_end();
+      return make(word == "break" ? node::kind::break_ : node::kind::continue_, line_);
+    }
+    if (word == "generation" || word == "raw") {  // raw's text was cut out already; generation marks a span
+      tag_->expect_end();
+      auto b = make(node::kind::block, line_);
+      if (word == "generation") expect_close(*b, "endgeneration");
+      return b;
+    }
+    fail(line_, "unknown statement '" + word + "'");
+  }
+
+  void expect_close(node& into, const std::string& closer) {
+    const std::string stop = body(into, {closer});
+    if (stop != closer) fail(line_, "missing {% " + closer + " %}");
+    tag_->expect_end();
+  }
+
+  node_ptr if_statement() {
+    auto n = make(node::kind::if_, line_);
+    for (;;) {
+      n->kids.push_back(tag_->expression());
+      tag_->expect_end();
+      auto branch = make(node::kind::block, line_);
+      const std::string stop = body(*branch, {"elif", "else", "endif"});
+      n->kids.push_back(std::move(branch));
+      if (stop == "elif") continue;
+      if (stop == "else") {
+        tag_->expect_end();
+        auto other = make(node::kind::block, line_);
+        if (body(*other, {"endif"}) != "endif") fail(line_, "missing {% endif %}");
+        n->kids.push_back(std::move(other));
+      } else if (stop != "endif") {
+        fail(line_, "missing {% endif %}");
+      }
+      tag_->expect_end();
+      return n;
+    }
+  }
+
+  node_ptr for_statement() {
+    auto n = make(node::kind::for_, line_);
+    n->names.push_back(tag_->expect_name());
+    while (tag_->is_op(",")) {
+      tag_->next();
+      n->names.push_back(tag_->expect_name());
+    }
+    if (!tag_->is_name("in")) fail(line_, "for without 'in'");
+    tag_->next();
+    n->kids.push_back(tag_->or_expression());
+    if (tag_->is_name("if")) {
+      tag_->next();
+      n->kids.push_back(tag_->or_expression());
+    } else {
+      n->kids.push_back(nullptr);
+    }
+    if (tag_->is_name("recursive")) fail(line_, "recursive loops are not supported");
+    tag_->expect_end();
+    auto loop_body = make(node::kind::block, line_);
+    const std::string stop = body(*loop_body, {"else", "endfor"});
+    n->kids.push_back(std::move(loop_body));
+    if (stop == "else") {
+      tag_->expect_end();
+      auto other = make(node::kind::block, line_);
+      if (body(*other, {"endfor"}) != "endfor") fail(line_, "missing {% endfor %}");
+      n->kids.push_back(std::move(other));
+    } else if (stop != "endfor") {
+      fail(line_, "missing {% endfor %}");
+    } else {
+      n->kids.push_back(nullptr);
+    }
+    tag_->expect_end();
+    return n;
+  }
+
+  node_ptr set_statement() {
+    const std::string target = tag_->expect_name();
+    std::string attribute;
+    if (tag_->is_op(".")) {
+      tag_->next();
+      attribute = tag_->expect_name();
+    }
+    if (tag_->at_end() && attribute.empty()) {  // {% set x %}...{% endset %}
+      auto n = make(node::kind::set_block, line_);
+      n->text = target;
+      auto b = make(node::kind::block, line_);
+      expect_close(*b, "endset");
+      n->kids.push_back(std::move(b));
+      return n;
+    }
+    if (tag_->is_op(",")) fail(line_, "set of several names is not supported");
+    tag_->expect_op("=");
+    auto n = make(node::kind::set, line_);
+    n->text = target;
+    n->names.push_back(attribute);
+    n->kids.push_back(tag_->expression());
+    tag_->expect_end();
+    return n;
+  }
+
+  node_ptr macro_statement() {
+    auto n = make(node::kind::macro, line_);
+    n->text = tag_->expect_name();
+    auto body_node = make(node::kind::block, line_);
+    std::vector<node_ptr> defaults;
+    tag_->expect_op("(");
+    while (!tag_->is_op(")")) {
+      n->names.push_back(tag_->expect_name());
+      if (tag_->is_op("=")) {
+        tag_->next();
+        defaults.push_back(tag_->expression());
+      } else {
+        defaults.push_back(nullptr);
+      }
+      if (!tag_->is_op(")")) tag_->expect_op(",");
+    }
+    tag_->next();
+    tag_->expect_end();
+    expect_close(*body_node, "endmacro");
+    n->kids.push_back(std::move(body_node));
+    for (auto& d : defaults) n->kids.push_back(std::move(d));
+    return n;
+  }
+
+  static constexpr int max_depth = 100;
+  std::vector<segment> segs_;
+  size_t at_ = 0;
+  int line_ = 1;
+  int depth_ = 0;
+  std::unique_ptr<expression_parser> tag_;
+};
+
+}  // namespace
+
+std::unique_ptr<node> read_template(const std::string& source) {
+  std::vector<segment> segs = cut(source);
+  trim(segs);
+  return statement_parser(std::move(segs)).whole();
+}
+
+}  // namespace illm::jinja
