@@ -7,7 +7,13 @@
 
 #include "gpu/checkpoint.hpp"
 #if ILLM_MODEL_FORMATS
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
 #include "gpu/formats/hf_model.hpp"
+#include "gpu/jinja/chat_template.hpp"
 #include "gpu/tokenizers/hf_tokenizer.hpp"
 #endif
 #include "gpu/tokenizers/llama2c_tokenizer.hpp"
@@ -49,8 +55,66 @@ result<model_paths> resolve_model(const std::string& name_or_path) {
 namespace {
 
 #if ILLM_MODEL_FORMATS
+/// The whole of a text file, or an io_error naming it.
+result<std::string> read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return status{status_code::io_error, text::format("{}: cannot read it", path.string())};
+  std::stringstream all;
+  all << in.rdbuf();
+  return all.str();
+}
+
+/// A token's text in tokenizer_config.json: a string, or an object with its content.
+std::string token_text(const nlohmann::json& config, const char* key) {
+  const auto it = config.find(key);
+  if (it == config.end()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  return it->is_object() && it->contains("content") && (*it)["content"].is_string() ? (*it)["content"].get<std::string>() : "";
+}
+
+/// The chat template of `folder` (`file` when given; else chat_template.jinja beside config.json, else
+/// tokenizer_config.json's chat_template, a string or the one named "default" of a list), with the BOS and EOS
+/// texts it may write; none when the model has no template.
+result<std::shared_ptr<const jinja::chat_template>> chat_template_of(const fs::path& folder, const std::string& file,
+                                                                     std::string bos, std::string eos) {
+  std::error_code ec;
+  nlohmann::json config;
+  const fs::path config_path = folder / "tokenizer_config.json";
+  if (!folder.empty() && fs::is_regular_file(config_path, ec)) {
+    auto contents = read_text(config_path);
+    if (!contents.is_ok()) return contents.error();
+    config = nlohmann::json::parse(contents.value(), nullptr, false);
+    if (!config.is_object()) return status{status_code::corrupt_model, text::format("{}: not a JSON object", config_path.string())};
+    if (!token_text(config, "bos_token").empty()) bos = token_text(config, "bos_token");
+    if (!token_text(config, "eos_token").empty()) eos = token_text(config, "eos_token");
+  }
+  fs::path origin = file;
+  std::string source;
+  if (origin.empty() && !folder.empty() && fs::is_regular_file(folder / "chat_template.jinja", ec)) origin = folder / "chat_template.jinja";
+  if (!origin.empty()) {
+    auto contents = read_text(origin);
+    if (!contents.is_ok()) return contents.error();
+    source = std::move(contents).value();
+  } else if (config.contains("chat_template")) {
+    origin = config_path;
+    const nlohmann::json& t = config["chat_template"];
+    if (t.is_string()) source = t.get<std::string>();
+    if (t.is_array())
+      for (const nlohmann::json& named : t)
+        if (named.is_object() && named.value("name", "") == "default" && named.contains("template") && named["template"].is_string())
+          source = named["template"].get<std::string>();
+    if (source.empty())
+      return status{status_code::corrupt_model, text::format("{}: chat_template is neither a string nor a list with a "
+                                                             "\"default\" template", config_path.string())};
+  }
+  if (origin.empty()) return std::shared_ptr<const jinja::chat_template>();
+  auto made = jinja::chat_template::create(source, std::move(bos), std::move(eos), origin.string());
+  if (!made.is_ok()) return made.error();
+  return std::make_shared<const jinja::chat_template>(std::move(made).value());
+}
+
 /// A Hugging Face folder: config.json, its safetensors and tokenizer.json.
-result<loaded_model> load_hf_folder(const fs::path& folder) {
+result<loaded_model> load_hf_folder(const fs::path& folder, const load_options& options) {
   auto model = read_hf_config(folder.string());
   if (!model.is_ok()) return model.error();
   std::error_code ec;
@@ -70,6 +134,9 @@ result<loaded_model> load_hf_folder(const fs::path& folder) {
   m.vocab = std::move(vocab).value();
   m.max_model_len = model->config.max_seq;
   m.notes = model->notes;
+  auto chat = chat_template_of(folder, options.chat_template_file, "", "");
+  if (!chat.is_ok()) return chat.error();
+  m.chat = std::move(chat).value();
   return m;
 }
 #endif
@@ -85,10 +152,10 @@ std::optional<fs::path> hf_folder_of(const std::string& name_or_path) {
 
 }  // namespace
 
-result<loaded_model> load_model(const std::string& name_or_path) {
+result<loaded_model> load_model(const std::string& name_or_path, const load_options& options) {
   if (auto folder = hf_folder_of(name_or_path)) {
 #if ILLM_MODEL_FORMATS
-    return load_hf_folder(*folder);
+    return load_hf_folder(*folder, options);
 #else
     return status{status_code::unsupported,
                   text::format("{}: a Hugging Face model; this build (ILLM_GPU_ONLY) reads llama2.c files only",
@@ -107,6 +174,15 @@ result<loaded_model> load_model(const std::string& name_or_path) {
   m.vocab = std::make_shared<const llama2c_tokenizer>(std::move(vocab).value());
   m.end_ids = {token_bos, token_eos};
   m.max_model_len = 0;  // llama2.c's seq_len is the training context only: longer requests are served
+  if (!options.chat_template_file.empty()) {
+#if ILLM_MODEL_FORMATS
+    auto chat = chat_template_of({}, options.chat_template_file, "<s>", "</s>");
+    if (!chat.is_ok()) return chat.error();
+    m.chat = std::move(chat).value();
+#else
+    return status{status_code::unsupported, "chat templates need the full build (not ILLM_GPU_ONLY)"};
+#endif
+  }
   return m;
 }
 

@@ -10,6 +10,10 @@
 #include "gpu/tokenizer.hpp"
 #include "gpu/weights.hpp"
 
+namespace illm::jinja {
+class chat_template;
+}
+
 namespace illm::gpu {
 
 /// Where named models live: $ILLM_MODELS, else $HOME/.cache/illm/models.
@@ -32,9 +36,17 @@ struct loaded_model {
   std::vector<int32_t> end_ids;  ///< a generation stops at any of them (every end id the model's files name)
   int max_model_len = 0;         ///< the longest context it serves (prompt and output); 0: no bound
   std::vector<std::string> notes;  ///< what loading adapted, for the log
+  /// How chat messages become a prompt; none: their contents joined by newlines (a model without a template).
+  std::shared_ptr<const jinja::chat_template> chat;
 };
 
-/// Resolves and loads a model.
-result<loaded_model> load_model(const std::string& name_or_path);
+/// How to load a model.
+struct load_options {
+  std::string chat_template_file;  ///< a Jinja file that replaces the model's chat template (empty: the model's)
+};
+
+/// Resolves and loads a model: weights, vocabulary and chat template (tokenizer_config.json's chat_template, or a
+/// chat_template.jinja beside it).
+result<loaded_model> load_model(const std::string& name_or_path, const load_options& options = {});
 
 }  // namespace illm::gpu

@@ -34,6 +34,16 @@ class tokenizer {
     }
     return out;
   }
+  /// The text of `ids` as a whole (what /detokenize answers): special tokens written out unless skipped.
+  virtual std::string decode_text(std::span<const int32_t> ids, bool skip_special) const {
+    std::string out;
+    int32_t prev = -1;
+    for (int32_t id : ids) {
+      if (!(skip_special && is_special(id))) out += decode(prev, id);
+      prev = id;
+    }
+    return out;
+  }
   virtual int vocab_size() const = 0;
   /// Whether `id` is a special token (BOS, EOS, chat markers): control, not text.
   virtual bool is_special(int32_t id) const = 0;

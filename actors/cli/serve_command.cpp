@@ -31,7 +31,8 @@ namespace {
 /// Flags given on the command line; each overrides the config file.
 struct serve_flags {
   std::string config;
-  std::string model, host, metrics_prefix, gmanager, policy, profile, faults, backend, devices;
+  std::string model, served_model_name, chat_template, host, metrics_prefix, gmanager, policy, profile, faults, backend,
+      devices;
   int port = -1, instances = 0, max_requests = 0;
   std::vector<std::string> api_keys;
   actors::control_security tls;  // files given override the config file's
@@ -48,6 +49,8 @@ actors::frontend::serve_config resolve(const serve_flags& f, const CLI::App* cmd
     c = loaded.value();
   }
   if (!f.model.empty()) c.model = f.model;
+  if (!f.served_model_name.empty()) c.served_model_name = f.served_model_name;
+  if (!f.chat_template.empty()) c.chat_template = f.chat_template;
   if (!f.host.empty()) c.host = f.host;
   if (f.port >= 0) c.port = uint16_t(f.port);
   if (!f.gmanager.empty()) c.gmanager = f.gmanager;
@@ -169,7 +172,7 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   // Every thread started from here on leaves SIGINT and SIGTERM to this one, which waits for them.
   const sigset_t stop_signals = block_stop_signals();
 
-  auto model = gpu::load_model(c.model);
+  auto model = gpu::load_model(c.model, {c.chat_template});
   if (!model.is_ok()) fail(model.error().message());
   auto registry = std::make_shared<actors::metrics::registry>();
   auto metrics = std::make_shared<actors::metrics::runtime_metrics>(*registry, c.metrics_prefix);
@@ -178,10 +181,11 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   if (routed.faults_injected) add_faults_metric(*registry, c.metrics_prefix, routed.faults_injected);
   actors::metrics::add_gmanager_connected(*registry, c.metrics_prefix, routed.gmanager_connected);
   actors::frontend::service_options so = c.service;
-  so.model_name = model->name;
+  so.model_name = c.served_model_name.empty() ? model->name : c.served_model_name;
   so.end_ids = model->end_ids;
   so.max_model_len = model->max_model_len;
   so.limits.max_model_len = model->max_model_len;
+  so.chat = model->chat;
   for (const std::string& note : model->notes) fmt::print("illm serve: {}\n", note);
   actors::frontend::service svc(*routed.router, model->vocab, registry, metrics, so);
   if (gpu::status s = svc.start(c.host, c.port); !s.is_ok()) fail(s.message());
@@ -206,7 +210,12 @@ void add_serve_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API from an embedded cluster or a cluster of processes");
   cmd->footer("Configuration file keys (JSON object):\n" + actors::frontend::serve_config_keys());
   cmd->add_option("--config", flags->config, "JSON configuration file (flags override it)");
-  cmd->add_option("--model", flags->model, "Model name (in $ILLM_MODELS) or path (default stories15M)");
+  cmd->add_option("--model", flags->model,
+                  "Model name (in $ILLM_MODELS) or path: a Hugging Face folder or a llama2.c file (default stories15M)");
+  cmd->add_option("--served-model-name", flags->served_model_name,
+                  "The model id clients ask for (default: the model folder's or file's name)");
+  cmd->add_option("--chat-template", flags->chat_template,
+                  "Jinja file replacing the model's chat template (a model without one joins the messages by newlines)");
   cmd->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", flags->port, "Port (default 8000; 0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--gmanager", flags->gmanager,

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpu/jinja/chat_template.hpp"
+
 namespace illm::actors::frontend {
 
 namespace {
@@ -24,7 +26,7 @@ const std::set<std::string>& allowed_fields(endpoint kind) {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stream",
       "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
       "user", "seed", "response_format", "tools", "tool_choice", "parallel_tool_calls", "store", "metadata",
-      "ignore_eos"};
+      "ignore_eos", "chat_template_kwargs", "add_generation_prompt"};
   return kind == endpoint::completions ? completions : chat;
 }
 
@@ -144,34 +146,70 @@ std::optional<api_error> read_prompt(const json& body, const gpu::tokenizer& voc
   return bad("'prompt' must be a string or a list of token ids (one prompt per request)", "prompt");
 }
 
-/// Chat messages become one text: their contents, one per line (this model has no chat template).
-std::optional<api_error> read_messages(const json& body, const gpu::tokenizer& vocab, completion_request& r) {
-  if (!body.contains("messages")) return bad("you must provide messages", "messages");
-  const json& m = body.at("messages");
+/// The text of a message's content: a string, or a list of text parts joined; nullopt when it is neither (null
+/// gives "" where `null_ok`).
+std::optional<std::string> content_text(const json& content, bool null_ok) {
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null() && null_ok) return std::string();
+  if (!content.is_array()) return std::nullopt;
+  std::string text;
+  for (const json& part : content) {
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part.at("text").is_string())
+      return std::nullopt;
+    text += part.at("text").get<std::string>();
+  }
+  return text;
+}
+
+/// Checks every message: a known role, known fields, text content. With a template, tool turns too.
+std::optional<api_error> check_messages(const json& m, bool templated) {
   if (!m.is_array() || m.empty()) return bad("'messages' must be a non-empty list", "messages");
-  static const std::set<std::string> roles = {"system", "developer", "user", "assistant"};
+  static const std::set<std::string> plain_roles = {"system", "developer", "user", "assistant"};
+  static const std::set<std::string> template_roles = {"system", "developer", "user", "assistant", "tool"};
+  static const std::set<std::string> plain_fields = {"role", "content", "name"};
+  static const std::set<std::string> template_fields = {"role", "content", "name", "tool_calls", "tool_call_id",
+                                                        "reasoning_content"};
+  const auto& roles = templated ? template_roles : plain_roles;
+  const auto& fields = templated ? template_fields : plain_fields;
+  for (const json& msg : m) {
+    if (!msg.is_object() || !msg.contains("role") || !msg.at("role").is_string() || !roles.count(msg.at("role").get<std::string>()))
+      return bad(templated ? "every message needs a role: system, developer, user, assistant or tool"
+                           : "every message needs a role: system, developer, user or assistant",
+                 "messages");
+    for (const auto& [key, value] : msg.items())
+      if (!fields.count(key)) return bad(fmt::format("unknown message field '{}'", key), "messages");
+    if (!content_text(msg.value("content", json()), templated && msg.contains("tool_calls")))
+      return bad("a message's content must be a string or a list of text parts", "messages");
+  }
+  return std::nullopt;
+}
+
+/// Chat messages through the model's template: the messages as the client ordered them (contents of text parts
+/// joined), the request's add_generation_prompt (true by default) and chat_template_kwargs; the text tokenized
+/// without adding BOS again (the template writes it).
+std::optional<api_error> render_messages(const jinja::json& body, const gpu::tokenizer& vocab,
+                                         const jinja::chat_template& chat, completion_request& r,
+                                         bool add_special = false) {
+  jinja::json messages = body.at("messages");
+  for (jinja::json& msg : messages)
+    if (msg.contains("content") && !msg["content"].is_null())
+      msg["content"] = *content_text(json::parse(msg["content"].dump()), true);
+  const jinja::json kwargs = body.value("chat_template_kwargs", jinja::json());
+  if (!kwargs.is_null() && !kwargs.is_object()) return bad("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+  const jinja::json generation = body.value("add_generation_prompt", jinja::json(true));
+  if (!generation.is_boolean()) return bad("'add_generation_prompt' must be a boolean", "add_generation_prompt");
+  auto text = chat.render(messages, jinja::json(), generation.get<bool>(), kwargs);
+  if (!text.is_ok()) return bad(text.error().message(), "messages");
+  r.prompt_ids = vocab.encode(text.value(), add_special);
+  if (r.prompt_ids.empty()) return bad("the chat template gave an empty prompt", "messages");
+  return std::nullopt;
+}
+
+/// Chat messages become one text: their contents, one per line (a model without a chat template).
+std::optional<api_error> join_messages(const json& m, const gpu::tokenizer& vocab, completion_request& r) {
   std::string text;
   for (const json& msg : m) {
-    if (!msg.is_object() || !msg.contains("role") || !msg.at("role").is_string() ||
-        !roles.count(msg.at("role").get<std::string>()))
-      return bad("every message needs a role: system, developer, user or assistant", "messages");
-    for (const auto& [key, value] : msg.items())
-      if (key != "role" && key != "content" && key != "name")
-        return bad(fmt::format("unknown message field '{}'", key), "messages");
-    const json content = msg.value("content", json());
-    std::string piece;
-    if (content.is_string()) {
-      piece = content.get<std::string>();
-    } else if (content.is_array()) {
-      for (const json& part : content) {
-        if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
-            !part.at("text").is_string())
-          return bad("only text content parts are supported", "messages");
-        piece += part.at("text").get<std::string>();
-      }
-    } else {
-      return bad("a message's content must be a string or a list of text parts", "messages");
-    }
+    const std::string piece = *content_text(msg.value("content", json()), false);
     if (!piece.empty()) text += (text.empty() ? "" : "\n") + piece;
   }
   if (text.empty()) return bad("the messages have no text", "messages");
@@ -179,7 +217,15 @@ std::optional<api_error> read_messages(const json& body, const gpu::tokenizer& v
   return std::nullopt;
 }
 
-std::optional<api_error> read_request(endpoint kind, const json& body, const gpu::tokenizer& vocab,
+std::optional<api_error> read_messages(const json& body, const jinja::json* ordered, const gpu::tokenizer& vocab,
+                                       const jinja::chat_template* chat, completion_request& r) {
+  if (!body.contains("messages")) return bad("you must provide messages", "messages");
+  if (auto e = check_messages(body.at("messages"), chat != nullptr)) return e;
+  return chat ? render_messages(*ordered, vocab, *chat, r) : join_messages(body.at("messages"), vocab, r);
+}
+
+std::optional<api_error> read_request(endpoint kind, const json& body, const jinja::json* ordered,
+                                      const gpu::tokenizer& vocab, const jinja::chat_template* chat,
                                       const api_limits& limits, const std::string& served_model,
                                       completion_request& r) {
   if (!body.is_object()) return bad("the request body must be a JSON object");
@@ -206,7 +252,8 @@ std::optional<api_error> read_request(endpoint kind, const json& body, const gpu
   }
   if (auto e = read_stop(body, limits, r)) return e;
   if (auto e = read_stream(body, r)) return e;
-  if (auto e = kind == endpoint::completions ? read_prompt(body, vocab, r) : read_messages(body, vocab, r)) return e;
+  if (auto e = kind == endpoint::completions ? read_prompt(body, vocab, r) : read_messages(body, ordered, vocab, chat, r))
+    return e;
   if (int(r.prompt_ids.size()) > limits.max_prompt_tokens)
     return bad(fmt::format("the prompt has {} tokens, more than the limit of {}", r.prompt_ids.size(),
                            limits.max_prompt_tokens),
@@ -248,7 +295,8 @@ size_t whole_utf8_prefix(const std::string& s, size_t limit) {
 
 std::variant<completion_request, api_error> parse_request(endpoint kind, std::string_view body,
                                                           const gpu::tokenizer& vocab, const api_limits& limits,
-                                                          const std::string& served_model) {
+                                                          const std::string& served_model,
+                                                          const jinja::chat_template* chat) {
   if (body.size() > limits.max_body_bytes)
     return make_error(413, fmt::format("the request body is larger than {} bytes", limits.max_body_bytes));
   json parsed;
@@ -259,7 +307,10 @@ std::variant<completion_request, api_error> parse_request(endpoint kind, std::st
   }
   completion_request r;
   r.kind = kind;
-  if (auto e = read_request(kind, parsed, vocab, limits, served_model, r)) return *e;
+  // A template sees the messages in the client's order (tool arguments' keys above all): parsed again, ordered.
+  const bool templated = kind == endpoint::chat_completions && chat;
+  const jinja::json ordered = templated ? jinja::json::parse(body, nullptr, false) : jinja::json();
+  if (auto e = read_request(kind, parsed, templated ? &ordered : nullptr, vocab, chat, limits, served_model, r)) return *e;
   return r;
 }
 
@@ -316,6 +367,70 @@ std::string stream_usage(const completion_request& r, const std::string& id, int
                {"choices", json::array()},
                {"usage", usage(result)}}) +
          "\n\n";
+}
+
+namespace {
+
+/// The model a helper request names, when it names one: it must be the one served.
+std::optional<api_error> check_model(const json& body, const std::string& served_model) {
+  if (!body.contains("model") || body.at("model").is_null()) return std::nullopt;
+  if (!body.at("model").is_string() || body.at("model").get<std::string>() != served_model)
+    return make_error(404, fmt::format("The model `{}` does not exist (this server serves `{}`)", body.at("model").dump(),
+                                       served_model),
+                      "invalid_request_error", "model", "model_not_found");
+  return std::nullopt;
+}
+
+std::optional<bool> flag(const json& body, const char* name, bool fallback) {
+  if (!body.contains(name) || body.at(name).is_null()) return fallback;
+  if (!body.at(name).is_boolean()) return std::nullopt;
+  return body.at(name).get<bool>();
+}
+
+}  // namespace
+
+std::variant<std::string, api_error> tokenize_body(std::string_view body, const gpu::tokenizer& vocab,
+                                                   const jinja::chat_template* chat, const api_limits& limits,
+                                                   const std::string& served_model) {
+  if (body.size() > limits.max_body_bytes) return make_error(413, "the request body is too large");
+  const json parsed = json::parse(body, nullptr, false);
+  if (!parsed.is_object()) return bad("the request body must be a JSON object");
+  if (auto e = check_model(parsed, served_model)) return *e;
+  completion_request r;
+  const bool chat_form = parsed.contains("messages");
+  const auto add_special = flag(parsed, "add_special_tokens", !chat_form);
+  if (!add_special) return bad("'add_special_tokens' must be a boolean", "add_special_tokens");
+  if (chat_form) {
+    if (auto e = check_messages(parsed.at("messages"), chat != nullptr)) return *e;
+    if (chat) {
+      if (auto e = render_messages(jinja::json::parse(body), vocab, *chat, r, *add_special)) return *e;
+    } else if (auto e = join_messages(parsed.at("messages"), vocab, r)) {
+      return *e;
+    }
+  } else if (parsed.contains("prompt") && parsed.at("prompt").is_string()) {
+    r.prompt_ids = vocab.encode(parsed.at("prompt").get<std::string>(), *add_special);
+  } else {
+    return bad("give 'prompt' (a string) or 'messages'", "prompt");
+  }
+  return dump({{"tokens", r.prompt_ids},
+               {"count", r.prompt_ids.size()},
+               {"max_model_len", limits.max_model_len > 0 ? json(limits.max_model_len) : json()}});
+}
+
+std::variant<std::string, api_error> detokenize_body(std::string_view body, const gpu::tokenizer& vocab,
+                                                     const api_limits& limits, const std::string& served_model) {
+  if (body.size() > limits.max_body_bytes) return make_error(413, "the request body is too large");
+  const json parsed = json::parse(body, nullptr, false);
+  if (!parsed.is_object()) return bad("the request body must be a JSON object");
+  if (auto e = check_model(parsed, served_model)) return *e;
+  if (!parsed.contains("tokens") || !parsed.at("tokens").is_array()) return bad("'tokens' must be a list of token ids", "tokens");
+  std::vector<int32_t> ids;
+  for (const json& id : parsed.at("tokens")) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab.vocab_size())
+      return bad(fmt::format("token id {} is outside the vocabulary (0..{})", id.dump(), vocab.vocab_size() - 1), "tokens");
+    ids.push_back(int32_t(id.get<int64_t>()));
+  }
+  return dump({{"prompt", vocab.decode_text(ids, false)}});
 }
 
 std::string models_body(const std::string& model, int64_t created, int max_model_len) {

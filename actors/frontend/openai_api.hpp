@@ -13,6 +13,10 @@
 
 #include "gpu/tokenizer.hpp"
 
+namespace illm::jinja {
+class chat_template;
+}
+
 namespace illm::actors::frontend {
 
 /// Which API a request came to.
@@ -58,10 +62,12 @@ struct completion_request {
   bool ignore_eos = false;     ///< extension (as vLLM): keep going past the model's end of text
 };
 
-/// Parses and checks a request body for `kind`; `served_model` is the only model id accepted.
+/// Parses and checks a request body for `kind`; `served_model` is the only model id accepted. Chat messages
+/// become a prompt through `chat` (the model's template), or without one as their contents joined by newlines.
 std::variant<completion_request, api_error> parse_request(endpoint kind, std::string_view body,
                                                           const gpu::tokenizer& vocab, const api_limits& limits,
-                                                          const std::string& served_model);
+                                                          const std::string& served_model,
+                                                          const jinja::chat_template* chat = nullptr);
 
 /// The JSON body of an error.
 std::string error_body(const api_error& e);
@@ -85,6 +91,15 @@ std::string stream_chunk(const completion_request& r, const std::string& id, int
 /// The usage event a stream sends last when stream_options.include_usage is set.
 std::string stream_usage(const completion_request& r, const std::string& id, int64_t created,
                          const completion_result& result);
+
+/// POST /tokenize (as vLLM): {model, prompt, add_special_tokens} or the chat form {model, messages,
+/// add_generation_prompt, add_special_tokens, chat_template_kwargs} -> {tokens, count, max_model_len}.
+std::variant<std::string, api_error> tokenize_body(std::string_view body, const gpu::tokenizer& vocab,
+                                                   const jinja::chat_template* chat, const api_limits& limits,
+                                                   const std::string& served_model);
+/// POST /detokenize (as vLLM): {model, tokens} -> {prompt}.
+std::variant<std::string, api_error> detokenize_body(std::string_view body, const gpu::tokenizer& vocab,
+                                                     const api_limits& limits, const std::string& served_model);
 
 /// The body of GET /v1/models.
 std::string models_body(const std::string& model, int64_t created, int max_model_len);

@@ -75,7 +75,9 @@ setter service_integer(T service_options::*field, int64_t lo, int64_t hi) {
 
 const std::map<std::string, std::pair<setter, const char*>>& keys() {
   static const std::map<std::string, std::pair<setter, const char*>> k = {
-      {"model", {text(&serve_config::model), "model name (in $ILLM_MODELS) or path"}},
+      {"model", {text(&serve_config::model), "model name (in $ILLM_MODELS) or path: a Hugging Face folder, a llama2.c file"}},
+      {"served_model_name", {text(&serve_config::served_model_name), "the model id clients ask for (default: the model folder's or file's name)"}},
+      {"chat_template", {text(&serve_config::chat_template), "Jinja file replacing the model's chat template (default: the model's; a model without one joins the messages by newlines)"}},
       {"host", {text(&serve_config::host), "address to listen on"}},
       {"port", {integer(&serve_config::port, 0, 65535), "port to listen on (0: any free port)"}},
       {"gmanager", {text(&serve_config::gmanager), "HOST:PORT (or a comma-separated list) of the gManager of a cluster of processes to route to (empty: embedded)"}},

@@ -99,6 +99,14 @@ service::service(request_router& router, std::shared_ptr<const gpu::tokenizer> v
     if (!authorized(req, reply)) return;
     reply.send(200, json_type, models_body(options_.model_name, started_, options_.max_model_len));
   });
+  http_.route("/tokenize", {"POST"}, [this](const http_request& req, http_reply& reply) {
+    if (!authorized(req, reply)) return;
+    answer_helper(reply, tokenize_body(req.body, *vocab_, options_.chat.get(), options_.limits, options_.model_name));
+  });
+  http_.route("/detokenize", {"POST"}, [this](const http_request& req, http_reply& reply) {
+    if (!authorized(req, reply)) return;
+    answer_helper(reply, detokenize_body(req.body, *vocab_, options_.limits, options_.model_name));
+  });
   http_.route("/v1/completions", {"POST"},
               [this](const http_request& req, http_reply& reply) { generate(endpoint::completions, req, reply); });
   http_.route("/v1/chat/completions", {"POST"},
@@ -113,6 +121,12 @@ gpu::status service::start(const std::string& host, uint16_t port) {
   // A thread for every request that may run, and some: the in-flight limit answers the next ones (429) at once.
   const int threads = std::max(options_.http_threads, options_.max_requests_in_flight + 16);
   return http_.start(host, port, threads, options_.limits.max_body_bytes, options_.http);
+}
+
+void service::answer_helper(http_reply& reply, const std::variant<std::string, api_error>& answer) {
+  if (const auto* body = std::get_if<std::string>(&answer)) return reply.send(200, json_type, *body);
+  const api_error& e = std::get<api_error>(answer);
+  reply.send(e.status, json_type, error_body(e));
 }
 
 void service::cluster_snapshot(const http_request& req, http_reply& reply) {
@@ -180,7 +194,7 @@ std::optional<completion_request> service::accept(endpoint kind, const http_requ
                make_error(413, fmt::format("the request body is larger than {} bytes", options_.limits.max_body_bytes)),
                "too_large"),
            std::nullopt;
-  auto parsed = parse_request(kind, req.body, *vocab_, options_.limits, options_.model_name);
+  auto parsed = parse_request(kind, req.body, *vocab_, options_.limits, options_.model_name, options_.chat.get());
   if (auto* e = std::get_if<api_error>(&parsed)) return refuse(reply, *e, "invalid"), std::nullopt;
   completion_request r = std::get<completion_request>(std::move(parsed));
   const serving_capacity capacity = capacity_of(view);

@@ -26,6 +26,7 @@ struct service_options {
   std::string model_name;             ///< the id clients must ask for
   std::vector<int32_t> end_ids{gpu::token_bos, gpu::token_eos};  ///< the model's: a generation stops at them
   int max_model_len = 0;  ///< the longest context (prompt and output) the model serves, shown by /v1/models (0: none)
+  std::shared_ptr<const jinja::chat_template> chat;  ///< the model's chat template; none: messages joined by newlines
   std::vector<std::string> api_keys;  ///< empty: no key needed
   api_limits limits;
   int max_requests_in_flight = 64;  ///< beyond: 429
@@ -63,6 +64,8 @@ class service {
   /// The end of `a`: metrics, then the whole response or the stream's last chunk, usage and [DONE].
   void finish(answer& a, const request_finished& end, http_reply& reply);
   bool authorized(const http_request& req, http_reply& reply);
+  /// The answer of a helper endpoint (/tokenize, /detokenize): its body, or its error.
+  void answer_helper(http_reply& reply, const std::variant<std::string, api_error>& answer);
   /// GET /v1/cluster: the cluster now, or with ?seq=N the snapshot N if it is still kept.
   void cluster_snapshot(const http_request& req, http_reply& reply);
   void refuse(http_reply& reply, const api_error& e, const std::string& reason);

@@ -32,7 +32,7 @@ class hf_tokenizer final : public tokenizer {
   using tokenizer::decode;
   /// The text of `ids` as Hugging Face's decode gives it (invalid UTF-8 replaced by U+FFFD), special tokens
   /// written out unless skipped.
-  std::string decode_text(std::span<const int32_t> ids, bool skip_special) const;
+  std::string decode_text(std::span<const int32_t> ids, bool skip_special) const override;
 
   int vocab_size() const override;
   bool is_special(int32_t id) const override;

@@ -1,0 +1,96 @@
+"""`illm serve` on a Hugging Face folder: a tiny Llama 3.1-style checkpoint (tests/models/tiny_checkpoints.py, with
+Llama 3.1's real tokenizer files) and the real Llama 3.1 chat template (--chat-template, from llama.cpp's
+collection; deploy/fetch-tokenizers.sh stores both). The prompt ids of a chat equal Jinja2's rendering tokenized by
+Hugging Face's own JS tokenizers; OpenAI's Node client chats with it, whole and streamed; /tokenize, /detokenize and
+/v1/models answer as vLLM's; a prompt plus max_tokens past max_model_len is a 400."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from common import Server, request
+from test_openai_client import install_client
+
+ILLM = sys.argv[1]
+SOURCE = sys.argv[2]
+MODELS = os.environ.get("ILLM_MODELS", os.path.expanduser("~/.cache/illm/models"))
+TOKENIZERS = os.path.join(MODELS, "hf-tokenizers")
+TEMPLATE = os.path.join(TOKENIZERS, "templates", "meta-llama-Llama-3.1-8B-Instruct.jinja")
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"  # Debian's: numpy, jinja2
+MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Hi! What's 2+2?"},
+            {"role": "assistant", "content": "4."},
+            {"role": "user", "content": "And in French, s'il vous plaît?"}]
+
+
+def reference_ids(work):
+    """Jinja2's prompt text, tokenized by Hugging Face's JS tokenizers."""
+    with open(os.path.join(work, "messages.json"), "w") as f:
+        json.dump({"messages": MESSAGES}, f)
+    here = os.path.dirname(os.path.abspath(__file__))
+    subprocess.run([PYTHON, os.path.join(here, "hf_chat_reference.py"), TEMPLATE, os.path.join(work, "messages.json"),
+                    os.path.join(work, "prompt.txt")], check=True)
+    with open(os.path.join(work, "prompt.txt"), encoding="utf-8") as f:
+        prompt = f.read()
+    with open(os.path.join(work, "corpus.json"), "w", encoding="utf-8") as f:
+        json.dump([prompt], f)
+    out = subprocess.run(["node", os.path.join(SOURCE, "tests", "models", "tokenizer_reference.mjs"),
+                          os.path.join(TOKENIZERS, "js", "package"), os.path.join(work, "corpus.json"),
+                          os.path.join(TOKENIZERS, "llama3_1")], check=True, capture_output=True, text=True).stdout
+    return prompt, list(json.loads(out).values())[0][0]["plain"]
+
+
+def main():
+    if not os.path.exists(TEMPLATE):
+        sys.exit("the tokenizer files and templates are needed: run deploy/fetch-tokenizers.sh")
+    work = tempfile.mkdtemp(prefix="illm-hf-serve-")
+    try:
+        subprocess.run([PYTHON, os.path.join(SOURCE, "tests", "models", "tiny_checkpoints.py"), work,
+                        os.path.join(TOKENIZERS, "llama3_1")], check=True, capture_output=True)
+        folder = os.path.join(work, "llama31-chat")
+        prompt, expected = reference_ids(work)
+        module = install_client()
+        with Server(ILLM, "--model", folder, "--chat-template", TEMPLATE, "--instances", "2",
+                    "--kv-blocks-per-instance", "64") as s:
+            status, tokens = request(s.port, "POST", "/tokenize", {"model": "llama31-chat", "messages": MESSAGES})
+            assert status == 200, tokens
+            print(f"prompt ids: ours {tokens['count']}, Jinja2 + Hugging Face's tokenizer {len(expected)}")
+            assert tokens["tokens"] == expected, (tokens["tokens"], expected)
+            assert tokens["max_model_len"] == 131072
+            status, text = request(s.port, "POST", "/detokenize", {"model": "llama31-chat", "tokens": expected})
+            assert status == 200 and text["prompt"] == prompt, text
+            env = dict(os.environ, OPENAI_MODULE=module, ILLM_URL=f"http://127.0.0.1:{s.port}",
+                       MESSAGES=json.dumps(MESSAGES))
+            result = subprocess.run(["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_chat_client.cjs")],
+                                    env=env, capture_output=True, text=True, timeout=300)
+            print(result.stdout + result.stderr)
+            assert result.returncode == 0, "the OpenAI client failed"
+            answer = json.loads(result.stdout.strip().splitlines()[-1])
+            assert answer["usage"]["prompt_tokens"] == len(expected), answer
+            assert answer["usage"]["completion_tokens"] == 12 and answer["finish"] == "length", answer
+        # A small context: a prompt plus max_tokens past it is refused before it runs.
+        small = os.path.join(work, "llama31-small")
+        shutil.copytree(folder, small)
+        with open(os.path.join(small, "config.json")) as f:
+            config = json.load(f)
+        config["max_position_embeddings"] = 64
+        with open(os.path.join(small, "config.json"), "w") as f:
+            json.dump(config, f)
+        with Server(ILLM, "--model", small, "--instances", "1", "--kv-blocks-per-instance", "32") as s:
+            status, body = request(s.port, "POST", "/v1/completions",
+                                   {"model": "llama31-small", "prompt": "Hello there", "max_tokens": 62})
+            assert status == 400 and body["error"]["code"] == "context_length_exceeded", body
+            status, body = request(s.port, "POST", "/v1/completions",
+                                   {"model": "llama31-small", "prompt": "Hello there", "max_tokens": 61})
+            assert status == 200, body
+            print("max_model_len 64: 3 + 62 tokens refused (400 context_length_exceeded), 3 + 61 served")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("hf serve: prompt ids as Jinja2 + Hugging Face, OpenAI client chat whole and streamed, max_model_len: ok")
+
+
+if __name__ == "__main__":
+    main()
