@@ -9,11 +9,12 @@
 # Targets: attention_wire (attend and partials messages of the data plane), openai_request (completions and
 # chat bodies), checkpoint (llama2.c model files), tokenizer (tokenizer.bin files, and text to encode),
 # peer_messages (the control plane's messages through CAF's deserializer), http_head (HTTP request lines and
-# headers, as any client can send them), safetensors (safetensors checkpoint files: header and offsets), tokenizer_json (Hugging Face tokenizer.json files,
+# headers, as any client can send them), safetensors (safetensors checkpoint files: header and offsets), gguf (GGUF files: header, metadata, vocabulary,
+# tensors), tokenizer_json (Hugging Face tokenizer.json files,
 # then a text through them), chat_template (Jinja chat templates, parsed and rendered).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-all_targets=(attention_wire openai_request checkpoint tokenizer peer_messages http_head safetensors tokenizer_json
+all_targets=(attention_wire openai_request checkpoint tokenizer peer_messages http_head safetensors gguf tokenizer_json
              chat_template)
 target=${1:-all}
 seconds=${2:-60}

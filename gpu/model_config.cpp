@@ -35,8 +35,13 @@ status model_config::validate() const {
   if (!(rope_theta > 0.0f) || !(norm_eps > 0.0f))
     return bad("rope_theta and norm_eps must be positive");
   const rope_frequencies& r = rope_scaling;
-  if (r.scaling != rope_scaling_kind::none && !(r.factor >= 1.0f && r.factor < 1e6f))
+  if ((r.scaling == rope_scaling_kind::linear || r.scaling == rope_scaling_kind::llama3) &&
+      !(r.factor >= 1.0f && r.factor < 1e6f))
     return bad(text::format("rope scaling factor {} is not in [1, 1e6)", r.factor));
+  if (r.scaling == rope_scaling_kind::per_pair)
+    for (int i = 0; i < head_dim() / 2; ++i)
+      if (!(r.pair_divisors[i] > 0.0f))
+        return bad(text::format("RoPE frequency factor {} of pair {} is not positive", r.pair_divisors[i], i));
   if (r.scaling == rope_scaling_kind::llama3 &&
       !(r.low_freq_factor > 0.0f && r.high_freq_factor > r.low_freq_factor && r.original_positions > 0))
     return bad(text::format("llama3 rope scaling needs 0 < low_freq_factor ({}) < high_freq_factor ({}) and a "

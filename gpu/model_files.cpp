@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu/formats/gguf_model.hpp"
 #include "gpu/formats/hf_model.hpp"
 #include "gpu/jinja/chat_template.hpp"
 #include "gpu/tokenizers/hf_tokenizer.hpp"
@@ -113,6 +114,38 @@ result<std::shared_ptr<const jinja::chat_template>> chat_template_of(const fs::p
   return std::make_shared<const jinja::chat_template>(std::move(made).value());
 }
 
+/// A GGUF file: its weights, embedded vocabulary and chat template.
+result<loaded_model> load_gguf_file(const fs::path& path, const load_options& options) {
+  auto file = gguf_file::open(path.string());
+  if (!file.is_ok()) return file.error();
+  auto model = read_gguf_model(file.value());
+  if (!model.is_ok()) return model.error();
+  auto vocab = load_gguf_tokenizer(file.value(), model.value());
+  if (!vocab.is_ok()) return vocab.error();
+  auto weights = load_gguf_weights(file.value(), model.value());
+  if (!weights.is_ok()) return weights.error();
+  loaded_model m;
+  m.name = path.filename().string();
+  m.weights = std::make_shared<const model_weights>(std::move(weights).value());
+  m.vocab = std::move(vocab).value();
+  m.end_ids = model->eos_ids;
+  m.max_model_len = model->config.max_seq;
+  if (!options.chat_template_file.empty() || !model->chat_template.empty()) {
+    std::string source = model->chat_template;
+    std::string origin = path.string() + " (tokenizer.chat_template)";
+    if (!options.chat_template_file.empty()) {
+      auto contents = read_text(options.chat_template_file);
+      if (!contents.is_ok()) return contents.error();
+      source = std::move(contents).value();
+      origin = options.chat_template_file;
+    }
+    auto chat = jinja::chat_template::create(source, model->bos_text, model->eos_text, origin);
+    if (!chat.is_ok()) return chat.error();
+    m.chat = std::make_shared<const jinja::chat_template>(std::move(chat).value());
+  }
+  return m;
+}
+
 /// A Hugging Face folder: config.json, its safetensors and tokenizer.json.
 result<loaded_model> load_hf_folder(const fs::path& folder, const load_options& options) {
   auto model = read_hf_config(folder.string());
@@ -134,6 +167,8 @@ result<loaded_model> load_hf_folder(const fs::path& folder, const load_options& 
   m.vocab = std::move(vocab).value();
   m.max_model_len = model->config.max_seq;
   m.notes = model->notes;
+  m.temperature = model->defaults.temperature;
+  m.top_p = model->defaults.top_p;
   auto chat = chat_template_of(folder, options.chat_template_file, "", "");
   if (!chat.is_ok()) return chat.error();
   m.chat = std::move(chat).value();
@@ -153,6 +188,15 @@ std::optional<fs::path> hf_folder_of(const std::string& name_or_path) {
 }  // namespace
 
 result<loaded_model> load_model(const std::string& name_or_path, const load_options& options) {
+  std::error_code ec;
+  if (fs::path(name_or_path).extension() == ".gguf" && fs::is_regular_file(name_or_path, ec)) {
+#if ILLM_MODEL_FORMATS
+    return load_gguf_file(name_or_path, options);
+#else
+    return status{status_code::unsupported,
+                  text::format("{}: a GGUF file; this build (ILLM_GPU_ONLY) reads llama2.c files only", name_or_path)};
+#endif
+  }
   if (auto folder = hf_folder_of(name_or_path)) {
 #if ILLM_MODEL_FORMATS
     return load_hf_folder(*folder, options);

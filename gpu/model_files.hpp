@@ -1,10 +1,11 @@
 #pragma once
 // Finding and loading a model by name or path: a NAME is the folder $ILLM_MODELS/NAME (default
 // ~/.cache/illm/models/NAME); a folder with a config.json is a Hugging Face model (config.json, safetensors,
-// tokenizer.json); another folder holds <folder name>.bin and tokenizer.bin (llama2.c); a file is a llama2.c
-// checkpoint with tokenizer.bin beside it.
+// tokenizer.json); another folder holds <folder name>.bin and tokenizer.bin (llama2.c); a .gguf file is a GGUF
+// model with its vocabulary inside; another file is a llama2.c checkpoint with tokenizer.bin beside it.
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gpu/tokenizer.hpp"
@@ -36,6 +37,8 @@ struct loaded_model {
   std::vector<int32_t> end_ids;  ///< a generation stops at any of them (every end id the model's files name)
   int max_model_len = 0;         ///< the longest context it serves (prompt and output); 0: no bound
   std::vector<std::string> notes;  ///< what loading adapted, for the log
+  /// Sampling defaults of the model's generation_config.json, for requests that give none.
+  std::optional<float> temperature, top_p;
   /// How chat messages become a prompt; none: their contents joined by newlines (a model without a template).
   std::shared_ptr<const jinja::chat_template> chat;
 };

@@ -2,7 +2,8 @@
 // The angles of rotary position embedding: pair i of a head turns by pos * inverse(i) radians, with
 // inverse(i) = theta^(-2i / head_dim), rescaled for long context as the model asks: "linear" divides every
 // frequency by the factor; "llama3" (Llama 3.1 and later) divides the low frequencies by it, keeps the high
-// ones, and blends the band between. Shared by the cpu and CUDA kernels (computed in fp64 on both).
+// ones, and blends the band between; "per_pair" divides pair i's by a factor of its own (how GGUF files store
+// Llama 3.1's, as the tensor rope_freqs). Shared by the cpu and CUDA kernels (computed in fp64 on both).
 
 #include <math.h>
 
@@ -15,7 +16,7 @@
 namespace illm::gpu {
 
 /// How a model's RoPE frequencies are scaled.
-enum class rope_scaling_kind : int { none, linear, llama3 };
+enum class rope_scaling_kind : int { none, linear, llama3, per_pair };
 
 /// The frequencies of a model's RoPE (trivially copyable: a kernel argument).
 struct rope_frequencies {
@@ -25,11 +26,14 @@ struct rope_frequencies {
   float low_freq_factor = 1.0f;   ///< llama3: wavelengths above original / low_freq_factor are divided by factor
   float high_freq_factor = 4.0f;  ///< llama3: wavelengths below original / high_freq_factor are kept
   int original_positions = 8192;  ///< llama3: the context the model was trained on first
+  static constexpr int max_pairs = 256;
+  float pair_divisors[max_pairs] = {};  ///< per_pair: pair i's frequency is divided by pair_divisors[i]
 
   /// Radians per position of pair `pair` of a head of `head_dim`.
   ILLM_HOST_DEVICE double inverse(int pair, int head_dim) const {
     const double base = pow(double(theta), -2.0 * pair / head_dim);
     if (scaling == rope_scaling_kind::linear) return base / factor;
+    if (scaling == rope_scaling_kind::per_pair) return base / double(pair_divisors[pair]);
     if (scaling != rope_scaling_kind::llama3) return base;
     const double wavelength = 2.0 * 3.14159265358979323846 / base;
     const double original = double(original_positions);

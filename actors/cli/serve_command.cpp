@@ -186,6 +186,8 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   so.max_model_len = model->max_model_len;
   so.limits.max_model_len = model->max_model_len;
   so.chat = model->chat;
+  so.limits.default_temperature = model->temperature.value_or(so.limits.default_temperature);
+  so.limits.default_top_p = model->top_p.value_or(so.limits.default_top_p);
   for (const std::string& note : model->notes) fmt::print("illm serve: {}\n", note);
   actors::frontend::service svc(*routed.router, model->vocab, registry, metrics, so);
   if (gpu::status s = svc.start(c.host, c.port); !s.is_ok()) fail(s.message());

@@ -21,12 +21,13 @@ api_error bad(std::string message, std::string param = {}, std::string code = {}
 const std::set<std::string>& allowed_fields(endpoint kind) {
   static const std::set<std::string> completions = {
       "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "logprobs", "echo",
-      "stop", "presence_penalty", "frequency_penalty", "best_of", "logit_bias", "user", "suffix", "seed", "ignore_eos"};
+      "stop", "presence_penalty", "frequency_penalty", "best_of", "logit_bias", "user", "suffix", "seed", "ignore_eos",
+      "return_token_ids"};
   static const std::set<std::string> chat = {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stream",
       "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
       "user", "seed", "response_format", "tools", "tool_choice", "parallel_tool_calls", "store", "metadata",
-      "ignore_eos", "chat_template_kwargs", "add_generation_prompt"};
+      "ignore_eos", "chat_template_kwargs", "add_generation_prompt", "return_token_ids"};
   return kind == endpoint::completions ? completions : chat;
 }
 
@@ -240,15 +241,18 @@ std::optional<api_error> read_request(endpoint kind, const json& body, const jin
   if (auto e = check_neutral(body)) return e;
   r.max_tokens = kind == endpoint::completions ? 16 : limits.default_max_tokens;
   if (auto e = read_max_tokens(body, limits, r)) return e;
+  r.temperature = limits.default_temperature;
+  r.top_p = limits.default_top_p;
   if (auto e = read_number(body, "temperature", 0.0, 2.0, false, r.temperature)) return e;
   if (auto e = read_number(body, "top_p", 0.0, 1.0, true, r.top_p)) return e;
   if (body.contains("seed") && !body.at("seed").is_null()) {
     if (!body.at("seed").is_number_integer()) return bad("'seed' must be an integer", "seed");
     r.seed = uint64_t(body.at("seed").get<int64_t>());
   }
-  if (body.contains("ignore_eos") && !body.at("ignore_eos").is_null()) {
-    if (!body.at("ignore_eos").is_boolean()) return bad("'ignore_eos' must be a boolean", "ignore_eos");
-    r.ignore_eos = body.at("ignore_eos").get<bool>();
+  for (auto [name, out] : {std::pair{"ignore_eos", &r.ignore_eos}, std::pair{"return_token_ids", &r.return_token_ids}}) {
+    if (!body.contains(name) || body.at(name).is_null()) continue;
+    if (!body.at(name).is_boolean()) return bad(fmt::format("'{}' must be a boolean", name), name);
+    *out = body.at(name).get<bool>();
   }
   if (auto e = read_stop(body, limits, r)) return e;
   if (auto e = read_stream(body, r)) return e;
@@ -329,6 +333,10 @@ std::string response_body(const completion_request& r, const std::string& id, in
     choice["text"] = result.text;
   else
     choice["message"] = {{"role", "assistant"}, {"content", result.text}};
+  if (r.return_token_ids) {
+    choice["token_ids"] = result.token_ids;
+    choice["prompt_token_ids"] = r.prompt_ids;
+  }
   return dump({{"id", id},
                {"object", r.kind == endpoint::completions ? "text_completion" : "chat.completion"},
                {"created", created},

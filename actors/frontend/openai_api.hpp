@@ -30,6 +30,8 @@ struct api_limits {
   int default_max_tokens = 256;  ///< when a chat request gives none (completions default to 16, as OpenAI)
   int max_stop = 4;
   int max_model_len = 0;  ///< the model's context: prompt plus max_tokens may not pass it (0: no bound)
+  float default_temperature = 1.0f;  ///< when a request gives none: OpenAI's, or the model's generation_config.json
+  float default_top_p = 1.0f;
 };
 
 /// An error as OpenAI reports it: HTTP status and the body's fields.
@@ -60,6 +62,7 @@ struct completion_request {
   bool stream = false;
   bool include_usage = false;  ///< stream_options.include_usage
   bool ignore_eos = false;     ///< extension (as vLLM): keep going past the model's end of text
+  bool return_token_ids = false;  ///< extension (as vLLM): the choice carries token_ids and prompt_token_ids
 };
 
 /// Parses and checks a request body for `kind`; `served_model` is the only model id accepted. Chat messages
@@ -78,6 +81,7 @@ struct completion_result {
   std::string finish_reason;  ///< "length" or "stop"
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  std::vector<int32_t> token_ids;  ///< generated
 };
 
 /// The JSON body of a non-streamed response.

@@ -273,6 +273,7 @@ void service::relay_token(answer& a, int32_t token, http_reply& reply) {
   a.last_token = now;
   tokens_out_.fetch_add(1, std::memory_order_relaxed);
   ++a.result.completion_tokens;
+  a.result.token_ids.push_back(token);
   const std::string piece = a.text.push(token);
   a.result.text += piece;
   if (a.r.stream && !a.client_gone && !piece.empty()) {

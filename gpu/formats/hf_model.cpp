@@ -259,22 +259,13 @@ result<hf_model> read_hf_config(const std::string& folder) {
 
 namespace {
 
-/// Where one file tensor goes: its name, the shape it must have, its destination, and whether its rows are q or k
-/// rows to reorder for RoPE (heads of head_dim rows).
-struct tensor_slot {
-  std::string name;
-  std::vector<uint64_t> shape;
-  float* dst = nullptr;
-  uint64_t rope_heads = 0;
-};
-
-std::vector<tensor_slot> slots_of(const model_weights& w, const hf_model& m) {
+std::vector<tensor_destination> slots_of(const model_weights& w, const hf_model& m) {
   const model_config& c = w.config();
   const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
   const uint64_t heads = c.n_heads, kv_heads = c.n_kv_heads;
   std::map<std::string, float*> whole;  // the tensors outside the layers
   for (const tensor_view& v : w.tensors()) whole[v.name] = v.data;
-  std::vector<tensor_slot> s;
+  std::vector<tensor_destination> s;
   s.push_back({"model.embed_tokens.weight", {uint64_t(c.vocab_size), d}, whole["token_embedding"]});
   s.push_back({"model.norm.weight", {d}, whole["rms_final"]});
   if (!m.tied_embeddings) s.push_back({"lm_head.weight", {uint64_t(c.vocab_size), d}, whole["classifier"]});
@@ -320,20 +311,6 @@ result<std::string> weights_file(const fs::path& folder) {
                 text::format("{}: no model.safetensors or model.safetensors.index.json", folder.string())};
 }
 
-status fill(const tensor_slot& slot, const stored_tensor& t, uint64_t head_dim) {
-  if (t.shape != slot.shape)
-    return {status_code::corrupt_model,
-            text::format("{}: tensor {} has shape [{}], config.json gives [{}]", t.file->path(), t.name,
-                         text::join(t.shape, ", "), text::join(slot.shape, ", "))};
-  ILLM_RETURN_IF_ERROR(read_floats(t, 0, t.elements(), slot.dst));
-  if (slot.rope_heads > 0) {
-    const uint64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
-    interleave_rope_halves(slot.dst, slot.rope_heads, head_dim, cols);
-  }
-  t.file->drop(t.data, t.bytes);
-  return status::ok();
-}
-
 }  // namespace
 
 result<model_weights> load_hf_weights(const std::string& folder, const hf_model& m) {
@@ -343,21 +320,9 @@ result<model_weights> load_hf_weights(const std::string& folder, const hf_model&
   if (!checkpoint.is_ok()) return checkpoint.error();
   auto allocated = model_weights::allocate(m.config, m.tied_embeddings);
   if (!allocated.is_ok()) return allocated.error();
-  const std::vector<tensor_slot> slots = slots_of(allocated.value(), m);
-  for (const tensor_slot& slot : slots) {
-    const stored_tensor* t = checkpoint->find(slot.name);
-    if (!t)
-      return status{status_code::corrupt_model,
-                    text::format("{}: no tensor {} (a {} with this config.json has it)", file.value(), slot.name,
-                                 m.architecture)};
-    ILLM_RETURN_IF_ERROR(fill(slot, *t, uint64_t(m.config.head_dim())));
-  }
-  for (const stored_tensor& t : checkpoint->tensors())
-    if (!ignorable(t.name, m) &&
-        std::none_of(slots.begin(), slots.end(), [&](const tensor_slot& s) { return s.name == t.name; }))
-      return status{status_code::corrupt_model,
-                    text::format("{}: tensor {} is not part of a {} with this config.json", t.file->path(),
-                                 t.describe(), m.architecture)};
+  ILLM_RETURN_IF_ERROR(fill_tensors(slots_of(allocated.value(), m), checkpoint->tensors(), uint64_t(m.config.head_dim()),
+                                    file.value(), "a " + m.architecture + " with this config.json",
+                                    [&](const std::string& name) { return ignorable(name, m); }));
   return allocated;
 }
 

@@ -586,22 +586,35 @@ result<std::shared_ptr<const hf_tokenizer>> hf_tokenizer::load(const std::string
   const fs::path file = fs::is_directory(path, ec) ? fs::path(path) / "tokenizer.json" : fs::path(path);
   auto j = read_json_file(file);
   if (!j.is_ok()) return j.error();
+  auto t = from_json(j.value(), file.string(), model_vocab);
+  if (!t.is_ok()) return t.error();
+  ILLM_RETURN_IF_ERROR(t.value()->parts_->read_config(file.parent_path() / "tokenizer_config.json"));
+  return std::shared_ptr<const hf_tokenizer>(std::move(t).value());
+}
+
+result<std::shared_ptr<hf_tokenizer>> hf_tokenizer::from_json(const nlohmann::json& j, const std::string& origin,
+                                                              int model_vocab) {
   std::shared_ptr<hf_tokenizer> t(new hf_tokenizer());
   t->parts_ = std::make_unique<parts>();
   parts& p = *t->parts_;
-  p.file = file.string();
-  ILLM_RETURN_IF_ERROR(p.read_model(j->contains("model") ? (*j)["model"] : json()));
-  ILLM_RETURN_IF_ERROR(p.read_added(j->value("added_tokens", json())));
-  ILLM_RETURN_IF_ERROR(p.read_normalizer(j->value("normalizer", json())));
-  ILLM_RETURN_IF_ERROR(p.read_pre_tokenizer(j->value("pre_tokenizer", json())));
-  ILLM_RETURN_IF_ERROR(p.read_post_processor(j->value("post_processor", json())));
-  ILLM_RETURN_IF_ERROR(p.read_decoder(j->value("decoder", json())));
+  p.file = origin;
+  if (!j.is_object()) return bad(p.file, "not a JSON object");
+  ILLM_RETURN_IF_ERROR(p.read_model(j.contains("model") ? j["model"] : json()));
+  ILLM_RETURN_IF_ERROR(p.read_added(j.value("added_tokens", json())));
+  ILLM_RETURN_IF_ERROR(p.read_normalizer(j.value("normalizer", json())));
+  ILLM_RETURN_IF_ERROR(p.read_pre_tokenizer(j.value("pre_tokenizer", json())));
+  ILLM_RETURN_IF_ERROR(p.read_post_processor(j.value("post_processor", json())));
+  ILLM_RETURN_IF_ERROR(p.read_decoder(j.value("decoder", json())));
   if (model_vocab > 0 && p.pieces.size() > size_t(model_vocab))
     return bad(p.file, text::format("ids up to {}, past the model's vocabulary of {}", p.pieces.size() - 1, model_vocab));
   p.special.resize(p.pieces.size(), false);
   if (!p.prefix.empty()) p.bos = p.prefix.front();
-  ILLM_RETURN_IF_ERROR(p.read_config(file.parent_path() / "tokenizer_config.json"));
-  return std::shared_ptr<const hf_tokenizer>(std::move(t));
+  return t;
+}
+
+void hf_tokenizer::set_specials(std::optional<int32_t> bos, std::vector<int32_t> eos) {
+  if (bos) parts_->bos = bos;
+  parts_->eos = std::move(eos);
 }
 
 std::vector<int32_t> hf_tokenizer::encode(std::string_view text, bool add_special) const {

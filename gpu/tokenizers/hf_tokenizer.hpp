@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "gpu/status.hpp"
 #include "gpu/tokenizer.hpp"
 
@@ -25,6 +27,11 @@ class hf_tokenizer final : public tokenizer {
   /// Reads `path` (a tokenizer.json, or a folder holding one and perhaps tokenizer_config.json); a vocabulary
   /// with ids at or past `model_vocab` (when positive) is refused.
   static result<std::shared_ptr<const hf_tokenizer>> load(const std::string& path, int model_vocab = 0);
+  /// The tokenizer a tokenizer.json's content describes (`origin` names it in errors).
+  static result<std::shared_ptr<hf_tokenizer>> from_json(const nlohmann::json& j, const std::string& origin,
+                                                         int model_vocab = 0);
+  /// Sets BOS (when given) and the end ids, as a GGUF file's metadata names them.
+  void set_specials(std::optional<int32_t> bos, std::vector<int32_t> eos);
   ~hf_tokenizer() override;
 
   std::vector<int32_t> encode(std::string_view text, bool add_special) const override;

@@ -73,9 +73,17 @@ result<llama2c_tokenizer> llama2c_tokenizer::load(const std::string& path, int v
   }
   if (std::fgetc(f.get()) != EOF)
     return corrupt(path, text::format("oversized: data after the {} pieces of the model's vocabulary", vocab_size));
-  t.has_byte_tokens_ = vocab_size >= 259;
-  for (int32_t id = 0; id < vocab_size; ++id)
-    if (!t.is_byte_token(id)) t.ids_.emplace(t.pieces_[id], id);  // first id wins on a duplicate
+  return from_pieces(std::move(t.pieces_), std::move(t.scores_));
+}
+
+llama2c_tokenizer llama2c_tokenizer::from_pieces(std::vector<std::string> pieces, std::vector<float> scores) {
+  llama2c_tokenizer t;
+  t.pieces_ = std::move(pieces);
+  t.scores_ = std::move(scores);
+  t.scores_.resize(t.pieces_.size(), 0.0f);
+  t.has_byte_tokens_ = t.pieces_.size() >= 259;
+  for (int32_t id = 0; id < int32_t(t.pieces_.size()); ++id)
+    if (!t.is_byte_token(id)) t.ids_.emplace(t.pieces_[size_t(id)], id);  // first id wins on a duplicate
   return t;
 }
 

@@ -22,6 +22,9 @@ class llama2c_tokenizer final : public tokenizer {
  public:
   /// Reads a tokenizer.bin holding `vocab_size` pieces; a short, long or malformed file is an error.
   static result<llama2c_tokenizer> load(const std::string& path, int vocab_size);
+  /// The vocabulary of `pieces` (spaces as spaces, not U+2581) and their merge scores, in id order (a GGUF file's
+  /// SentencePiece vocabulary).
+  static llama2c_tokenizer from_pieces(std::vector<std::string> pieces, std::vector<float> scores);
 
   /// Token ids of `text` (a leading space is added, as SentencePiece does); BOS first when asked.
   std::vector<int32_t> encode(std::string_view text, bool add_bos) const override;

@@ -1,8 +1,9 @@
-// Hugging Face folders of every supported architecture and dtype give the logits of a float64 numpy reference
-// that follows transformers' modeling code (tests/models/tiny_checkpoints.py writes the tiny random checkpoints
-// and the reference's greedy ids and logits): all 16 greedy ids equal, logits within 1e-3; over spread pools
-// too. Bad folders (an unknown architecture or rope type, a shape that disagrees with config.json, a missing or
-// extra tensor) are refused naming the file and the field.
+// Hugging Face folders of every supported architecture and dtype, and GGUF files (llama, qwen2, qwen3; F32, BF16,
+// Q8_0), give the logits of a float64 numpy reference that follows transformers' modeling code
+// (tests/models/tiny_checkpoints.py writes the tiny random checkpoints and the reference's greedy ids and logits,
+// from the values each file holds): all 16 greedy ids equal, logits within 1e-3; over spread pools too. Bad
+// folders and files (an unknown architecture or rope type, a shape that disagrees with config.json, a missing or
+// extra tensor, a GGUF header that lies) are refused naming the file and the field.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -15,7 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu/formats/gguf_model.hpp"
 #include "gpu/formats/hf_model.hpp"
+#include "gpu/text.hpp"
 #include "tests/gpu/support.hpp"
 
 using namespace illm;
@@ -46,7 +49,18 @@ json manifest() {
   return json::parse(in);
 }
 
+std::shared_ptr<const gpu::model_weights> load_gguf(const fs::path& path) {
+  auto file = gpu::gguf_file::open(path.string());
+  REQUIRE_MESSAGE(file.is_ok(), file.error().message());
+  auto model = gpu::read_gguf_model(file.value());
+  REQUIRE_MESSAGE(model.is_ok(), model.error().message());
+  auto weights = gpu::load_gguf_weights(file.value(), model.value());
+  REQUIRE_MESSAGE(weights.is_ok(), weights.error().message());
+  return std::make_shared<const gpu::model_weights>(std::move(weights).value());
+}
+
 std::shared_ptr<const gpu::model_weights> load(const fs::path& folder) {
+  if (folder.extension() == ".gguf") return load_gguf(folder);
   auto model = gpu::read_hf_config(folder.string());
   REQUIRE_MESSAGE(model.is_ok(), model.error().message());
   auto weights = gpu::load_hf_weights(folder.string(), model.value());
@@ -56,7 +70,7 @@ std::shared_ptr<const gpu::model_weights> load(const fs::path& folder) {
 
 /// Greedy ids equal to the reference's and the logits of every step within 1e-3.
 void check_against_reference(const json& entry, const test::greedy_options& options, const std::string& how) {
-  const auto weights = load(tiny_models() / entry["name"].get<std::string>());
+  const auto weights = load(tiny_models() / entry["path"].get<std::string>());
   const auto prompt = entry["prompt"].get<std::vector<int32_t>>();
   const auto expected = entry["ids"].get<std::vector<int32_t>>();
   test::greedy_options o = options;
@@ -164,5 +178,69 @@ TEST_SUITE("gpu") {
             {"model-00002-of-00002.safetensors", "cannot open"});
     refused("llama31-bf16", [](const fs::path& f) { fs::resize_file(f / "model.safetensors", 5000); },
             {"model.safetensors", "past the data"});
+  }
+
+  TEST_CASE("bad GGUF files are refused naming the file and what is wrong") {
+    const auto gguf_error = [](const std::function<void(std::string&)>& spoil) {
+      std::ifstream in(tiny_models() / "qwen3-q8_0-gguf.gguf", std::ios::binary);
+      std::string bytes((std::istreambuf_iterator<char>(in)), {});
+      spoil(bytes);
+      const fs::path path = tiny_models() / "broken.gguf";
+      std::ofstream(path, std::ios::binary) << bytes;
+      auto file = gpu::gguf_file::open(path.string());
+      if (!file.is_ok()) return file.error().message();
+      auto model = gpu::read_gguf_model(file.value());
+      if (!model.is_ok()) return model.error().message();
+      auto weights = gpu::load_gguf_weights(file.value(), model.value());
+      return weights.is_ok() ? std::string() : weights.error().message();
+    };
+    const auto refused = [&](const std::function<void(std::string&)>& spoil, const std::vector<std::string>& words) {
+      const std::string error = gguf_error(spoil);
+      MESSAGE(error);
+      for (const std::string& w : words) CHECK_MESSAGE(error.find(w) != std::string::npos, "'", w, "' in: ", error);
+    };
+    const auto replace = [](std::string& s, const std::string& from, const std::string& to) {
+      const size_t at = s.find(from);
+      REQUIRE(at != std::string::npos);
+      s.replace(at, from.size(), to);
+    };
+    CHECK(gguf_error([](std::string&) {}).empty());
+    refused([](std::string& s) { s.resize(s.size() - 100); }, {"broken.gguf", "past the data"});
+    refused([](std::string& s) { s.resize(200); }, {"broken.gguf", "past the end of the file"});
+    refused([](std::string& s) { s[0] = 'X'; }, {"not a GGUF file"});
+    refused([](std::string& s) { s[8] = char(0xff); s[12] = char(0x7f); }, {"tensors and"});  // a count of 2^63-odd
+    refused([&](std::string& s) { replace(s, "qwen3", "gpt-j"); }, {"general.architecture", "gpt-j"});
+    refused([&](std::string& s) { replace(s, "blk.1.ffn_up.weight", "blk.1.ffn_XX.weight"); },
+            {"no tensor blk.1.ffn_up.weight"});
+  }
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE("stories15M as a Hugging Face folder and as a GGUF file gives the ids of its llama2.c file") {
+    const auto& original = test::real_model();
+    const fs::path out = tiny_models() / "stories15M";
+    const fs::path files = fs::path(gpu::models_dir()) / "stories15M";
+    const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const std::string command = python + " " ILLM_SOURCE_DIR "/tests/models/convert_llama2c.py " +
+                                (files / "stories15M.bin").string() + " " + (files / "tokenizer.bin").string() + " " +
+                                out.string();
+    REQUIRE(std::system(command.c_str()) == 0);
+    const std::string text = "Once upon a time, there was a little girl named Lily. She loved to play outside!";
+    const auto expected_prompt = original.vocab->encode(text, true);
+    const auto expected = test::run_greedy(original.weights, expected_prompt, 24, {});
+    for (const fs::path& path : {out / "hf", out / "model.gguf"}) {
+      auto converted = gpu::load_model(path.string());
+      REQUIRE_MESSAGE(converted.is_ok(), converted.error().message());
+      const auto prompt = converted->vocab->encode(text, true);
+      CHECK_MESSAGE(prompt == expected_prompt, path, ": ", gpu::text::join(prompt, " "), " vs ",
+                    gpu::text::join(expected_prompt, " "));
+      const auto run = test::run_greedy(converted->weights, expected_prompt, 24, {});
+      CHECK_MESSAGE(run.ids == expected.ids, path);
+      CHECK_MESSAGE(converted->vocab->decode(run.ids, expected_prompt.back()) ==
+                        original.vocab->decode(expected.ids, expected_prompt.back()),
+                    path, ": ", converted->vocab->decode(run.ids, expected_prompt.back()), " vs ",
+                    original.vocab->decode(expected.ids, expected_prompt.back()));
+      MESSAGE(path.filename(), ": prompt ", expected_prompt.size(), " ids and 24 greedy ids as the llama2.c file's");
+    }
   }
 }

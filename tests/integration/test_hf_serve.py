@@ -71,6 +71,14 @@ def main():
             answer = json.loads(result.stdout.strip().splitlines()[-1])
             assert answer["usage"]["prompt_tokens"] == len(expected), answer
             assert answer["usage"]["completion_tokens"] == 12 and answer["finish"] == "length", answer
+            # return_token_ids: the prompt's ids as /tokenize gives them, and one id per token generated.
+            status, body = request(s.port, "POST", "/v1/completions",
+                                   {"model": "llama31-chat", "prompt": "Bonjour, le monde", "max_tokens": 6,
+                                    "temperature": 0, "return_token_ids": True})
+            assert status == 200, body
+            choice = body["choices"][0]
+            _, tokens = request(s.port, "POST", "/tokenize", {"model": "llama31-chat", "prompt": "Bonjour, le monde"})
+            assert choice["prompt_token_ids"] == tokens["tokens"] and len(choice["token_ids"]) == 6, choice
         # A small context: a prompt plus max_tokens past it is refused before it runs.
         small = os.path.join(work, "llama31-small")
         shutil.copytree(folder, small)

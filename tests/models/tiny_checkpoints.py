@@ -11,6 +11,7 @@ blend). Weights are scaled so that logits spread (std >= 1) and greedy outputs v
 vocabulary (128256 ids) and those files, a model the server can run end to end.
 """
 import shutil
+import struct
 import json
 import math
 import os
@@ -76,6 +77,137 @@ def write_checkpoint(out, weights, dtype, shards):
     with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
         json.dump(index, f, indent=2)
     return as_stored
+
+
+# ---- GGUF ----------------------------------------------------------------------------------------------------
+
+def quantize_q8_0(a):
+    """llama.cpp's Q8_0 of each row: blocks of 32 with an f16 scale; (bytes, the values it holds)."""
+    rows = a.reshape(-1, 32).astype(np.float32)
+    amax = np.abs(rows).max(axis=1)
+    d = amax / 127.0
+    inv = np.where(d > 0, 1.0 / np.where(d > 0, d, 1), 0.0)
+    q = np.clip(np.sign(rows * inv[:, None]) * np.floor(np.abs(rows * inv[:, None]) + 0.5), -128, 127).astype(np.int8)
+    d16 = d.astype(np.float16)
+    blocks = b"".join(d16[i].tobytes() + q[i].tobytes() for i in range(len(q)))
+    return blocks, (d16.astype(np.float64)[:, None] * q.astype(np.float64)).reshape(a.shape)
+
+
+GGUF_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+              "lm_head.weight": "output.weight", "input_layernorm.weight": "attn_norm.weight",
+              "post_attention_layernorm.weight": "ffn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
+              "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
+              "self_attn.o_proj.weight": "attn_output.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
+              "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
+              "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+              "self_attn.v_proj.bias": "attn_v.bias", "self_attn.q_norm.weight": "attn_q_norm.weight",
+              "self_attn.k_norm.weight": "attn_k_norm.weight"}
+
+
+def gguf_name(name):
+    if name.startswith("model.layers."):
+        layer, rest = name[len("model.layers."):].split(".", 1)
+        return f"blk.{layer}.{GGUF_NAMES[rest]}"
+    return GGUF_NAMES[name]
+
+
+def llama_permute(w, heads):
+    """llama.cpp's converter: q/k rows of each head from rotate_half's halves to adjacent pairs."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_kv(key, value):
+    def string(s):
+        b = s.encode()
+        return struct.pack("<Q", len(b)) + b
+    out = string(key)
+    if isinstance(value, bool):
+        return out + struct.pack("<IB", 7, value)
+    if isinstance(value, int):
+        return out + struct.pack("<Ii", 5, value)
+    if isinstance(value, float):
+        return out + struct.pack("<If", 6, value)
+    if isinstance(value, str):
+        return out + struct.pack("<I", 8) + string(value)
+    kind = 8 if isinstance(value[0], str) else 5
+    body = b"".join(string(v) if kind == 8 else struct.pack("<i", v) for v in value)
+    return out + struct.pack("<IIQ", 9, kind, len(value)) + body
+
+
+def write_gguf(path, arch, cfg, weights, dtype):
+    """The weights (HF names, float64 as the reference holds them) as GGUF in `dtype` (F32, BF16 or Q8_0 for the
+    matrices; norms and biases F32, as llama.cpp writes them) with a byte-level vocabulary; returns the values the
+    file holds, by HF name (Q8_0 rounds them)."""
+    heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    vocab = cfg["vocab_size"]
+    tokens = [bytes([b]).decode("latin-1") for b in range(256)]  # placeholder, replaced below
+    alphabet, n = {}, 256
+    for b in range(256):
+        printable = 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255
+        alphabet[b] = chr(b) if printable else chr(n)
+        n += 0 if printable else 1
+    tokens = [alphabet[b] for b in range(256)] + [f"<|t{i}|>" for i in range(256, vocab)]
+    kv = [("general.architecture", arch), ("general.alignment", 32),
+          (f"{arch}.embedding_length", cfg["hidden_size"]), (f"{arch}.feed_forward_length", cfg["intermediate_size"]),
+          (f"{arch}.block_count", cfg["num_hidden_layers"]), (f"{arch}.attention.head_count", heads),
+          (f"{arch}.attention.head_count_kv", kv_heads), (f"{arch}.context_length", cfg["max_position_embeddings"]),
+          (f"{arch}.rope.freq_base", float(cfg["rope_theta"])),
+          (f"{arch}.attention.layer_norm_rms_epsilon", float(cfg["rms_norm_eps"])),
+          ("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.pre", "qwen2" if arch != "llama" else "llama-bpe"),
+          ("tokenizer.ggml.tokens", tokens), ("tokenizer.ggml.token_type", [1] * 256 + [3] * (vocab - 256)),
+          ("tokenizer.ggml.bos_token_id", 256), ("tokenizer.ggml.eos_token_id", 257)]
+    if "head_dim" in cfg:
+        kv += [(f"{arch}.attention.key_length", cfg["head_dim"]), (f"{arch}.attention.value_length", cfg["head_dim"])]
+    held, infos, blobs, offset = {}, [], [], 0
+    for name, a in sorted(weights.items()):
+        stored_a = a
+        if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
+            stored_a = llama_permute(a, heads if "q_proj" in name else kv_heads)
+        matrix = a.ndim == 2
+        if dtype == "Q8_0" and matrix:
+            data, values, ggml = *quantize_q8_0(stored_a), 8
+        else:
+            kind = dtype if matrix and dtype != "Q8_0" else "F32"
+            data, values = stored(stored_a, kind)
+            ggml = {"F32": 0, "F16": 1, "BF16": 30}[kind]
+        values = values.reshape(a.shape)
+        if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):  # back to the HF layout
+            n_heads = heads if "q_proj" in name else kv_heads
+            values = values.reshape(n_heads, values.shape[0] // n_heads // 2, 2, -1).swapaxes(1, 2).reshape(a.shape)
+        held[name] = values
+        infos.append((gguf_name(name), list(reversed(a.shape)), ggml, offset))
+        blobs.append(data + b"\0" * (-len(data) % 32))
+        offset += len(blobs[-1])
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if scaling and (scaling.get("rope_type") or scaling.get("type")) == "llama3":  # llama.cpp's rope_freqs
+        hd = cfg.get("head_dim", cfg["hidden_size"] // heads)
+        base = cfg["rope_theta"] ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+        factors = base / inverse_frequencies(cfg, hd)
+        data = factors.astype(np.float32).tobytes()
+        infos.append(("rope_freqs.weight", [len(factors)], 0, offset))
+        blobs.append(data + b"\0" * (-len(data) % 32))
+        offset += len(blobs[-1])
+    header = b"GGUF" + struct.pack("<IQQ", 3, len(infos), len(kv)) + b"".join(gguf_kv(k, v) for k, v in kv)
+    for name, dims, ggml, off in infos:
+        b = name.encode()
+        header += struct.pack("<Q", len(b)) + b + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        header += struct.pack("<IQ", ggml, off)
+    header += b"\0" * (-len(header) % 32)
+    with open(path, "wb") as f:
+        f.write(header)
+        for blob in blobs:
+            f.write(blob)
+    return held
+
+
+# GGUF files of some of the models: name, the model it is made from, architecture, dtype.
+GGUF_MODELS = [
+    ("llama-f32-gguf", "llama2-f32-sharded", "llama", "F32"),
+    ("llama31-bf16-gguf", "llama31-bf16", "llama", "BF16"),
+    ("llama-q8_0-gguf", "llama2-f32-sharded", "llama", "Q8_0"),
+    ("qwen2-bf16-gguf", "qwen2-bf16", "qwen2", "BF16"),
+    ("qwen3-q8_0-gguf", "qwen3-bf16", "qwen3", "Q8_0"),
+]
 
 
 # ---- The models ---------------------------------------------------------------------------------------------
@@ -232,7 +364,7 @@ def main():
     if len(sys.argv) == 3:
         models.append(("llama31-chat", dict(MODELS[0][1], vocab_size=128256, bos_token_id=128000,
                                             eos_token_id=[128001, 128008, 128009]), "BF16", 1))
-    manifest = []
+    manifest, held = [], {}
     for i, (name, cfg, dtype, shards) in enumerate(models):
         folder = os.path.join(out, name)
         os.makedirs(folder, exist_ok=True)
@@ -252,9 +384,18 @@ def main():
         prompt = [int(t) for t in rng.integers(3, cfg["vocab_size"], size=11)]
         ids, logits = greedy(cfg, weights, prompt, 16)
         spread = float(np.mean([np.std(row) for row in logits]))
-        manifest.append({"name": name, "dtype": dtype, "prompt": prompt, "ids": ids, "logit_std": spread,
-                         "logits": [[round(float(v), 7) for v in row] for row in logits]})
+        manifest.append({"name": name, "path": name, "format": "hf", "dtype": dtype, "prompt": prompt, "ids": ids,
+                         "logit_std": spread, "logits": [[round(float(v), 7) for v in row] for row in logits]})
         print(f"{name}: {dtype}, {shards} file(s), greedy {ids}, logit std {spread:.2f}")
+        held[name] = (cfg, weights, prompt)
+    for name, source, arch, dtype in GGUF_MODELS:
+        cfg, weights, prompt = held[source]
+        values = write_gguf(os.path.join(out, name + ".gguf"), arch, cfg, weights, dtype)
+        ids, logits = greedy(cfg, values, prompt, 16)
+        spread = float(np.mean([np.std(row) for row in logits]))
+        manifest.append({"name": name, "path": name + ".gguf", "format": "gguf", "dtype": dtype, "prompt": prompt,
+                         "ids": ids, "logit_std": spread, "logits": [[round(float(v), 7) for v in row] for row in logits]})
+        print(f"{name}: GGUF {arch} {dtype}, greedy {ids}, logit std {spread:.2f}")
     with open(os.path.join(out, "manifest.json"), "w") as f:
         json.dump(manifest, f)
 

@@ -1,0 +1,253 @@
+#include "gpu/formats/gguf_model.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "gpu/text.hpp"
+#include "gpu/tokenizers/hf_tokenizer.hpp"
+#include "gpu/tokenizers/llama2c_tokenizer.hpp"
+#include "gpu/tokenizers/unicode_text.hpp"
+
+namespace illm::gpu {
+
+namespace {
+
+using json = nlohmann::json;
+
+status bad_key(const gguf_file& f, const std::string& key, const std::string& what) {
+  return {status_code::corrupt_model, text::format("{}: {}: {}", f.path(), key, what)};
+}
+
+/// A whole number of the metadata in [lo, hi]; `fallback` when absent (none: required).
+result<int64_t> integer(const gguf_file& f, const std::string& key, int64_t lo, int64_t hi,
+                        std::optional<int64_t> fallback = std::nullopt) {
+  const json& m = f.metadata();
+  if (!m.contains(key)) {
+    if (fallback) return *fallback;
+    return bad_key(f, key, "missing");
+  }
+  const json& v = m[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+    return bad_key(f, key, text::format("{} is not a whole number in [{}, {}]", v.dump(), lo, hi));
+  return v.get<int64_t>();
+}
+
+result<float> positive(const gguf_file& f, const std::string& key, float fallback) {
+  const json& m = f.metadata();
+  if (!m.contains(key)) return fallback;
+  if (!m[key].is_number() || !(m[key].get<double>() > 0.0)) return bad_key(f, key, m[key].dump() + " is not positive");
+  return float(m[key].get<double>());
+}
+
+std::string text_of(const gguf_file& f, const std::string& key) {
+  const json& m = f.metadata();
+  return m.contains(key) && m[key].is_string() ? m[key].get<std::string>() : "";
+}
+
+/// The shape fields of {arch}.* into `c`.
+status read_shape(const gguf_file& f, const std::string& arch, model_config& c) {
+  const auto get = [&](const std::string& key, int64_t lo, int64_t hi, std::optional<int64_t> fallback, int& out) {
+    auto v = integer(f, arch + "." + key, lo, hi, fallback);
+    if (!v.is_ok()) return v.error();
+    out = int(v.value());
+    return status::ok();
+  };
+  ILLM_RETURN_IF_ERROR(get("embedding_length", 1, 1 << 16, std::nullopt, c.dim));
+  ILLM_RETURN_IF_ERROR(get("feed_forward_length", 1, 1 << 18, std::nullopt, c.hidden_dim));
+  ILLM_RETURN_IF_ERROR(get("block_count", 1, 1024, std::nullopt, c.n_layers));
+  ILLM_RETURN_IF_ERROR(get("attention.head_count", 1, 1024, std::nullopt, c.n_heads));
+  ILLM_RETURN_IF_ERROR(get("attention.head_count_kv", 1, 1024, c.n_heads, c.n_kv_heads));
+  ILLM_RETURN_IF_ERROR(get("context_length", 1, 1 << 30, std::nullopt, c.max_seq));
+  int key_length = 0, value_length = 0;
+  ILLM_RETURN_IF_ERROR(get("attention.key_length", 0, 512, 0, key_length));
+  ILLM_RETURN_IF_ERROR(get("attention.value_length", 0, 512, key_length, value_length));
+  if (value_length != key_length)
+    return bad_key(f, arch + ".attention.value_length", "differs from key_length (one head width is computed)");
+  if (key_length > 0 && (c.dim % c.n_heads != 0 || key_length != c.dim / c.n_heads)) c.head_size = key_length;
+  auto theta = positive(f, arch + ".rope.freq_base", 10000.0f);
+  auto eps = positive(f, arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  if (!theta.is_ok()) return theta.error();
+  if (!eps.is_ok()) return eps.error();
+  c.rope_theta = theta.value();
+  c.norm_eps = eps.value();
+  const std::string scaling = text_of(f, arch + ".rope.scaling.type");
+  if (scaling == "linear") {
+    auto factor = positive(f, arch + ".rope.scaling.factor", 1.0f);
+    if (!factor.is_ok()) return factor.error();
+    c.rope_scaling.scaling = rope_scaling_kind::linear;
+    c.rope_scaling.factor = factor.value();
+  } else if (!scaling.empty() && scaling != "none") {
+    return bad_key(f, arch + ".rope.scaling.type", "'" + scaling + "' is not supported (none, linear)");
+  }
+  return status::ok();
+}
+
+/// rope_freqs.weight: the divisor of each pair's RoPE frequency (llama.cpp's form of Llama 3.1's scaling).
+status read_pair_factors(const gguf_file& f, const stored_tensor& t, model_config& c) {
+  const uint64_t pairs = uint64_t(c.head_dim()) / 2;
+  if (t.shape != std::vector<uint64_t>{pairs} || pairs > uint64_t(rope_frequencies::max_pairs))
+    return bad_key(f, "rope_freqs.weight", text::format("shape [{}], the heads want [{}]", text::join(t.shape, ", "), pairs));
+  c.rope_scaling.scaling = rope_scaling_kind::per_pair;
+  return read_floats(t, 0, pairs, c.rope_scaling.pair_divisors);
+}
+
+std::vector<tensor_destination> destinations(const model_weights& w, const gguf_model& m) {
+  const model_config& c = w.config();
+  const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
+  // llama's q and k rows pair adjacent elements already (llama.cpp's converter reorders them); qwen's do not.
+  const bool halves = m.architecture != "llama";
+  const uint64_t q_heads = halves ? uint64_t(c.n_heads) : 0, k_heads = halves ? uint64_t(c.n_kv_heads) : 0;
+  std::map<std::string, float*> whole;
+  for (const tensor_view& v : w.tensors()) whole[v.name] = v.data;
+  std::vector<tensor_destination> s;
+  s.push_back({"token_embd.weight", {uint64_t(c.vocab_size), d}, whole["token_embedding"]});
+  s.push_back({"output_norm.weight", {d}, whole["rms_final"]});
+  if (!m.tied_embeddings) s.push_back({"output.weight", {uint64_t(c.vocab_size), d}, whole["classifier"]});
+  for (int l = 0; l < c.n_layers; ++l) {
+    const layer_weights& t = w.layer(l);
+    const std::string p = text::format("blk.{}.", l);
+    s.push_back({p + "attn_norm.weight", {d}, t.rms_att});
+    s.push_back({p + "attn_q.weight", {q, d}, t.wq, q_heads});
+    s.push_back({p + "attn_k.weight", {kv, d}, t.wk, k_heads});
+    s.push_back({p + "attn_v.weight", {kv, d}, t.wv});
+    s.push_back({p + "attn_output.weight", {d, q}, t.wo});
+    s.push_back({p + "ffn_norm.weight", {d}, t.rms_ffn});
+    s.push_back({p + "ffn_gate.weight", {h, d}, t.w1});
+    s.push_back({p + "ffn_up.weight", {h, d}, t.w3});
+    s.push_back({p + "ffn_down.weight", {d, h}, t.w2});
+    if (c.qkv_bias) {
+      s.push_back({p + "attn_q.bias", {q}, t.bq, q_heads});
+      s.push_back({p + "attn_k.bias", {kv}, t.bk, k_heads});
+      s.push_back({p + "attn_v.bias", {kv}, t.bv});
+    }
+    if (c.qk_norm) {
+      s.push_back({p + "attn_q_norm.weight", {hd}, t.q_norm, halves ? 1u : 0u});
+      s.push_back({p + "attn_k_norm.weight", {hd}, t.k_norm, halves ? 1u : 0u});
+    }
+  }
+  return s;
+}
+
+/// The regex of a byte-level vocabulary's pre-tokenizer, by tokenizer.ggml.pre.
+std::optional<std::string> pre_tokenizer_regex(const std::string& pre) {
+  static const std::map<std::string, std::string> known = {
+      {"llama-bpe", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+      {"qwen2", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+      {"default", R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"},
+  };
+  const auto it = known.find(pre.empty() ? "default" : pre == "gpt2" ? "default" : pre);
+  if (it == known.end()) return std::nullopt;
+  return it->second;
+}
+
+/// A byte-level BPE vocabulary as the tokenizer.json Hugging Face would write for it.
+result<std::shared_ptr<const tokenizer>> byte_level(const gguf_file& f, const gguf_model& m, const json& tokens) {
+  const json& meta = f.metadata();
+  const std::string pre = text_of(f, "tokenizer.ggml.pre");
+  const auto regex = pre_tokenizer_regex(pre);
+  if (!regex) return bad_key(f, "tokenizer.ggml.pre", "'" + pre + "' is not supported (llama-bpe, qwen2, default)");
+  json vocab = json::object(), added = json::array();
+  const json types = meta.value("tokenizer.ggml.token_type", json::array());
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    const int type = id < types.size() && types[id].is_number_integer() ? types[id].get<int>() : 1;
+    if (type == 3 || type == 4)  // control and user-defined tokens are matched whole, as added tokens
+      added.push_back({{"id", id}, {"content", tokens[id]}, {"special", type == 3}});
+    vocab[tokens[id].get<std::string>()] = id;
+  }
+  json j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", meta.value("tokenizer.ggml.merges", json::array())},
+                       {"ignore_merges", pre == "llama-bpe"}}},
+            {"added_tokens", added},
+            {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", json::array({
+                {{"type", "Split"}, {"pattern", {{"Regex", *regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+                {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
+            {"decoder", {{"type", "ByteLevel"}}}};
+  auto bos = integer(f, "tokenizer.ggml.bos_token_id", 0, int64_t(tokens.size()) - 1, -1);
+  if (!bos.is_ok()) return bos.error();
+  const bool add_bos = meta.value("tokenizer.ggml.add_bos_token", false) && bos.value() >= 0;
+  if (add_bos)
+    j["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", json::array({{{"SpecialToken", {{"id", "BOS"}}}}, {{"Sequence", {{"id", "A"}}}}})},
+                           {"special_tokens", {{"BOS", {{"id", "BOS"}, {"ids", {bos.value()}}}}}}};
+  auto t = hf_tokenizer::from_json(j, f.path() + " (tokenizer.ggml)", m.config.vocab_size);
+  if (!t.is_ok()) return t.error();
+  t.value()->set_specials(bos.value() >= 0 ? std::optional<int32_t>(int32_t(bos.value())) : std::nullopt, m.eos_ids);
+  return std::shared_ptr<const tokenizer>(std::move(t).value());
+}
+
+/// A SentencePiece vocabulary: pieces and their scores, merged by score as llama2.c's tokenizer does.
+result<std::shared_ptr<const tokenizer>> sentencepiece(const gguf_file& f, const json& tokens) {
+  const json scores = f.metadata().value("tokenizer.ggml.scores", json::array());
+  if (scores.size() != tokens.size()) return bad_key(f, "tokenizer.ggml.scores", "not one score per token");
+  for (auto [key, fixed] : {std::pair{"tokenizer.ggml.bos_token_id", token_bos}, std::pair{"tokenizer.ggml.eos_token_id", token_eos}}) {
+    auto id = integer(f, key, 0, int64_t(tokens.size()) - 1, -1);
+    if (!id.is_ok()) return id.error();
+    if (id.value() >= 0 && id.value() != fixed)
+      return bad_key(f, key, text::format("{}: this engine's SentencePiece vocabularies have BOS 1 and EOS 2", id.value()));
+  }
+  std::vector<std::string> pieces;
+  std::vector<float> piece_scores;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    std::string piece = tokens[id].get<std::string>();
+    for (size_t at = piece.find("\xE2\x96\x81"); at != std::string::npos; at = piece.find("\xE2\x96\x81", at + 1))
+      piece.replace(at, 3, " ");
+    pieces.push_back(std::move(piece));
+    piece_scores.push_back(scores[id].is_number() ? scores[id].get<float>() : 0.0f);
+  }
+  return std::shared_ptr<const tokenizer>(
+      std::make_shared<const llama2c_tokenizer>(llama2c_tokenizer::from_pieces(std::move(pieces), std::move(piece_scores))));
+}
+
+}  // namespace
+
+result<gguf_model> read_gguf_model(const gguf_file& f) {
+  gguf_model m;
+  m.architecture = text_of(f, "general.architecture");
+  if (m.architecture != "llama" && m.architecture != "qwen2" && m.architecture != "qwen3")
+    return bad_key(f, "general.architecture", "'" + m.architecture + "' is not supported (llama, qwen2, qwen3)");
+  ILLM_RETURN_IF_ERROR(read_shape(f, m.architecture, m.config));
+  m.config.qkv_bias = m.architecture == "qwen2";
+  m.config.qk_norm = m.architecture == "qwen3";
+  if (const stored_tensor* factors = f.find("rope_freqs.weight")) ILLM_RETURN_IF_ERROR(read_pair_factors(f, *factors, m.config));
+  const json& meta = f.metadata();
+  const json tokens = meta.value("tokenizer.ggml.tokens", json());
+  if (!tokens.is_array() || tokens.empty() || !std::all_of(tokens.begin(), tokens.end(), [](const json& t) { return t.is_string(); }))
+    return bad_key(f, "tokenizer.ggml.tokens", "missing, or not a list of strings");
+  auto vocab = integer(f, m.architecture + ".vocab_size", 1, 1 << 22, int64_t(tokens.size()));
+  if (!vocab.is_ok()) return vocab.error();
+  m.config.vocab_size = int(vocab.value());
+  if (status s = m.config.validate(); !s.is_ok()) return bad_key(f, m.architecture + ".*", s.message());
+  m.tied_embeddings = f.find("output.weight") == nullptr;
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    auto id = integer(f, key, 0, int64_t(tokens.size()) - 1, -1);
+    if (!id.is_ok()) return id.error();
+    if (id.value() >= 0 && std::find(m.eos_ids.begin(), m.eos_ids.end(), id.value()) == m.eos_ids.end())
+      m.eos_ids.push_back(int32_t(id.value()));
+  }
+  const auto token_text = [&](const char* key) {
+    auto id = integer(f, key, 0, int64_t(tokens.size()) - 1, -1);
+    return id.is_ok() && id.value() >= 0 ? tokens[size_t(id.value())].get<std::string>() : std::string();
+  };
+  m.bos_text = token_text("tokenizer.ggml.bos_token_id");
+  m.eos_text = token_text("tokenizer.ggml.eos_token_id");
+  m.chat_template = text_of(f, "tokenizer.chat_template");
+  return m;
+}
+
+result<model_weights> load_gguf_weights(const gguf_file& f, const gguf_model& m) {
+  auto allocated = model_weights::allocate(m.config, m.tied_embeddings);
+  if (!allocated.is_ok()) return allocated.error();
+  ILLM_RETURN_IF_ERROR(fill_tensors(destinations(allocated.value(), m), f.tensors(), uint64_t(m.config.head_dim()),
+                                    f.path(), "a " + m.architecture + " model with this file's metadata",
+                                    [](const std::string& name) { return name == "rope_freqs.weight"; }));
+  return allocated;
+}
+
+result<std::shared_ptr<const tokenizer>> load_gguf_tokenizer(const gguf_file& f, const gguf_model& m) {
+  const json tokens = f.metadata().value("tokenizer.ggml.tokens", json::array());
+  const std::string kind = text_of(f, "tokenizer.ggml.model");
+  if (kind == "gpt2") return byte_level(f, m, tokens);
+  if (kind == "llama") return sentencepiece(f, tokens);
+  return bad_key(f, "tokenizer.ggml.model", "'" + kind + "' is not supported (llama, gpt2)");
+}
+
+}  // namespace illm::gpu
