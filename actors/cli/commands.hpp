@@ -9,6 +9,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "gpu/model_files.hpp"
+
 namespace illm::actors {
 struct control_endpoint;
 struct control_security;
@@ -60,6 +62,10 @@ void check_tls_options(const actors::control_security& s, const std::string& who
 
 /// Prints `message` to stderr as an error and throws CLI::RuntimeError(code).
 [[noreturn]] void fail(const std::string& message, int code = 1);
+
+/// Loads `model` (fails with its error) and logs to stderr, as `who`, what was loaded: its parameters, the bytes
+/// of its weights, the time loading took, and what loading adapted.
+gpu::loaded_model load_model_or_fail(const std::string& model, const gpu::load_options& options, const std::string& who);
 
 /// Checks that an option's value is a finite number above zero ("must be a number above zero, not 0").
 CLI::Validator above_zero();

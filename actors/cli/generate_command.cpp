@@ -31,6 +31,18 @@ void fail(const std::string& message, int code) {
   throw CLI::RuntimeError(code);
 }
 
+gpu::loaded_model load_model_or_fail(const std::string& model, const gpu::load_options& options, const std::string& who) {
+  const auto start = std::chrono::steady_clock::now();
+  auto loaded = gpu::load_model(model, options);
+  if (!loaded.is_ok()) fail(loaded.error().message());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const gpu::model_weights& w = *loaded->weights;
+  fmt::print(stderr, "{}: loaded {}: {:.1f}M parameters, {:.2f} GiB of fp32 weights, in {:.1f} s\n", who, loaded->name,
+             double(w.size()) / 1e6, double(w.size()) * 4.0 / double(1u << 30), seconds);
+  for (const std::string& note : loaded->notes) fmt::print(stderr, "{}: {}\n", who, note);
+  return std::move(loaded).value();
+}
+
 namespace {
 
 /// `text` as a finite number, or nothing.
@@ -269,25 +281,24 @@ void run_generate(const generate_flags& f) {
   if (!f.prompt.empty() && !f.prompt_file.empty()) fail("give --prompt or --prompt-file, not both", 2);
   if (f.instances > 0 && f.kv_pools > 1) fail("give --instances or --kv-pools, not both", 2);
   const std::string prompt = read_prompt(f);
-  auto model = gpu::load_model(f.model);
-  if (!model.is_ok()) fail(model.error().message());
+  const gpu::loaded_model model = load_model_or_fail(f.model, {}, "illm generate");
 
   gpu::generate_options options;
-  options.prompt_ids = model->vocab->encode(prompt, true);
+  options.prompt_ids = model.vocab->encode(prompt, true);
   options.max_tokens = f.max_tokens;
   options.sampling = {f.temperature, f.top_p};
   options.seed = f.seed >= 0 ? uint64_t(f.seed) : std::random_device{}();
   options.ignore_eos = f.ignore_eos;
-  options.stop_ids = model->end_ids;
+  options.stop_ids = model.end_ids;
   options.max_batch_tokens = f.batch.max_batch_tokens;
   if (!f.gmanager.empty() && (f.instances > 0 || f.kv_pools > 1))
     fail("give --gmanager, --instances or --kv-pools, not two of them", 2);
   if (f.security.tls() && f.gmanager.empty()) fail("--tls-ca, --tls-cert, --tls-key: for a cluster of processes (--gmanager)", 2);
   if (gpu::status ok = actors::check_control_security(f.security); !ok.is_ok()) fail(ok.message(), 2);
   const generation_report r = !f.gmanager.empty() ? run_on_gmanager(f, options)
-                              : f.instances > 0   ? run_cluster(f, model.value(), options)
-                                                  : run_pools(f, model.value(), options);
-  print_report(f, model.value(), prompt, r);
+                              : f.instances > 0   ? run_cluster(f, model, options)
+                                                  : run_pools(f, model, options);
+  print_report(f, model, prompt, r);
 }
 
 }  // namespace

@@ -401,8 +401,7 @@ void run_instance(const instance_flags& flags) {
   check_tls_options(flags.security, fmt::format("illm instance {}", flags.id));
   (void)fault_plan_of(flags.faults, actors::faults::fault_role::instance);  // a bad spec fails before loading
   const sigset_t stop_signals = block_stop_signals();
-  auto model = gpu::load_model(flags.model);
-  if (!model.is_ok()) fail(model.error().message());
+  const gpu::loaded_model model = load_model_or_fail(flags.model, {}, fmt::format("illm instance {}", flags.id));
 
   auto cfg = actors::networked_config();
   caf::actor_system sys{*cfg};
@@ -411,7 +410,7 @@ void run_instance(const instance_flags& flags) {
   instance_run r{flags, fmt::format("illm instance {}", flags.id), sys, open_control_port(sys, flags, gmanagers)};
   r.endpoint = start_metrics(flags.metrics_listen, flags.metrics_prefix, r.me);
   link_gmanagers(r, gmanagers);
-  start_node(r, model.value(), first_gmanager(r, std::chrono::seconds(10)));
+  start_node(r, model, first_gmanager(r, std::chrono::seconds(10)));
   if (!wait_joined(r))
     stop_and_fail(r, fmt::format("{}: the gManager did not list this instance (another instance with id {} may "
                                  "have joined meanwhile)",

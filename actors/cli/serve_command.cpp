@@ -172,26 +172,24 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   // Every thread started from here on leaves SIGINT and SIGTERM to this one, which waits for them.
   const sigset_t stop_signals = block_stop_signals();
 
-  auto model = gpu::load_model(c.model, {c.chat_template});
-  if (!model.is_ok()) fail(model.error().message());
+  const gpu::loaded_model model = load_model_or_fail(c.model, {c.chat_template}, "illm serve");
   auto registry = std::make_shared<actors::metrics::registry>();
   auto metrics = std::make_shared<actors::metrics::runtime_metrics>(*registry, c.metrics_prefix);
-  routed_cluster routed = c.gmanager.empty() ? start_embedded(c, model.value(), metrics) : connect_remote(c, metrics);
+  routed_cluster routed = c.gmanager.empty() ? start_embedded(c, model, metrics) : connect_remote(c, metrics);
   add_kv_usage_gauge(*registry, c.metrics_prefix, *routed.router);
   if (routed.faults_injected) add_faults_metric(*registry, c.metrics_prefix, routed.faults_injected);
   actors::metrics::add_gmanager_connected(*registry, c.metrics_prefix, routed.gmanager_connected);
   actors::frontend::service_options so = c.service;
-  so.model_name = c.served_model_name.empty() ? model->name : c.served_model_name;
-  so.end_ids = model->end_ids;
-  so.max_model_len = model->max_model_len;
-  so.limits.max_model_len = model->max_model_len;
-  so.chat = model->chat;
-  so.limits.default_temperature = model->temperature.value_or(so.limits.default_temperature);
-  so.limits.default_top_p = model->top_p.value_or(so.limits.default_top_p);
-  for (const std::string& note : model->notes) fmt::print("illm serve: {}\n", note);
-  actors::frontend::service svc(*routed.router, model->vocab, registry, metrics, so);
+  so.model_name = c.served_model_name.empty() ? model.name : c.served_model_name;
+  so.end_ids = model.end_ids;
+  so.max_model_len = model.max_model_len;
+  so.limits.max_model_len = model.max_model_len;
+  so.chat = model.chat;
+  so.limits.default_temperature = model.temperature.value_or(so.limits.default_temperature);
+  so.limits.default_top_p = model.top_p.value_or(so.limits.default_top_p);
+  actors::frontend::service svc(*routed.router, model.vocab, registry, metrics, so);
   if (gpu::status s = svc.start(c.host, c.port); !s.is_ok()) fail(s.message());
-  fmt::print("illm serve: {} on {} at http://{}:{}\n", model->name, routed.description, c.host, svc.port());
+  fmt::print("illm serve: {} on {} at http://{}:{}\n", model.name, routed.description, c.host, svc.port());
   std::fflush(stdout);
 
   const periodic_trim trim;
