@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -241,6 +242,55 @@ TEST_SUITE("gpu") {
                     path, ": ", converted->vocab->decode(run.ids, expected_prompt.back()), " vs ",
                     original.vocab->decode(expected.ids, expected_prompt.back()));
       MESSAGE(path.filename(), ": prompt ", expected_prompt.size(), " ids and 24 greedy ids as the llama2.c file's");
+    }
+  }
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE("GGUF files give llama.cpp's greedy ids and log-probabilities (an outside oracle)") {
+    // tests/data/llama_cpp_tiny.json: llama.cpp's llama-server on the same tiny GGUF files (llama_cpp_oracle.py).
+    std::ifstream in(std::string(ILLM_TEST_DATA_DIR) + "/llama_cpp_tiny.json");
+    REQUIRE(in.good());
+    const json oracle = json::parse(in);
+    for (const auto& [name, expected] : oracle.items()) {
+      const auto weights = load(tiny_models() / (name + ".gguf"));
+      const auto prompt = expected["prompt"].get<std::vector<int32_t>>();
+      const auto ids = expected["ids"].get<std::vector<int32_t>>();
+      test::greedy_options o;
+      o.keep_logits = true;
+      const auto run = test::run_greedy(weights, prompt, int(ids.size()), o);
+      size_t same = 0;
+      while (same < ids.size() && run.ids[same] == ids[same]) ++same;
+      // llama.cpp multiplies 16-bit and Q8_0 weights with activations rounded to 16 and 8 bits, which moves
+      // log-probabilities by up to a few hundredths and a few tenths (the engine computes on fp32 activations):
+      // ids are compared up to the first step whose top two log-probabilities lie closer than that.
+      const bool q8 = name.find("q8_0") != std::string::npos, half = name.find("bf16") != std::string::npos;
+      const double tolerance = q8 ? 0.3 : half ? 0.1 : 0.02, margin = tolerance;
+      size_t decided = 0;
+      while (decided < ids.size() && expected["top_logprobs"][decided][0][1].get<double>() -
+                                             expected["top_logprobs"][decided][1][1].get<double>() >= margin)
+        ++decided;
+      // Log-probabilities of llama.cpp's top tokens, where the two runs still share their context.
+      double worst = 0, sum = 0;
+      size_t n = 0;
+      for (size_t step = 0; step < std::max<size_t>(same, 1) && step < run.logits.size(); ++step) {
+        const auto& logits = run.logits[step];
+        const double top = *std::max_element(logits.begin(), logits.end());
+        double total = 0;
+        for (float l : logits) total += std::exp(double(l) - top);
+        for (const json& t : expected["top_logprobs"][step]) {
+          const double ours = double(logits[size_t(t[0].get<int>())]) - top - std::log(total);
+          const double diff = std::abs(ours - t[1].get<double>());
+          worst = std::max(worst, diff);
+          sum += diff;
+          ++n;
+        }
+      }
+      MESSAGE(name, ": ", same, " of ", ids.size(), " greedy ids as llama.cpp's (", decided,
+              " steps decided by a margin of ", margin, "); top log-probabilities differ by ", n ? sum / double(n) : 0.0,
+              " on average, ", worst, " at most");
+      CHECK_MESSAGE(same >= decided, name);
+      CHECK_MESSAGE(worst <= tolerance, name);
     }
   }
 }

@@ -123,8 +123,8 @@ def gguf_kv(key, value):
     out = string(key)
     if isinstance(value, bool):
         return out + struct.pack("<IB", 7, value)
-    if isinstance(value, int):
-        return out + struct.pack("<Ii", 5, value)
+    if isinstance(value, int):  # uint32, as llama.cpp writes counts, sizes and token ids
+        return out + struct.pack("<II", 4, value)
     if isinstance(value, float):
         return out + struct.pack("<If", 6, value)
     if isinstance(value, str):
@@ -146,7 +146,10 @@ def write_gguf(path, arch, cfg, weights, dtype):
         printable = 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255
         alphabet[b] = chr(b) if printable else chr(n)
         n += 0 if printable else 1
-    tokens = [alphabet[b] for b in range(256)] + [f"<|t{i}|>" for i in range(256, vocab)]
+    # The ASCII bytes of the byte alphabet, pieces of ASCII letters where the other bytes would be (so that every
+    # output is valid UTF-8, as llama-server wants), two merged pieces (llama.cpp wants merges), then control tokens.
+    tokens = [alphabet[b] for b in range(128)] + [f"x{b}" for b in range(128, 256)] + ["ab", "cd"] + \
+        [f"<|t{i}|>" for i in range(258, vocab)]
     kv = [("general.architecture", arch), ("general.alignment", 32),
           (f"{arch}.embedding_length", cfg["hidden_size"]), (f"{arch}.feed_forward_length", cfg["intermediate_size"]),
           (f"{arch}.block_count", cfg["num_hidden_layers"]), (f"{arch}.attention.head_count", heads),
@@ -154,8 +157,9 @@ def write_gguf(path, arch, cfg, weights, dtype):
           (f"{arch}.rope.freq_base", float(cfg["rope_theta"])),
           (f"{arch}.attention.layer_norm_rms_epsilon", float(cfg["rms_norm_eps"])),
           ("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.pre", "qwen2" if arch != "llama" else "llama-bpe"),
-          ("tokenizer.ggml.tokens", tokens), ("tokenizer.ggml.token_type", [1] * 256 + [3] * (vocab - 256)),
-          ("tokenizer.ggml.bos_token_id", 256), ("tokenizer.ggml.eos_token_id", 257)]
+          ("tokenizer.ggml.tokens", tokens), ("tokenizer.ggml.token_type", [1] * 258 + [3] * (vocab - 258)),
+          ("tokenizer.ggml.merges", ["a b", "c d"]), ("tokenizer.ggml.bos_token_id", 258),
+          ("tokenizer.ggml.eos_token_id", 259), ("tokenizer.ggml.add_bos_token", False)]
     if "head_dim" in cfg:
         kv += [(f"{arch}.attention.key_length", cfg["head_dim"]), (f"{arch}.attention.value_length", cfg["head_dim"])]
     held, infos, blobs, offset = {}, [], [], 0
