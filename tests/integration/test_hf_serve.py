@@ -2,7 +2,8 @@
 Llama 3.1's real tokenizer files) and the real Llama 3.1 chat template (--chat-template, from llama.cpp's
 collection; deploy/fetch-tokenizers.sh stores both). The prompt ids of a chat equal Jinja2's rendering tokenized by
 Hugging Face's own JS tokenizers; OpenAI's Node client chats with it, whole and streamed; /tokenize, /detokenize and
-/v1/models answer as vLLM's; a prompt plus max_tokens past max_model_len is a 400."""
+/v1/models answer as vLLM's; a request spread over instances gives the ids of one; a prompt plus max_tokens past
+max_model_len is a 400."""
 
 import json
 import os
@@ -79,6 +80,18 @@ def main():
             choice = body["choices"][0]
             _, tokens = request(s.port, "POST", "/tokenize", {"model": "llama31-chat", "prompt": "Bonjour, le monde"})
             assert choice["prompt_token_ids"] == tokens["tokens"] and len(choice["token_ids"]) == 6, choice
+        # Spread over instances: a request whose blocks lie on two of three instances gives the ids of one instance.
+        prompt_text = "The quick brown fox jumps over the lazy dog, and then it runs far away into the forest."
+        runs = []
+        for extra in ([], ["--instances", "3", "--kv-blocks-per-instance", "2"]):
+            out = subprocess.run([ILLM, "generate", "--model", folder, "--prompt", prompt_text, "--max-tokens", "24",
+                                  "--ignore-eos", "--temperature", "0", "--json", *extra],
+                                 check=True, capture_output=True, text=True).stdout
+            runs.append(json.loads(out))
+        holders = sum(1 for b in runs[1]["blocks_per_instance"] if b > 0)
+        print(f"one instance and three (blocks {runs[1]['blocks_per_instance']}): the same 24 ids: "
+              f"{runs[0]['token_ids'] == runs[1]['token_ids']}")
+        assert holders >= 2 and runs[0]["token_ids"] == runs[1]["token_ids"], runs
         # A small context: a prompt plus max_tokens past it is refused before it runs.
         small = os.path.join(work, "llama31-small")
         shutil.copytree(folder, small)
