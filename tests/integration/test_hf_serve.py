@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import Server, request
+from common import JOIN_S, ProcGroup, Server, free_port, request, wait_until
 from test_openai_client import install_client
 
 ILLM = sys.argv[1]
@@ -42,6 +42,27 @@ def reference_ids(work):
                           os.path.join(TOKENIZERS, "js", "package"), os.path.join(work, "corpus.json"),
                           os.path.join(TOKENIZERS, "llama3_1")], check=True, capture_output=True, text=True).stdout
     return prompt, list(json.loads(out).values())[0][0]["plain"]
+
+
+def processes_give_the_same_ids(folder, prompt_text, expected):
+    """A cluster of processes (a gManager, two instances over UCX on lo) serving the folder: a request spread over
+    both gives the ids of one process."""
+    port = free_port()
+    procs = ProcGroup(ILLM)
+    with procs.running():
+        gm = procs.start("gmanager", "gmanager", "--listen", f"127.0.0.1:{port}")
+        wait_until(lambda: gm.has(r"listening on 127\.0\.0\.1:%d" % port), 60, "the gManager to listen")
+        for i in (1, 2):
+            procs.start(f"instance{i}", "instance", "--join", f"127.0.0.1:{port}", "--id", str(i), "--model", folder,
+                        "--kv-blocks-per-instance", "2", "--threads", "1", "--ucx-tls", "tcp", "--ucx-net-devices", "lo")
+        wait_until(lambda: gm.has(r"instance 2 joined") and gm.has(r"instance 1 joined"), JOIN_S, "both instances to join")
+        out = subprocess.run([ILLM, "generate", "--gmanager", f"127.0.0.1:{port}", "--model", folder, "--prompt",
+                              prompt_text, "--max-tokens", "24", "--ignore-eos", "--temperature", "0", "--json"],
+                             check=True, capture_output=True, text=True, timeout=120).stdout
+        got = json.loads(out)
+        holders = sum(1 for b in got["blocks_per_instance"] if b > 0)
+        print(f"a cluster of processes (blocks {got['blocks_per_instance']}): the same 24 ids: {got['token_ids'] == expected}")
+        assert holders >= 2 and got["token_ids"] == expected, got
 
 
 def main():
@@ -92,6 +113,8 @@ def main():
         print(f"one instance and three (blocks {runs[1]['blocks_per_instance']}): the same 24 ids: "
               f"{runs[0]['token_ids'] == runs[1]['token_ids']}")
         assert holders >= 2 and runs[0]["token_ids"] == runs[1]["token_ids"], runs
+        if "--no-ucx" not in sys.argv:
+            processes_give_the_same_ids(folder, prompt_text, runs[0]["token_ids"])
         # A small context: a prompt plus max_tokens past it is refused before it runs.
         small = os.path.join(work, "llama31-small")
         shutil.copytree(folder, small)
