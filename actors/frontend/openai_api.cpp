@@ -346,8 +346,12 @@ std::string response_body(const completion_request& r, const std::string& id, in
 }
 
 std::string stream_chunk(const completion_request& r, const std::string& id, int64_t created, const std::string& text,
-                         const std::string& finish_reason, bool first) {
+                         const std::string& finish_reason, bool first, const std::vector<int32_t>& token_ids) {
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish(finish_reason)}};
+  if (r.return_token_ids) {
+    choice["token_ids"] = token_ids;
+    if (first) choice["prompt_token_ids"] = r.prompt_ids;
+  }
   if (r.kind == endpoint::completions) {
     choice["text"] = text;
   } else {

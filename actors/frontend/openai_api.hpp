@@ -88,9 +88,10 @@ struct completion_result {
 std::string response_body(const completion_request& r, const std::string& id, int64_t created,
                           const completion_result& result);
 
-/// One server-sent event carrying a streamed piece of text (finish_reason empty while running).
+/// One server-sent event carrying a streamed piece of text (finish_reason empty while running); with
+/// return_token_ids, the ids of the tokens whose text it carries (and the prompt's in the first).
 std::string stream_chunk(const completion_request& r, const std::string& id, int64_t created, const std::string& text,
-                         const std::string& finish_reason, bool first);
+                         const std::string& finish_reason, bool first, const std::vector<int32_t>& token_ids = {});
 
 /// The usage event a stream sends last when stream_options.include_usage is set.
 std::string stream_usage(const completion_request& r, const std::string& id, int64_t created,

@@ -224,6 +224,7 @@ struct service::answer {
   request_id cluster_id = 0;
   bool first_chunk = true, client_gone = false, cancelled_by_us = false;
   std::optional<clock::time_point> last_token;
+  std::vector<int32_t> unsent_ids;  ///< tokens whose text no chunk has carried yet (half a character, a stop's start)
 };
 
 void service::generate(endpoint kind, const http_request& req, http_reply& reply) {
@@ -274,11 +275,13 @@ void service::relay_token(answer& a, int32_t token, http_reply& reply) {
   tokens_out_.fetch_add(1, std::memory_order_relaxed);
   ++a.result.completion_tokens;
   a.result.token_ids.push_back(token);
+  a.unsent_ids.push_back(token);
   const std::string piece = a.text.push(token);
   a.result.text += piece;
   if (a.r.stream && !a.client_gone && !piece.empty()) {
-    a.client_gone = !reply.write(stream_chunk(a.r, a.id, a.created, piece, "", a.first_chunk));
+    a.client_gone = !reply.write(stream_chunk(a.r, a.id, a.created, piece, "", a.first_chunk, a.unsent_ids));
     a.first_chunk = false;
+    a.unsent_ids.clear();
   }
   if (a.text.stopped() && !a.cancelled_by_us) {
     a.cancelled_by_us = true;
@@ -307,7 +310,7 @@ void service::finish(answer& a, const request_finished& end, http_reply& reply) 
   if (end.reason == "error") {  // a stream that failed ends with its error and [DONE]: no finish reason after it
     reply.write("data: " + error_body(make_error(500, "generation failed: " + end.error, "server_error")) + "\n\n");
   } else {
-    reply.write(stream_chunk(a.r, a.id, a.created, rest, a.result.finish_reason, a.first_chunk));
+    reply.write(stream_chunk(a.r, a.id, a.created, rest, a.result.finish_reason, a.first_chunk, a.unsent_ids));
     if (a.r.include_usage) reply.write(stream_usage(a.r, a.id, a.created, a.result));
   }
   reply.write("data: [DONE]\n\n");

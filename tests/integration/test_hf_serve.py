@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import JOIN_S, ProcGroup, Server, free_port, request, wait_until
+from common import JOIN_S, ProcGroup, Server, free_port, request, stream_events, wait_until
 from test_openai_client import install_client
 
 ILLM = sys.argv[1]
@@ -101,6 +101,16 @@ def main():
             choice = body["choices"][0]
             _, tokens = request(s.port, "POST", "/tokenize", {"model": "llama31-chat", "prompt": "Bonjour, le monde"})
             assert choice["prompt_token_ids"] == tokens["tokens"] and len(choice["token_ids"]) == 6, choice
+            streamed_ids, prompt_ids = [], None
+            for event in stream_events(s.port, "/v1/completions",
+                                       {"model": "llama31-chat", "prompt": "Bonjour, le monde", "max_tokens": 6,
+                                        "temperature": 0, "return_token_ids": True, "stream": True}):
+                if event == "[DONE]":
+                    break
+                chunk = json.loads(event)["choices"][0]
+                streamed_ids += chunk["token_ids"]
+                prompt_ids = prompt_ids or chunk.get("prompt_token_ids")
+            assert streamed_ids == choice["token_ids"] and prompt_ids == tokens["tokens"], (streamed_ids, prompt_ids)
         # Spread over instances: a request whose blocks lie on two of three instances gives the ids of one instance.
         prompt_text = "The quick brown fox jumps over the lazy dog, and then it runs far away into the forest."
         runs = []
