@@ -199,7 +199,11 @@ std::optional<api_error> render_messages(const jinja::json& body, const gpu::tok
   if (!kwargs.is_null() && !kwargs.is_object()) return bad("'chat_template_kwargs' must be an object", "chat_template_kwargs");
   const jinja::json generation = body.value("add_generation_prompt", jinja::json(true));
   if (!generation.is_boolean()) return bad("'add_generation_prompt' must be a boolean", "add_generation_prompt");
-  auto text = chat.render(messages, jinja::json(), generation.get<bool>(), kwargs);
+  // Tools reach the template through /tokenize; a chat completion with tools is refused before (check_neutral).
+  jinja::json tools = body.value("tools", jinja::json());
+  if (!tools.is_null() && !tools.is_array()) return bad("'tools' must be a list", "tools");
+  if (tools.is_array() && tools.empty()) tools = nullptr;  // no tools, as the template sees it
+  auto text = chat.render(messages, tools, generation.get<bool>(), kwargs);
   if (!text.is_ok()) return bad(text.error().message(), "messages");
   r.prompt_ids = vocab.encode(text.value(), add_special);
   if (r.prompt_ids.empty()) return bad("the chat template gave an empty prompt", "messages");

@@ -98,7 +98,7 @@ std::string stream_usage(const completion_request& r, const std::string& id, int
                          const completion_result& result);
 
 /// POST /tokenize (as vLLM): {model, prompt, add_special_tokens} or the chat form {model, messages,
-/// add_generation_prompt, add_special_tokens, chat_template_kwargs} -> {tokens, count, max_model_len}.
+/// add_generation_prompt, add_special_tokens, chat_template_kwargs, tools} -> {tokens, count, max_model_len}.
 std::variant<std::string, api_error> tokenize_body(std::string_view body, const gpu::tokenizer& vocab,
                                                    const jinja::chat_template* chat, const api_limits& limits,
                                                    const std::string& served_model);

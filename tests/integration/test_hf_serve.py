@@ -82,6 +82,11 @@ def main():
             print(f"prompt ids: ours {tokens['count']}, Jinja2 + Hugging Face's tokenizer {len(expected)}")
             assert tokens["tokens"] == expected, (tokens["tokens"], expected)
             assert tokens["max_model_len"] == 131072
+            # Tools reach the template: Llama 3.1's writes them into the first user message.
+            tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+            status, with_tools = request(s.port, "POST", "/tokenize",
+                                         {"model": "llama31-chat", "messages": MESSAGES, "tools": [tool]})
+            assert status == 200 and with_tools["count"] > tokens["count"] + 20, with_tools["count"]
             status, text = request(s.port, "POST", "/detokenize", {"model": "llama31-chat", "tokens": expected})
             assert status == 200 and text["prompt"] == prompt, text
             env = dict(os.environ, OPENAI_MODULE=module, ILLM_URL=f"http://127.0.0.1:{s.port}",
