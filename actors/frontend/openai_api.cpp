@@ -149,15 +149,16 @@ std::optional<api_error> read_prompt(const json& body, const gpu::tokenizer& voc
 
 /// The text of a message's content: a string, or a list of text parts joined; nullopt when it is neither (null
 /// gives "" where `null_ok`).
-std::optional<std::string> content_text(const json& content, bool null_ok) {
-  if (content.is_string()) return content.get<std::string>();
+template <class Json>
+std::optional<std::string> content_text(const Json& content, bool null_ok) {
+  if (content.is_string()) return content.template get<std::string>();
   if (content.is_null() && null_ok) return std::string();
   if (!content.is_array()) return std::nullopt;
   std::string text;
-  for (const json& part : content) {
-    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part.at("text").is_string())
+  for (const Json& part : content) {
+    if (!part.is_object() || part.value("type", Json()) != "text" || !part.contains("text") || !part.at("text").is_string())
       return std::nullopt;
-    text += part.at("text").get<std::string>();
+    text += part.at("text").template get<std::string>();
   }
   return text;
 }
@@ -194,7 +195,7 @@ std::optional<api_error> render_messages(const jinja::json& body, const gpu::tok
   jinja::json messages = body.at("messages");
   for (jinja::json& msg : messages)
     if (msg.contains("content") && !msg["content"].is_null())
-      msg["content"] = *content_text(json::parse(msg["content"].dump()), true);
+      msg["content"] = *content_text(msg["content"], true);
   const jinja::json kwargs = body.value("chat_template_kwargs", jinja::json());
   if (!kwargs.is_null() && !kwargs.is_object()) return bad("'chat_template_kwargs' must be an object", "chat_template_kwargs");
   const jinja::json generation = body.value("add_generation_prompt", jinja::json(true));

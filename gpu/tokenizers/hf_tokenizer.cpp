@@ -335,6 +335,9 @@ status hf_tokenizer::parts::read_pre_tokenizer(const json& p) {
       return bad(file, text::format("pre_tokenizer Metaspace: prepend_scheme '{}' is unknown", scheme));
     s.prepend_scheme = scheme == "always" ? pre_step::always : scheme == "first" ? pre_step::first : pre_step::never;
     s.split_words = bool_at(p, "split", true);
+    auto marker = unicode_regex::compile(escaped(s.replacement));  // where split_words cuts, compiled once
+    if (!marker.is_ok()) return bad(file, "pre_tokenizer Metaspace: " + marker.error().message());
+    s.regex = std::move(marker).value();
   } else if (type == "Digits") {
     s.what = pre_step::digits;
     s.regex = unicode_regex::compile("\\p{Nd}").value();
@@ -469,8 +472,7 @@ std::vector<piece> hf_tokenizer::parts::pre_tokenized(piece whole) const {
           next.push_back(std::move(p));
           continue;
         }
-        auto marks = unicode_regex::compile(escaped(s.replacement)).value().matches(p.text);
-        for (auto [b, e] : cut(p.text.size(), marks, split_behavior::merged_with_next, false))
+        for (auto [b, e] : cut(p.text.size(), s.regex->matches(p.text), split_behavior::merged_with_next, false))
           next.push_back({p.text.substr(b, e - b), p.at_origin && b == 0});
         continue;
       }
