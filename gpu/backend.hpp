@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "gpu/dtype.hpp"
 #include "gpu/host_memory.hpp"
 #include "gpu/rope_frequencies.hpp"
 #include "gpu/status.hpp"
@@ -19,11 +20,6 @@ namespace illm::gpu {
 /// Tokens per KV block: the unit of allocation, placement and migration.
 inline constexpr int kv_block_tokens = 16;
 
-/// Element types of weights and KV blocks.
-enum class dtype : uint8_t { f32, f16, bf16 };
-
-inline size_t dtype_bytes(dtype t) { return t == dtype::f32 ? 4 : 2; }
-const char* to_string(dtype t);
 
 /// One layer of a KV pool as attention reads or writes it. Block b's K run for kv head h (16 tokens x
 /// head_dim, contiguous) starts at base + b * block_stride + k_offset + h * head_stride; V likewise.
@@ -135,8 +131,12 @@ class backend {
     return status::ok();
   }
 
+  /// Whether gemm and embed read weights of this type (every backend reads f32).
+  virtual bool computes_with(dtype weight_type) const { return weight_type == dtype::f32; }
+
   /// y = x * w^T (+ y when accumulate).
-  /// x [m][k] rows ldx apart; w [n][k] rows ldw apart, of type w_type; y [m][n] rows ldy apart.
+  /// x [m][k] rows ldx apart; w [n][k] rows ldw elements apart (a whole number of blocks for a block type), of type
+  /// w_type; y [m][n] rows ldy apart.
   virtual status gemm(const float* x, size_t ldx, int m, int k, const void* w, dtype w_type, size_t ldw, int n,
                       float* y, size_t ldy, bool accumulate) = 0;
 
@@ -165,8 +165,9 @@ class backend {
   virtual status silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out,
                           size_t ld_out) = 0;
 
-  /// out[i] = table[tokens[i]]. tokens [m]; table [vocab][dim]; out [m][dim] rows ld_out apart.
-  virtual status embed(const int32_t* tokens, int m, const float* table, int dim, float* out, size_t ld_out) = 0;
+  /// out[i] = table[tokens[i]] in fp32. tokens [m]; table [vocab][dim] of type `type`; out [m][dim] rows ld_out apart.
+  virtual status embed(const int32_t* tokens, int m, const void* table, dtype type, int dim, float* out,
+                       size_t ld_out) = 0;
 
   /// dst[i] = src[rows[i]]. src rows ld_src apart; rows [n]; dst [n][width] rows ld_dst apart.
   virtual status gather_rows(const float* src, size_t ld_src, const int32_t* rows, int n, int width, float* dst,

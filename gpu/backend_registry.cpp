@@ -12,15 +12,6 @@
 
 namespace illm::gpu {
 
-const char* to_string(dtype t) {
-  switch (t) {
-    case dtype::f32: return "f32";
-    case dtype::f16: return "f16";
-    case dtype::bf16: return "bf16";
-  }
-  return "unknown";
-}
-
 namespace {
 
 /// The factory provide_cuda installed (empty: this build's own).

@@ -29,8 +29,8 @@ status read_floats(std::FILE* f, float* out, uint64_t n, const std::string& path
 status check_finite(model_weights& w, const std::string& path) {
   for (const tensor_view& t : w.tensors())
     for (uint64_t i = 0; i < t.size; ++i)
-      if (!std::isfinite(t.data[i]))
-        return corrupt(path, text::format("non-finite weight {} in tensor {} at index {}", t.data[i], t.name, i));
+      if (!std::isfinite(t.f32()[i]))
+        return corrupt(path, text::format("non-finite weight {} in tensor {} at index {}", t.f32()[i], t.name, i));
   return status::ok();
 }
 
@@ -79,7 +79,7 @@ result<model_weights> load_llama2c(const std::string& path) {
   for (const tensor_view& t : w.tensors()) {
     if (t.name == "classifier" && std::fseek(f.get(), long(rope_table_floats(config) * sizeof(float)), SEEK_CUR) != 0)
       return corrupt(path, "cannot skip the RoPE tables");
-    ILLM_RETURN_IF_ERROR(read_floats(f.get(), t.data, t.size, path));
+    ILLM_RETURN_IF_ERROR(read_floats(f.get(), t.f32(), t.size, path));
   }
   ILLM_RETURN_IF_ERROR(check_finite(w, path));
   return allocated;
@@ -90,6 +90,10 @@ status write_llama2c(const model_weights& weights, const std::string& path) {
   if (c.head_size > 0 || c.qkv_bias || c.qk_norm || c.rope_scaling.scaling != rope_scaling_kind::none)
     return {status_code::unsupported, "the llama2.c format has no head width of its own, biases, head norms or "
                                       "RoPE scaling"};
+  for (const tensor_view& t : weights.tensors())
+    if (t.type != dtype::f32)
+      return {status_code::unsupported, text::format("the llama2.c format holds fp32 weights; {} is {}", t.name,
+                                                     to_string(t.type))};
   file_ptr f(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!f) return {status_code::io_error, text::format("cannot create {}", path)};
   const int32_t vocab = weights.shared_classifier() ? c.vocab_size : -c.vocab_size;

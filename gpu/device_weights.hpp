@@ -2,11 +2,12 @@
 // A model's weights placed on one device as the engine reads them, shared by the engines on that device:
 // four instances on one GPU hold one copy of the weights, not four.
 
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gpu/backend.hpp"
@@ -14,35 +15,49 @@
 
 namespace illm::gpu {
 
-/// The weights on one device: projections that read the same input packed into one matrix (one product
-/// instead of three), matrices in weight_type, norms and biases in fp32. On a host-memory backend the fp32
-/// tensors are the host weights themselves (model_weights keeps the packed matrices' parts side by side). Read only once placed, so engines on several streams share it.
+/// Rows of a packed projection that share one element type.
+struct matrix_part {
+  const void* data = nullptr;
+  dtype type = dtype::f32;
+  int rows = 0;
+};
+
+/// A projection [rows][cols] as up to three row ranges, each of its own type (one where the parts share a type: a
+/// quantized file may hold wv in another type than wq and wk).
+struct packed_matrix {
+  std::array<matrix_part, 3> parts{};
+  int n_parts = 0;
+};
+
+/// The weights on one device: projections that read the same input packed (one product instead of three where
+/// their types agree), matrices in the types the host weights hold them in, norms and biases in fp32. On a
+/// host-memory backend every tensor is the host weights' own (model_weights keeps the packed matrices' parts side
+/// by side). Read only once placed, so engines on several streams share it.
 class device_weights {
  public:
   /// One layer's tensors on the device.
   struct layer {
     const float* rms_att = nullptr;
-    const void* wqkv = nullptr;  ///< [q_dim + 2 kv_dim][dim]: wq, wk, wv rows (weight_type)
+    packed_matrix wqkv;             ///< [q_dim + 2 kv_dim][dim]: wq, wk, wv rows
     const float* bqkv = nullptr;    ///< [q_dim + 2 kv_dim] when the model has q, k, v biases
     const float* q_norm = nullptr;  ///< [head_dim] when the model normalises query and key heads
     const float* k_norm = nullptr;
-    const void* wo = nullptr;       ///< [dim][q_dim]
+    packed_matrix wo;  ///< [dim][q_dim]
     const float* rms_ffn = nullptr;
-    const void* w13 = nullptr;  ///< [2 hidden][dim]: w1 (gate) rows, then w3 (up) rows
-    const void* w2 = nullptr;
+    packed_matrix w13;  ///< [2 hidden][dim]: w1 (gate) rows, then w3 (up) rows
+    packed_matrix w2;
   };
 
-  /// Uploads (or packs, on a host-memory backend) `weights` through `device`, which the placement keeps
-  /// alive: its memory is freed through it.
+  /// Uploads (or, on a host-memory backend, points at) `weights` through `device`, which the placement keeps
+  /// alive: its memory is freed through it. A backend refuses a matrix type it does not compute with.
   static result<std::shared_ptr<const device_weights>> place(std::shared_ptr<const model_weights> weights,
-                                                             std::shared_ptr<backend> device, dtype weight_type);
+                                                             std::shared_ptr<backend> device);
 
   const model_config& config() const { return host_->config(); }
-  dtype weight_type() const { return weight_type_; }
   const layer& at(int l) const { return layers_[size_t(l)]; }
-  const float* embedding() const { return embedding_; }  ///< [vocab][dim], fp32
+  const matrix_part& embedding() const { return embedding_; }  ///< [vocab][dim]
   const float* rms_final() const { return rms_final_; }
-  const void* classifier() const { return classifier_; }  ///< [vocab][dim], weight_type
+  const packed_matrix& classifier() const { return classifier_; }  ///< [vocab][dim]
   /// Bytes this placement allocated through its backend (device memory on a GPU).
   uint64_t placed_bytes() const { return placed_bytes_; }
 
@@ -50,19 +65,18 @@ class device_weights {
   device_weights() = default;
   status place_all();
   const float* tensor(const float* host, size_t n);
-  /// A matrix in weight_type packed from `parts` (host fp32, in order): the host memory itself where it is
-  /// fp32 on a host-memory backend and the parts lie one after another.
-  const void* matrix(std::initializer_list<std::pair<const float*, size_t>> parts);
+  /// The parts (host matrices of `rows` rows each) as one packed matrix: on a host-memory backend the host memory
+  /// itself, adjacent parts of one type merged; elsewhere uploaded, adjacent parts of one type as one buffer.
+  result<packed_matrix> matrix(std::initializer_list<std::pair<const weight_matrix*, int>> parts, int cols);
   const void* keep(device_ptr buffer, const void* host, size_t bytes);
 
   std::shared_ptr<const model_weights> host_;
   std::shared_ptr<backend> device_;
-  dtype weight_type_ = dtype::f32;
   std::vector<device_ptr> owned_;
   std::vector<layer> layers_;
-  const float* embedding_ = nullptr;
+  matrix_part embedding_;
   const float* rms_final_ = nullptr;
-  const void* classifier_ = nullptr;
+  packed_matrix classifier_;
   uint64_t placed_bytes_ = 0;
 };
 
@@ -70,16 +84,16 @@ class device_weights {
 /// it share them while any of them holds them. Thread-safe.
 class device_weights_cache {
  public:
-  /// `weights` on the device named `device_name` (a backend name such as "cpu" or "cuda:1") in `weight_type`:
-  /// the placement already made there, or a new one made through a backend of its own on that device (so no
-  /// engine's backend outlives its engine for the placement's sake).
+  /// `weights` on the device named `device_name` (a backend name such as "cpu" or "cuda:1"): the placement already
+  /// made there, or a new one made through a backend of its own on that device (so no engine's backend outlives
+  /// its engine for the placement's sake).
   result<std::shared_ptr<const device_weights>> on(const std::shared_ptr<const model_weights>& weights,
-                                                   const std::string& device_name, dtype weight_type);
+                                                   const std::string& device_name);
   /// How many placements this cache has made (each device's first, and again after all holders let go).
   int placements() const;
 
  private:
-  using key = std::tuple<const model_weights*, std::string, dtype>;
+  using key = std::pair<const model_weights*, std::string>;
   mutable std::mutex mutex_;
   std::map<key, std::weak_ptr<const device_weights>> placed_;  // under mutex_
   int placements_ = 0;                                          // under mutex_

@@ -13,8 +13,7 @@ namespace illm::gpu {
 result<std::unique_ptr<engine>> engine::create(std::shared_ptr<const model_weights> weights, backend& device,
                                                const engine_options& options) {
   // The placement frees its memory through `device`, which outlives the engine and so the placement.
-  auto placed = device_weights::place(std::move(weights), std::shared_ptr<backend>(std::shared_ptr<backend>{}, &device),
-                                      options.weight_type);
+  auto placed = device_weights::place(std::move(weights), std::shared_ptr<backend>(std::shared_ptr<backend>{}, &device));
   if (!placed.is_ok()) return placed.error();
   return create(std::move(placed).value(), device, options);
 }
@@ -23,8 +22,7 @@ result<std::unique_ptr<engine>> engine::create(std::shared_ptr<const device_weig
                                                const engine_options& options) {
   if (options.max_batch_tokens <= 0 || options.max_batch_seqs <= 0)
     return status{status_code::invalid_argument, "engine limits must be positive"};
-  if (!weights || weights->weight_type() != options.weight_type)
-    return status{status_code::invalid_argument, "the placed weights are not of the engine's weight type"};
+  if (!weights) return status{status_code::invalid_argument, "no placed weights"};
   std::unique_ptr<engine> e(new engine());
   e->weights_ = std::move(weights);
   e->device_ = &device;
@@ -373,8 +371,7 @@ status engine::classify() {
   // Logits only for the rows that sample: the classifier is the largest matrix of a small model.
   ILLM_RETURN_IF_ERROR(device_->gather_rows(x_, size_t(c.dim), sample_rows_dev_, n, c.dim, xb_, size_t(c.dim)));
   ILLM_RETURN_IF_ERROR(device_->rmsnorm(xb_, size_t(c.dim), weights_->rms_final(), n, c.dim, c.norm_eps, xb_, size_t(c.dim)));
-  ILLM_RETURN_IF_ERROR(device_->gemm(xb_, size_t(c.dim), n, c.dim, weights_->classifier(), options_.weight_type, size_t(c.dim),
-                                     c.vocab_size, logits_, size_t(c.vocab_size), false));
+  ILLM_RETURN_IF_ERROR(project(xb_, size_t(c.dim), n, c.dim, weights_->classifier(), logits_, size_t(c.vocab_size), false));
   return status::ok();
 }
 
@@ -393,6 +390,17 @@ status engine::copy_logits(int i, float* host) const {
   return device_->download(host, logits_ + size_t(i) * vocab, vocab * sizeof(float));
 }
 
+status engine::project(const float* x, size_t ldx, int m, int k, const packed_matrix& w, float* y, size_t ldy,
+                       bool accumulate) {
+  int row = 0;
+  for (int i = 0; i < w.n_parts; ++i) {
+    const matrix_part& p = w.parts[size_t(i)];
+    ILLM_RETURN_IF_ERROR(device_->gemm(x, ldx, m, k, p.data, p.type, size_t(k), p.rows, y + row, ldy, accumulate));
+    row += p.rows;
+  }
+  return status::ok();
+}
+
 status engine::layer_front(int layer, int lane, const kv_pools& pools, attention_router* router) {
   const model_config& c = config();
   const device_weights::layer& w = weights_->at(layer);
@@ -401,8 +409,7 @@ status engine::layer_front(int layer, int lane, const kv_pools& pools, attention
   const int m = span.r1 - span.r0, hd = c.head_dim();
   float* qkv = qkv_ + r0 * ld_qkv;
   ILLM_RETURN_IF_ERROR(device_->rmsnorm(x_ + r0 * d, d, w.rms_att, m, c.dim, c.norm_eps, xb_ + r0 * d, d));
-  ILLM_RETURN_IF_ERROR(device_->gemm(xb_ + r0 * d, d, m, c.dim, w.wqkv, options_.weight_type, d, int(ld_qkv), qkv,
-                                     ld_qkv, false));
+  ILLM_RETURN_IF_ERROR(project(xb_ + r0 * d, d, m, c.dim, w.wqkv, qkv, ld_qkv, false));
   if (w.bqkv) ILLM_RETURN_IF_ERROR(device_->add_bias(qkv, ld_qkv, m, int(ld_qkv), w.bqkv));
   if (w.q_norm) {
     ILLM_RETURN_IF_ERROR(device_->head_rmsnorm(qkv, ld_qkv, m, c.n_heads, hd, w.q_norm, c.norm_eps));
@@ -442,14 +449,13 @@ status engine::layer_back(int layer, int lane, attention_router* router) {
   const lane_span& span = lanes_[size_t(lane)];
   const size_t d = c.dim, q = c.q_dim(), h = c.hidden_dim, r0 = size_t(span.r0);
   const int m = span.r1 - span.r0;
-  const dtype wt = options_.weight_type;
   float *x = x_ + r0 * d, *xb = xb_ + r0 * d, *h13 = h13_ + r0 * 2 * h, *hb = hb_ + r0 * h;
   ILLM_RETURN_IF_ERROR(end_attention(lane, router));
-  ILLM_RETURN_IF_ERROR(device_->gemm(att_ + r0 * q, q, m, int(q), w.wo, wt, q, c.dim, x, d, true));
+  ILLM_RETURN_IF_ERROR(project(att_ + r0 * q, q, m, int(q), w.wo, x, d, true));
   ILLM_RETURN_IF_ERROR(device_->rmsnorm(x, d, w.rms_ffn, m, c.dim, c.norm_eps, xb, d));
-  ILLM_RETURN_IF_ERROR(device_->gemm(xb, d, m, c.dim, w.w13, wt, d, int(2 * h), h13, 2 * h, false));
+  ILLM_RETURN_IF_ERROR(project(xb, d, m, c.dim, w.w13, h13, 2 * h, false));
   ILLM_RETURN_IF_ERROR(device_->silu_mul(h13, h13 + h, 2 * h, m, int(h), hb, h));
-  return device_->gemm(hb, h, m, int(h), w.w2, wt, h, c.dim, x, d, true);
+  return project(hb, h, m, int(h), w.w2, x, d, true);
 }
 
 status engine::step(std::span<const batch_entry> batch, const kv_pools& pools, attention_router* router) {
@@ -466,7 +472,8 @@ status engine::step(std::span<const batch_entry> batch, const kv_pools& pools, a
   ILLM_RETURN_IF_ERROR(plan(pools));
   const int m = int(tokens_.size());
   if (m == 0) return status::ok();
-  ILLM_RETURN_IF_ERROR(device_->embed(tokens_dev_, m, weights_->embedding(), c.dim, x_, size_t(c.dim)));
+  const matrix_part& table = weights_->embedding();
+  ILLM_RETURN_IF_ERROR(device_->embed(tokens_dev_, m, table.data, table.type, c.dim, x_, size_t(c.dim)));
   ILLM_RETURN_IF_ERROR(device_->rope_table(pos_dev_, m, c.head_dim(), c.rope(), rope_));
   // Each lane's layer is sent off to the holders before the other lane's is finished: while they attend
   // one lane's queries, this device runs the other's dense layers. One lane runs the layers in turn.

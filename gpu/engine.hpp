@@ -45,8 +45,7 @@ struct kv_pools {
 struct engine_options {
   int max_batch_tokens = 512;      ///< tokens per step (prefill chunk + decode tokens)
   int max_batch_seqs = 256;        ///< sequences per step
-  dtype kv_type = dtype::f32;      ///< element type of the KV pools the engine reads and writes
-  dtype weight_type = dtype::f32;  ///< the matrices' type on the device (the cpu backend takes f32 only)
+  dtype kv_type = dtype::f32;  ///< element type of the KV pools the engine reads and writes
   /// A step of at least this many tokens whose queries attend blocks held elsewhere runs as two
   /// micro-batches (lanes): the holders attend one lane's queries while the engine runs the other's dense
   /// layers, so a long prefill's dense and remote attention overlap (0: never). Below a few hundred
@@ -71,8 +70,7 @@ class engine {
   /// Places the weights on `device` for this engine alone (packed projections); `device` must outlive the engine.
   static result<std::unique_ptr<engine>> create(std::shared_ptr<const model_weights> weights, backend& device,
                                                 const engine_options& options);
-  /// Runs on weights already placed on `device`'s GPU (shared with other engines there); their weight type
-  /// must be options.weight_type.
+  /// Runs on weights already placed on `device`'s GPU (shared with other engines there).
   static result<std::unique_ptr<engine>> create(std::shared_ptr<const device_weights> weights, backend& device,
                                                 const engine_options& options);
 
@@ -136,6 +134,9 @@ class engine {
   void split_into_lanes(std::span<const batch_entry> batch, bool overlap);
   status plan(const kv_pools& pools);
   /// A lane's layer up to its attention: norm, QKV, RoPE, new KV stored, remote jobs sent, local attention.
+  /// y (+)= x w^T over the packed matrix's parts, each into its own columns of y. x [m][k]; y [m][rows of w].
+  status project(const float* x, size_t ldx, int m, int k, const packed_matrix& w, float* y, size_t ldy,
+                 bool accumulate);
   status layer_front(int layer, int lane, const kv_pools& pools, attention_router* router);
   /// The rest of a lane's layer: the partials merged, output projection and feed-forward.
   status layer_back(int layer, int lane, attention_router* router);

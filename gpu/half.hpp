@@ -71,12 +71,12 @@ inline float round_to(dtype type, float value) {
   switch (type) {
     case dtype::f16: return f16_to_float(float_to_f16(value));
     case dtype::bf16: return bf16_to_float(float_to_bf16(value));
-    case dtype::f32: break;
+    default: break;
   }
   return value;
 }
 
-/// Converts n floats to `type` (2 bytes each for f16 and bf16, a copy for f32) into out.
+/// Converts n floats to `type` (2 bytes each for f16 and bf16, a copy for f32; not a block type) into out.
 inline void convert_floats(const float* in, size_t n, dtype type, void* out) {
   if (type == dtype::f32) {
     std::memcpy(out, in, n * sizeof(float));

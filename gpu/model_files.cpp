@@ -122,7 +122,7 @@ result<loaded_model> load_gguf_file(const fs::path& path, const load_options& op
   if (!model.is_ok()) return model.error();
   auto vocab = load_gguf_tokenizer(file.value(), model.value());
   if (!vocab.is_ok()) return vocab.error();
-  auto weights = load_gguf_weights(file.value(), model.value());
+  auto weights = load_gguf_weights(file.value(), model.value(), options.weight_type);
   if (!weights.is_ok()) return weights.error();
   loaded_model m;
   m.name = path.filename().string();
@@ -155,7 +155,7 @@ result<loaded_model> load_hf_folder(const fs::path& folder, const load_options& 
     return status{status_code::io_error, text::format("{}: no tokenizer.json", folder.string())};
   auto vocab = hf_tokenizer::load(folder.string(), model->config.vocab_size);
   if (!vocab.is_ok()) return vocab.error();
-  auto weights = load_hf_weights(folder.string(), model.value());
+  auto weights = load_hf_weights(folder.string(), model.value(), options.weight_type);
   if (!weights.is_ok()) return weights.error();
   loaded_model m;
   const fs::path normal = folder.lexically_normal();
@@ -210,6 +210,10 @@ result<loaded_model> load_model(const std::string& name_or_path, const load_opti
   if (!paths.is_ok()) return paths.error();
   auto weights = load_llama2c(paths->checkpoint);
   if (!weights.is_ok()) return weights.error();
+  if (options.weight_type && *options.weight_type != dtype::f32) {
+    weights = convert_weights(weights.value(), *options.weight_type);
+    if (!weights.is_ok()) return weights.error();
+  }
   auto vocab = llama2c_tokenizer::load(paths->tokenizer, weights->config().vocab_size);
   if (!vocab.is_ok()) return vocab.error();
   loaded_model m;

@@ -46,6 +46,7 @@ struct loaded_model {
 /// How to load a model.
 struct load_options {
   std::string chat_template_file;  ///< a Jinja file that replaces the model's chat template (empty: the model's)
+  std::optional<dtype> weight_type;  ///< every matrix converted to this type on load (none: as the file stores it)
 };
 
 /// Resolves and loads a model: weights, vocabulary and chat template (tokenizer_config.json's chat_template, or a

@@ -1,53 +1,96 @@
 #include "gpu/weights.hpp"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
+#include "gpu/quant/blocks.hpp"
 #include "gpu/text.hpp"
 
 namespace illm::gpu {
 
-result<model_weights> model_weights::allocate(const model_config& config, bool shared_classifier) {
+namespace {
+
+/// One tensor of the layout: its name, shape and role, and where its pointer goes.
+struct slot {
+  std::string name;
+  uint64_t rows = 0, cols = 1;
+  tensor_role role = tensor_role::matrix;
+  float** vector = nullptr;          // norms and biases (fp32)
+  weight_matrix* matrix = nullptr;  // matrices
+};
+
+/// The layout in storage order: embedding; per layer rms_att, wq wk wv, bq bk bv, q_norm, k_norm, wo, rms_ffn, w1
+/// w3, w2; final norm; classifier. Absent options and a shared classifier are left out.
+std::vector<slot> layout(const model_config& c, bool shared_classifier, weight_matrix& embedding, float*& rms_final,
+                         weight_matrix& classifier, std::vector<layer_weights>& layers) {
+  const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
+  std::vector<slot> s;
+  s.push_back({"token_embedding", uint64_t(c.vocab_size), d, tensor_role::embedding, nullptr, &embedding});
+  for (int l = 0; l < c.n_layers; ++l) {
+    layer_weights& t = layers[size_t(l)];
+    const auto name = [l](const char* kind) { return text::format("layers.{}.{}", l, kind); };
+    s.push_back({name("rms_att"), d, 1, tensor_role::norm, &t.rms_att});
+    s.push_back({name("wq"), q, d, tensor_role::matrix, nullptr, &t.wq});
+    s.push_back({name("wk"), kv, d, tensor_role::matrix, nullptr, &t.wk});
+    s.push_back({name("wv"), kv, d, tensor_role::matrix, nullptr, &t.wv});
+    if (c.qkv_bias) {
+      s.push_back({name("bq"), q, 1, tensor_role::bias, &t.bq});
+      s.push_back({name("bk"), kv, 1, tensor_role::bias, &t.bk});
+      s.push_back({name("bv"), kv, 1, tensor_role::bias, &t.bv});
+    }
+    if (c.qk_norm) {
+      s.push_back({name("q_norm"), hd, 1, tensor_role::norm, &t.q_norm});
+      s.push_back({name("k_norm"), hd, 1, tensor_role::norm, &t.k_norm});
+    }
+    s.push_back({name("wo"), d, q, tensor_role::matrix, nullptr, &t.wo});
+    s.push_back({name("rms_ffn"), d, 1, tensor_role::norm, &t.rms_ffn});
+    s.push_back({name("w1"), h, d, tensor_role::matrix, nullptr, &t.w1});
+    s.push_back({name("w3"), h, d, tensor_role::matrix, nullptr, &t.w3});
+    s.push_back({name("w2"), d, h, tensor_role::matrix, nullptr, &t.w2});
+  }
+  s.push_back({"rms_final", d, 1, tensor_role::norm, &rms_final});
+  if (!shared_classifier) s.push_back({"classifier", uint64_t(c.vocab_size), d, tensor_role::matrix, nullptr, &classifier});
+  return s;
+}
+
+/// Tensors start 4-byte aligned (fp32 vectors follow block matrices of any size).
+uint64_t padded(uint64_t bytes) { return (bytes + 3) / 4 * 4; }
+
+}  // namespace
+
+result<model_weights> model_weights::allocate(const model_config& config, bool shared_classifier,
+                                              const matrix_types& types) {
   ILLM_RETURN_IF_ERROR(config.validate());
   model_weights w;
   w.config_ = config;
   w.shared_classifier_ = shared_classifier;
-  w.size_ = config.parameter_count(shared_classifier);
-  w.storage_.reset(static_cast<float*>(host_alloc(w.size_ * sizeof(float))));
+  w.layers_.resize(size_t(config.n_layers));
+  const std::vector<slot> slots = layout(config, shared_classifier, w.token_embedding_, w.rms_final_, w.classifier_,
+                                         w.layers_);
+  std::vector<dtype> type_of;
+  for (const slot& s : slots) {
+    const auto it = types.find(s.name);
+    const dtype t = s.matrix && it != types.end() ? it->second : dtype::f32;
+    if (s.cols % block_elements(t) != 0)
+      return status{status_code::invalid_argument,
+                    text::format("{} ({} x {}) cannot be held in {}: its rows are not whole blocks of {}", s.name,
+                                 s.rows, s.cols, to_string(t), block_elements(t))};
+    type_of.push_back(t);
+    w.bytes_ += padded(stored_bytes(t, s.rows * s.cols));
+  }
+  w.storage_.reset(static_cast<uint8_t*>(host_alloc(w.bytes_)));
   if (!w.storage_)
     return status{status_code::out_of_memory,
-                  text::format("cannot allocate {:.1f} GiB of weights", w.size_ * 4.0 / (1u << 30))};
-
-  // Storage order: embedding; per layer rms_att, wq wk wv, bq bk bv, q_norm, k_norm, wo, rms_ffn, w1 w3, w2;
-  // final norm; classifier.
-  const uint64_t d = config.dim, h = config.hidden_dim, q = config.q_dim(), kv = config.kv_dim();
-  const uint64_t hd = config.head_dim(), vocab = config.vocab_size;
-  float* p = w.storage_.get();
-  auto take = [&p](uint64_t floats, bool present = true) {
-    float* at = present ? p : nullptr;
-    if (present) p += floats;
-    return at;
-  };
-  w.token_embedding_ = take(vocab * d);
-  w.layers_.resize(size_t(config.n_layers));
-  for (layer_weights& l : w.layers_) {
-    l.rms_att = take(d);
-    l.wq = take(q * d);
-    l.wk = take(kv * d);
-    l.wv = take(kv * d);
-    l.bq = take(q, config.qkv_bias);
-    l.bk = take(kv, config.qkv_bias);
-    l.bv = take(kv, config.qkv_bias);
-    l.q_norm = take(hd, config.qk_norm);
-    l.k_norm = take(hd, config.qk_norm);
-    l.wo = take(d * q);
-    l.rms_ffn = take(d);
-    l.w1 = take(h * d);
-    l.w3 = take(h * d);
-    l.w2 = take(d * h);
+                  text::format("cannot allocate {:.1f} GiB of weights", double(w.bytes_) / double(1u << 30))};
+  uint8_t* p = w.storage_.get();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const slot& s = slots[i];
+    if (s.matrix) *s.matrix = {p, type_of[i]};
+    else *s.vector = reinterpret_cast<float*>(p);
+    p += padded(stored_bytes(type_of[i], s.rows * s.cols));
   }
-  w.rms_final_ = take(d);
-  w.classifier_ = shared_classifier ? w.token_embedding_ : take(vocab * d);
+  if (shared_classifier) w.classifier_ = w.token_embedding_;
   return w;
 }
 
@@ -55,33 +98,56 @@ std::vector<tensor_view> model_weights::tensors() const {
   const model_config& c = config_;
   const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
   std::vector<tensor_view> out;
-  auto stack = [&](const char* kind, float* layer_weights::*member, uint64_t size, uint64_t fan_in,
-                   tensor_role role) {
-    for (int l = 0; l < c.n_layers; ++l)
-      out.push_back({text::format("layers.{}.{}", l, kind), layers_[size_t(l)].*member, size, fan_in, role});
+  auto matrices = [&](const char* kind, weight_matrix layer_weights::*member, uint64_t rows, uint64_t cols) {
+    for (int l = 0; l < c.n_layers; ++l) {
+      const weight_matrix& m = layers_[size_t(l)].*member;
+      out.push_back({text::format("layers.{}.{}", l, kind), m.data, m.type, rows * cols, cols, tensor_role::matrix});
+    }
   };
-  out.push_back({"token_embedding", token_embedding_, uint64_t(c.vocab_size) * d, d, tensor_role::embedding});
-  stack("rms_att", &layer_weights::rms_att, d, 0, tensor_role::norm);
-  stack("wq", &layer_weights::wq, q * d, d, tensor_role::matrix);
-  stack("wk", &layer_weights::wk, kv * d, d, tensor_role::matrix);
-  stack("wv", &layer_weights::wv, kv * d, d, tensor_role::matrix);
-  stack("wo", &layer_weights::wo, d * q, q, tensor_role::matrix);
-  stack("rms_ffn", &layer_weights::rms_ffn, d, 0, tensor_role::norm);
-  stack("w1", &layer_weights::w1, h * d, d, tensor_role::matrix);
-  stack("w2", &layer_weights::w2, d * h, h, tensor_role::matrix);
-  stack("w3", &layer_weights::w3, h * d, d, tensor_role::matrix);
-  out.push_back({"rms_final", rms_final_, d, 0, tensor_role::norm});
-  if (!shared_classifier_) out.push_back({"classifier", classifier_, uint64_t(c.vocab_size) * d, d, tensor_role::matrix});
+  auto vectors = [&](const char* kind, float* layer_weights::*member, uint64_t size, tensor_role role) {
+    for (int l = 0; l < c.n_layers; ++l)
+      out.push_back({text::format("layers.{}.{}", l, kind), reinterpret_cast<uint8_t*>(layers_[size_t(l)].*member),
+                     dtype::f32, size, 1, role});
+  };
+  const uint64_t vocab = uint64_t(c.vocab_size);
+  out.push_back({"token_embedding", token_embedding_.data, token_embedding_.type, vocab * d, d, tensor_role::embedding});
+  vectors("rms_att", &layer_weights::rms_att, d, tensor_role::norm);
+  matrices("wq", &layer_weights::wq, q, d);
+  matrices("wk", &layer_weights::wk, kv, d);
+  matrices("wv", &layer_weights::wv, kv, d);
+  matrices("wo", &layer_weights::wo, d, q);
+  vectors("rms_ffn", &layer_weights::rms_ffn, d, tensor_role::norm);
+  matrices("w1", &layer_weights::w1, h, d);
+  matrices("w2", &layer_weights::w2, d, h);
+  matrices("w3", &layer_weights::w3, h, d);
+  out.push_back({"rms_final", reinterpret_cast<uint8_t*>(rms_final_), dtype::f32, d, 1, tensor_role::norm});
+  if (!shared_classifier_)
+    out.push_back({"classifier", classifier_.data, classifier_.type, vocab * d, d, tensor_role::matrix});
   if (c.qkv_bias) {
-    stack("bq", &layer_weights::bq, q, 0, tensor_role::bias);
-    stack("bk", &layer_weights::bk, kv, 0, tensor_role::bias);
-    stack("bv", &layer_weights::bv, kv, 0, tensor_role::bias);
+    vectors("bq", &layer_weights::bq, q, tensor_role::bias);
+    vectors("bk", &layer_weights::bk, kv, tensor_role::bias);
+    vectors("bv", &layer_weights::bv, kv, tensor_role::bias);
   }
   if (c.qk_norm) {
-    stack("q_norm", &layer_weights::q_norm, hd, 0, tensor_role::norm);
-    stack("k_norm", &layer_weights::k_norm, hd, 0, tensor_role::norm);
+    vectors("q_norm", &layer_weights::q_norm, hd, tensor_role::norm);
+    vectors("k_norm", &layer_weights::k_norm, hd, tensor_role::norm);
   }
   return out;
+}
+
+matrix_types model_weights::types() const {
+  matrix_types out;
+  for (const tensor_view& t : tensors())
+    if (t.role == tensor_role::matrix || t.role == tensor_role::embedding) out[t.name] = t.type;
+  return out;
+}
+
+std::string model_weights::describe_types() const {
+  std::map<dtype, int> counts;
+  for (const auto& [name, type] : types()) ++counts[type];
+  std::string out;
+  for (const auto& [type, count] : counts) out += text::format("{}{} {}", out.empty() ? "" : ", ", to_string(type), count);
+  return out + " matrices";
 }
 
 namespace {
@@ -116,11 +182,42 @@ result<model_weights> synthetic_weights(const model_config& config, uint64_t see
     const bool is_norm = t.role == tensor_role::norm;
     const float scale = is_norm || t.role == tensor_role::bias ? 0.1f
                         : t.role == tensor_role::embedding     ? 1.0f
-                                                               : float(std::sqrt(3.0 / double(t.fan_in)));
+                                                               : float(std::sqrt(3.0 / double(t.cols)));
     const float offset = is_norm ? 1.0f : 0.0f;
-    for (uint64_t i = 0; i < t.size; ++i) t.data[i] = offset + scale * rng.next_signed();
+    float* data = t.f32();
+    for (uint64_t i = 0; i < t.size; ++i) data[i] = offset + scale * rng.next_signed();
   }
   return allocated;
+}
+
+dtype matrix_type_for(dtype wanted, uint64_t cols) {
+  if (cols % block_elements(wanted) == 0) return wanted;
+  const dtype fallback = wanted == dtype::q4_k ? dtype::q5_0 : wanted == dtype::q6_k ? dtype::q8_0 : dtype::f32;
+  return cols % block_elements(fallback) == 0 ? fallback : dtype::f32;
+}
+
+result<model_weights> convert_weights(const model_weights& weights, dtype wanted) {
+  matrix_types types;
+  for (const tensor_view& t : weights.tensors())
+    if (t.role == tensor_role::matrix || t.role == tensor_role::embedding) types[t.name] = matrix_type_for(wanted, t.cols);
+  auto converted = model_weights::allocate(weights.config(), weights.shared_classifier(), types);
+  if (!converted.is_ok()) return converted.error();
+  const std::vector<tensor_view> from = weights.tensors(), to = converted->tensors();
+  std::vector<float> row;
+  for (size_t i = 0; i < from.size(); ++i) {
+    const tensor_view &a = from[i], &b = to[i];
+    if (a.type == b.type) {
+      std::memcpy(b.data, a.data, a.bytes());
+      continue;
+    }
+    row.resize(a.cols);
+    const size_t in_row = row_bytes(a.type, a.cols), out_row = row_bytes(b.type, b.cols);
+    for (uint64_t r = 0; r < a.size / a.cols; ++r) {
+      dequantize(a.type, a.data + r * in_row, a.cols, row.data());
+      quantize(b.type, row.data(), b.cols, b.data + r * out_row);
+    }
+  }
+  return converted;
 }
 
 }  // namespace illm::gpu

@@ -1,37 +1,49 @@
 #pragma once
-// Host-side fp32 weights of a LLaMA-family model, from a file or generated from a seed for any shape. Each
-// layer's tensors lie together, with the projections that read the same input side by side (wq, wk, wv rows
-// one matrix; w1 then w3), so a backend that computes in host fp32 reads them in place.
+// Host-side weights of a LLaMA-family model, from a file or generated from a seed for any shape. Matrices (the
+// embedding and classifier among them) are held in a type of their own each (fp32, 16-bit or GGUF's block types,
+// as a file stores them or as --weight-type asks); norms and biases in fp32. Each layer's tensors lie together, with
+// the projections that read the same input side by side (wq, wk, wv; w1 then w3), so a backend that computes on the
+// host reads them in place.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "gpu/dtype.hpp"
 #include "gpu/host_memory.hpp"
 #include "gpu/model_config.hpp"
 #include "gpu/status.hpp"
 
 namespace illm::gpu {
 
-/// Pointers to one layer's tensors; matrices are row-major [out][in]. Within a layer wq, wk and wv follow one
-/// another, as do bq, bk and bv, and w1 and w3. RoPE rotates adjacent pairs (2i, 2i + 1) of a head's q and k:
-/// a checkpoint that pairs i with i + head_dim / 2 (Hugging Face's rotate_half) is permuted on load.
+/// A row-major matrix [rows][cols] in `type`: rows of whole blocks for a block type.
+struct weight_matrix {
+  uint8_t* data = nullptr;
+  dtype type = dtype::f32;
+  /// The data as floats when the type is f32, else nullptr.
+  float* f32() const { return type == dtype::f32 ? reinterpret_cast<float*>(data) : nullptr; }
+};
+
+/// One layer's tensors; matrices are [out][in]. Within a layer wq, wk and wv follow one another, as do bq, bk and
+/// bv, and w1 and w3. RoPE rotates adjacent pairs (2i, 2i + 1) of a head's q and k: a checkpoint that pairs i with
+/// i + head_dim / 2 (Hugging Face's rotate_half) is permuted on load.
 struct layer_weights {
   float* rms_att = nullptr;  ///< [dim]
-  float* wq = nullptr;       ///< [q_dim][dim]
-  float* wk = nullptr;       ///< [kv_dim][dim]
-  float* wv = nullptr;       ///< [kv_dim][dim]
+  weight_matrix wq;          ///< [q_dim][dim]
+  weight_matrix wk;          ///< [kv_dim][dim]
+  weight_matrix wv;          ///< [kv_dim][dim]
   float* bq = nullptr;       ///< [q_dim] when qkv_bias
   float* bk = nullptr;       ///< [kv_dim] when qkv_bias
   float* bv = nullptr;       ///< [kv_dim] when qkv_bias
   float* q_norm = nullptr;   ///< [head_dim] when qk_norm
   float* k_norm = nullptr;   ///< [head_dim] when qk_norm
-  float* wo = nullptr;       ///< [dim][q_dim]
+  weight_matrix wo;          ///< [dim][q_dim]
   float* rms_ffn = nullptr;  ///< [dim]
-  float* w1 = nullptr;       ///< [hidden_dim][dim] (gate)
-  float* w3 = nullptr;       ///< [hidden_dim][dim] (up)
-  float* w2 = nullptr;       ///< [dim][hidden_dim] (down)
+  weight_matrix w1;          ///< [hidden_dim][dim] (gate)
+  weight_matrix w3;          ///< [hidden_dim][dim] (up)
+  weight_matrix w2;          ///< [dim][hidden_dim] (down)
 };
 
 /// What a tensor is, for initialisation.
@@ -40,46 +52,67 @@ enum class tensor_role : uint8_t { matrix, norm, bias, embedding };
 /// One named tensor inside model_weights' buffer.
 struct tensor_view {
   std::string name;  ///< e.g. "layers.3.wq"
-  float* data = nullptr;
-  uint64_t size = 0;    ///< floats
-  uint64_t fan_in = 0;  ///< input width of a matrix; 0 otherwise
+  uint8_t* data = nullptr;
+  dtype type = dtype::f32;
+  uint64_t size = 0;    ///< elements
+  uint64_t cols = 1;    ///< row length: the input width of a matrix, 1 for a vector
   tensor_role role = tensor_role::matrix;
+  /// The data as floats when the type is f32, else nullptr.
+  float* f32() const { return type == dtype::f32 ? reinterpret_cast<float*>(data) : nullptr; }
+  /// Bytes the tensor takes.
+  uint64_t bytes() const { return stored_bytes(type, size); }
 };
 
-/// A model's weights in one fp32 buffer.
+/// The type of each matrix by tensor name ("layers.3.wq", "token_embedding", "classifier"); f32 for a name it
+/// lacks.
+using matrix_types = std::map<std::string, dtype>;
+
+/// A model's weights in one buffer.
 class model_weights {
  public:
-  /// Allocates storage for `config` (not initialised) and points every tensor into it.
-  static result<model_weights> allocate(const model_config& config, bool shared_classifier);
+  /// Allocates storage for `config` (not initialised), matrices in `types`, and points every tensor into it. A type
+  /// whose blocks do not tile a matrix's rows is refused.
+  static result<model_weights> allocate(const model_config& config, bool shared_classifier,
+                                        const matrix_types& types = {});
 
   const model_config& config() const { return config_; }
   bool shared_classifier() const { return shared_classifier_; }
-  const float* token_embedding() const { return token_embedding_; }  ///< [vocab][dim]
-  const float* rms_final() const { return rms_final_; }              ///< [dim]
-  const float* classifier() const { return classifier_; }            ///< [vocab][dim]
+  const weight_matrix& token_embedding() const { return token_embedding_; }  ///< [vocab][dim]
+  const float* rms_final() const { return rms_final_; }                      ///< [dim]
+  const weight_matrix& classifier() const { return classifier_; }            ///< [vocab][dim]
   const layer_weights& layer(int l) const { return layers_[l]; }
 
   /// Every tensor in llama2.c's checkpoint order (embedding, per-kind layer stacks, final norm, the classifier
   /// only when it is separate), then the stacks of the options (bq, bk, bv; q_norm, k_norm) when present.
   std::vector<tensor_view> tensors() const;
+  /// The types of this model's matrices, by name.
+  matrix_types types() const;
+  /// How many matrices each type holds, for logs: "q4_k 113, q6_k 16".
+  std::string describe_types() const;
 
-  /// The whole buffer.
-  const float* data() const { return storage_.get(); }
-  uint64_t size() const { return size_; }
+  /// The whole buffer, and its bytes.
+  const uint8_t* data() const { return storage_.get(); }
+  uint64_t bytes() const { return bytes_; }
 
  private:
   model_config config_;
   bool shared_classifier_ = true;
-  host_array<float> storage_;
-  uint64_t size_ = 0;
-  float* token_embedding_ = nullptr;
+  host_array<uint8_t> storage_;
+  uint64_t bytes_ = 0;
+  weight_matrix token_embedding_;
   float* rms_final_ = nullptr;
-  float* classifier_ = nullptr;
+  weight_matrix classifier_;
   std::vector<layer_weights> layers_;
 };
 
-/// Weights drawn from a seeded generator: the same seed and shape give the same bits everywhere.
-result<model_weights> synthetic_weights(const model_config& config, uint64_t seed,
-                                        bool shared_classifier = true);
+/// Weights drawn from a seeded generator (fp32): the same seed and shape give the same bits everywhere.
+result<model_weights> synthetic_weights(const model_config& config, uint64_t seed, bool shared_classifier = true);
+
+/// The type a matrix of rows `cols` long is held in when `wanted` is asked for: `wanted` where its blocks tile the
+/// rows; else, as llama.cpp's quantizer does, q5_0 for q4_k and q8_0 for q6_k where blocks of 32 tile them; else f32.
+dtype matrix_type_for(dtype wanted, uint64_t cols);
+
+/// The same weights with every matrix held in `wanted` (matrix_type_for each), converted through fp32.
+result<model_weights> convert_weights(const model_weights& weights, dtype wanted);
 
 }  // namespace illm::gpu

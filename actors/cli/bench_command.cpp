@@ -15,6 +15,7 @@
 
 #include "actors/cli/bench_migration.hpp"
 #include "actors/cli/commands.hpp"
+#include "actors/cli/type_flags.hpp"
 #include "actors/frontend/trace_replay.hpp"
 #include "gpu/bench/bench_engine.hpp"
 #ifdef ILLM_HAVE_CUDA
@@ -29,6 +30,7 @@ namespace {
 struct bench_flags {
   std::string backend = "cpu";       ///< cpu, or cuda (the figures of illm-gpu-bench)
   std::string model = "stories15M";  ///< of the decode and prefill figures
+  std::string weight_type;           ///< --weight-type (empty: as stored)
   int threads = 2;                   ///< CPU threads (the memory bandwidth sum uses as many)
   bool json = false;
 };
@@ -172,6 +174,7 @@ void run_bench_engine(const bench_flags& f) {
   if (f.backend != "cpu") fail("unknown --backend '" + f.backend + "' (cpu or cuda)", 2);
   gpu::bench_engine_options options;
   options.model = f.model;
+  options.weight_type = weight_type_of(f.weight_type, "bench engine");
   options.threads = f.threads;
   const auto start = std::chrono::steady_clock::now();
   if (!f.json)
@@ -349,6 +352,7 @@ void add_bench_command(CLI::App& app) {
       "engine", "Decode/prefill throughput, MicroAttention bandwidth, DistAttention vs its alternatives");
   engine->add_option("--backend", flags->backend, "cpu, or cuda (the figures of illm-gpu-bench)")->capture_default_str();
   engine->add_option("--model", flags->model, "Model of the decode and prefill figures (cpu)")->capture_default_str();
+  add_weight_type_flag(*engine, flags->weight_type);
   engine->add_option("--threads", flags->threads, "CPU threads (the memory bandwidth sum uses as many)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();

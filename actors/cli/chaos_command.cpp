@@ -14,6 +14,7 @@
 #include "actors/chaos/chaos.hpp"
 #include "actors/cli/backend_flag.hpp"
 #include "actors/cli/commands.hpp"
+#include "actors/cli/type_flags.hpp"
 #include "gpu/model_files.hpp"
 
 namespace illm::cli {
@@ -21,6 +22,7 @@ namespace illm::cli {
 namespace {
 
 struct chaos_flags {
+  std::string weight_type;  // --weight-type; empty: as stored
   int seeds = 0;        // runs in all, round-robin over the scenarios (0: one per scenario)
   int64_t seed = -1;    // one seed for each scenario chosen (-1: seeds 1..N)
   std::string scenario;  // empty: all
@@ -119,7 +121,7 @@ void run_chaos(const chaos_flags& f) {
       fmt::print(stderr, "{}\n", line);
       std::fflush(stderr);
     };
-  auto model = gpu::load_model(f.model);
+  auto model = gpu::load_model(f.model, {.weight_type = weight_type_of(f.weight_type, "chaos")});
   if (!model.is_ok()) fail(model.error().message());
   const bool terminal = isatty(STDERR_FILENO);
   const auto started = std::chrono::steady_clock::now();
@@ -176,6 +178,7 @@ void add_chaos_command(CLI::App& app) {
       ->excludes(seeds);
   cmd->add_option("--scenario", f->scenario, "Only this scenario (--list names them)");
   cmd->add_option("--model", f->model, "Model name (in $ILLM_MODELS) or path (default stories15M)");
+  add_weight_type_flag(*cmd, f->weight_type);
   cmd->add_option("--instances", f->options.instances, "Instances of the cluster (default 3)")->check(CLI::Range(2, 16));
   cmd->add_option("--kv-blocks-per-instance", f->options.kv_blocks_per_instance,
                   "KV blocks of 16 tokens per instance (default 64)")

@@ -18,6 +18,7 @@
 #include "actors/cli/setting_flags.hpp"
 #include "actors/cli/backend_flag.hpp"
 #include "actors/cli/commands.hpp"
+#include "actors/cli/type_flags.hpp"
 #include "actors/cluster/cluster.hpp"
 #include "actors/cluster/remote_cluster.hpp"
 #include "actors/request.hpp"
@@ -37,8 +38,9 @@ gpu::loaded_model load_model_or_fail(const std::string& model, const gpu::load_o
   if (!loaded.is_ok()) fail(loaded.error().message());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const gpu::model_weights& w = *loaded->weights;
-  fmt::print(stderr, "{}: loaded {}: {:.1f}M parameters, {:.2f} GiB of fp32 weights, in {:.1f} s\n", who, loaded->name,
-             double(w.size()) / 1e6, double(w.size()) * 4.0 / double(1u << 30), seconds);
+  fmt::print(stderr, "{}: loaded {}: {:.1f}M parameters, {:.2f} GiB of weights ({}), in {:.1f} s\n", who, loaded->name,
+             double(w.config().parameter_count(w.shared_classifier())) / 1e6, double(w.bytes()) / double(1u << 30),
+             w.describe_types(), seconds);
   for (const std::string& note : loaded->notes) fmt::print(stderr, "{}: {}\n", who, note);
   return std::move(loaded).value();
 }
@@ -79,6 +81,7 @@ namespace {
 
 struct generate_flags {
   std::string model = "stories15M";
+  std::string weight_type;
   std::string prompt;
   std::string prompt_file;
   int max_tokens = 128;
@@ -281,7 +284,8 @@ void run_generate(const generate_flags& f) {
   if (!f.prompt.empty() && !f.prompt_file.empty()) fail("give --prompt or --prompt-file, not both", 2);
   if (f.instances > 0 && f.kv_pools > 1) fail("give --instances or --kv-pools, not both", 2);
   const std::string prompt = read_prompt(f);
-  const gpu::loaded_model model = load_model_or_fail(f.model, {}, "illm generate");
+  const gpu::loaded_model model =
+      load_model_or_fail(f.model, {.weight_type = weight_type_of(f.weight_type, "generate")}, "illm generate");
 
   gpu::generate_options options;
   options.prompt_ids = model.vocab->encode(prompt, true);
@@ -307,6 +311,7 @@ void add_generate_command(CLI::App& app) {
   auto flags = std::make_shared<generate_flags>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate a continuation of a prompt");
   cmd->add_option("--model", flags->model, "Model name (in $ILLM_MODELS) or path")->capture_default_str();
+  add_weight_type_flag(*cmd, flags->weight_type);
   cmd->add_option("--prompt", flags->prompt, "Prompt text");
   cmd->add_option("--prompt-file", flags->prompt_file, "Read the prompt from a file");
   cmd->add_option("--max-tokens", flags->max_tokens, "Tokens to generate at most")

@@ -32,6 +32,7 @@
 
 #include "actors/cli/backend_flag.hpp"
 #include "actors/cli/commands.hpp"
+#include "actors/cli/type_flags.hpp"
 #include "actors/cli/fault_flags.hpp"
 #include "actors/cli/setting_flags.hpp"
 #include "actors/cli/memory_trim.hpp"
@@ -56,6 +57,7 @@ namespace {
 
 struct instance_flags {
   std::string join;
+  std::string weight_type;
   actors::control_security security;
   std::string listen;  // its control port, HOST:PORT; empty: a free port on the address that reaches the gManager
   std::string faults;  // the fault plan it injects (actors/faults/fault_plan.hpp); empty: none
@@ -401,7 +403,8 @@ void run_instance(const instance_flags& flags) {
   check_tls_options(flags.security, fmt::format("illm instance {}", flags.id));
   (void)fault_plan_of(flags.faults, actors::faults::fault_role::instance);  // a bad spec fails before loading
   const sigset_t stop_signals = block_stop_signals();
-  const gpu::loaded_model model = load_model_or_fail(flags.model, {}, fmt::format("illm instance {}", flags.id));
+  const gpu::loaded_model model = load_model_or_fail(
+      flags.model, {.weight_type = weight_type_of(flags.weight_type, "instance")}, fmt::format("illm instance {}", flags.id));
 
   auto cfg = actors::networked_config();
   caf::actor_system sys{*cfg};
@@ -437,6 +440,7 @@ void add_instance_command(CLI::App& app) {
                    "port on the address that reaches the gManager)");
   icmd->add_option("--id", f->id, "This instance's id, unique in the cluster (default 0)")->check(CLI::Range(0, 4095));
   icmd->add_option("--model", f->model, "Model name (in $ILLM_MODELS) or path (default stories15M)");
+  add_weight_type_flag(*icmd, f->weight_type);
   icmd->add_option("--ucx-tls", f->ucx_tls, "UCX_TLS of the data plane (default tcp)");
   icmd->add_option("--ucx-net-devices", f->ucx_net_devices, "UCX_NET_DEVICES of the data plane (default lo)");
   icmd->add_option("--drain-timeout-s", f->drain_timeout_s, "On SIGTERM, how long to wait to be idle (default 30)")

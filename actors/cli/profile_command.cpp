@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/cli/commands.hpp"
+#include "actors/cli/type_flags.hpp"
 #include "actors/placement/profiler.hpp"
 #include "gpu/backend_registry.hpp"
 
@@ -20,6 +21,7 @@ namespace {
 
 struct profile_flags {
   std::string model = "stories15M";
+  std::string weight_type;
   std::string backend = "cpu";
   int threads = 0;
   std::string out = "profile.json";
@@ -109,7 +111,7 @@ void print_validation(const profile_flags& f, const actors::placement::profile& 
 }
 
 void run_profile(const profile_flags& f) {
-  auto model = gpu::load_model(f.model);
+  auto model = gpu::load_model(f.model, {.weight_type = weight_type_of(f.weight_type, "profile")});
   if (!model.is_ok()) fail(model.error().message());
   auto device = gpu::make_backend(f.backend, f.threads);
   if (!device.is_ok()) fail(device.error().message());
@@ -133,6 +135,7 @@ void add_profile_command(CLI::App& app) {
   auto flags = std::make_shared<profile_flags>();
   CLI::App* cmd = app.add_subcommand("profile", "Measure the performance model on a backend (or --validate one)");
   cmd->add_option("--model", flags->model, "Model to run")->capture_default_str();
+  add_weight_type_flag(*cmd, flags->weight_type);
   cmd->add_option("--backend", flags->backend, "Backend to measure")->capture_default_str();
   cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--out", flags->out, "Where the profile is written")->capture_default_str();

@@ -11,6 +11,7 @@
 
 #include "actors/cli/backend_flag.hpp"
 #include "actors/cli/commands.hpp"
+#include "actors/cli/type_flags.hpp"
 #include "actors/cli/fault_flags.hpp"
 #include "actors/cli/setting_flags.hpp"
 #include "actors/cli/memory_trim.hpp"
@@ -31,7 +32,7 @@ namespace {
 /// Flags given on the command line; each overrides the config file.
 struct serve_flags {
   std::string config;
-  std::string model, served_model_name, chat_template, host, metrics_prefix, gmanager, policy, profile, faults, backend,
+  std::string model, served_model_name, chat_template, weight_type, host, metrics_prefix, gmanager, policy, profile, faults, backend,
       devices;
   int port = -1, instances = 0, max_requests = 0;
   std::vector<std::string> api_keys;
@@ -51,6 +52,7 @@ actors::frontend::serve_config resolve(const serve_flags& f, const CLI::App* cmd
   if (!f.model.empty()) c.model = f.model;
   if (!f.served_model_name.empty()) c.served_model_name = f.served_model_name;
   if (!f.chat_template.empty()) c.chat_template = f.chat_template;
+  if (!f.weight_type.empty()) c.weight_type = f.weight_type;
   if (!f.host.empty()) c.host = f.host;
   if (f.port >= 0) c.port = uint16_t(f.port);
   if (!f.gmanager.empty()) c.gmanager = f.gmanager;
@@ -172,7 +174,8 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   // Every thread started from here on leaves SIGINT and SIGTERM to this one, which waits for them.
   const sigset_t stop_signals = block_stop_signals();
 
-  const gpu::loaded_model model = load_model_or_fail(c.model, {c.chat_template}, "illm serve");
+  const gpu::loaded_model model = load_model_or_fail(
+      c.model, {.chat_template_file = c.chat_template, .weight_type = weight_type_of(c.weight_type, "serve")}, "illm serve");
   auto registry = std::make_shared<actors::metrics::registry>();
   auto metrics = std::make_shared<actors::metrics::runtime_metrics>(*registry, c.metrics_prefix);
   routed_cluster routed = c.gmanager.empty() ? start_embedded(c, model, metrics) : connect_remote(c, metrics);
@@ -216,6 +219,7 @@ void add_serve_command(CLI::App& app) {
                   "The model id clients ask for (default: the model folder's or file's name)");
   cmd->add_option("--chat-template", flags->chat_template,
                   "Jinja file replacing the model's chat template (a model without one joins the messages by newlines)");
+  add_weight_type_flag(*cmd, flags->weight_type);
   cmd->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", flags->port, "Port (default 8000; 0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--gmanager", flags->gmanager,

@@ -99,8 +99,8 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   n->move_device = to_shared(std::move(move_device).value());
   gpu::engine_options engine_options{options.batch.max_batch_tokens, options.batch.max_batch_seqs};
   engine_options.overlap_min_tokens = options.batch.overlap_min_tokens;
-  auto placed = options.weights_on_devices ? options.weights_on_devices->on(weights, backend, engine_options.weight_type)
-                                           : gpu::device_weights::place(weights, n->device, engine_options.weight_type);
+  auto placed = options.weights_on_devices ? options.weights_on_devices->on(weights, backend)
+                                           : gpu::device_weights::place(weights, n->device);
   if (!placed.is_ok()) return placed.error();
   auto eng = gpu::engine::create(std::move(placed).value(), *n->device, engine_options);
   if (!eng.is_ok()) return eng.error();

@@ -16,6 +16,7 @@ struct serve_config {
   std::string model = "stories15M";
   std::string served_model_name;  ///< the id clients ask for; empty: the model folder's or file's name
   std::string chat_template;      ///< a Jinja file replacing the model's chat template; empty: the model's
+  std::string weight_type;        ///< every matrix converted to this type at load (f16, q8_0, ...); empty: as stored
   std::string host = "127.0.0.1";
   uint16_t port = 8000;
   std::string faults;  ///< the fault plan to inject (actors/faults/fault_plan.hpp); empty: none

@@ -213,7 +213,7 @@ result<std::vector<attention_bandwidth_figure>> measure_attention_bandwidth(cpu:
 
 status measure_model(const bench_engine_options& options, cpu::cpu_backend& device, bench_engine_result& out) {
   report(options, text::format("loading {}", options.model));
-  auto model = load_model(options.model);
+  auto model = load_model(options.model, {.weight_type = options.weight_type});
   if (!model.is_ok()) return model.error();
   out.model = model->name;
   out.decode_prompt_tokens = decode_prompt_tokens;

@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "gpu/dtype.hpp"
 #include "gpu/status.hpp"
 
 namespace illm::gpu {
@@ -16,6 +18,7 @@ namespace illm::gpu {
 /// What `illm bench engine` runs with.
 struct bench_engine_options {
   std::string model = "stories15M";  ///< model of the decode and prefill figures (name or path)
+  std::optional<dtype> weight_type;  ///< the model's matrices converted to it at load (none: as stored)
   int threads = 2;                   ///< cpu backend threads; the memory sum runs on as many
   uint64_t seed = 1;                 ///< prompts, queries and KV contents
   /// Told what is measured next; may be empty.

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "gpu/cpu/simd.hpp"
+#include "gpu/cpu/typed_gemm.hpp"
 
 namespace illm::gpu::cpu {
 
@@ -15,10 +16,26 @@ constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 /// Blocks accumulated before a chunk is folded into the running total.
 constexpr int chunk_blocks = 32;
 
-inline const float* kv_run(const kv_layer_view& kv, uint32_t block, size_t offset, int kv_head) {
-  return static_cast<const float*>(kv.base) + size_t(block) * kv.block_stride + offset +
-         size_t(kv_head) * kv.head_stride;
-}
+/// Reads the K or V runs of a pool layer as fp32: in place in an f32 pool; widened into a buffer of the reader's own
+/// in a 16-bit pool (which the pointer read last points into until the next read).
+class run_reader {
+ public:
+  run_reader(const kv_layer_view& kv, int head_dim) : kv_(kv), elements_(size_t(kv_block_tokens) * size_t(head_dim)) {
+    if (kv.type != dtype::f32) buffer_.resize(elements_);
+  }
+  /// The run of kv head `kv_head` at `offset` (k_offset or v_offset) of `block`: 16 tokens x head_dim.
+  const float* read(uint32_t block, size_t offset, int kv_head) {
+    const size_t at = size_t(block) * kv_.block_stride + offset + size_t(kv_head) * kv_.head_stride;
+    if (kv_.type == dtype::f32) return static_cast<const float*>(kv_.base) + at;
+    widen(kv_.type, static_cast<const uint8_t*>(kv_.base) + at * dtype_bytes(kv_.type), int(elements_), buffer_.data());
+    return buffer_.data();
+  }
+
+ private:
+  const kv_layer_view& kv_;
+  size_t elements_;
+  std::vector<float> buffer_;
+};
 
 /// NV vectors of a row (the last `tail` lanes wide): acc = acc * scale + sum_t p[t * p_stride] v[t].
 template <int NV>
@@ -155,13 +172,14 @@ void accumulate_blocks(const attention_args& a, int t0, int t1, int b0, int b1, 
   int max_pos = 0;
   for (int t = t0; t < t1; ++t) max_pos = std::max(max_pos, a.q_pos[t]);
   float* weights = st.row_weights;  // [rows][16]: this block's exp(score - max) per row
+  run_reader keys(a.kv, hd), values(a.kv, hd);
   for (int c0 = b0; c0 < b1; c0 += chunk_blocks) {
     st.start_chunk();
     for (int b = c0; b < std::min(b1, c0 + chunk_blocks); ++b) {
       const int32_t pos0 = a.block_pos[b];
       if (pos0 > max_pos) continue;
       for (int kv_head = 0; kv_head < a.shape.n_kv_heads; ++kv_head) {
-        const float* k = kv_run(a.kv, a.blocks[b], a.kv.k_offset, kv_head);
+        const float* k = keys.read(a.blocks[b], a.kv.k_offset, kv_head);
         for (int t = t0; t < t1; ++t)
           for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
             const int r = (t - t0) * a.shape.n_heads + h;
@@ -180,7 +198,7 @@ void accumulate_blocks(const attention_args& a, int t0, int t1, int b0, int b1, 
           }
       }
       for (int kv_head = 0; kv_head < a.shape.n_kv_heads; ++kv_head) {
-        const float* v = kv_run(a.kv, a.blocks[b], a.kv.v_offset, kv_head);
+        const float* v = values.read(a.blocks[b], a.kv.v_offset, kv_head);
         for (int t = t0; t < t1; ++t)
           for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
             const int r = (t - t0) * a.shape.n_heads + h;
@@ -209,6 +227,7 @@ void accumulate_lanes(const attention_args& a, const row_map& map, int b0, int b
   }
   i32x16 row_pos;
   std::memcpy(&row_pos, row_pos_array, sizeof row_pos);
+  run_reader keys(a.kv, hd), values(a.kv, hd);
 
   for (int c0 = b0; c0 < b1; c0 += chunk_blocks) {
     st.start_chunk();
@@ -216,8 +235,8 @@ void accumulate_lanes(const attention_args& a, const row_map& map, int b0, int b
     for (int b = c0; b < std::min(b1, c0 + chunk_blocks); ++b) {
       const int32_t pos0 = a.block_pos[b];
       if (pos0 > max_pos) continue;
-      const float* k = kv_run(a.kv, a.blocks[b], a.kv.k_offset, map.kv_head);
-      const float* v = kv_run(a.kv, a.blocks[b], a.kv.v_offset, map.kv_head);
+      const float* k = keys.read(a.blocks[b], a.kv.k_offset, map.kv_head);
+      const float* v = values.read(a.blocks[b], a.kv.v_offset, map.kv_head);
       const int n_keys = std::min(kv_block_tokens, max_pos - pos0 + 1);
       f32x16 scores[lanes];
       for (int t = 0; t < n_keys; t += 4) {  // rows t..t+3 of a block always exist
@@ -288,8 +307,8 @@ void attend_blocks(const attention_args& a, int t0, int t1, int b0, int b1, cons
 void attend_reference(const attention_args& a, int kv_head, int t0, int t1, const partial_out& out) {
   const int group = a.shape.n_heads / a.shape.n_kv_heads, hd = a.shape.head_dim;
   const float scale = 1.0f / std::sqrt(float(hd));
-  std::vector<float> scores;
-  std::vector<const float*> values;
+  std::vector<float> scores, values;  // values: [keys][hd]
+  run_reader keys(a.kv, hd), value_runs(a.kv, hd);
   for (int t = t0; t < t1; ++t)
     for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
       const float* q = a.q + size_t(t) * a.q_ld + size_t(h) * hd;
@@ -297,11 +316,12 @@ void attend_reference(const attention_args& a, int kv_head, int t0, int t1, cons
       values.clear();
       for (int b = 0; b < a.n_blocks; ++b)
         for (int i = 0; i < kv_block_tokens && a.block_pos[b] + i <= a.q_pos[t]; ++i) {
-          const float* k = kv_run(a.kv, a.blocks[b], a.kv.k_offset, kv_head) + size_t(i) * hd;
+          const float* k = keys.read(a.blocks[b], a.kv.k_offset, kv_head) + size_t(i) * hd;
           float s = 0;
           for (int d = 0; d < hd; ++d) s += q[d] * k[d];
           scores.push_back(s * scale);
-          values.push_back(kv_run(a.kv, a.blocks[b], a.kv.v_offset, kv_head) + size_t(i) * hd);
+          const float* v = value_runs.read(a.blocks[b], a.kv.v_offset, kv_head) + size_t(i) * hd;
+          values.insert(values.end(), v, v + hd);
         }
       const size_t row = size_t(t) * a.shape.n_heads + h;
       float m = neg_inf, e = 0;
@@ -311,7 +331,7 @@ void attend_reference(const attention_args& a, int kv_head, int t0, int t1, cons
       for (size_t i = 0; i < scores.size(); ++i) {
         const float p = std::exp(scores[i] - m);
         e += p;
-        for (int d = 0; d < hd; ++d) ma[d] += p * values[i][d];
+        for (int d = 0; d < hd; ++d) ma[d] += p * values[i * size_t(hd) + size_t(d)];
       }
       out.m[row] = m;
       out.e[row] = e;

@@ -8,7 +8,10 @@
 #include <cblas.h>
 #endif
 
+#include "gpu/cpu/typed_gemm.hpp"
+#include "gpu/half.hpp"
 #include "gpu/host_memory.hpp"
+#include "gpu/quant/blocks.hpp"
 #include "gpu/sampler.hpp"
 #include "gpu/text.hpp"
 
@@ -64,8 +67,10 @@ status cpu_backend::copy(void* dst, const void* src, size_t bytes) {
 
 status cpu_backend::gemm(const float* x, size_t ldx, int m, int k, const void* w_raw, dtype w_type, size_t ldw,
                          int n, float* y, size_t ldy, bool accumulate) {
-  if (w_type != dtype::f32)
-    return {status_code::unsupported, text::format("cpu gemm takes f32 weights, not {}", to_string(w_type))};
+  if (w_type != dtype::f32) {
+    gemm_typed(x, ldx, m, k, static_cast<const uint8_t*>(w_raw), w_type, row_bytes(w_type, ldw), n, y, ldy, accumulate);
+    return status::ok();
+  }
   const auto* w = static_cast<const float*>(w_raw);
   if (mode_ == cpu_mode::reference) {
     pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
@@ -99,6 +104,63 @@ status cpu_backend::gemm(const float* x, size_t ldx, int m, int k, const void* w
 #endif
   }
   return status::ok();
+}
+
+void cpu_backend::gemm_typed(const float* x, size_t ldx, int m, int k, const uint8_t* w, dtype type, size_t w_row_bytes,
+                             int n, float* y, size_t ldy, bool accumulate) {
+  if (mode_ == cpu_mode::reference) {
+    gemm_typed_reference(x, ldx, m, k, w, type, w_row_bytes, n, y, ldy, accumulate);
+  } else if (is_block_type(type)) {
+    quantized_.resize(m, k, int(block_elements(type)));
+    over_rows(pool_, m, int64_t(m) * k, [&](int64_t i0, int64_t i1) { quantized_.quantize(x, ldx, int(i0), int(i1)); });
+    pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
+      gemm_blocks(quantized_, m, type, w, w_row_bytes, int(j0), int(j1), y, ldy, accumulate);
+    });
+  } else if (m <= 4) {
+    pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
+      gemm_halves(x, ldx, m, k, type, w, w_row_bytes, int(j0), int(j1), y, ldy, accumulate);
+    });
+  } else {
+    // Batches: the rows of x transposed once per skinny_rows_max of them, each panel of weight rows widened to
+    // fp32 once per pass, then the skinny product.
+    constexpr int panel = 16;
+    for (int i0 = 0; i0 < m; i0 += skinny_rows_max) {
+      const int mi = std::min(skinny_rows_max, m - i0), mp = (mi + 15) / 16 * 16;
+      transposed_.resize(size_t(k) * mp);
+      transpose_rows(x + size_t(i0) * ldx, ldx, mi, k, transposed_.data(), mp);
+      pool_.parallel_for((n + panel - 1) / panel, [&](int64_t p0, int64_t p1) {
+        thread_local std::vector<float> rows;
+        rows.resize(size_t(panel) * size_t(k));
+        for (int64_t p = p0; p < p1; ++p) {
+          const int j0 = int(p * panel), count = std::min(panel, n - j0);
+          for (int r = 0; r < count; ++r) widen(type, w + size_t(j0 + r) * w_row_bytes, k, rows.data() + size_t(r) * k);
+          gemm_skinny(transposed_.data(), mp, mi, k, rows.data(), size_t(k), 0, count, y + size_t(i0) * ldy + j0, ldy,
+                      accumulate);
+        }
+      });
+    }
+  }
+}
+
+void cpu_backend::gemm_typed_reference(const float* x, size_t ldx, int m, int k, const uint8_t* w, dtype type,
+                                       size_t w_row_bytes, int n, float* y, size_t ldy, bool accumulate) {
+  // Plain loops over the weights read back to fp32 and, for a block type, the activations as the integer products
+  // see them (quantized to 8 bits in the weights' blocks).
+  std::vector<float> xs(size_t(m) * size_t(k));
+  if (is_block_type(type)) {
+    quantized_.resize(m, k, int(block_elements(type)));
+    quantized_.quantize(x, ldx, 0, m);
+    for (int i = 0; i < m; ++i) quantized_.dequantize(i, xs.data() + size_t(i) * k);
+  } else {
+    for (int i = 0; i < m; ++i) std::memcpy(xs.data() + size_t(i) * k, x + size_t(i) * ldx, sizeof(float) * size_t(k));
+  }
+  pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
+    std::vector<float> row(static_cast<size_t>(k));
+    for (int64_t j = j0; j < j1; ++j) {
+      dequantize(type, w + size_t(j) * w_row_bytes, size_t(k), row.data());
+      gemm_reference(xs.data(), size_t(k), m, k, row.data(), size_t(k), 0, 1, y + j, ldy, accumulate);
+    }
+  });
 }
 
 void cpu_backend::gemm_rows_skinny(const float* x, size_t ldx, int m, int k, const float* w, size_t ldw, int n,
@@ -160,9 +222,11 @@ status cpu_backend::silu_mul(const float* gate, const float* up, size_t ld_in, i
   return status::ok();
 }
 
-status cpu_backend::embed(const int32_t* tokens, int m, const float* table, int dim, float* out, size_t ld_out) {
+status cpu_backend::embed(const int32_t* tokens, int m, const void* table, dtype type, int dim, float* out,
+                          size_t ld_out) {
+  const size_t bytes = row_bytes(type, size_t(dim));
   for (int i = 0; i < m; ++i)
-    std::memcpy(out + size_t(i) * ld_out, table + size_t(tokens[i]) * dim, sizeof(float) * size_t(dim));
+    dequantize(type, static_cast<const uint8_t*>(table) + size_t(tokens[i]) * bytes, size_t(dim), out + size_t(i) * ld_out);
   return status::ok();
 }
 
@@ -175,16 +239,18 @@ status cpu_backend::gather_rows(const float* src, size_t ld_src, const int32_t* 
 
 status cpu_backend::store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,
                              const kv_layer_view& dst, const uint32_t* slots) {
-  if (dst.type != dtype::f32)
-    return {status_code::unsupported, text::format("cpu KV pools hold f32, not {}", to_string(dst.type))};
-  auto* base = static_cast<float*>(dst.base);
-  const size_t bytes = sizeof(float) * size_t(head_dim);
+  if (is_block_type(dst.type))
+    return {status_code::unsupported, text::format("cpu KV pools hold f32, f16 or bf16, not {}", to_string(dst.type))};
+  auto* base = static_cast<uint8_t*>(dst.base);
+  const size_t element = dtype_bytes(dst.type);
   for (int i = 0; i < m; ++i) {
     const size_t block = slots[i] / kv_block_tokens, offset = slots[i] % kv_block_tokens;
     for (int h = 0; h < n_kv_heads; ++h) {
       const size_t run = block * dst.block_stride + size_t(h) * dst.head_stride + offset * head_dim;
-      std::memcpy(base + run + dst.k_offset, k + size_t(i) * ld + size_t(h) * head_dim, bytes);
-      std::memcpy(base + run + dst.v_offset, v + size_t(i) * ld + size_t(h) * head_dim, bytes);
+      convert_floats(k + size_t(i) * ld + size_t(h) * head_dim, size_t(head_dim), dst.type,
+                     base + (run + dst.k_offset) * element);
+      convert_floats(v + size_t(i) * ld + size_t(h) * head_dim, size_t(head_dim), dst.type,
+                     base + (run + dst.v_offset) * element);
     }
   }
   return status::ok();
@@ -222,8 +288,8 @@ std::vector<cpu_backend::attention_item> cpu_backend::plan_attention(const atten
 
 status cpu_backend::micro_attention_batch(const attention_shape& shape, const kv_layer_view& kv,
                                           std::span<const attention_job> jobs) {
-  if (kv.type != dtype::f32)
-    return {status_code::unsupported, text::format("cpu attention reads f32 KV, not {}", to_string(kv.type))};
+  if (is_block_type(kv.type))
+    return {status_code::unsupported, text::format("cpu attention reads f32, f16 or bf16 KV, not {}", to_string(kv.type))};
   if (shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0)
     return {status_code::invalid_argument, "n_heads must be a multiple of n_kv_heads"};
   auto args = [&](const attention_job& j) {

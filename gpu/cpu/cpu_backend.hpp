@@ -10,6 +10,7 @@
 #include "gpu/cpu/attention.hpp"
 #include "gpu/cpu/kernels.hpp"
 #include "gpu/cpu/thread_pool.hpp"
+#include "gpu/cpu/typed_gemm.hpp"
 
 namespace illm::gpu::cpu {
 
@@ -44,7 +45,9 @@ class cpu_backend final : public backend {
   status rope_table(const int32_t* pos, int m, int head_dim, const rope_frequencies& freq, float* table) override;
   status rope(float* x, size_t ld, int m, int n_heads, int head_dim, const float* table) override;
   status silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out, size_t ld_out) override;
-  status embed(const int32_t* tokens, int m, const float* table, int dim, float* out, size_t ld_out) override;
+  bool computes_with(dtype) const override { return true; }
+  status embed(const int32_t* tokens, int m, const void* table, dtype type, int dim, float* out,
+               size_t ld_out) override;
   status gather_rows(const float* src, size_t ld_src, const int32_t* rows, int n, int width, float* dst,
                      size_t ld_dst) override;
   status store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,
@@ -66,12 +69,19 @@ class cpu_backend final : public backend {
   /// y = x * w^T for m <= skinny_rows_max rows through transpose_rows and gemm_skinny.
   void gemm_rows_skinny(const float* x, size_t ldx, int m, int k, const float* w, size_t ldw, int n, float* y,
                         size_t ldy, bool accumulate);
+  /// y = x * w^T with weights of a type other than f32 (w's rows w_row_bytes apart).
+  void gemm_typed(const float* x, size_t ldx, int m, int k, const uint8_t* w, dtype type, size_t w_row_bytes, int n,
+                  float* y, size_t ldy, bool accumulate);
+  /// The same through plain loops (reference mode).
+  void gemm_typed_reference(const float* x, size_t ldx, int m, int k, const uint8_t* w, dtype type,
+                            size_t w_row_bytes, int n, float* y, size_t ldy, bool accumulate);
   std::vector<attention_item> plan_attention(const attention_shape& shape, std::span<const attention_job> jobs);
 
   cpu_mode mode_;
   thread_pool pool_;
   std::vector<attention_scratch> scratch_;  // one per thread
   std::vector<float> transposed_;           // the rows of a skinny product, transposed
+  quantized_rows quantized_;                // the activations of a product with block-type weights
   std::vector<float> split_partials_;       // partials of split-KV items before they are combined
   std::vector<size_t> split_offsets_;       // per job: where its split partials start
 };

@@ -281,6 +281,8 @@ status cuda_backend::gemm(const float* x, size_t ldx, int m, int k, const void* 
   if (m < 0 || n < 0 || k <= 0 || ldx < size_t(k) || ldw < size_t(k) || ldy < size_t(n))
     return {status_code::invalid_argument, text::format("gemm of m {} n {} k {} with ldx {} ldw {} ldy {}", m, n, k,
                                                         ldx, ldw, ldy)};
+  if (!computes_with(w_type))
+    return {status_code::unsupported, text::format("cuda products read f32, f16 or bf16 weights, not {}", to_string(w_type))};
   ILLM_RETURN_IF_ERROR(device_pointers({{x, "gemm x"}, {w, "gemm w"}, {y, "gemm y"}}));
   if (w_type != dtype::f32) ILLM_RETURN_IF_ERROR(reserve(gemm_x_, size_t(m) * k * 2, "gemm: converted x"));
   return cuda::gemm(*blas_api_, blas_, stream_, x, ldx, m, k, w, w_type, ldw, n, y, ldy, accumulate, gemm_x_.data);
@@ -327,9 +329,13 @@ status cuda_backend::silu_mul(const float* gate, const float* up, size_t ld_in, 
   return check(cuda::silu_mul(gate, up, ld_in, m, n, out, ld_out, stream_), "silu_mul");
 }
 
-status cuda_backend::embed(const int32_t* tokens, int m, const float* table, int dim, float* out, size_t ld_out) {
+status cuda_backend::embed(const int32_t* tokens, int m, const void* table, dtype type, int dim, float* out,
+                           size_t ld_out) {
   ILLM_RETURN_IF_ERROR(bind());
-  return gather_rows(table, size_t(dim), tokens, m, dim, out, ld_out);
+  if (!computes_with(type))
+    return {status_code::unsupported, text::format("cuda embedding tables are f32, f16 or bf16, not {}", to_string(type))};
+  ILLM_RETURN_IF_ERROR(device_pointers({{table, "embed table"}, {tokens, "embed tokens"}, {out, "embed out"}}));
+  return check(cuda::gather_rows(table, type, size_t(dim), tokens, m, dim, out, ld_out, stream_), "embed");
 }
 
 status cuda_backend::gather_rows(const float* src, size_t ld_src, const int32_t* rows, int n, int width, float* dst,

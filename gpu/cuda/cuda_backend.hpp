@@ -96,7 +96,9 @@ class cuda_backend final : public backend {
   status rope_table(const int32_t* pos, int m, int head_dim, const rope_frequencies& freq, float* table) override;
   status rope(float* x, size_t ld, int m, int n_heads, int head_dim, const float* table) override;
   status silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out, size_t ld_out) override;
-  status embed(const int32_t* tokens, int m, const float* table, int dim, float* out, size_t ld_out) override;
+  bool computes_with(dtype t) const override { return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16; }
+  status embed(const int32_t* tokens, int m, const void* table, dtype type, int dim, float* out,
+               size_t ld_out) override;
   status gather_rows(const float* src, size_t ld_src, const int32_t* rows, int n, int width, float* dst,
                      size_t ld_dst) override;
   status store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,

@@ -272,6 +272,7 @@ cudaError_t dispatch(const attention_launch* a, dtype type, int head_dim, int ma
     case dtype::f32: return run_rows<float>(a, head_dim, max_rows, occupancy, stream);
     case dtype::f16: return run_rows<__half>(a, head_dim, max_rows, occupancy, stream);
     case dtype::bf16: return run_rows<__nv_bfloat16>(a, head_dim, max_rows, occupancy, stream);
+    default: break;
   }
   return cudaErrorInvalidValue;
 }

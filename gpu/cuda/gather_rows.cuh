@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "gpu/cuda/abi.hpp"
+#include "gpu/dtype.hpp"
 
 namespace illm::gpu::cuda {
 inline namespace ILLM_CUDA_ABI {
@@ -16,6 +17,10 @@ inline namespace ILLM_CUDA_ABI {
 ///   rows  [n] int32 (device)
 ///   dst   [n][width] fp32, rows ld_dst apart (device)
 cudaError_t gather_rows(const float* src, size_t ld_src, const int32_t* rows, int n, int width, float* dst,
+                        size_t ld_dst, cudaStream_t stream);
+
+/// The same from rows of f32, f16 or bf16 elements (ld_src elements apart), widened to fp32.
+cudaError_t gather_rows(const void* src, dtype type, size_t ld_src, const int32_t* rows, int n, int width, float* dst,
                         size_t ld_dst, cudaStream_t stream);
 
 }  // namespace ILLM_CUDA_ABI

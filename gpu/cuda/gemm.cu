@@ -24,6 +24,7 @@ cudaDataType_t cuda_type(dtype t) {
     case dtype::f32: return CUDA_R_32F;
     case dtype::f16: return CUDA_R_16F;
     case dtype::bf16: return CUDA_R_16BF;
+    default: break;
   }
   return CUDA_R_32F;
 }
@@ -36,7 +37,7 @@ cudaError_t convert_rows(const float* x, size_t ldx, int m, int k, dtype type, v
     case dtype::f16: return launch(convert_kernel<__half>, grid, dim3(threads), 0, stream, x, ldx, m, k, out);
     case dtype::bf16:
       return launch(convert_kernel<__nv_bfloat16>, grid, dim3(threads), 0, stream, x, ldx, m, k, out);
-    case dtype::f32: break;
+    default: break;
   }
   return cudaErrorInvalidValue;
 }

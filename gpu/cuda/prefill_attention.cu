@@ -141,6 +141,7 @@ cudaError_t dispatch(const attention_launch* a, dtype type, int head_dim, int* o
     case dtype::f32: return run_tpr<float>(a, head_dim, occupancy, stream);
     case dtype::f16: return run_tpr<__half>(a, head_dim, occupancy, stream);
     case dtype::bf16: return run_tpr<__nv_bfloat16>(a, head_dim, occupancy, stream);
+    default: break;
   }
   return cudaErrorInvalidValue;
 }

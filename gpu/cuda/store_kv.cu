@@ -41,6 +41,7 @@ cudaError_t store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_
     case dtype::f32: return run<float>(k, v, ld, m, n_kv_heads, head_dim, dst, slots, stream);
     case dtype::f16: return run<__half>(k, v, ld, m, n_kv_heads, head_dim, dst, slots, stream);
     case dtype::bf16: return run<__nv_bfloat16>(k, v, ld, m, n_kv_heads, head_dim, dst, slots, stream);
+    default: break;
   }
   return cudaErrorInvalidValue;
 }

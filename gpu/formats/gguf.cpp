@@ -82,13 +82,16 @@ class reader {
   std::string file_;
 };
 
-/// The ggml types this reader converts.
-std::optional<stored_type> type_of(uint32_t ggml_type) {
+/// The ggml types this reader reads, by their number in the file.
+std::optional<dtype> type_of(uint32_t ggml_type) {
   switch (ggml_type) {
-    case 0: return stored_type::f32;
-    case 1: return stored_type::f16;
-    case 8: return stored_type::q8_0;
-    case 30: return stored_type::bf16;
+    case 0: return dtype::f32;
+    case 1: return dtype::f16;
+    case 6: return dtype::q5_0;
+    case 8: return dtype::q8_0;
+    case 12: return dtype::q4_k;
+    case 14: return dtype::q6_k;
+    case 30: return dtype::bf16;
     default: return std::nullopt;
   }
 }
@@ -154,13 +157,13 @@ result<gguf_file> gguf_file::open(const std::string& path) {
     for (const tensor_entry& e : entries) {
       const auto type = type_of(e.ggml_type);
       if (!type)
-        throw r.error(text::format("tensor {} has ggml type {} (F32, F16, BF16 and Q8_0 are read)", e.name, e.ggml_type));
+        throw r.error(text::format("tensor {} has ggml type {} (F32, F16, BF16, Q8_0, Q5_0, Q4_K and Q6_K are read)", e.name, e.ggml_type));
       uint64_t elements = 1;
       for (uint64_t d : e.shape) elements *= d;
       const uint64_t bytes = stored_bytes(*type, elements);
       if (bytes == 0 || e.shape.back() % block_elements(*type) != 0)
         throw r.error(text::format("tensor {}: {} elements in rows of {} do not fill {} blocks", e.name, elements,
-                                   e.shape.back(), to_string(*type)));
+                                   e.shape.back(), file_name(*type)));
       if (e.offset % alignment != 0 || e.offset > data_bytes || bytes > data_bytes - e.offset)
         throw r.error(text::format("tensor {}: offset {} and {} bytes run past the data's {} bytes (or are not aligned)",
                                    e.name, e.offset, bytes, data_bytes));

@@ -91,41 +91,15 @@ status read_pair_factors(const gguf_file& f, const stored_tensor& t, model_confi
   return read_floats(t, 0, pairs, c.rope_scaling.pair_divisors);
 }
 
-std::vector<tensor_destination> destinations(const model_weights& w, const gguf_model& m) {
-  const model_config& c = w.config();
-  const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
-  // llama's q and k rows pair adjacent elements already (llama.cpp's converter reorders them); qwen's do not.
-  const bool halves = m.architecture != "llama";
-  const uint64_t q_heads = halves ? uint64_t(c.n_heads) : 0, k_heads = halves ? uint64_t(c.n_kv_heads) : 0;
-  std::map<std::string, float*> whole;
-  for (const tensor_view& v : w.tensors()) whole[v.name] = v.data;
-  std::vector<tensor_destination> s;
-  s.push_back({"token_embd.weight", {uint64_t(c.vocab_size), d}, whole["token_embedding"]});
-  s.push_back({"output_norm.weight", {d}, whole["rms_final"]});
-  if (!m.tied_embeddings) s.push_back({"output.weight", {uint64_t(c.vocab_size), d}, whole["classifier"]});
-  for (int l = 0; l < c.n_layers; ++l) {
-    const layer_weights& t = w.layer(l);
-    const std::string p = text::format("blk.{}.", l);
-    s.push_back({p + "attn_norm.weight", {d}, t.rms_att});
-    s.push_back({p + "attn_q.weight", {q, d}, t.wq, q_heads});
-    s.push_back({p + "attn_k.weight", {kv, d}, t.wk, k_heads});
-    s.push_back({p + "attn_v.weight", {kv, d}, t.wv});
-    s.push_back({p + "attn_output.weight", {d, q}, t.wo});
-    s.push_back({p + "ffn_norm.weight", {d}, t.rms_ffn});
-    s.push_back({p + "ffn_gate.weight", {h, d}, t.w1});
-    s.push_back({p + "ffn_up.weight", {h, d}, t.w3});
-    s.push_back({p + "ffn_down.weight", {d, h}, t.w2});
-    if (c.qkv_bias) {
-      s.push_back({p + "attn_q.bias", {q}, t.bq, q_heads});
-      s.push_back({p + "attn_k.bias", {kv}, t.bk, k_heads});
-      s.push_back({p + "attn_v.bias", {kv}, t.bv});
-    }
-    if (c.qk_norm) {
-      s.push_back({p + "attn_q_norm.weight", {hd}, t.q_norm, halves ? 1u : 0u});
-      s.push_back({p + "attn_k_norm.weight", {hd}, t.k_norm, halves ? 1u : 0u});
-    }
-  }
-  return s;
+/// GGUF's names of the model's tensors. llama's q and k rows pair adjacent elements already (llama.cpp's converter
+/// reorders them); qwen's do not.
+tensor_naming gguf_naming(const gguf_model& m) {
+  return {"token_embd.weight", "output_norm.weight", "output.weight", "blk.",
+          {{"rms_att", "attn_norm.weight"}, {"wq", "attn_q.weight"}, {"wk", "attn_k.weight"}, {"wv", "attn_v.weight"},
+           {"wo", "attn_output.weight"}, {"rms_ffn", "ffn_norm.weight"}, {"w1", "ffn_gate.weight"},
+           {"w3", "ffn_up.weight"}, {"w2", "ffn_down.weight"}, {"bq", "attn_q.bias"}, {"bk", "attn_k.bias"},
+           {"bv", "attn_v.bias"}, {"q_norm", "attn_q_norm.weight"}, {"k_norm", "attn_k_norm.weight"}},
+          m.architecture != "llama"};
 }
 
 /// The regex of a byte-level vocabulary's pre-tokenizer, by tokenizer.ggml.pre.
@@ -233,10 +207,11 @@ result<gguf_model> read_gguf_model(const gguf_file& f) {
   return m;
 }
 
-result<model_weights> load_gguf_weights(const gguf_file& f, const gguf_model& m) {
-  auto allocated = model_weights::allocate(m.config, m.tied_embeddings);
+result<model_weights> load_gguf_weights(const gguf_file& f, const gguf_model& m, std::optional<dtype> weight_type) {
+  const std::vector<tensor_destination> sources = destinations_of(m.config, m.tied_embeddings, gguf_naming(m));
+  auto allocated = model_weights::allocate(m.config, m.tied_embeddings, matrix_types_of(sources, f.tensors(), weight_type));
   if (!allocated.is_ok()) return allocated.error();
-  ILLM_RETURN_IF_ERROR(fill_tensors(destinations(allocated.value(), m), f.tensors(), uint64_t(m.config.head_dim()),
+  ILLM_RETURN_IF_ERROR(fill_tensors(allocated.value(), sources, f.tensors(), uint64_t(m.config.head_dim()),
                                     f.path(), "a " + m.architecture + " model with this file's metadata",
                                     [](const std::string& name) { return name == "rope_freqs.weight"; }));
   return allocated;

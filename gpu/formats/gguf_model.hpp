@@ -31,8 +31,9 @@ struct gguf_model {
 /// does not compute.
 result<gguf_model> read_gguf_model(const gguf_file& file);
 
-/// The weights, converted to fp32.
-result<model_weights> load_gguf_weights(const gguf_file& file, const gguf_model& model);
+/// The weights: matrices as stored (F32, F16, BF16, Q8_0, Q5_0, Q4_K, Q6_K) or in `weight_type`.
+result<model_weights> load_gguf_weights(const gguf_file& file, const gguf_model& model,
+                                        std::optional<dtype> weight_type = std::nullopt);
 
 /// The embedded vocabulary.
 result<std::shared_ptr<const tokenizer>> load_gguf_tokenizer(const gguf_file& file, const gguf_model& model);

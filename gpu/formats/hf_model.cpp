@@ -259,39 +259,16 @@ result<hf_model> read_hf_config(const std::string& folder) {
 
 namespace {
 
-std::vector<tensor_destination> slots_of(const model_weights& w, const hf_model& m) {
-  const model_config& c = w.config();
-  const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
-  const uint64_t heads = c.n_heads, kv_heads = c.n_kv_heads;
-  std::map<std::string, float*> whole;  // the tensors outside the layers
-  for (const tensor_view& v : w.tensors()) whole[v.name] = v.data;
-  std::vector<tensor_destination> s;
-  s.push_back({"model.embed_tokens.weight", {uint64_t(c.vocab_size), d}, whole["token_embedding"]});
-  s.push_back({"model.norm.weight", {d}, whole["rms_final"]});
-  if (!m.tied_embeddings) s.push_back({"lm_head.weight", {uint64_t(c.vocab_size), d}, whole["classifier"]});
-  for (int l = 0; l < c.n_layers; ++l) {
-    const layer_weights& t = w.layer(l);
-    const std::string p = text::format("model.layers.{}.", l);
-    s.push_back({p + "input_layernorm.weight", {d}, t.rms_att});
-    s.push_back({p + "self_attn.q_proj.weight", {q, d}, t.wq, heads});
-    s.push_back({p + "self_attn.k_proj.weight", {kv, d}, t.wk, kv_heads});
-    s.push_back({p + "self_attn.v_proj.weight", {kv, d}, t.wv});
-    s.push_back({p + "self_attn.o_proj.weight", {d, q}, t.wo});
-    s.push_back({p + "post_attention_layernorm.weight", {d}, t.rms_ffn});
-    s.push_back({p + "mlp.gate_proj.weight", {h, d}, t.w1});
-    s.push_back({p + "mlp.up_proj.weight", {h, d}, t.w3});
-    s.push_back({p + "mlp.down_proj.weight", {d, h}, t.w2});
-    if (c.qkv_bias) {
-      s.push_back({p + "self_attn.q_proj.bias", {q}, t.bq, heads});
-      s.push_back({p + "self_attn.k_proj.bias", {kv}, t.bk, kv_heads});
-      s.push_back({p + "self_attn.v_proj.bias", {kv}, t.bv});
-    }
-    if (c.qk_norm) {
-      s.push_back({p + "self_attn.q_norm.weight", {hd}, t.q_norm, 1});
-      s.push_back({p + "self_attn.k_norm.weight", {hd}, t.k_norm, 1});
-    }
-  }
-  return s;
+/// Hugging Face's names of a LLaMA-family model's tensors.
+tensor_naming hf_naming() {
+  return {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers.",
+          {{"rms_att", "input_layernorm.weight"}, {"wq", "self_attn.q_proj.weight"}, {"wk", "self_attn.k_proj.weight"},
+           {"wv", "self_attn.v_proj.weight"}, {"wo", "self_attn.o_proj.weight"},
+           {"rms_ffn", "post_attention_layernorm.weight"}, {"w1", "mlp.gate_proj.weight"},
+           {"w3", "mlp.up_proj.weight"}, {"w2", "mlp.down_proj.weight"}, {"bq", "self_attn.q_proj.bias"},
+           {"bk", "self_attn.k_proj.bias"}, {"bv", "self_attn.v_proj.bias"}, {"q_norm", "self_attn.q_norm.weight"},
+           {"k_norm", "self_attn.k_norm.weight"}},
+          true};
 }
 
 /// Tensors a checkpoint may carry that the model does not use: RoPE tables some exports keep, and the classifier
@@ -313,14 +290,16 @@ result<std::string> weights_file(const fs::path& folder) {
 
 }  // namespace
 
-result<model_weights> load_hf_weights(const std::string& folder, const hf_model& m) {
+result<model_weights> load_hf_weights(const std::string& folder, const hf_model& m, std::optional<dtype> weight_type) {
   auto file = weights_file(folder);
   if (!file.is_ok()) return file.error();
   auto checkpoint = safetensors_checkpoint::open(file.value());
   if (!checkpoint.is_ok()) return checkpoint.error();
-  auto allocated = model_weights::allocate(m.config, m.tied_embeddings);
+  const std::vector<tensor_destination> sources = destinations_of(m.config, m.tied_embeddings, hf_naming());
+  auto allocated = model_weights::allocate(m.config, m.tied_embeddings,
+                                           matrix_types_of(sources, checkpoint->tensors(), weight_type));
   if (!allocated.is_ok()) return allocated.error();
-  ILLM_RETURN_IF_ERROR(fill_tensors(slots_of(allocated.value(), m), checkpoint->tensors(), uint64_t(m.config.head_dim()),
+  ILLM_RETURN_IF_ERROR(fill_tensors(allocated.value(), sources, checkpoint->tensors(), uint64_t(m.config.head_dim()),
                                     file.value(), "a " + m.architecture + " with this config.json",
                                     [&](const std::string& name) { return ignorable(name, m); }));
   return allocated;

@@ -38,8 +38,9 @@ bool is_hf_folder(const std::string& path);
 /// Reads `folder`/config.json and, when present, generation_config.json.
 result<hf_model> read_hf_config(const std::string& folder);
 
-/// Loads the weights of `folder` as `model` describes them, converted to fp32 (q and k rows reordered for RoPE on
-/// adjacent pairs). The files are mapped; each tensor's pages are dropped once converted.
-result<model_weights> load_hf_weights(const std::string& folder, const hf_model& model);
+/// Loads the weights of `folder` as `model` describes them: matrices as stored (F32, F16, BF16) or in `weight_type`,
+/// q and k rows reordered for RoPE on adjacent pairs. The files are mapped; each tensor's pages are dropped once read.
+result<model_weights> load_hf_weights(const std::string& folder, const hf_model& model,
+                                      std::optional<dtype> weight_type = std::nullopt);
 
 }  // namespace illm::gpu

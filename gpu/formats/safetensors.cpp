@@ -20,9 +20,9 @@ status corrupt(const std::string& file, const std::string& what) {
   return {status_code::corrupt_model, text::format("{}: {}", file, what)};
 }
 
-std::optional<stored_type> dtype_named(const std::string& name) {
-  for (stored_type t : {stored_type::f32, stored_type::f16, stored_type::bf16})
-    if (name == to_string(t)) return t;
+std::optional<dtype> dtype_named(const std::string& name) {
+  for (dtype t : {dtype::f32, dtype::f16, dtype::bf16})
+    if (name == file_name(t)) return t;
   return std::nullopt;
 }
 
@@ -48,9 +48,9 @@ std::string read_entry(const std::string& name, const json& value, uint64_t data
   }
   if (out.begin > out.end || out.end > data_bytes)
     return text::format("data_offsets [{}, {}] run past the data's {} bytes", out.begin, out.end, data_bytes);
-  if (out.end - out.begin != elements * element_bytes(*type))
+  if (out.end - out.begin != elements * block_bytes(*type))
     return text::format("data_offsets [{}, {}] hold {} bytes, its shape and dtype {}", out.begin, out.end,
-                        out.end - out.begin, elements * element_bytes(*type));
+                        out.end - out.begin, elements * block_bytes(*type));
   return {};
 }
 

@@ -20,7 +20,7 @@ inline constexpr uint64_t max_safetensors_header_bytes = uint64_t(100) << 20;
 /// A tensor's entry in a header: its bytes are [begin, end) of the data section.
 struct safetensors_entry {
   std::string name;
-  stored_type type = stored_type::f32;
+  dtype type = dtype::f32;
   std::vector<uint64_t> shape;
   uint64_t begin = 0, end = 0;
 };

@@ -3,31 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <vector>
 
-#include "gpu/half.hpp"
+#include "gpu/quant/blocks.hpp"
 #include "gpu/text.hpp"
 
 namespace illm::gpu {
-
-const char* to_string(stored_type t) {
-  switch (t) {
-    case stored_type::f32: return "F32";
-    case stored_type::f16: return "F16";
-    case stored_type::bf16: return "BF16";
-    case stored_type::q8_0: return "Q8_0";
-  }
-  return "?";
-}
-
-uint32_t element_bytes(stored_type t) { return t == stored_type::f32 ? 4 : t == stored_type::q8_0 ? 34 : 2; }
-
-uint32_t block_elements(stored_type t) { return t == stored_type::q8_0 ? 32 : 1; }
-
-uint64_t stored_bytes(stored_type t, uint64_t elements) {
-  const uint32_t per_block = block_elements(t);
-  return elements % per_block == 0 ? elements / per_block * element_bytes(t) : 0;
-}
 
 uint64_t stored_tensor::elements() const {
   uint64_t n = 1;
@@ -36,55 +18,34 @@ uint64_t stored_tensor::elements() const {
 }
 
 std::string stored_tensor::describe() const {
-  return text::format("{} [{}] {}", name, text::join(shape, ", "), to_string(type));
+  return text::format("{} [{}] {}", name, text::join(shape, ", "), file_name(type));
 }
 
 namespace {
 
-/// Q8_0: per block of 32, an f16 scale d and 32 int8 q; element i is d * q[i].
-void read_q8_0(const uint8_t* at, uint64_t first, uint64_t n, float* out) {
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint64_t e = first + i;
-    const uint8_t* block = at + e / 32 * 34;
-    uint16_t d;
-    std::memcpy(&d, block, 2);
-    out[i] = f16_to_float(d) * float(int8_t(block[2 + e % 32]));
-  }
+status not_finite(const stored_tensor& t, uint64_t element) {
+  return {status_code::corrupt_model, text::format("{}: tensor {}: element {} is not finite",
+                                                   t.file ? t.file->path() : "", t.name, element)};
 }
 
 }  // namespace
 
 status read_floats(const stored_tensor& t, uint64_t first, uint64_t n, float* out) {
-  if (t.type == stored_type::q8_0) {
-    read_q8_0(t.data, first, n, out);
-  } else {
-    const uint8_t* at = t.data + first * element_bytes(t.type);
-    for (uint64_t i = 0; i < n; ++i) {
-      if (t.type == stored_type::f32) {
-        std::memcpy(&out[i], at + 4 * i, 4);
-        continue;
-      }
-      uint16_t h;
-      std::memcpy(&h, at + 2 * i, 2);
-      out[i] = t.type == stored_type::f16 ? f16_to_float(h) : bf16_to_float(h);
-    }
-  }
+  dequantize(t.type, t.data + stored_bytes(t.type, first), size_t(n), out);
   for (uint64_t i = 0; i < n; ++i)
-    if (!std::isfinite(out[i]))
-      return {status_code::corrupt_model, text::format("{}: tensor {}: element {} is {}", t.file ? t.file->path() : "",
-                                                       t.name, first + i, out[i])};
+    if (!std::isfinite(out[i])) return not_finite(t, first + i);
   return status::ok();
 }
 
-void interleave_rope_halves(float* x, uint64_t heads, uint64_t head_dim, uint64_t cols) {
+void interleave_rope_halves(uint8_t* x, uint64_t heads, uint64_t head_dim, uint64_t row_bytes) {
   const uint64_t half = head_dim / 2;
-  std::vector<float> head(head_dim * cols);
+  std::vector<uint8_t> head(head_dim * row_bytes);
   for (uint64_t h = 0; h < heads; ++h) {
-    float* rows = x + h * head_dim * cols;
-    std::memcpy(head.data(), rows, head.size() * sizeof(float));
+    uint8_t* rows = x + h * head_dim * row_bytes;
+    std::memcpy(head.data(), rows, head.size());
     for (uint64_t i = 0; i < half; ++i) {
-      std::memcpy(rows + (2 * i) * cols, head.data() + i * cols, cols * sizeof(float));
-      std::memcpy(rows + (2 * i + 1) * cols, head.data() + (half + i) * cols, cols * sizeof(float));
+      std::memcpy(rows + (2 * i) * row_bytes, head.data() + i * row_bytes, row_bytes);
+      std::memcpy(rows + (2 * i + 1) * row_bytes, head.data() + (half + i) * row_bytes, row_bytes);
     }
   }
 }
@@ -97,25 +58,85 @@ const stored_tensor* named(const std::vector<stored_tensor>& tensors, const std:
   return it != tensors.end() && it->name == name ? &*it : nullptr;
 }
 
-status fill(const tensor_destination& d, const stored_tensor& t, uint64_t head_dim, const std::string& model) {
+/// Copies the tensor's bytes as they are, after checking that every value they give is finite.
+status copy_as_stored(const stored_tensor& t, const tensor_view& v) {
+  if (const auto bad = first_non_finite(t.type, t.data, t.elements())) return not_finite(t, *bad);
+  std::memcpy(v.data, t.data, t.bytes);
+  return status::ok();
+}
+
+/// Converts the tensor through fp32 into the view's type, a few rows at a time.
+status convert(const stored_tensor& t, const tensor_view& v) {
+  const uint64_t rows_per_chunk = std::max<uint64_t>(1, (uint64_t(1) << 20) / v.cols);
+  std::vector<float> chunk;
+  for (uint64_t row = 0; row < v.size / v.cols; row += rows_per_chunk) {
+    const uint64_t n = std::min(rows_per_chunk, v.size / v.cols - row) * v.cols;
+    chunk.resize(n);
+    ILLM_RETURN_IF_ERROR(read_floats(t, row * v.cols, n, chunk.data()));
+    quantize(v.type, chunk.data(), n, v.data + stored_bytes(v.type, row * v.cols));
+  }
+  return status::ok();
+}
+
+status fill(const tensor_destination& d, const stored_tensor& t, const tensor_view& v, uint64_t head_dim,
+            const std::string& model) {
   if (t.shape != d.shape)
     return {status_code::corrupt_model, text::format("{}: tensor {} has shape [{}], {} has [{}]", t.file->path(), t.name,
                                                      text::join(t.shape, ", "), model, text::join(d.shape, ", "))};
-  ILLM_RETURN_IF_ERROR(read_floats(t, 0, t.elements(), d.dst));
-  if (d.rope_heads > 0) interleave_rope_halves(d.dst, d.rope_heads, head_dim, t.shape.size() == 2 ? t.shape[1] : 1);
+  ILLM_RETURN_IF_ERROR(t.type == v.type ? copy_as_stored(t, v) : convert(t, v));
+  if (d.rope_heads > 0) interleave_rope_halves(v.data, d.rope_heads, head_dim, row_bytes(v.type, size_t(v.cols)));
   t.file->drop(t.data, t.bytes);
   return status::ok();
 }
 
 }  // namespace
 
-status fill_tensors(const std::vector<tensor_destination>& destinations, const std::vector<stored_tensor>& tensors,
-                    uint64_t head_dim, const std::string& file, const std::string& model,
-                    const std::function<bool(const std::string&)>& ignorable) {
+std::vector<tensor_destination> destinations_of(const model_config& c, bool tied, const tensor_naming& naming) {
+  const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
+  const uint64_t q_heads = naming.rope_halves ? uint64_t(c.n_heads) : 0;
+  const uint64_t k_heads = naming.rope_halves ? uint64_t(c.n_kv_heads) : 0, norm_heads = naming.rope_halves ? 1 : 0;
+  std::vector<tensor_destination> s;
+  s.push_back({naming.embedding, {uint64_t(c.vocab_size), d}, "token_embedding"});
+  s.push_back({naming.final_norm, {d}, "rms_final"});
+  if (!tied) s.push_back({naming.classifier, {uint64_t(c.vocab_size), d}, "classifier"});
+  struct kind {
+    const char* name;
+    std::vector<uint64_t> shape;
+    uint64_t rope_heads;
+  };
+  std::vector<kind> kinds = {{"rms_att", {d}, 0}, {"wq", {q, d}, q_heads}, {"wk", {kv, d}, k_heads},
+                             {"wv", {kv, d}, 0},  {"wo", {d, q}, 0},        {"rms_ffn", {d}, 0},
+                             {"w1", {h, d}, 0},   {"w3", {h, d}, 0},        {"w2", {d, h}, 0}};
+  if (c.qkv_bias) kinds.insert(kinds.end(), {{"bq", {q}, q_heads}, {"bk", {kv}, k_heads}, {"bv", {kv}, 0}});
+  if (c.qk_norm) kinds.insert(kinds.end(), {{"q_norm", {hd}, norm_heads}, {"k_norm", {hd}, norm_heads}});
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const kind& k : kinds)
+      s.push_back({naming.layer_prefix + std::to_string(l) + "." + naming.suffix.at(k.name), k.shape,
+                   text::format("layers.{}.{}", l, k.name), k.rope_heads});
+  return s;
+}
+
+matrix_types matrix_types_of(const std::vector<tensor_destination>& destinations,
+                             const std::vector<stored_tensor>& tensors, std::optional<dtype> wanted) {
+  matrix_types types;
+  for (const tensor_destination& d : destinations)
+    if (const stored_tensor* t = named(tensors, d.name))
+      types[d.target] = wanted ? matrix_type_for(*wanted, d.shape.back()) : t->type;
+  return types;
+}
+
+status fill_tensors(model_weights& weights, const std::vector<tensor_destination>& destinations,
+                    const std::vector<stored_tensor>& tensors, uint64_t head_dim, const std::string& file,
+                    const std::string& model, const std::function<bool(const std::string&)>& ignorable) {
+  std::map<std::string, tensor_view> views;
+  for (tensor_view& v : weights.tensors()) views[v.name] = v;
   for (const tensor_destination& d : destinations) {
     const stored_tensor* t = named(tensors, d.name);
     if (!t) return {status_code::corrupt_model, text::format("{}: no tensor {} ({} has it)", file, d.name, model)};
-    ILLM_RETURN_IF_ERROR(fill(d, *t, head_dim, model));
+    const auto v = views.find(d.target);
+    if (v == views.end())
+      return {status_code::internal, text::format("{}: tensor {} goes to {}, which the model lacks", file, d.name, d.target)};
+    ILLM_RETURN_IF_ERROR(fill(d, *t, v->second, head_dim, model));
   }
   for (const stored_tensor& t : tensors)
     if (!ignorable(t.name) &&

@@ -4,32 +4,23 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "gpu/dtype.hpp"
 #include "gpu/formats/mapped_file.hpp"
 #include "gpu/status.hpp"
+#include "gpu/weights.hpp"
 
 namespace illm::gpu {
-
-/// How a tensor's elements are stored: one by one (f32, f16, bf16), or in blocks of 32 that share a scale
-/// (q8_0: an f16 scale and 32 int8, GGUF's layout).
-enum class stored_type : uint8_t { f32, f16, bf16, q8_0 };
-
-/// Its name as the files spell it ("F32", "F16", "BF16", "Q8_0").
-const char* to_string(stored_type t);
-/// Bytes of one element (of a block type: of one block).
-uint32_t element_bytes(stored_type t);
-/// Elements per block: 1, or 32 for q8_0.
-uint32_t block_elements(stored_type t);
-/// Bytes that `elements` elements take (a whole number of blocks; 0 when they are not).
-uint64_t stored_bytes(stored_type t, uint64_t elements);
 
 /// One tensor of a model file.
 struct stored_tensor {
   std::string name;
-  stored_type type = stored_type::f32;
+  dtype type = dtype::f32;
   std::vector<uint64_t> shape;        ///< outermost first, as the file says
   const uint8_t* data = nullptr;      ///< in `file`'s mapping; not aligned for its type (read it with memcpy)
   uint64_t bytes = 0;
@@ -44,26 +35,46 @@ struct stored_tensor {
 /// naming the tensor and file at the first element that is not finite.
 status read_floats(const stored_tensor& t, uint64_t first, uint64_t n, float* out);
 
-/// Where a file's tensor goes: its name, the shape the model needs (outermost first), its destination, and the
-/// heads of head_dim rows to reorder for RoPE when its rows pair i with i + head_dim / 2.
+/// Where a file's tensor goes: its name in the file, the shape the model needs (outermost first), the tensor of
+/// model_weights it fills ("layers.3.wq"), and the heads of head_dim rows to reorder for RoPE when its rows pair i
+/// with i + head_dim / 2.
 struct tensor_destination {
   std::string name;
   std::vector<uint64_t> shape;
-  float* dst = nullptr;
+  std::string target;
   uint64_t rope_heads = 0;
 };
 
-/// Fills every destination from the tensor of its name in `tensors` (sorted by name), converted to fp32 (the
-/// pages of each dropped once read); refuses a missing tensor, a shape other than the destination's, and a tensor
-/// no destination names unless `ignorable` says so. `model` describes the model in messages ("a
-/// LlamaForCausalLM with this config.json").
-status fill_tensors(const std::vector<tensor_destination>& destinations, const std::vector<stored_tensor>& tensors,
-                    uint64_t head_dim, const std::string& file, const std::string& model,
-                    const std::function<bool(const std::string&)>& ignorable);
+/// How a file format names a model's tensors: those outside the layers, and the name in layer l of each kind
+/// (rms_att, wq, wk, wv, wo, rms_ffn, w1, w3, w2; bq, bk, bv; q_norm, k_norm): layer_prefix, l, ".", its suffix.
+struct tensor_naming {
+  std::string embedding, final_norm, classifier;
+  std::string layer_prefix;
+  std::map<std::string, std::string> suffix;
+  bool rope_halves = false;  ///< q and k rows (and their biases and head norms) pair i with i + head_dim / 2
+};
 
-/// Reorders the rows of a q or k projection (or its bias, or a head norm: cols 1) from the half-split RoPE layout
-/// (pair i of a head is rows i and i + head_dim / 2, Hugging Face's rotate_half) to adjacent pairs (rows 2i,
-/// 2i + 1), in place. x [heads * head_dim][cols].
-void interleave_rope_halves(float* x, uint64_t heads, uint64_t head_dim, uint64_t cols);
+/// Every tensor a model of `config` reads from a file that names them so (the classifier unless tied).
+std::vector<tensor_destination> destinations_of(const model_config& config, bool tied, const tensor_naming& naming);
+
+/// The types the model's matrices take when loaded from `tensors`: each as the file stores it, or `wanted`
+/// (matrix_type_for its rows) when asked for. Destinations whose tensor the file lacks are left out (fill_tensors
+/// names them).
+matrix_types matrix_types_of(const std::vector<tensor_destination>& destinations,
+                             const std::vector<stored_tensor>& tensors, std::optional<dtype> wanted);
+
+/// Fills every destination of `weights` from the tensor of its name in `tensors` (sorted by name): its bytes as they
+/// are where the types agree (the blocks' scales checked), else converted through fp32; the pages of each dropped
+/// once read. Refuses a missing tensor, a shape other than the destination's, a value that is not finite, and a
+/// tensor no destination names unless `ignorable` says so. `model` describes the model in messages ("a
+/// LlamaForCausalLM with this config.json").
+status fill_tensors(model_weights& weights, const std::vector<tensor_destination>& destinations,
+                    const std::vector<stored_tensor>& tensors, uint64_t head_dim, const std::string& file,
+                    const std::string& model, const std::function<bool(const std::string&)>& ignorable);
+
+/// Reorders the rows of a q or k projection (or its bias, or a head norm: rows of one element) from the half-split
+/// RoPE layout (pair i of a head is rows i and i + head_dim / 2, Hugging Face's rotate_half) to adjacent pairs (rows
+/// 2i, 2i + 1), in place. x [heads * head_dim] rows of `row_bytes` each, in any type.
+void interleave_rope_halves(uint8_t* x, uint64_t heads, uint64_t head_dim, uint64_t row_bytes);
 
 }  // namespace illm::gpu

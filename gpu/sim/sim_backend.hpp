@@ -38,7 +38,7 @@ class sim_backend final : public backend {
   }
   status rope(float*, size_t, int, int, int, const float*) override { return none("rope"); }
   status silu_mul(const float*, const float*, size_t, int, int, float*, size_t) override { return none("silu_mul"); }
-  status embed(const int32_t*, int, const float*, int, float*, size_t) override { return none("embed"); }
+  status embed(const int32_t*, int, const void*, dtype, int, float*, size_t) override { return none("embed"); }
   status gather_rows(const float*, size_t, const int32_t*, int, int, float*, size_t) override {
     return none("gather_rows");
   }

@@ -42,8 +42,8 @@ TEST_SUITE("gpu") {
       REQUIRE(back.is_ok());
       CHECK(back->shared_classifier() == shared);
       CHECK(back->config().n_kv_heads == 2);
-      REQUIRE(back->size() == w.size());
-      CHECK(std::memcmp(back->data(), w.data(), w.size() * sizeof(float)) == 0);
+      REQUIRE(back->bytes() == w.bytes());
+      CHECK(std::memcmp(back->data(), w.data(), w.bytes()) == 0);
       std::filesystem::remove(path);
     }
   }
@@ -108,6 +108,6 @@ TEST_SUITE("gpu") {
     CHECK(gpu::preset_config("Stories15M")->dim == 288);  // names as models spell them: case does not matter
     CHECK_FALSE(gpu::preset_config("llama2-7").is_ok());
     const gpu::model_weights a = tiny(true), b = tiny(true);
-    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(a.data(), b.data(), a.bytes()) == 0);
   }
 }

@@ -230,7 +230,7 @@ TEST_SUITE("gpu") {
     const auto& c = model.weights->config();
     gpu::backend& device = test::cpu_device();
     // 128-token steps; from 64 tokens with remote blocks a step runs as two lanes.
-    auto eng = gpu::engine::create(model.weights, device, {128, 4, gpu::dtype::f32, gpu::dtype::f32, 64}).value();
+    auto eng = gpu::engine::create(model.weights, device, {128, 4, gpu::dtype::f32, 64}).value();
     std::vector<gpu::kv_pool> pools;
     for (int p = 0; p < 3; ++p) pools.push_back(gpu::kv_pool::create(device, eng->pool_layout(), 64).value());
     const std::vector<gpu::kv_pool*> by_id{&pools[0], &pools[1], &pools[2]};
@@ -357,8 +357,8 @@ TEST_SUITE("gpu") {
     const auto prompt = license_prompt();
     gpu::device_weights_cache cache;
     {
-      auto first = cache.on(model.weights, "cpu", gpu::dtype::f32);
-      auto second = cache.on(model.weights, "cpu", gpu::dtype::f32);
+      auto first = cache.on(model.weights, "cpu");
+      auto second = cache.on(model.weights, "cpu");
       REQUIRE(first.is_ok());
       REQUIRE(second.is_ok());
       CHECK(first.value() == second.value());
@@ -371,16 +371,18 @@ TEST_SUITE("gpu") {
       const auto own = test::run_greedy(model.weights, prompt, 8, {});
       CHECK(test::run_greedy(model.weights, prompt, 8, shared).ids == own.ids);
       CHECK(test::run_greedy(model.weights, prompt, 8, shared).ids == own.ids);
-      // Another weight type is another placement.
-      auto halves = cache.on(model.weights, "cpu", gpu::dtype::f16);
-      REQUIRE(halves.is_ok());
-      CHECK(halves.value() != first.value());
+      // Other weights are another placement.
+      const auto halves = std::make_shared<const gpu::model_weights>(
+          gpu::convert_weights(*model.weights, gpu::dtype::f16).value());
+      auto placed_halves = cache.on(halves, "cpu");
+      REQUIRE(placed_halves.is_ok());
+      CHECK(placed_halves.value() != first.value());
       CHECK(cache.placements() == 2);
     }
     // Once no engine holds a placement, the next one places again.
-    REQUIRE(cache.on(model.weights, "cpu", gpu::dtype::f32).is_ok());
+    REQUIRE(cache.on(model.weights, "cpu").is_ok());
     CHECK(cache.placements() == 3);
-    CHECK_FALSE(cache.on(model.weights, "tpu", gpu::dtype::f32).is_ok());
+    CHECK_FALSE(cache.on(model.weights, "tpu").is_ok());
   }
 
   TEST_CASE("a synthetic GQA model gives the same ids over several pools and chunks") {

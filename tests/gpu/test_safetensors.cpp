@@ -83,9 +83,9 @@ TEST_CASE("safetensors: a file's tensors are read where they lie, with their dty
   for (const written& w : tensors) {
     const stored_tensor* t = c.find(w.name);
     REQUIRE_MESSAGE(t, w.name);
-    CHECK(to_string(t->type) == w.dtype);
+    CHECK(file_name(t->type) == w.dtype);
     CHECK(t->shape == w.shape);
-    CHECK(t->elements() * element_bytes(t->type) == t->bytes);
+    CHECK(stored_bytes(t->type, t->elements()) == t->bytes);
     CHECK(std::vector<uint8_t>(t->data, t->data + t->bytes) == w.bytes);
   }
   CHECK_FALSE(c.find("model.layers.0.self_attn.q_proj.weight"));

@@ -310,8 +310,23 @@ def rotate_half(x):
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
-def forward(cfg, w, ids):
-    """Logits [len(ids)][vocab] of the whole sequence."""
+def quantized_activations(x, block):
+    """x as the engine's products with block-type weights see it: each block of `block` values of a row quantized to
+    int8 with scale max|x| / 127, in float32 arithmetic as the engine does it."""
+    rows = x.astype(np.float32).reshape(-1, block)
+    amax = np.abs(rows).max(axis=1, keepdims=True)
+    inverse = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
+    t = (rows * inverse).astype(np.float32)
+    q = np.trunc(t + np.where(t >= 0, np.float32(0.5), np.float32(-0.5)))
+    return (q * (amax / np.float32(127))).astype(np.float64).reshape(x.shape)
+
+
+def forward(cfg, w, ids, block=0):
+    """Logits [len(ids)][vocab] of the whole sequence; with `block`, every product's activations quantized in blocks
+    of that many values first (the engine's products with block-type weights)."""
+    def mm(x, m):
+        return (quantized_activations(x, block) if block else x) @ m.T
+
     d, heads, kv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd, eps, n = cfg.get("head_dim", d // heads), cfg["rms_norm_eps"], len(ids)
     freqs = np.outer(np.arange(n, dtype=np.float64), inverse_frequencies(cfg, hd))
@@ -324,7 +339,7 @@ def forward(cfg, w, ids):
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
         proj = {}
         for name in "qkv":
-            proj[name] = h @ w[p + f"self_attn.{name}_proj.weight"].T
+            proj[name] = mm(h, w[p + f"self_attn.{name}_proj.weight"])
             if p + f"self_attn.{name}_proj.bias" in w:
                 proj[name] = proj[name] + w[p + f"self_attn.{name}_proj.bias"]
         q = proj["q"].reshape(n, heads, hd)
@@ -341,20 +356,20 @@ def forward(cfg, w, ids):
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         scores /= scores.sum(axis=-1, keepdims=True)
         o = np.einsum("hqk,khd->qhd", scores, v).reshape(n, heads * hd)
-        x = x + o @ w[p + "self_attn.o_proj.weight"].T
+        x = x + mm(o, w[p + "self_attn.o_proj.weight"])
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        gate = h @ w[p + "mlp.gate_proj.weight"].T
-        up = h @ w[p + "mlp.up_proj.weight"].T
-        x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+        gate = mm(h, w[p + "mlp.gate_proj.weight"])
+        up = mm(h, w[p + "mlp.up_proj.weight"])
+        x = x + mm(gate / (1 + np.exp(-gate)) * up, w[p + "mlp.down_proj.weight"])
     x = rms_norm(x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
-    return x @ head.T
+    return mm(x, head)
 
 
-def greedy(cfg, w, prompt, n_new):
+def greedy(cfg, w, prompt, n_new, block=0):
     ids, logits = list(prompt), []
     for _ in range(n_new):
-        last = forward(cfg, w, ids)[-1]
+        last = forward(cfg, w, ids, block)[-1]
         logits.append(last)
         ids.append(int(np.argmax(last)))
     return ids[len(prompt):], logits
@@ -395,7 +410,7 @@ def main():
     for name, source, arch, dtype in GGUF_MODELS:
         cfg, weights, prompt = held[source]
         values = write_gguf(os.path.join(out, name + ".gguf"), arch, cfg, weights, dtype)
-        ids, logits = greedy(cfg, values, prompt, 16)
+        ids, logits = greedy(cfg, values, prompt, 16, 32 if dtype == "Q8_0" else 0)
         spread = float(np.mean([np.std(row) for row in logits]))
         manifest.append({"name": name, "path": name + ".gguf", "format": "gguf", "dtype": dtype, "prompt": prompt,
                          "ids": ids, "logit_std": spread, "logits": [[round(float(v), 7) for v in row] for row in logits]})

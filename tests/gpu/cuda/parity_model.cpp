@@ -38,7 +38,12 @@ struct run_options {
 greedy_run run_greedy(gpu::backend& dev, std::shared_ptr<const gpu::model_weights> weights,
                       const std::vector<int32_t>& prompt, int n_new, const run_options& o) {
   const gpu::model_config& c = weights->config();
-  auto made = gpu::engine::create(weights, dev, {o.chunk, 1, o.kv_type, o.weight_type, o.overlap_min_tokens});
+  if (o.weight_type != dtype::f32) {
+    auto converted = gpu::convert_weights(*weights, o.weight_type);
+    ILLM_REQUIRE(converted.is_ok(), "{}", converted.error().message());
+    weights = std::make_shared<const gpu::model_weights>(std::move(converted).value());
+  }
+  auto made = gpu::engine::create(weights, dev, {o.chunk, 1, o.kv_type, o.overlap_min_tokens});
   ILLM_REQUIRE(made.is_ok(), "engine on {}: {}", dev.name(), made.error().message());
   gpu::engine& eng = *made.value();
   const uint32_t blocks = gpu::blocks_for_tokens(int64_t(prompt.size()) + n_new);

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "gpu/half.hpp"
+#include "gpu/quant/blocks.hpp"
 #include "gpu/kv_pool.hpp"
 #include "gpu/kv_staging.hpp"
 #include "gpu/sampler.hpp"
@@ -139,17 +140,24 @@ ILLM_CASE("ops", "embed and gather_rows copy rows exactly") {
   const int m = int(tokens.size());
   const size_t ld_out = 70;
   std::vector<float> ref(size_t(m) * ld_out, 0.0f);
-  ILLM_REQUIRE_OK(reference().embed(tokens.data(), m, table.data(), dim, ref.data(), ld_out));
-  device_array<float> dtable(device(), table), dout(device(), std::vector<float>(ref.size(), 0.0f));
   device_array<int32_t> dtokens(device(), tokens);
-  ILLM_REQUIRE_OK(device().embed(dtokens.get(), m, dtable.get(), dim, dout.get(), ld_out));
-  ILLM_CHECK(dout.read() == ref, "embedded rows differ");
+  for (dtype type : {dtype::f16, dtype::bf16, dtype::f32}) {
+    // The table as the type holds it (whole bytes, read as floats where the array wants them).
+    std::vector<float> stored(table.size());
+    quantize(type, table.data(), table.size(), stored.data());
+    std::fill(ref.begin(), ref.end(), 0.0f);
+    ILLM_REQUIRE_OK(reference().embed(tokens.data(), m, stored.data(), type, dim, ref.data(), ld_out));
+    device_array<float> dtable(device(), stored), dout(device(), std::vector<float>(ref.size(), 0.0f));
+    ILLM_REQUIRE_OK(device().embed(dtokens.get(), m, dtable.get(), type, dim, dout.get(), ld_out));
+    ILLM_CHECK(dout.read() == ref, "embedded {} rows differ", gpu::to_string(type));
+  }
   const std::vector<int32_t> rows = {4, 0, 2};
   std::vector<float> gathered_ref(3 * 40, 0.0f);
   ILLM_REQUIRE_OK(reference().gather_rows(ref.data(), ld_out, rows.data(), 3, 33, gathered_ref.data(), 40));
   device_array<int32_t> drows(device(), rows);
   device_array<float> dgathered(device(), std::vector<float>(3 * 40, 0.0f));
-  ILLM_REQUIRE_OK(device().gather_rows(dout.get(), ld_out, drows.get(), 3, 33, dgathered.get(), 40));
+  device_array<float> dref(device(), ref);
+  ILLM_REQUIRE_OK(device().gather_rows(dref.get(), ld_out, drows.get(), 3, 33, dgathered.get(), 40));
   ILLM_CHECK(dgathered.read() == gathered_ref, "gathered rows differ");
 }
 

@@ -1,0 +1,25 @@
+#include "actors/cli/type_flags.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include "actors/cli/commands.hpp"
+
+namespace illm::cli {
+
+void add_weight_type_flag(CLI::App& cmd, std::string& value) {
+  cmd.add_option("--weight-type", value,
+                 std::string("Convert every matrix to this type at load: ") + weight_type_choices +
+                     " (default: as the model file stores them; GGUF's quantized types load as they are)")
+      ->check([](const std::string& v) -> std::string {
+        return gpu::parse_dtype(v) ? "" : std::string("must be ") + weight_type_choices + ", not '" + v + "'";
+      });
+}
+
+std::optional<gpu::dtype> weight_type_of(const std::string& value, const std::string& command) {
+  if (value.empty()) return std::nullopt;
+  const auto type = gpu::parse_dtype(value);
+  if (!type) fail("illm " + command + ": --weight-type must be " + weight_type_choices + ", not '" + value + "'", 2);
+  return type;
+}
+
+}  // namespace illm::cli

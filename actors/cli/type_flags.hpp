@@ -1,0 +1,26 @@
+#pragma once
+// `--weight-type` (and the `weight_type` key of illm serve's configuration): the type every matrix of the model is
+// converted to at load, for the commands that load a model.
+
+#include <optional>
+#include <string>
+
+#include "gpu/dtype.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace illm::cli {
+
+/// The types --weight-type takes.
+inline constexpr const char* weight_type_choices = "f32, f16, bf16, q8_0, q6_k, q5_0 or q4_k";
+
+/// Adds `--weight-type TYPE` to `cmd`, read into `value`; a name that is no weight type is refused by CLI11.
+void add_weight_type_flag(CLI::App& cmd, std::string& value);
+
+/// The type `value` names; none when it is empty (the matrices stay as the file stores them). Fails with status 2
+/// naming `command` when it names no type.
+std::optional<gpu::dtype> weight_type_of(const std::string& value, const std::string& command);
+
+}  // namespace illm::cli

@@ -1,0 +1,333 @@
+#include "gpu/cpu/typed_gemm.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "gpu/cpu/kernels.hpp"
+#include "gpu/cpu/simd.hpp"
+#include "gpu/half.hpp"
+
+namespace illm::gpu::cpu {
+
+void quantized_rows::resize(int m, int k_, int block_) {
+  k = k_;
+  block = block_;
+  q.resize(size_t(m) * size_t(k));
+  scale.resize(size_t(m) * size_t(k / block));
+  sums.resize(size_t(m) * size_t(k / 16));
+}
+
+void quantized_rows::quantize(const float* x, size_t ldx, int i0, int i1) {
+  for (int i = i0; i < i1; ++i) {
+    const float* row = x + size_t(i) * ldx;
+    int8_t* qi = q.data() + size_t(i) * size_t(k);
+    float* si = scale.data() + size_t(i) * size_t(k / block);
+    for (int b = 0; b < k / block; ++b) {
+      const float* v = row + b * block;
+      float amax = 0.0f;
+      for (int e = 0; e < block; ++e) amax = std::max(amax, std::fabs(v[e]));
+      const float s = amax / 127.0f, inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+      si[b] = s;
+      for (int e = 0; e < block; ++e) {
+        const float t = v[e] * inverse;
+        qi[b * block + e] = int8_t(int(t + (t >= 0.0f ? 0.5f : -0.5f)));
+      }
+    }
+    float* sum = sums.data() + size_t(i) * size_t(k / 16);
+    for (int g = 0; g < k / 16; ++g) {
+      int total = 0;
+      for (int e = 0; e < 16; ++e) total += qi[16 * g + e];
+      sum[g] = float(total) * si[16 * g / block];
+    }
+  }
+}
+
+void quantized_rows::dequantize(int i, float* out) const {
+  const int8_t* qi = q.data() + size_t(i) * size_t(k);
+  const float* si = scale.data() + size_t(i) * size_t(k / block);
+  for (int e = 0; e < k; ++e) out[e] = float(qi[e]) * si[e / block];
+}
+
+namespace {
+
+uint16_t read_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+/// A block-type weight row laid out for the integer products. Value e is
+///   block_scale[e / block] * lane_scale(e) * (level[e] - offset) (- a min, for q4_k),
+/// and every term that is not level[e] times something per 16 values is folded into `offsets`: the row's dot with
+/// activations x is  sum_b block_scale[b] * xscale[b] * sum_e lane_scale(e) * level[e] * qx[e]
+///                  - sum_g offsets[g] * (xscale * sum of qx over the 16 values g).
+struct unpacked_row {
+  std::vector<uint8_t> levels;      // [k]: unsigned, or (q8_0) int8
+  std::vector<int16_t> lane_scales;  // [k / 2]: per 32 values, 8 lanes of the first 16's scale, 8 of the second's
+  std::vector<float> block_scales;   // [k / block]
+  std::vector<float> offsets;        // [k / 16]
+  bool signed_levels = false;
+  bool has_offsets = false;
+
+  void resize(int k, int block) {
+    levels.resize(size_t(k));
+    lane_scales.resize(size_t(k / 2));
+    block_scales.resize(size_t(k / block));
+    offsets.resize(size_t(k / 16));
+  }
+  /// The scale of 16-value group g, in its 8 lanes.
+  void set_group_scale(int g, int16_t s) { std::fill_n(lane_scales.data() + 8 * g, 8, s); }
+};
+
+void unpack_q8_0(const uint8_t* row, int k, unpacked_row& u) {
+  u.signed_levels = true;
+  u.has_offsets = false;
+  for (int b = 0; b < k / 32; ++b) {
+    const uint8_t* blk = row + size_t(b) * 34;
+    u.block_scales[size_t(b)] = f16_to_float(read_u16(blk));
+    std::memcpy(u.levels.data() + 32 * b, blk + 2, 32);
+  }
+  std::fill(u.lane_scales.begin(), u.lane_scales.end(), int16_t(1));
+}
+
+void unpack_q5_0(const uint8_t* row, int k, unpacked_row& u) {
+  u.signed_levels = false;
+  u.has_offsets = true;
+  for (int b = 0; b < k / 32; ++b) {
+    const uint8_t* blk = row + size_t(b) * 22;
+    const float d = f16_to_float(read_u16(blk));
+    uint32_t qh;
+    std::memcpy(&qh, blk + 2, 4);
+    const uint8_t* qs = blk + 6;
+    uint8_t* out = u.levels.data() + 32 * b;
+    for (int j = 0; j < 16; ++j) {
+      out[j] = uint8_t((qs[j] & 0x0f) | (((qh >> j) & 1u) << 4));
+      out[j + 16] = uint8_t((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+    }
+    u.block_scales[size_t(b)] = d;
+    u.offsets[size_t(2 * b)] = u.offsets[size_t(2 * b + 1)] = 16.0f * d;
+  }
+  std::fill(u.lane_scales.begin(), u.lane_scales.end(), int16_t(1));
+}
+
+void unpack_q4_k(const uint8_t* row, int k, unpacked_row& u) {
+  u.signed_levels = false;
+  u.has_offsets = true;
+  for (int b = 0; b < k / 256; ++b) {
+    const uint8_t* blk = row + size_t(b) * 144;
+    const float d = f16_to_float(read_u16(blk)), dmin = f16_to_float(read_u16(blk + 2));
+    const uint8_t* s = blk + 4;
+    const uint8_t* qs = blk + 16;
+    uint8_t* out = u.levels.data() + 256 * b;
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) {
+        out[64 * c + l] = qs[32 * c + l] & 0x0f;
+        out[64 * c + 32 + l] = qs[32 * c + l] >> 4;
+      }
+    for (int j = 0; j < 8; ++j) {
+      const int scale = j < 4 ? s[j] & 63 : (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+      const int min = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+      const int g = 16 * b + 2 * j;  // the sub-block's two groups of 16
+      u.set_group_scale(g, int16_t(scale));
+      u.set_group_scale(g + 1, int16_t(scale));
+      u.offsets[size_t(g)] = u.offsets[size_t(g + 1)] = dmin * float(min);
+    }
+    u.block_scales[size_t(b)] = d;
+  }
+}
+
+void unpack_q6_k(const uint8_t* row, int k, unpacked_row& u) {
+  u.signed_levels = false;
+  u.has_offsets = true;
+  for (int b = 0; b < k / 256; ++b) {
+    const uint8_t* blk = row + size_t(b) * 210;
+    const float d = f16_to_float(read_u16(blk + 208));
+    const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    uint8_t* out = u.levels.data() + 256 * b;
+    for (int n = 0; n < 2; ++n) {
+      const uint8_t* ql = blk + 64 * n;
+      const uint8_t* qh = blk + 128 + 32 * n;
+      uint8_t* o = out + 128 * n;
+      for (int l = 0; l < 32; ++l) {
+        o[l] = uint8_t((ql[l] & 0x0f) | ((qh[l] << 4) & 0x30));
+        o[l + 32] = uint8_t((ql[l + 32] & 0x0f) | ((qh[l] << 2) & 0x30));
+        o[l + 64] = uint8_t((ql[l] >> 4) | (qh[l] & 0x30));
+        o[l + 96] = uint8_t((ql[l + 32] >> 4) | ((qh[l] >> 2) & 0x30));
+      }
+    }
+    for (int i = 0; i < 16; ++i) {
+      u.set_group_scale(16 * b + i, int16_t(sc[i]));
+      u.offsets[size_t(16 * b + i)] = 32.0f * d * float(sc[i]);
+    }
+    u.block_scales[size_t(b)] = d;
+  }
+}
+
+void unpack(dtype type, const uint8_t* row, int k, unpacked_row& u) {
+  u.resize(k, int(block_elements(type)));
+  switch (type) {
+    case dtype::q8_0: return unpack_q8_0(row, k, u);
+    case dtype::q5_0: return unpack_q5_0(row, k, u);
+    case dtype::q4_k: return unpack_q4_k(row, k, u);
+    case dtype::q6_k: return unpack_q6_k(row, k, u);
+    default: return;
+  }
+}
+
+float dot_floats(const float* a, const float* b, int n) {
+  f32x16 acc{};
+  int d = 0;
+  for (; d + lanes <= n; d += lanes) acc += load16(a + d) * load16(b + d);
+  if (d < n) acc += load_partial16(a + d, n - d) * load_partial16(b + d, n - d);
+  return reduce_add(acc);
+}
+
+#if defined(__AVX2__)
+
+/// Products of 32 levels with 32 int8 activations, summed in adjacent pairs: 16 int16.
+template <bool Signed>
+inline __m256i pair_products(__m256i levels, __m256i x) {
+  if constexpr (Signed) return _mm256_maddubs_epi16(_mm256_sign_epi8(levels, levels), _mm256_sign_epi8(x, levels));
+  else return _mm256_maddubs_epi16(levels, x);
+}
+
+/// acc + the pairs times their int16 scales, summed in adjacent pairs.
+inline __m256i add_scaled(__m256i acc, __m256i pairs, __m256i scales) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpwssd_epi32(acc, pairs, scales);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpwssd_avx_epi32(acc, pairs, scales);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, scales));
+#endif
+}
+
+inline float sum8(__m256 v) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+/// The integer part of one weight row against R activation rows: out[r] = sum_b block_scale * xscale_r * ints.
+template <int R, bool Signed>
+void dot_levels(const unpacked_row& w, int k, int block, const int8_t* const* xq, const float* const* xs, float* out) {
+  __m256 total[R];
+  for (int r = 0; r < R; ++r) total[r] = _mm256_setzero_ps();
+  const uint8_t* levels = w.levels.data();
+  const int16_t* scales = w.lane_scales.data();
+  for (int b = 0; b < k / block; ++b) {
+    __m256i acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
+    for (int e = b * block; e < (b + 1) * block; e += 32) {
+      const __m256i lv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(levels + e));
+      const __m256i sc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + e / 2));
+      for (int r = 0; r < R; ++r)
+        acc[r] = add_scaled(acc[r], pair_products<Signed>(lv, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[r] + e))), sc);
+    }
+    const float ws = w.block_scales[size_t(b)];
+    for (int r = 0; r < R; ++r)
+      total[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r]), _mm256_set1_ps(ws * xs[r][b]), total[r]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = sum8(total[r]);
+}
+
+#else
+
+template <int R, bool Signed>
+void dot_levels(const unpacked_row& w, int k, int block, const int8_t* const* xq, const float* const* xs, float* out) {
+  for (int r = 0; r < R; ++r) {
+    float total = 0.0f;
+    for (int b = 0; b < k / block; ++b) {
+      int64_t acc = 0;
+      for (int e = b * block; e < (b + 1) * block; ++e) {
+        const int level = Signed ? int(int8_t(w.levels[size_t(e)])) : int(w.levels[size_t(e)]);
+        acc += int64_t(level) * xq[r][e] * w.lane_scales[size_t(e / 16 * 8)];
+      }
+      total += float(acc) * w.block_scales[size_t(b)] * xs[r][b];
+    }
+    out[r] = total;
+  }
+}
+
+#endif
+
+/// One unpacked weight row against R activation rows starting at row i.
+template <int R>
+void dot_rows(const unpacked_row& w, const quantized_rows& x, int i, float* out) {
+  const int k = x.k, block = x.block;
+  const int8_t* xq[R];
+  const float* xs[R];
+  for (int r = 0; r < R; ++r) {
+    xq[r] = x.q.data() + size_t(i + r) * size_t(k);
+    xs[r] = x.scale.data() + size_t(i + r) * size_t(k / block);
+  }
+  if (w.signed_levels) dot_levels<R, true>(w, k, block, xq, xs, out);
+  else dot_levels<R, false>(w, k, block, xq, xs, out);
+  if (w.has_offsets)
+    for (int r = 0; r < R; ++r) out[r] -= dot_floats(w.offsets.data(), x.sums.data() + size_t(i + r) * size_t(k / 16), k / 16);
+}
+
+/// Rows of activations read against each unpacked weight row before the next: enough to reuse the unpacking,
+/// few enough to stay in the core's cache.
+constexpr int rows_per_pass = 64;
+
+}  // namespace
+
+void gemm_blocks(const quantized_rows& x, int m, dtype type, const uint8_t* w, size_t w_row_bytes, int j0, int j1,
+                 float* y, size_t ldy, bool accumulate) {
+  thread_local unpacked_row u;
+  for (int p0 = 0; p0 < m; p0 += rows_per_pass) {
+    const int p1 = std::min(m, p0 + rows_per_pass);
+    for (int j = j0; j < j1; ++j) {
+      unpack(type, w + size_t(j) * w_row_bytes, x.k, u);
+      for (int i = p0; i < p1; i += 4) {
+        float out[4];
+        switch (std::min(4, p1 - i)) {
+          case 1: dot_rows<1>(u, x, i, out); break;
+          case 2: dot_rows<2>(u, x, i, out); break;
+          case 3: dot_rows<3>(u, x, i, out); break;
+          default: dot_rows<4>(u, x, i, out); break;
+        }
+        for (int r = 0; r < std::min(4, p1 - i); ++r) {
+          float& o = y[size_t(i + r) * ldy + size_t(j)];
+          o = (accumulate ? o : 0.0f) + out[r];
+        }
+      }
+    }
+  }
+}
+
+void widen(dtype type, const uint8_t* src, int n, float* out) {
+  if (type == dtype::f32) {
+    std::memcpy(out, src, sizeof(float) * size_t(n));
+  } else if (type == dtype::bf16) {
+    for (int i = 0; i < n; ++i) {
+      const uint32_t bits = uint32_t(read_u16(src + 2 * i)) << 16;
+      std::memcpy(out + i, &bits, 4);
+    }
+  } else {
+    int i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))));
+#endif
+    for (; i < n; ++i) out[i] = f16_to_float(read_u16(src + 2 * i));
+  }
+}
+
+void gemm_halves(const float* x, size_t ldx, int m, int k, dtype type, const uint8_t* w, size_t w_row_bytes, int j0,
+                 int j1, float* y, size_t ldy, bool accumulate) {
+  thread_local std::vector<float> row;
+  row.resize(size_t(k));
+  for (int j = j0; j < j1; ++j) {
+    widen(type, w + size_t(j) * w_row_bytes, k, row.data());
+    gemv(x, ldx, m, k, row.data(), size_t(k), 0, 1, y + j, ldy, accumulate);
+  }
+}
+
+}  // namespace illm::gpu::cpu

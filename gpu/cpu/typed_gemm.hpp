@@ -1,0 +1,44 @@
+#pragma once
+// Products with weights stored in 16-bit and block types (gpu/dtype.hpp), single-threaded on slices of weight rows
+// (cpu_backend splits the work). Block-type weights are multiplied in integers, as llama.cpp does: the activations
+// are quantized to int8 in blocks of the weights' block size (32 for q8_0 and q5_0, 256 for q4_k and q6_k) with
+// one fp32 scale each, and each weight row is unpacked once per call into unsigned levels with 16-bit sub-block
+// scales, so one kernel serves every block type. 16-bit weights are widened to fp32 a row at a time.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "gpu/dtype.hpp"
+
+namespace illm::gpu::cpu {
+
+/// Activation rows quantized for block-type weights: row i's value e is q[i][e] * scale[i][e / block].
+struct quantized_rows {
+  int k = 0;      ///< values per row
+  int block = 0;  ///< values per scale: the weights' block_elements
+  std::vector<int8_t> q;     ///< [rows][k]
+  std::vector<float> scale;  ///< [rows][k / block]: max |x| / 127 of the block
+  std::vector<float> sums;   ///< [rows][k / 16]: the sum of each 16 values of q, times their scale
+  /// Sizes the arrays for m rows of k values in blocks of `block`.
+  void resize(int m, int k, int block);
+  /// Quantizes rows [i0, i1) of x (rows ldx apart).
+  void quantize(const float* x, size_t ldx, int i0, int i1);
+  /// Row i's values as the products see them (q * scale), for the reference.
+  void dequantize(int i, float* out) const;
+};
+
+/// y[i][j] (+)= dot(x_i, w_j) for the rows of `x` (all m of them) and weight rows [j0, j1) of block type `type`, the
+/// rows w_row_bytes apart. `x` must be quantized in type's block size.
+void gemm_blocks(const quantized_rows& x, int m, dtype type, const uint8_t* w, size_t w_row_bytes, int j0, int j1,
+                 float* y, size_t ldy, bool accumulate);
+
+/// y[i][j] (+)= dot(x_i, w_j) for x [m][k] (rows ldx apart) and weight rows [j0, j1) of f16 or bf16, the rows
+/// w_row_bytes apart: each weight row widened to fp32 once and read against every row of x.
+void gemm_halves(const float* x, size_t ldx, int m, int k, dtype type, const uint8_t* w, size_t w_row_bytes, int j0,
+                 int j1, float* y, size_t ldy, bool accumulate);
+
+/// Widens n values of f32, f16 or bf16 to fp32.
+void widen(dtype type, const uint8_t* src, int n, float* out);
+
+}  // namespace illm::gpu::cpu

@@ -1,0 +1,194 @@
+// Weight types on the cpu backend: the block layouts written and read back, and products with weights of every
+// type against the reference (the weights read back to fp32 and, for a block type, the activations as quantized
+// to 8 bits), at decode and batch shapes.
+#include <cmath>
+#include <random>
+
+#include "gpu/cpu/cpu_backend.hpp"
+#include "gpu/quant/blocks.hpp"
+#include "tests/gpu/support.hpp"
+
+using namespace illm;
+
+namespace {
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = g(rng);
+  return v;
+}
+
+/// n values written as `type`.
+std::vector<uint8_t> stored(gpu::dtype type, const std::vector<float>& values) {
+  std::vector<uint8_t> out(gpu::stored_bytes(type, values.size()));
+  gpu::quantize(type, values.data(), values.size(), out.data());
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("every weight type reads back what it wrote within its precision") {
+    const auto values = random_vector(4096, 3);
+    // Root-mean-square error relative to the values' own, by type.
+    for (auto [type, bound] : {std::pair{gpu::dtype::f32, 0.0}, std::pair{gpu::dtype::bf16, 4e-3},
+                               std::pair{gpu::dtype::f16, 5e-4}, std::pair{gpu::dtype::q8_0, 1e-2},
+                               std::pair{gpu::dtype::q6_k, 3e-2}, std::pair{gpu::dtype::q5_0, 6e-2},
+                               std::pair{gpu::dtype::q4_k, 1.2e-1}}) {
+      std::vector<float> back(values.size());
+      gpu::dequantize(type, stored(type, values).data(), values.size(), back.data());
+      double error = 0, norm = 0;
+      for (size_t i = 0; i < values.size(); ++i) {
+        error += (back[i] - values[i]) * double(back[i] - values[i]);
+        norm += double(values[i]) * values[i];
+      }
+      const double relative = std::sqrt(error / norm);
+      MESSAGE(std::string(gpu::to_string(type)), ": relative rms error ", relative);
+      CHECK(relative <= bound);
+      CHECK(gpu::parse_dtype(gpu::to_string(type)) == type);
+      CHECK(gpu::parse_dtype(gpu::file_name(type)) == type);
+      CHECK_FALSE(gpu::first_non_finite(type, stored(type, values).data(), values.size()));
+    }
+  }
+
+  TEST_CASE("a block whose scale is not finite is found") {
+    auto q = stored(gpu::dtype::q4_k, random_vector(512, 4));
+    q[144] = 0x00;
+    q[145] = 0x7c;  // the second block's d: f16 infinity
+    const auto bad = gpu::first_non_finite(gpu::dtype::q4_k, q.data(), 512);
+    REQUIRE(bad);
+    CHECK(*bad >= 256);
+  }
+
+  TEST_CASE("products with weights of every type match the reference over the weights read back") {
+    gpu::cpu::cpu_backend fast(2, gpu::cpu::cpu_mode::fast), reference(1, gpu::cpu::cpu_mode::reference);
+    for (gpu::dtype type : gpu::all_dtypes) {
+      if (type == gpu::dtype::f32) continue;
+      for (auto [k, n] : {std::pair{256, 40}, std::pair{512, 3}, std::pair{768, 33}}) {
+        const auto w = stored(type, random_vector(size_t(n) * k, 7 + n, 0.05f));
+        for (int m : {1, 2, 3, 4, 5, 17, 64, 65, 130}) {
+          const auto x = random_vector(size_t(m) * k, 11 + m);
+          for (bool accumulate : {false, true}) {
+            std::vector<float> got(size_t(m) * n, 0.5f), want(size_t(m) * n, 0.5f);
+            REQUIRE(fast.gemm(x.data(), k, m, k, w.data(), type, k, n, got.data(), n, accumulate).is_ok());
+            REQUIRE(reference.gemm(x.data(), k, m, k, w.data(), type, k, n, want.data(), n, accumulate).is_ok());
+            double worst = 0, scale = 0;
+            for (size_t i = 0; i < got.size(); ++i) {
+              worst = std::max(worst, double(std::abs(got[i] - want[i])));
+              scale = std::max(scale, double(std::abs(want[i])));
+            }
+            CHECK_MESSAGE(worst <= 1e-4 * std::max(1.0, scale), gpu::to_string(type), " m=", m, " k=", k, " n=", n,
+                          " accumulate ", accumulate, ": largest difference ", worst, " of ", scale);
+          }
+        }
+      }
+    }
+  }
+
+  TEST_CASE("the embedding reads a row of a table of any type") {
+    gpu::backend& device = test::cpu_device();
+    const int vocab = 10, dim = 256;
+    const auto table = random_vector(size_t(vocab) * dim, 5);
+    const std::vector<int32_t> tokens = {3, 0, 9, 3};
+    for (gpu::dtype type : gpu::all_dtypes) {
+      const auto t = stored(type, table);
+      std::vector<float> out(tokens.size() * dim), row(dim);
+      REQUIRE(device.embed(tokens.data(), int(tokens.size()), t.data(), type, dim, out.data(), dim).is_ok());
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        gpu::dequantize(type, t.data() + size_t(tokens[i]) * gpu::row_bytes(type, dim), dim, row.data());
+        CHECK(std::equal(row.begin(), row.end(), out.begin() + long(i * dim)));
+      }
+    }
+  }
+}
+
+namespace {
+
+/// A small model whose rows are whole super-blocks (256), so that every block type holds every matrix.
+std::shared_ptr<const gpu::model_weights> block_sized_model() {
+  gpu::model_config c;
+  c.dim = 256;
+  c.hidden_dim = 512;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.vocab_size = 300;
+  c.max_seq = 256;
+  static auto w = std::make_shared<const gpu::model_weights>(gpu::synthetic_weights(c, 11, false).value());
+  return w;
+}
+
+std::shared_ptr<const gpu::model_weights> converted(gpu::dtype type) {
+  return std::make_shared<const gpu::model_weights>(gpu::convert_weights(*block_sized_model(), type).value());
+}
+
+/// How far one run's logits are from another's.
+struct logit_gap {
+  double worst = 0;       ///< the largest difference of any logit
+  double worst_nmse = 0;  ///< the NMSE of the worst step
+  int steps_over = 0;     ///< steps with a logit more than 1e-4 apart
+};
+
+logit_gap logit_difference(const test::greedy_run& a, const test::greedy_run& b) {
+  logit_gap g;
+  for (size_t step = 0; step < a.logits.size(); ++step) {
+    double error = 0, norm = 0, step_worst = 0;
+    for (size_t i = 0; i < a.logits[step].size(); ++i) {
+      const double d = double(a.logits[step][i]) - b.logits[step][i];
+      step_worst = std::max(step_worst, std::abs(d));
+      error += d * d;
+      norm += double(b.logits[step][i]) * b.logits[step][i];
+    }
+    g.worst = std::max(g.worst, step_worst);
+    g.worst_nmse = std::max(g.worst_nmse, error / norm);
+    g.steps_over += step_worst > 1e-4;
+  }
+  return g;
+}
+
+const std::vector<int32_t> prompt = {1, 17, 200, 42, 99, 5, 77, 123, 256, 289, 11, 12, 13, 14, 15, 16, 17, 18, 19};
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("a model of every weight type gives the reference backend's ids and logits, over pools and chunks") {
+    gpu::cpu::cpu_backend reference(2, gpu::cpu::cpu_mode::reference);
+    for (gpu::dtype type : gpu::all_dtypes) {
+      const auto weights = converted(type);
+      for (auto [pools, chunk] : {std::pair{1, 512}, std::pair{3, 5}}) {
+        test::greedy_options o;
+        o.keep_logits = true;
+        o.pools = pools;
+        o.chunk = chunk;
+        const auto fast = test::run_greedy(weights, prompt, 12, o);
+        o.device = &reference;
+        const auto slow = test::run_greedy(weights, prompt, 12, o);
+        // The activations of a block-type product are rounded to 8 bits: where the two backends' fp32 sums leave
+        // one on a tie, it rounds apart and that step's logits move by a level (3e-2 here); every other step stays
+        // within 1e-4.
+        const logit_gap gap = logit_difference(fast, slow);
+        MESSAGE(std::string(gpu::to_string(type)), ", ", pools, " pool(s): logits within ", gap.worst,
+                " of the reference backend's (NMSE ", gap.worst_nmse, "), ", gap.steps_over, " of 12 steps over 1e-4");
+        CHECK(fast.ids == slow.ids);
+        CHECK(gap.worst_nmse <= (gpu::is_block_type(type) ? 1e-3 : 1e-8));
+        CHECK(gap.steps_over <= (gpu::is_block_type(type) ? 1 : 0));
+      }
+    }
+  }
+
+  TEST_CASE("16-bit weights stay close to the fp32 model") {
+    test::greedy_options o;
+    o.keep_logits = true;
+    const auto full = test::run_greedy(block_sized_model(), prompt, 12, o);
+    for (auto [type, bound] : {std::pair{gpu::dtype::f16, 1e-5}, std::pair{gpu::dtype::bf16, 1e-3}}) {
+      const auto run = test::run_greedy(converted(type), prompt, 12, o);
+      const logit_gap gap = logit_difference(run, full);
+      MESSAGE(std::string(gpu::to_string(type)), " weights: logits NMSE ", gap.worst_nmse, " from fp32, ids ",
+              std::string(run.ids == full.ids ? "equal" : "not equal"));
+      CHECK(gap.worst_nmse <= bound);
+      CHECK(run.ids == full.ids);
+    }
+  }
+}
