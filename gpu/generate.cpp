@@ -51,7 +51,7 @@ result<generate_result> generate(const loaded_model& model, backend& device, con
                                 ? options.blocks_per_pool
                                 : (blocks_for_tokens(total_tokens) + uint32_t(options.kv_pools) - 1) / options.kv_pools;
 
-  auto made = engine::create(model.weights, device, {options.max_batch_tokens, 1});
+  auto made = engine::create(model.weights, device, {options.max_batch_tokens, 1, options.kv_type});
   if (!made.is_ok()) return made.error();
   engine& eng = *made.value();
   std::vector<kv_pool> pools;

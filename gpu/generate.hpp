@@ -42,6 +42,7 @@ struct generate_options {
   int kv_pools = 1;
   uint32_t blocks_per_pool = 0;  ///< 0: enough for the prompt plus max_tokens
   int max_batch_tokens = 512;    ///< prefill chunk
+  dtype kv_type = dtype::f32;    ///< the pools' element type
 };
 
 /// What came out, with the figures `illm generate` reports.

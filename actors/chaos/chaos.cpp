@@ -105,6 +105,7 @@ cluster_options cluster_for(const scenario& s, uint64_t seed, const chaos_option
   const int replicas = s.replica_min_tokens ? int(s.replica_min_tokens) : o.replica_min_tokens;
   c.instances = o.instances + (replicas ? 1 : 0);
   c.instance.backend = o.backend;
+  c.instance.kv_type = o.kv_type;
   c.instance.kv_blocks_per_instance = o.kv_blocks_per_instance;
   c.instance.replica_min_tokens = replicas;
   c.instance.threads_per_instance = 1;

@@ -63,6 +63,8 @@ struct run_result {
 struct chaos_options {
   /// What the instances run on (instance_settings::backend); the fault-free answers come from the cpu backend.
   std::string backend = "cpu";
+  /// The element type of the instances' KV pools (instance_settings::kv_type).
+  std::string kv_type = "f32";
   int instances = 3;
   int kv_blocks_per_instance = 64;
   int short_requests = 4;  ///< besides one long request (more than one pool)

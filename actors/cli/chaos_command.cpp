@@ -179,6 +179,7 @@ void add_chaos_command(CLI::App& app) {
   cmd->add_option("--scenario", f->scenario, "Only this scenario (--list names them)");
   cmd->add_option("--model", f->model, "Model name (in $ILLM_MODELS) or path (default stories15M)");
   add_weight_type_flag(*cmd, f->weight_type);
+  add_kv_type_flag(*cmd, f->options.kv_type);
   cmd->add_option("--instances", f->options.instances, "Instances of the cluster (default 3)")->check(CLI::Range(2, 16));
   cmd->add_option("--kv-blocks-per-instance", f->options.kv_blocks_per_instance,
                   "KV blocks of 16 tokens per instance (default 64)")

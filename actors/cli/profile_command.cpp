@@ -22,6 +22,7 @@ namespace {
 struct profile_flags {
   std::string model = "stories15M";
   std::string weight_type;
+  std::string kv_type = "f32";
   std::string backend = "cpu";
   int threads = 0;
   std::string out = "profile.json";
@@ -116,6 +117,7 @@ void run_profile(const profile_flags& f) {
   auto device = gpu::make_backend(f.backend, f.threads);
   if (!device.is_ok()) fail(device.error().message());
   actors::placement::profiler_options options;
+  options.kv_type = kv_type_of(f.kv_type, "profile");
   options.repeats = f.repeats;
   if (!f.validate) return write_profile(f, model.value(), *device.value(), options);
   if (!f.profile.empty()) {
@@ -136,6 +138,7 @@ void add_profile_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("profile", "Measure the performance model on a backend (or --validate one)");
   cmd->add_option("--model", flags->model, "Model to run")->capture_default_str();
   add_weight_type_flag(*cmd, flags->weight_type);
+  add_kv_type_flag(*cmd, flags->kv_type);
   cmd->add_option("--backend", flags->backend, "Backend to measure")->capture_default_str();
   cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--out", flags->out, "Where the profile is written")->capture_default_str();

@@ -32,7 +32,7 @@ namespace {
 /// Flags given on the command line; each overrides the config file.
 struct serve_flags {
   std::string config;
-  std::string model, served_model_name, chat_template, weight_type, host, metrics_prefix, gmanager, policy, profile, faults, backend,
+  std::string model, served_model_name, chat_template, weight_type, kv_type, host, metrics_prefix, gmanager, policy, profile, faults, backend,
       devices;
   int port = -1, instances = 0, max_requests = 0;
   std::vector<std::string> api_keys;
@@ -61,6 +61,7 @@ actors::frontend::serve_config resolve(const serve_flags& f, const CLI::App* cmd
   if (!f.faults.empty()) c.faults = f.faults;
   if (f.instances > 0) c.instances = f.instances;
   if (!f.backend.empty()) c.instance.backend = f.backend;
+  if (!f.kv_type.empty()) c.instance.kv_type = f.kv_type;
   if (!f.devices.empty()) c.instance.devices = f.devices;
   copy_given_settings(cmd, actors::instance_settings_table(), f.instance, c.instance);
   copy_given_settings(cmd, actors::batch_settings_table(), f.batch, c.batch);
@@ -97,6 +98,7 @@ actors::placement::profile greedy_profile(const actors::frontend::serve_config& 
   auto device = gpu::make_backend(instance_backend(c.instance.backend, "serve"), threads);
   if (!device.is_ok()) fail(device.error().message());
   actors::placement::profiler_options options;
+  options.kv_type = kv_type_of(c.instance.kv_type, "serve");
   options.repeats = 2;
   const auto started = std::chrono::steady_clock::now();
   auto measured = actors::placement::measure_profile(model, *device.value(), options);
@@ -174,6 +176,7 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   // Every thread started from here on leaves SIGINT and SIGTERM to this one, which waits for them.
   const sigset_t stop_signals = block_stop_signals();
 
+  (void)kv_type_of(c.instance.kv_type, "serve");  // a bad kv_type fails before the model loads
   const gpu::loaded_model model = load_model_or_fail(
       c.model, {.chat_template_file = c.chat_template, .weight_type = weight_type_of(c.weight_type, "serve")}, "illm serve");
   auto registry = std::make_shared<actors::metrics::registry>();
@@ -220,6 +223,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--chat-template", flags->chat_template,
                   "Jinja file replacing the model's chat template (a model without one joins the messages by newlines)");
   add_weight_type_flag(*cmd, flags->weight_type);
+  cmd->add_option("--kv-type", flags->kv_type, "Element type of the KV pools: f32, f16 or bf16 (default f32)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
   cmd->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", flags->port, "Port (default 8000; 0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--gmanager", flags->gmanager,

@@ -15,6 +15,19 @@ void add_weight_type_flag(CLI::App& cmd, std::string& value) {
       });
 }
 
+void add_kv_type_flag(CLI::App& cmd, std::string& value) {
+  cmd.add_option("--kv-type", value, "Element type of the KV pools: f32, f16 or bf16 (16-bit pools hold twice the tokens)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+      ->capture_default_str();
+}
+
+gpu::dtype kv_type_of(const std::string& value, const std::string& command) {
+  const auto type = gpu::parse_dtype(value);
+  if (!type || gpu::is_block_type(*type))
+    fail("illm " + command + ": the KV type must be f32, f16 or bf16, not '" + value + "'", 2);
+  return *type;
+}
+
 std::optional<gpu::dtype> weight_type_of(const std::string& value, const std::string& command) {
   if (value.empty()) return std::nullopt;
   const auto type = gpu::parse_dtype(value);

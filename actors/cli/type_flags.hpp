@@ -1,6 +1,7 @@
 #pragma once
 // `--weight-type` (and the `weight_type` key of illm serve's configuration): the type every matrix of the model is
-// converted to at load, for the commands that load a model.
+// converted to at load, for the commands that load a model; `--kv-type` (instance_settings::kv_type), the element type
+// of the instances' KV pools.
 
 #include <optional>
 #include <string>
@@ -18,6 +19,12 @@ inline constexpr const char* weight_type_choices = "f32, f16, bf16, q8_0, q6_k, 
 
 /// Adds `--weight-type TYPE` to `cmd`, read into `value`; a name that is no weight type is refused by CLI11.
 void add_weight_type_flag(CLI::App& cmd, std::string& value);
+
+/// Adds `--kv-type TYPE` (f32, f16 or bf16) to `cmd`, read into `value`.
+void add_kv_type_flag(CLI::App& cmd, std::string& value);
+
+/// The KV type `value` names (f32, f16 or bf16). Fails with status 2 naming `command` when it names another.
+gpu::dtype kv_type_of(const std::string& value, const std::string& command);
 
 /// The type `value` names; none when it is empty (the matrices stay as the file stores them). Fails with status 2
 /// naming `command` when it names no type.

@@ -99,6 +99,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   n->move_device = to_shared(std::move(move_device).value());
   gpu::engine_options engine_options{options.batch.max_batch_tokens, options.batch.max_batch_seqs};
   engine_options.overlap_min_tokens = options.batch.overlap_min_tokens;
+  engine_options.kv_type = gpu::parse_dtype(options.instance.kv_type).value_or(gpu::dtype::f32);
   auto placed = options.weights_on_devices ? options.weights_on_devices->on(weights, backend)
                                            : gpu::device_weights::place(weights, n->device);
   if (!placed.is_ok()) return placed.error();

@@ -23,9 +23,9 @@ constexpr int longest_context = 8192;
 /// Sequences laid out on a pool to time steps: each sequence has blocks for its context.
 class bench_bed {
  public:
-  static gpu::result<bench_bed> make(const gpu::loaded_model& model, gpu::backend& device) {
+  static gpu::result<bench_bed> make(const gpu::loaded_model& model, gpu::backend& device, gpu::dtype kv_type) {
     bench_bed b;
-    auto eng = gpu::engine::create(model.weights, device, {max_batch_tokens, max_batch_seqs});
+    auto eng = gpu::engine::create(model.weights, device, {max_batch_tokens, max_batch_seqs, kv_type});
     if (!eng.is_ok()) return eng.error();
     b.engine_ = std::move(eng).value();
     // Room for the longest context plus a full decode batch at moderate contexts.
@@ -136,7 +136,7 @@ std::vector<probe> fit_probes() {
   return probes;
 }
 
-gpu::result<profile> fit_profile(std::span<const double> t, const gpu::model_config& c) {
+gpu::result<profile> fit_profile(std::span<const double> t, const gpu::model_config& c, gpu::dtype kv_type) {
   const double layers = c.n_layers;
   profile p;
   p.n_layers = c.n_layers;
@@ -171,7 +171,7 @@ gpu::result<profile> fit_profile(std::span<const double> t, const gpu::model_con
     row_sum += seconds / fit_sampled_rows[i];
   }
   p.sampled_row_s = row_sum / double(fit_sampled_rows.size());
-  p.kv_bytes_per_token = uint64_t(2) * c.n_layers * c.kv_dim() * gpu::dtype_bytes(gpu::dtype::f32);
+  p.kv_bytes_per_token = uint64_t(2) * c.n_layers * c.kv_dim() * gpu::dtype_bytes(kv_type);
   p.kv_capacity_tokens = (uint64_t(8) << 30) / std::max<uint64_t>(1, p.kv_bytes_per_token);  // 8 GiB of KV
   return p;
 }
@@ -219,7 +219,7 @@ gpu::result<profile> measure_profile(const gpu::loaded_model& model, gpu::backen
 
 gpu::result<std::vector<validation_point>> validate_profile(const profile& p, const gpu::loaded_model& model,
                                                             gpu::backend& device, const profiler_options& options) {
-  auto made = bench_bed::make(model, device);
+  auto made = bench_bed::make(model, device, options.kv_type);
   if (!made.is_ok()) return made.error();
   std::vector<validation_point> points;
   auto times = made->time_rounds(validation_probes(options, points), options.repeats);
@@ -230,7 +230,7 @@ gpu::result<std::vector<validation_point>> validate_profile(const profile& p, co
 
 gpu::result<profile_check> measure_and_validate(const gpu::loaded_model& model, gpu::backend& device,
                                                 const profiler_options& options, bool validate) {
-  auto made = bench_bed::make(model, device);
+  auto made = bench_bed::make(model, device, options.kv_type);
   if (!made.is_ok()) return made.error();
   profile_check out;
   std::vector<probe> probes = fit_probes();
@@ -240,7 +240,7 @@ gpu::result<profile_check> measure_and_validate(const gpu::loaded_model& model, 
   auto times = made->time_rounds(probes, options.repeats);
   if (!times.is_ok()) return times.error();
   const std::span<const double> t = times.value();
-  auto fitted = fit_profile(t.first(fit_count), made->config());
+  auto fitted = fit_profile(t.first(fit_count), made->config(), options.kv_type);
   if (!fitted.is_ok()) return fitted.error();
   out.measured = fitted.value();
   out.measured.name = fmt::format("{} {} (measured)", device.description(), model.name);

@@ -25,6 +25,7 @@ struct profiler_options {
   int repeats = 5;        ///< runs per step (the lower quartile is kept)
   int validation_batches = 24;
   uint64_t seed = 1;
+  gpu::dtype kv_type = gpu::dtype::f32;  ///< the KV pools' element type (kv_bytes_per_token follows it)
 };
 
 /// A step the profiler times: its sequences as (tokens, position of the first), and whether decode rows
@@ -51,7 +52,8 @@ double predict(const profile& p, const step_work& work);
 std::vector<probe> fit_probes();
 
 /// The profile (all but its name and model) fitted to the times of fit_probes(), in that order.
-gpu::result<profile> fit_profile(std::span<const double> times, const gpu::model_config& c);
+gpu::result<profile> fit_profile(std::span<const double> times, const gpu::model_config& c,
+                                 gpu::dtype kv_type = gpu::dtype::f32);
 
 /// One batch: what the model predicts and what was measured.
 struct validation_point {

@@ -71,6 +71,8 @@ struct instance_settings {
   /// The GPUs of the cuda backend, "0,1,...": instance i runs on the (i mod n)-th; several instances may share one,
   /// each with its own pool (--devices; empty: GPU 0).
   std::string devices{};
+  /// The element type of its KV pool: f32, f16 or bf16 (--kv-type); a 16-bit pool holds twice the tokens.
+  std::string kv_type = "f32";
   int kv_blocks_per_instance = 256;
   int landing_blocks = 0;  ///< 0: as many as the pool
   int staging_chunk_blocks = 8;  ///< blocks per chunk of a move out of a device pool (two chunk buffers, pinned)

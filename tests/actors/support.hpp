@@ -12,6 +12,7 @@ namespace illm::test {
 const gpu::loaded_model& stories15m();
 
 /// Greedy ids of a request alone on one cpu pool with room for all of it.
-std::vector<int32_t> alone_on_cpu(const std::vector<int32_t>& prompt, int max_tokens);
+std::vector<int32_t> alone_on_cpu(const std::vector<int32_t>& prompt, int max_tokens,
+                                  gpu::dtype kv_type = gpu::dtype::f32);
 
 }  // namespace illm::test

@@ -136,7 +136,7 @@ std::vector<move_report> run_long_request(const cluster_options& o, int max_toke
   REQUIRE(c.is_ok());
   const auto got = run_all(*c.value(), {greedy(prompt, max_tokens)});
   REQUIRE(got[0].end.reason == "length");
-  CHECK(got[0].tokens == alone(prompt, max_tokens));
+  CHECK(got[0].tokens == test::alone_on_cpu(prompt, max_tokens, gpu::parse_dtype(o.instance.kv_type).value()));
   CHECK(instances_holding(got[0].end) >= 3);
   CHECK(c.value()->weight_placements() == 1);  // four instances on the cpu share one copy of the packed weights
   auto moves = c.value()->moves();
@@ -193,6 +193,17 @@ TEST_SUITE("actors") {
     CHECK(blocks >= 91);
     CHECK(counted == blocks);
     CHECK(prefilled_at.size() >= 2);
+  }
+
+  TEST_CASE("16-bit KV pools: a request three times one pool completes on loans with the ids of one instance of its KV type") {
+    for (const char* kv : {"f16", "bf16"}) {
+      CAPTURE(kv);
+      cluster_options o = four_small_pools(3600s);
+      o.batch.room_prefill_min_chunks = 0;
+      o.instance.kv_type = kv;
+      const auto moves = run_long_request(o, 16);
+      CHECK(std::any_of(moves.begin(), moves.end(), [](const move_report& m) { return m.ok; }));
+    }
   }
 
   TEST_CASE("the gManager's moves spread a long request with the ids of one instance") {

@@ -33,7 +33,7 @@ greedy_run run_greedy(std::shared_ptr<const gpu::model_weights> weights, const s
                       int n_new, const greedy_options& options) {
   gpu::backend& device = options.device ? *options.device : cpu_device();
   const gpu::model_config& c = weights->config();
-  gpu::engine_options engine_options{options.chunk, 1};
+  gpu::engine_options engine_options{options.chunk, 1, options.kv_type};
   engine_options.overlap_min_tokens = options.overlap_min_tokens;
   auto made = options.placed ? gpu::engine::create(options.placed, device, engine_options)
                              : gpu::engine::create(weights, device, engine_options);

@@ -42,6 +42,7 @@ struct greedy_options {
   uint64_t seed = 7;        ///< spreads the blocks
   bool keep_logits = false;
   int overlap_min_tokens = 512;  ///< the engine's: steps this long with remote blocks run as two lanes
+  gpu::dtype kv_type = gpu::dtype::f32;  ///< the pools' element type
   router_decorator decorate;
   gpu::backend* device = nullptr;  ///< default: cpu_device()
   /// Weights already placed on `device` (shared with other engines); none: the engine places its own.

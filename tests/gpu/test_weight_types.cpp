@@ -192,3 +192,33 @@ TEST_SUITE("gpu") {
     }
   }
 }
+
+TEST_SUITE("gpu") {
+  TEST_CASE("16-bit KV pools give the reference backend's logits over pools and chunks, close to fp32 KV") {
+    gpu::cpu::cpu_backend reference(2, gpu::cpu::cpu_mode::reference);
+    test::greedy_options o;
+    o.keep_logits = true;
+    const auto full = test::run_greedy(block_sized_model(), prompt, 12, o);
+    for (auto [kv, bound] : {std::pair{gpu::dtype::f16, 1e-5}, std::pair{gpu::dtype::bf16, 1e-3}}) {
+      o.kv_type = kv;
+      o.device = nullptr;
+      o.pools = 1;
+      o.chunk = 512;
+      const auto one = test::run_greedy(block_sized_model(), prompt, 12, o);
+      o.pools = 3;
+      o.chunk = 5;
+      const auto spread = test::run_greedy(block_sized_model(), prompt, 12, o);
+      o.device = &reference;
+      const auto slow = test::run_greedy(block_sized_model(), prompt, 12, o);
+      const logit_gap from_full = logit_difference(one, full), from_reference = logit_difference(spread, slow);
+      MESSAGE(std::string(gpu::to_string(kv)), " KV: logits NMSE ", from_full.worst_nmse, " from fp32 KV; over 3 pools within ",
+              from_reference.worst, " of the reference backend's");
+      CHECK(spread.ids == one.ids);
+      CHECK(logit_difference(spread, one).worst <= 1e-4);
+      // K and V are rounded to 16 bits as they are stored: where the two backends' fp32 sums round apart, a value
+      // lands one 16-bit step away (1e-3 of it), which moves the logits by about 1e-4.
+      CHECK(from_reference.worst <= 1e-3);
+      CHECK(from_full.worst_nmse <= bound);
+    }
+  }
+}
