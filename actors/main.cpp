@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   illm::cli::add_generate_command(app);
   illm::cli::add_serve_command(app);
   illm::cli::add_profile_command(app);
+  illm::cli::add_perplexity_command(app);
   illm::cli::add_sim_command(app);
   illm::cli::add_bench_command(app);
   illm::cli::add_gmanager_command(app);

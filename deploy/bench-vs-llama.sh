@@ -30,9 +30,7 @@ threads="${THREADS:-2}"
 prompt_tokens="${PROMPT_TOKENS:-32}"
 output_tokens="${OUTPUT_TOKENS:-128}"
 concurrencies=(1 16 64)
-package=node-llama-cpp@3.21.1
 cache="${ILLM_CACHE:-$HOME/.cache/illm}"
-llama="$cache/llama.cpp-node-llama-cpp-3.21.1"
 illm=build/illm
 [ -x "$illm" ] || { echo "bench-vs-llama: build $illm first (cmake -S . -B build && cmake --build build -j2)" >&2; exit 2; }
 [ $((prompt_tokens + output_tokens)) -le 256 ] ||
@@ -45,23 +43,8 @@ model_dir="${ILLM_MODELS:-$cache/models}/stories15M"
 
 source deploy/bench-common.sh bench-vs-llama
 
-# llama.cpp from the package's bundle, built once.
-build_llama() {
-  local bin="$llama/build/bin"
-  if [ -x "$bin/llama-server" ] && [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-batched-bench" ] &&
-     [ -x "$bin/llama-convert-llama2c-to-ggml" ]; then
-    return
-  fi
-  echo "bench-vs-llama: fetching $package (npm pack) and building llama.cpp into $llama (once; ~15 min on 2 cores)"
-  rm -rf "$llama" && mkdir -p "$llama"
-  (cd "$work" && npm pack --silent "$package" >/dev/null && tar -xzf node-llama-cpp-3.21.1.tgz package/llama)
-  git clone -q "$work/package/llama/gitRelease.bundle" "$llama/src"
-  cp "$work/package/llama/llama.cpp.info.json" "$llama/"
-  cmake -S "$llama/src" -B "$llama/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_APP=OFF >"$work/cmake.log"
-  cmake --build "$llama/build" -j"$(nproc)" --target llama-server llama-bench llama-batched-bench \
-    llama-convert-llama2c-to-ggml >"$work/build.log" 2>&1 || { tail -30 "$work/build.log" >&2; exit 1; }
-}
+who=bench-vs-llama
+source deploy/llama-cpp.sh
 
 # stories15M as an F32 GGUF, converted once.
 convert_model() {

@@ -53,7 +53,7 @@ status engine::allocate_buffers() {
   h13_ = buffer(m * 2 * h);
   hb_ = buffer(m * h);
   rope_ = buffer(m * c.head_dim());
-  logits_ = buffer(s * vocab);
+  logits_ = buffer((options_.every_token_logits ? std::max(m, s) : s) * vocab);
   if (!x_ || !xb_ || !qkv_ || !att_ || !h13_ || !hb_ || !rope_ || !logits_)
     return {status_code::out_of_memory, text::format("cannot allocate the engine's buffers on {}", device_->name())};
   return status::ok();
@@ -161,7 +161,12 @@ status engine::plan(const kv_pools& pools) {
       slots_.push_back(ref.block * kv_block_tokens + uint32_t(pos % kv_block_tokens));
       slot_pools_.push_back(ref.pool);
     }
-    if (b.sample) sample_rows_.push_back(int32_t(tokens_.size()) - 1);
+    if (b.every_token && !options_.every_token_logits)
+      return {status_code::invalid_argument, "logits of every token need an engine made with every_token_logits"};
+    if (b.every_token)
+      for (int t = b.n_tokens; t > 0; --t) sample_rows_.push_back(int32_t(tokens_.size()) - t);
+    else if (b.sample)
+      sample_rows_.push_back(int32_t(tokens_.size()) - 1);
     // Group the blocks the entry's queries can see by the pool that holds them, local first.
     auto& groups = plans_[i].groups;
     for (uint32_t blk = 0; blk < blocks_for_tokens(end); ++blk) {

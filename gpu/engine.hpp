@@ -25,6 +25,8 @@ struct batch_entry {
   int32_t pos0 = 0;
   const block_table* table = nullptr;  ///< covers positions [0, pos0 + n_tokens)
   bool sample = false;                 ///< produce logits for the last token
+  /// Produce logits for every token (a perplexity's scoring; needs engine_options::every_token_logits).
+  bool every_token = false;
   /// Nonzero for a chunk of another instance's request computed here into blocks reserved for it: remote
   /// attention names that request and its owner and lists the blocks it reads (they may still be written
   /// elsewhere), and the local blocks this entry fills are marked written layer by layer
@@ -51,6 +53,8 @@ struct engine_options {
   /// layers, so a long prefill's dense and remote attention overlap (0: never). Below a few hundred
   /// tokens the dense layers read their weights twice for little overlap.
   int overlap_min_tokens = 512;
+  /// Room for logits of every token of a step (batch_entry::every_token), not only one per sequence.
+  bool every_token_logits = false;
 };
 
 /// What the last step did, for reports and tests.

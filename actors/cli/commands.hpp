@@ -30,6 +30,7 @@ void add_serve_command(CLI::App& app);
 
 /// `illm profile`: the performance model measured on a backend, or checked (--validate).
 void add_profile_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
 
 /// `illm sim`: the cluster simulator.
 void add_sim_command(CLI::App& app);

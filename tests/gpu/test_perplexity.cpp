@@ -1,0 +1,76 @@
+// illm perplexity: the logits of every token of a chunk are those of steps that end at each token, and stories15M's
+// perplexity on tests/data/simple_stories.txt is llama-perplexity's on the same model converted to GGUF
+// (tests/data/llama_cpp_perplexity.json, written by deploy/perplexity-vs-llama.sh).
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu/backend_registry.hpp"
+#include "gpu/engine.hpp"
+#include "gpu/kv_pool.hpp"
+#include "gpu/perplexity.hpp"
+#include "tests/gpu/support.hpp"
+
+using namespace illm;
+
+namespace {
+
+std::string stories() {
+  std::ifstream in(std::string(ILLM_TEST_DATA_DIR) + "/simple_stories.txt");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("a chunk's every-token logits are the logits of the steps that end at each of its tokens") {
+    const auto& model = test::real_model();
+    const std::vector<int32_t> chunk = model.vocab->encode("Once upon a time, there was a little dog named Max.", true);
+    gpu::engine_options eo{64, 1};
+    eo.every_token_logits = true;
+    auto eng = gpu::engine::create(model.weights, test::cpu_device(), eo).value();
+    auto pool = gpu::kv_pool::create(test::cpu_device(), eng->pool_layout(), 8).value();
+    gpu::block_table table;
+    for (uint32_t b = 0; b < gpu::blocks_for_tokens(int64_t(chunk.size())); ++b)
+      table.push_back({0, pool.allocate({1, 0}).value()});
+    gpu::batch_entry entry{1, chunk.data(), int(chunk.size()), 0, &table, false};
+    entry.every_token = true;
+    gpu::kv_pools view{{&pool}, 0};
+    REQUIRE(eng->step({&entry, 1}, view, nullptr).is_ok());
+    std::vector<std::vector<float>> every(chunk.size(), std::vector<float>(size_t(model.weights->config().vocab_size)));
+    for (size_t j = 0; j < chunk.size(); ++j) REQUIRE(eng->copy_logits(int(j), every[j].data()).is_ok());
+    for (size_t j : {size_t(0), size_t(5), chunk.size() - 1}) {
+      test::greedy_options o;
+      o.keep_logits = true;
+      const auto step = test::run_greedy(model.weights, std::vector<int32_t>(chunk.begin(), chunk.begin() + long(j) + 1), 1, o);
+      double worst = 0;
+      for (size_t i = 0; i < every[j].size(); ++i) worst = std::max(worst, double(std::abs(every[j][i] - step.logits[0][i])));
+      CHECK_MESSAGE(worst <= 1e-4, "token ", j, ": ", worst);
+    }
+    for (const auto& ref : table) REQUIRE(pool.release(ref.block).is_ok());
+    // Without the option the engine refuses the entry.
+    auto plain = gpu::engine::create(model.weights, test::cpu_device(), {64, 1}).value();
+    CHECK_FALSE(plain->step({&entry, 1}, view, nullptr).is_ok());
+  }
+
+  TEST_CASE("stories15M's perplexity on the stories is llama-perplexity's") {
+    std::ifstream in(std::string(ILLM_TEST_DATA_DIR) + "/llama_cpp_perplexity.json");
+    REQUIRE(in.good());
+    const auto reference = nlohmann::json::parse(in);
+    const auto& f32 = reference["files"]["F32"];
+    gpu::perplexity_options o;
+    o.n_ctx = reference["n_ctx"].get<int>();
+    auto measured = gpu::perplexity(test::real_model(), test::cpu_device(), stories(), o);
+    REQUIRE(measured.is_ok());
+    MESSAGE("perplexity ", measured->perplexity, " over ", measured->chunks, " chunks; llama-perplexity ",
+            f32["llama_perplexity"].get<double>());
+    CHECK(measured->chunks == f32["chunks"].get<int>());
+    CHECK(std::abs(measured->perplexity / f32["llama_perplexity"].get<double>() - 1) <= 1e-3);
+    o.n_ctx = 100000;
+    CHECK_FALSE(gpu::perplexity(test::real_model(), test::cpu_device(), stories(), o).is_ok());
+  }
+}
