@@ -25,14 +25,14 @@ struct batch_entry {
   int32_t pos0 = 0;
   const block_table* table = nullptr;  ///< covers positions [0, pos0 + n_tokens)
   bool sample = false;                 ///< produce logits for the last token
-  /// Produce logits for every token (a perplexity's scoring; needs engine_options::every_token_logits).
-  bool every_token = false;
   /// Nonzero for a chunk of another instance's request computed here into blocks reserved for it: remote
   /// attention names that request and its owner and lists the blocks it reads (they may still be written
   /// elsewhere), and the local blocks this entry fills are marked written layer by layer
   /// (kv_pool::mark_written), for the chunks after it on other instances.
   uint64_t foreign_request = 0;
   uint32_t foreign_owner = 0;  ///< with foreign_request: the instance that owns it
+  /// Produce logits for every token (a perplexity's scoring; needs engine_options::every_token_logits).
+  bool every_token = false;
 };
 
 /// The pools a step may touch, by pool id: the local one is attended here; others are attended

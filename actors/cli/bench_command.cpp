@@ -31,6 +31,7 @@ struct bench_flags {
   std::string backend = "cpu";       ///< cpu, or cuda (the figures of illm-gpu-bench)
   std::string model = "stories15M";  ///< of the decode and prefill figures
   std::string weight_type;           ///< --weight-type (empty: as stored)
+  bool model_only = false;           ///< --model-only: the model's figures and the memory bandwidth
   int threads = 2;                   ///< CPU threads (the memory bandwidth sum uses as many)
   bool json = false;
 };
@@ -66,6 +67,8 @@ nlohmann::json result_json(const gpu::bench_engine_result& r) {
   j["threads"] = r.threads;
   j["seconds"] = r.seconds;
   j["model"] = r.model;
+  j["weights"] = r.weights;
+  j["weight_bytes"] = r.weight_bytes;
   j["decode_prompt_tokens"] = r.decode_prompt_tokens;
   for (const auto& d : r.decode)
     j["decode"].push_back({{"batch", d.batch},
@@ -106,8 +109,8 @@ nlohmann::json result_json(const gpu::bench_engine_result& r) {
 }
 
 void print_decode(const gpu::bench_engine_result& r) {
-  fmt::print("a. Decode with continuous batching ({}, {}-token prompts, greedy, EOS ignored)\n", r.model,
-             r.decode_prompt_tokens);
+  fmt::print("a. Decode with continuous batching ({}: {}, {} of weights; {}-token prompts, greedy, EOS ignored)\n",
+             r.model, r.weights, human_bytes(r.weight_bytes), r.decode_prompt_tokens);
   fmt::print("   {:>6} {:>6} {:>7} {:>9} {:>10}\n", "batch", "steps", "tokens", "seconds", "tok/s");
   for (const auto& d : r.decode)
     fmt::print("   {:>6} {:>6} {:>7} {:>9.3f} {:>10.1f}\n", d.batch, d.steps, d.tokens, d.seconds,
@@ -175,6 +178,7 @@ void run_bench_engine(const bench_flags& f) {
   gpu::bench_engine_options options;
   options.model = f.model;
   options.weight_type = weight_type_of(f.weight_type, "bench engine");
+  options.model_only = f.model_only;
   options.threads = f.threads;
   const auto start = std::chrono::steady_clock::now();
   if (!f.json)
@@ -191,6 +195,15 @@ void run_bench_engine(const bench_flags& f) {
   }
   fmt::print("illm bench engine: {} backend, threads {}, {:.1f} s in all\n\n", r.backend, r.threads, r.seconds);
   print_decode(r);
+  if (f.model_only) {
+    const double batch1 = r.decode.empty() ? 0.0 : r.decode.front().tokens_per_second();
+    fmt::print("   weights read at batch {}: {:.2f} GB/s of the memory's {:.2f} GB/s ({:.0f}%; read bandwidth of a vectorised "
+               "sum on {} threads)\n",
+               r.decode.empty() ? 0 : r.decode.front().batch, gb_per_second(batch1 * double(r.weight_bytes)),
+               gb_per_second(r.memory.bytes_per_second()),
+               100 * batch1 * double(r.weight_bytes) / std::max(1.0, r.memory.bytes_per_second()), r.memory.threads);
+    return;
+  }
   print_bandwidth(r);
   print_dist(r);
 }
@@ -353,6 +366,8 @@ void add_bench_command(CLI::App& app) {
   engine->add_option("--backend", flags->backend, "cpu, or cuda (the figures of illm-gpu-bench)")->capture_default_str();
   engine->add_option("--model", flags->model, "Model of the decode and prefill figures (cpu)")->capture_default_str();
   add_weight_type_flag(*engine, flags->weight_type);
+  engine->add_flag("--model-only", flags->model_only,
+                   "Only the model's decode and prefill figures and the memory bandwidth (no attention figures)");
   engine->add_option("--threads", flags->threads, "CPU threads (the memory bandwidth sum uses as many)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();

@@ -28,6 +28,8 @@ using namespace bench_detail;
 
 
 constexpr int decode_batches[] = {1, 8, 16, 32, 64, 128};
+/// The batches of a model-only run (the sizes people run, compared with llama.cpp's batched bench).
+constexpr int model_only_batches[] = {1, 16, 64};
 constexpr int decode_prompt_tokens = 8;
 constexpr int decode_warmup_steps = 4;
 constexpr int prefill_tokens = 512;
@@ -216,10 +218,14 @@ status measure_model(const bench_engine_options& options, cpu::cpu_backend& devi
   auto model = load_model(options.model, {.weight_type = options.weight_type});
   if (!model.is_ok()) return model.error();
   out.model = model->name;
+  out.weights = model->weights->describe_types();
+  out.weight_bytes = model->weights->bytes();
   out.decode_prompt_tokens = decode_prompt_tokens;
   auto made = engine::create(model->weights, device, {prefill_tokens, 128});
   if (!made.is_ok()) return made.error();
-  for (int batch : decode_batches) {
+  const std::span<const int> batches = options.model_only ? std::span<const int>(model_only_batches)
+                                                          : std::span<const int>(decode_batches);
+  for (int batch : batches) {
     report(options, text::format("decode at batch {}", batch));
     auto figure = measure_decode(*made.value(), device, batch, options.seed);
     if (!figure.is_ok()) return figure.error();
@@ -244,6 +250,7 @@ status measure_attention(const bench_engine_options& options, cpu::cpu_backend& 
   auto memory = measure_memory(device, options.seed);
   if (!memory.is_ok()) return memory.error();
   out.memory = memory.value();
+  if (options.model_only) return status::ok();
   report(options, "MicroAttention bandwidth");
   auto attention = measure_attention_bandwidth(device, shape, options.seed);
   if (!attention.is_ok()) return attention.error();

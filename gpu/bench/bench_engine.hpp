@@ -20,6 +20,8 @@ struct bench_engine_options {
   std::string model = "stories15M";  ///< model of the decode and prefill figures (name or path)
   std::optional<dtype> weight_type;  ///< the model's matrices converted to it at load (none: as stored)
   int threads = 2;                   ///< cpu backend threads; the memory sum runs on as many
+  /// The model's figures and the memory bandwidth only (no MicroAttention or DistAttention figures).
+  bool model_only = false;
   uint64_t seed = 1;                 ///< prompts, queries and KV contents
   /// Told what is measured next; may be empty.
   std::function<void(std::string_view)> progress;
@@ -96,6 +98,8 @@ struct dist_attention_figure {
 /// Everything `illm bench engine` measured.
 struct bench_engine_result {
   std::string model;    ///< model of the decode and prefill figures
+  std::string weights;  ///< its matrices' types ("q4_k 96, q6_k 17 matrices")
+  uint64_t weight_bytes = 0;  ///< bytes of its weights: what a decode step reads
   std::string backend;  ///< backend every figure ran on
   int threads = 0;
   int decode_prompt_tokens = 0;       ///< prompt length of each decoding sequence (BOS, seeded ids)

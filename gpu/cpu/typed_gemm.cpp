@@ -272,6 +272,194 @@ void dot_rows(const unpacked_row& w, const quantized_rows& x, int i, float* out)
     for (int r = 0; r < R; ++r) out[r] -= dot_floats(w.offsets.data(), x.sums.data() + size_t(i + r) * size_t(k / 16), k / 16);
 }
 
+#if defined(__AVX2__)
+
+/// Where a fused kernel reads R activation rows from row i on.
+template <int R>
+struct activation_rows {
+  const int8_t* q[R];
+  const float* scale[R];
+  const float* sums[R];
+  activation_rows(const quantized_rows& x, int i) {
+    for (int r = 0; r < R; ++r) {
+      q[r] = x.q.data() + size_t(i + r) * size_t(x.k);
+      scale[r] = x.scale.data() + size_t(i + r) * size_t(x.k / x.block);
+      sums[r] = x.sums.data() + size_t(i + r) * size_t(x.k / 16);
+    }
+  }
+};
+
+/// 16 int16 lanes: the first 8 `a`, the last 8 `b` (the scales of two groups of 16 values).
+inline __m256i two_scales(int a, int b) {
+  return _mm256_set_m128i(_mm_set1_epi16(int16_t(b)), _mm_set1_epi16(int16_t(a)));
+}
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+/// A q4_k row against R activation rows, its nibbles decoded in registers (the decode path: no unpacked copy).
+/// The 8 sums of 32 activations from the 16 sums of 16 at p, in order.
+inline __m256 sums_of_32(const float* p) {
+  const __m256 pairs = _mm256_hadd_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8));  // 0 1 4 5 | 2 3 6 7
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(pairs), 0xd8));
+}
+
+template <int R>
+void fused_q4_k(const uint8_t* row, int k, const activation_rows<R>& x, float* out) {
+  __m256 total[R], mins[R];
+  for (int r = 0; r < R; ++r) total[r] = mins[r] = _mm256_setzero_ps();
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  for (int b = 0; b < k / 256; ++b) {
+    const uint8_t* blk = row + size_t(b) * 144;
+    const float d = f16_to_float(read_u16(blk)), dmin = f16_to_float(read_u16(blk + 2));
+    // The 6-bit scales and mins, four at a time in 32-bit words: sub-blocks 0-3 keep their low 6 bits in bytes
+    // 0-3 (scales) and 4-7 (mins); 4-7 have their low 4 bits in bytes 8-11 and their top 2 in the spare bits.
+    uint32_t u[3];
+    std::memcpy(u, blk + 4, 12);
+    const uint32_t scale_words[2] = {u[0] & 0x3f3f3f3fu, (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u)};
+    const uint32_t min_words[2] = {u[1] & 0x3f3f3f3fu, ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u)};
+    uint8_t scale[8];
+    std::memcpy(scale, scale_words, 8);
+    __m256i acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = load32(blk + 16 + 32 * c);
+      const __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+      const __m256i s_lo = _mm256_set1_epi16(int16_t(scale[2 * c])), s_hi = _mm256_set1_epi16(int16_t(scale[2 * c + 1]));
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xq = x.q[r] + 256 * b + 64 * c;
+        acc[r] = add_scaled(acc[r], pair_products<false>(lo, load32(xq)), s_lo);
+        acc[r] = add_scaled(acc[r], pair_products<false>(hi, load32(xq + 32)), s_hi);
+      }
+    }
+    const __m256 block_mins = _mm256_mul_ps(
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(min_words)))),
+        _mm256_set1_ps(dmin));
+    for (int r = 0; r < R; ++r) {
+      total[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r]), _mm256_set1_ps(d * x.scale[r][b]), total[r]);
+      mins[r] = _mm256_fmadd_ps(block_mins, sums_of_32(x.sums[r] + 16 * b), mins[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = sum8(_mm256_sub_ps(total[r], mins[r]));
+}
+
+/// A q6_k row against R activation rows, decoded in registers.
+template <int R>
+void fused_q6_k(const uint8_t* row, int k, const activation_rows<R>& x, float* out) {
+  __m256 total[R], offsets[R];
+  for (int r = 0; r < R; ++r) total[r] = offsets[r] = _mm256_setzero_ps();
+  const __m256i nibble = _mm256_set1_epi8(0x0f), high = _mm256_set1_epi8(0x30);
+  for (int b = 0; b < k / 256; ++b) {
+    const uint8_t* blk = row + size_t(b) * 210;
+    const float d = f16_to_float(read_u16(blk + 208));
+    const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    __m256i acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
+    for (int n = 0; n < 2; ++n) {
+      const __m256i l0 = load32(blk + 64 * n), l1 = load32(blk + 64 * n + 32), h = load32(blk + 128 + 32 * n);
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, nibble), _mm256_and_si256(_mm256_slli_epi16(h, 4), high)),
+          _mm256_or_si256(_mm256_and_si256(l1, nibble), _mm256_and_si256(_mm256_slli_epi16(h, 2), high)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), nibble), _mm256_and_si256(h, high)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), nibble),
+                          _mm256_and_si256(_mm256_srli_epi16(h, 2), high))};
+      for (int t = 0; t < 4; ++t) {
+        const int g = 8 * n + 2 * t;  // the first of the two groups of 16 this span covers
+        const __m256i scales = two_scales(sc[g], sc[g + 1]);
+        for (int r = 0; r < R; ++r)
+          acc[r] = add_scaled(acc[r], pair_products<false>(q[t], load32(x.q[r] + 256 * b + 128 * n + 32 * t)), scales);
+      }
+    }
+    // The offset of 32 levels, per group of 16: 32 d scale[i] times the group's activation sum.
+    const __m256 step = _mm256_set1_ps(32.0f * d);
+    const __m256 s0 = _mm256_mul_ps(step, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)))));
+    const __m256 s1 = _mm256_mul_ps(step, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8)))));
+    for (int r = 0; r < R; ++r) {
+      total[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r]), _mm256_set1_ps(d * x.scale[r][b]), total[r]);
+      const float* sums = x.sums[r] + 16 * b;
+      offsets[r] = _mm256_fmadd_ps(s0, _mm256_loadu_ps(sums), offsets[r]);
+      offsets[r] = _mm256_fmadd_ps(s1, _mm256_loadu_ps(sums + 8), offsets[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = sum8(_mm256_sub_ps(total[r], offsets[r]));
+}
+
+/// A q8_0 row against R activation rows.
+template <int R>
+void fused_q8_0(const uint8_t* row, int k, const activation_rows<R>& x, float* out) {
+  __m256 total[R];
+  for (int r = 0; r < R; ++r) total[r] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int b = 0; b < k / 32; ++b) {
+    const uint8_t* blk = row + size_t(b) * 34;
+    const float d = f16_to_float(read_u16(blk));
+    const __m256i w = load32(blk + 2);
+    for (int r = 0; r < R; ++r) {
+      const __m256i p = _mm256_madd_epi16(pair_products<true>(w, load32(x.q[r] + 32 * b)), ones);
+      total[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * x.scale[r][b]), total[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = sum8(total[r]);
+}
+
+/// Whether the decode path has a fused kernel for `type`.
+constexpr bool has_fused(dtype type) { return type == dtype::q4_k || type == dtype::q6_k || type == dtype::q8_0; }
+
+template <int R>
+void fused_rows(dtype type, const uint8_t* row, const quantized_rows& x, int i, float* out) {
+  const activation_rows<R> rows(x, i);
+  if (type == dtype::q4_k) fused_q4_k<R>(row, x.k, rows, out);
+  else if (type == dtype::q6_k) fused_q6_k<R>(row, x.k, rows, out);
+  else fused_q8_0<R>(row, x.k, rows, out);
+}
+
+#else
+
+constexpr bool has_fused(dtype) { return false; }
+template <int R>
+void fused_rows(dtype, const uint8_t*, const quantized_rows&, int, float*) {}
+
+#endif
+
+#if defined(__AVX2__) && defined(__F16C__)
+
+/// 8 values of a 16-bit weight row widened to fp32.
+inline __m256 widen8(dtype type, const uint8_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (type == dtype::f16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/// M rows of x against weight rows [j0, j1) of f16 or bf16, widened in registers (the decode path).
+template <int M>
+void halves_rows(const float* x, size_t ldx, int k, dtype type, const uint8_t* w, size_t w_row_bytes, int j0, int j1,
+                 float* y, size_t ldy, bool accumulate) {
+  for (int j = j0; j < j1; ++j) {
+    const uint8_t* row = w + size_t(j) * w_row_bytes;
+    __m256 even[M], odd[M];
+    for (int i = 0; i < M; ++i) even[i] = odd[i] = _mm256_setzero_ps();
+    int d = 0;
+    for (; d + 16 <= k; d += 16) {
+      const __m256 w0 = widen8(type, row + 2 * d), w1 = widen8(type, row + 2 * d + 16);
+      for (int i = 0; i < M; ++i) {
+        even[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + size_t(i) * ldx + d), even[i]);
+        odd[i] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + size_t(i) * ldx + d + 8), odd[i]);
+      }
+    }
+    float tail[M] = {};
+    for (; d < k; ++d) {
+      float v;
+      widen(type, row + 2 * d, 1, &v);
+      for (int i = 0; i < M; ++i) tail[i] += v * x[size_t(i) * ldx + d];
+    }
+    for (int i = 0; i < M; ++i) {
+      float& out = y[size_t(i) * ldy + j];
+      out = (accumulate ? out : 0.0f) + sum8(_mm256_add_ps(even[i], odd[i])) + tail[i];
+    }
+  }
+}
+
+#endif
+
 /// Rows of activations read against each unpacked weight row before the next: enough to reuse the unpacking,
 /// few enough to stay in the core's cache.
 constexpr int rows_per_pass = 64;
@@ -280,6 +468,24 @@ constexpr int rows_per_pass = 64;
 
 void gemm_blocks(const quantized_rows& x, int m, dtype type, const uint8_t* w, size_t w_row_bytes, int j0, int j1,
                  float* y, size_t ldy, bool accumulate) {
+  if (m <= 4 && has_fused(type)) {
+    // Decode: each weight row decoded in registers once for every row of x.
+    for (int j = j0; j < j1; ++j) {
+      float out[4];
+      const uint8_t* row = w + size_t(j) * w_row_bytes;
+      switch (m) {
+        case 1: fused_rows<1>(type, row, x, 0, out); break;
+        case 2: fused_rows<2>(type, row, x, 0, out); break;
+        case 3: fused_rows<3>(type, row, x, 0, out); break;
+        default: fused_rows<4>(type, row, x, 0, out); break;
+      }
+      for (int r = 0; r < m; ++r) {
+        float& o = y[size_t(r) * ldy + size_t(j)];
+        o = (accumulate ? o : 0.0f) + out[r];
+      }
+    }
+    return;
+  }
   thread_local unpacked_row u;
   for (int p0 = 0; p0 < m; p0 += rows_per_pass) {
     const int p1 = std::min(m, p0 + rows_per_pass);
@@ -322,6 +528,19 @@ void widen(dtype type, const uint8_t* src, int n, float* out) {
 
 void gemm_halves(const float* x, size_t ldx, int m, int k, dtype type, const uint8_t* w, size_t w_row_bytes, int j0,
                  int j1, float* y, size_t ldy, bool accumulate) {
+#if defined(__AVX2__) && defined(__F16C__)
+  for (int i = 0; i < m; i += 4) {
+    const float* xi = x + size_t(i) * ldx;
+    float* yi = y + size_t(i) * ldy;
+    switch (std::min(4, m - i)) {
+      case 1: halves_rows<1>(xi, ldx, k, type, w, w_row_bytes, j0, j1, yi, ldy, accumulate); break;
+      case 2: halves_rows<2>(xi, ldx, k, type, w, w_row_bytes, j0, j1, yi, ldy, accumulate); break;
+      case 3: halves_rows<3>(xi, ldx, k, type, w, w_row_bytes, j0, j1, yi, ldy, accumulate); break;
+      default: halves_rows<4>(xi, ldx, k, type, w, w_row_bytes, j0, j1, yi, ldy, accumulate); break;
+    }
+  }
+  return;
+#endif
   thread_local std::vector<float> row;
   row.resize(size_t(k));
   for (int j = j0; j < j1; ++j) {

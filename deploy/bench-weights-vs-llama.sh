@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Weights at the sizes people run, illm against llama.cpp on the same files: a Llama-3.2-1B-shaped model of random
+# weights written as GGUF F16 (deploy/random-gguf-model.py), quantized by llama.cpp's own llama-quantize to Q8_0 and
+# Q4_K_M; both engines load each file as it is. Per file and round: decode at batch 1, 16 and 64 and a 512-token
+# prefill (`illm bench engine --model-only` against llama-bench -p 512 -n 32 and llama-batched-bench at 16 and 64
+# sequences), each engine's weight bytes read per second at batch 1 against the memory read bandwidth illm's bench
+# measured in the same run (the bound at batch 1), and the ratios illm / llama.cpp. The files are cached in
+# ${ILLM_CACHE:-~/.cache/illm}/bench-weights (2.3 + 1.3 + 0.8 GB, written once, about a minute).
+# Usage: [ROUNDS=3] [THREADS=2] [SHAPE=llama3.2-1b] deploy/bench-weights-vs-llama.sh   (llama.cpp built once, llama-cpp.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds="${ROUNDS:-3}"
+threads="${THREADS:-2}"
+shape="${SHAPE:-llama3.2-1b}"
+illm=build/illm
+[ -x "$illm" ] || { echo "bench-weights-vs-llama: build $illm first" >&2; exit 2; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+who=bench-weights-vs-llama
+source deploy/llama-cpp.sh
+build_llama
+dir="$cache/bench-weights"
+mkdir -p "$dir"
+f16="$dir/$shape-F16.gguf"
+[ -s "$f16" ] || python3 deploy/random-gguf-model.py "$shape" "$f16"
+files=(F16 Q8_0 Q4_K_M)
+for q in Q8_0 Q4_K_M; do
+  [ -s "$dir/$shape-$q.gguf" ] || llama_run llama-quantize "$f16" "$dir/$shape-$q.gguf" "$q" >"$work/quantize-$q.log" 2>&1
+done
+
+results="$work/results"
+: >"$results"
+for round in $(seq "$rounds"); do
+  for name in "${files[@]}"; do
+    file="$dir/$shape-$name.gguf"
+    echo "bench-weights-vs-llama: round $round, $name" >&2
+    "$illm" bench engine --model-only --model "$file" --threads "$threads" --json 2>/dev/null >"$work/illm.json"
+    llama_run llama-bench -m "$file" -t "$threads" -p 512 -n 32 -r 1 -o json 2>/dev/null >"$work/lb.json"
+    llama_run llama-batched-bench -m "$file" -t "$threads" -tb "$threads" -c 8192 -b 2048 -ub 512 -npp 8 -ntg 32 \
+      -npl 16,64 --output-format jsonl 2>/dev/null | grep '^{' >"$work/bb.jsonl"
+    python3 - "$work/illm.json" "$work/lb.json" "$work/bb.jsonl" "$round" "$name" "$(stat -c %s "$file")" <<'PY' >>"$results"
+import json, sys
+illm, lb, bb, round_, name, file_bytes = sys.argv[1:7]
+r = json.load(open(illm))
+decode = {d["batch"]: d["tokens_per_second"] for d in r["decode"]}
+bench = json.load(open(lb))
+batched = {x["pl"]: x["speed_tg"] for x in map(json.loads, open(bb))}
+tg = next(x["avg_ts"] for x in bench if x["n_gen"] > 0)
+pp = next(x["avg_ts"] for x in bench if x["n_prompt"] > 0)
+memory = r["memory"]["bytes_per_second"]
+rows = [("decode_b1", decode[1], tg), ("decode_b16", decode[16], batched[16]), ("decode_b64", decode[64], batched[64]),
+        ("prefill512", r["prefill"]["tokens_per_second"], pp),
+        ("GB/s_b1", decode[1] * r["weight_bytes"] / 1e9, tg * int(file_bytes) / 1e9), ("memory_GB/s", memory / 1e9, memory / 1e9)]
+for metric, ours, theirs in rows:
+    print(round_, name, metric, f"{ours:.3f}", f"{theirs:.3f}")
+PY
+  done
+done
+
+python3 - "$results" "$rounds" "$threads" "$shape" <<'PY'
+import collections, sys
+path, rounds, threads, shape = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+by = collections.defaultdict(list)
+for line in open(path):
+    round_, name, metric, ours, theirs = line.split()
+    by[(name, metric)].append((float(ours), float(theirs)))
+print(f"\n{shape}-shaped GGUF files, {threads} threads, {rounds} round(s): means; ratio illm / llama.cpp (range over rounds)")
+print(f"{'file':<8} {'metric':<12} {'illm':>10} {'llama.cpp':>10} {'ratio':>7} {'range':>13}")
+for (name, metric), runs in by.items():
+    ours = sum(o for o, _ in runs) / len(runs)
+    theirs = sum(t for _, t in runs) / len(runs)
+    ratios = [o / t for o, t in runs if t > 0]
+    if metric == "memory_GB/s":
+        print(f"{name:<8} {metric:<12} {ours:10.2f} {'':>10} {'':>7} {'':>13}  (read bandwidth, illm's bench)")
+        continue
+    print(f"{name:<8} {metric:<12} {ours:10.2f} {theirs:10.2f} {ours / theirs:7.2f} {min(ratios):6.2f}-{max(ratios):<6.2f}")
+print("GB/s_b1: weight bytes read per second at batch 1 (the file's bytes for llama.cpp, illm's held weights for illm);"
+      " the bound is memory_GB/s.")
+PY
