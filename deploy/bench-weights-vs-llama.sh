@@ -22,7 +22,8 @@ build_llama
 dir="$cache/bench-weights"
 mkdir -p "$dir"
 f16="$dir/$shape-F16.gguf"
-[ -s "$f16" ] || python3 deploy/random-gguf-model.py "$shape" "$f16"
+py=$(command -v /usr/bin/python3 || command -v python3)  # numpy: Debian's python3-numpy
+[ -s "$f16" ] || "$py" deploy/random-gguf-model.py "$shape" "$f16"
 files=(F16 Q8_0 Q4_K_M)
 for q in Q8_0 Q4_K_M; do
   [ -s "$dir/$shape-$q.gguf" ] || llama_run llama-quantize "$f16" "$dir/$shape-$q.gguf" "$q" >"$work/quantize-$q.log" 2>&1
