@@ -61,6 +61,15 @@ uint16_t read_u16(const uint8_t* p) {
   return v;
 }
 
+/// The f16 scale at p as a float: one instruction with F16C (a block's scale is read once per 32 weights).
+inline float read_half(const uint8_t* p) {
+#if defined(__F16C__)
+  return _cvtsh_ss(read_u16(p));
+#else
+  return f16_to_float(read_u16(p));
+#endif
+}
+
 /// A block-type weight row laid out for the integer products. Value e is
 ///   block_scale[e / block] * lane_scale(e) * (level[e] - offset) (- a min, for q4_k),
 /// and every term that is not level[e] times something per 16 values is folded into `offsets`: the row's dot with
@@ -89,7 +98,7 @@ void unpack_q8_0(const uint8_t* row, int k, unpacked_row& u) {
   u.has_offsets = false;
   for (int b = 0; b < k / 32; ++b) {
     const uint8_t* blk = row + size_t(b) * 34;
-    u.block_scales[size_t(b)] = f16_to_float(read_u16(blk));
+    u.block_scales[size_t(b)] = read_half(blk);
     std::memcpy(u.levels.data() + 32 * b, blk + 2, 32);
   }
   std::fill(u.lane_scales.begin(), u.lane_scales.end(), int16_t(1));
@@ -100,7 +109,7 @@ void unpack_q5_0(const uint8_t* row, int k, unpacked_row& u) {
   u.has_offsets = true;
   for (int b = 0; b < k / 32; ++b) {
     const uint8_t* blk = row + size_t(b) * 22;
-    const float d = f16_to_float(read_u16(blk));
+    const float d = read_half(blk);
     uint32_t qh;
     std::memcpy(&qh, blk + 2, 4);
     const uint8_t* qs = blk + 6;
@@ -120,7 +129,7 @@ void unpack_q4_k(const uint8_t* row, int k, unpacked_row& u) {
   u.has_offsets = true;
   for (int b = 0; b < k / 256; ++b) {
     const uint8_t* blk = row + size_t(b) * 144;
-    const float d = f16_to_float(read_u16(blk)), dmin = f16_to_float(read_u16(blk + 2));
+    const float d = read_half(blk), dmin = read_half(blk + 2);
     const uint8_t* s = blk + 4;
     const uint8_t* qs = blk + 16;
     uint8_t* out = u.levels.data() + 256 * b;
@@ -146,7 +155,7 @@ void unpack_q6_k(const uint8_t* row, int k, unpacked_row& u) {
   u.has_offsets = true;
   for (int b = 0; b < k / 256; ++b) {
     const uint8_t* blk = row + size_t(b) * 210;
-    const float d = f16_to_float(read_u16(blk + 208));
+    const float d = read_half(blk + 208);
     const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
     uint8_t* out = u.levels.data() + 256 * b;
     for (int n = 0; n < 2; ++n) {
@@ -310,7 +319,7 @@ void fused_q4_k(const uint8_t* row, int k, const activation_rows<R>& x, float* o
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   for (int b = 0; b < k / 256; ++b) {
     const uint8_t* blk = row + size_t(b) * 144;
-    const float d = f16_to_float(read_u16(blk)), dmin = f16_to_float(read_u16(blk + 2));
+    const float d = read_half(blk), dmin = read_half(blk + 2);
     // The 6-bit scales and mins, four at a time in 32-bit words: sub-blocks 0-3 keep their low 6 bits in bytes
     // 0-3 (scales) and 4-7 (mins); 4-7 have their low 4 bits in bytes 8-11 and their top 2 in the spare bits.
     uint32_t u[3];
@@ -350,7 +359,7 @@ void fused_q6_k(const uint8_t* row, int k, const activation_rows<R>& x, float* o
   const __m256i nibble = _mm256_set1_epi8(0x0f), high = _mm256_set1_epi8(0x30);
   for (int b = 0; b < k / 256; ++b) {
     const uint8_t* blk = row + size_t(b) * 210;
-    const float d = f16_to_float(read_u16(blk + 208));
+    const float d = read_half(blk + 208);
     const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
     __m256i acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
@@ -391,7 +400,7 @@ void fused_q8_0(const uint8_t* row, int k, const activation_rows<R>& x, float* o
   const __m256i ones = _mm256_set1_epi16(1);
   for (int b = 0; b < k / 32; ++b) {
     const uint8_t* blk = row + size_t(b) * 34;
-    const float d = f16_to_float(read_u16(blk));
+    const float d = read_half(blk);
     const __m256i w = load32(blk + 2);
     for (int r = 0; r < R; ++r) {
       const __m256i p = _mm256_madd_epi16(pair_products<true>(w, load32(x.q[r] + 32 * b)), ones);
@@ -522,7 +531,7 @@ void widen(dtype type, const uint8_t* src, int n, float* out) {
     for (; i + 8 <= n; i += 8)
       _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))));
 #endif
-    for (; i < n; ++i) out[i] = f16_to_float(read_u16(src + 2 * i));
+    for (; i < n; ++i) out[i] = read_half(src + 2 * i);
   }
 }
 
