@@ -11,6 +11,7 @@
 #include "gpu/cpu/kernels.hpp"
 #include "gpu/cpu/simd.hpp"
 #include "gpu/half.hpp"
+#include "gpu/quant/blocks.hpp"
 
 namespace illm::gpu::cpu {
 
@@ -139,8 +140,8 @@ void unpack_q4_k(const uint8_t* row, int k, unpacked_row& u) {
         out[64 * c + 32 + l] = qs[32 * c + l] >> 4;
       }
     for (int j = 0; j < 8; ++j) {
-      const int scale = j < 4 ? s[j] & 63 : (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-      const int min = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+      int scale, min;
+      q4_k_scale_min(j, s, scale, min);
       const int g = 16 * b + 2 * j;  // the sub-block's two groups of 16
       u.set_group_scale(g, int16_t(scale));
       u.set_group_scale(g + 1, int16_t(scale));

@@ -73,7 +73,8 @@ void write_q5_0(const float* x, uint8_t* b) {
 
 // --- q4_k ---
 
-/// Sub-block j's 6-bit scale and min from the 12 packed bytes.
+}  // namespace
+
 void q4_k_scale_min(int j, const uint8_t* s, int& scale, int& min) {
   if (j < 4) {
     scale = s[j] & 63;
@@ -83,6 +84,8 @@ void q4_k_scale_min(int j, const uint8_t* s, int& scale, int& min) {
     min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
 }
+
+namespace {
 
 void read_q4_k(const uint8_t* b, float* y) {
   const float d = f16_to_float(read_u16(b)), dmin = f16_to_float(read_u16(b + 2));

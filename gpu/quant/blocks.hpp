@@ -27,6 +27,9 @@ void dequantize(dtype t, const void* src, size_t n, float* out);
 /// bits), then every value to its nearest level.
 void quantize(dtype t, const float* src, size_t n, void* out);
 
+/// Sub-block j (0..7)'s 6-bit scale and min in a q4_k block's 12 packed scale bytes `s`.
+void q4_k_scale_min(int j, const uint8_t* s, int& scale, int& min);
+
 /// The first element of the n at src (n a multiple of block_elements(t)) that is not finite, or that a block's
 /// scale which is not finite makes unreadable; none when every one is.
 std::optional<uint64_t> first_non_finite(dtype t, const void* src, uint64_t n);
