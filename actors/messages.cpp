@@ -76,4 +76,33 @@ void register_messages(caf::actor_system_config& cfg) {
       .add_message_type<orphan_adopted>("orphan_adopted");
 }
 
+gpu::sampling_params sampling_of(const generate_params& p) {
+  gpu::sampling_params s;
+  s.temperature = p.temperature;
+  s.top_p = p.top_p;
+  s.top_k = p.top_k;
+  s.min_p = p.min_p;
+  s.presence_penalty = p.presence_penalty;
+  s.frequency_penalty = p.frequency_penalty;
+  s.repetition_penalty = p.repetition_penalty;
+  for (const token_bias& b : p.logit_bias) s.logit_bias.emplace_back(b.token, b.bias);
+  s.min_tokens = p.min_tokens;
+  s.logprobs = p.logprobs;
+  return s;
+}
+
+void set_sampling(generate_params& p, const gpu::sampling_params& s) {
+  p.temperature = s.temperature;
+  p.top_p = s.top_p;
+  p.top_k = s.top_k;
+  p.min_p = s.min_p;
+  p.presence_penalty = s.presence_penalty;
+  p.frequency_penalty = s.frequency_penalty;
+  p.repetition_penalty = s.repetition_penalty;
+  p.logit_bias.clear();
+  for (const auto& [token, bias] : s.logit_bias) p.logit_bias.push_back({token, bias});
+  p.min_tokens = s.min_tokens;
+  p.logprobs = s.logprobs;
+}
+
 }  // namespace illm::actors

@@ -77,6 +77,7 @@ void resume(self_ptr self, const cluster_view& view) {
   r.params.prompt.insert(r.params.prompt.end(), st.tokens.begin(), st.tokens.end());
   r.params.max_tokens = left;
   r.params.seed = gpu::sampling_state_after(st.request.params.seed, st.tokens.size());
+  r.params.output_before = st.request.params.output_before + int32_t(st.tokens.size());
   ++st.resumed;
   r.takeover_generation = uint32_t(st.resumed);  // its new owner takes the blocks that survived over
   r.takeover_owner = st.serving_id;
@@ -108,7 +109,10 @@ caf::behavior request_behavior(self_ptr self, generate_request request, serving_
         if (st.ended || t.req_id != st.request.id || t.from != st.serving_id) return;
         if (int32_t(st.tokens.size()) >= st.request.params.max_tokens) return;  // never more than asked
         st.tokens.push_back(t.token);
-        if (st.callbacks.on_token) st.callbacks.on_token(t.token);
+        if (st.callbacks.on_token_event)
+          st.callbacks.on_token_event(t);
+        else if (st.callbacks.on_token)
+          st.callbacks.on_token(t.token);
       },
       [=](request_finished& f) {
         if (f.req_id != self->state.request.id || f.from != self->state.serving_id) return;

@@ -17,6 +17,8 @@ struct request_callbacks {
   /// The books' tap (tests and `illm chaos`): told where the request is served from which token on, and the
   /// ends the request actor decides itself (the instances' tap tells what they send). Empty: nobody.
   delivery_tap on_delivery;
+  /// When set, receives each token with its log probabilities instead of on_token.
+  std::function<void(const token_event& token)> on_token_event;
 };
 
 /// Where a request runs: an instance's actor and its id in the cluster's views.

@@ -9,6 +9,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gpu/dtype.hpp"
 #include "gpu/host_memory.hpp"
@@ -57,10 +59,27 @@ struct attention_job {
   float* ma = nullptr;
 };
 
-/// How to pick a token from logits.
+/// How to pick a token from logits. A device samples rows that only temperature and top_p shape (plain()); the
+/// host's sampler (gpu/sampler.hpp) applies the rest to a copy of the row's logits.
 struct sampling_params {
   float temperature = 0.0f;  ///< 0: greedy (argmax)
   float top_p = 1.0f;        ///< nucleus mass kept when sampling
+  int top_k = 0;             ///< only the k most likely tokens may be sampled (0: any)
+  float min_p = 0.0f;        ///< tokens less likely than min_p times the most likely one are dropped
+  float presence_penalty = 0.0f;   ///< subtracted from the logit of every token the output has (OpenAI's)
+  float frequency_penalty = 0.0f;  ///< subtracted once per time the output has the token (OpenAI's)
+  /// Logits of tokens the prompt or the output has are divided by it when positive, multiplied when negative
+  /// (as Hugging Face's repetition_penalty; 1: off).
+  float repetition_penalty = 1.0f;
+  std::vector<std::pair<int32_t, float>> logit_bias;  ///< added to those tokens' logits
+  int min_tokens = 0;  ///< the stop ids cannot be sampled before the output has this many tokens
+  int logprobs = -1;   ///< the chosen token's log probability and this many alternatives' are reported (-1: none)
+
+  /// True when only temperature, top_p, top_k and min_p shape the choice and nothing is reported.
+  bool plain() const {
+    return presence_penalty == 0.0f && frequency_penalty == 0.0f && repetition_penalty == 1.0f && logit_bias.empty() &&
+           min_tokens == 0 && logprobs < 0;
+  }
 };
 
 /// Device memory and kernels. Calls may be asynchronous on a device; synchronize() waits.

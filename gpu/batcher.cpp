@@ -215,6 +215,7 @@ status batcher::plan(step_plan& out) {
     out.held.push_back(p.owner);
     if (completes) {
       out.params.push_back(s.sampling);
+      out.history.push_back(s.history());
       out.rng.push_back(s.rng);
     }
     out.decode_tokens += completes && p.n_tokens == 1;
@@ -226,7 +227,8 @@ status batcher::execute(engine& e, step_plan& plan, const kv_pools& pools, atten
   ILLM_RETURN_IF_ERROR(e.step(plan.entries, pools, router));
   plan.partials = e.last_stats().partials;
   plan.sampled.assign(plan.params.size(), 0);
-  return e.sample(plan.params, plan.rng, plan.sampled);
+  plan.logprobs.assign(plan.params.size(), {});
+  return e.sample(plan.params, plan.history, plan.rng, plan.sampled, plan.logprobs);
 }
 
 void batcher::complete(step_plan& plan) {
@@ -250,6 +252,8 @@ void batcher::complete(step_plan& plan) {
       continue;
     }
     s.tokens.push_back(token);
+    if (s.sampling.logprobs >= 0 && sampled - 1 < plan.logprobs.size())
+      s.logprobs.push_back(std::move(plan.logprobs[sampled - 1]));
     if (s.n_generated() >= s.max_new_tokens) s.finish = finish_reason::length;
   }
   retire();

@@ -37,6 +37,11 @@ struct sequence {
   block_table table;
   sampling_params sampling;
   uint64_t rng = 0;             ///< sampling stream state (the seed at start)
+  /// Tokens at the end of the prompt that an earlier owner generated (the request went on here): penalties and
+  /// min_tokens count them as output.
+  int output_before = 0;
+  /// Per generated token, its log probabilities (when sampling.logprobs asks for them).
+  std::vector<token_logprobs> logprobs;
   int max_new_tokens = 0;
   bool ignore_eos = false;      ///< keep going past the stop ids
   /// Ids that end it when sampled (the model's end ids; llama2.c's BOS and EOS unless told).
@@ -68,6 +73,10 @@ struct sequence {
 
   bool foreign() const { return foreign_request != 0; }
   int n_generated() const { return int(tokens.size()) - n_prompt; }
+  /// What its next choice reads: its tokens, where its output starts, its stop ids.
+  sampling_history history() const {
+    return {tokens, size_t(std::max(n_prompt - output_before, 0)), stop_ids};
+  }
   bool finished() const { return finish != finish_reason::none; }
   /// Logical blocks whose 16 tokens all have KV (only those may move).
   uint32_t full_blocks() const { return uint32_t(n_cached / kv_block_tokens); }
@@ -120,8 +129,10 @@ struct step_plan {
   /// an instance that dies mid-step frees its batcher, not a step its worker is running.
   std::vector<std::shared_ptr<sequence>> held;
   std::vector<sampling_params> params;  ///< one per sampled entry, in entry order
+  std::vector<sampling_history> history;  ///< one per sampled entry: its tokens so far
   std::vector<uint64_t> rng;            ///< one per sampled entry; advanced by sampling
   std::vector<int32_t> sampled;         ///< filled by whoever runs the step
+  std::vector<token_logprobs> logprobs;  ///< one per sampled entry; filled where its params ask
   std::vector<int> partials;            ///< per entry: partials merged per layer (engine stats)
   int decode_tokens = 0;
   bool empty() const { return entries.empty(); }

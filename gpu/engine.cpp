@@ -380,12 +380,27 @@ status engine::classify() {
   return status::ok();
 }
 
-status engine::sample(std::span<const sampling_params> params, std::span<uint64_t> rng, std::span<int32_t> out) {
-  if (params.size() != size_t(stats_.sampled) || rng.size() != params.size() || out.size() != params.size())
-    return {status_code::invalid_argument, text::format("{} sampled rows, {} sampling parameters", stats_.sampled,
-                                                       params.size())};
-  return device_->sample(logits_, size_t(config().vocab_size), stats_.sampled, config().vocab_size, params.data(),
-                         rng.data(), out.data());
+status engine::sample(std::span<const sampling_params> params, std::span<const sampling_history> history,
+                      std::span<uint64_t> rng, std::span<int32_t> out, std::span<token_logprobs> logprobs) {
+  const size_t n = params.size();
+  if (n != size_t(stats_.sampled) || rng.size() != n || out.size() != n)
+    return {status_code::invalid_argument, text::format("{} sampled rows, {} sampling parameters", stats_.sampled, n)};
+  const int vocab = config().vocab_size;
+  const bool plain = std::all_of(params.begin(), params.end(), [](const sampling_params& p) { return p.plain(); });
+  if (plain) return device_->sample(logits_, size_t(vocab), int(n), vocab, params.data(), rng.data(), out.data());
+  if (history.size() != n || logprobs.size() != n)
+    return {status_code::invalid_argument, "sampling on the host needs each row's history and logprobs"};
+  host_row_.resize(size_t(vocab));
+  for (size_t i = 0; i < n; ++i) {
+    if (params[i].plain()) {
+      ILLM_RETURN_IF_ERROR(device_->sample(logits_ + i * size_t(vocab), size_t(vocab), 1, vocab, &params[i], &rng[i],
+                                           &out[i]));
+      continue;
+    }
+    ILLM_RETURN_IF_ERROR(copy_logits(int(i), host_row_.data()));
+    out[i] = choose_token(host_row_.data(), vocab, params[i], history[i], rng[i], &logprobs[i]);
+  }
+  return status::ok();
 }
 
 status engine::copy_logits(int i, float* host) const {

@@ -13,6 +13,7 @@
 #include "gpu/backend.hpp"
 #include "gpu/device_weights.hpp"
 #include "gpu/kv_pool.hpp"
+#include "gpu/sampler.hpp"
 #include "gpu/weights.hpp"
 
 namespace illm::gpu {
@@ -88,8 +89,12 @@ class engine {
   /// the pools once it returns, or, when entries sample, once sample() returns.
   status step(std::span<const batch_entry> batch, const kv_pools& pools, attention_router* router);
 
-  /// Picks a token for each sampled entry of the last step (and waits for the step's work).
-  status sample(std::span<const sampling_params> params, std::span<uint64_t> rng, std::span<int32_t> out);
+  /// Picks a token for each sampled entry of the last step (and waits for the step's work): rows whose params are
+  /// plain() on the device, the others on the host from a copy of their logits with their history (penalties,
+  /// bars) and their log probabilities where asked (gpu/sampler.hpp). `history` and `logprobs` may be empty when
+  /// every row is plain.
+  status sample(std::span<const sampling_params> params, std::span<const sampling_history> history,
+                std::span<uint64_t> rng, std::span<int32_t> out, std::span<token_logprobs> logprobs);
   /// Copies the logits [vocab] of the i-th sampled entry of the last step to host memory.
   status copy_logits(int i, float* host) const;
   const step_stats& last_stats() const { return stats_; }
@@ -166,8 +171,8 @@ class engine {
   device_ptr partials_;
   size_t partials_floats_ = 0;
 
-  // Per-step host-side plan.
   std::vector<int32_t> tokens_, pos_, sample_rows_;
+  std::vector<float> host_row_;  // a row of logits copied for the host sampler
   std::vector<uint32_t> slots_, slot_pools_;
   // The same as the device reads them (device copies, or the host vectors on host-memory backends).
   const int32_t *tokens_dev_ = nullptr, *pos_dev_ = nullptr, *sample_rows_dev_ = nullptr;

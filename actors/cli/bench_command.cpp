@@ -352,7 +352,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 24));
   bench->add_option("--seed", replay->options.seed, "Seed of the random prompts (another seed: other prompts)")
       ->capture_default_str();
-  bench->add_option("--model", replay->options.model, "Model id to ask for")->capture_default_str();
+  bench->add_option("--model", replay->options.model, "Model id to ask for (default: the server's, from GET /v1/models)");
   bench->add_option("--api-key", replay->options.api_key, "Bearer key");
   bench->add_option("--csv", replay->csv, "Per-request results")->capture_default_str();
   bench->add_flag("--json", replay->json, "Print one JSON object");

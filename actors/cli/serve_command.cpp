@@ -20,6 +20,7 @@
 #include "actors/frontend/service.hpp"
 #include "actors/cluster/cluster.hpp"
 #include "actors/placement/greedy_policy.hpp"
+#include "actors/placement/profile_cache.hpp"
 #include "actors/placement/profiler.hpp"
 #include "actors/cluster/remote_cluster.hpp"
 #include "gpu/backend_registry.hpp"
@@ -84,7 +85,8 @@ struct routed_cluster {
 };
 
 /// The greedy policy's profile: read from `c.profile` (it must describe `model`), or measured here on the
-/// instances' backend with their thread count (a few seconds; illm profile --out FILE, then --profile FILE, skips it).
+/// instances' backend with their thread count and kept in the profile cache, so the next start on this machine
+/// reads it (illm profile --out FILE, then --profile FILE, names one instead).
 actors::placement::profile greedy_profile(const actors::frontend::serve_config& c, const gpu::loaded_model& model,
                                           int threads) {
   if (!c.profile.empty()) {
@@ -97,14 +99,23 @@ actors::placement::profile greedy_profile(const actors::frontend::serve_config& 
   }
   auto device = gpu::make_backend(instance_backend(c.instance.backend, "serve"), threads);
   if (!device.is_ok()) fail(device.error().message());
+  const std::string cache = actors::placement::profile_cache_path(
+      {c.model, model.weights->describe_types(), c.instance.kv_type, device.value()->description(), threads});
+  if (auto cached = actors::placement::cached_profile(cache)) {
+    fmt::print("illm serve: placement profile from {} (measured at an earlier start; delete it to measure again)\n",
+               cache);
+    return *cached;
+  }
   actors::placement::profiler_options options;
   options.kv_type = kv_type_of(c.instance.kv_type, "serve");
   options.repeats = 2;
   const auto started = std::chrono::steady_clock::now();
   auto measured = actors::placement::measure_profile(model, *device.value(), options);
   if (!measured.is_ok()) fail("measuring the placement profile: " + measured.error().message());
-  fmt::print("illm serve: placement profile measured in {:.1f} s ({}; --profile FILE from illm profile skips this)\n",
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), measured->name);
+  const bool kept = actors::placement::store_profile(cache, measured.value());
+  fmt::print("illm serve: placement profile measured in {:.1f} s ({}; {})\n",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), measured->name,
+             kept ? "kept in " + cache + " for the next start" : "cannot write " + cache);
   std::fflush(stdout);
   return measured.value();
 }
@@ -217,7 +228,7 @@ void add_serve_command(CLI::App& app) {
   cmd->footer("Configuration file keys (JSON object):\n" + actors::frontend::serve_config_keys());
   cmd->add_option("--config", flags->config, "JSON configuration file (flags override it)");
   cmd->add_option("--model", flags->model,
-                  "Model name (in $ILLM_MODELS) or path: a Hugging Face folder or a llama2.c file (default stories15M)");
+                  "Model name (in $ILLM_MODELS) or path: a Hugging Face folder, a GGUF file or a llama2.c file (default stories15M)");
   cmd->add_option("--served-model-name", flags->served_model_name,
                   "The model id clients ask for (default: the model folder's or file's name)");
   cmd->add_option("--chat-template", flags->chat_template,
@@ -251,7 +262,7 @@ void add_serve_command(CLI::App& app) {
                   "The embedded gManager's placement: greedy (the performance model, default) or simple")
       ->check(CLI::IsMember({"greedy", "simple"}));
   cmd->add_option("--profile", flags->profile,
-                  "Profile of the greedy policy (from illm profile --out; default: measured at start, a few seconds)");
+                  "Profile of the greedy policy (from illm profile --out; default: measured at the first start on this machine and kept in $ILLM_CACHE/profiles)");
   cmd->add_option("--api-key", flags->api_keys, "Accepted Bearer key (repeatable; default: none needed)");
   add_tls_options(cmd, flags->tls, false);
   cmd->callback([flags, cmd] { run_serve(*flags, cmd); });

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "actors/frontend/logprobs_json.hpp"
+#include "actors/frontend/sampling_fields.hpp"
 #include "gpu/jinja/chat_template.hpp"
 
 namespace illm::actors::frontend {
@@ -15,40 +17,33 @@ namespace {
 using json = nlohmann::json;
 
 api_error bad(std::string message, std::string param = {}, std::string code = {}) {
-  return make_error(400, std::move(message), "invalid_request_error", std::move(param), std::move(code));
+  return bad_field(std::move(message), std::move(param), std::move(code));
 }
 
 const std::set<std::string>& allowed_fields(endpoint kind) {
   static const std::set<std::string> completions = {
       "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "logprobs", "echo",
       "stop", "presence_penalty", "frequency_penalty", "best_of", "logit_bias", "user", "suffix", "seed", "ignore_eos",
-      "return_token_ids"};
+      "return_token_ids", "top_k", "min_p", "repetition_penalty", "min_tokens", "stop_token_ids"};
   static const std::set<std::string> chat = {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stream",
       "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
       "user", "seed", "response_format", "tools", "tool_choice", "parallel_tool_calls", "store", "metadata",
-      "ignore_eos", "chat_template_kwargs", "add_generation_prompt", "return_token_ids"};
+      "ignore_eos", "chat_template_kwargs", "add_generation_prompt", "return_token_ids", "top_k", "min_p",
+      "repetition_penalty", "min_tokens", "stop_token_ids"};
   return kind == endpoint::completions ? completions : chat;
 }
 
 /// A field that this server lacks is accepted only at the value that means "off".
 std::optional<api_error> check_neutral(const json& body) {
-  auto is_zero = [](const json& v) { return v.is_null() || (v.is_number() && v.get<double>() == 0.0); };
   auto field = [&](const char* name) -> const json* { return body.contains(name) ? &body.at(name) : nullptr; };
   if (const json* v = field("n"); v && !v->is_null() && !(v->is_number_integer() && v->get<int64_t>() == 1))
     return bad("only n = 1 is supported", "n");
   if (const json* v = field("best_of"); v && !v->is_null() && !(v->is_number_integer() && v->get<int64_t>() == 1))
     return bad("only best_of = 1 is supported", "best_of");
-  for (const char* name : {"presence_penalty", "frequency_penalty"})
-    if (const json* v = field(name); v && !is_zero(*v)) return bad(fmt::format("{} is not supported", name), name);
-  if (const json* v = field("logprobs"); v && !v->is_null() && !(v->is_boolean() && !v->get<bool>()) && !is_zero(*v))
-    return bad("logprobs are not supported", "logprobs");
-  if (const json* v = field("top_logprobs"); v && !is_zero(*v)) return bad("top_logprobs are not supported", "top_logprobs");
   if (const json* v = field("echo"); v && !v->is_null() && !(v->is_boolean() && !v->get<bool>()))
     return bad("echo is not supported", "echo");
   if (const json* v = field("suffix"); v && !v->is_null()) return bad("suffix is not supported", "suffix");
-  if (const json* v = field("logit_bias"); v && !v->is_null() && !(v->is_object() && v->empty()))
-    return bad("logit_bias is not supported", "logit_bias");
   if (const json* v = field("tools"); v && !v->is_null() && !(v->is_array() && v->empty()))
     return bad("tools are not supported", "tools");
   if (const json* v = field("tool_choice"); v && !v->is_null() && *v != "none")
@@ -64,19 +59,6 @@ std::optional<api_error> check_neutral(const json& body) {
       return bad(fmt::format("'{}' must be a boolean", name), name);
   if (const json* v = field("metadata"); v && !v->is_null() && !v->is_object())
     return bad("'metadata' must be an object", "metadata");
-  return std::nullopt;
-}
-
-/// Reads an optional number in [lo, hi] into out.
-std::optional<api_error> read_number(const json& body, const char* name, double lo, double hi, bool lo_open,
-                                     float& out) {
-  if (!body.contains(name) || body.at(name).is_null()) return std::nullopt;
-  const json& v = body.at(name);
-  if (!v.is_number()) return bad(fmt::format("'{}' must be a number", name), name);
-  const double x = v.get<double>();
-  if (x > hi || x < lo || (lo_open && x == lo))
-    return bad(fmt::format("'{}' must be {} {} and at most {}", name, lo_open ? "above" : "at least", lo, hi), name);
-  out = float(x);
   return std::nullopt;
 }
 
@@ -246,10 +228,10 @@ std::optional<api_error> read_request(endpoint kind, const json& body, const jin
   if (auto e = check_neutral(body)) return e;
   r.max_tokens = kind == endpoint::completions ? 16 : limits.default_max_tokens;
   if (auto e = read_max_tokens(body, limits, r)) return e;
-  r.temperature = limits.default_temperature;
-  r.top_p = limits.default_top_p;
-  if (auto e = read_number(body, "temperature", 0.0, 2.0, false, r.temperature)) return e;
-  if (auto e = read_number(body, "top_p", 0.0, 1.0, true, r.top_p)) return e;
+  r.sampling.temperature = limits.default_temperature;
+  r.sampling.top_p = limits.default_top_p;
+  if (auto e = read_number(body, "temperature", 0.0, 2.0, false, r.sampling.temperature)) return e;
+  if (auto e = read_number(body, "top_p", 0.0, 1.0, true, r.sampling.top_p)) return e;
   if (body.contains("seed") && !body.at("seed").is_null()) {
     if (!body.at("seed").is_number_integer()) return bad("'seed' must be an integer", "seed");
     r.seed = uint64_t(body.at("seed").get<int64_t>());
@@ -259,6 +241,7 @@ std::optional<api_error> read_request(endpoint kind, const json& body, const jin
     if (!body.at(name).is_boolean()) return bad(fmt::format("'{}' must be a boolean", name), name);
     *out = body.at(name).get<bool>();
   }
+  if (auto e = read_sampling_fields(kind, body, vocab.vocab_size(), limits, r)) return e;
   if (auto e = read_stop(body, limits, r)) return e;
   if (auto e = read_stream(body, r)) return e;
   if (auto e = kind == endpoint::completions ? read_prompt(body, vocab, r) : read_messages(body, ordered, vocab, chat, r))
@@ -332,8 +315,10 @@ std::string error_body(const api_error& e) {
 }
 
 std::string response_body(const completion_request& r, const std::string& id, int64_t created,
-                          const completion_result& result) {
+                          const completion_result& result, const gpu::tokenizer* vocab) {
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", result.finish_reason}};
+  if (r.sampling.logprobs >= 0 && vocab)
+    choice["logprobs"] = logprobs_json(r.kind, {vocab, result.token_ids, result.logprobs, r.prompt_ids.back(), 0});
   if (r.kind == endpoint::completions)
     choice["text"] = result.text;
   else
@@ -351,8 +336,10 @@ std::string response_body(const completion_request& r, const std::string& id, in
 }
 
 std::string stream_chunk(const completion_request& r, const std::string& id, int64_t created, const std::string& text,
-                         const std::string& finish_reason, bool first, const std::vector<int32_t>& token_ids) {
+                         const std::string& finish_reason, bool first, const std::vector<int32_t>& token_ids,
+                         const logprobs_part* logprobs) {
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish(finish_reason)}};
+  if (logprobs && logprobs->vocab) choice["logprobs"] = logprobs_json(r.kind, *logprobs);
   if (r.return_token_ids) {
     choice["token_ids"] = token_ids;
     if (first) choice["prompt_token_ids"] = r.prompt_ids;

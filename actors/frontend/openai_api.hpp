@@ -6,11 +6,13 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
+#include "gpu/sampler.hpp"
 #include "gpu/tokenizer.hpp"
 
 namespace illm::jinja {
@@ -30,6 +32,9 @@ struct api_limits {
   int default_max_tokens = 256;  ///< when a chat request gives none (completions default to 16, as OpenAI)
   int max_stop = 4;
   int max_model_len = 0;  ///< the model's context: prompt plus max_tokens may not pass it (0: no bound)
+  int max_logit_bias = 1024;     ///< tokens one logit_bias may name
+  int max_stop_token_ids = 64;
+  int max_logprobs = 20;         ///< alternatives per token (completions' logprobs, chat's top_logprobs)
   float default_temperature = 1.0f;  ///< when a request gives none: OpenAI's, or the model's generation_config.json
   float default_top_p = 1.0f;
 };
@@ -55,14 +60,17 @@ struct completion_request {
   std::string model;
   std::vector<int32_t> prompt_ids;  ///< BOS first for text prompts; token arrays as given
   int max_tokens = 16;
-  float temperature = 1.0f;
-  float top_p = 1.0f;
+  /// temperature, top_p, top_k (as vLLM), min_p (as vLLM), the presence and frequency penalties, repetition_penalty
+  /// (as vLLM), logit_bias, min_tokens (as vLLM), and the alternatives shown per output token (completions'
+  /// logprobs; chat's top_logprobs; -1: none).
+  gpu::sampling_params sampling{1.0f};
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  ///< stream_options.include_usage
   bool ignore_eos = false;     ///< extension (as vLLM): keep going past the model's end of text
   bool return_token_ids = false;  ///< extension (as vLLM): the choice carries token_ids and prompt_token_ids
+  std::vector<int32_t> stop_token_ids;  ///< extension (as vLLM): these end the output too, with ignore_eos as well
 };
 
 /// Parses and checks a request body for `kind`; `served_model` is the only model id accepted. Chat messages
@@ -82,16 +90,28 @@ struct completion_result {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   std::vector<int32_t> token_ids;  ///< generated
+  std::vector<gpu::token_logprobs> logprobs;  ///< per generated token, when the request asked for them
+};
+
+/// Output tokens with their log probabilities, as a response or one streamed chunk shows them.
+struct logprobs_part {
+  const gpu::tokenizer* vocab = nullptr;
+  std::span<const int32_t> ids;
+  std::span<const gpu::token_logprobs> values;  ///< one per id
+  int32_t before = 0;      ///< the token before the first (a token's text depends on it)
+  size_t text_offset = 0;  ///< completions: where the first token's text starts in the choice's text
 };
 
 /// The JSON body of a non-streamed response.
 std::string response_body(const completion_request& r, const std::string& id, int64_t created,
-                          const completion_result& result);
+                          const completion_result& result, const gpu::tokenizer* vocab = nullptr);
 
 /// One server-sent event carrying a streamed piece of text (finish_reason empty while running); with
-/// return_token_ids, the ids of the tokens whose text it carries (and the prompt's in the first).
+/// return_token_ids, the ids of the tokens whose text it carries (and the prompt's in the first); with `logprobs`,
+/// those tokens' log probabilities.
 std::string stream_chunk(const completion_request& r, const std::string& id, int64_t created, const std::string& text,
-                         const std::string& finish_reason, bool first, const std::vector<int32_t>& token_ids = {});
+                         const std::string& finish_reason, bool first, const std::vector<int32_t>& token_ids = {},
+                         const logprobs_part* logprobs = nullptr);
 
 /// The usage event a stream sends last when stream_options.include_usage is set.
 std::string stream_usage(const completion_request& r, const std::string& id, int64_t created,

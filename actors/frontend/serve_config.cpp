@@ -75,7 +75,7 @@ setter service_integer(T service_options::*field, int64_t lo, int64_t hi) {
 
 const std::map<std::string, std::pair<setter, const char*>>& keys() {
   static const std::map<std::string, std::pair<setter, const char*>> k = {
-      {"model", {text(&serve_config::model), "model name (in $ILLM_MODELS) or path: a Hugging Face folder, a llama2.c file"}},
+      {"model", {text(&serve_config::model), "model name (in $ILLM_MODELS) or path: a Hugging Face folder, a GGUF file or a llama2.c file"}},
       {"served_model_name", {text(&serve_config::served_model_name), "the model id clients ask for (default: the model folder's or file's name)"}},
       {"chat_template", {text(&serve_config::chat_template), "Jinja file replacing the model's chat template (default: the model's; a model without one joins the messages by newlines)"}},
       {"weight_type",
@@ -95,7 +95,7 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
       {"policy",
        {one_of(&serve_config::policy, {"greedy", "simple"}),
         "the embedded gManager's placement: \"greedy\" (the performance model) or \"simple\""}},
-      {"profile", {text(&serve_config::profile), "profile of the greedy policy (illm profile --out); default: measured at start"}},
+      {"profile", {text(&serve_config::profile), "profile of the greedy policy (illm profile --out); default: measured at the first start on this machine and kept in $ILLM_CACHE/profiles"}},
       {"shutdown_grace_s", {integer(&serve_config::shutdown_grace_s, 0, 3600), "time in-flight requests get on SIGTERM"}},
       {"metrics_prefix",
        {one_of(&serve_config::metrics_prefix, {"illm:", "illm_"}),

@@ -1,5 +1,7 @@
 #include "actors/frontend/service.hpp"
 
+#include "actors/frontend/logprobs_json.hpp"
+
 #include <condition_variable>
 #include <charconv>
 #include <deque>
@@ -27,27 +29,29 @@ int64_t unix_now() {
 struct event_channel : std::enable_shared_from_this<event_channel> {
   std::mutex mutex;
   std::condition_variable changed;
-  std::deque<int32_t> tokens;
+  std::deque<token_event> tokens;
   std::optional<request_finished> end;
 
   /// The request's callbacks, which fill the channel.
   request_callbacks callbacks() {
     auto self = shared_from_this();
-    return {[self](int32_t token) {
-              std::lock_guard lock(self->mutex);
-              self->tokens.push_back(token);
-              self->changed.notify_all();
-            },
-            [self](const request_finished& finished) {
-              std::lock_guard lock(self->mutex);
-              self->end = finished;
-              self->changed.notify_all();
-            }};
+    request_callbacks c;
+    c.on_token_event = [self](const token_event& token) {
+      std::lock_guard lock(self->mutex);
+      self->tokens.push_back(token);
+      self->changed.notify_all();
+    };
+    c.on_finished = [self](const request_finished& finished) {
+      std::lock_guard lock(self->mutex);
+      self->end = finished;
+      self->changed.notify_all();
+    };
+    return c;
   }
 
   /// Waits up to a second for tokens or the end; returns the tokens, or none and sets `ended` once ended.
-  std::deque<int32_t> wait(std::optional<request_finished>& ended) {
-    std::deque<int32_t> out;
+  std::deque<token_event> wait(std::optional<request_finished>& ended) {
+    std::deque<token_event> out;
     std::unique_lock lock(mutex);
     changed.wait_for(lock, std::chrono::seconds(1), [&] { return !tokens.empty() || end.has_value(); });
     out.swap(tokens);
@@ -225,7 +229,51 @@ struct service::answer {
   bool first_chunk = true, client_gone = false, cancelled_by_us = false;
   std::optional<clock::time_point> last_token;
   std::vector<int32_t> unsent_ids;  ///< tokens whose text no chunk has carried yet (half a character, a stop's start)
+  size_t logprobs_offset = 0;  ///< completions' text_offset of the first unsent token
 };
+
+namespace {
+
+/// The request as the cluster runs it: a client's stop_token_ids end it whatever ignore_eos says, the model's
+/// end ids unless ignore_eos.
+generate_params cluster_params(const completion_request& r, uint64_t seed, const std::vector<int32_t>& end_ids) {
+  generate_params p{r.prompt_ids, r.max_tokens, 0.0f, 1.0f, seed, false, r.ignore_eos ? std::vector<int32_t>{} : end_ids};
+  p.stop_ids.insert(p.stop_ids.end(), r.stop_token_ids.begin(), r.stop_token_ids.end());
+  set_sampling(p, r.sampling);
+  return p;
+}
+
+/// A token event's log probabilities as the sampler gave them.
+gpu::token_logprobs logprobs_of(const token_event& e) {
+  gpu::token_logprobs out;
+  if (e.logprobs.empty()) return out;
+  out.logprob = e.logprobs.front().logprob;
+  for (size_t i = 1; i < e.logprobs.size(); ++i) {
+    out.top_ids.push_back(e.logprobs[i].token);
+    out.top_logprobs.push_back(e.logprobs[i].logprob);
+  }
+  return out;
+}
+
+}  // namespace
+
+/// The log probabilities of the tokens a chunk of `a` carries now (its unsent ids); none when not asked.
+std::optional<logprobs_part> service::unsent_logprobs(const answer& a) const {
+  if (a.r.sampling.logprobs < 0) return std::nullopt;
+  const size_t n = a.unsent_ids.size(), all = a.result.token_ids.size();
+  const int32_t before = all > n ? a.result.token_ids[all - n - 1] : a.r.prompt_ids.back();
+  return logprobs_part{vocab_.get(), a.unsent_ids, std::span(a.result.logprobs).subspan(a.result.logprobs.size() - n),
+                       before, a.logprobs_offset};
+}
+
+/// The unsent ids went out in a chunk.
+void service::mark_sent(answer& a) {
+  if (a.r.sampling.logprobs >= 0 && !a.unsent_ids.empty()) {
+    const size_t n = a.unsent_ids.size(), all = a.result.token_ids.size();
+    a.logprobs_offset += text_bytes(*vocab_, a.unsent_ids, all > n ? a.result.token_ids[all - n - 1] : a.r.prompt_ids.back());
+  }
+  a.unsent_ids.clear();
+}
 
 void service::generate(endpoint kind, const http_request& req, http_reply& reply) {
   const cluster_view view = router_.view();  // one look: the limits and the routing
@@ -242,18 +290,16 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
   answer a{r, id, unix_now(), clock::now(), text_stream(*vocab_, r.prompt_ids.back(), r.stop), {}};
   a.result.prompt_tokens = int(r.prompt_ids.size());
   auto channel = std::make_shared<event_channel>();
-  const generate_params params{
-      r.prompt_ids, r.max_tokens, r.temperature, r.top_p, r.seed.value_or(std::hash<std::string>{}(id)), r.ignore_eos,
-      options_.end_ids};
+  const generate_params params = cluster_params(r, r.seed.value_or(std::hash<std::string>{}(id)), options_.end_ids);
   a.cluster_id = router_.submit(params, channel->callbacks(), view);
   if (metrics_) metrics_->prompt_tokens.with().add(double(r.prompt_ids.size()));
   if (r.stream && !reply.start_stream("text/event-stream")) a.client_gone = true;
   std::optional<request_finished> end;
   while (!end) {
-    std::deque<int32_t> tokens = channel->wait(end);
+    std::deque<token_event> tokens = channel->wait(end);
     if (tokens.empty() && !end && r.stream && !a.client_gone)
       a.client_gone = !reply.write(": keep-alive\n\n");  // notices a client that left while we wait
-    for (int32_t token : tokens) relay_token(a, token, reply);
+    for (const token_event& token : tokens) relay_token(a, token, reply);
     if (a.client_gone && !a.cancelled_by_us) {
       a.cancelled_by_us = true;
       router_.cancel(a.cluster_id);  // frees its blocks; the end event follows
@@ -262,7 +308,8 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
   finish(a, *end, reply);
 }
 
-void service::relay_token(answer& a, int32_t token, http_reply& reply) {
+void service::relay_token(answer& a, const token_event& event, http_reply& reply) {
+  const int32_t token = event.token;
   const auto now = clock::now();
   if (metrics_) {
     if (a.last_token)
@@ -275,13 +322,16 @@ void service::relay_token(answer& a, int32_t token, http_reply& reply) {
   tokens_out_.fetch_add(1, std::memory_order_relaxed);
   ++a.result.completion_tokens;
   a.result.token_ids.push_back(token);
+  if (a.r.sampling.logprobs >= 0) a.result.logprobs.push_back(logprobs_of(event));
   a.unsent_ids.push_back(token);
   const std::string piece = a.text.push(token);
   a.result.text += piece;
   if (a.r.stream && !a.client_gone && !piece.empty()) {
-    a.client_gone = !reply.write(stream_chunk(a.r, a.id, a.created, piece, "", a.first_chunk, a.unsent_ids));
+    const auto logprobs = unsent_logprobs(a);
+    a.client_gone = !reply.write(stream_chunk(a.r, a.id, a.created, piece, "", a.first_chunk, a.unsent_ids,
+                                              logprobs ? &*logprobs : nullptr));
     a.first_chunk = false;
-    a.unsent_ids.clear();
+    mark_sent(a);
   }
   if (a.text.stopped() && !a.cancelled_by_us) {
     a.cancelled_by_us = true;
@@ -306,11 +356,13 @@ void service::finish(answer& a, const request_finished& end, http_reply& reply) 
         error_body(
             make_error(500, fmt::format("generation failed after {} tokens: {}", a.result.completion_tokens, end.error),
                        "server_error")));
-  if (!a.r.stream) return reply.send(200, json_type, response_body(a.r, a.id, a.created, a.result));
+  if (!a.r.stream) return reply.send(200, json_type, response_body(a.r, a.id, a.created, a.result, vocab_.get()));
   if (end.reason == "error") {  // a stream that failed ends with its error and [DONE]: no finish reason after it
     reply.write("data: " + error_body(make_error(500, "generation failed: " + end.error, "server_error")) + "\n\n");
   } else {
-    reply.write(stream_chunk(a.r, a.id, a.created, rest, a.result.finish_reason, a.first_chunk, a.unsent_ids));
+    const auto logprobs = unsent_logprobs(a);
+    reply.write(stream_chunk(a.r, a.id, a.created, rest, a.result.finish_reason, a.first_chunk, a.unsent_ids,
+                             logprobs && !a.unsent_ids.empty() ? &*logprobs : nullptr));
     if (a.r.include_usage) reply.write(stream_usage(a.r, a.id, a.created, a.result));
   }
   reply.write("data: [DONE]\n\n");

@@ -59,8 +59,12 @@ class service {
   /// The request, when it may be served on `view`; otherwise refuses it with its reason (and nullopt).
   std::optional<completion_request> accept(endpoint kind, const http_request& req, http_reply& reply,
                                            const cluster_view& view);
-  /// A token of `a`: metrics, its text to a streaming client, and a stop sequence's cancel.
-  void relay_token(answer& a, int32_t token, http_reply& reply);
+  /// A token of `a`: metrics, its text (and log probabilities) to a streaming client, and a stop sequence's cancel.
+  void relay_token(answer& a, const token_event& token, http_reply& reply);
+  /// The log probabilities of the tokens a chunk of `a` carries now (its unsent ids); none when not asked.
+  std::optional<logprobs_part> unsent_logprobs(const answer& a) const;
+  /// The unsent ids of `a` went out in a chunk.
+  void mark_sent(answer& a);
   /// The end of `a`: metrics, then the whole response or the stream's last chunk, usage and [DONE].
   void finish(answer& a, const request_finished& end, http_reply& reply);
   bool authorized(const http_request& req, http_reply& reply);

@@ -219,6 +219,34 @@ void run_one(const endpoint_address& address, const replay_options& o, const std
   out.e2e_s = seconds(sent, clock::now());
 }
 
+/// The model id the server at `address` serves: the first of GET /v1/models.
+gpu::result<std::string> served_model_id(const endpoint_address& address, const replay_options& o) {
+  auto failed = [&](const std::string& why) {
+    return gpu::status{gpu::status_code::io_error, fmt::format("asking {} for its model (GET /v1/models): {} "
+                                                               "(--model names one)", o.url, why)};
+  };
+  http_client client;
+  if (gpu::status s = client.connect(address, o.timeout_s); !s.is_ok()) return failed(s.message());
+  const std::string auth = o.api_key.empty() ? "" : "Authorization: Bearer " + o.api_key + "\r\n";
+  if (!client.send_all(fmt::format("GET /v1/models HTTP/1.1\r\nHost: {}:{}\r\n{}Connection: close\r\n\r\n",
+                                   address.host, address.port, auth)))
+    return failed("the server closed the connection");
+  std::string all;
+  for (std::string more; !(more = client.receive()).empty();) all += more;
+  const size_t head_end = all.find("\r\n\r\n");
+  if (head_end == std::string::npos) return failed("no response");
+  std::string lower_head = all.substr(0, head_end);
+  std::transform(lower_head.begin(), lower_head.end(), lower_head.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  std::string body;
+  body_decoder(lower_head.find("transfer-encoding: chunked") != std::string::npos)
+      .feed(all.substr(head_end + 4), [&](const std::string& data) { body += data; });
+  const json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
+      !j["data"][0].contains("id") || !j["data"][0]["id"].is_string())
+    return failed("no model id in the answer: " + body.substr(0, 200));
+  return j["data"][0]["id"].get<std::string>();
+}
+
 }  // namespace
 
 gpu::result<std::vector<trace_row>> read_trace(const std::string& path) {
@@ -254,6 +282,12 @@ gpu::result<replay_result> replay(const std::vector<trace_row>& trace, const rep
   if (!(o.rate_scale > 0)) return gpu::status{gpu::status_code::invalid_argument, "--rate-scale must be positive"};
   const size_t n = o.limit ? std::min(o.limit, trace.size()) : trace.size();
   if (o.concurrency < 0) return gpu::status{gpu::status_code::invalid_argument, "--concurrency must be positive"};
+  replay_options asked = o;
+  if (asked.model.empty()) {
+    auto id = served_model_id(address.value(), o);
+    if (!id.is_ok()) return id.error();
+    asked.model = id.value();
+  }
   replay_result result;
   result.requests.resize(n);
   std::mt19937_64 rng(o.seed);
@@ -268,7 +302,7 @@ gpu::result<replay_result> replay(const std::vector<trace_row>& trace, const rep
                                                    : trace[i].output_tokens);
     std::vector<int32_t> prompt{1};  // BOS, then random ids above the byte tokens
     while (int(prompt.size()) < r.prompt_tokens) prompt.push_back(int32_t(259 + rng() % uint64_t(o.vocab_size - 259)));
-    bodies[i] = request_body(o, prompt, r.max_tokens);
+    bodies[i] = request_body(asked, prompt, r.max_tokens);
   }
   std::atomic<size_t> done{0}, failed{0}, next{0};
   const auto start = clock::now();

@@ -27,7 +27,7 @@ gpu::result<std::vector<trace_row>> read_trace(const std::string& path);
 /// How to replay.
 struct replay_options {
   std::string url;             ///< http://host:port
-  std::string model = "stories15M";
+  std::string model;            ///< the model id to ask for (empty: the server's, from GET /v1/models)
   std::string api_key;         ///< sent as Bearer when set
   double rate_scale = 1.0;     ///< arrivals come this many times faster
   size_t limit = 0;            ///< first N rows (0: all)

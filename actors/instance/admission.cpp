@@ -124,7 +124,8 @@ std::shared_ptr<gpu::sequence> sequence_of(const generate_request& r) {
   seq->id = r.id;
   seq->tokens = r.params.prompt;
   seq->n_prompt = int(r.params.prompt.size());
-  seq->sampling = {r.params.temperature, r.params.top_p};
+  seq->sampling = sampling_of(r.params);
+  seq->output_before = r.params.output_before;
   seq->rng = r.params.seed;
   seq->max_new_tokens = r.params.max_tokens;
   seq->ignore_eos = r.params.ignore_eos;
@@ -278,9 +279,10 @@ void start_over(self_ptr self, request_id id, const std::string& why) {
     m->requests_recovered.with({instance, "recompute"}).add();
   }
   const int32_t left = seq->max_new_tokens - seq->n_generated();
-  generate_request again{id, {seq->tokens, left, seq->sampling.temperature, seq->sampling.top_p, seq->rng,
-                              seq->ignore_eos, seq->stop_ids},
+  generate_request again{id, {seq->tokens, left, 0.0f, 1.0f, seq->rng, seq->ignore_eos, seq->stop_ids},
                          req->second.client};
+  set_sampling(again.params, seq->sampling);
+  again.params.output_before = seq->output_before + seq->n_generated();
   st.resuming[id] = std::move(seq);
   const auto pause = restart_pause(req->second.kv_losses);
   if (pause.count() == 0) return queue_first(self, std::move(again));

@@ -12,6 +12,17 @@ namespace illm::actors::instance_impl {
 
 namespace {
 
+/// The i-th generated token of `s` as its client hears of it, with its log probabilities when asked.
+token_event token_event_of(const gpu::sequence& s, int i) {
+  token_event e{s.id, s.tokens[size_t(s.n_prompt + i)]};
+  if (size_t(i) < s.logprobs.size()) {
+    const gpu::token_logprobs& lp = s.logprobs[size_t(i)];
+    e.logprobs.push_back({e.token, lp.logprob});
+    for (size_t k = 0; k < lp.top_ids.size(); ++k) e.logprobs.push_back({lp.top_ids[k], lp.top_logprobs[k]});
+  }
+  return e;
+}
+
 /// Tells the clients of finished sequences and releases their blocks elsewhere.
 void notify_finished(self_ptr self) {
   auto& st = self->state;
@@ -24,7 +35,7 @@ void notify_finished(self_ptr self) {
     if (it == st.requests.end()) continue;
     if (st.config.stream_tokens)
       for (int32_t i = int32_t(it->second.tokens_sent); i < seq->n_generated(); ++i)
-        tell_client(self, it->second.client, token_event{seq->id, seq->tokens[size_t(seq->n_prompt + i)]});
+        tell_client(self, it->second.client, token_event_of(*seq, i));
     request_finished end{seq->id, gpu::to_string(seq->finish), seq->error, seq->preemptions, it->second.placement,
                          seq->n_generated(), it->second.first_token_ns, now_ns(self)};
     end.replicas = replica_placement(it->second);
@@ -45,7 +56,7 @@ std::vector<request_id> note_new_tokens(self_ptr self, const gpu::step_plan& pla
     note_recovered_token(self, it->second, *s);
     if (!it->second.first_token_ns && s->n_generated() > 0) {
       it->second.first_token_ns = now_ns(self);
-      if (!st.config.stream_tokens) tell_client(self, it->second.client, token_event{s->id, s->tokens[size_t(s->n_prompt)]});
+      if (!st.config.stream_tokens) tell_client(self, it->second.client, token_event_of(*s, 0));
     }
     if (st.config.stream_tokens && !s->finished() && int32_t(it->second.tokens_sent) < s->n_generated())
       to_stream.push_back(s->id);
@@ -62,7 +73,7 @@ void stream_tokens(self_ptr self, const std::vector<request_id>& ids) {
     if (it == st.requests.end()) continue;
     const gpu::sequence& s = *it->second.seq;
     for (; int32_t(it->second.tokens_sent) < s.n_generated(); ++it->second.tokens_sent)
-      tell_client(self, it->second.client, token_event{id, s.tokens[size_t(s.n_prompt) + it->second.tokens_sent]});
+      tell_client(self, it->second.client, token_event_of(s, int(it->second.tokens_sent)));
   }
 }
 

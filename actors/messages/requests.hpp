@@ -8,11 +8,19 @@
 #include <vector>
 #include "actors/messages/declarations.hpp"
 #include "actors/placement/types.hpp"
+#include "gpu/backend.hpp"
 #include "gpu/tokenizer.hpp"
 
 namespace illm::actors {
 
-/// A request as a client gives it.
+/// A number added to a token's logit before sampling.
+struct token_bias {
+  int32_t token = 0;
+  float bias = 0.0f;
+};
+ILLM_INSPECT(token_bias, x.token, x.bias)
+
+/// A request as a client gives it. The sampling fields are gpu::sampling_params' (see there).
 struct generate_params {
   std::vector<int32_t> prompt;  ///< BOS first
   int32_t max_tokens = 64;
@@ -22,8 +30,25 @@ struct generate_params {
   bool ignore_eos = false;
   /// Ids that end it when sampled: the model's end ids (llama2.c's BOS and EOS unless told).
   std::vector<int32_t> stop_ids{gpu::token_bos, gpu::token_eos};
+  int32_t top_k = 0;
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::vector<token_bias> logit_bias{};
+  int32_t min_tokens = 0;
+  int32_t logprobs = -1;
+  /// Tokens at the end of the prompt that it generated on an earlier instance (it went on from there).
+  int32_t output_before = 0;
 };
-ILLM_INSPECT(generate_params, x.prompt, x.max_tokens, x.temperature, x.top_p, x.seed, x.ignore_eos, x.stop_ids)
+ILLM_INSPECT(generate_params, x.prompt, x.max_tokens, x.temperature, x.top_p, x.seed, x.ignore_eos, x.stop_ids,
+             x.top_k, x.min_p, x.presence_penalty, x.frequency_penalty, x.repetition_penalty, x.logit_bias,
+             x.min_tokens, x.logprobs, x.output_before)
+
+/// The sampler's parameters of a request.
+gpu::sampling_params sampling_of(const generate_params& p);
+/// A request's sampling fields set from the sampler's parameters (the others left as they are).
+void set_sampling(generate_params& p, const gpu::sampling_params& s);
 
 /// A generation request, as a request actor hands it to an instance.
 struct generate_request {
@@ -40,13 +65,22 @@ struct generate_request {
 };
 ILLM_INSPECT(generate_request, x.id, x.params, x.client, x.takeover_generation, x.takeover_owner, x.lost_positions)
 
+/// A token's log probability.
+struct token_logprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+ILLM_INSPECT(token_logprob, x.token, x.logprob)
+
 /// instance -> request actor: the next generated token.
 struct token_event {
   request_id req_id = 0;
   int32_t token = 0;
   instance_id from = 0;  ///< the instance that sent it (a request that went on elsewhere ignores its old one)
+  /// When the request asks for log probabilities: the token's own, then the most likely tokens' (gpu::token_logprobs).
+  std::vector<token_logprob> logprobs{};
 };
-ILLM_INSPECT(token_event, x.req_id, x.token, x.from)
+ILLM_INSPECT(token_event, x.req_id, x.token, x.from, x.logprobs)
 
 /// instance -> request actor: the request ended.
 struct request_finished {

@@ -206,6 +206,45 @@ TEST_SUITE("actors") {
     }
   }
 
+  TEST_CASE("a seeded request with penalties, bias and log probabilities samples spread over pools as on one") {
+    generate_params p{long_prompt(2900), 24, 0.9f, 0.95f, 7, true};
+    p.top_k = 40;
+    p.presence_penalty = 0.4f;
+    p.frequency_penalty = 0.3f;
+    p.repetition_penalty = 1.1f;
+    p.logit_bias = {{29892, -2.0f}, {278, 1.5f}};
+    p.logprobs = 3;
+    auto run = [&](const cluster_options& o) {
+      auto c = cluster::start(model().weights, o);
+      REQUIRE(c.is_ok());
+      std::vector<token_event> events;
+      std::promise<request_finished> ended;
+      request_callbacks cb;
+      cb.on_token_event = [&](const token_event& e) { events.push_back(e); };
+      cb.on_finished = [&](const request_finished& end) { ended.set_value(end); };
+      c.value()->submit(p, cb);
+      auto end = ended.get_future();
+      REQUIRE(end.wait_for(600s) == std::future_status::ready);
+      CHECK(end.get().reason == "length");
+      check_pools_back_to_start(*c.value());
+      c.value()->shutdown();
+      return events;
+    };
+    cluster_options spread = four_small_pools(3600s);
+    spread.batch.room_prefill_min_chunks = 0;
+    const auto one = run(pools(1, 256)), loans = run(spread);
+    REQUIRE(one.size() == 24);
+    REQUIRE(loans.size() == one.size());
+    for (size_t i = 0; i < one.size(); ++i) {
+      CAPTURE(i);
+      CHECK(loans[i].token == one[i].token);
+      REQUIRE(one[i].logprobs.size() == 4);  // the token's own, then 3 alternatives
+      REQUIRE(loans[i].logprobs.size() == 4);
+      CHECK(one[i].logprobs[0].token == one[i].token);
+      for (size_t k = 0; k < 4; ++k) CHECK(std::abs(loans[i].logprobs[k].logprob - one[i].logprobs[k].logprob) < 1e-4);
+    }
+  }
+
   TEST_CASE("the gManager's moves spread a long request with the ids of one instance") {
     check_spread_by_orders({});  // the simple policy
   }

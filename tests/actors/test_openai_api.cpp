@@ -61,7 +61,21 @@ TEST_SUITE("actors") {
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","stop":["a","b","c","d","e"]})").param == "stop");
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","stop":[""]})").param == "stop");
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","seed":"x"})").param == "seed");
-    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","presence_penalty":0.5})").param == "presence_penalty");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","presence_penalty":2.5})").param == "presence_penalty");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","repetition_penalty":0})").param == "repetition_penalty");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","top_k":-2})").param == "top_k");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","min_p":1.5})").param == "min_p");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","max_tokens":4,"min_tokens":5})").param == "min_tokens");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","logit_bias":{"x":1}})").param == "logit_bias");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","logit_bias":{"99999":1}})").param == "logit_bias");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","logit_bias":{"5":101}})").param == "logit_bias");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","logit_bias":[1]})").param == "logit_bias");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","stop_token_ids":[-1]})").param == "stop_token_ids");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","logprobs":21})").param == "logprobs");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","logprobs":true,"echo":true})").param == "echo");
+    api_limits few;
+    few.max_logit_bias = 1;
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","logit_bias":{"5":1,"6":2}})", few).param == "logit_bias");
     api_limits small;
     small.max_prompt_tokens = 3;
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"Once upon a time"})", small).code == "context_length_exceeded");
@@ -73,6 +87,10 @@ TEST_SUITE("actors") {
     CHECK(error_of(chat, R"({"model":"stories15M","messages":[{"role":"user","content":5}]})").param == "messages");
     CHECK(error_of(chat, R"({"model":"stories15M","messages":[{"role":"user","content":"x"}],"prompt":"x"})").param ==
           "prompt");
+    CHECK(error_of(chat, R"({"model":"stories15M","messages":[{"role":"user","content":"x"}],"top_logprobs":2})")
+              .param == "top_logprobs");
+    CHECK(error_of(chat, R"({"model":"stories15M","messages":[{"role":"user","content":"x"}],"logprobs":3})").param ==
+          "logprobs");
   }
 
   TEST_CASE("valid requests become prompts and options") {
@@ -81,8 +99,8 @@ TEST_SUITE("actors") {
         "stream_options":{"include_usage":true},"n":1,"logprobs":null,"user":"u","ignore_eos":true})");
     CHECK(text.prompt_ids == std::vector<int32_t>{1, 9038, 2501, 263, 931});
     CHECK(text.max_tokens == 7);
-    CHECK(text.temperature == 0.0f);
-    CHECK(text.top_p == 0.5f);
+    CHECK(text.sampling.temperature == 0.0f);
+    CHECK(text.sampling.top_p == 0.5f);
     CHECK(text.seed == 3u);
     CHECK(text.stop == std::vector<std::string>{"\n"});
     CHECK(text.stream);
@@ -96,6 +114,50 @@ TEST_SUITE("actors") {
         "max_completion_tokens":9})");
     CHECK(chat.prompt_ids == vocab().encode("Once upon\na time", true));
     CHECK(chat.max_tokens == 9);
+    CHECK(chat.sampling.logprobs == -1);
+    const completion_request sampled = ok(endpoint::completions, R"({"model":"stories15M","prompt":"hi",
+        "top_k":40,"min_p":0.05,"presence_penalty":0.5,"frequency_penalty":-0.5,"repetition_penalty":1.2,
+        "logit_bias":{"13":-100,"29871":5.5},"min_tokens":3,"stop_token_ids":[13],"logprobs":2})");
+    CHECK(sampled.sampling.top_k == 40);
+    CHECK(sampled.sampling.min_p == 0.05f);
+    CHECK(sampled.sampling.presence_penalty == 0.5f);
+    CHECK(sampled.sampling.frequency_penalty == -0.5f);
+    CHECK(sampled.sampling.repetition_penalty == 1.2f);
+    CHECK(sampled.sampling.logit_bias == std::vector<std::pair<int32_t, float>>{{13, -100.0f}, {29871, 5.5f}});
+    CHECK(sampled.sampling.min_tokens == 3);
+    CHECK(sampled.stop_token_ids == std::vector<int32_t>{13});
+    CHECK(sampled.sampling.logprobs == 2);
+    CHECK(ok(endpoint::completions, R"({"model":"stories15M","prompt":"hi","top_k":-1})").sampling.top_k == 0);
+    CHECK(ok(endpoint::chat_completions, R"({"model":"stories15M","messages":[{"role":"user","content":"x"}],
+        "logprobs":true,"top_logprobs":3})").sampling.logprobs == 3);
+    CHECK(ok(endpoint::chat_completions, R"({"model":"stories15M","messages":[{"role":"user","content":"x"}],
+        "logprobs":true})").sampling.logprobs == 0);
+  }
+
+  TEST_CASE("log probabilities follow the completions and chat shapes") {
+    const std::vector<int32_t> ids = {9038, 2501};
+    const std::vector<gpu::token_logprobs> values = {{-0.5f, {9038, 263}, {-0.5f, -1.5f}}, {-2.0f, {263}, {-0.25f}}};
+    const completion_request text = ok(endpoint::completions, R"({"model":"stories15M","prompt":"a","logprobs":1})");
+    completion_result result{"x", "length", 2, 2, ids, values};
+    const auto body = nlohmann::json::parse(response_body(text, "cmpl-1", 7, result, &vocab()));
+    const auto& lp = body["choices"][0]["logprobs"];
+    const int32_t before = text.prompt_ids.back();
+    CHECK(lp["tokens"] == nlohmann::json({vocab().decode(before, 9038), vocab().decode(9038, 2501)}));
+    CHECK(lp["token_logprobs"] == nlohmann::json({-0.5, -2.0}));
+    CHECK(lp["top_logprobs"][1].size() == 2);  // the alternative and the chosen token
+    CHECK(lp["text_offset"][0] == 0);
+    CHECK(lp["text_offset"][1] == vocab().decode(before, 9038).size());
+    const completion_request chat = ok(endpoint::chat_completions,
+                                       R"({"model":"stories15M","messages":[{"role":"user","content":"x"}],
+                                           "logprobs":true,"top_logprobs":1})");
+    const logprobs_part part{&vocab(), ids, values, chat.prompt_ids.back(), 0};
+    const auto chunk = nlohmann::json::parse(stream_chunk(chat, "c", 7, "xy", "", true, ids, &part).substr(6));
+    const auto& content = chunk["choices"][0]["logprobs"]["content"];
+    REQUIRE(content.size() == 2);
+    CHECK(content[0]["logprob"] == -0.5);
+    CHECK(content[0]["top_logprobs"][0]["logprob"] == -0.5);
+    CHECK(content[1]["bytes"].is_array());
+    CHECK(content[1]["top_logprobs"].size() == 2 - 1);
   }
 
   TEST_CASE("bodies follow the OpenAI shapes") {

@@ -1,6 +1,7 @@
 """OpenAI's official client library (npm package `openai`) works against `illm serve` unchanged, with
 streaming: the package is installed from the npm registry into a cache (once), then openai_client.cjs
-runs against a fresh server."""
+(completions, chat, streaming) and openai_sampling.cjs (log probabilities against the golden run, logit_bias,
+penalties, top_k, min_tokens, stop_token_ids, seeds) run against a fresh server."""
 
 import os
 import subprocess
@@ -25,10 +26,13 @@ def main():
     module = install_client()
     with Server(ILLM, "--instances", "2", "--kv-blocks-per-instance", "128") as s:
         env = dict(os.environ, OPENAI_MODULE=module, ILLM_URL=f"http://127.0.0.1:{s.port}")
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "openai_client.cjs")
-        result = subprocess.run(["node", script], env=env, capture_output=True, text=True, timeout=300)
-        print(result.stdout + result.stderr)
-        assert result.returncode == 0, "the OpenAI client failed"
+        here = os.path.dirname(os.path.abspath(__file__))
+        env["GOLDEN"] = os.path.join(here, "..", "data", "golden", "stories15M-greedy.json")
+        for script in ("openai_client.cjs", "openai_sampling.cjs"):
+            result = subprocess.run(["node", os.path.join(here, script)], env=env, capture_output=True, text=True,
+                                    timeout=300)
+            print(result.stdout + result.stderr)
+            assert result.returncode == 0, f"the OpenAI client failed ({script})"
 
 
 if __name__ == "__main__":

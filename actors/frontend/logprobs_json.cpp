@@ -1,0 +1,74 @@
+#include "actors/frontend/logprobs_json.hpp"
+
+#include <string>
+#include <vector>
+
+namespace illm::actors::frontend {
+
+using json = nlohmann::json;
+
+namespace {
+
+/// A token's text as a JSON string (bytes that are not UTF-8 on their own, as part of a character, are
+/// replaced when dumped) and its bytes.
+json byte_list(const std::string& text) {
+  json bytes = json::array();
+  for (unsigned char c : text) bytes.push_back(int(c));
+  return bytes;
+}
+
+json completions_logprobs(const logprobs_part& part) {
+  const gpu::tokenizer& vocab = *part.vocab;
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+  size_t offset = part.text_offset;
+  int32_t prev = part.before;
+  for (size_t i = 0; i < part.ids.size() && i < part.values.size(); ++i) {
+    const gpu::token_logprobs& v = part.values[i];
+    const std::string text = vocab.decode(prev, part.ids[i]);
+    json alternatives = json::object();
+    for (size_t k = 0; k < v.top_ids.size(); ++k) alternatives[vocab.decode(prev, v.top_ids[k])] = v.top_logprobs[k];
+    if (!alternatives.contains(text)) alternatives[text] = v.logprob;
+    tokens.push_back(text);
+    token_logprobs.push_back(v.logprob);
+    top.push_back(std::move(alternatives));
+    offsets.push_back(offset);
+    offset += text.size();
+    prev = part.ids[i];
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+json chat_logprobs(const logprobs_part& part) {
+  const gpu::tokenizer& vocab = *part.vocab;
+  json content = json::array();
+  int32_t prev = part.before;
+  for (size_t i = 0; i < part.ids.size() && i < part.values.size(); ++i) {
+    const gpu::token_logprobs& v = part.values[i];
+    const std::string text = vocab.decode(prev, part.ids[i]);
+    json top = json::array();
+    for (size_t k = 0; k < v.top_ids.size(); ++k) {
+      const std::string alternative = vocab.decode(prev, v.top_ids[k]);
+      top.push_back({{"token", alternative}, {"logprob", v.top_logprobs[k]}, {"bytes", byte_list(alternative)}});
+    }
+    content.push_back({{"token", text}, {"logprob", v.logprob}, {"bytes", byte_list(text)}, {"top_logprobs", top}});
+    prev = part.ids[i];
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
+}  // namespace
+
+json logprobs_json(endpoint kind, const logprobs_part& part) {
+  return kind == endpoint::completions ? completions_logprobs(part) : chat_logprobs(part);
+}
+
+size_t text_bytes(const gpu::tokenizer& vocab, std::span<const int32_t> ids, int32_t before) {
+  size_t n = 0;
+  for (int32_t id : ids) {
+    n += vocab.decode(before, id).size();
+    before = id;
+  }
+  return n;
+}
+
+}  // namespace illm::actors::frontend

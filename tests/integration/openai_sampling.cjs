@@ -1,0 +1,122 @@
+// OpenAI's official Node.js client against `illm serve` on stories15M: log probabilities (completions and chat,
+// whole and streamed) against the golden top-3 of an independent implementation, logit_bias, the penalties,
+// top_k, min_tokens with stop_token_ids, and seeds that repeat with penalties.
+const fs = require("fs");
+const OpenAI = require(process.env.OPENAI_MODULE);
+
+const golden = JSON.parse(fs.readFileSync(process.env.GOLDEN, "utf8")).cases[0];  // "Once upon a time"
+const client = new OpenAI({ baseURL: process.env.ILLM_URL + "/v1", apiKey: "any-key", maxRetries: 0 });
+const model = "stories15M";
+const prompt = golden.prompt;
+
+function check(ok, what) {
+  if (!ok) throw new Error(what);
+}
+
+/// The log-softmax values the golden run gives each of the first `n` steps (most likely first).
+function goldenTop(n) {
+  return golden.top3_logprobs.slice(0, n).map((step) => step.map(([, lp]) => lp));
+}
+
+async function completionLogprobs() {
+  const r = await client.completions.create({ model, prompt, max_tokens: 8, temperature: 0, logprobs: 3 });
+  const lp = r.choices[0].logprobs;
+  check(lp.tokens.length === 8 && lp.token_logprobs.length === 8 && lp.text_offset.length === 8, "shape " + JSON.stringify(lp));
+  check(lp.tokens.join("") === r.choices[0].text, "tokens join to the text");
+  // As the engine's golden test: float order differs between the implementations, so the differences are
+  // within 1e-3 on average and 1e-2 at worst.
+  const want = goldenTop(8);
+  let total = 0, worst = 0;
+  for (let i = 0; i < 8; i++) {
+    check(lp.tokens[i] === Object.keys(lp.top_logprobs[i]).reduce((a, b) => lp.top_logprobs[i][a] >= lp.top_logprobs[i][b] ? a : b),
+      `step ${i}: the greedy token is the most likely`);
+    const top = Object.values(lp.top_logprobs[i]).sort((a, b) => b - a);
+    for (let k = 0; k < 3; k++) {
+      const diff = Math.abs(top[k] - want[i][k]);
+      total += diff;
+      worst = Math.max(worst, diff);
+    }
+  }
+  check(total / 24 <= 1e-3 && worst <= 1e-2, `top-3 log probabilities against the golden run: mean ${total / 24}, worst ${worst}`);
+  return r;
+}
+
+async function chatLogprobs() {
+  const ask = { model, messages: [{ role: "user", content: prompt }], max_tokens: 12, temperature: 0, logprobs: true,
+    top_logprobs: 2 };
+  const whole = await client.chat.completions.create(ask);
+  const content = whole.choices[0].logprobs.content;
+  check(content.length === 12 && content.every((t) => t.top_logprobs.length === 2), "chat shape");
+  check(content.map((t) => t.token).join("") === whole.choices[0].message.content, "chat tokens join to the text");
+  check(content.every((t) => Buffer.from(t.bytes).toString("utf8") === t.token), "bytes");
+  const streamed = [];
+  for await (const chunk of await client.chat.completions.create({ ...ask, stream: true }))
+    streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+  check(JSON.stringify(streamed) === JSON.stringify(content), "streamed logprobs: " + JSON.stringify(streamed));
+}
+
+async function ids(body) {
+  const r = await client.completions.create({ model, prompt, temperature: 0, return_token_ids: true, ...body });
+  return r.choices[0];
+}
+
+async function biasAndPenalties() {
+  const greedy = (await ids({ max_tokens: 24 })).token_ids;
+  const first = golden.output_token_ids[0];
+  check(greedy[0] === first, "greedy starts as the golden run");
+  const banned = (await ids({ max_tokens: 4, logit_bias: { [first]: -100 } })).token_ids;
+  check(banned[0] !== first, "logit_bias -100 bars the greedy token");
+  const forced = (await ids({ max_tokens: 4, logit_bias: { 450: 100 } })).token_ids;
+  check(forced.every((t) => t === 450), "logit_bias +100 forces a token: " + forced);
+  const repeats = (tokens) => tokens.length - new Set(tokens).size;
+  const penalised = (await ids({ max_tokens: 24, frequency_penalty: 2, presence_penalty: 2 })).token_ids;
+  check(repeats(penalised) < repeats(greedy), `penalties repeat less: ${repeats(penalised)} vs ${repeats(greedy)}`);
+  const repetition = (await ids({ max_tokens: 24, repetition_penalty: 1.8 })).token_ids;
+  check(JSON.stringify(repetition) !== JSON.stringify(greedy), "repetition_penalty changes the greedy output");
+  const topk1 = (await ids({ max_tokens: 24, temperature: 1.5, top_k: 1, seed: 3 })).token_ids;
+  check(JSON.stringify(topk1) === JSON.stringify(greedy), "top_k 1 samples the greedy output");
+}
+
+async function stopsAndMinTokens() {
+  const period = 29889;  // "."
+  const stopped = await ids({ max_tokens: 40, stop_token_ids: [period], ignore_eos: true });
+  check(stopped.finish_reason === "stop" && !stopped.token_ids.includes(period), "stop_token_ids end it (with ignore_eos)");
+  const atLeast = await ids({ max_tokens: 40, stop_token_ids: [period], min_tokens: stopped.token_ids.length + 5 });
+  check(atLeast.token_ids.length >= stopped.token_ids.length + 5, "min_tokens holds the stop ids back");
+}
+
+async function seeds() {
+  const ask = { max_tokens: 24, temperature: 1.0, seed: 42, presence_penalty: 0.5, frequency_penalty: 0.5,
+    logit_bias: { 263: 2 }, top_k: 50, min_p: 0.02, logprobs: 1 };
+  const a = await ids(ask), b = await ids(ask), c = await ids({ ...ask, seed: 43 });
+  check(JSON.stringify(a.token_ids) === JSON.stringify(b.token_ids), "a seed repeats with penalties");
+  // Equal up to float order: a block the placement moved between the runs is attended where it lies and merged.
+  check(a.logprobs.token_logprobs.every((x, i) => Math.abs(x - b.logprobs.token_logprobs[i]) < 1e-4),
+    "and so do its log probabilities");
+  check(JSON.stringify(a.token_ids) !== JSON.stringify(c.token_ids), "another seed samples otherwise");
+}
+
+async function refusals() {
+  for (const [body, param] of [[{ logit_bias: { 99999: 1 } }, "logit_bias"], [{ logprobs: 50 }, "logprobs"],
+    [{ presence_penalty: 3 }, "presence_penalty"], [{ n: 2 }, "n"]]) {
+    try {
+      await client.completions.create({ model, prompt, max_tokens: 2, ...body });
+      throw new Error(`${param} out of range was accepted`);
+    } catch (e) {
+      if (!(e instanceof OpenAI.BadRequestError) || e.param !== param) throw e;
+    }
+  }
+}
+
+async function main() {
+  await completionLogprobs();
+  await chatLogprobs();
+  await biasAndPenalties();
+  await stopsAndMinTokens();
+  await seeds();
+  await refusals();
+  console.log("openai client: logprobs (against the golden top-3), logit_bias, penalties, top_k, min_tokens, " +
+    "stop_token_ids, seeds and refusals: ok");
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });
