@@ -79,8 +79,11 @@ void resume(self_ptr self, const cluster_view& view) {
   r.params.seed = gpu::sampling_state_after(st.request.params.seed, st.tokens.size());
   r.params.output_before = st.request.params.output_before + int32_t(st.tokens.size());
   ++st.resumed;
-  r.takeover_generation = uint32_t(st.resumed);  // its new owner takes the blocks that survived over
-  r.takeover_owner = st.serving_id;
+  // Its new owner takes the blocks that survived over; a request whose prompt's log probabilities have not come
+  // yet (they come with the first token) starts over instead: they are computed from the prompt's logits.
+  const bool starts_over = st.request.params.prompt_logprobs >= 0 && st.tokens.empty();
+  r.takeover_generation = starts_over ? 0 : uint32_t(st.resumed);
+  r.takeover_owner = starts_over ? 0 : st.serving_id;
   if (!st.tokens.empty()) r.lost_positions = uint32_t(r.params.prompt.size() - 1);
   if (st.instance) self->send(st.instance, cancel_request{st.request.id});  // an old owner only slow stops
   st.generated_before = int32_t(st.tokens.size());

@@ -7,7 +7,7 @@ packages=(
   build-essential cmake pkg-config ca-certificates
   libcaf-dev libssl-dev openssl libucx-dev ucx-utils
   libopenblas-dev libfmt-dev doctest-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libicu-dev
-  prometheus python3 python3-numpy python3-jinja2 gnuplot-nox git
+  prometheus python3 python3-numpy python3-jinja2 python3-jsonschema gnuplot-nox git
   iproute2 util-linux curl clang libfuzzer-14-dev
   chromium fonts-dejavu-core
 )

@@ -59,6 +59,10 @@ struct attention_job {
   float* ma = nullptr;
 };
 
+namespace grammar {
+class constraint;
+}
+
 /// How to pick a token from logits. A device samples rows that only temperature and top_p shape (plain()); the
 /// host's sampler (gpu/sampler.hpp) applies the rest to a copy of the row's logits.
 struct sampling_params {
@@ -74,11 +78,13 @@ struct sampling_params {
   std::vector<std::pair<int32_t, float>> logit_bias;  ///< added to those tokens' logits
   int min_tokens = 0;  ///< the stop ids cannot be sampled before the output has this many tokens
   int logprobs = -1;   ///< the chosen token's log probability and this many alternatives' are reported (-1: none)
+  /// Only tokens that keep the output in this grammar's language may be sampled (structured outputs; none: any).
+  std::shared_ptr<const grammar::constraint> constraint;
 
   /// True when only temperature, top_p, top_k and min_p shape the choice and nothing is reported.
   bool plain() const {
     return presence_penalty == 0.0f && frequency_penalty == 0.0f && repetition_penalty == 1.0f && logit_bias.empty() &&
-           min_tokens == 0 && logprobs < 0;
+           min_tokens == 0 && logprobs < 0 && !constraint;
   }
 };
 

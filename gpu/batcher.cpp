@@ -58,6 +58,7 @@ batcher::batcher(engine& e, block_source& blocks, batcher_options options)
     : engine_(&e), blocks_(blocks), options_(std::move(options)) {
   options_.max_batch_tokens = std::min(options_.max_batch_tokens, e.options().max_batch_tokens);
   options_.max_batch_seqs = std::min(options_.max_batch_seqs, e.options().max_batch_seqs);
+  options_.max_scored_tokens = std::min(options_.max_scored_tokens, e.options().max_scored_tokens);
 }
 
 batcher::batcher(block_source& blocks, batcher_options options) : blocks_(blocks), options_(std::move(options)) {}
@@ -100,10 +101,12 @@ std::vector<batcher::planned> batcher::pick(const std::vector<const sequence*>& 
   const bool decodes = !batch.empty() && !batch.front().seq->foreign();
   if (decodes && options_.mixed_step_tokens > 0)
     budget = std::min(budget, std::max(0, options_.mixed_step_tokens - taken));
+  int scored = options_.max_scored_tokens;  // prompt tokens whose log probabilities the step may compute
   for (const auto& s : active_) {
     const int pending = int(s->tokens.size()) - s->n_cached;
-    if (!runs(*s) || s->foreign() || pending <= 1 || budget == 0) continue;
-    const int n = std::min({pending, budget, s->tokens_before_kept()});
+    if (!runs(*s) || s->foreign() || pending <= 1 || budget == 0 || (s->scores_prompt() && scored <= 0)) continue;
+    int n = std::min({pending, budget, s->tokens_before_kept()});
+    if (s->scores_prompt()) scored -= n = std::min(n, scored);
     batch.push_back({s.get(), n, s});
     budget -= n;
   }
@@ -210,7 +213,7 @@ status batcher::plan(step_plan& out) {
     sequence& s = *p.seq;
     const bool completes = s.n_cached + p.n_tokens == int(s.tokens.size()) && !s.foreign();
     out.entries.push_back({s.id, s.tokens.data() + s.n_cached, p.n_tokens, s.n_cached, &s.table, completes,
-                           s.foreign_request, s.foreign_owner});
+                           s.foreign_request, s.foreign_owner, s.scores_prompt()});
     out.sequences.push_back(&s);
     out.held.push_back(p.owner);
     if (completes) {
@@ -228,7 +231,27 @@ status batcher::execute(engine& e, step_plan& plan, const kv_pools& pools, atten
   plan.partials = e.last_stats().partials;
   plan.sampled.assign(plan.params.size(), 0);
   plan.logprobs.assign(plan.params.size(), {});
-  return e.sample(plan.params, plan.history, plan.rng, plan.sampled, plan.logprobs);
+  ILLM_RETURN_IF_ERROR(e.sample(plan.params, plan.history, plan.rng, plan.sampled, plan.logprobs));
+  return score_prompts(e, plan);
+}
+
+status batcher::score_prompts(engine& e, step_plan& plan) {
+  plan.prompt_scores.clear();
+  std::vector<float> row(size_t(e.config().vocab_size));
+  std::vector<double> logprobs;
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const batch_entry& b = plan.entries[i];
+    const sequence& s = *plan.sequences[i];
+    if (!b.every_token) continue;
+    for (int t = 0; t < b.n_tokens && b.pos0 + t + 1 < s.n_prompt; ++t) {  // the logits at t predict t + 1
+      ILLM_RETURN_IF_ERROR(e.copy_logits(e.last_stats().logit_row[i] + t, row.data()));
+      log_softmax(row.data(), int(row.size()), logprobs);
+      token_logprobs lp;
+      fill_logprobs(logprobs, s.tokens[size_t(b.pos0 + t + 1)], s.prompt_logprobs, lp);
+      plan.prompt_scores.emplace_back(i, b.pos0 + t + 1, std::move(lp));
+    }
+  }
+  return status::ok();
 }
 
 void batcher::complete(step_plan& plan) {
@@ -236,6 +259,11 @@ void batcher::complete(step_plan& plan) {
   last_decodes_ = plan.decode_tokens;
   last_recomputed_ = 0;
   size_t sampled = 0;
+  for (auto& [entry, position, lp] : plan.prompt_scores) {
+    sequence& s = *plan.sequences[entry];
+    s.prompt_scores.resize(size_t(s.n_prompt));
+    s.prompt_scores[size_t(position)] = std::move(lp);
+  }
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     sequence& s = *plan.sequences[i];
     if (!s.foreign()) last_recomputed_ += s.note_computed(s.n_cached, s.n_cached + plan.entries[i].n_tokens);
@@ -255,8 +283,26 @@ void batcher::complete(step_plan& plan) {
     if (s.sampling.logprobs >= 0 && sampled - 1 < plan.logprobs.size())
       s.logprobs.push_back(std::move(plan.logprobs[sampled - 1]));
     if (s.n_generated() >= s.max_new_tokens) s.finish = finish_reason::length;
+    if (s.sampling.constraint) read_constrained(s, token);
   }
   retire();
+}
+
+void batcher::read_constrained(sequence& s, int32_t token) {
+  if (!s.sampling.constraint->accept(s.constraint_state, token)) {
+    s.finish = finish_reason::error;
+    s.error = "a sampled token left the output's grammar";
+  } else if (s.constraint_state.accepts() && !s.constraint_state.continues() && !s.finished()) {
+    s.finish = finish_reason::stop;  // the grammar has read a whole output and allows nothing more
+  }
+}
+
+bool sequence::start_constraint() {
+  if (!sampling.constraint) return true;
+  constraint_state = sampling.constraint->start();
+  for (size_t i = size_t(std::max(n_prompt - output_before, 0)); i < tokens.size(); ++i)
+    if (!sampling.constraint->accept(constraint_state, tokens[i])) return false;
+  return true;
 }
 
 void batcher::discard(step_plan& plan) {

@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpu/engine.hpp"
@@ -42,6 +43,13 @@ struct sequence {
   int output_before = 0;
   /// Per generated token, its log probabilities (when sampling.logprobs asks for them).
   std::vector<token_logprobs> logprobs;
+  /// The prompt's log probabilities with this many alternatives are computed as it is prefilled (-1: none).
+  int prompt_logprobs = -1;
+  /// With prompt_logprobs: per prompt position, the log probabilities of its token given those before (the first
+  /// position's empty).
+  std::vector<token_logprobs> prompt_scores;
+  /// With sampling.constraint: where its output stands in the grammar (its output so far read).
+  grammar::match_state constraint_state;
   int max_new_tokens = 0;
   bool ignore_eos = false;      ///< keep going past the stop ids
   /// Ids that end it when sampled (the model's end ids; llama2.c's BOS and EOS unless told).
@@ -73,9 +81,14 @@ struct sequence {
 
   bool foreign() const { return foreign_request != 0; }
   int n_generated() const { return int(tokens.size()) - n_prompt; }
+  /// True while a step of it computes prompt log probabilities (batch_entry::every_token).
+  bool scores_prompt() const { return prompt_logprobs >= 0 && !foreign() && n_cached < n_prompt; }
+  /// Sets sampling.constraint's start state and reads the output so far (the tokens after the prompt it was given,
+  /// and those an earlier owner generated at the prompt's end); false when the grammar refuses them.
+  bool start_constraint();
   /// What its next choice reads: its tokens, where its output starts, its stop ids.
   sampling_history history() const {
-    return {tokens, size_t(std::max(n_prompt - output_before, 0)), stop_ids};
+    return {tokens, size_t(std::max(n_prompt - output_before, 0)), stop_ids, sampling.constraint ? &constraint_state : nullptr};
   }
   bool finished() const { return finish != finish_reason::none; }
   /// Logical blocks whose 16 tokens all have KV (only those may move).
@@ -119,6 +132,9 @@ struct batcher_options {
   /// A step that carries decode tokens takes prefill chunks only up to this many tokens in all (0: up to
   /// max_batch_tokens), so that a prompt's prefill spreads over the decode steps rather than stalling them.
   int mixed_step_tokens = 0;
+  /// Prompt tokens whose log probabilities one step may compute (sequence::prompt_logprobs): the engine's
+  /// engine_options::max_scored_tokens.
+  int max_scored_tokens = 128;
 };
 
 /// One planned step: engine entries and, parallel to them, the sequences and their sampling state.
@@ -133,6 +149,8 @@ struct step_plan {
   std::vector<uint64_t> rng;            ///< one per sampled entry; advanced by sampling
   std::vector<int32_t> sampled;         ///< filled by whoever runs the step
   std::vector<token_logprobs> logprobs;  ///< one per sampled entry; filled where its params ask
+  /// Prompt log probabilities the step computed: (entry, position, its token's log probabilities).
+  std::vector<std::tuple<size_t, int, token_logprobs>> prompt_scores;
   std::vector<int> partials;            ///< per entry: partials merged per layer (engine stats)
   int decode_tokens = 0;
   bool empty() const { return entries.empty(); }
@@ -157,8 +175,12 @@ class batcher {
   status plan(step_plan& out);
   /// Runs a plan on the engine and samples its tokens (what a worker does).
   static status execute(engine& e, step_plan& plan, const kv_pools& pools, attention_router* router);
+  /// After a plan's step: the prompt log probabilities of its every_token entries into plan.prompt_scores.
+  static status score_prompts(engine& e, step_plan& plan);
   /// Applies a run plan: appends the sampled tokens, finishes and retires sequences.
   void complete(step_plan& plan);
+  /// Reads a sampled token into `s`'s constraint state: a whole output ends it (stop), a refused token is an error.
+  static void read_constrained(sequence& s, int32_t token);
   /// Drops a plan whose step failed: its sequences keep nothing of it and run it again in the next plan
   /// (the KV it wrote is written again).
   void discard(step_plan& plan);

@@ -53,7 +53,7 @@ status engine::allocate_buffers() {
   h13_ = buffer(m * 2 * h);
   hb_ = buffer(m * h);
   rope_ = buffer(m * c.head_dim());
-  logits_ = buffer((options_.every_token_logits ? std::max(m, s) : s) * vocab);
+  logits_ = buffer((s + size_t(std::max(options_.max_scored_tokens, 0))) * vocab);
   if (!x_ || !xb_ || !qkv_ || !att_ || !h13_ || !hb_ || !rope_ || !logits_)
     return {status_code::out_of_memory, text::format("cannot allocate the engine's buffers on {}", device_->name())};
   return status::ok();
@@ -132,6 +132,9 @@ status engine::plan(const kv_pools& pools) {
   slots_.clear();
   slot_pools_.clear();
   sample_rows_.clear();
+  sampling_rows_.clear();
+  logit_row_.assign(origin_.empty() ? 0 : origin_.back() + 1, -1);
+  int scored = 0;
   plans_.assign(batch.size(), {});
   size_t partial_floats = 0;
   const size_t row_floats = size_t(c.n_heads) * (2 + c.head_dim());
@@ -161,12 +164,16 @@ status engine::plan(const kv_pools& pools) {
       slots_.push_back(ref.block * kv_block_tokens + uint32_t(pos % kv_block_tokens));
       slot_pools_.push_back(ref.pool);
     }
-    if (b.every_token && !options_.every_token_logits)
-      return {status_code::invalid_argument, "logits of every token need an engine made with every_token_logits"};
+    if (b.every_token && (scored += b.n_tokens) > options_.max_scored_tokens)
+      return {status_code::invalid_argument,
+              text::format("a step scores {} tokens or more, the engine has rows of logits for {}", scored,
+                           options_.max_scored_tokens)};
+    if ((b.every_token || b.sample) && logit_row_[origin_[i]] < 0) logit_row_[origin_[i]] = int(sample_rows_.size());
     if (b.every_token)
       for (int t = b.n_tokens; t > 0; --t) sample_rows_.push_back(int32_t(tokens_.size()) - t);
     else if (b.sample)
       sample_rows_.push_back(int32_t(tokens_.size()) - 1);
+    if (b.sample) sampling_rows_.push_back(int32_t(sample_rows_.size()) - 1);
     // Group the blocks the entry's queries can see by the pool that holds them, local first.
     auto& groups = plans_[i].groups;
     for (uint32_t blk = 0; blk < blocks_for_tokens(end); ++blk) {
@@ -370,6 +377,7 @@ status engine::classify() {
   const model_config& c = config();
   const int n = int(sample_rows_.size());
   stats_.sampled = n;
+  stats_.logit_row = logit_row_;
   // The KV a step wrote is read on other streams once it returns (the attention servers, moves out of the pool):
   // a step that samples nothing waits for its work here; one that samples does when sample() downloads.
   if (n == 0) return device_->synchronize();
@@ -383,21 +391,24 @@ status engine::classify() {
 status engine::sample(std::span<const sampling_params> params, std::span<const sampling_history> history,
                       std::span<uint64_t> rng, std::span<int32_t> out, std::span<token_logprobs> logprobs) {
   const size_t n = params.size();
-  if (n != size_t(stats_.sampled) || rng.size() != n || out.size() != n)
-    return {status_code::invalid_argument, text::format("{} sampled rows, {} sampling parameters", stats_.sampled, n)};
+  if (n != sampling_rows_.size() || rng.size() != n || out.size() != n)
+    return {status_code::invalid_argument,
+            text::format("{} sampling rows, {} sampling parameters", sampling_rows_.size(), n)};
   const int vocab = config().vocab_size;
   const bool plain = std::all_of(params.begin(), params.end(), [](const sampling_params& p) { return p.plain(); });
-  if (plain) return device_->sample(logits_, size_t(vocab), int(n), vocab, params.data(), rng.data(), out.data());
-  if (history.size() != n || logprobs.size() != n)
+  if (plain && size_t(stats_.sampled) == n)  // rows 0..n-1, one per sampling entry
+    return device_->sample(logits_, size_t(vocab), int(n), vocab, params.data(), rng.data(), out.data());
+  if (!plain && (history.size() != n || logprobs.size() != n))
     return {status_code::invalid_argument, "sampling on the host needs each row's history and logprobs"};
   host_row_.resize(size_t(vocab));
   for (size_t i = 0; i < n; ++i) {
+    const size_t row = size_t(sampling_rows_[i]);
     if (params[i].plain()) {
-      ILLM_RETURN_IF_ERROR(device_->sample(logits_ + i * size_t(vocab), size_t(vocab), 1, vocab, &params[i], &rng[i],
+      ILLM_RETURN_IF_ERROR(device_->sample(logits_ + row * size_t(vocab), size_t(vocab), 1, vocab, &params[i], &rng[i],
                                            &out[i]));
       continue;
     }
-    ILLM_RETURN_IF_ERROR(copy_logits(int(i), host_row_.data()));
+    ILLM_RETURN_IF_ERROR(copy_logits(int(row), host_row_.data()));
     out[i] = choose_token(host_row_.data(), vocab, params[i], history[i], rng[i], &logprobs[i]);
   }
   return status::ok();

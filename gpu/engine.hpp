@@ -32,7 +32,8 @@ struct batch_entry {
   /// (kv_pool::mark_written), for the chunks after it on other instances.
   uint64_t foreign_request = 0;
   uint32_t foreign_owner = 0;  ///< with foreign_request: the instance that owns it
-  /// Produce logits for every token (a perplexity's scoring; needs engine_options::every_token_logits).
+  /// Produce logits for every token (a perplexity's scoring, a prompt's log probabilities; up to
+  /// engine_options::max_scored_tokens in a step).
   bool every_token = false;
 };
 
@@ -54,14 +55,16 @@ struct engine_options {
   /// layers, so a long prefill's dense and remote attention overlap (0: never). Below a few hundred
   /// tokens the dense layers read their weights twice for little overlap.
   int overlap_min_tokens = 512;
-  /// Room for logits of every token of a step (batch_entry::every_token), not only one per sequence.
-  bool every_token_logits = false;
+  /// Rows of logits the every_token entries of one step may have in all (batch_entry::every_token), beyond one per
+  /// sampling sequence (0: none).
+  int max_scored_tokens = 0;
 };
 
 /// What the last step did, for reports and tests.
 struct step_stats {
   int tokens = 0;
-  int sampled = 0;
+  int sampled = 0;  ///< rows of logits (copy_logits reads them)
+  std::vector<int> logit_row;  ///< per batch entry: its first row of logits (-1: none)
   std::vector<int> partials;  ///< per batch entry: partials merged per layer (pools holding its blocks)
   uint64_t remote_jobs = 0;   ///< remote MicroAttention jobs, all layers
 };
@@ -172,6 +175,8 @@ class engine {
   size_t partials_floats_ = 0;
 
   std::vector<int32_t> tokens_, pos_, sample_rows_;
+  std::vector<int32_t> sampling_rows_;  // per entry that samples, in order: its row of logits
+  std::vector<int> logit_row_;          // per batch entry: its first row of logits (-1: none)
   std::vector<float> host_row_;  // a row of logits copied for the host sampler
   std::vector<uint32_t> slots_, slot_pools_;
   // The same as the device reads them (device copies, or the host vectors on host-memory backends).

@@ -61,7 +61,7 @@ result<perplexity_result> perplexity(const loaded_model& model, backend& device,
     return status{status_code::invalid_argument,
                   text::format("the text has {} tokens: fewer than one chunk of {}", tokens.size(), options.n_ctx)};
   engine_options eo{options.n_ctx, 1, options.kv_type};
-  eo.every_token_logits = true;
+  eo.max_scored_tokens = options.n_ctx;
   auto made = engine::create(model.weights, device, eo);
   if (!made.is_ok()) return made.error();
   auto pool = kv_pool::create(device, made.value()->pool_layout(), blocks_for_tokens(options.n_ctx));

@@ -149,6 +149,20 @@ void apply_penalties(float* logits, int vocab, const sampling_params& params, co
     for (const auto& [id, n] : counts)
       if (id >= 0 && id < vocab) logits[id] -= params.presence_penalty + params.frequency_penalty * float(n);
   }
+  if (params.constraint && history.constraint_state) apply_constraint(logits, vocab, params, history);
+}
+
+void apply_constraint(float* logits, int vocab, const sampling_params& params, const sampling_history& history) {
+  const grammar::match_state& state = *history.constraint_state;
+  const auto allowed = params.constraint->allowed(state);
+  std::vector<std::pair<int32_t, float>> stops;  // a stop id may end an output the grammar has read whole
+  if (state.accepts())
+    for (int32_t id : history.stop_ids)
+      if (id >= 0 && id < vocab) stops.emplace_back(id, logits[id]);
+  const int n = std::min(vocab, int(allowed->size()));
+  for (int i = 0; i < vocab; ++i)
+    if (i >= n || !(*allowed)[size_t(i)]) logits[i] = -std::numeric_limits<float>::infinity();
+  for (const auto& [id, logit] : stops) logits[id] = logit;
 }
 
 int32_t choose_token(float* logits, int vocab, const sampling_params& params, const sampling_history& history,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gpu/backend.hpp"
+#include "gpu/grammar/token_mask.hpp"
 
 namespace illm::gpu {
 
@@ -45,10 +46,16 @@ struct sampling_history {
   std::span<const int32_t> tokens;  ///< the sequence's tokens so far (prompt, then output)
   size_t output_from = 0;           ///< tokens from here on are its output
   std::span<const int32_t> stop_ids;  ///< barred until the output has min_tokens
+  /// With a constraint: where the output stands in its grammar (the stop ids are allowed only where it may end).
+  const grammar::match_state* constraint_state = nullptr;
 };
 
-/// Applies `params`' bias, bars, and penalties over `history` to logits [vocab] in place (host memory).
+/// Applies `params`' bias, bars, penalties over `history` and constraint to logits [vocab] in place (host memory).
 void apply_penalties(float* logits, int vocab, const sampling_params& params, const sampling_history& history);
+
+/// Bars the tokens that would take the output out of `params.constraint`'s grammar (the stop ids stay where the
+/// output may end there).
+void apply_constraint(float* logits, int vocab, const sampling_params& params, const sampling_history& history);
 
 /// A whole choice on the host: the log probabilities when asked (into `logprobs`), then apply_penalties, then
 /// sample_token. `logits` is the row's copy and is changed.

@@ -30,6 +30,7 @@
 #include <caf/io/all.hpp>
 #include <nlohmann/json.hpp>
 
+#include "gpu/grammar/constraint_cache.hpp"
 #include "actors/cli/backend_flag.hpp"
 #include "actors/cli/commands.hpp"
 #include "actors/cli/type_flags.hpp"
@@ -377,6 +378,7 @@ void start_node(instance_run& r, const gpu::loaded_model& model, const actors::g
   o.instance = r.flags.instance;
   o.instance.backend = instance_backend(r.flags.instance.backend, "instance");
   o.batch = r.flags.batch;
+  o.constraints = std::make_shared<gpu::grammar::constraint_cache>(model.vocab);  // structured outputs' grammars
   auto started = actors::instance_node::start(r.sys, model.weights, o, plane, gm);
   if (!started.is_ok()) stop_and_fail(r, started.error().message());
   r.node = std::move(started).value();

@@ -21,6 +21,7 @@
 #include "actors/cluster/cluster.hpp"
 #include "actors/placement/greedy_policy.hpp"
 #include "actors/placement/profile_cache.hpp"
+#include "gpu/grammar/constraint_cache.hpp"
 #include "actors/placement/profiler.hpp"
 #include "actors/cluster/remote_cluster.hpp"
 #include "gpu/backend_registry.hpp"
@@ -121,8 +122,10 @@ actors::placement::profile greedy_profile(const actors::frontend::serve_config& 
 }
 
 routed_cluster start_embedded(const actors::frontend::serve_config& c, const gpu::loaded_model& model,
-                              std::shared_ptr<actors::metrics::runtime_metrics> metrics) {
+                              std::shared_ptr<actors::metrics::runtime_metrics> metrics,
+                              std::shared_ptr<gpu::grammar::constraint_cache> constraints) {
   actors::cluster_options co;
+  co.constraints = std::move(constraints);
   co.instances = c.instances;
   co.instance = c.instance;
   co.instance.backend = instance_backend(c.instance.backend, "serve");
@@ -192,12 +195,16 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
       c.model, {.chat_template_file = c.chat_template, .weight_type = weight_type_of(c.weight_type, "serve")}, "illm serve");
   auto registry = std::make_shared<actors::metrics::registry>();
   auto metrics = std::make_shared<actors::metrics::runtime_metrics>(*registry, c.metrics_prefix);
-  routed_cluster routed = c.gmanager.empty() ? start_embedded(c, model, metrics) : connect_remote(c, metrics);
+  // Structured outputs' grammars, shared by the front end and an embedded cluster's instances.
+  auto constraints = std::make_shared<gpu::grammar::constraint_cache>(model.vocab);
+  routed_cluster routed =
+      c.gmanager.empty() ? start_embedded(c, model, metrics, constraints) : connect_remote(c, metrics);
   add_kv_usage_gauge(*registry, c.metrics_prefix, *routed.router);
   if (routed.faults_injected) add_faults_metric(*registry, c.metrics_prefix, routed.faults_injected);
   actors::metrics::add_gmanager_connected(*registry, c.metrics_prefix, routed.gmanager_connected);
   actors::frontend::service_options so = c.service;
   so.model_name = c.served_model_name.empty() ? model.name : c.served_model_name;
+  so.constraints = constraints;
   so.end_ids = model.end_ids;
   so.max_model_len = model.max_model_len;
   so.limits.max_model_len = model.max_model_len;

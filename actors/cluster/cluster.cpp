@@ -98,6 +98,7 @@ gpu::result<std::unique_ptr<instance_node>> cluster::make_node(instance_id id) {
   o.log = options_.log;
   o.tap = options_.tap;
   o.plant = options_.plant;
+  o.constraints = options_.constraints;
   o.instance = options_.instance;
   o.instance.threads_per_instance = threads_for(options_);
   o.batch = options_.batch;

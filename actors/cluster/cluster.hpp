@@ -28,6 +28,10 @@
 #include "transport/registry.hpp"
 #include "transport/transport.hpp"
 
+namespace illm::gpu::grammar {
+class constraint_cache;
+}
+
 namespace illm::actors {
 
 class instance_node;
@@ -55,6 +59,9 @@ struct cluster_options {
   /// The books' hooks (tests and `illm chaos`): told every token and end the instances send; a defect planted.
   delivery_tap tap;
   planted_defect plant = planted_defect::none;
+  /// The grammars of structured outputs over the model's vocabulary, shared by the instances (none: a request
+  /// with one fails).
+  std::shared_ptr<gpu::grammar::constraint_cache> constraints;
 };
 
 /// One instance's pool and data-plane traffic, for reports and tests.

@@ -11,6 +11,7 @@
 #include "actors/rmanager/rmanager.hpp"
 #include "actors/worker.hpp"
 #include "gpu/backend_registry.hpp"
+#include "gpu/batcher.hpp"
 #include "gpu/engine.hpp"
 
 namespace illm::actors {
@@ -99,6 +100,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   n->move_device = to_shared(std::move(move_device).value());
   gpu::engine_options engine_options{options.batch.max_batch_tokens, options.batch.max_batch_seqs};
   engine_options.overlap_min_tokens = options.batch.overlap_min_tokens;
+  engine_options.max_scored_tokens = gpu::batcher_options{}.max_scored_tokens;  // prompt log probabilities
   engine_options.kv_type = gpu::parse_dtype(options.instance.kv_type).value_or(gpu::dtype::f32);
   auto placed = options.weights_on_devices ? options.weights_on_devices->on(weights, backend)
                                            : gpu::device_weights::place(weights, n->device);
@@ -205,6 +207,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   icfg.metrics = options.metrics;
   icfg.tap = options.tap;
   icfg.plant = options.plant;
+  icfg.constraints = options.constraints;
   n->instance = spawn_instance(sys, icfg);
   caf::anon_send(n->rmanager, attach_atom::value, n->instance);
   return std::unique_ptr<instance_node>(new instance_node(std::move(n)));

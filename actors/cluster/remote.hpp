@@ -24,6 +24,10 @@
 #include "gpu/weights.hpp"
 #include "transport/transport.hpp"
 
+namespace illm::gpu::grammar {
+class constraint_cache;
+}
+
 namespace illm::actors {
 
 /// How to build one instance (the per-instance part of cluster_options).
@@ -53,6 +57,7 @@ struct instance_node_options {
   std::shared_ptr<gpu::device_weights_cache> weights_on_devices;
   delivery_tap tap;                                ///< instance_config::tap
   planted_defect plant = planted_defect::none;  ///< instance_config::plant
+  std::shared_ptr<gpu::grammar::constraint_cache> constraints;  ///< instance_config::constraints
 };
 
 /// A running instance and what its actors use.

@@ -25,12 +25,17 @@ json completions_logprobs(const logprobs_part& part) {
   for (size_t i = 0; i < part.ids.size() && i < part.values.size(); ++i) {
     const gpu::token_logprobs& v = part.values[i];
     const std::string text = vocab.decode(prev, part.ids[i]);
-    json alternatives = json::object();
-    for (size_t k = 0; k < v.top_ids.size(); ++k) alternatives[vocab.decode(prev, v.top_ids[k])] = v.top_logprobs[k];
-    if (!alternatives.contains(text)) alternatives[text] = v.logprob;
     tokens.push_back(text);
-    token_logprobs.push_back(v.logprob);
-    top.push_back(std::move(alternatives));
+    if (i < part.unscored) {
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+    } else {
+      json alternatives = json::object();
+      for (size_t k = 0; k < v.top_ids.size(); ++k) alternatives[vocab.decode(prev, v.top_ids[k])] = v.top_logprobs[k];
+      if (!alternatives.contains(text)) alternatives[text] = v.logprob;
+      token_logprobs.push_back(v.logprob);
+      top.push_back(std::move(alternatives));
+    }
     offsets.push_back(offset);
     offset += text.size();
     prev = part.ids[i];

@@ -41,16 +41,11 @@ std::optional<api_error> check_neutral(const json& body) {
     return bad("only n = 1 is supported", "n");
   if (const json* v = field("best_of"); v && !v->is_null() && !(v->is_number_integer() && v->get<int64_t>() == 1))
     return bad("only best_of = 1 is supported", "best_of");
-  if (const json* v = field("echo"); v && !v->is_null() && !(v->is_boolean() && !v->get<bool>()))
-    return bad("echo is not supported", "echo");
   if (const json* v = field("suffix"); v && !v->is_null()) return bad("suffix is not supported", "suffix");
   if (const json* v = field("tools"); v && !v->is_null() && !(v->is_array() && v->empty()))
     return bad("tools are not supported", "tools");
   if (const json* v = field("tool_choice"); v && !v->is_null() && *v != "none")
     return bad("tool_choice is not supported", "tool_choice");
-  if (const json* v = field("response_format");
-      v && !v->is_null() && !(v->is_object() && v->value("type", json()) == "text"))
-    return bad("only response_format {\"type\": \"text\"} is supported", "response_format");
   for (const char* name : {"user"})
     if (const json* v = field(name); v && !v->is_null() && !v->is_string())
       return bad(fmt::format("'{}' must be a string", name), name);
@@ -242,6 +237,10 @@ std::optional<api_error> read_request(endpoint kind, const json& body, const jin
     *out = body.at(name).get<bool>();
   }
   if (auto e = read_sampling_fields(kind, body, vocab.vocab_size(), limits, r)) return e;
+  if (body.contains("echo") && !body.at("echo").is_null()) {
+    if (!body.at("echo").is_boolean()) return bad("'echo' must be a boolean", "echo");
+    r.echo = body.at("echo").get<bool>();
+  }
   if (auto e = read_stop(body, limits, r)) return e;
   if (auto e = read_stream(body, r)) return e;
   if (auto e = kind == endpoint::completions ? read_prompt(body, vocab, r) : read_messages(body, ordered, vocab, chat, r))
@@ -299,10 +298,14 @@ std::variant<completion_request, api_error> parse_request(endpoint kind, std::st
   }
   completion_request r;
   r.kind = kind;
-  // A template sees the messages in the client's order (tool arguments' keys above all): parsed again, ordered.
+  // A template sees the messages in the client's order (tool arguments' keys above all), and a schema's properties
+  // are written in it: parsed again, ordered.
   const bool templated = kind == endpoint::chat_completions && chat;
-  const jinja::json ordered = templated ? jinja::json::parse(body, nullptr, false) : jinja::json();
+  const bool ordered_needed = templated || (parsed.is_object() && parsed.contains("response_format"));
+  const jinja::json ordered = ordered_needed ? jinja::json::parse(body, nullptr, false) : jinja::json();
   if (auto e = read_request(kind, parsed, templated ? &ordered : nullptr, vocab, chat, limits, served_model, r)) return *e;
+  if (ordered_needed)
+    if (auto e = read_response_format(ordered, limits, r)) return *e;
   return r;
 }
 
@@ -317,10 +320,19 @@ std::string error_body(const api_error& e) {
 std::string response_body(const completion_request& r, const std::string& id, int64_t created,
                           const completion_result& result, const gpu::tokenizer* vocab) {
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", result.finish_reason}};
-  if (r.sampling.logprobs >= 0 && vocab)
+  const bool echo = r.echo && vocab;
+  if (r.sampling.logprobs >= 0 && vocab && echo) {
+    std::vector<int32_t> ids = r.prompt_ids;
+    ids.insert(ids.end(), result.token_ids.begin(), result.token_ids.end());
+    std::vector<gpu::token_logprobs> values = result.prompt_logprobs;
+    values.resize(r.prompt_ids.size());
+    values.insert(values.end(), result.logprobs.begin(), result.logprobs.end());
+    choice["logprobs"] = logprobs_json(r.kind, {vocab, ids, values, -1, 0, 1});
+  } else if (r.sampling.logprobs >= 0 && vocab) {
     choice["logprobs"] = logprobs_json(r.kind, {vocab, result.token_ids, result.logprobs, r.prompt_ids.back(), 0});
+  }
   if (r.kind == endpoint::completions)
-    choice["text"] = result.text;
+    choice["text"] = echo ? echoed_text(r, *vocab) + result.text : result.text;
   else
     choice["message"] = {{"role", "assistant"}, {"content", result.text}};
   if (r.return_token_ids) {
@@ -359,6 +371,10 @@ std::string stream_chunk(const completion_request& r, const std::string& id, int
                {"model", r.model},
                {"choices", json::array({choice})}}) +
          "\n\n";
+}
+
+std::string echoed_text(const completion_request& r, const gpu::tokenizer& vocab) {
+  return vocab.decode(r.prompt_ids, -1);
 }
 
 std::string stream_usage(const completion_request& r, const std::string& id, int64_t created,

@@ -35,6 +35,7 @@ struct api_limits {
   int max_logit_bias = 1024;     ///< tokens one logit_bias may name
   int max_stop_token_ids = 64;
   int max_logprobs = 20;         ///< alternatives per token (completions' logprobs, chat's top_logprobs)
+  size_t max_schema_bytes = size_t(64) << 10;  ///< a response_format's JSON schema, as compact JSON
   float default_temperature = 1.0f;  ///< when a request gives none: OpenAI's, or the model's generation_config.json
   float default_top_p = 1.0f;
 };
@@ -71,6 +72,9 @@ struct completion_request {
   bool ignore_eos = false;     ///< extension (as vLLM): keep going past the model's end of text
   bool return_token_ids = false;  ///< extension (as vLLM): the choice carries token_ids and prompt_token_ids
   std::vector<int32_t> stop_token_ids;  ///< extension (as vLLM): these end the output too, with ignore_eos as well
+  bool echo = false;  ///< completions: the prompt comes back before the output (with its log probabilities)
+  /// response_format as the grammar its output keeps to: a spec of gpu/grammar/constraint_cache.hpp (empty: none).
+  std::string constraint;
 };
 
 /// Parses and checks a request body for `kind`; `served_model` is the only model id accepted. Chat messages
@@ -91,6 +95,7 @@ struct completion_result {
   int completion_tokens = 0;
   std::vector<int32_t> token_ids;  ///< generated
   std::vector<gpu::token_logprobs> logprobs;  ///< per generated token, when the request asked for them
+  std::vector<gpu::token_logprobs> prompt_logprobs;  ///< with echo and logprobs: per prompt token (the first's empty)
 };
 
 /// Output tokens with their log probabilities, as a response or one streamed chunk shows them.
@@ -100,7 +105,11 @@ struct logprobs_part {
   std::span<const gpu::token_logprobs> values;  ///< one per id
   int32_t before = 0;      ///< the token before the first (a token's text depends on it)
   size_t text_offset = 0;  ///< completions: where the first token's text starts in the choice's text
+  size_t unscored = 0;     ///< leading tokens shown without log probabilities (an echoed prompt's first)
 };
+
+/// An echoed prompt's text: its tokens decoded one after another (what its log probabilities' tokens join to).
+std::string echoed_text(const completion_request& r, const gpu::tokenizer& vocab);
 
 /// The JSON body of a non-streamed response.
 std::string response_body(const completion_request& r, const std::string& id, int64_t created,

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "gpu/grammar/constraint_cache.hpp"
+
 namespace illm::actors::frontend {
 
 using json = nlohmann::json;
@@ -102,6 +104,32 @@ std::optional<api_error> read_logprobs(endpoint kind, const json& body, const ap
 }
 
 }  // namespace
+
+std::optional<api_error> read_response_format(const nlohmann::ordered_json& body, const api_limits& limits,
+                                              completion_request& r) {
+  using json = nlohmann::ordered_json;  // the schema's properties keep the client's order
+  if (!body.contains("response_format") || body.at("response_format").is_null()) return std::nullopt;
+  const json& f = body.at("response_format");
+  const std::string type = f.is_object() && f.contains("type") && f.at("type").is_string() ? f.at("type").get<std::string>() : "";
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") {
+    r.constraint = gpu::grammar::json_object_spec;
+    return std::nullopt;
+  }
+  if (type != "json_schema")
+    return bad_field("response_format must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": "
+                     "\"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}",
+                     "response_format");
+  const json none;
+  const json& spec = f.contains("json_schema") ? f.at("json_schema") : none;
+  if (!spec.is_object() || !spec.contains("schema") || !(spec.at("schema").is_object() || spec.at("schema").is_boolean()))
+    return bad_field("response_format json_schema needs json_schema.schema, a JSON schema", "response_format");
+  const std::string text = spec.at("schema").dump();
+  if (text.size() > limits.max_schema_bytes)
+    return bad_field(fmt::format("the json schema is larger than {} bytes", limits.max_schema_bytes), "response_format");
+  r.constraint = gpu::grammar::json_schema_spec_prefix + text;
+  return std::nullopt;
+}
 
 std::optional<api_error> read_sampling_fields(endpoint kind, const json& body, int vocab_size,
                                               const api_limits& limits, completion_request& r) {

@@ -1,6 +1,7 @@
 #include "actors/frontend/service.hpp"
 
 #include "actors/frontend/logprobs_json.hpp"
+#include "gpu/grammar/constraint_cache.hpp"
 
 #include <condition_variable>
 #include <charconv>
@@ -201,6 +202,13 @@ std::optional<completion_request> service::accept(endpoint kind, const http_requ
   auto parsed = parse_request(kind, req.body, *vocab_, options_.limits, options_.model_name, options_.chat.get());
   if (auto* e = std::get_if<api_error>(&parsed)) return refuse(reply, *e, "invalid"), std::nullopt;
   completion_request r = std::get<completion_request>(std::move(parsed));
+  if (!r.constraint.empty()) {  // the schema compiles here before it runs: the instances find it cached
+    auto made = options_.constraints ? options_.constraints->get(r.constraint)
+                                     : gpu::result<std::shared_ptr<const gpu::grammar::constraint>>(
+                                           gpu::status{gpu::status_code::unsupported, "structured outputs are off"});
+    if (!made.is_ok()) return refuse(reply, make_error(400, made.error().message(), "invalid_request_error",
+                                                       "response_format"), "invalid"), std::nullopt;
+  }
   const serving_capacity capacity = capacity_of(view);
   if (capacity.instances == 0)
     return refuse(reply, make_error(503, "no instance of the cluster takes requests now; retry later", "server_error"),
@@ -240,7 +248,25 @@ generate_params cluster_params(const completion_request& r, uint64_t seed, const
   generate_params p{r.prompt_ids, r.max_tokens, 0.0f, 1.0f, seed, false, r.ignore_eos ? std::vector<int32_t>{} : end_ids};
   p.stop_ids.insert(p.stop_ids.end(), r.stop_token_ids.begin(), r.stop_token_ids.end());
   set_sampling(p, r.sampling);
+  p.constraint = r.constraint;
+  if (r.echo && r.sampling.logprobs >= 0) p.prompt_logprobs = r.sampling.logprobs;
   return p;
+}
+
+/// The prompt's log probabilities a first token event carries (N + 1 per position from the second), per prompt
+/// position (the first's empty).
+std::vector<gpu::token_logprobs> prompt_logprobs_of(const token_event& e, size_t prompt_tokens, int alternatives) {
+  std::vector<gpu::token_logprobs> out(prompt_tokens);
+  const size_t stride = size_t(alternatives) + 1;
+  for (size_t p = 1; p < prompt_tokens && p * stride <= e.prompt_logprobs.size(); ++p) {
+    const token_logprob* at = e.prompt_logprobs.data() + (p - 1) * stride;
+    out[p].logprob = at[0].logprob;
+    for (size_t k = 1; k < stride; ++k) {
+      out[p].top_ids.push_back(at[k].token);
+      out[p].top_logprobs.push_back(at[k].logprob);
+    }
+  }
+  return out;
 }
 
 /// A token event's log probabilities as the sampler gave them.
@@ -264,6 +290,20 @@ std::optional<logprobs_part> service::unsent_logprobs(const answer& a) const {
   const int32_t before = all > n ? a.result.token_ids[all - n - 1] : a.r.prompt_ids.back();
   return logprobs_part{vocab_.get(), a.unsent_ids, std::span(a.result.logprobs).subspan(a.result.logprobs.size() - n),
                        before, a.logprobs_offset};
+}
+
+/// The first token of an echoing request came: the prompt's log probabilities it carries are kept, and a streaming
+/// client gets the prompt's text (with them) first.
+void service::echo_prompt(answer& a, const token_event& first, http_reply& reply) {
+  if (a.r.sampling.logprobs >= 0)
+    a.result.prompt_logprobs = prompt_logprobs_of(first, a.r.prompt_ids.size(), a.r.sampling.logprobs);
+  if (!a.r.stream || a.client_gone) return;
+  const std::string text = echoed_text(a.r, *vocab_);
+  const logprobs_part part{vocab_.get(), a.r.prompt_ids, a.result.prompt_logprobs, -1, 0, 1};
+  a.client_gone = !reply.write(stream_chunk(a.r, a.id, a.created, text, "", a.first_chunk, {},
+                                            a.r.sampling.logprobs >= 0 ? &part : nullptr));
+  a.first_chunk = false;
+  a.logprobs_offset = text.size();
 }
 
 /// The unsent ids went out in a chunk.
@@ -321,6 +361,7 @@ void service::relay_token(answer& a, const token_event& event, http_reply& reply
   a.last_token = now;
   tokens_out_.fetch_add(1, std::memory_order_relaxed);
   ++a.result.completion_tokens;
+  if (a.result.token_ids.empty() && a.r.echo) echo_prompt(a, event, reply);
   a.result.token_ids.push_back(token);
   if (a.r.sampling.logprobs >= 0) a.result.logprobs.push_back(logprobs_of(event));
   a.unsent_ids.push_back(token);

@@ -19,6 +19,10 @@
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/tokenizer.hpp"
 
+namespace illm::gpu::grammar {
+class constraint_cache;
+}
+
 namespace illm::actors::frontend {
 
 /// How the service behaves.
@@ -32,6 +36,9 @@ struct service_options {
   int max_requests_in_flight = 64;  ///< beyond: 429
   int http_threads = 80;
   http_limits http;  ///< connections, deadlines and head sizes of the HTTP server
+  /// The grammars of structured outputs (response_format), compiled here to refuse a schema before it runs (none:
+  /// response_format json_object and json_schema are refused).
+  std::shared_ptr<gpu::grammar::constraint_cache> constraints;
 };
 
 /// The front end; routes requests to a running cluster (embedded or of processes).
@@ -63,6 +70,8 @@ class service {
   void relay_token(answer& a, const token_event& token, http_reply& reply);
   /// The log probabilities of the tokens a chunk of `a` carries now (its unsent ids); none when not asked.
   std::optional<logprobs_part> unsent_logprobs(const answer& a) const;
+  /// The first token of an echoing `a` came: keeps the prompt's log probabilities, streams the prompt's text.
+  void echo_prompt(answer& a, const token_event& first, http_reply& reply);
   /// The unsent ids of `a` went out in a chunk.
   void mark_sent(answer& a);
   /// The end of `a`: metrics, then the whole response or the stream's last chunk, usage and [DONE].

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "actors/instance/state.hpp"
+#include "gpu/grammar/constraint_cache.hpp"
 
 namespace illm::actors::instance_impl {
 
@@ -118,19 +119,37 @@ uint32_t blocks_needed_here(const instance_state& st, const generate_request& r)
   return all - std::min(all, adopted_blocks(st, r.id).elsewhere);
 }
 
+/// The grammar `r`'s output keeps to, from `constraints`, into `seq` (started at the output so far); a request
+/// whose grammar cannot be had ends with the reason.
+void constrain(gpu::sequence& seq, const generate_request& r, gpu::grammar::constraint_cache* constraints) {
+  if (r.params.constraint.empty()) return;
+  auto made = constraints ? constraints->get(r.params.constraint)
+                          : gpu::result<std::shared_ptr<const gpu::grammar::constraint>>(gpu::status{
+                                gpu::status_code::unsupported, "this instance has no vocabulary for structured outputs"});
+  if (made.is_ok()) {
+    seq.sampling.constraint = made.value();
+    if (seq.start_constraint()) return;
+    made = gpu::status{gpu::status_code::invalid_argument, "the output so far is outside its grammar"};
+  }
+  seq.finish = gpu::finish_reason::error;
+  seq.error = made.error().message();
+}
+
 /// A new sequence for a queued request.
-std::shared_ptr<gpu::sequence> sequence_of(const generate_request& r) {
+std::shared_ptr<gpu::sequence> sequence_of(const generate_request& r, gpu::grammar::constraint_cache* constraints) {
   auto seq = std::make_shared<gpu::sequence>();
   seq->id = r.id;
   seq->tokens = r.params.prompt;
   seq->n_prompt = int(r.params.prompt.size());
   seq->sampling = sampling_of(r.params);
   seq->output_before = r.params.output_before;
+  if (r.params.output_before == 0) seq->prompt_logprobs = r.params.prompt_logprobs;  // else sent with its first token
   seq->rng = r.params.seed;
   seq->max_new_tokens = r.params.max_tokens;
   seq->ignore_eos = r.params.ignore_eos;
   seq->stop_ids = r.params.stop_ids;
   seq->lost_below = int(r.lost_positions);
+  constrain(*seq, r, constraints);
   return seq;
 }
 
@@ -142,7 +161,7 @@ void start_waiting(self_ptr self, size_t index) {
     st.batcher->add(std::move(resumed->second));  // its running_request (tokens streamed so far) stays
     st.resuming.erase(resumed);
   } else {
-    auto seq = sequence_of(r);
+    auto seq = sequence_of(r, st.config.constraints.get());
     running_request& started = st.requests[r.id] = {r.client, seq, 0, {}};
     apply_adopted(self, started);
     st.batcher->add(seq);

@@ -17,6 +17,10 @@
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/engine.hpp"
 
+namespace illm::gpu::grammar {
+class constraint_cache;
+}
+
 namespace illm::actors {
 
 /// What an instance needs.
@@ -41,6 +45,8 @@ struct instance_config {
   std::shared_ptr<pool_promises> promises;
   delivery_tap tap;                                ///< told every token and end it sends (empty: nobody)
   planted_defect plant = planted_defect::none;  ///< a defect it puts in what it delivers (tests of the books)
+  /// The grammars of structured outputs over the model's vocabulary (none: a request with one fails).
+  std::shared_ptr<gpu::grammar::constraint_cache> constraints;
 };
 
 /// Spawns an instance (on the scheduler: its handlers never block).

@@ -179,6 +179,7 @@ void begin_room_prefill(self_ptr self, request_id req) {
   if (r == st.requests.end() || st.config.batch.room_prefill_min_chunks <= 0) return;
   gpu::sequence& seq = *r->second.seq;
   if (size_t(seq.n_cached) != seq.table.size() * gpu::kv_block_tokens) return;
+  if (seq.prompt_logprobs >= 0) return;  // its prompt's log probabilities come from the owner's logits
   auto plan = room_prefill_plan::make(seq.n_cached, int32_t(seq.tokens.size()), chunk_tokens(st), st.granted_holders,
                                       st.config.batch.room_prefill_min_chunks);
   if (!plan) return;

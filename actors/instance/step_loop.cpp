@@ -12,14 +12,22 @@ namespace illm::actors::instance_impl {
 
 namespace {
 
-/// The i-th generated token of `s` as its client hears of it, with its log probabilities when asked.
+/// `lp` of `token` as a message carries it: the token's own, then the alternatives'.
+void append_logprobs(int32_t token, const gpu::token_logprobs& lp, std::vector<token_logprob>& out) {
+  out.push_back({token, lp.logprob});
+  for (size_t k = 0; k < lp.top_ids.size(); ++k) out.push_back({lp.top_ids[k], lp.top_logprobs[k]});
+}
+
+/// The i-th generated token of `s` as its client hears of it, with its log probabilities when asked (and the
+/// prompt's with the first).
 token_event token_event_of(const gpu::sequence& s, int i) {
   token_event e{s.id, s.tokens[size_t(s.n_prompt + i)]};
-  if (size_t(i) < s.logprobs.size()) {
-    const gpu::token_logprobs& lp = s.logprobs[size_t(i)];
-    e.logprobs.push_back({e.token, lp.logprob});
-    for (size_t k = 0; k < lp.top_ids.size(); ++k) e.logprobs.push_back({lp.top_ids[k], lp.top_logprobs[k]});
-  }
+  if (size_t(i) < s.logprobs.size()) append_logprobs(e.token, s.logprobs[size_t(i)], e.logprobs);
+  if (i == 0 && s.prompt_logprobs >= 0)
+    for (int p = 1; p < s.n_prompt; ++p)
+      append_logprobs(s.tokens[size_t(p)], size_t(p) < s.prompt_scores.size() ? s.prompt_scores[size_t(p)]
+                                                                               : gpu::token_logprobs{},
+                      e.prompt_logprobs);
   return e;
 }
 

@@ -40,10 +40,14 @@ struct generate_params {
   int32_t logprobs = -1;
   /// Tokens at the end of the prompt that it generated on an earlier instance (it went on from there).
   int32_t output_before = 0;
+  /// The prompt's log probabilities with this many alternatives come with the first token (-1: none).
+  int32_t prompt_logprobs = -1;
+  /// The grammar its output keeps to (structured outputs): a spec of gpu/grammar/constraint_cache.hpp (empty: none).
+  std::string constraint{};
 };
 ILLM_INSPECT(generate_params, x.prompt, x.max_tokens, x.temperature, x.top_p, x.seed, x.ignore_eos, x.stop_ids,
              x.top_k, x.min_p, x.presence_penalty, x.frequency_penalty, x.repetition_penalty, x.logit_bias,
-             x.min_tokens, x.logprobs, x.output_before)
+             x.min_tokens, x.logprobs, x.output_before, x.prompt_logprobs, x.constraint)
 
 /// The sampler's parameters of a request.
 gpu::sampling_params sampling_of(const generate_params& p);
@@ -79,8 +83,11 @@ struct token_event {
   instance_id from = 0;  ///< the instance that sent it (a request that went on elsewhere ignores its old one)
   /// When the request asks for log probabilities: the token's own, then the most likely tokens' (gpu::token_logprobs).
   std::vector<token_logprob> logprobs{};
+  /// The first token of a request that asks for its prompt's log probabilities (prompt_logprobs N): per prompt
+  /// position from the second on, its token's own and then N alternatives (N + 1 each).
+  std::vector<token_logprob> prompt_logprobs{};
 };
-ILLM_INSPECT(token_event, x.req_id, x.token, x.from, x.logprobs)
+ILLM_INSPECT(token_event, x.req_id, x.token, x.from, x.logprobs, x.prompt_logprobs)
 
 /// instance -> request actor: the request ended.
 struct request_finished {

@@ -72,7 +72,9 @@ TEST_SUITE("actors") {
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","logit_bias":[1]})").param == "logit_bias");
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","stop_token_ids":[-1]})").param == "stop_token_ids");
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","logprobs":21})").param == "logprobs");
-    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","logprobs":true,"echo":true})").param == "echo");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","logprobs":1,"echo":"yes"})").param == "echo");
+    CHECK(error_of(endpoint::chat_completions,
+                   R"({"model":"stories15M","messages":[{"role":"user","content":"x"}],"echo":true})").param == "echo");
     api_limits few;
     few.max_logit_bias = 1;
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","logit_bias":{"5":1,"6":2}})", few).param == "logit_bias");

@@ -1,6 +1,7 @@
-// illm perplexity: the logits of every token of a chunk are those of steps that end at each token, and stories15M's
-// perplexity on tests/data/simple_stories.txt is llama-perplexity's on the same model converted to GGUF
-// (tests/data/llama_cpp_perplexity.json, written by deploy/perplexity-vs-llama.sh).
+// illm perplexity: the logits of every token of a chunk are those of steps that end at each token, a batcher's prompt
+// log probabilities (an echo's) are one pass's, and stories15M's perplexity on tests/data/simple_stories.txt is
+// llama-perplexity's on the same model converted to GGUF (tests/data/llama_cpp_perplexity.json, written by
+// deploy/perplexity-vs-llama.sh).
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -9,7 +10,9 @@
 
 #include "gpu/backend_registry.hpp"
 #include "gpu/engine.hpp"
+#include "gpu/generate.hpp"
 #include "gpu/kv_pool.hpp"
+#include "gpu/batcher.hpp"
 #include "gpu/perplexity.hpp"
 #include "tests/gpu/support.hpp"
 
@@ -31,7 +34,7 @@ TEST_SUITE("gpu") {
     const auto& model = test::real_model();
     const std::vector<int32_t> chunk = model.vocab->encode("Once upon a time, there was a little dog named Max.", true);
     gpu::engine_options eo{64, 1};
-    eo.every_token_logits = true;
+    eo.max_scored_tokens = 64;
     auto eng = gpu::engine::create(model.weights, test::cpu_device(), eo).value();
     auto pool = gpu::kv_pool::create(test::cpu_device(), eng->pool_layout(), 8).value();
     gpu::block_table table;
@@ -52,9 +55,69 @@ TEST_SUITE("gpu") {
       CHECK_MESSAGE(worst <= 1e-4, "token ", j, ": ", worst);
     }
     for (const auto& ref : table) REQUIRE(pool.release(ref.block).is_ok());
-    // Without the option the engine refuses the entry.
+    // Without rows for scores the engine refuses the entry.
     auto plain = gpu::engine::create(model.weights, test::cpu_device(), {64, 1}).value();
     CHECK_FALSE(plain->step({&entry, 1}, view, nullptr).is_ok());
+  }
+
+  TEST_CASE("a batcher's prompt log probabilities, chunk by chunk beside another sequence, are one pass's") {
+    const auto& model = test::real_model();
+    const int vocab = model.weights->config().vocab_size;
+    const auto prompt = test::golden()["cases"].back()["prompt_token_ids"].get<std::vector<int32_t>>();
+    // The reference: every token's logits from one pass over the whole prompt.
+    gpu::engine_options whole{1024, 1};
+    whole.max_scored_tokens = 1024;
+    auto one = gpu::engine::create(model.weights, test::cpu_device(), whole).value();
+    auto pool = gpu::kv_pool::create(test::cpu_device(), one->pool_layout(), 64).value();
+    gpu::block_table table;
+    for (uint32_t b = 0; b < gpu::blocks_for_tokens(int64_t(prompt.size())); ++b)
+      table.push_back({0, pool.allocate({1, 0}).value()});
+    gpu::batch_entry entry{1, prompt.data(), int(prompt.size()), 0, &table, false};
+    entry.every_token = true;
+    gpu::kv_pools view{{&pool}, 0};
+    REQUIRE(one->step({&entry, 1}, view, nullptr).is_ok());
+    std::vector<float> row(static_cast<size_t>(vocab));
+    std::vector<double> reference(prompt.size());
+    std::vector<double> logprobs;
+    for (size_t p = 1; p < prompt.size(); ++p) {
+      REQUIRE(one->copy_logits(int(p - 1), row.data()).is_ok());
+      gpu::log_softmax(row.data(), vocab, logprobs);
+      reference[p] = logprobs[size_t(prompt[p])];
+    }
+    for (const auto& ref : table) REQUIRE(pool.release(ref.block).is_ok());
+    // A batcher of 64-token steps that score at most 20 prompt tokens each, a plain sequence beside it.
+    gpu::engine_options small{64, 4};
+    small.max_scored_tokens = 20;
+    auto eng = gpu::engine::create(model.weights, test::cpu_device(), small).value();
+    gpu::spread_block_source source({&pool}, 1);
+    gpu::batcher runner(*eng, source, {64, 4});
+    std::vector<std::shared_ptr<gpu::sequence>> seqs;
+    for (int i = 0; i < 2; ++i) {
+      auto s = std::make_shared<gpu::sequence>();
+      s->id = uint64_t(i + 1);
+      s->tokens = prompt;
+      s->n_prompt = int(prompt.size());
+      s->max_new_tokens = 2;
+      s->ignore_eos = true;
+      s->prompt_logprobs = i == 0 ? 2 : -1;
+      runner.add(s);
+      seqs.push_back(s);
+    }
+    while (!runner.idle()) REQUIRE(runner.step(view, nullptr).is_ok());
+    const gpu::sequence& scored = *seqs[0];
+    REQUIRE(scored.prompt_scores.size() == prompt.size());
+    double worst = 0;
+    for (size_t p = 1; p < prompt.size(); ++p) {
+      worst = std::max(worst, std::abs(scored.prompt_scores[p].logprob - reference[p]));
+      REQUIRE(scored.prompt_scores[p].top_ids.size() == 2);
+      CHECK(scored.prompt_scores[p].top_logprobs[0] >= scored.prompt_scores[p].logprob - 1e-6);
+    }
+    MESSAGE("prompt log probabilities of ", prompt.size() - 1, " tokens against one pass: worst difference ", worst);
+    CHECK(worst <= 1e-4);
+    CHECK(seqs[1]->prompt_scores.empty());
+    CHECK(std::vector<int32_t>(scored.tokens.begin() + scored.n_prompt, scored.tokens.end()) ==
+          std::vector<int32_t>(seqs[1]->tokens.begin() + seqs[1]->n_prompt, seqs[1]->tokens.end()));
+    CHECK(pool.used_blocks() == 0);
   }
 
   TEST_CASE("stories15M's perplexity on the stories is llama-perplexity's") {

@@ -55,6 +55,29 @@ async function chatLogprobs() {
   check(JSON.stringify(streamed) === JSON.stringify(content), "streamed logprobs: " + JSON.stringify(streamed));
 }
 
+/// lm-evaluation-harness's loglikelihood request: the golden prompt and its first 8 greedy tokens as ids, echoed
+/// with their log probabilities; those of the 8 are the golden run's.
+async function echoLoglikelihood() {
+  const prompt = [...golden.prompt_token_ids, ...golden.output_token_ids.slice(0, 8)];
+  const r = await client.completions.create({ model, prompt, echo: true, logprobs: 1, max_tokens: 1, temperature: 0 });
+  const lp = r.choices[0].logprobs, n = golden.prompt_token_ids.length;
+  check(lp.token_logprobs.length === prompt.length + 1 && lp.token_logprobs[0] === null && lp.top_logprobs[0] === null,
+    "echo shape " + JSON.stringify(lp));
+  check(r.choices[0].text === lp.tokens.join(""), "the echoed text is the tokens' texts");
+  check(lp.text_offset.every((o, i) => o === lp.tokens.slice(0, i).join("").length || /[^\x00-\x7f]/.test(r.choices[0].text)),
+    "text_offset");
+  for (let k = 0; k < 8; k++) {
+    const got = lp.token_logprobs[n + k], want = golden.top3_logprobs[k][0][1];
+    check(Math.abs(got - want) < 1e-2, `echoed step ${k}: ${got} vs ${want}`);
+  }
+  check(lp.token_logprobs[prompt.length] === Math.max(...Object.values(lp.top_logprobs[prompt.length])),
+    "the output token is the greedy one");
+  let streamed = "";
+  for await (const chunk of await client.completions.create({ model, prompt, echo: true, max_tokens: 3, temperature: 0,
+    stream: true })) streamed += chunk.choices[0]?.text ?? "";
+  check(streamed.startsWith(lp.tokens.slice(0, prompt.length).join("")), "a stream echoes the prompt first");
+}
+
 async function ids(body) {
   const r = await client.completions.create({ model, prompt, temperature: 0, return_token_ids: true, ...body });
   return r.choices[0];
@@ -96,6 +119,32 @@ async function seeds() {
   check(JSON.stringify(a.token_ids) !== JSON.stringify(c.token_ids), "another seed samples otherwise");
 }
 
+/// response_format json_object and json_schema: every output parses, and keeps the schema.
+async function structuredOutputs() {
+  const schema = { type: "object", properties: { mood: { enum: ["happy", "sad"] }, ok: { type: "boolean" },
+    pets: { type: "array", items: { type: "null" }, maxItems: 2 } }, required: ["mood", "ok"],
+    additionalProperties: false };
+  for (const [temperature, seed] of [[0, 1], [1, 2], [1, 3]]) {
+    const r = await client.chat.completions.create({ model, messages: [{ role: "user", content: prompt }],
+      max_tokens: 64, temperature, seed, response_format: { type: "json_schema", json_schema: { name: "m", schema } } });
+    const out = JSON.parse(r.choices[0].message.content);
+    check(["happy", "sad"].includes(out.mood) && typeof out.ok === "boolean" && r.choices[0].finish_reason === "stop",
+      "json_schema: " + r.choices[0].message.content);
+  }
+  const any = await client.chat.completions.create({ model, messages: [{ role: "user", content: prompt }],
+    max_tokens: 48, temperature: 0, response_format: { type: "json_object" } });
+  const text = any.choices[0].message.content;
+  check(text.startsWith("{") && (any.choices[0].finish_reason === "length" || typeof JSON.parse(text) === "object"),
+    "json_object: " + text);
+  try {
+    await client.chat.completions.create({ model, messages: [{ role: "user", content: prompt }], max_tokens: 4,
+      response_format: { type: "json_schema", json_schema: { name: "p", schema: { type: "string", pattern: "a+" } } } });
+    throw new Error("a schema with a pattern was accepted");
+  } catch (e) {
+    if (!(e instanceof OpenAI.BadRequestError) || e.param !== "response_format" || !e.message.includes("pattern")) throw e;
+  }
+}
+
 async function refusals() {
   for (const [body, param] of [[{ logit_bias: { 99999: 1 } }, "logit_bias"], [{ logprobs: 50 }, "logprobs"],
     [{ presence_penalty: 3 }, "presence_penalty"], [{ n: 2 }, "n"]]) {
@@ -111,12 +160,14 @@ async function refusals() {
 async function main() {
   await completionLogprobs();
   await chatLogprobs();
+  await echoLoglikelihood();
   await biasAndPenalties();
   await stopsAndMinTokens();
   await seeds();
+  await structuredOutputs();
   await refusals();
-  console.log("openai client: logprobs (against the golden top-3), logit_bias, penalties, top_k, min_tokens, " +
-    "stop_token_ids, seeds and refusals: ok");
+  console.log("openai client: logprobs (against the golden top-3), echo, logit_bias, penalties, top_k, min_tokens, " +
+    "stop_token_ids, seeds, structured outputs and refusals: ok");
 }
 
 main().catch((e) => { console.error(e); process.exit(1); });

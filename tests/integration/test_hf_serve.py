@@ -65,6 +65,28 @@ def processes_give_the_same_ids(folder, prompt_text, expected):
         assert holders >= 2 and got["token_ids"] == expected, got
 
 
+def loglikelihood(port, work):
+    """A loglikelihood request as lm-evaluation-harness sends it (token-id prompt, echo, logprobs 1, max_tokens 1,
+    temperature 0): every prompt token's log probability within 1e-3 of numpy's forward pass over the same
+    weights (tests/models/tiny_checkpoints.py)."""
+    with open(os.path.join(work, "manifest.json")) as f:
+        case = next(m for m in json.load(f) if m["name"] == "llama31-chat")
+    status, body = request(port, "POST", "/v1/completions",
+                           {"model": "llama31-chat", "prompt": case["prompt"], "echo": True, "logprobs": 1,
+                            "max_tokens": 1, "temperature": 0})
+    assert status == 200, body
+    lp = body["choices"][0]["logprobs"]
+    n = len(case["prompt"])
+    assert len(lp["token_logprobs"]) == n + 1 and lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None, lp
+    got, want = lp["token_logprobs"][1:n], case["prompt_logprobs"]
+    worst = max(abs(a - b) for a, b in zip(got, want))
+    spread = case["prompt_logprob_spread"]  # max - min of a position's log probabilities, mean over the positions
+    print(f"loglikelihood (echo, logprobs 1, max_tokens 1): {n - 1} prompt log probabilities (each position's spread "
+          f"over {spread:.1f} nats), worst difference from numpy {worst:.2e}")
+    assert spread >= 5 and worst <= 1e-3, (got, want)
+    assert body["choices"][0]["text"].endswith(lp["tokens"][-1]) and len(lp["text_offset"]) == n + 1, body
+
+
 def main():
     if not os.path.exists(TEMPLATE):
         sys.exit("the tokenizer files and templates are needed: run deploy/fetch-tokenizers.sh")
@@ -116,6 +138,7 @@ def main():
                 streamed_ids += chunk["token_ids"]
                 prompt_ids = prompt_ids or chunk.get("prompt_token_ids")
             assert streamed_ids == choice["token_ids"] and prompt_ids == tokens["tokens"], (streamed_ids, prompt_ids)
+            loglikelihood(s.port, work)
         # Spread over instances: a request whose blocks lie on two of three instances gives the ids of one instance.
         prompt_text = "The quick brown fox jumps over the lazy dog, and then it runs far away into the forest."
         runs = []

@@ -366,6 +366,19 @@ def forward(cfg, w, ids, block=0):
     return mm(x, head)
 
 
+def prompt_logprobs(cfg, w, prompt):
+    """The log probability of each prompt token after the first, given those before it (an echo's values), and how
+    far each of those positions' log probabilities spread over the vocabulary (the mean of max - min)."""
+    logits = forward(cfg, w, prompt)
+    out, spread = [], []
+    for p in range(1, len(prompt)):
+        row = logits[p - 1]
+        top = row.max()
+        out.append(float(row[prompt[p]] - top - np.log(np.exp(row - top).sum())))
+        spread.append(float(top - row.min()))
+    return out, float(np.mean(spread))
+
+
 def greedy(cfg, w, prompt, n_new, block=0):
     ids, logits = list(prompt), []
     for _ in range(n_new):
@@ -404,7 +417,8 @@ def main():
         ids, logits = greedy(cfg, weights, prompt, 16)
         spread = float(np.mean([np.std(row) for row in logits]))
         manifest.append({"name": name, "path": name, "format": "hf", "dtype": dtype, "prompt": prompt, "ids": ids,
-                         "logit_std": spread, "logits": [[round(float(v), 7) for v in row] for row in logits]})
+                         "logit_std": spread, "logits": [[round(float(v), 7) for v in row] for row in logits],
+                         **dict(zip(("prompt_logprobs", "prompt_logprob_spread"), prompt_logprobs(cfg, weights, prompt)))})
         print(f"{name}: {dtype}, {shards} file(s), greedy {ids}, logit std {spread:.2f}")
         held[name] = (cfg, weights, prompt)
     for name, source, arch, dtype in GGUF_MODELS:

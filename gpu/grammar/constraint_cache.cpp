@@ -1,0 +1,48 @@
+#include "gpu/grammar/constraint_cache.hpp"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu/text.hpp"
+
+namespace illm::gpu::grammar {
+
+constraint_cache::constraint_cache(std::shared_ptr<const tokenizer> vocab, size_t capacity, schema_limits limits)
+    : vocab_(std::move(vocab)), capacity_(std::max<size_t>(capacity, 1)), limits_(limits) {}
+
+result<std::shared_ptr<const constraint>> constraint_cache::get(const std::string& spec) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = by_spec_.find(spec); it != by_spec_.end()) {
+      order_.splice(order_.begin(), order_, it->second.second);
+      return it->second.first;
+    }
+  }
+  std::shared_ptr<const grammar> rules;
+  const std::string prefix = json_schema_spec_prefix;
+  if (spec == json_object_spec) {
+    rules = json_object_grammar();
+  } else if (spec.rfind(prefix, 0) == 0) {
+    const auto schema = nlohmann::ordered_json::parse(spec.substr(prefix.size()), nullptr, false);
+    if (schema.is_discarded()) return status{status_code::invalid_argument, "the json schema is not valid JSON"};
+    auto compiled = json_schema_grammar(schema, limits_);
+    if (!compiled.is_ok()) return compiled.error();
+    rules = compiled.value();
+  } else {
+    return status{status_code::invalid_argument, text::format("no output constraint '{}'", spec.substr(0, 40))};
+  }
+  std::lock_guard lock(mutex_);
+  if (!trie_) trie_ = std::make_shared<const token_trie>(*vocab_);
+  auto made = std::make_shared<const constraint>(std::move(rules), trie_);
+  if (auto it = by_spec_.find(spec); it != by_spec_.end()) return it->second.first;  // compiled meanwhile
+  order_.push_front(spec);
+  by_spec_.emplace(spec, std::make_pair(made, order_.begin()));
+  while (by_spec_.size() > capacity_) {
+    by_spec_.erase(order_.back());
+    order_.pop_back();
+  }
+  return std::shared_ptr<const constraint>(made);
+}
+
+}  // namespace illm::gpu::grammar

@@ -1,0 +1,189 @@
+#include "gpu/grammar/grammar.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "gpu/text.hpp"
+
+namespace illm::gpu::grammar {
+
+namespace {
+
+using element = grammar::element;
+
+/// Stacks deeper than this are dropped: nesting this deep is no output a model should give.
+constexpr size_t max_stack = 1024;
+
+/// Expands the rule references on top of `stack` into every stack whose top reads a byte (or that is empty),
+/// into `out`.
+void expand(const grammar& g, std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out) {
+  if (stack.size() > max_stack) return;
+  if (stack.empty()) return out.push_back(std::move(stack));
+  const uint32_t top = stack.back();
+  const element& e = g.elements()[top];
+  if (e.type == element::kind::bytes) return out.push_back(std::move(stack));
+  stack.pop_back();
+  if (g.elements()[top + 1].type != element::kind::end) stack.push_back(top + 1);
+  for (uint32_t start : g.starts(e.value)) {
+    std::vector<uint32_t> next = stack;
+    if (g.elements()[start].type != element::kind::end) next.push_back(start);
+    expand(g, std::move(next), out);
+  }
+}
+
+void normalize(std::vector<std::vector<uint32_t>>& stacks) {
+  std::sort(stacks.begin(), stacks.end());
+  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+}
+
+}  // namespace
+
+byte_set byte_range(uint8_t lo, uint8_t hi) {
+  byte_set s;
+  for (int b = lo; b <= hi; ++b) s.set(size_t(b));
+  return s;
+}
+
+part any_of(std::string_view chars) {
+  byte_set s;
+  for (char c : chars) s.set(static_cast<unsigned char>(c));
+  return bytes_part(s);
+}
+
+part bytes_part(const byte_set& bytes) { return {false, bytes, 0}; }
+
+part ref(uint32_t r) { return {true, {}, r}; }
+
+std::vector<part> literal(std::string_view text) {
+  std::vector<part> out;
+  for (char c : text) out.push_back(any_of(std::string_view(&c, 1)));
+  return out;
+}
+
+uint32_t grammar::add_rule(std::string name) {
+  names_.push_back(std::move(name));
+  alternatives_.emplace_back();
+  return uint32_t(alternatives_.size() - 1);
+}
+
+void grammar::add(uint32_t r, std::vector<part> sequence) { alternatives_[r].push_back(std::move(sequence)); }
+
+status grammar::finish(uint32_t root) {
+  const size_t n = alternatives_.size();
+  if (root >= n) return {status_code::invalid_argument, "the grammar has no such root rule"};
+  for (size_t r = 0; r < n; ++r) {
+    if (alternatives_[r].empty())
+      return {status_code::invalid_argument, text::format("grammar rule '{}' has no alternative", names_[r])};
+    for (const auto& alt : alternatives_[r])
+      for (const part& p : alt)
+        if (p.is_rule && p.rule >= n)
+          return {status_code::invalid_argument, text::format("grammar rule '{}' names no rule", names_[r])};
+  }
+  // Which rules can read the empty string, then whether any reaches itself before reading a byte.
+  std::vector<bool> nullable(n, false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < n; ++r)
+      for (const auto& alt : alternatives_[r])
+        if (!nullable[r] && std::all_of(alt.begin(), alt.end(), [&](const part& p) { return p.is_rule && nullable[p.rule]; }))
+          nullable[r] = changed = true;
+  }
+  std::vector<int> color(n, 0);  // 0: unseen, 1: on the path, 2: done
+  std::function<bool(uint32_t)> left_recursive = [&](uint32_t r) {
+    if (color[r] == 1) return true;
+    if (color[r] == 2) return false;
+    color[r] = 1;
+    for (const auto& alt : alternatives_[r])
+      for (const part& p : alt) {
+        if (!p.is_rule) break;
+        if (left_recursive(p.rule)) return true;
+        if (!nullable[p.rule]) break;
+      }
+    color[r] = 2;
+    return false;
+  };
+  for (uint32_t r = 0; r < n; ++r)
+    if (left_recursive(r))
+      return {status_code::invalid_argument, text::format("grammar rule '{}' is left-recursive", names_[r])};
+  // Flatten.
+  elements_.clear();
+  sets_.clear();
+  starts_.assign(n, {});
+  std::map<std::string, uint32_t> set_ids;
+  for (size_t r = 0; r < n; ++r)
+    for (const auto& alt : alternatives_[r]) {
+      starts_[r].push_back(uint32_t(elements_.size()));
+      for (const part& p : alt) {
+        if (p.is_rule) {
+          elements_.push_back({element::kind::rule, p.rule});
+          continue;
+        }
+        auto [it, added] = set_ids.emplace(p.bytes.to_string(), uint32_t(sets_.size()));
+        if (added) sets_.push_back(p.bytes);
+        elements_.push_back({element::kind::bytes, it->second});
+      }
+      elements_.push_back({element::kind::end, 0});
+    }
+  root_ = root;
+  return status::ok();
+}
+
+bool match_state::accepts() const {
+  return std::any_of(stacks.begin(), stacks.end(), [](const auto& s) { return s.empty(); });
+}
+
+bool match_state::continues() const {
+  return std::any_of(stacks.begin(), stacks.end(), [](const auto& s) { return !s.empty(); });
+}
+
+std::string match_state::key() const {
+  std::string k;
+  for (const auto& s : stacks) {
+    k.append(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(uint32_t));
+    k.push_back('|');
+  }
+  return k;
+}
+
+match_state start_state(const grammar& g) {
+  match_state out;
+  for (uint32_t start : g.starts(g.root())) {
+    std::vector<uint32_t> stack;
+    if (g.elements()[start].type != element::kind::end) stack.push_back(start);
+    expand(g, std::move(stack), out.stacks);
+  }
+  normalize(out.stacks);
+  return out;
+}
+
+match_state advance(const grammar& g, const match_state& from, uint8_t byte) {
+  match_state out;
+  for (const auto& stack : from.stacks) {
+    if (stack.empty()) continue;
+    const uint32_t top = stack.back();
+    if (!g.sets()[g.elements()[top].value].test(byte)) continue;
+    std::vector<uint32_t> next(stack.begin(), stack.end() - 1);
+    if (g.elements()[top + 1].type != element::kind::end) next.push_back(top + 1);
+    expand(g, std::move(next), out.stacks);
+  }
+  normalize(out.stacks);
+  return out;
+}
+
+bool advance(const grammar& g, match_state& state, std::string_view bytes) {
+  for (char c : bytes) {
+    state = advance(g, state, static_cast<unsigned char>(c));
+    if (state.dead()) return false;
+  }
+  return true;
+}
+
+byte_set next_bytes(const grammar& g, const match_state& state) {
+  byte_set out;
+  for (const auto& stack : state.stacks)
+    if (!stack.empty()) out |= g.sets()[g.elements()[stack.back()].value];
+  return out;
+}
+
+}  // namespace illm::gpu::grammar

@@ -1,0 +1,98 @@
+#include "gpu/grammar/token_mask.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace illm::gpu::grammar {
+
+namespace {
+
+/// Masks a constraint keeps before it starts over (a schema's outputs visit a bounded set of states; a free text
+/// inside a string does not grow it).
+constexpr size_t max_cached_masks = 4096;
+
+}  // namespace
+
+token_trie::token_trie(const tokenizer& vocab) : bytes_(size_t(vocab.vocab_size())), nodes_(1) {
+  // A token's bytes inside a text: after another token that is not BOS (at a text's start a leading space may be
+  // dropped).
+  const int32_t before = vocab.bos_id().value_or(-1) == 0 ? 1 : 0;
+  for (int32_t id = 0; id < vocab.vocab_size(); ++id) {
+    if (vocab.is_special(id)) continue;
+    bytes_[size_t(id)] = vocab.decode(before, id);
+    const std::string& b = bytes_[size_t(id)];
+    if (b.empty()) continue;
+    uint32_t at = 0;
+    for (char c : b) {
+      const auto byte = static_cast<uint8_t>(c);
+      auto& children = nodes_[at].children;
+      auto it = std::find_if(children.begin(), children.end(), [&](const auto& ch) { return ch.first == byte; });
+      if (it != children.end()) {
+        at = it->second;
+        continue;
+      }
+      nodes_.emplace_back();
+      nodes_[at].children.emplace_back(byte, uint32_t(nodes_.size() - 1));
+      at = uint32_t(nodes_.size() - 1);
+    }
+    nodes_[at].tokens.push_back(id);
+  }
+}
+
+void allowed_tokens(const grammar& g, const match_state& state, const token_trie& trie, std::vector<uint8_t>& allowed) {
+  allowed.assign(size_t(trie.vocab_size()), 0);
+  std::vector<std::pair<uint32_t, match_state>> pending{{0, state}};
+  while (!pending.empty()) {
+    auto [at, here] = std::move(pending.back());
+    pending.pop_back();
+    const byte_set next = next_bytes(g, here);
+    for (const auto& [byte, child] : trie.nodes()[at].children) {
+      if (!next.test(byte)) continue;
+      match_state after = advance(g, here, byte);
+      if (after.dead()) continue;
+      for (int32_t id : trie.nodes()[child].tokens) allowed[size_t(id)] = 1;
+      if (!trie.nodes()[child].children.empty()) pending.emplace_back(child, std::move(after));
+    }
+  }
+}
+
+constraint::constraint(std::shared_ptr<const grammar> g, std::shared_ptr<const token_trie> trie)
+    : grammar_(std::move(g)), trie_(std::move(trie)), start_(start_state(*grammar_)) {}
+
+std::shared_ptr<const std::vector<uint8_t>> constraint::allowed(const match_state& state) const {
+  const std::string key = state.key();
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = masks_.find(key); it != masks_.end()) {
+      ++cached_;
+      return it->second;
+    }
+  }
+  auto mask = std::make_shared<std::vector<uint8_t>>();
+  allowed_tokens(*grammar_, state, *trie_, *mask);
+  std::lock_guard lock(mutex_);
+  ++computed_;
+  if (masks_.size() >= max_cached_masks) masks_.clear();
+  masks_.emplace(key, mask);
+  return mask;
+}
+
+bool constraint::accept(match_state& state, int32_t token) const {
+  if (token < 0 || token >= trie_->vocab_size() || trie_->bytes(token).empty()) {
+    state.stacks.clear();
+    return false;
+  }
+  return advance(*grammar_, state, trie_->bytes(token));
+}
+
+uint64_t constraint::computed() const {
+  std::lock_guard lock(mutex_);
+  return computed_;
+}
+
+uint64_t constraint::cached() const {
+  std::lock_guard lock(mutex_);
+  return cached_;
+}
+
+}  // namespace illm::gpu::grammar

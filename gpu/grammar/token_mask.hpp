@@ -1,0 +1,66 @@
+#pragma once
+// The tokens a grammar allows next: the vocabulary's tokens in a trie of their bytes, walked from a matcher state
+// (a branch is left at its first byte the grammar refuses), and a constraint that keeps the masks of the states it
+// has seen (a JSON string's inside, a value's start: states recur from token to token and across requests).
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gpu/grammar/grammar.hpp"
+#include "gpu/tokenizer.hpp"
+
+namespace illm::gpu::grammar {
+
+/// The vocabulary's tokens by their bytes.
+class token_trie {
+ public:
+  /// The tokens of `vocab` as their bytes read inside a text; special tokens are left out (no grammar reads them).
+  explicit token_trie(const tokenizer& vocab);
+  int vocab_size() const { return int(bytes_.size()); }
+  /// The bytes of `token` (empty for a special token).
+  const std::string& bytes(int32_t token) const { return bytes_[size_t(token)]; }
+
+  struct node {
+    std::vector<std::pair<uint8_t, uint32_t>> children;  ///< (byte, node)
+    std::vector<int32_t> tokens;                         ///< the tokens whose bytes end here
+  };
+  const std::vector<node>& nodes() const { return nodes_; }
+
+ private:
+  std::vector<std::string> bytes_;
+  std::vector<node> nodes_;
+};
+
+/// allowed[id] = 1 for the tokens whose bytes `g` can read from `state`, else 0.
+void allowed_tokens(const grammar& g, const match_state& state, const token_trie& trie, std::vector<uint8_t>& allowed);
+
+/// A grammar over a vocabulary, shared by the requests that ask for it: their states, the masks (cached per
+/// state) and the tokens' steps.
+class constraint {
+ public:
+  constraint(std::shared_ptr<const grammar> g, std::shared_ptr<const token_trie> trie);
+  /// Where an output starts.
+  match_state start() const { return start_; }
+  /// The tokens allowed from `state` (cached; thread-safe).
+  std::shared_ptr<const std::vector<uint8_t>> allowed(const match_state& state) const;
+  /// Reads `token`'s bytes from `state`; false (and dead) when the grammar refuses them.
+  bool accept(match_state& state, int32_t token) const;
+  const grammar& rules() const { return *grammar_; }
+  /// Masks computed and masks found cached, so far.
+  uint64_t computed() const;
+  uint64_t cached() const;
+
+ private:
+  std::shared_ptr<const grammar> grammar_;
+  std::shared_ptr<const token_trie> trie_;
+  match_state start_;
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint8_t>>> masks_;
+  mutable uint64_t computed_ = 0, cached_ = 0;
+};
+
+}  // namespace illm::gpu::grammar

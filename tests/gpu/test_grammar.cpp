@@ -1,0 +1,217 @@
+// Grammars over bytes and the JSON schemas they come from: a matcher reads exactly its language, schemas become the
+// grammars of the texts they accept (walks through each grammar end in JSON that parses and keeps the schema), what
+// the subset cannot follow is refused by name, and the tokens a state allows are those whose bytes it reads.
+#include <doctest/doctest.h>
+
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu/batcher.hpp"
+#include "gpu/generate.hpp"
+#include "gpu/grammar/json_schema.hpp"
+#include "gpu/grammar/token_mask.hpp"
+#include "tests/gpu/support.hpp"
+
+using namespace illm;
+namespace grammar = illm::gpu::grammar;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+bool reads(const grammar::grammar& g, const std::string& text) {
+  grammar::match_state s = grammar::start_state(g);
+  return grammar::advance(g, s, text) && s.accepts();
+}
+
+std::shared_ptr<const grammar::grammar> schema_grammar(const json& schema) {
+  auto g = grammar::json_schema_grammar(schema);
+  REQUIRE_MESSAGE(g.is_ok(), g.error().message());
+  return g.value();
+}
+
+/// A random text of `g`'s language: random bytes at first, then the bytes that close what is open.
+std::string walk(const grammar::grammar& g, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  grammar::match_state s = grammar::start_state(g);
+  std::string out;
+  for (int step = 0; step < 4000; ++step) {
+    if (s.accepts() && (!s.continues() || out.size() > 40 || rng() % 8 == 0)) return out;
+    const grammar::byte_set next = grammar::next_bytes(g, s);
+    REQUIRE(next.any());
+    int byte = -1;
+    if (out.size() > 40) {
+      for (char c : std::string("\"]},0ntf1-")) if (next.test(uint8_t(c))) { byte = uint8_t(c); break; }
+    } else {
+      std::vector<int> choices;
+      for (int b = 0; b < 256; ++b) if (next.test(size_t(b)) && (b < 0x80 || rng() % 4 == 0)) choices.push_back(b);
+      if (!choices.empty()) byte = choices[rng() % choices.size()];
+    }
+    for (int b = 0; byte < 0 && b < 256; ++b) if (next.test(size_t(b))) byte = b;
+    out.push_back(char(byte));
+    s = grammar::advance(g, s, uint8_t(byte));
+    REQUIRE_FALSE(s.dead());
+  }
+  FAIL("no end after 4000 bytes: ", out);
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("a grammar reads exactly its language and refuses left recursion") {
+    grammar::grammar g;
+    const uint32_t digits = g.add_rule("digits"), root = g.add_rule("root");
+    g.add(digits, {grammar::bytes_part(grammar::byte_range('0', '9')), grammar::ref(digits)});
+    g.add(digits, {});
+    g.add(root, {grammar::any_of("["), grammar::ref(digits), grammar::any_of("]")});
+    g.add(root, grammar::literal("none"));
+    REQUIRE(g.finish(root).is_ok());
+    for (const char* yes : {"[]", "[0]", "[12345]", "none"}) CHECK_MESSAGE(reads(g, yes), yes);
+    for (const char* no : {"[", "[a]", "none!", "", "[1]]"}) CHECK_FALSE_MESSAGE(reads(g, no), no);
+    grammar::match_state s = grammar::start_state(g);
+    CHECK(grammar::next_bytes(g, s).count() == 2);  // '[' or 'n'
+    grammar::grammar bad;
+    const uint32_t r = bad.add_rule("list");
+    bad.add(r, {grammar::ref(r), grammar::any_of("x")});
+    bad.add(r, {});
+    CHECK(bad.finish(r).message().find("left-recursive") != std::string::npos);
+  }
+
+  TEST_CASE("json_object reads compact JSON objects and nothing else") {
+    const auto g = grammar::json_object_grammar();
+    CHECK(reads(*g, R"({"a": [1, 2.5e-3, "x\u00e9\"", true], "b": null, "c": {}})"));
+    CHECK(reads(*g, "{\"caf\xC3\xA9\": -0.5}"));
+    CHECK(reads(*g, R"({"n": 1234567890123456.1234567890123456e-123})"));
+    CHECK_FALSE(reads(*g, R"({"n": 12345678901234567})"));  // 17 digits
+    for (const char* no : {"[]", "{", R"({"a" : 1})", R"({"a": 01})", "{\"a\": \"\x01\"}", "{\"\xC3\"}", "{} "})
+      CHECK_FALSE_MESSAGE(reads(*g, no), no);
+  }
+
+  TEST_CASE("a schema's grammar reads the texts it accepts, and walks through it give valid JSON") {
+    const json schema = json::parse(R"({
+      "type": "object",
+      "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"enum": ["a", "b", 3]}, "minItems": 1, "maxItems": 3},
+        "when": {"type": "string", "format": "date-time"},
+        "id": {"type": "string", "format": "uuid"},
+        "next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]},
+        "kind": {"const": "person"},
+        "score": {"type": ["number", "null"]}
+      },
+      "required": ["name", "tags", "kind"],
+      "additionalProperties": false})");
+    const auto g = schema_grammar(schema);
+    CHECK(reads(*g, R"({"name": "Ann", "tags": ["a", 3], "kind": "person"})"));
+    CHECK(reads(*g, R"({"name": "x", "age": -3, "tags": ["b"], "next": {"name": "y", "tags": ["a"], "kind": "person"}, "kind": "person", "score": null})"));
+    CHECK(reads(*g, R"({"name": "x", "tags": ["a"], "when": "2026-12-05T20:00:00.5+01:00", "id": "123e4567-e89b-12d3-a456-426614174000", "kind": "person"})"));
+    CHECK_FALSE(reads(*g, R"({"name": "Ann", "kind": "person"})"));                       // tags required
+    CHECK_FALSE(reads(*g, R"({"name": "Ann", "tags": [], "kind": "person"})"));           // minItems 1
+    CHECK_FALSE(reads(*g, R"({"name": "Ann", "tags": ["a","a","a","a"], "kind": "person"})"));  // maxItems 3
+    CHECK_FALSE(reads(*g, R"({"name": "Ann", "tags": ["c"], "kind": "person"})"));        // enum
+    CHECK_FALSE(reads(*g, R"({"name": "Ann", "tags": ["a"], "kind": "robot"})"));         // const
+    CHECK_FALSE(reads(*g, R"({"name": 5, "tags": ["a"], "kind": "person"})"));            // type
+    for (uint64_t seed = 1; seed <= 40; ++seed) {
+      const std::string text = walk(*g, seed);
+      CAPTURE(text);
+      const json j = json::parse(text, nullptr, false);
+      REQUIRE_FALSE(j.is_discarded());
+      CHECK(j.contains("name"));
+      CHECK(j.at("tags").size() >= 1);
+      CHECK(j.at("tags").size() <= 3);
+      CHECK(j.at("kind") == "person");
+    }
+  }
+
+  TEST_CASE("what the subset cannot follow is refused by name") {
+    for (const auto& [schema, word] : std::vector<std::pair<const char*, const char*>>{
+             {R"({"type": "string", "pattern": "a+"})", "pattern"},
+             {R"({"type": "integer", "minimum": 3})", "minimum"},
+             {R"({"oneOf": [{"type": "string"}]})", "oneOf"},
+             {R"({"$ref": "#/$defs/missing"})", "names nothing"},
+             {R"({"type": "thing"})", "unknown type"},
+             {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'b'"},
+             {R"({"type": "array", "minItems": 3, "maxItems": 2})", "maxItems"}}) {
+      auto g = grammar::json_schema_grammar(json::parse(schema));
+      REQUIRE_FALSE(g.is_ok());
+      CHECK_MESSAGE(g.error().message().find(word) != std::string::npos, g.error().message());
+    }
+    json deep = {{"type", "string"}};
+    for (int i = 0; i < 40; ++i) deep = {{"type", "array"}, {"items", deep}};
+    CHECK(grammar::json_schema_grammar(deep).error().message().find("nested deeper") != std::string::npos);
+  }
+
+  TEST_CASE("the tokens a state allows are those whose bytes it reads, and masks are kept per state") {
+    const auto& vocab = *test::real_model().vocab;
+    auto trie = std::make_shared<const grammar::token_trie>(vocab);
+    const grammar::constraint c(grammar::json_object_grammar(), trie);
+    const auto first = c.allowed(c.start());
+    size_t allowed = 0;
+    for (int32_t id = 0; id < vocab.vocab_size(); ++id) {
+      if (!(*first)[size_t(id)]) continue;
+      ++allowed;
+      CHECK(trie->bytes(id)[0] == '{');
+      grammar::match_state s = c.start();
+      CHECK(c.accept(s, id));
+    }
+    CHECK(allowed >= 1);
+    grammar::match_state s = c.start();
+    REQUIRE(grammar::advance(c.rules(), s, "{\"a"));
+    const auto inside = c.allowed(s);  // inside a key: most tokens read as its text
+    size_t in_string = 0;
+    for (uint8_t a : *inside) in_string += a;
+    CHECK(in_string > size_t(vocab.vocab_size()) / 2);
+    const uint64_t computed = c.computed();
+    (void)c.allowed(s);
+    CHECK(c.computed() == computed);
+    CHECK(c.cached() >= 1);
+  }
+
+  TEST_CASE("a constrained sequence samples only what keeps its output in the schema, and ends when it is whole") {
+    const auto& model = test::real_model();
+    auto trie = std::make_shared<const grammar::token_trie>(*model.vocab);
+    // Finite: every output ends within a few tokens. The second reads a free string first (it may run to max_tokens).
+    const json finite = json::parse(R"({"type": "object", "properties": {"mood": {"enum": ["happy", "sad"]},
+        "ok": {"type": "boolean"}, "pets": {"type": "array", "items": {"type": "null"}, "maxItems": 2}},
+        "required": ["mood", "ok"], "additionalProperties": false})");
+    const json named = json::parse(R"({"type": "object", "properties": {"name": {"type": "string"},
+        "ok": {"type": "boolean"}}, "required": ["name", "ok"], "additionalProperties": false})");
+    auto eng = gpu::engine::create(model.weights, test::cpu_device(), {64, 4}).value();
+    auto pool = gpu::kv_pool::create(test::cpu_device(), eng->pool_layout(), 64).value();
+    gpu::kv_pools view{{&pool}, 0};
+    gpu::spread_block_source source({&pool}, 1);
+    gpu::batcher runner(*eng, source, {64, 4});
+    std::vector<std::shared_ptr<gpu::sequence>> seqs;
+    for (int i = 0; i < 4; ++i) {
+      auto seq = std::make_shared<gpu::sequence>();
+      seq->id = uint64_t(i + 1);
+      seq->tokens = model.vocab->encode("Once upon a time", true);
+      seq->n_prompt = int(seq->tokens.size());
+      seq->max_new_tokens = 200;
+      seq->sampling.temperature = i == 0 ? 0.0f : 1.0f;
+      seq->rng = uint64_t(i);
+      seq->sampling.constraint = std::make_shared<const grammar::constraint>(schema_grammar(i < 3 ? finite : named), trie);
+      REQUIRE(seq->start_constraint());
+      runner.add(seq);
+      seqs.push_back(seq);
+    }
+    while (!runner.idle()) REQUIRE(runner.step(view, nullptr).is_ok());
+    for (const auto& seq : seqs) {
+      std::string text;
+      for (int i = seq->n_prompt; i < int(seq->tokens.size()); ++i) text += trie->bytes(seq->tokens[size_t(i)]);
+      CAPTURE(text);
+      CHECK_FALSE(seq->constraint_state.dead());
+      if (seq->id == 4 && seq->finish == gpu::finish_reason::length) continue;  // a prefix of a valid output
+      REQUIRE(seq->finish == gpu::finish_reason::stop);
+      const json j = json::parse(text, nullptr, false);
+      REQUIRE_FALSE(j.is_discarded());
+      CHECK(j.at("ok").is_boolean());
+      if (seq->id == 4) CHECK(j.at("name").is_string());
+      else CHECK((j.at("mood") == "happy" || j.at("mood") == "sad"));
+    }
+    CHECK(pool.used_blocks() == 0);
+  }
+}
