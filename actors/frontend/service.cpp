@@ -283,13 +283,18 @@ gpu::token_logprobs logprobs_of(const token_event& e) {
 
 }  // namespace
 
+/// The token before the first of `a`'s unsent ids (their texts depend on it): the last sent, or the prompt's last.
+int32_t service::token_before_unsent(const answer& a) {
+  const size_t n = a.unsent_ids.size(), all = a.result.token_ids.size();
+  return all > n ? a.result.token_ids[all - n - 1] : a.r.prompt_ids.back();
+}
+
 /// The log probabilities of the tokens a chunk of `a` carries now (its unsent ids); none when not asked.
 std::optional<logprobs_part> service::unsent_logprobs(const answer& a) const {
   if (a.r.sampling.logprobs < 0) return std::nullopt;
-  const size_t n = a.unsent_ids.size(), all = a.result.token_ids.size();
-  const int32_t before = all > n ? a.result.token_ids[all - n - 1] : a.r.prompt_ids.back();
+  const size_t n = a.unsent_ids.size();
   return logprobs_part{vocab_.get(), a.unsent_ids, std::span(a.result.logprobs).subspan(a.result.logprobs.size() - n),
-                       before, a.logprobs_offset};
+                       token_before_unsent(a), a.logprobs_offset};
 }
 
 /// The first token of an echoing request came: the prompt's log probabilities it carries are kept, and a streaming
@@ -308,10 +313,8 @@ void service::echo_prompt(answer& a, const token_event& first, http_reply& reply
 
 /// The unsent ids went out in a chunk.
 void service::mark_sent(answer& a) {
-  if (a.r.sampling.logprobs >= 0 && !a.unsent_ids.empty()) {
-    const size_t n = a.unsent_ids.size(), all = a.result.token_ids.size();
-    a.logprobs_offset += text_bytes(*vocab_, a.unsent_ids, all > n ? a.result.token_ids[all - n - 1] : a.r.prompt_ids.back());
-  }
+  if (a.r.sampling.logprobs >= 0 && !a.unsent_ids.empty())
+    a.logprobs_offset += text_bytes(*vocab_, a.unsent_ids, token_before_unsent(a));
   a.unsent_ids.clear();
 }
 

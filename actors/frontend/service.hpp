@@ -72,6 +72,8 @@ class service {
   std::optional<logprobs_part> unsent_logprobs(const answer& a) const;
   /// The first token of an echoing `a` came: keeps the prompt's log probabilities, streams the prompt's text.
   void echo_prompt(answer& a, const token_event& first, http_reply& reply);
+  /// The token before the first of `a`'s unsent ids: the last sent, or the prompt's last.
+  static int32_t token_before_unsent(const answer& a);
   /// The unsent ids of `a` went out in a chunk.
   void mark_sent(answer& a);
   /// The end of `a`: metrics, then the whole response or the stream's last chunk, usage and [DONE].
