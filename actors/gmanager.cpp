@@ -149,7 +149,10 @@ cluster_view view_of(self_ptr self) {
   v.version = st.version;
   v.settled = settled(self);
   const auto held = held_for_room(self);
-  for (const auto& [id, m] : st.members) v.members.push_back(id);
+  for (const auto& [id, m] : st.members) {
+    v.members.push_back(id);
+    v.member_blocks += m.stats.total_blocks;
+  }
   for (const auto& [id, m] : st.members)
     if (alive(self, m))
       v.instances.push_back({id, m.stats.total_blocks, unreserved_free(st, id, m), m.draining || m.stats.draining,

@@ -27,7 +27,10 @@ namespace {
 constexpr int max_output_tokens = 32;
 constexpr auto partition_length = std::chrono::milliseconds(1000);  // shorter than a run, longer than a step
 constexpr int joiner_requests = 2;  // short requests sent once an instance joined (to it: it is the emptiest)
-constexpr auto run_deadline = std::chrono::seconds(180);
+/// A run waits while its requests move: it gives up once nothing was delivered for this long (a slow machine is
+/// not a stuck run), or at the cap.
+constexpr auto stall_limit = std::chrono::seconds(120);
+constexpr auto run_cap = std::chrono::minutes(30);
 
 /// One request of the load: what it asked for, what its client saw and what the instances sent it.
 struct record {
@@ -46,8 +49,15 @@ struct load {
   size_t ended = 0;
   /// Deliveries by request id, as the tap hears them (a request's first may come before its submit returns).
   std::map<request_id, std::vector<delivery>> deliveries;
+  /// When a token, an end or a delivery last came (the run's sign of life).
+  std::chrono::steady_clock::time_point last_progress = std::chrono::steady_clock::now();
   /// The long request's tokens as its client saw them.
   size_t long_tokens() const { return records[0].client.tokens.size(); }
+  /// Notes a sign of life and wakes the harness (called with `mutex` held).
+  void progressed() {
+    last_progress = std::chrono::steady_clock::now();
+    changed.notify_all();
+  }
 };
 
 /// `n` short greedy requests of random tokens (8 to 127 prompt tokens, 8 to max_output_tokens answers) drawn
@@ -133,7 +143,7 @@ void submit_all(cluster& c, load& l, const cluster_view& view, size_t from = 0) 
     request_callbacks cb{[&l, i](int32_t token) {
                            std::lock_guard lock(l.mutex);
                            l.records[i].client.tokens.push_back(token);
-                           l.changed.notify_all();
+                           l.progressed();
                          },
                          [&l, i](const request_finished& end) {
                            std::lock_guard lock(l.mutex);
@@ -143,11 +153,12 @@ void submit_all(cluster& c, load& l, const cluster_view& view, size_t from = 0) 
                              seen.reason = end.reason;
                              seen.error = end.error;
                            }
-                           l.changed.notify_all();
+                           l.progressed();
                          },
                          [&l](const delivery& d) {
                            std::lock_guard lock(l.mutex);
                            l.deliveries[d.req].push_back(d);
+                           l.progressed();
                          }};
     const request_id id = c.submit(l.records[i].params, std::move(cb), view);
     std::lock_guard lock(l.mutex);
@@ -160,6 +171,7 @@ delivery_tap tap_into(load& l) {
   return [&l](const delivery& d) {
     std::lock_guard lock(l.mutex);
     l.deliveries[d.req].push_back(d);
+    l.progressed();
   };
 }
 
@@ -380,6 +392,18 @@ const scenario* find_scenario(const std::string& name) {
 
 namespace {
 
+/// Waits until `done()` (checked every 10 ms: moves do not wake the harness) while the run shows signs of life;
+/// false when it stalled (nothing delivered for stall_limit) or reached `cap` first.
+template <typename Done>
+bool wait_while_alive(load& l, std::chrono::steady_clock::time_point cap, Done done) {
+  std::unique_lock lock(l.mutex);
+  while (!l.changed.wait_for(lock, std::chrono::milliseconds(10), done)) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= cap || now - l.last_progress >= stall_limit) return false;
+  }
+  return true;
+}
+
 /// Adds what the instances sent after `records` were taken, up to the cluster's stop, to their deliveries.
 void add_late_deliveries(load& l, std::vector<record>& records) {
   std::lock_guard lock(l.mutex);
@@ -425,19 +449,14 @@ run_result run(const gpu::loaded_model& model, const scenario& s, uint64_t seed,
   const instance_id owner = first ? first->inst_id : 0;
   const request_id long_id = 1;  // the cluster numbers requests from 1: the long one is submitted first
   submit_all(c, l, view);
-  const auto deadline = std::chrono::steady_clock::now() + run_deadline;
-  std::unique_lock lock(l.mutex);
-  while (std::chrono::steady_clock::now() < deadline &&  // moves do not wake it: it looks every 10 ms
-         !l.changed.wait_for(lock, std::chrono::milliseconds(10),
-                             [&] { return l.ended == l.records.size() || triggered(c, l, s, owner); })) {
-  }
-  lock.unlock();
+  const auto cap = std::chrono::steady_clock::now() + run_cap;
+  bool stalled = !wait_while_alive(l, cap, [&] { return l.ended == l.records.size() || triggered(c, l, s, owner); });
   const aim a = aim_at(c, l, s, long_id, owner);
   if (const std::string fault = act(c, l, s.what, a.target, seed, model); !fault.empty())
     out.tally.faults[fault] += 1;
-  lock.lock();
-  l.changed.wait_until(lock, deadline, [&] { return l.ended == l.records.size(); });
-  lock.unlock();
+  stalled = stalled || !wait_while_alive(l, cap, [&] { return l.ended == l.records.size(); });
+  if (stalled)
+    out.problems.push_back(fmt::format("the run stalled: nothing delivered for {} s", stall_limit.count()));
   uint64_t surviving = 0;
   const uint64_t leaked = leaked_blocks(c, out.problems, surviving);  // waits for the releases
   std::vector<record> records = snapshot(l);  // what the clients saw, before the stop cancels what still runs

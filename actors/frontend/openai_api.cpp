@@ -8,6 +8,7 @@
 
 #include "actors/frontend/logprobs_json.hpp"
 #include "actors/frontend/sampling_fields.hpp"
+#include "actors/frontend/tool_fields.hpp"
 #include "gpu/jinja/chat_template.hpp"
 
 namespace illm::actors::frontend {
@@ -42,10 +43,6 @@ std::optional<api_error> check_neutral(const json& body) {
   if (const json* v = field("best_of"); v && !v->is_null() && !(v->is_number_integer() && v->get<int64_t>() == 1))
     return bad("only best_of = 1 is supported", "best_of");
   if (const json* v = field("suffix"); v && !v->is_null()) return bad("suffix is not supported", "suffix");
-  if (const json* v = field("tools"); v && !v->is_null() && !(v->is_array() && v->empty()))
-    return bad("tools are not supported", "tools");
-  if (const json* v = field("tool_choice"); v && !v->is_null() && *v != "none")
-    return bad("tool_choice is not supported", "tool_choice");
   for (const char* name : {"user"})
     if (const json* v = field(name); v && !v->is_null() && !v->is_string())
       return bad(fmt::format("'{}' must be a string", name), name);
@@ -170,6 +167,7 @@ std::optional<api_error> render_messages(const jinja::json& body, const gpu::tok
                                          const jinja::chat_template& chat, completion_request& r,
                                          bool add_special = false) {
   jinja::json messages = body.at("messages");
+  if (auto e = prepare_tool_turns(messages)) return e;
   for (jinja::json& msg : messages)
     if (msg.contains("content") && !msg["content"].is_null())
       msg["content"] = *content_text(msg["content"], true);
@@ -177,7 +175,6 @@ std::optional<api_error> render_messages(const jinja::json& body, const gpu::tok
   if (!kwargs.is_null() && !kwargs.is_object()) return bad("'chat_template_kwargs' must be an object", "chat_template_kwargs");
   const jinja::json generation = body.value("add_generation_prompt", jinja::json(true));
   if (!generation.is_boolean()) return bad("'add_generation_prompt' must be a boolean", "add_generation_prompt");
-  // Tools reach the template through /tokenize; a chat completion with tools is refused before (check_neutral).
   jinja::json tools = body.value("tools", jinja::json());
   if (!tools.is_null() && !tools.is_array()) return bad("'tools' must be a list", "tools");
   if (tools.is_array() && tools.empty()) tools = nullptr;  // no tools, as the template sees it
@@ -257,6 +254,27 @@ std::optional<api_error> read_request(endpoint kind, const json& body, const jin
   return std::nullopt;
 }
 
+/// Calls as a message or a delta lists them, numbered from `first`.
+json tool_calls_json(std::span<const tool_call> calls, size_t first, bool indexed) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json call = {{"id", calls[i].id},
+                 {"type", "function"},
+                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (indexed) call["index"] = first + i;
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+/// The assistant's message of a request with tools: its content (null when it only calls) and its calls.
+json tool_message(const completion_result& result) {
+  json message = {{"role", "assistant"},
+                  {"content", result.content.empty() && !result.tool_calls.empty() ? json() : json(result.content)}};
+  if (!result.tool_calls.empty()) message["tool_calls"] = tool_calls_json(result.tool_calls, 0, false);
+  return message;
+}
+
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 json usage(const completion_result& r) {
@@ -301,11 +319,16 @@ std::variant<completion_request, api_error> parse_request(endpoint kind, std::st
   // A template sees the messages in the client's order (tool arguments' keys above all), and a schema's properties
   // are written in it: parsed again, ordered.
   const bool templated = kind == endpoint::chat_completions && chat;
-  const bool ordered_needed = templated || (parsed.is_object() && parsed.contains("response_format"));
+  const bool ordered_needed =
+      templated || (parsed.is_object() && (parsed.contains("response_format") || parsed.contains("tools") ||
+                                           parsed.contains("tool_choice")));
   const jinja::json ordered = ordered_needed ? jinja::json::parse(body, nullptr, false) : jinja::json();
-  if (auto e = read_request(kind, parsed, templated ? &ordered : nullptr, vocab, chat, limits, served_model, r)) return *e;
-  if (ordered_needed)
+  if (ordered_needed) {  // tools are checked before the template sees them
     if (auto e = read_response_format(ordered, limits, r)) return *e;
+    if (kind == endpoint::chat_completions)
+      if (auto e = read_tools(ordered, chat, limits, r)) return *e;
+  }
+  if (auto e = read_request(kind, parsed, templated ? &ordered : nullptr, vocab, chat, limits, served_model, r)) return *e;
   return r;
 }
 
@@ -333,8 +356,10 @@ std::string response_body(const completion_request& r, const std::string& id, in
   }
   if (r.kind == endpoint::completions)
     choice["text"] = echo ? echoed_text(r, *vocab) + result.text : result.text;
-  else
+  else if (r.call_syntax == tool_syntax::none)
     choice["message"] = {{"role", "assistant"}, {"content", result.text}};
+  else
+    choice["message"] = tool_message(result);
   if (r.return_token_ids) {
     choice["token_ids"] = result.token_ids;
     choice["prompt_token_ids"] = r.prompt_ids;
@@ -349,7 +374,7 @@ std::string response_body(const completion_request& r, const std::string& id, in
 
 std::string stream_chunk(const completion_request& r, const std::string& id, int64_t created, const std::string& text,
                          const std::string& finish_reason, bool first, const std::vector<int32_t>& token_ids,
-                         const logprobs_part* logprobs) {
+                         const logprobs_part* logprobs, std::span<const tool_call> calls, size_t first_call) {
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish(finish_reason)}};
   if (logprobs && logprobs->vocab) choice["logprobs"] = logprobs_json(r.kind, *logprobs);
   if (r.return_token_ids) {
@@ -361,7 +386,8 @@ std::string stream_chunk(const completion_request& r, const std::string& id, int
   } else {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
-    if (!text.empty() || (first && finish_reason.empty())) delta["content"] = text;
+    if (!text.empty() || (first && finish_reason.empty() && calls.empty())) delta["content"] = text;
+    if (!calls.empty()) delta["tool_calls"] = tool_calls_json(calls, first_call, true);
     choice["delta"] = delta;
   }
   return "data: " +

@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "actors/frontend/tool_calls.hpp"
 #include "gpu/sampler.hpp"
 #include "gpu/tokenizer.hpp"
 
@@ -35,7 +36,8 @@ struct api_limits {
   int max_logit_bias = 1024;     ///< tokens one logit_bias may name
   int max_stop_token_ids = 64;
   int max_logprobs = 20;         ///< alternatives per token (completions' logprobs, chat's top_logprobs)
-  size_t max_schema_bytes = size_t(64) << 10;  ///< a response_format's JSON schema, as compact JSON
+  size_t max_schema_bytes = size_t(64) << 10;  ///< a response_format's JSON schema, as compact JSON (a tool's too)
+  int max_tools = 128;           ///< functions one request may offer
   float default_temperature = 1.0f;  ///< when a request gives none: OpenAI's, or the model's generation_config.json
   float default_top_p = 1.0f;
 };
@@ -75,6 +77,10 @@ struct completion_request {
   bool echo = false;  ///< completions: the prompt comes back before the output (with its log probabilities)
   /// response_format as the grammar its output keeps to: a spec of gpu/grammar/constraint_cache.hpp (empty: none).
   std::string constraint;
+  /// How the output's tool calls are parsed (none: no tools, or tool_choice none).
+  tool_syntax call_syntax = tool_syntax::none;
+  std::vector<std::string> tool_names;  ///< the tools a call may name
+  bool tool_call_required = false;      ///< tool_choice required or a named function: the constraint makes one call
 };
 
 /// Parses and checks a request body for `kind`; `served_model` is the only model id accepted. Chat messages
@@ -96,6 +102,9 @@ struct completion_result {
   std::vector<int32_t> token_ids;  ///< generated
   std::vector<gpu::token_logprobs> logprobs;  ///< per generated token, when the request asked for them
   std::vector<gpu::token_logprobs> prompt_logprobs;  ///< with echo and logprobs: per prompt token (the first's empty)
+  /// With tools: the text without its tool calls, and the calls (tool_call_parser's split of `text`).
+  std::string content;
+  std::vector<tool_call> tool_calls;
 };
 
 /// Output tokens with their log probabilities, as a response or one streamed chunk shows them.
@@ -117,10 +126,11 @@ std::string response_body(const completion_request& r, const std::string& id, in
 
 /// One server-sent event carrying a streamed piece of text (finish_reason empty while running); with
 /// return_token_ids, the ids of the tokens whose text it carries (and the prompt's in the first); with `logprobs`,
-/// those tokens' log probabilities.
+/// those tokens' log probabilities; with `calls`, tool calls completed (the first numbered `first_call`).
 std::string stream_chunk(const completion_request& r, const std::string& id, int64_t created, const std::string& text,
                          const std::string& finish_reason, bool first, const std::vector<int32_t>& token_ids = {},
-                         const logprobs_part* logprobs = nullptr);
+                         const logprobs_part* logprobs = nullptr, std::span<const tool_call> calls = {},
+                         size_t first_call = 0);
 
 /// The usage event a stream sends last when stream_options.include_usage is set.
 std::string stream_usage(const completion_request& r, const std::string& id, int64_t created,

@@ -8,6 +8,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include <fmt/format.h>
@@ -84,7 +85,8 @@ service::service(request_router& router, std::shared_ptr<const gpu::tokenizer> v
       metrics_(std::move(metrics)),
       options_(std::move(options)),
       feed_(router_, [this] { return tokens_out_.load(std::memory_order_relaxed); }),
-      started_(unix_now()) {
+      started_(unix_now()),
+      call_id_salt_(std::random_device{}() * 0x9e3779b97f4a7c15ull ^ uint64_t(unix_now())) {
   if (metrics_)
     http_.on_refusal([m = metrics_](const char* reason) { m->http_connections_refused.with({reason}).add(); });
   http_.route("/health", {"GET"}, [this](const http_request&, http_reply& reply) {
@@ -206,8 +208,11 @@ std::optional<completion_request> service::accept(endpoint kind, const http_requ
     auto made = options_.constraints ? options_.constraints->get(r.constraint)
                                      : gpu::result<std::shared_ptr<const gpu::grammar::constraint>>(
                                            gpu::status{gpu::status_code::unsupported, "structured outputs are off"});
-    if (!made.is_ok()) return refuse(reply, make_error(400, made.error().message(), "invalid_request_error",
-                                                       "response_format"), "invalid"), std::nullopt;
+    if (!made.is_ok())
+      return refuse(reply, make_error(400, made.error().message(), "invalid_request_error",
+                                      r.tool_call_required ? "tools" : "response_format"),
+                    "invalid"),
+             std::nullopt;
   }
   const serving_capacity capacity = capacity_of(view);
   if (capacity.instances == 0)
@@ -238,6 +243,7 @@ struct service::answer {
   std::optional<clock::time_point> last_token;
   std::vector<int32_t> unsent_ids;  ///< tokens whose text no chunk has carried yet (half a character, a stop's start)
   size_t logprobs_offset = 0;  ///< completions' text_offset of the first unsent token
+  std::optional<tool_call_parser> calls;  ///< with tools: splits the text into content and calls
 };
 
 namespace {
@@ -332,6 +338,8 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
   const completion_request& r = *accepted;
   answer a{r, id, unix_now(), clock::now(), text_stream(*vocab_, r.prompt_ids.back(), r.stop), {}};
   a.result.prompt_tokens = int(r.prompt_ids.size());
+  if (r.call_syntax != tool_syntax::none)
+    a.calls.emplace(r.call_syntax, r.tool_names, fmt::format("call_{:016x}_", call_id_salt_ ^ next_id_.load() * 0xbf58476d1ce4e5b9ull));
   auto channel = std::make_shared<event_channel>();
   const generate_params params = cluster_params(r, r.seed.value_or(std::hash<std::string>{}(id)), options_.end_ids);
   a.cluster_id = router_.submit(params, channel->callbacks(), view);
@@ -368,12 +376,14 @@ void service::relay_token(answer& a, const token_event& event, http_reply& reply
   a.result.token_ids.push_back(token);
   if (a.r.sampling.logprobs >= 0) a.result.logprobs.push_back(logprobs_of(event));
   a.unsent_ids.push_back(token);
-  const std::string piece = a.text.push(token);
-  a.result.text += piece;
-  if (a.r.stream && !a.client_gone && !piece.empty()) {
+  const std::string released = a.text.push(token);
+  a.result.text += released;
+  const tool_call_parser::piece piece = split_calls(a, released, false);
+  if (a.r.stream && !a.client_gone && (!piece.content.empty() || !piece.calls.empty())) {
     const auto logprobs = unsent_logprobs(a);
-    a.client_gone = !reply.write(stream_chunk(a.r, a.id, a.created, piece, "", a.first_chunk, a.unsent_ids,
-                                              logprobs ? &*logprobs : nullptr));
+    a.client_gone = !reply.write(stream_chunk(a.r, a.id, a.created, piece.content, "", a.first_chunk, a.unsent_ids,
+                                              logprobs ? &*logprobs : nullptr, piece.calls,
+                                              a.result.tool_calls.size() - piece.calls.size()));
     a.first_chunk = false;
     mark_sent(a);
   }
@@ -383,11 +393,29 @@ void service::relay_token(answer& a, const token_event& event, http_reply& reply
   }
 }
 
+tool_call_parser::piece service::split_calls(answer& a, const std::string& text, bool last) {
+  if (!a.calls) return {text, {}};
+  tool_call_parser::piece piece = a.calls->push(text);
+  if (last) {
+    tool_call_parser::piece rest = a.calls->finish();
+    piece.content += rest.content;
+    piece.calls.insert(piece.calls.end(), rest.calls.begin(), rest.calls.end());
+  }
+  a.result.content += piece.content;
+  a.result.tool_calls.insert(a.result.tool_calls.end(), piece.calls.begin(), piece.calls.end());
+  return piece;
+}
+
 void service::finish(answer& a, const request_finished& end, http_reply& reply) {
-  const std::string rest = a.text.stopped() ? "" : a.text.finish();
-  a.result.text += rest;
-  a.result.finish_reason = a.text.stopped() || end.reason == "stop" ? "stop" : "length";
-  const std::string outcome = a.client_gone ? "abort" : end.reason == "error" ? "error" : a.result.finish_reason;
+  const std::string released = a.text.stopped() ? "" : a.text.finish();
+  a.result.text += released;
+  const tool_call_parser::piece rest = split_calls(a, released, true);
+  a.result.finish_reason = !a.result.tool_calls.empty()                ? "tool_calls"
+                           : a.text.stopped() || end.reason == "stop" ? "stop"
+                                                                       : "length";
+  const std::string outcome = a.client_gone ? "abort" : end.reason == "error" ? "error"
+                              : a.result.finish_reason == "tool_calls"         ? "stop"  // the engine's reason
+                                                                                : a.result.finish_reason;
   if (metrics_) {
     metrics_->request_success.with({outcome}).add();
     if (end.reason == "error") metrics_->requests_failed.with({metrics::failure_reason(end.error)}).add();
@@ -405,8 +433,9 @@ void service::finish(answer& a, const request_finished& end, http_reply& reply) 
     reply.write("data: " + error_body(make_error(500, "generation failed: " + end.error, "server_error")) + "\n\n");
   } else {
     const auto logprobs = unsent_logprobs(a);
-    reply.write(stream_chunk(a.r, a.id, a.created, rest, a.result.finish_reason, a.first_chunk, a.unsent_ids,
-                             logprobs && !a.unsent_ids.empty() ? &*logprobs : nullptr));
+    reply.write(stream_chunk(a.r, a.id, a.created, rest.content, a.result.finish_reason, a.first_chunk, a.unsent_ids,
+                             logprobs && !a.unsent_ids.empty() ? &*logprobs : nullptr, rest.calls,
+                             a.result.tool_calls.size() - rest.calls.size()));
     if (a.r.include_usage) reply.write(stream_usage(a.r, a.id, a.created, a.result));
   }
   reply.write("data: [DONE]\n\n");

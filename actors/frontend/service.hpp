@@ -76,6 +76,9 @@ class service {
   static int32_t token_before_unsent(const answer& a);
   /// The unsent ids of `a` went out in a chunk.
   void mark_sent(answer& a);
+  /// Passes released text of `a` through its tool-call parser (when it has tools); a stream gets the content and
+  /// the calls completed.
+  tool_call_parser::piece split_calls(answer& a, const std::string& text, bool last);
   /// The end of `a`: metrics, then the whole response or the stream's last chunk, usage and [DONE].
   void finish(answer& a, const request_finished& end, http_reply& reply);
   bool authorized(const http_request& req, http_reply& reply);
@@ -96,6 +99,7 @@ class service {
   std::atomic<int> in_flight_{0};
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{1};
+  const uint64_t call_id_salt_;  ///< random per process: tool call ids differ across restarts
   const int64_t started_ = 0;
 };
 

@@ -29,9 +29,9 @@ bool others_have_free(const instance_state& st) {
 /// The blocks a request may have in all: the cluster's, or (without lending or a view) the pool's.
 uint32_t capacity_for(const instance_state& st) {
   if (!st.have_view || !st.config.lending) return st.config.pool->total_blocks();
-  uint32_t capacity = 0;
+  uint64_t capacity = 0;  // members late with their heartbeats count: their pools are still there
   for (const auto& i : st.view.instances) capacity += i.total_blocks;
-  return capacity;
+  return uint32_t(std::min<uint64_t>(std::max(capacity, st.view.member_blocks), UINT32_MAX));
 }
 
 /// Asks for room elsewhere for a request that keeps `ask.keep` of its `ask.need` blocks here (once; again

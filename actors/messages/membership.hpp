@@ -65,6 +65,9 @@ struct cluster_view {
   /// Every member's id, those silent for a while (left out of `instances`) too: an id missing here has
   /// left the cluster or died, one only missing from `instances` may come back.
   std::vector<instance_id> members;
+  /// The blocks of every member's pool, those silent for a while too: what the cluster can hold (a member late
+  /// with its heartbeats on a loaded machine still holds its pool).
+  uint64_t member_blocks = 0;
   /// Whether this view comes after `other` (a later gManager, or a later change of the same one).
   bool newer_than(const cluster_view& other) const {
     return std::tie(epoch, version) > std::tie(other.epoch, other.version);
@@ -83,7 +86,7 @@ struct cluster_view {
     return n;
   }
 };
-ILLM_INSPECT(cluster_view, x.epoch, x.version, x.settled, x.instances, x.members)
+ILLM_INSPECT(cluster_view, x.epoch, x.version, x.settled, x.instances, x.members, x.member_blocks)
 
 /// rManager -> gManager: a new instance and its actors.
 struct join_cluster {

@@ -20,13 +20,24 @@ result<std::shared_ptr<const constraint>> constraint_cache::get(const std::strin
     }
   }
   std::shared_ptr<const grammar> rules;
-  const std::string prefix = json_schema_spec_prefix;
+  const std::string prefix = json_schema_spec_prefix, wrapped = wrapped_schema_spec_prefix;
   if (spec == json_object_spec) {
     rules = json_object_grammar();
   } else if (spec.rfind(prefix, 0) == 0) {
     const auto schema = nlohmann::ordered_json::parse(spec.substr(prefix.size()), nullptr, false);
     if (schema.is_discarded()) return status{status_code::invalid_argument, "the json schema is not valid JSON"};
     auto compiled = json_schema_grammar(schema, limits_);
+    if (!compiled.is_ok()) return compiled.error();
+    rules = compiled.value();
+  } else if (spec.rfind(wrapped, 0) == 0) {
+    const auto parts = nlohmann::ordered_json::parse(spec.substr(wrapped.size()), nullptr, false);
+    if (!parts.is_object() || !parts.contains("schema") || !parts.value("before", nlohmann::ordered_json()).is_string() ||
+        !parts.value("after", nlohmann::ordered_json()).is_string())
+      return status{status_code::invalid_argument, "a wrapped schema needs before, schema and after"};
+    schema_limits limits = limits_;
+    limits.strict = parts.value("strict", false);
+    auto compiled = wrapped_schema_grammar(parts.at("schema"), parts.at("before").get<std::string>(),
+                                           parts.at("after").get<std::string>(), limits);
     if (!compiled.is_ok()) return compiled.error();
     rules = compiled.value();
   } else {

@@ -1,6 +1,7 @@
 #pragma once
 // The constraints of structured outputs by their spec, compiled once per process over the model's vocabulary:
-// "json_object" (any JSON object) or "json_schema " followed by a schema's JSON text. What requests carry is the
+// "json_object" (any JSON object), "json_schema " followed by a schema's JSON text, or "wrapped_json " followed by
+// {"before", "schema", "after"} (a schema's texts between two fixed texts: a tool call as a model writes it). What requests carry is the
 // spec; each instance (and the front end, to refuse a bad schema before it runs) looks it up here.
 
 #include <list>
@@ -20,6 +21,10 @@ namespace illm::gpu::grammar {
 inline constexpr const char* json_object_spec = "json_object";
 /// The spec of a schema's language: the prefix, then the schema's JSON text.
 inline constexpr const char* json_schema_spec_prefix = "json_schema ";
+
+/// The spec of a wrapped schema's language: the prefix, then {"before": text, "schema": schema, "after": text,
+/// "strict": bool} (strict: schema_limits::strict).
+inline constexpr const char* wrapped_schema_spec_prefix = "wrapped_json ";
 
 /// Compiled constraints by spec, the most recently used kept.
 class constraint_cache {

@@ -237,7 +237,7 @@ result<uint32_t> compiler::object_of(const json& s, const std::string& where, in
   for (const char* k : {"patternProperties", "minProperties", "maxProperties", "dependentRequired",
                         "dependentSchemas", "propertyNames", "unevaluatedProperties", "if", "then", "else"})
     if (s.contains(k)) return refuse(where, std::string(k) + " is not supported");
-  const json additional = s.value("additionalProperties", json(true));
+  const json additional = s.value("additionalProperties", json(!limits_.strict));
   if (!additional.is_boolean() && !additional.is_object())
     return refuse(where, "additionalProperties must be a boolean or a schema");
   const json properties = s.value("properties", json::object());
@@ -355,10 +355,21 @@ result<uint32_t> compiler::value_of(const json& s, const std::string& where, int
 
 result<std::shared_ptr<const grammar>> json_schema_grammar(const nlohmann::ordered_json& schema,
                                                            const schema_limits& limits) {
+  return wrapped_schema_grammar(schema, "", "", limits);
+}
+
+result<std::shared_ptr<const grammar>> wrapped_schema_grammar(const nlohmann::ordered_json& schema,
+                                                              std::string_view before, std::string_view after,
+                                                              const schema_limits& limits) {
   compiler c(schema, limits);
-  auto root = c.value_of(schema, "", 0);
-  if (!root.is_ok()) return root.error();
-  ILLM_RETURN_IF_ERROR(c.g.finish(root.value()));
+  auto value = c.value_of(schema, "", 0);
+  if (!value.is_ok()) return value.error();
+  uint32_t root = value.value();
+  if (!before.empty() || !after.empty()) {
+    root = c.g.add_rule("wrapped");
+    c.g.add(root, cat({literal(before), {ref(value.value())}, literal(after)}));
+  }
+  ILLM_RETURN_IF_ERROR(c.g.finish(root));
   return std::shared_ptr<const grammar>(std::make_shared<grammar>(std::move(c.g)));
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -23,12 +24,20 @@ struct schema_limits {
   int max_depth = 32;         ///< nested schemas
   size_t max_rules = 20000;   ///< grammar rules the schema becomes
   int max_bounded_items = 256;  ///< the largest maxItems (a larger bound reads as none)
+  /// An object that gives no additionalProperties admits only its properties (as OpenAI's strict function calling):
+  /// a tool's arguments without properties are {}.
+  bool strict = false;
 };
 
 /// The grammar of the JSON texts `schema` accepts; an error names the keyword (and where) it cannot follow.
 /// Properties are written in the schema's order (hence ordered JSON).
 result<std::shared_ptr<const grammar>> json_schema_grammar(const nlohmann::ordered_json& schema,
                                                            const schema_limits& limits = {});
+
+/// The texts `before`, then a JSON text `schema` accepts, then `after` (a tool call in a model's own wrapping).
+result<std::shared_ptr<const grammar>> wrapped_schema_grammar(const nlohmann::ordered_json& schema,
+                                                              std::string_view before, std::string_view after,
+                                                              const schema_limits& limits = {});
 
 /// The grammar of any JSON object (response_format json_object).
 std::shared_ptr<const grammar> json_object_grammar();

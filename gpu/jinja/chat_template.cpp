@@ -8,6 +8,7 @@ gpu::result<chat_template> chat_template::create(const std::string& source, std:
     chat_template t(template_program::parse(source));
     t.bos_ = std::move(bos_token);
     t.eos_ = std::move(eos_token);
+    t.source_ = source;
     return t;
   } catch (const template_error& e) {
     return gpu::status{gpu::status_code::corrupt_model, origin + ": chat template: " + e.what()};

@@ -23,10 +23,13 @@ class chat_template {
   gpu::result<std::string> render(const json& messages, const json& tools, bool add_generation_prompt,
                                   const json& kwargs) const;
 
+  /// The template's text (what the front end reads a model's tool-call format from).
+  const std::string& source() const { return source_; }
+
  private:
   explicit chat_template(template_program p) : program_(std::move(p)) {}
   template_program program_;
-  std::string bos_, eos_;
+  std::string bos_, eos_, source_;
 };
 
 }  // namespace illm::jinja

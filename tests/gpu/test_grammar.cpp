@@ -89,6 +89,19 @@ TEST_SUITE("gpu") {
       CHECK_FALSE_MESSAGE(reads(*g, no), no);
   }
 
+  TEST_CASE("a wrapped schema reads its texts between the two fixed ones (a tool call as a model writes it)") {
+    const json schema = json::parse(R"({"type": "object", "properties": {"name": {"const": "f"},
+        "arguments": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+        "required": ["name", "arguments"], "additionalProperties": false})");
+    const auto g = grammar::wrapped_schema_grammar(schema, "<tool_call>\n", "\n</tool_call>");
+    REQUIRE(g.is_ok());
+    CHECK(reads(*g.value(), "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 3}}\n</tool_call>"));
+    for (const char* no : {"{\"name\": \"f\", \"arguments\": {\"x\": 3}}", "<tool_call>\n{\"name\": \"g\", "
+                           "\"arguments\": {\"x\": 3}}\n</tool_call>", "<tool_call>\n{\"name\": \"f\", \"arguments\": "
+                           "{\"x\": 3}}"})
+      CHECK_FALSE_MESSAGE(reads(*g.value(), no), no);
+  }
+
   TEST_CASE("a schema's grammar reads the texts it accepts, and walks through it give valid JSON") {
     const json schema = json::parse(R"({
       "type": "object",

@@ -28,11 +28,17 @@ MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
 
 
 def reference_ids(work):
-    """Jinja2's prompt text, tokenized by Hugging Face's JS tokenizers."""
+    """Jinja2's prompt text of MESSAGES through TEMPLATE, tokenized by Hugging Face's JS tokenizers."""
+    return reference_ids_of(work, TEMPLATE, {"messages": MESSAGES})
+
+
+def reference_ids_of(work, template, variables):
+    """Jinja2's prompt text of `variables` (messages, tools) through `template`, tokenized by Hugging Face's JS
+    tokenizers (Llama 3.1's vocabulary)."""
     with open(os.path.join(work, "messages.json"), "w") as f:
-        json.dump({"messages": MESSAGES}, f)
+        json.dump(variables, f)
     here = os.path.dirname(os.path.abspath(__file__))
-    subprocess.run([PYTHON, os.path.join(here, "hf_chat_reference.py"), TEMPLATE, os.path.join(work, "messages.json"),
+    subprocess.run([PYTHON, os.path.join(here, "hf_chat_reference.py"), template, os.path.join(work, "messages.json"),
                     os.path.join(work, "prompt.txt")], check=True)
     with open(os.path.join(work, "prompt.txt"), encoding="utf-8") as f:
         prompt = f.read()
