@@ -38,10 +38,6 @@ const std::set<std::string>& allowed_fields(endpoint kind) {
 /// A field that this server lacks is accepted only at the value that means "off".
 std::optional<api_error> check_neutral(const json& body) {
   auto field = [&](const char* name) -> const json* { return body.contains(name) ? &body.at(name) : nullptr; };
-  if (const json* v = field("n"); v && !v->is_null() && !(v->is_number_integer() && v->get<int64_t>() == 1))
-    return bad("only n = 1 is supported", "n");
-  if (const json* v = field("best_of"); v && !v->is_null() && !(v->is_number_integer() && v->get<int64_t>() == 1))
-    return bad("only best_of = 1 is supported", "best_of");
   if (const json* v = field("suffix"); v && !v->is_null()) return bad("suffix is not supported", "suffix");
   for (const char* name : {"user"})
     if (const json* v = field(name); v && !v->is_null() && !v->is_string())
@@ -51,6 +47,22 @@ std::optional<api_error> check_neutral(const json& body) {
       return bad(fmt::format("'{}' must be a boolean", name), name);
   if (const json* v = field("metadata"); v && !v->is_null() && !v->is_object())
     return bad("'metadata' must be an object", "metadata");
+  return std::nullopt;
+}
+
+/// n choices (1 to max_n); completions' best_of (n to max_n; more than n cannot stream: the best are known at
+/// the end).
+std::optional<api_error> read_choices(const json& body, const api_limits& limits, completion_request& r) {
+  for (auto [name, out] : {std::pair{"n", &r.n}, std::pair{"best_of", &r.best_of}}) {
+    if (!body.contains(name) || body.at(name).is_null()) continue;
+    const json& v = body.at(name);
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > limits.max_n)
+      return bad(fmt::format("'{}' must be an integer from 1 to {}", name, limits.max_n), name);
+    *out = int(v.get<int64_t>());
+  }
+  if (!body.contains("best_of") || body.at("best_of").is_null()) r.best_of = r.n;
+  if (r.best_of < r.n) return bad("best_of must be at least n", "best_of");
+  if (r.best_of > r.n && r.stream) return bad("best_of above n cannot be streamed", "best_of");
   return std::nullopt;
 }
 
@@ -240,6 +252,7 @@ std::optional<api_error> read_request(endpoint kind, const json& body, const jin
   }
   if (auto e = read_stop(body, limits, r)) return e;
   if (auto e = read_stream(body, r)) return e;
+  if (auto e = read_choices(body, limits, r)) return e;
   if (auto e = kind == endpoint::completions ? read_prompt(body, vocab, r) : read_messages(body, ordered, vocab, chat, r))
     return e;
   if (int(r.prompt_ids.size()) > limits.max_prompt_tokens)
@@ -277,10 +290,10 @@ json tool_message(const completion_result& result) {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-json usage(const completion_result& r) {
-  return {{"prompt_tokens", r.prompt_tokens},
-          {"completion_tokens", r.completion_tokens},
-          {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+json usage(int prompt_tokens, int completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
 json finish(const std::string& reason) { return reason.empty() ? json() : json(reason); }
@@ -342,7 +355,15 @@ std::string error_body(const api_error& e) {
 
 std::string response_body(const completion_request& r, const std::string& id, int64_t created,
                           const completion_result& result, const gpu::tokenizer* vocab) {
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", result.finish_reason}};
+  return response_body(r, id, created, std::span(&result, 1), result.completion_tokens, vocab);
+}
+
+namespace {
+
+/// One choice of a response, numbered `index`.
+json choice_json(const completion_request& r, size_t index, const completion_result& result,
+                 const gpu::tokenizer* vocab) {
+  json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", result.finish_reason}};
   const bool echo = r.echo && vocab;
   if (r.sampling.logprobs >= 0 && vocab && echo) {
     std::vector<int32_t> ids = r.prompt_ids;
@@ -364,18 +385,29 @@ std::string response_body(const completion_request& r, const std::string& id, in
     choice["token_ids"] = result.token_ids;
     choice["prompt_token_ids"] = r.prompt_ids;
   }
+  return choice;
+}
+
+}  // namespace
+
+std::string response_body(const completion_request& r, const std::string& id, int64_t created,
+                          std::span<const completion_result> choices, int completion_tokens,
+                          const gpu::tokenizer* vocab) {
+  json listed = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) listed.push_back(choice_json(r, i, choices[i], vocab));
+  const int prompt_tokens = choices.empty() ? 0 : choices.front().prompt_tokens;
   return dump({{"id", id},
                {"object", r.kind == endpoint::completions ? "text_completion" : "chat.completion"},
                {"created", created},
                {"model", r.model},
-               {"choices", json::array({choice})},
-               {"usage", usage(result)}});
+               {"choices", listed},
+               {"usage", usage(prompt_tokens, completion_tokens)}});
 }
 
 std::string stream_chunk(const completion_request& r, const std::string& id, int64_t created, const std::string& text,
                          const std::string& finish_reason, bool first, const std::vector<int32_t>& token_ids,
                          const logprobs_part* logprobs, std::span<const tool_call> calls, size_t first_call) {
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish(finish_reason)}};
+  json choice = {{"index", r.choice}, {"logprobs", nullptr}, {"finish_reason", finish(finish_reason)}};
   if (logprobs && logprobs->vocab) choice["logprobs"] = logprobs_json(r.kind, *logprobs);
   if (r.return_token_ids) {
     choice["token_ids"] = token_ids;
@@ -403,15 +435,15 @@ std::string echoed_text(const completion_request& r, const gpu::tokenizer& vocab
   return vocab.decode(r.prompt_ids, -1);
 }
 
-std::string stream_usage(const completion_request& r, const std::string& id, int64_t created,
-                         const completion_result& result) {
+std::string stream_usage(const completion_request& r, const std::string& id, int64_t created, int prompt_tokens,
+                         int completion_tokens) {
   return "data: " +
          dump({{"id", id},
                {"object", r.kind == endpoint::completions ? "text_completion" : "chat.completion.chunk"},
                {"created", created},
                {"model", r.model},
                {"choices", json::array()},
-               {"usage", usage(result)}}) +
+               {"usage", usage(prompt_tokens, completion_tokens)}}) +
          "\n\n";
 }
 

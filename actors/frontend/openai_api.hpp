@@ -38,6 +38,7 @@ struct api_limits {
   int max_logprobs = 20;         ///< alternatives per token (completions' logprobs, chat's top_logprobs)
   size_t max_schema_bytes = size_t(64) << 10;  ///< a response_format's JSON schema, as compact JSON (a tool's too)
   int max_tools = 128;           ///< functions one request may offer
+  int max_n = 16;                ///< choices one request may ask (n, best_of)
   float default_temperature = 1.0f;  ///< when a request gives none: OpenAI's, or the model's generation_config.json
   float default_top_p = 1.0f;
 };
@@ -81,6 +82,9 @@ struct completion_request {
   tool_syntax call_syntax = tool_syntax::none;
   std::vector<std::string> tool_names;  ///< the tools a call may name
   bool tool_call_required = false;      ///< tool_choice required or a named function: the constraint makes one call
+  int n = 1;        ///< choices returned
+  int best_of = 1;  ///< completions: choices generated (the n with the highest log probability are returned)
+  int choice = 0;   ///< which choice this copy of the request runs (its index in responses and chunks)
 };
 
 /// Parses and checks a request body for `kind`; `served_model` is the only model id accepted. Chat messages
@@ -123,6 +127,11 @@ std::string echoed_text(const completion_request& r, const gpu::tokenizer& vocab
 /// The JSON body of a non-streamed response.
 std::string response_body(const completion_request& r, const std::string& id, int64_t created,
                           const completion_result& result, const gpu::tokenizer* vocab = nullptr);
+/// The JSON body of a response of several choices (numbered in order); usage counts `completion_tokens` (every
+/// choice generated, those best_of left out too).
+std::string response_body(const completion_request& r, const std::string& id, int64_t created,
+                          std::span<const completion_result> choices, int completion_tokens,
+                          const gpu::tokenizer* vocab = nullptr);
 
 /// One server-sent event carrying a streamed piece of text (finish_reason empty while running); with
 /// return_token_ids, the ids of the tokens whose text it carries (and the prompt's in the first); with `logprobs`,
@@ -133,8 +142,8 @@ std::string stream_chunk(const completion_request& r, const std::string& id, int
                          size_t first_call = 0);
 
 /// The usage event a stream sends last when stream_options.include_usage is set.
-std::string stream_usage(const completion_request& r, const std::string& id, int64_t created,
-                         const completion_result& result);
+std::string stream_usage(const completion_request& r, const std::string& id, int64_t created, int prompt_tokens,
+                         int completion_tokens);
 
 /// POST /tokenize (as vLLM): {model, prompt, add_special_tokens} or the chat form {model, messages,
 /// add_generation_prompt, add_special_tokens, chat_template_kwargs, tools} -> {tokens, count, max_model_len}.

@@ -31,33 +31,39 @@ int64_t unix_now() {
 struct event_channel : std::enable_shared_from_this<event_channel> {
   std::mutex mutex;
   std::condition_variable changed;
-  std::deque<token_event> tokens;
-  std::optional<request_finished> end;
+  std::deque<std::pair<size_t, token_event>> tokens;  ///< by choice
+  std::vector<std::optional<request_finished>> ends;  ///< one per choice
 
-  /// The request's callbacks, which fill the channel.
-  request_callbacks callbacks() {
+  explicit event_channel(size_t choices) : ends(choices) {}
+
+  /// The callbacks of choice `i`'s request, which fill the channel.
+  request_callbacks callbacks(size_t i) {
     auto self = shared_from_this();
     request_callbacks c;
-    c.on_token_event = [self](const token_event& token) {
+    c.on_token_event = [self, i](const token_event& token) {
       std::lock_guard lock(self->mutex);
-      self->tokens.push_back(token);
+      self->tokens.emplace_back(i, token);
       self->changed.notify_all();
     };
-    c.on_finished = [self](const request_finished& finished) {
+    c.on_finished = [self, i](const request_finished& finished) {
       std::lock_guard lock(self->mutex);
-      self->end = finished;
+      self->ends[i] = finished;
       self->changed.notify_all();
     };
     return c;
   }
 
-  /// Waits up to a second for tokens or the end; returns the tokens, or none and sets `ended` once ended.
-  std::deque<token_event> wait(std::optional<request_finished>& ended) {
-    std::deque<token_event> out;
+  bool all_ended() const {
+    return std::all_of(ends.begin(), ends.end(), [](const auto& e) { return e.has_value(); });
+  }
+
+  /// Waits up to a second for tokens or the ends; returns the tokens, or none and copies the ends once all ended.
+  std::deque<std::pair<size_t, token_event>> wait(std::vector<std::optional<request_finished>>& ended) {
+    std::deque<std::pair<size_t, token_event>> out;
     std::unique_lock lock(mutex);
-    changed.wait_for(lock, std::chrono::seconds(1), [&] { return !tokens.empty() || end.has_value(); });
+    changed.wait_for(lock, std::chrono::seconds(1), [&] { return !tokens.empty() || all_ended(); });
     out.swap(tokens);
-    if (out.empty()) ended = end;
+    if (out.empty() && all_ended()) ended = ends;
     return out;
   }
 };
@@ -244,6 +250,8 @@ struct service::answer {
   std::vector<int32_t> unsent_ids;  ///< tokens whose text no chunk has carried yet (half a character, a stop's start)
   size_t logprobs_offset = 0;  ///< completions' text_offset of the first unsent token
   std::optional<tool_call_parser> calls;  ///< with tools: splits the text into content and calls
+  tool_call_parser::piece rest;           ///< what the end released (the last chunk's)
+  double cumulative_logprob = 0;          ///< of the tokens sampled (best_of ranks the choices by it)
 };
 
 namespace {
@@ -336,27 +344,44 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
         "busy");
   const std::string id = fmt::format("{}-{}", kind == endpoint::completions ? "cmpl" : "chatcmpl", next_id_++);
   const completion_request& r = *accepted;
-  answer a{r, id, unix_now(), clock::now(), text_stream(*vocab_, r.prompt_ids.back(), r.stop), {}};
-  a.result.prompt_tokens = int(r.prompt_ids.size());
-  if (r.call_syntax != tool_syntax::none)
-    a.calls.emplace(r.call_syntax, r.tool_names, fmt::format("call_{:016x}_", call_id_salt_ ^ next_id_.load() * 0xbf58476d1ce4e5b9ull));
-  auto channel = std::make_shared<event_channel>();
-  const generate_params params = cluster_params(r, r.seed.value_or(std::hash<std::string>{}(id)), options_.end_ids);
-  a.cluster_id = router_.submit(params, channel->callbacks(), view);
-  if (metrics_) metrics_->prompt_tokens.with().add(double(r.prompt_ids.size()));
-  if (r.stream && !reply.start_stream("text/event-stream")) a.client_gone = true;
-  std::optional<request_finished> end;
-  while (!end) {
-    std::deque<token_event> tokens = channel->wait(end);
-    if (tokens.empty() && !end && r.stream && !a.client_gone)
-      a.client_gone = !reply.write(": keep-alive\n\n");  // notices a client that left while we wait
-    for (const token_event& token : tokens) relay_token(a, token, reply);
-    if (a.client_gone && !a.cancelled_by_us) {
-      a.cancelled_by_us = true;
-      router_.cancel(a.cluster_id);  // frees its blocks; the end event follows
+  const uint64_t seed = r.seed.value_or(std::hash<std::string>{}(id));
+  std::vector<answer> answers;
+  auto channel = std::make_shared<event_channel>(size_t(r.best_of));
+  for (int i = 0; i < r.best_of; ++i) {  // a choice each, with a sampling stream of its own
+    completion_request choice = r;
+    choice.choice = i;
+    answers.push_back({choice, id, unix_now(), clock::now(), text_stream(*vocab_, r.prompt_ids.back(), r.stop), {}});
+    answer& a = answers.back();
+    a.result.prompt_tokens = int(r.prompt_ids.size());
+    if (r.call_syntax != tool_syntax::none)
+      a.calls.emplace(r.call_syntax, r.tool_names,
+                      fmt::format("call_{:016x}_{}_", call_id_salt_ ^ next_id_.load() * 0xbf58476d1ce4e5b9ull, i));
+    generate_params params = cluster_params(r, seed + uint64_t(i), options_.end_ids);
+    if (r.best_of > r.n) params.logprobs = std::max(params.logprobs, 0);  // the choices are ranked by them
+    a.cluster_id = router_.submit(params, channel->callbacks(size_t(i)), view);
+    if (metrics_) metrics_->prompt_tokens.with().add(double(r.prompt_ids.size()));
+  }
+  bool gone = r.stream && !reply.start_stream("text/event-stream");
+  std::vector<std::optional<request_finished>> ends;
+  while (ends.empty()) {
+    auto tokens = channel->wait(ends);
+    if (tokens.empty() && ends.empty() && r.stream && !gone)
+      gone = !reply.write(": keep-alive\n\n");  // notices a client that left while we wait
+    for (auto& [i, token] : tokens) {
+      answers[i].client_gone = gone;
+      relay_token(answers[i], token, reply);
+      gone = gone || answers[i].client_gone;
+    }
+    for (answer& a : answers) {
+      a.client_gone = gone;
+      if (gone && !a.cancelled_by_us) {
+        a.cancelled_by_us = true;
+        router_.cancel(a.cluster_id);  // frees its blocks; the end event follows
+      }
     }
   }
-  finish(a, *end, reply);
+  for (size_t i = 0; i < answers.size(); ++i) settle(answers[i], *ends[i]);
+  respond(answers, ends, reply);
 }
 
 void service::relay_token(answer& a, const token_event& event, http_reply& reply) {
@@ -375,6 +400,7 @@ void service::relay_token(answer& a, const token_event& event, http_reply& reply
   if (a.result.token_ids.empty() && a.r.echo) echo_prompt(a, event, reply);
   a.result.token_ids.push_back(token);
   if (a.r.sampling.logprobs >= 0) a.result.logprobs.push_back(logprobs_of(event));
+  if (!event.logprobs.empty()) a.cumulative_logprob += event.logprobs.front().logprob;
   a.unsent_ids.push_back(token);
   const std::string released = a.text.push(token);
   a.result.text += released;
@@ -406,37 +432,74 @@ tool_call_parser::piece service::split_calls(answer& a, const std::string& text,
   return piece;
 }
 
-void service::finish(answer& a, const request_finished& end, http_reply& reply) {
+void service::settle(answer& a, const request_finished& end) {
   const std::string released = a.text.stopped() ? "" : a.text.finish();
   a.result.text += released;
-  const tool_call_parser::piece rest = split_calls(a, released, true);
+  a.rest = split_calls(a, released, true);
   a.result.finish_reason = !a.result.tool_calls.empty()                ? "tool_calls"
                            : a.text.stopped() || end.reason == "stop" ? "stop"
                                                                        : "length";
   const std::string outcome = a.client_gone ? "abort" : end.reason == "error" ? "error"
                               : a.result.finish_reason == "tool_calls"         ? "stop"  // the engine's reason
                                                                                 : a.result.finish_reason;
-  if (metrics_) {
-    metrics_->request_success.with({outcome}).add();
-    if (end.reason == "error") metrics_->requests_failed.with({metrics::failure_reason(end.error)}).add();
-    metrics_->e2e_latency.with().observe(std::chrono::duration<double>(clock::now() - a.arrived).count());
+  if (!metrics_) return;
+  metrics_->request_success.with({outcome}).add();
+  if (end.reason == "error") metrics_->requests_failed.with({metrics::failure_reason(end.error)}).add();
+  metrics_->e2e_latency.with().observe(std::chrono::duration<double>(clock::now() - a.arrived).count());
+}
+
+namespace {
+
+/// The `n` choices of `answers` a response shows: all of them, or with best_of the n whose tokens are likeliest.
+template <typename Answer>
+std::vector<const Answer*> shown_choices(const std::vector<Answer>& answers, int n) {
+  std::vector<const Answer*> out;
+  for (const Answer& a : answers) out.push_back(&a);
+  if (int(out.size()) > n) {
+    std::stable_sort(out.begin(), out.end(), [](const Answer* x, const Answer* y) {
+      return x->cumulative_logprob > y->cumulative_logprob;
+    });
+    out.resize(size_t(n));
   }
-  if (a.client_gone) return;
-  if (end.reason == "error" && !a.r.stream)  // tokens so far are not a completion: the client must know
+  return out;
+}
+
+}  // namespace
+
+void service::respond(std::vector<answer>& answers, const std::vector<std::optional<request_finished>>& ends,
+                      http_reply& reply) {
+  const answer& head = answers.front();
+  if (head.client_gone) return;
+  int completion_tokens = 0;
+  for (const answer& a : answers) completion_tokens += a.result.completion_tokens;
+  auto failed = std::find_if(ends.begin(), ends.end(), [](const auto& e) { return e->reason == "error"; });
+  if (failed != ends.end() && !head.r.stream) {  // tokens so far are not a completion: the client must know
+    const answer& a = answers[size_t(failed - ends.begin())];
     return reply.send(
         500, json_type,
-        error_body(
-            make_error(500, fmt::format("generation failed after {} tokens: {}", a.result.completion_tokens, end.error),
-                       "server_error")));
-  if (!a.r.stream) return reply.send(200, json_type, response_body(a.r, a.id, a.created, a.result, vocab_.get()));
-  if (end.reason == "error") {  // a stream that failed ends with its error and [DONE]: no finish reason after it
-    reply.write("data: " + error_body(make_error(500, "generation failed: " + end.error, "server_error")) + "\n\n");
+        error_body(make_error(500,
+                              fmt::format("generation failed after {} tokens: {}", a.result.completion_tokens,
+                                          (*failed)->error),
+                              "server_error")));
+  }
+  if (!head.r.stream) {
+    std::vector<completion_result> shown;
+    for (const answer* a : shown_choices(answers, head.r.n)) shown.push_back(a->result);
+    return reply.send(200, json_type,
+                      response_body(head.r, head.id, head.created, shown, completion_tokens, vocab_.get()));
+  }
+  if (failed != ends.end()) {  // a stream that failed ends with its error and [DONE]: no finish reason after it
+    reply.write("data: " + error_body(make_error(500, "generation failed: " + (*failed)->error, "server_error")) +
+                "\n\n");
   } else {
-    const auto logprobs = unsent_logprobs(a);
-    reply.write(stream_chunk(a.r, a.id, a.created, rest.content, a.result.finish_reason, a.first_chunk, a.unsent_ids,
-                             logprobs && !a.unsent_ids.empty() ? &*logprobs : nullptr, rest.calls,
-                             a.result.tool_calls.size() - rest.calls.size()));
-    if (a.r.include_usage) reply.write(stream_usage(a.r, a.id, a.created, a.result));
+    for (answer& a : answers) {
+      const auto logprobs = unsent_logprobs(a);
+      reply.write(stream_chunk(a.r, a.id, a.created, a.rest.content, a.result.finish_reason, a.first_chunk,
+                               a.unsent_ids, logprobs && !a.unsent_ids.empty() ? &*logprobs : nullptr, a.rest.calls,
+                               a.result.tool_calls.size() - a.rest.calls.size()));
+    }
+    if (head.r.include_usage)
+      reply.write(stream_usage(head.r, head.id, head.created, head.result.prompt_tokens, completion_tokens));
   }
   reply.write("data: [DONE]\n\n");
   reply.end_stream();

@@ -79,8 +79,11 @@ class service {
   /// Passes released text of `a` through its tool-call parser (when it has tools); a stream gets the content and
   /// the calls completed.
   tool_call_parser::piece split_calls(answer& a, const std::string& text, bool last);
-  /// The end of `a`: metrics, then the whole response or the stream's last chunk, usage and [DONE].
-  void finish(answer& a, const request_finished& end, http_reply& reply);
+  /// The end of `a`: the text held back, the finish reason, metrics.
+  void settle(answer& a, const request_finished& end);
+  /// The whole response of the choices (the best n of best_of), or the stream's last chunks, usage and [DONE].
+  void respond(std::vector<answer>& answers, const std::vector<std::optional<request_finished>>& ends,
+               http_reply& reply);
   bool authorized(const http_request& req, http_reply& reply);
   /// The answer of a helper endpoint (/tokenize, /detokenize): its body, or its error.
   void answer_helper(http_reply& reply, const std::variant<std::string, api_error>& answer);

@@ -57,7 +57,10 @@ TEST_SUITE("actors") {
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","stream":"yes"})").param == "stream");
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","stream_options":{"include_usage":true}})").param ==
           "stream_options");
-    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","n":2})").param == "n");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","n":0})").param == "n");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","n":17})").param == "n");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","n":3,"best_of":2})").param == "best_of");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","best_of":2,"stream":true})").param == "best_of");
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","stop":["a","b","c","d","e"]})").param == "stop");
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","stop":[""]})").param == "stop");
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","seed":"x"})").param == "seed");

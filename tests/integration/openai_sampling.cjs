@@ -1,6 +1,6 @@
 // OpenAI's official Node.js client against `illm serve` on stories15M: log probabilities (completions and chat,
 // whole and streamed) against the golden top-3 of an independent implementation, logit_bias, the penalties,
-// top_k, min_tokens with stop_token_ids, and seeds that repeat with penalties.
+// top_k, min_tokens with stop_token_ids, seeds that repeat with penalties, n and best_of.
 const fs = require("fs");
 const OpenAI = require(process.env.OPENAI_MODULE);
 
@@ -145,9 +145,35 @@ async function structuredOutputs() {
   }
 }
 
+/// n choices, each with a sampling stream of its own that a seed repeats, whole and streamed; best_of returns the
+/// likeliest; usage counts every choice generated.
+async function choices() {
+  const ask = { model, prompt, max_tokens: 10, temperature: 1.0, seed: 7, n: 3, ignore_eos: true };
+  const a = await client.completions.create(ask), b = await client.completions.create(ask);
+  const texts = a.choices.map((c) => c.text);
+  check(a.choices.length === 3 && a.choices.every((c, i) => c.index === i), "n = 3: " + JSON.stringify(a.choices));
+  check(new Set(texts).size > 1, "the choices sample apart: " + JSON.stringify(texts));
+  check(JSON.stringify(texts) === JSON.stringify(b.choices.map((c) => c.text)), "a seed repeats every choice");
+  check(a.usage.completion_tokens === 30 && a.usage.prompt_tokens === b.usage.prompt_tokens, "usage: " + JSON.stringify(a.usage));
+  const streamed = ["", "", ""];
+  for await (const chunk of await client.completions.create({ ...ask, stream: true }))
+    for (const c of chunk.choices) streamed[c.index] += c.text;
+  check(JSON.stringify(streamed) === JSON.stringify(texts), "streamed choices: " + JSON.stringify(streamed));
+  const best = await client.completions.create({ ...ask, n: 1, best_of: 3, logprobs: 0 });
+  const scored = await client.completions.create({ ...ask, logprobs: 0 });
+  const sums = scored.choices.map((c) => c.logprobs.token_logprobs.reduce((x, y) => x + y, 0));
+  check(best.choices.length === 1 && best.choices[0].text === texts[sums.indexOf(Math.max(...sums))],
+    "best_of 3 returns the likeliest of the three: " + best.choices[0].text);
+  check(best.usage.completion_tokens === 30, "best_of usage counts all three: " + JSON.stringify(best.usage));
+  const chat = await client.chat.completions.create({ model, messages: [{ role: "user", content: prompt }],
+    max_tokens: 6, temperature: 1.0, seed: 7, n: 2 });
+  check(chat.choices.length === 2 && chat.choices[1].index === 1, "chat n = 2");
+}
+
 async function refusals() {
   for (const [body, param] of [[{ logit_bias: { 99999: 1 } }, "logit_bias"], [{ logprobs: 50 }, "logprobs"],
-    [{ presence_penalty: 3 }, "presence_penalty"], [{ n: 2 }, "n"]]) {
+    [{ presence_penalty: 3 }, "presence_penalty"], [{ n: 17 }, "n"], [{ n: 3, best_of: 2 }, "best_of"],
+    [{ best_of: 2, stream: true }, "best_of"]]) {
     try {
       await client.completions.create({ model, prompt, max_tokens: 2, ...body });
       throw new Error(`${param} out of range was accepted`);
@@ -165,9 +191,10 @@ async function main() {
   await stopsAndMinTokens();
   await seeds();
   await structuredOutputs();
+  await choices();
   await refusals();
   console.log("openai client: logprobs (against the golden top-3), echo, logit_bias, penalties, top_k, min_tokens, " +
-    "stop_token_ids, seeds, structured outputs and refusals: ok");
+    "stop_token_ids, seeds, structured outputs, n and best_of, and refusals: ok");
 }
 
 main().catch((e) => { console.error(e); process.exit(1); });
