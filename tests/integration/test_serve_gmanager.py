@@ -8,7 +8,8 @@ instance left, ends with an error event, not a hang, while the front end keeps s
 instance. Instance 1 comes back, and the gManager is SIGKILLed while a request spread over both instances
 decodes: the stream completes without error (the text of one big instance), and while the gManager is down
 /health and a completion answer 200. The gManager started again at the same address is joined by both
-instances, and a new long request is spread over both again. Every process started here is gone at the end.
+instances, and a new long request is spread over both again. A seeded request with penalties spread over both
+processes samples the ids of one embedded instance. Every process started here is gone at the end.
 Only generous upper bounds on the waits: no timing assertions.
 
 Usage: test_serve_gmanager.py ILLM [SOURCE_DIR]"""
@@ -20,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from common import EXIT_S, JOIN_S, RUN_S, ProcGroup, SkipTest, free_port, request, stream_reader, wait_until
+from common import EXIT_S, JOIN_S, RUN_S, ProcGroup, Server, SkipTest, free_port, request, stream_reader, wait_until
 from test_cluster_ucx import make_prompt
 
 STREAM_TOKENS = 500
@@ -95,6 +96,19 @@ def main():
         print(f"completions through the front end equal one embedded instance: short, and "
               f"{body['usage']['prompt_tokens']} prompt tokens over 2 pools of 1024 ({len(moves)} moves, "
               f"{time.monotonic() - started:.1f} s)", flush=True)
+
+        # Seeded sampling with penalties over both processes: the ids of one embedded instance.
+        seeded = {"model": "stories15M", "prompt": long_prompt, "max_tokens": 24, "temperature": 1.0, "seed": 42,
+                  "presence_penalty": 0.5, "frequency_penalty": 0.5, "top_k": 40, "return_token_ids": True}
+        status, body = request(fe_port, "POST", "/v1/completions", seeded, timeout=RUN_S)
+        assert status == 200, body
+        with Server(illm, "--instances", "1", "--kv-blocks-per-instance", "1024") as one:
+            status, alone = request(one.port, "POST", "/v1/completions", seeded, timeout=RUN_S)
+        assert status == 200, alone
+        same = body["choices"][0]["token_ids"] == alone["choices"][0]["token_ids"]
+        print(f"seed 42 with penalties and top_k, spread over 2 processes and on one embedded instance: the same 24 "
+              f"ids: {same}", flush=True)
+        assert same, (body, alone)
 
         # A long stream (within the two pools) spread over both instances; one instance process is SIGKILLed mid-stream.
         long_stream = {"model": "stories15M", "prompt": long_prompt, "max_tokens": STREAM_TOKENS, "ignore_eos": True,
