@@ -88,7 +88,9 @@ struct sequence {
   bool start_constraint();
   /// What its next choice reads: its tokens, where its output starts, its stop ids.
   sampling_history history() const {
-    return {tokens, size_t(std::max(n_prompt - output_before, 0)), stop_ids, sampling.constraint ? &constraint_state : nullptr};
+    return {tokens, size_t(std::max(n_prompt - output_before, 0)), stop_ids,
+            sampling.constraint ? &constraint_state : nullptr,
+            max_new_tokens > 0 ? std::max(max_new_tokens - n_generated(), 1) : 0};
   }
   bool finished() const { return finish != finish_reason::none; }
   /// Logical blocks whose 16 tokens all have KV (only those may move).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -152,8 +153,36 @@ void apply_penalties(float* logits, int vocab, const sampling_params& params, co
   if (params.constraint && history.constraint_state) apply_constraint(logits, vocab, params, history);
 }
 
+namespace {
+
+/// A constrained output this close to its budget (in bytes to its end, past the shortest way) takes the shortest way.
+constexpr int closing_margin = 32;
+
+/// When `history`'s budget runs out: the tokens that bring its output closer to a whole value (and the stop ids
+/// where it is whole); nullopt when the budget is far or no such token is found.
+std::optional<std::vector<int32_t>> closing_tokens(const sampling_params& params, const sampling_history& history) {
+  if (history.tokens_left <= 0) return std::nullopt;
+  const grammar::match_state& state = *history.constraint_state;
+  const std::optional<int> d = params.constraint->closing_distance(state);
+  if (!d || history.tokens_left > *d + closing_margin) return std::nullopt;
+  std::vector<int32_t> out = params.constraint->closer_tokens(state);
+  if (state.accepts()) out.insert(out.end(), history.stop_ids.begin(), history.stop_ids.end());
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
+}  // namespace
+
 void apply_constraint(float* logits, int vocab, const sampling_params& params, const sampling_history& history) {
   const grammar::match_state& state = *history.constraint_state;
+  if (const auto closing = closing_tokens(params, history)) {
+    std::vector<float> kept;
+    for (int32_t id : *closing) kept.push_back(id >= 0 && id < vocab ? logits[id] : 0.0f);
+    std::fill(logits, logits + vocab, -std::numeric_limits<float>::infinity());
+    for (size_t i = 0; i < closing->size(); ++i)
+      if ((*closing)[i] >= 0 && (*closing)[i] < vocab) logits[(*closing)[i]] = kept[i];
+    return;
+  }
   const auto allowed = params.constraint->allowed(state);
   std::vector<std::pair<int32_t, float>> stops;  // a stop id may end an output the grammar has read whole
   if (state.accepts())

@@ -48,6 +48,9 @@ struct sampling_history {
   std::span<const int32_t> stop_ids;  ///< barred until the output has min_tokens
   /// With a constraint: where the output stands in its grammar (the stop ids are allowed only where it may end).
   const grammar::match_state* constraint_state = nullptr;
+  /// Tokens the output may still have, this one included (0: no bound): a constrained output whose budget runs out
+  /// takes the shortest way to a whole value.
+  int tokens_left = 0;
 };
 
 /// Applies `params`' bias, bars, penalties over `history` and constraint to logits [vocab] in place (host memory).

@@ -1,8 +1,10 @@
 #include "gpu/grammar/grammar.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <map>
+#include <unordered_set>
 
 #include "gpu/text.hpp"
 
@@ -184,6 +186,44 @@ byte_set next_bytes(const grammar& g, const match_state& state) {
   for (const auto& stack : state.stacks)
     if (!stack.empty()) out |= g.sets()[g.elements()[stack.back()].value];
   return out;
+}
+
+namespace {
+
+/// The states one byte takes `state` to.
+std::vector<match_state> successors(const grammar& g, const match_state& state) {
+  // Bytes that the same stacks read lead to the same state: one byte of each such class is read.
+  std::map<std::vector<bool>, uint8_t> classes;
+  for (int b = 0; b < 256; ++b) {
+    std::vector<bool> readers(state.stacks.size());
+    bool any = false;
+    for (size_t i = 0; i < state.stacks.size(); ++i) {
+      const auto& stack = state.stacks[i];
+      readers[i] = !stack.empty() && g.sets()[g.elements()[stack.back()].value].test(size_t(b));
+      any = any || readers[i];
+    }
+    if (any) classes.emplace(std::move(readers), uint8_t(b));
+  }
+  std::vector<match_state> out;
+  for (const auto& [readers, byte] : classes) out.push_back(advance(g, state, byte));
+  return out;
+}
+
+}  // namespace
+
+std::optional<int> closing_distance(const grammar& g, const match_state& state, size_t max_states) {
+  std::deque<std::pair<match_state, int>> queue{{state, 0}};
+  std::unordered_set<std::string> seen{state.key()};
+  while (!queue.empty()) {
+    auto [here, depth] = std::move(queue.front());
+    queue.pop_front();
+    if (here.accepts()) return depth;
+    for (match_state& next : successors(g, here)) {
+      if (seen.size() >= max_states) return std::nullopt;
+      if (seen.insert(next.key()).second) queue.emplace_back(std::move(next), depth + 1);
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace illm::gpu::grammar

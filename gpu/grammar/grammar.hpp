@@ -7,6 +7,7 @@
 
 #include <bitset>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -92,5 +93,8 @@ match_state advance(const grammar& g, const match_state& from, uint8_t byte);
 bool advance(const grammar& g, match_state& state, std::string_view bytes);
 /// The bytes that may come next from `state`.
 byte_set next_bytes(const grammar& g, const match_state& state);
+/// The fewest bytes that take `state` to a whole sentence (0 when it is one); nullopt when none was found among
+/// `max_states` states.
+std::optional<int> closing_distance(const grammar& g, const match_state& state, size_t max_states = 4096);
 
 }  // namespace illm::gpu::grammar

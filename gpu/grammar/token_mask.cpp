@@ -85,6 +85,42 @@ bool constraint::accept(match_state& state, int32_t token) const {
   return advance(*grammar_, state, trie_->bytes(token));
 }
 
+std::optional<int> constraint::closing_distance(const match_state& state) const {
+  const std::string key = state.key();
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = distances_.find(key); it != distances_.end()) return it->second;
+  }
+  const std::optional<int> d = ::illm::gpu::grammar::closing_distance(*grammar_, state);
+  std::lock_guard lock(mutex_);
+  if (distances_.size() >= max_cached_masks) distances_.clear();
+  distances_.emplace(key, d);
+  return d;
+}
+
+std::vector<int32_t> constraint::closer_tokens(const match_state& state) const {
+  const std::optional<int> d = closing_distance(state);
+  if (!d || *d == 0) return {};
+  byte_set closer;  // first bytes on a shortest way to the end
+  const byte_set next = next_bytes(*grammar_, state);
+  for (size_t b = 0; b < 256; ++b) {
+    if (!next.test(b)) continue;
+    const std::optional<int> after = closing_distance(advance(*grammar_, state, uint8_t(b)));
+    if (after && *after < *d) closer.set(b);
+  }
+  const auto allowed_now = allowed(state);
+  std::vector<int32_t> out;
+  for (int32_t id = 0; id < int32_t(allowed_now->size()); ++id) {
+    const std::string& bytes = trie_->bytes(id);
+    if (!(*allowed_now)[size_t(id)] || bytes.empty() || !closer.test(static_cast<uint8_t>(bytes[0]))) continue;
+    match_state after = state;
+    if (!accept(after, id)) continue;
+    const std::optional<int> left = closing_distance(after);
+    if (left && *left < *d) out.push_back(id);
+  }
+  return out;
+}
+
 uint64_t constraint::computed() const {
   std::lock_guard lock(mutex_);
   return computed_;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -49,6 +50,11 @@ class constraint {
   std::shared_ptr<const std::vector<uint8_t>> allowed(const match_state& state) const;
   /// Reads `token`'s bytes from `state`; false (and dead) when the grammar refuses them.
   bool accept(match_state& state, int32_t token) const;
+  /// The fewest bytes from `state` to a whole output (cached; nullopt: too far to tell).
+  std::optional<int> closing_distance(const match_state& state) const;
+  /// The tokens allowed from `state` that bring it strictly closer to a whole output (none when it is whole or
+  /// too far to tell): what an output whose budget runs out may take.
+  std::vector<int32_t> closer_tokens(const match_state& state) const;
   const grammar& rules() const { return *grammar_; }
   /// Masks computed and masks found cached, so far.
   uint64_t computed() const;
@@ -60,6 +66,7 @@ class constraint {
   match_state start_;
   mutable std::mutex mutex_;
   mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint8_t>>> masks_;
+  mutable std::unordered_map<std::string, std::optional<int>> distances_;
   mutable uint64_t computed_ = 0, cached_ = 0;
 };
 

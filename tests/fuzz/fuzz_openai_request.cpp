@@ -1,5 +1,6 @@
 // The OpenAI request parser as a client can reach it: the first byte picks completions or chat completions, the
-// rest is the body. A request that parses is answered (a whole response and a stream's chunks are formatted).
+// rest is the body. A request that parses is answered (a whole response and a stream's chunks are formatted). The
+// body is also a model's output for the tool-call parser of both syntaxes, given in two pieces.
 #include <cstdint>
 #include <string_view>
 #include <variant>
@@ -40,6 +41,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)api::stream_chunk(*r, "cmpl-1", 1, "text", "", true);
   } else {
     (void)api::error_body(std::get<api::api_error>(parsed));
+  }
+  for (api::tool_syntax syntax : {api::tool_syntax::hermes, api::tool_syntax::json}) {
+    api::tool_call_parser calls(syntax, {"get_weather", "f"}, "call_");
+    (void)calls.push(body.substr(0, body.size() / 2));
+    (void)calls.push(body.substr(body.size() / 2));
+    (void)calls.finish();
   }
   return 0;
 }

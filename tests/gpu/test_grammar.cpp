@@ -227,4 +227,50 @@ TEST_SUITE("gpu") {
     }
     CHECK(pool.used_blocks() == 0);
   }
+
+  TEST_CASE("an output whose budget runs out takes the shortest way to a whole value") {
+    const json named = json::parse(R"({"type": "object", "properties": {"name": {"type": "string"},
+        "ok": {"type": "boolean"}}, "required": ["name", "ok"], "additionalProperties": false})");
+    const auto g = schema_grammar(named);
+    grammar::match_state s = grammar::start_state(*g);
+    CHECK(grammar::closing_distance(*g, s) == 21);  // {"name":"","ok":true}
+    REQUIRE(grammar::advance(*g, s, "{\"name\": \"ab"));
+    CHECK(grammar::closing_distance(*g, s) == 12);  // ","ok":true}
+    REQUIRE(grammar::advance(*g, s, "\",\"ok\":true}"));
+    CHECK(grammar::closing_distance(*g, s) == 0);
+    // Free strings at temperature 1 with 48 tokens at most: every output ends whole.
+    const auto& model = test::real_model();
+    auto trie = std::make_shared<const grammar::token_trie>(*model.vocab);
+    auto eng = gpu::engine::create(model.weights, test::cpu_device(), {64, 4}).value();
+    auto pool = gpu::kv_pool::create(test::cpu_device(), eng->pool_layout(), 64).value();
+    gpu::kv_pools view{{&pool}, 0};
+    gpu::spread_block_source source({&pool}, 1);
+    gpu::batcher runner(*eng, source, {64, 4});
+    std::vector<std::shared_ptr<gpu::sequence>> seqs;
+    auto constraint = std::make_shared<const grammar::constraint>(g, trie);
+    for (int i = 0; i < 4; ++i) {
+      auto seq = std::make_shared<gpu::sequence>();
+      seq->id = uint64_t(i + 1);
+      seq->tokens = model.vocab->encode("Once upon a time", true);
+      seq->n_prompt = int(seq->tokens.size());
+      seq->max_new_tokens = 48;
+      seq->sampling.temperature = 1.0f;
+      seq->rng = uint64_t(100 + i);
+      seq->sampling.constraint = constraint;
+      REQUIRE(seq->start_constraint());
+      runner.add(seq);
+      seqs.push_back(seq);
+    }
+    while (!runner.idle()) REQUIRE(runner.step(view, nullptr).is_ok());
+    for (const auto& seq : seqs) {
+      std::string text;
+      for (int i = seq->n_prompt; i < int(seq->tokens.size()); ++i) text += trie->bytes(seq->tokens[size_t(i)]);
+      CAPTURE(text);
+      CHECK(seq->finish == gpu::finish_reason::stop);
+      const json j = json::parse(text, nullptr, false);
+      REQUIRE_FALSE(j.is_discarded());
+      CHECK(j.at("name").is_string());
+      CHECK(j.at("ok").is_boolean());
+    }
+  }
 }

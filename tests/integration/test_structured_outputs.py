@@ -67,9 +67,9 @@ def main():
     print(f"{COUNT} random schemas at concurrency {CLIENTS}: {valid} outputs parse and validate, {cut} cut by "
           f"max_tokens {MAX_TOKENS}; output tok/s {constrained_tps:.1f} constrained, {plain_tps:.1f} without "
           f"({constrained_tps / plain_tps:.2f}x)")
-    # The target is 5%; stories15M repeats the items of an array without maxItems ([42, 42, ...]) past any
-    # max_tokens, which leaves about 6% of these schemas' outputs cut: the bound asserted is 8%.
-    assert cut <= COUNT * 8 // 100, f"{cut} of {COUNT} outputs cut by max_tokens"
+    # stories15M repeats the items of an array without maxItems ([42, 42, ...]) as long as it may: an output whose
+    # budget runs out takes the shortest way to a whole value, so such outputs end whole too.
+    assert cut <= COUNT * 5 // 100, f"{cut} of {COUNT} outputs cut by max_tokens"
 
 
 if __name__ == "__main__":
