@@ -57,6 +57,52 @@ std::string walk(const grammar::grammar& g, uint64_t seed) {
   return out;
 }
 
+
+/// What one constrained sequence gave: its output's bytes and how it ended.
+struct constrained_output {
+  uint64_t id;
+  std::string text;
+  gpu::finish_reason finish;
+  bool dead;
+};
+
+/// Runs one sequence per constraint of `constraints` on "Once upon a time" (rng rng0 + i, temperature i of
+/// `temperatures`) to its end, with `max_new_tokens` at most; the pool is whole after. Texts are `trie`'s bytes.
+std::vector<constrained_output> run_constrained(const grammar::token_trie& trie,
+                                                const std::vector<std::shared_ptr<const grammar::constraint>>& constraints,
+                                                const std::vector<float>& temperatures, uint64_t rng0,
+                                                int max_new_tokens) {
+  const auto& model = test::real_model();
+  auto eng = gpu::engine::create(model.weights, test::cpu_device(), {64, 4}).value();
+  auto pool = gpu::kv_pool::create(test::cpu_device(), eng->pool_layout(), 64).value();
+  gpu::kv_pools view{{&pool}, 0};
+  gpu::spread_block_source source({&pool}, 1);
+  gpu::batcher runner(*eng, source, {64, 4});
+  std::vector<std::shared_ptr<gpu::sequence>> seqs;
+  for (size_t i = 0; i < constraints.size(); ++i) {
+    auto seq = std::make_shared<gpu::sequence>();
+    seq->id = uint64_t(i + 1);
+    seq->tokens = model.vocab->encode("Once upon a time", true);
+    seq->n_prompt = int(seq->tokens.size());
+    seq->max_new_tokens = max_new_tokens;
+    seq->sampling.temperature = temperatures[i];
+    seq->rng = rng0 + uint64_t(i);
+    seq->sampling.constraint = constraints[i];
+    REQUIRE(seq->start_constraint());
+    runner.add(seq);
+    seqs.push_back(seq);
+  }
+  while (!runner.idle()) REQUIRE(runner.step(view, nullptr).is_ok());
+  CHECK(pool.used_blocks() == 0);
+  std::vector<constrained_output> out;
+  for (const auto& seq : seqs) {
+    std::string text;
+    for (int i = seq->n_prompt; i < int(seq->tokens.size()); ++i) text += trie.bytes(seq->tokens[size_t(i)]);
+    out.push_back({seq->id, text, seq->finish, seq->constraint_state.dead()});
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_SUITE("gpu") {
@@ -186,46 +232,26 @@ TEST_SUITE("gpu") {
   TEST_CASE("a constrained sequence samples only what keeps its output in the schema, and ends when it is whole") {
     const auto& model = test::real_model();
     auto trie = std::make_shared<const grammar::token_trie>(*model.vocab);
-    // Finite: every output ends within a few tokens. The second reads a free string first (it may run to max_tokens).
+    // Finite: every output ends within a few tokens. The second reads a free string first (it ends whole however long
+    // the string runs: its budget closes it).
     const json finite = json::parse(R"({"type": "object", "properties": {"mood": {"enum": ["happy", "sad"]},
         "ok": {"type": "boolean"}, "pets": {"type": "array", "items": {"type": "null"}, "maxItems": 2}},
         "required": ["mood", "ok"], "additionalProperties": false})");
     const json named = json::parse(R"({"type": "object", "properties": {"name": {"type": "string"},
         "ok": {"type": "boolean"}}, "required": ["name", "ok"], "additionalProperties": false})");
-    auto eng = gpu::engine::create(model.weights, test::cpu_device(), {64, 4}).value();
-    auto pool = gpu::kv_pool::create(test::cpu_device(), eng->pool_layout(), 64).value();
-    gpu::kv_pools view{{&pool}, 0};
-    gpu::spread_block_source source({&pool}, 1);
-    gpu::batcher runner(*eng, source, {64, 4});
-    std::vector<std::shared_ptr<gpu::sequence>> seqs;
-    for (int i = 0; i < 4; ++i) {
-      auto seq = std::make_shared<gpu::sequence>();
-      seq->id = uint64_t(i + 1);
-      seq->tokens = model.vocab->encode("Once upon a time", true);
-      seq->n_prompt = int(seq->tokens.size());
-      seq->max_new_tokens = 200;
-      seq->sampling.temperature = i == 0 ? 0.0f : 1.0f;
-      seq->rng = uint64_t(i);
-      seq->sampling.constraint = std::make_shared<const grammar::constraint>(schema_grammar(i < 3 ? finite : named), trie);
-      REQUIRE(seq->start_constraint());
-      runner.add(seq);
-      seqs.push_back(seq);
-    }
-    while (!runner.idle()) REQUIRE(runner.step(view, nullptr).is_ok());
-    for (const auto& seq : seqs) {
-      std::string text;
-      for (int i = seq->n_prompt; i < int(seq->tokens.size()); ++i) text += trie->bytes(seq->tokens[size_t(i)]);
-      CAPTURE(text);
-      CHECK_FALSE(seq->constraint_state.dead());
-      if (seq->id == 4 && seq->finish == gpu::finish_reason::length) continue;  // a prefix of a valid output
-      REQUIRE(seq->finish == gpu::finish_reason::stop);
-      const json j = json::parse(text, nullptr, false);
+    std::vector<std::shared_ptr<const grammar::constraint>> constraints;
+    for (int i = 0; i < 4; ++i)
+      constraints.push_back(std::make_shared<const grammar::constraint>(schema_grammar(i < 3 ? finite : named), trie));
+    for (const constrained_output& o : run_constrained(*trie, constraints, {0.0f, 1.0f, 1.0f, 1.0f}, 0, 200)) {
+      CAPTURE(o.text);
+      CHECK_FALSE(o.dead);
+      REQUIRE(o.finish == gpu::finish_reason::stop);
+      const json j = json::parse(o.text, nullptr, false);
       REQUIRE_FALSE(j.is_discarded());
       CHECK(j.at("ok").is_boolean());
-      if (seq->id == 4) CHECK(j.at("name").is_string());
+      if (o.id == 4) CHECK(j.at("name").is_string());
       else CHECK((j.at("mood") == "happy" || j.at("mood") == "sad"));
     }
-    CHECK(pool.used_blocks() == 0);
   }
 
   TEST_CASE("an output whose budget runs out takes the shortest way to a whole value") {
@@ -239,35 +265,12 @@ TEST_SUITE("gpu") {
     REQUIRE(grammar::advance(*g, s, "\",\"ok\":true}"));
     CHECK(grammar::closing_distance(*g, s) == 0);
     // Free strings at temperature 1 with 48 tokens at most: every output ends whole.
-    const auto& model = test::real_model();
-    auto trie = std::make_shared<const grammar::token_trie>(*model.vocab);
-    auto eng = gpu::engine::create(model.weights, test::cpu_device(), {64, 4}).value();
-    auto pool = gpu::kv_pool::create(test::cpu_device(), eng->pool_layout(), 64).value();
-    gpu::kv_pools view{{&pool}, 0};
-    gpu::spread_block_source source({&pool}, 1);
-    gpu::batcher runner(*eng, source, {64, 4});
-    std::vector<std::shared_ptr<gpu::sequence>> seqs;
+    auto trie = std::make_shared<const grammar::token_trie>(*test::real_model().vocab);
     auto constraint = std::make_shared<const grammar::constraint>(g, trie);
-    for (int i = 0; i < 4; ++i) {
-      auto seq = std::make_shared<gpu::sequence>();
-      seq->id = uint64_t(i + 1);
-      seq->tokens = model.vocab->encode("Once upon a time", true);
-      seq->n_prompt = int(seq->tokens.size());
-      seq->max_new_tokens = 48;
-      seq->sampling.temperature = 1.0f;
-      seq->rng = uint64_t(100 + i);
-      seq->sampling.constraint = constraint;
-      REQUIRE(seq->start_constraint());
-      runner.add(seq);
-      seqs.push_back(seq);
-    }
-    while (!runner.idle()) REQUIRE(runner.step(view, nullptr).is_ok());
-    for (const auto& seq : seqs) {
-      std::string text;
-      for (int i = seq->n_prompt; i < int(seq->tokens.size()); ++i) text += trie->bytes(seq->tokens[size_t(i)]);
-      CAPTURE(text);
-      CHECK(seq->finish == gpu::finish_reason::stop);
-      const json j = json::parse(text, nullptr, false);
+    for (const constrained_output& o : run_constrained(*trie, {4, constraint}, {1.0f, 1.0f, 1.0f, 1.0f}, 100, 48)) {
+      CAPTURE(o.text);
+      CHECK(o.finish == gpu::finish_reason::stop);
+      const json j = json::parse(o.text, nullptr, false);
       REQUIRE_FALSE(j.is_discarded());
       CHECK(j.at("name").is_string());
       CHECK(j.at("ok").is_boolean());
