@@ -1,5 +1,6 @@
 #include "actors/frontend/logprobs_json.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,29 @@ json chat_logprobs(const logprobs_part& part) {
 
 json logprobs_json(endpoint kind, const logprobs_part& part) {
   return kind == endpoint::completions ? completions_logprobs(part) : chat_logprobs(part);
+}
+
+json vllm_prompt_logprobs(const gpu::tokenizer& vocab, std::span<const int32_t> prompt,
+                          std::span<const gpu::token_logprobs> values) {
+  json out = json::array();
+  for (size_t p = 0; p < prompt.size(); ++p) {
+    if (p == 0 || p >= values.size()) {
+      out.push_back(nullptr);
+      continue;
+    }
+    const gpu::token_logprobs& v = values[p];
+    auto entry = [&](int32_t id, double logprob, json rank) {
+      return json{{"logprob", logprob}, {"rank", std::move(rank)}, {"decoded_token", vocab.decode(prompt[p - 1], id)}};
+    };
+    const auto top = std::find(v.top_ids.begin(), v.top_ids.end(), prompt[p]);
+    json at = json::object();
+    at[std::to_string(prompt[p])] =
+        entry(prompt[p], v.logprob, top == v.top_ids.end() ? json() : json(top - v.top_ids.begin() + 1));
+    for (size_t k = 0; k < v.top_ids.size() && k < v.top_logprobs.size(); ++k)
+      at[std::to_string(v.top_ids[k])] = entry(v.top_ids[k], v.top_logprobs[k], int(k + 1));
+    out.push_back(std::move(at));
+  }
+  return out;
 }
 
 size_t text_bytes(const gpu::tokenizer& vocab, std::span<const int32_t> ids, int32_t before) {

@@ -25,13 +25,13 @@ const std::set<std::string>& allowed_fields(endpoint kind) {
   static const std::set<std::string> completions = {
       "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "logprobs", "echo",
       "stop", "presence_penalty", "frequency_penalty", "best_of", "logit_bias", "user", "suffix", "seed", "ignore_eos",
-      "return_token_ids", "top_k", "min_p", "repetition_penalty", "min_tokens", "stop_token_ids"};
+      "return_token_ids", "top_k", "min_p", "repetition_penalty", "min_tokens", "stop_token_ids", "prompt_logprobs"};
   static const std::set<std::string> chat = {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stream",
       "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
       "user", "seed", "response_format", "tools", "tool_choice", "parallel_tool_calls", "store", "metadata",
       "ignore_eos", "chat_template_kwargs", "add_generation_prompt", "return_token_ids", "top_k", "min_p",
-      "repetition_penalty", "min_tokens", "stop_token_ids"};
+      "repetition_penalty", "min_tokens", "stop_token_ids", "prompt_logprobs"};
   return kind == endpoint::completions ? completions : chat;
 }
 
@@ -63,6 +63,20 @@ std::optional<api_error> read_choices(const json& body, const api_limits& limits
   if (!body.contains("best_of") || body.at("best_of").is_null()) r.best_of = r.n;
   if (r.best_of < r.n) return bad("best_of must be at least n", "best_of");
   if (r.best_of > r.n && r.stream) return bad("best_of above n cannot be streamed", "best_of");
+  return std::nullopt;
+}
+
+/// vLLM's prompt_logprobs N: each prompt token's log probability and the N likeliest at its place, in vLLM's
+/// shape; not streamed, and with echo's log probabilities only at the same N (one computation serves both).
+std::optional<api_error> read_prompt_logprobs(const json& body, const api_limits& limits, completion_request& r) {
+  if (!body.contains("prompt_logprobs") || body.at("prompt_logprobs").is_null()) return std::nullopt;
+  const json& v = body.at("prompt_logprobs");
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > limits.max_logprobs)
+    return bad(fmt::format("'prompt_logprobs' must be an integer from 0 to {}", limits.max_logprobs), "prompt_logprobs");
+  r.prompt_logprobs = int(v.get<int64_t>());
+  if (r.stream) return bad("prompt_logprobs cannot be streamed", "prompt_logprobs");
+  if (r.echo && r.sampling.logprobs >= 0 && r.sampling.logprobs != r.prompt_logprobs)
+    return bad("with echo, prompt_logprobs must equal logprobs", "prompt_logprobs");
   return std::nullopt;
 }
 
@@ -253,6 +267,7 @@ std::optional<api_error> read_request(endpoint kind, const json& body, const jin
   if (auto e = read_stop(body, limits, r)) return e;
   if (auto e = read_stream(body, r)) return e;
   if (auto e = read_choices(body, limits, r)) return e;
+  if (auto e = read_prompt_logprobs(body, limits, r)) return e;
   if (auto e = kind == endpoint::completions ? read_prompt(body, vocab, r) : read_messages(body, ordered, vocab, chat, r))
     return e;
   if (int(r.prompt_ids.size()) > limits.max_prompt_tokens)
@@ -385,6 +400,8 @@ json choice_json(const completion_request& r, size_t index, const completion_res
     choice["token_ids"] = result.token_ids;
     choice["prompt_token_ids"] = r.prompt_ids;
   }
+  if (r.prompt_logprobs >= 0 && vocab && r.kind == endpoint::completions)
+    choice["prompt_logprobs"] = vllm_prompt_logprobs(*vocab, r.prompt_ids, result.prompt_logprobs);
   return choice;
 }
 
@@ -396,12 +413,15 @@ std::string response_body(const completion_request& r, const std::string& id, in
   json listed = json::array();
   for (size_t i = 0; i < choices.size(); ++i) listed.push_back(choice_json(r, i, choices[i], vocab));
   const int prompt_tokens = choices.empty() ? 0 : choices.front().prompt_tokens;
-  return dump({{"id", id},
+  json body = {{"id", id},
                {"object", r.kind == endpoint::completions ? "text_completion" : "chat.completion"},
                {"created", created},
                {"model", r.model},
                {"choices", listed},
-               {"usage", usage(prompt_tokens, completion_tokens)}});
+               {"usage", usage(prompt_tokens, completion_tokens)}};
+  if (r.prompt_logprobs >= 0 && vocab && r.kind == endpoint::chat_completions && !choices.empty())
+    body["prompt_logprobs"] = vllm_prompt_logprobs(*vocab, r.prompt_ids, choices.front().prompt_logprobs);
+  return dump(body);
 }
 
 std::string stream_chunk(const completion_request& r, const std::string& id, int64_t created, const std::string& text,

@@ -85,6 +85,7 @@ struct completion_request {
   int n = 1;        ///< choices returned
   int best_of = 1;  ///< completions: choices generated (the n with the highest log probability are returned)
   int choice = 0;   ///< which choice this copy of the request runs (its index in responses and chunks)
+  int prompt_logprobs = -1;  ///< extension (as vLLM): the prompt's log probabilities with this many alternatives
 };
 
 /// Parses and checks a request body for `kind`; `served_model` is the only model id accepted. Chat messages
@@ -105,7 +106,8 @@ struct completion_result {
   int completion_tokens = 0;
   std::vector<int32_t> token_ids;  ///< generated
   std::vector<gpu::token_logprobs> logprobs;  ///< per generated token, when the request asked for them
-  std::vector<gpu::token_logprobs> prompt_logprobs;  ///< with echo and logprobs: per prompt token (the first's empty)
+  /// With echo and logprobs, or prompt_logprobs: per prompt token (the first's empty).
+  std::vector<gpu::token_logprobs> prompt_logprobs;
   /// With tools: the text without its tool calls, and the calls (tool_call_parser's split of `text`).
   std::string content;
   std::vector<tool_call> tool_calls;

@@ -264,6 +264,7 @@ generate_params cluster_params(const completion_request& r, uint64_t seed, const
   set_sampling(p, r.sampling);
   p.constraint = r.constraint;
   if (r.echo && r.sampling.logprobs >= 0) p.prompt_logprobs = r.sampling.logprobs;
+  if (r.prompt_logprobs >= 0) p.prompt_logprobs = r.prompt_logprobs;  // the same N with echo (openai_api checks)
   return p;
 }
 
@@ -314,9 +315,10 @@ std::optional<logprobs_part> service::unsent_logprobs(const answer& a) const {
 /// The first token of an echoing request came: the prompt's log probabilities it carries are kept, and a streaming
 /// client gets the prompt's text (with them) first.
 void service::echo_prompt(answer& a, const token_event& first, http_reply& reply) {
-  if (a.r.sampling.logprobs >= 0)
-    a.result.prompt_logprobs = prompt_logprobs_of(first, a.r.prompt_ids.size(), a.r.sampling.logprobs);
-  if (!a.r.stream || a.client_gone) return;
+  if (a.r.prompt_logprobs >= 0 || (a.r.echo && a.r.sampling.logprobs >= 0))
+    a.result.prompt_logprobs = prompt_logprobs_of(
+        first, a.r.prompt_ids.size(), a.r.prompt_logprobs >= 0 ? a.r.prompt_logprobs : a.r.sampling.logprobs);
+  if (!a.r.echo || !a.r.stream || a.client_gone) return;
   const std::string text = echoed_text(a.r, *vocab_);
   const logprobs_part part{vocab_.get(), a.r.prompt_ids, a.result.prompt_logprobs, -1, 0, 1};
   a.client_gone = !reply.write(stream_chunk(a.r, a.id, a.created, text, "", a.first_chunk, {},
@@ -397,7 +399,7 @@ void service::relay_token(answer& a, const token_event& event, http_reply& reply
   a.last_token = now;
   tokens_out_.fetch_add(1, std::memory_order_relaxed);
   ++a.result.completion_tokens;
-  if (a.result.token_ids.empty() && a.r.echo) echo_prompt(a, event, reply);
+  if (a.result.token_ids.empty() && (a.r.echo || a.r.prompt_logprobs >= 0)) echo_prompt(a, event, reply);
   a.result.token_ids.push_back(token);
   if (a.r.sampling.logprobs >= 0) a.result.logprobs.push_back(logprobs_of(event));
   if (!event.logprobs.empty()) a.cumulative_logprob += event.logprobs.front().logprob;

@@ -70,7 +70,8 @@ class service {
   void relay_token(answer& a, const token_event& token, http_reply& reply);
   /// The log probabilities of the tokens a chunk of `a` carries now (its unsent ids); none when not asked.
   std::optional<logprobs_part> unsent_logprobs(const answer& a) const;
-  /// The first token of an echoing `a` came: keeps the prompt's log probabilities, streams the prompt's text.
+  /// The first token of `a` came: keeps the prompt's log probabilities (echo's or prompt_logprobs), streams an echoed
+  /// prompt's text.
   void echo_prompt(answer& a, const token_event& first, http_reply& reply);
   /// The token before the first of `a`'s unsent ids: the last sent, or the prompt's last.
   static int32_t token_before_unsent(const answer& a);

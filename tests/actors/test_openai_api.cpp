@@ -57,6 +57,11 @@ TEST_SUITE("actors") {
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","stream":"yes"})").param == "stream");
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","stream_options":{"include_usage":true}})").param ==
           "stream_options");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","prompt_logprobs":21})").param == "prompt_logprobs");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","prompt_logprobs":1,"stream":true})").param ==
+          "prompt_logprobs");
+    CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","prompt_logprobs":1,"echo":true,"logprobs":2})").param ==
+          "prompt_logprobs");
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","n":0})").param == "n");
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","n":17})").param == "n");
     CHECK(error_of(c, R"({"model":"stories15M","prompt":"hi","n":3,"best_of":2})").param == "best_of");

@@ -91,6 +91,18 @@ def loglikelihood(port, work):
           f"over {spread:.1f} nats), worst difference from numpy {worst:.2e}")
     assert spread >= 5 and worst <= 1e-3, (got, want)
     assert body["choices"][0]["text"].endswith(lp["tokens"][-1]) and len(lp["text_offset"]) == n + 1, body
+    # The same in vLLM's shape (prompt_logprobs 2: each prompt token's and the two likeliest, ranked).
+    status, body = request(port, "POST", "/v1/completions",
+                           {"model": "llama31-chat", "prompt": case["prompt"], "prompt_logprobs": 2, "max_tokens": 1,
+                            "temperature": 0})
+    assert status == 200, body
+    vllm = body["choices"][0]["prompt_logprobs"]
+    assert len(vllm) == n and vllm[0] is None, vllm
+    got = [vllm[p][str(case["prompt"][p])]["logprob"] for p in range(1, n)]
+    ranks = [sorted(e["rank"] for e in vllm[p].values() if e["rank"] is not None) for p in range(1, n)]
+    print(f"prompt_logprobs 2 (vLLM's shape): worst difference from numpy "
+          f"{max(abs(a - b) for a, b in zip(got, want)):.2e}")
+    assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-3 and all(r[:2] == [1, 2] for r in ranks), vllm
 
 
 def main():
