@@ -1,6 +1,7 @@
 # Imported targets for every dependency, named illm::<dep>. Debian 12 packages provide all of them
 # (deploy/install-deps.sh installs them); CAF 0.17 ships no CMake config, so its targets are made here.
 
+include(${CMAKE_CURRENT_LIST_DIR}/deps_root.cmake)
 find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)
 find_package(CLI11 REQUIRED)
@@ -8,6 +9,8 @@ find_package(nlohmann_json REQUIRED)
 
 # OpenBLAS: its config gives variables only.
 find_package(OpenBLAS REQUIRED CONFIG)
+illm_reroot(OpenBLAS_INCLUDE_DIRS)
+illm_reroot(OpenBLAS_LIBRARIES)
 add_library(illm::openblas INTERFACE IMPORTED)
 target_include_directories(illm::openblas INTERFACE ${OpenBLAS_INCLUDE_DIRS})
 target_link_libraries(illm::openblas INTERFACE ${OpenBLAS_LIBRARIES})
@@ -20,6 +23,9 @@ find_package(OpenSSL REQUIRED)
 # UCX 1.13: Debian's config defines ucx::ucp.
 if(ILLM_ENABLE_UCX)
   find_package(ucx REQUIRED CONFIG)
+  foreach(target ucx::ucs ucx::ucp ucx::uct)  # Debian's config names /usr
+    illm_reroot_target(${target})
+  endforeach()
   add_library(illm::ucx INTERFACE IMPORTED)
   target_link_libraries(illm::ucx INTERFACE ucx::ucp ucx::ucs)
 endif()

@@ -7,7 +7,8 @@
 # there through the engine's attention_router, against the same request in one pool) and, where PyTorch is
 # installed, its scaled_dot_product_attention on the same decode shapes. Prints every number; about 6
 # minutes on an H200. Exits non-zero when a parity test or the runtime part fails, or nothing could run on
-# a GPU.
+# a GPU. With deploy/gpu-bundle (deploy/gpu-bundle.sh), it then builds the whole illm with CUDA on those packages,
+# unpacked into a prefix of its own, and generates with it on the GPU the ids of the cpu backend (a tiny random model).
 #
 # Environment: ILLM_GPU_BUILD (build folder, default build-gpu), CMAKE_CUDA_ARCHITECTURES (default 90: the
 # H100/H200; 80;90 for the A100 too), ILLM_BENCH_LAYERS (layers of the llama2-7b model of the decode
@@ -47,8 +48,34 @@ step "PyTorch scaled_dot_product_attention on the same decode shapes"
 python3 deploy/gpu-sdpa-bench.py --illm-json "$build/gpu-bench.json" ||
   echo "gpu-check: the PyTorch comparison did not run to its end (the figures above stand)"
 
+# The whole illm with CUDA, on the Debian packages deploy/gpu-bundle.sh fetched (the image lacks CAF, UCX and the
+# rest): unpacked into a prefix of this build's own, found there first (cmake/deps_root.cmake), run from there.
+whole=skipped
+if compgen -G "deploy/gpu-bundle/*.deb" >/dev/null; then
+  step "the whole illm on the bundle's packages (unpacked into $build-whole/deps-root)"
+  root="$PWD/$build-whole/deps-root"
+  python3 deploy/unpack-debs.py "$root" deploy/gpu-bundle/*.deb
+  whole=failed
+  if cmake -S . -B "$build-whole" -DCMAKE_BUILD_TYPE=Release -DILLM_DEPS_ROOT="$root" -DILLM_BUILD_TESTS=OFF \
+       -DCMAKE_CUDA_ARCHITECTURES="${CMAKE_CUDA_ARCHITECTURES:-90}" &&
+     cmake --build "$build-whole" -j"$(nproc)" --target illm; then
+    grep -E "^(CAF_CORE_LIBRARY|ucx_DIR|OpenBLAS_DIR|fmt_DIR|ILLM_ENABLE_CUDA):" "$build-whole/CMakeCache.txt"
+    ldd "$build-whole/illm" | grep -E "caf|ucp|openblas|icu|cudart|cublas" || true
+    python3 tests/models/tiny_checkpoints.py "$build-whole/models" >/dev/null  # numpy: tiny random models
+    for backend in cuda cpu; do  # the same greedy text on the GPU and on the cpu backend
+      "$build-whole/illm" generate --backend $backend --model "$build-whole/models/llama-f32-gguf.gguf" \
+        --prompt "Hello there" --max-tokens 12 --temperature 0 --ignore-eos --json | tee "$build-whole/$backend.json"
+    done
+    python3 -c "import json,sys; a,b=(json.load(open(f'$build-whole/{x}.json'))['token_ids'] for x in ('cuda','cpu')); \
+print('the same ids on cuda and cpu:', a == b); sys.exit(a != b)" && whole=built
+  fi
+else
+  echo "gpu-check: no deploy/gpu-bundle (run deploy/gpu-bundle.sh on a Debian 12 machine first): the whole illm is not built"
+fi
+
 step "summary"
 echo "parity tests: $([[ $parity -eq 0 ]] && echo passed || echo "FAILED (exit $parity)")"
 echo "illm-gpu-bench: $([[ $bench -eq 0 ]] && echo done || echo "FAILED (exit $bench)")"
+echo "the whole illm with CUDA: $whole"
 grep -E "^acceptance:|ids over 4 pools|moves: " "$build/gpu-bench.txt" || true
-[[ $parity -eq 0 && $bench -eq 0 ]]
+[[ $parity -eq 0 && $bench -eq 0 && $whole != failed ]]
