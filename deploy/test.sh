@@ -4,10 +4,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+phase() { echo "test.sh: $1 done at ${SECONDS} s"; }  # where the time goes, in the log
+
 deploy/install-deps.sh
 deploy/fetch-model.sh
 deploy/fetch-tokenizers.sh
+phase "dependencies, model and tokenizers"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j2
+phase "build"
 cd build
-ctest --output-on-failure -j2 --timeout 900 "$@"
+status=0
+ctest --output-on-failure -j2 --timeout 900 "$@" || status=$?
+phase "tests"
+exit $status
