@@ -27,8 +27,10 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-/// What a request's callbacks hand to the thread that answers the client.
-struct event_channel : std::enable_shared_from_this<event_channel> {
+}  // namespace
+
+/// What the cluster tells a request's choices, queued for the thread that answers the client.
+struct service::event_channel : std::enable_shared_from_this<event_channel> {
   std::mutex mutex;
   std::condition_variable changed;
   std::deque<std::pair<size_t, token_event>> tokens;  ///< by choice
@@ -67,6 +69,8 @@ struct event_channel : std::enable_shared_from_this<event_channel> {
     return out;
   }
 };
+
+namespace {
 
 /// Counts a request in flight while it lives.
 class in_flight_guard {
@@ -346,9 +350,18 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
         "busy");
   const std::string id = fmt::format("{}-{}", kind == endpoint::completions ? "cmpl" : "chatcmpl", next_id_++);
   const completion_request& r = *accepted;
+  auto channel = std::make_shared<event_channel>(size_t(r.best_of));
+  std::vector<answer> answers = submit_choices(r, id, view, *channel);
+  const bool gone = r.stream && !reply.start_stream("text/event-stream");
+  const std::vector<std::optional<request_finished>> ends = relay_until_ended(answers, *channel, gone, reply);
+  for (size_t i = 0; i < answers.size(); ++i) settle(answers[i], *ends[i]);
+  respond(answers, ends, reply);
+}
+
+std::vector<service::answer> service::submit_choices(const completion_request& r, const std::string& id,
+                                                     const cluster_view& view, event_channel& channel) {
   const uint64_t seed = r.seed.value_or(std::hash<std::string>{}(id));
   std::vector<answer> answers;
-  auto channel = std::make_shared<event_channel>(size_t(r.best_of));
   for (int i = 0; i < r.best_of; ++i) {  // a choice each, with a sampling stream of its own
     completion_request choice = r;
     choice.choice = i;
@@ -357,24 +370,30 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
     a.result.prompt_tokens = int(r.prompt_ids.size());
     if (r.call_syntax != tool_syntax::none)
       a.calls.emplace(r.call_syntax, r.tool_names,
-                      fmt::format("call_{:016x}_{}_", call_id_salt_ ^ next_id_.load() * 0xbf58476d1ce4e5b9ull, i));
+                      fmt::format("call_{:016x}_{}_", call_id_salt_ ^ std::hash<std::string>{}(id), i));
     generate_params params = cluster_params(r, seed + uint64_t(i), options_.end_ids);
     if (r.best_of > r.n) params.logprobs = std::max(params.logprobs, 0);  // the choices are ranked by them
-    a.cluster_id = router_.submit(params, channel->callbacks(size_t(i)), view);
+    a.cluster_id = router_.submit(params, channel.callbacks(size_t(i)), view);
     if (metrics_) metrics_->prompt_tokens.with().add(double(r.prompt_ids.size()));
   }
-  bool gone = r.stream && !reply.start_stream("text/event-stream");
+  return answers;
+}
+
+std::vector<std::optional<request_finished>> service::relay_until_ended(std::vector<answer>& answers,
+                                                                       event_channel& channel, bool gone,
+                                                                       http_reply& reply) {
+  const bool stream = answers.front().r.stream;
   std::vector<std::optional<request_finished>> ends;
   while (ends.empty()) {
-    auto tokens = channel->wait(ends);
-    if (tokens.empty() && ends.empty() && r.stream && !gone)
+    auto tokens = channel.wait(ends);
+    if (tokens.empty() && ends.empty() && stream && !gone)
       gone = !reply.write(": keep-alive\n\n");  // notices a client that left while we wait
     for (auto& [i, token] : tokens) {
       answers[i].client_gone = gone;
       relay_token(answers[i], token, reply);
       gone = gone || answers[i].client_gone;
     }
-    for (answer& a : answers) {
+    for (answer& a : answers) {  // a client that left cancels every choice
       a.client_gone = gone;
       if (gone && !a.cancelled_by_us) {
         a.cancelled_by_us = true;
@@ -382,8 +401,7 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
       }
     }
   }
-  for (size_t i = 0; i < answers.size(); ++i) settle(answers[i], *ends[i]);
-  respond(answers, ends, reply);
+  return ends;
 }
 
 void service::relay_token(answer& a, const token_event& event, http_reply& reply) {

@@ -61,11 +61,18 @@ class service {
 
  private:
   struct answer;
+  struct event_channel;
   /// Serves one completion or chat completion request, whole or streamed.
   void generate(endpoint kind, const http_request& req, http_reply& reply);
   /// The request, when it may be served on `view`; otherwise refuses it with its reason (and nullopt).
   std::optional<completion_request> accept(endpoint kind, const http_request& req, http_reply& reply,
                                            const cluster_view& view);
+  /// Submits each choice of `r` (best_of of them) to the cluster, its events to `channel`.
+  std::vector<answer> submit_choices(const completion_request& r, const std::string& id, const cluster_view& view,
+                                     event_channel& channel);
+  /// Relays the choices' tokens until every one ended (a client gone cancels them all); their ends.
+  std::vector<std::optional<request_finished>> relay_until_ended(std::vector<answer>& answers, event_channel& channel,
+                                                                 bool gone, http_reply& reply);
   /// A token of `a`: metrics, its text (and log probabilities) to a streaming client, and a stop sequence's cancel.
   void relay_token(answer& a, const token_event& token, http_reply& reply);
   /// The log probabilities of the tokens a chunk of `a` carries now (its unsent ids); none when not asked.
