@@ -241,8 +241,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--chat-template", flags->chat_template,
                   "Jinja file replacing the model's chat template (a model without one joins the messages by newlines)");
   add_weight_type_flag(*cmd, flags->weight_type);
-  cmd->add_option("--kv-type", flags->kv_type, "Element type of the KV pools: f32, f16 or bf16 (default f32)")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  add_kv_type_flag(*cmd, flags->kv_type);
   cmd->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", flags->port, "Port (default 8000; 0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--gmanager", flags->gmanager,
