@@ -1,6 +1,7 @@
 #include "actors/frontend/tool_calls.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -49,19 +50,23 @@ void tool_call_parser::release_content(piece& out, std::string_view text) {
   held_space_ = std::string(text.substr(end + 1));
 }
 
-/// Adds the call `json_text` writes (an object with a known name and an object of arguments); false if it is none.
-bool tool_call_parser::add_call(piece& out, std::string_view json_text) {
+/// The call `json_text` writes (an object with a known name and an object of arguments; its id not given yet).
+std::optional<tool_call> tool_call_parser::call_of(std::string_view json_text) const {
   const json call = json::parse(json_text, nullptr, false);
-  if (!call.is_object() || !call.contains("name") || !call.at("name").is_string()) return false;
+  if (!call.is_object() || !call.contains("name") || !call.at("name").is_string()) return std::nullopt;
   const std::string name = call.at("name").get<std::string>();
-  if (std::find(names_.begin(), names_.end(), name) == names_.end()) return false;
+  if (std::find(names_.begin(), names_.end(), name) == names_.end()) return std::nullopt;
   const json none;
   json arguments = call.contains("arguments") ? call.at("arguments") : call.contains("parameters") ? call.at("parameters") : none;
   if (arguments.is_string()) arguments = json::parse(arguments.get<std::string>(), nullptr, false);
-  if (!arguments.is_object()) return false;
-  out.calls.push_back({id_prefix_ + std::to_string(found_++), name, arguments.dump()});
+  if (!arguments.is_object()) return std::nullopt;
+  return tool_call{{}, name, arguments.dump()};
+}
+
+void tool_call_parser::add_call(piece& out, tool_call call) {
+  call.id = id_prefix_ + std::to_string(found_++);
+  out.calls.push_back(std::move(call));
   held_space_.clear();  // white space beside a call is not content
-  return true;
 }
 
 void tool_call_parser::push_hermes(piece& out) {
@@ -70,7 +75,8 @@ void tool_call_parser::push_hermes(piece& out) {
       const size_t end = held_.find(close_tag);
       if (end == std::string::npos) return;
       const std::string body = held_.substr(0, end);
-      if (!add_call(out, body)) release_content(out, std::string(open_tag) + body + std::string(close_tag));
+      if (auto call = call_of(body)) add_call(out, std::move(*call));
+      else release_content(out, std::string(open_tag) + body + std::string(close_tag));
       held_.erase(0, end + close_tag.size());
       inside_call_ = false;
       continue;
@@ -130,13 +136,12 @@ tool_call_parser::piece tool_call_parser::finish() {
         at = end + 1;
       }
     }
-    piece calls;
-    const bool all = !parts.empty() && std::all_of(parts.begin(), parts.end(), [&](const std::string& p) {
-      return add_call(calls, p);
-    });
-    if (all) out.calls = std::move(calls.calls);
-    else {
-      found_ -= calls.calls.size();
+    std::vector<tool_call> calls;  // every part a call, or the output is content
+    for (const std::string& p : parts)
+      if (auto call = call_of(p)) calls.push_back(std::move(*call));
+    if (!calls.empty() && calls.size() == parts.size()) {
+      for (tool_call& call : calls) add_call(out, std::move(call));
+    } else {
       release_content(out, held_);
     }
   } else {

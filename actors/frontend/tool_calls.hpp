@@ -6,6 +6,7 @@
 // same parser, so a stream and a whole answer agree. A call must name one of the request's tools and carry an
 // object of arguments; anything else stays content.
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,7 +51,8 @@ class tool_call_parser {
  private:
   void push_hermes(piece& out);
   void release_content(piece& out, std::string_view text);
-  bool add_call(piece& out, std::string_view json_text);
+  std::optional<tool_call> call_of(std::string_view json_text) const;
+  void add_call(piece& out, tool_call call);
 
   tool_syntax syntax_;
   std::vector<std::string> names_;

@@ -27,6 +27,23 @@ std::string stories() {
   return text.str();
 }
 
+/// The logits of every token of `ids`, from one step of `eng` over them (its every-token rows) into blocks of `pool`,
+/// which are released after.
+std::vector<std::vector<float>> one_pass_logits(gpu::engine& eng, gpu::kv_pool& pool, const std::vector<int32_t>& ids,
+                                                int vocab) {
+  gpu::block_table table;
+  for (uint32_t b = 0; b < gpu::blocks_for_tokens(int64_t(ids.size())); ++b)
+    table.push_back({0, pool.allocate({1, 0}).value()});
+  gpu::batch_entry entry{1, ids.data(), int(ids.size()), 0, &table, false};
+  entry.every_token = true;
+  gpu::kv_pools view{{&pool}, 0};
+  REQUIRE(eng.step({&entry, 1}, view, nullptr).is_ok());
+  std::vector<std::vector<float>> rows(ids.size(), std::vector<float>(size_t(vocab)));
+  for (size_t j = 0; j < ids.size(); ++j) REQUIRE(eng.copy_logits(int(j), rows[j].data()).is_ok());
+  for (const auto& ref : table) REQUIRE(pool.release(ref.block).is_ok());
+  return rows;
+}
+
 }  // namespace
 
 TEST_SUITE("gpu") {
@@ -37,15 +54,7 @@ TEST_SUITE("gpu") {
     eo.max_scored_tokens = 64;
     auto eng = gpu::engine::create(model.weights, test::cpu_device(), eo).value();
     auto pool = gpu::kv_pool::create(test::cpu_device(), eng->pool_layout(), 8).value();
-    gpu::block_table table;
-    for (uint32_t b = 0; b < gpu::blocks_for_tokens(int64_t(chunk.size())); ++b)
-      table.push_back({0, pool.allocate({1, 0}).value()});
-    gpu::batch_entry entry{1, chunk.data(), int(chunk.size()), 0, &table, false};
-    entry.every_token = true;
-    gpu::kv_pools view{{&pool}, 0};
-    REQUIRE(eng->step({&entry, 1}, view, nullptr).is_ok());
-    std::vector<std::vector<float>> every(chunk.size(), std::vector<float>(size_t(model.weights->config().vocab_size)));
-    for (size_t j = 0; j < chunk.size(); ++j) REQUIRE(eng->copy_logits(int(j), every[j].data()).is_ok());
+    const auto every = one_pass_logits(*eng, pool, chunk, model.weights->config().vocab_size);
     for (size_t j : {size_t(0), size_t(5), chunk.size() - 1}) {
       test::greedy_options o;
       o.keep_logits = true;
@@ -54,10 +63,14 @@ TEST_SUITE("gpu") {
       for (size_t i = 0; i < every[j].size(); ++i) worst = std::max(worst, double(std::abs(every[j][i] - step.logits[0][i])));
       CHECK_MESSAGE(worst <= 1e-4, "token ", j, ": ", worst);
     }
-    for (const auto& ref : table) REQUIRE(pool.release(ref.block).is_ok());
     // Without rows for scores the engine refuses the entry.
+    gpu::block_table table{{0, pool.allocate({1, 0}).value()}};
+    gpu::batch_entry entry{1, chunk.data(), 4, 0, &table, false};
+    entry.every_token = true;
+    gpu::kv_pools view{{&pool}, 0};
     auto plain = gpu::engine::create(model.weights, test::cpu_device(), {64, 1}).value();
     CHECK_FALSE(plain->step({&entry, 1}, view, nullptr).is_ok());
+    REQUIRE(pool.release(table[0].block).is_ok());
   }
 
   TEST_CASE("a batcher's prompt log probabilities, chunk by chunk beside another sequence, are one pass's") {
@@ -69,22 +82,14 @@ TEST_SUITE("gpu") {
     whole.max_scored_tokens = 1024;
     auto one = gpu::engine::create(model.weights, test::cpu_device(), whole).value();
     auto pool = gpu::kv_pool::create(test::cpu_device(), one->pool_layout(), 64).value();
-    gpu::block_table table;
-    for (uint32_t b = 0; b < gpu::blocks_for_tokens(int64_t(prompt.size())); ++b)
-      table.push_back({0, pool.allocate({1, 0}).value()});
-    gpu::batch_entry entry{1, prompt.data(), int(prompt.size()), 0, &table, false};
-    entry.every_token = true;
-    gpu::kv_pools view{{&pool}, 0};
-    REQUIRE(one->step({&entry, 1}, view, nullptr).is_ok());
-    std::vector<float> row(static_cast<size_t>(vocab));
+    const auto rows = one_pass_logits(*one, pool, prompt, vocab);
     std::vector<double> reference(prompt.size());
     std::vector<double> logprobs;
     for (size_t p = 1; p < prompt.size(); ++p) {
-      REQUIRE(one->copy_logits(int(p - 1), row.data()).is_ok());
-      gpu::log_softmax(row.data(), vocab, logprobs);
+      gpu::log_softmax(rows[p - 1].data(), vocab, logprobs);
       reference[p] = logprobs[size_t(prompt[p])];
     }
-    for (const auto& ref : table) REQUIRE(pool.release(ref.block).is_ok());
+    gpu::kv_pools view{{&pool}, 0};
     // A batcher of 64-token steps that score at most 20 prompt tokens each, a plain sequence beside it.
     gpu::engine_options small{64, 4};
     small.max_scored_tokens = 20;
