@@ -63,7 +63,20 @@ batcher::batcher(engine& e, block_source& blocks, batcher_options options)
 
 batcher::batcher(block_source& blocks, batcher_options options) : blocks_(blocks), options_(std::move(options)) {}
 
-void batcher::add(std::shared_ptr<sequence> seq) { active_.push_back(std::move(seq)); }
+void batcher::add(std::shared_ptr<sequence> seq) {
+  seq->wants_prefix = true;
+  active_.push_back(std::move(seq));
+}
+
+void batcher::attach_prefix(sequence& s) {
+  s.wants_prefix = false;
+  if (s.finished() || s.foreign() || s.held || !s.table.empty() || s.n_cached > 0 || !s.kept_ahead.empty() ||
+      s.prompt_logprobs >= 0)  // prompt log probabilities need every prompt position computed
+    return;
+  const int found = blocks_.attach_prefix(s);
+  if (!s.prefix_looked_up) s.cached_prompt_tokens = std::min(found, s.n_prompt);
+  s.prefix_looked_up = true;
+}
 
 bool batcher::cancel(uint64_t id) {
   for (const auto& s : active_)
@@ -121,6 +134,8 @@ status batcher::release_all(sequence& seq) {
   seq.table.clear();
   seq.n_cached = 0;
   seq.kept_ahead.clear();
+  seq.keyed_blocks = 0;
+  seq.last_key = {};
   return first;
 }
 
@@ -131,6 +146,7 @@ void batcher::preempt(sequence& seq) {
     return;
   }
   ++seq.preemptions;
+  seq.wants_prefix = true;  // at its next plan: what the cache still holds of it is not computed again
 }
 
 std::vector<uint32_t> batcher::missing_blocks(const sequence& seq, uint32_t needed) {
@@ -203,6 +219,8 @@ status batcher::plan(step_plan& out) {
   // (else a long request waiting at the head could leave the step empty while the others could run).
   std::vector<const sequence*> sitting_out;
   std::vector<planned> batch;
+  for (const auto& s : active_)
+    if (s->wants_prefix) attach_prefix(*s);
   for (size_t before = 0;; before = sitting_out.size()) {
     batch = pick(sitting_out);
     ILLM_RETURN_IF_ERROR(reserve_blocks(batch, sitting_out));
@@ -269,6 +287,7 @@ void batcher::complete(step_plan& plan) {
     if (!s.foreign()) last_recomputed_ += s.note_computed(s.n_cached, s.n_cached + plan.entries[i].n_tokens);
     s.n_cached += plan.entries[i].n_tokens;
     s.step_over_kept();
+    if (!s.foreign()) blocks_.blocks_computed(s);
     last_tokens_ += plan.entries[i].n_tokens;
     if (i < plan.partials.size()) s.partials_per_layer = plan.partials[i];
     if (!plan.entries[i].sample) continue;

@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gpu/block_key.hpp"
 #include "gpu/engine.hpp"
 #include "gpu/tokenizer.hpp"
 
@@ -73,6 +74,14 @@ struct sequence {
   /// is counted in recomputed.
   int lost_below = 0;
   int recomputed = 0;  ///< positions computed again after their KV was lost
+  /// Prompt tokens whose KV its first start found in the prefix cache (reported as cached tokens).
+  int cached_prompt_tokens = 0;
+  bool prefix_looked_up = false;  ///< whether a start of it has looked in the prefix cache
+  bool wants_prefix = false;      ///< its next plan looks in the prefix cache (it starts, or starts over)
+  /// Full blocks, from the first, whose content keys the block source has taken (offered to its prefix cache),
+  /// and the key of the last of them.
+  uint32_t keyed_blocks = 0;
+  block_key last_key;
 
   /// Positions [from, to) had their KV computed: counts those below lost_below in recomputed; returns how many.
   int note_computed(int from, int to);
@@ -117,6 +126,11 @@ class block_source {
   /// A block for logical block `index` of `seq`; out_of_blocks when none is free.
   virtual result<block_ref> allocate(const sequence& seq, uint32_t index) = 0;
   virtual status release(const block_ref& ref) = 0;
+  /// Gives a sequence that holds no KV the longest prefix of its tokens that a prefix cache holds (its table and
+  /// n_cached), leaving one token at least to compute; returns the tokens given. Default: no cache.
+  virtual int attach_prefix(sequence& seq) { return 0; }
+  /// The sequence's full blocks past keyed_blocks have KV now: a source with a prefix cache offers them to it.
+  virtual void blocks_computed(sequence& seq) {}
 };
 
 /// What a batcher does when a sequence needs blocks that its source cannot give.
@@ -222,6 +236,8 @@ class batcher {
   static std::vector<uint32_t> missing_blocks(const sequence& seq, uint32_t needed);
   status release_all(sequence& seq);
   void preempt(sequence& seq);
+  /// Gives a sequence that starts (or starts over) what the prefix cache holds of its tokens.
+  void attach_prefix(sequence& seq);
   void retire();
 
   engine* engine_ = nullptr;  // where step() runs plans; none for plan-only batchers

@@ -30,6 +30,7 @@ result<kv_pool> kv_pool::create(backend& device, const kv_layout& layout, uint32
   pool.used_.assign(n_blocks, false);
   pool.spare_.assign(n_blocks, false);
   pool.generation_.assign(n_blocks, 0);
+  pool.spare_user_.assign(n_blocks, spare_user::replicas);
   pool.written_ = std::make_unique<std::atomic<uint32_t>[]>(n_blocks);
   pool.free_list_.resize(n_blocks);
   // Lowest block ids are handed out first.
@@ -52,10 +53,11 @@ kv_pool& kv_pool::operator=(kv_pool&& o) noexcept {
     used_ = std::move(o.used_);
     spare_ = std::move(o.spare_);
     generation_ = std::move(o.generation_);
+    spare_user_ = std::move(o.spare_user_);
     spare_queue_ = std::move(o.spare_queue_);
     spare_count_ = std::exchange(o.spare_count_, 0);
     next_generation_ = o.next_generation_;
-    reclaim_listener_ = std::move(o.reclaim_listener_);
+    reclaim_listeners_ = std::move(o.reclaim_listeners_);
     written_ = std::move(o.written_);
     listener_ = std::move(o.listener_);
   }
@@ -66,7 +68,7 @@ kv_pool::~kv_pool() {
   if (base_) device_->deallocate(base_);
 }
 
-uint32_t kv_pool::take_block(std::vector<spare_block>& reclaimed) {
+uint32_t kv_pool::take_block(reclaimed_blocks& reclaimed) {
   if (free_list_.empty()) {
     while (!spare_[spare_queue_.front().block] || generation_[spare_queue_.front().block] != spare_queue_.front().generation)
       spare_queue_.pop_front();  // claimed or released since
@@ -74,7 +76,8 @@ uint32_t kv_pool::take_block(std::vector<spare_block>& reclaimed) {
     spare_queue_.pop_front();
     spare_[oldest.block] = false;
     --spare_count_;
-    reclaimed.push_back(oldest);
+    reclaimed.blocks.push_back(oldest);
+    reclaimed.users.push_back(spare_user_[oldest.block]);
     return oldest.block;
   }
   const uint32_t b = free_list_.back();
@@ -82,18 +85,22 @@ uint32_t kv_pool::take_block(std::vector<spare_block>& reclaimed) {
   return b;
 }
 
-void kv_pool::tell_reclaimed(const std::vector<spare_block>& reclaimed) const {
-  if (reclaimed.empty()) return;
-  std::shared_ptr<const std::function<void(const std::vector<spare_block>&)>> listener;
+void kv_pool::tell_reclaimed(const reclaimed_blocks& reclaimed) const {
+  if (reclaimed.blocks.empty()) return;
+  std::array<reclaim_listener, spare_user_count> listeners;
+  std::array<std::vector<spare_block>, spare_user_count> by_user;
   {
     std::lock_guard lock(*mutex_);
-    listener = reclaim_listener_;
+    listeners = reclaim_listeners_;
+    for (size_t i = 0; i < reclaimed.blocks.size(); ++i)
+      by_user[size_t(reclaimed.users[i])].push_back(reclaimed.blocks[i]);
   }
-  if (listener && *listener) (*listener)(reclaimed);
+  for (size_t u = 0; u < spare_user_count; ++u)
+    if (!by_user[u].empty() && listeners[u] && *listeners[u]) (*listeners[u])(by_user[u]);
 }
 
 result<uint32_t> kv_pool::allocate(const block_owner& owner) {
-  std::vector<spare_block> reclaimed;
+  reclaimed_blocks reclaimed;
   uint32_t b = 0;
   {
     std::lock_guard lock(*mutex_);
@@ -109,7 +116,7 @@ result<uint32_t> kv_pool::allocate(const block_owner& owner) {
 }
 
 result<std::vector<uint32_t>> kv_pool::allocate_many(const block_owner& owner, uint32_t n) {
-  std::vector<spare_block> reclaimed;
+  reclaimed_blocks reclaimed;
   std::vector<uint32_t> blocks;
   {
     std::lock_guard lock(*mutex_);
@@ -128,7 +135,7 @@ result<std::vector<uint32_t>> kv_pool::allocate_many(const block_owner& owner, u
   return blocks;
 }
 
-std::vector<spare_block> kv_pool::make_spare(std::span<const uint32_t> blocks) {
+std::vector<spare_block> kv_pool::make_spare(std::span<const uint32_t> blocks, spare_user user) {
   std::lock_guard lock(*mutex_);
   std::vector<spare_block> names;
   for (uint32_t b : blocks) {
@@ -136,6 +143,7 @@ std::vector<spare_block> kv_pool::make_spare(std::span<const uint32_t> blocks) {
     used_[b] = false;
     spare_[b] = true;
     generation_[b] = next_generation_++;
+    spare_user_[b] = user;
     ++spare_count_;
     spare_queue_.push_back({b, generation_[b]});
     names.push_back({b, generation_[b]});
@@ -167,10 +175,10 @@ void kv_pool::release_spare(const spare_block& s) {
   free_list_.push_back(s.block);
 }
 
-void kv_pool::set_reclaim_listener(std::function<void(const std::vector<spare_block>&)> listener) {
+void kv_pool::set_reclaim_listener(spare_user user, std::function<void(const std::vector<spare_block>&)> listener) {
   auto shared = std::make_shared<const std::function<void(const std::vector<spare_block>&)>>(std::move(listener));
   std::lock_guard lock(*mutex_);
-  reclaim_listener_ = std::move(shared);
+  reclaim_listeners_[size_t(user)] = std::move(shared);
 }
 
 uint32_t kv_pool::free_blocks() const {

@@ -14,6 +14,7 @@
 // needs a block. A spare block is named by (block, generation): the generation changes every time a block
 // is made spare, so a stale name never reaches a block that was reclaimed and made spare again.
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -58,6 +59,13 @@ struct block_owner {
   bool operator==(const block_owner&) const = default;
 };
 
+/// Who made a block spare: the pool tells each of them of its own blocks that an allocation reclaimed.
+enum class spare_user : uint8_t {
+  replicas,      ///< second copies of other blocks (the rManager)
+  prefix_cache,  ///< cached blocks no request reads (gpu/prefix_cache.hpp)
+};
+inline constexpr size_t spare_user_count = 2;
+
 /// A spare block, by its place and the generation it was made spare in.
 struct spare_block {
   uint32_t block = 0;
@@ -84,15 +92,15 @@ class kv_pool {
   /// Takes `n` free blocks for `owner` at once, or none (out_of_blocks) when fewer are free.
   result<std::vector<uint32_t>> allocate_many(const block_owner& owner, uint32_t n);
 
-  /// Makes used blocks spare (they must all be used): free for anyone who allocates, their contents kept until
-  /// then. Returns their names, in order.
-  std::vector<spare_block> make_spare(std::span<const uint32_t> blocks);
+  /// Makes used blocks spare for `user` (they must all be used): free for anyone who allocates, their contents
+  /// kept until then. Returns their names, in order.
+  std::vector<spare_block> make_spare(std::span<const uint32_t> blocks, spare_user user = spare_user::replicas);
   /// Takes spare blocks back as used blocks of their owner, all or none: false when one was reclaimed meanwhile.
   bool claim_spare(std::span<const spare_block> blocks);
   /// Frees a spare block that is still spare under that name (one reclaimed meanwhile is left alone).
   void release_spare(const spare_block& block);
-  /// Called after an allocation reclaimed spare blocks, on the allocating thread, outside the pool's lock.
-  void set_reclaim_listener(std::function<void(const std::vector<spare_block>&)> listener);
+  /// Called after an allocation reclaimed spare blocks of `user`, on the allocating thread, outside the pool's lock.
+  void set_reclaim_listener(spare_user user, std::function<void(const std::vector<spare_block>&)> listener);
 
   uint32_t total_blocks() const { return total_; }
   /// Blocks anyone may allocate: the free list and the spare blocks.
@@ -141,10 +149,16 @@ class kv_pool {
 
  private:
   kv_pool() = default;
+  /// Spare blocks an allocation took, and who had made each spare.
+  struct reclaimed_blocks {
+    std::vector<spare_block> blocks;
+    std::vector<spare_user> users;
+  };
   /// Takes one block for allocation, from the free list or else the oldest spare block (noted in `reclaimed`).
-  uint32_t take_block(std::vector<spare_block>& reclaimed);
-  /// Tells the reclaim listener of blocks reclaimed (called without the lock).
-  void tell_reclaimed(const std::vector<spare_block>& reclaimed) const;
+  uint32_t take_block(reclaimed_blocks& reclaimed);
+  /// Tells each user's reclaim listener of its blocks reclaimed (called without the lock).
+  void tell_reclaimed(const reclaimed_blocks& reclaimed) const;
+  using reclaim_listener = std::shared_ptr<const std::function<void(const std::vector<spare_block>&)>>;
 
   std::unique_ptr<std::mutex> mutex_;
   uint32_t total_ = 0;
@@ -156,10 +170,11 @@ class kv_pool {
   std::vector<bool> used_;
   std::vector<bool> spare_;
   std::vector<uint64_t> generation_;            // of each block's latest make_spare
+  std::vector<spare_user> spare_user_;          // of each block's latest make_spare
   std::deque<spare_block> spare_queue_;         // oldest first; entries no longer spare are skipped
   uint32_t spare_count_ = 0;
   uint64_t next_generation_ = 1;
-  std::shared_ptr<const std::function<void(const std::vector<spare_block>&)>> reclaim_listener_;  // under mutex_
+  std::array<reclaim_listener, spare_user_count> reclaim_listeners_;  // by spare_user, under mutex_
   std::unique_ptr<std::atomic<uint32_t>[]> written_;  // layers written, per block
   std::shared_ptr<const std::function<void()>> listener_;  // under mutex_
 };

@@ -336,6 +336,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--backend", flags->backend, "auto (cuda when a GPU is present, else cpu), cpu, cpu-reference or cuda")->capture_default_str();
   add_devices_flag(*cmd, flags->instance.devices);
   add_kv_type_flag(*cmd, flags->instance.kv_type);
+  add_prefix_cache_flag(*cmd, flags->instance.prefix_cache);
   cmd->add_flag("--json", flags->json, "Print one JSON object");
   cmd->add_option("--gmanager", flags->gmanager,
                   "HOST:PORT of a cluster of processes (illm gmanager): send the request to its instance with the "

@@ -444,6 +444,7 @@ void add_instance_command(CLI::App& app) {
   icmd->add_option("--model", f->model, "Model name (in $ILLM_MODELS) or path (default stories15M)");
   add_weight_type_flag(*icmd, f->weight_type);
   add_kv_type_flag(*icmd, f->instance.kv_type);
+  add_prefix_cache_flag(*icmd, f->instance.prefix_cache);
   icmd->add_option("--ucx-tls", f->ucx_tls, "UCX_TLS of the data plane (default tcp)");
   icmd->add_option("--ucx-net-devices", f->ucx_net_devices, "UCX_NET_DEVICES of the data plane (default lo)");
   icmd->add_option("--drain-timeout-s", f->drain_timeout_s, "On SIGTERM, how long to wait to be idle (default 30)")

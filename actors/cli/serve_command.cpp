@@ -34,7 +34,7 @@ namespace {
 /// Flags given on the command line; each overrides the config file.
 struct serve_flags {
   std::string config;
-  std::string model, served_model_name, chat_template, weight_type, kv_type, host, metrics_prefix, gmanager, policy, profile, faults, backend,
+  std::string model, served_model_name, chat_template, weight_type, kv_type, prefix_cache, host, metrics_prefix, gmanager, policy, profile, faults, backend,
       devices;
   int port = -1, instances = 0, max_requests = 0;
   std::vector<std::string> api_keys;
@@ -64,6 +64,7 @@ actors::frontend::serve_config resolve(const serve_flags& f, const CLI::App* cmd
   if (f.instances > 0) c.instances = f.instances;
   if (!f.backend.empty()) c.instance.backend = f.backend;
   if (!f.kv_type.empty()) c.instance.kv_type = f.kv_type;
+  if (!f.prefix_cache.empty()) c.instance.prefix_cache = f.prefix_cache;
   if (!f.devices.empty()) c.instance.devices = f.devices;
   copy_given_settings(cmd, actors::instance_settings_table(), f.instance, c.instance);
   copy_given_settings(cmd, actors::batch_settings_table(), f.batch, c.batch);
@@ -191,6 +192,8 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   const sigset_t stop_signals = block_stop_signals();
 
   (void)kv_type_of(c.instance.kv_type, "serve");  // a bad kv_type fails before the model loads
+  if (c.instance.prefix_cache != "off" && c.instance.prefix_cache != "local")
+    fail("illm serve: prefix_cache must be off or local, not '" + c.instance.prefix_cache + "'", 2);
   const gpu::loaded_model model = load_model_or_fail(
       c.model, {.chat_template_file = c.chat_template, .weight_type = weight_type_of(c.weight_type, "serve")}, "illm serve");
   auto registry = std::make_shared<actors::metrics::registry>();
@@ -242,6 +245,7 @@ void add_serve_command(CLI::App& app) {
                   "Jinja file replacing the model's chat template (a model without one joins the messages by newlines)");
   add_weight_type_flag(*cmd, flags->weight_type);
   add_kv_type_flag(*cmd, flags->kv_type);
+  add_prefix_cache_flag(*cmd, flags->prefix_cache);
   cmd->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
   cmd->add_option("--port", flags->port, "Port (default 8000; 0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--gmanager", flags->gmanager,

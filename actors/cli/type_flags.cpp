@@ -21,6 +21,14 @@ void add_kv_type_flag(CLI::App& cmd, std::string& value) {
       ->capture_default_str();
 }
 
+void add_prefix_cache_flag(CLI::App& cmd, std::string& value) {
+  cmd.add_option("--prefix-cache", value,
+                 "Keep full KV blocks by content, so requests that share a prefix compute it once: off, or local (each "
+                 "instance's cache serves the requests it runs)")
+      ->check(CLI::IsMember({"off", "local"}))
+      ->capture_default_str();
+}
+
 gpu::dtype kv_type_of(const std::string& value, const std::string& command) {
   const auto type = gpu::parse_dtype(value);
   if (!type || gpu::is_block_type(*type))

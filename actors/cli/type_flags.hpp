@@ -1,7 +1,8 @@
 #pragma once
 // `--weight-type` (and the `weight_type` key of illm serve's configuration): the type every matrix of the model is
 // converted to at load, for the commands that load a model; `--kv-type` (instance_settings::kv_type), the element type
-// of the instances' KV pools.
+// of the instances' KV pools; `--prefix-cache`, whether the pools keep full blocks by content for requests that share
+// a prefix.
 
 #include <optional>
 #include <string>
@@ -22,6 +23,9 @@ void add_weight_type_flag(CLI::App& cmd, std::string& value);
 
 /// Adds `--kv-type TYPE` (f32, f16 or bf16) to `cmd`, read into `value`.
 void add_kv_type_flag(CLI::App& cmd, std::string& value);
+
+/// Adds `--prefix-cache MODE` (off or local; instance_settings::prefix_cache) to `cmd`, read into `value`.
+void add_prefix_cache_flag(CLI::App& cmd, std::string& value);
 
 /// The KV type `value` names (f32, f16 or bf16). Fails with status 2 naming `command` when it names another.
 gpu::dtype kv_type_of(const std::string& value, const std::string& command);

@@ -21,6 +21,7 @@ struct instance_node::parts {
   std::shared_ptr<gpu::backend> device, attention_device, decode_attention_device, move_device;
   std::shared_ptr<gpu::engine> engine;
   std::shared_ptr<gpu::kv_pool> pool;
+  std::shared_ptr<gpu::prefix_cache> prefix_cache;  // none: --prefix-cache off
   std::shared_ptr<gpu::kv_landing> landing;  // where moves into a device pool land (none for a host pool)
   std::shared_ptr<gpu::local_device_pools> local_pools;  // where its device pool is listed (none: not listed)
   std::shared_ptr<transport::data_plane> plane;
@@ -111,6 +112,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   auto pool = gpu::kv_pool::create(*n->device, n->engine->pool_layout(), uint32_t(options.instance.kv_blocks_per_instance));
   if (!pool.is_ok()) return pool.error();
   n->pool = std::make_shared<gpu::kv_pool>(std::move(pool).value());
+  if (options.instance.prefix_cache != "off") n->prefix_cache = gpu::prefix_cache::over(n->pool, n->id);
   auto region = register_landing(*n->plane, *n->pool, n->move_device, options.instance, n->landing);
   if (!region.is_ok()) return region.error();
 
@@ -208,6 +210,8 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   icfg.tap = options.tap;
   icfg.plant = options.plant;
   icfg.constraints = options.constraints;
+  icfg.prefix_cache = n->prefix_cache;
+  icfg.prefix_root = gpu::root_key(gpu::model_identity(*weights, engine_options.kv_type), "");
   n->instance = spawn_instance(sys, icfg);
   caf::anon_send(n->rmanager, attach_atom::value, n->instance);
   return std::unique_ptr<instance_node>(new instance_node(std::move(n)));

@@ -305,10 +305,12 @@ json tool_message(const completion_result& result) {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-json usage(int prompt_tokens, int completion_tokens) {
+/// Usage as OpenAI reports it: cached_tokens are the prompt tokens whose KV the prefix cache held.
+json usage(int prompt_tokens, int completion_tokens, int cached_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 json finish(const std::string& reason) { return reason.empty() ? json() : json(reason); }
@@ -413,12 +415,13 @@ std::string response_body(const completion_request& r, const std::string& id, in
   json listed = json::array();
   for (size_t i = 0; i < choices.size(); ++i) listed.push_back(choice_json(r, i, choices[i], vocab));
   const int prompt_tokens = choices.empty() ? 0 : choices.front().prompt_tokens;
+  const int cached_tokens = choices.empty() ? 0 : choices.front().cached_tokens;
   json body = {{"id", id},
                {"object", r.kind == endpoint::completions ? "text_completion" : "chat.completion"},
                {"created", created},
                {"model", r.model},
                {"choices", listed},
-               {"usage", usage(prompt_tokens, completion_tokens)}};
+               {"usage", usage(prompt_tokens, completion_tokens, cached_tokens)}};
   if (r.prompt_logprobs >= 0 && vocab && r.kind == endpoint::chat_completions && !choices.empty())
     body["prompt_logprobs"] = vllm_prompt_logprobs(*vocab, r.prompt_ids, choices.front().prompt_logprobs);
   return dump(body);
@@ -456,14 +459,14 @@ std::string echoed_text(const completion_request& r, const gpu::tokenizer& vocab
 }
 
 std::string stream_usage(const completion_request& r, const std::string& id, int64_t created, int prompt_tokens,
-                         int completion_tokens) {
+                         int completion_tokens, int cached_tokens) {
   return "data: " +
          dump({{"id", id},
                {"object", r.kind == endpoint::completions ? "text_completion" : "chat.completion.chunk"},
                {"created", created},
                {"model", r.model},
                {"choices", json::array()},
-               {"usage", usage(prompt_tokens, completion_tokens)}}) +
+               {"usage", usage(prompt_tokens, completion_tokens, cached_tokens)}}) +
          "\n\n";
 }
 

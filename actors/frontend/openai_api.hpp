@@ -111,6 +111,7 @@ struct completion_result {
   /// With tools: the text without its tool calls, and the calls (tool_call_parser's split of `text`).
   std::string content;
   std::vector<tool_call> tool_calls;
+  int cached_tokens = 0;  ///< of the prompt's tokens, those whose KV the prefix cache held
 };
 
 /// Output tokens with their log probabilities, as a response or one streamed chunk shows them.
@@ -145,7 +146,7 @@ std::string stream_chunk(const completion_request& r, const std::string& id, int
 
 /// The usage event a stream sends last when stream_options.include_usage is set.
 std::string stream_usage(const completion_request& r, const std::string& id, int64_t created, int prompt_tokens,
-                         int completion_tokens);
+                         int completion_tokens, int cached_tokens = 0);
 
 /// POST /tokenize (as vLLM): {model, prompt, add_special_tokens} or the chat form {model, messages,
 /// add_generation_prompt, add_special_tokens, chat_template_kwargs, tools} -> {tokens, count, max_model_len}.

@@ -453,6 +453,7 @@ tool_call_parser::piece service::split_calls(answer& a, const std::string& text,
 }
 
 void service::settle(answer& a, const request_finished& end) {
+  a.result.cached_tokens = end.cached_tokens;
   const std::string released = a.text.stopped() ? "" : a.text.finish();
   a.result.text += released;
   a.rest = split_calls(a, released, true);
@@ -519,7 +520,8 @@ void service::respond(std::vector<answer>& answers, const std::vector<std::optio
                                a.result.tool_calls.size() - a.rest.calls.size()));
     }
     if (head.r.include_usage)
-      reply.write(stream_usage(head.r, head.id, head.created, head.result.prompt_tokens, completion_tokens));
+      reply.write(stream_usage(head.r, head.id, head.created, head.result.prompt_tokens, completion_tokens,
+                               head.result.cached_tokens));
   }
   reply.write("data: [DONE]\n\n");
   reply.end_stream();

@@ -21,19 +21,22 @@ bool switch_blocks(self_ptr self, const blocks_moved& m) {
   if (ok) {
     for (size_t k = 0; k < m.logical.size(); ++k) seq->table[m.logical[k]] = {m.dst_inst, m.dst_blocks[k]};
     note_promised(st);  // a request with a room may take some of the freed blocks back: they are promised first
-    for (uint32_t b : pick_it->second.physical) (void)st.config.pool->release(b);
+    for (uint32_t b : pick_it->second.physical) (void)st.blocks->release({st.config.id, b});
   }
   unmark(self, m.id);
   return ok;
 }
 
 /// Full local blocks of `s` that may move now, oldest first, at most `max_blocks`. A chunk's blocks are its
-/// owner's; a request whose prompt its room prefills is read there as it is.
+/// owner's; a request whose prompt its room prefills is read there as it is; a cached block other requests read
+/// too would stay here for them (a move would free nothing).
 std::vector<uint32_t> movable_blocks(const instance_state& st, const gpu::sequence& s, uint32_t max_blocks) {
   std::vector<uint32_t> out;
   if (s.foreign() || st.prefills.count(s.id)) return out;
   for (uint32_t i = 0; i < s.full_blocks() && i < s.table.size() && out.size() < max_blocks; ++i)
-    if (s.table[i].pool == st.config.id && !st.moving.count({s.id, i})) out.push_back(i);
+    if (s.table[i].pool == st.config.id && !st.moving.count({s.id, i}) &&
+        !(st.config.prefix_cache && st.config.prefix_cache->readers(s.table[i].block) > 1))
+      out.push_back(i);
   return out;
 }
 

@@ -9,8 +9,9 @@ namespace illm::actors {
 namespace instance_impl {
 
 local_blocks::local_blocks(std::shared_ptr<gpu::kv_pool> pool, instance_id id,
+                           std::shared_ptr<gpu::prefix_cache> cache, gpu::block_key root,
                            std::function<bool(const gpu::sequence&)> may_take)
-    : pool_(std::move(pool)), id_(id), may_take_(std::move(may_take)) {}
+    : pool_(std::move(pool)), id_(id), cache_(std::move(cache)), root_(root), may_take_(std::move(may_take)) {}
 
 gpu::result<gpu::block_ref> local_blocks::allocate(const gpu::sequence& seq, uint32_t) {
   if (may_take_ && !may_take_(seq)) return gpu::status{gpu::status_code::out_of_blocks, "no spare block here"};
@@ -20,7 +21,16 @@ gpu::result<gpu::block_ref> local_blocks::allocate(const gpu::sequence& seq, uin
 }
 
 gpu::status local_blocks::release(const gpu::block_ref& ref) {
-  return ref.pool == id_ ? pool_->release(ref.block) : gpu::status::ok();
+  if (ref.pool != id_ || (cache_ && cache_->release(ref.block))) return gpu::status::ok();
+  return pool_->release(ref.block);
+}
+
+int local_blocks::attach_prefix(gpu::sequence& seq) {
+  return cache_ ? gpu::attach_cached_prefix(*cache_, root_, id_, seq) : 0;
+}
+
+void local_blocks::blocks_computed(gpu::sequence& seq) {
+  if (cache_) gpu::offer_computed_blocks(*cache_, root_, id_, seq);
 }
 
 int64_t now_ns(caf::local_actor* self) {
@@ -89,6 +99,22 @@ void note_promised(const instance_state& st) {
   st.config.promises->set_queued(need <= st.config.pool->total_blocks() ? need : 0);
 }
 
+namespace {
+
+/// The prefix cache's counters since `published` into the metrics, and its blocks now.
+void publish_cache_metrics(metrics::runtime_metrics& m, instance_id id, const gpu::prefix_cache_stats& now,
+                           gpu::prefix_cache_stats& published) {
+  const std::string instance = std::to_string(id);
+  m.prefix_cache_queries.with({instance}).add(double(now.queried_tokens - published.queried_tokens));
+  m.prefix_cache_hits.with({instance, "local"}).add(double(now.hit_tokens - published.hit_tokens));
+  m.prefix_cache_evicted.with({instance}).add(double(now.evicted_blocks - published.evicted_blocks));
+  m.prefix_cache_blocks.with({instance, "read"}).set(now.read_blocks);
+  m.prefix_cache_blocks.with({instance, "idle"}).set(now.cached_blocks - now.read_blocks);
+  published = now;
+}
+
+}  // namespace
+
 void publish_placement(self_ptr self) {
   auto& st = self->state;
   note_promised(st);
@@ -104,6 +130,7 @@ void publish_placement(self_ptr self) {
     const metrics::label_values instance{std::to_string(st.config.id)};
     m->requests_running.with(instance).set(update.batch_size);
     m->requests_waiting.with(instance).set(update.waiting);
+    if (st.config.prefix_cache) publish_cache_metrics(*m, st.config.id, st.config.prefix_cache->stats(), st.cache_published);
   }
   self->send(st.config.rmanager, std::move(update));
 }
@@ -128,7 +155,8 @@ instance_actor::behavior_type instance_behavior(self_ptr self, instance_config c
   auto& st = self->state;
   faults::silent_when_told(self);
   st.config = std::move(config);
-  st.blocks = std::make_unique<local_blocks>(st.config.pool, st.config.id,
+  st.blocks = std::make_unique<local_blocks>(st.config.pool, st.config.id, st.config.prefix_cache,
+                                             st.config.prefix_root,
                                              [self](const gpu::sequence& seq) { return may_take_block(self->state, seq); });
   st.batcher = std::make_unique<gpu::batcher>(*st.blocks, batch_options(self));
   return {

@@ -16,6 +16,7 @@
 #include "actors/settings/settings.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/engine.hpp"
+#include "gpu/prefix_cache.hpp"
 
 namespace illm::gpu::grammar {
 class constraint_cache;
@@ -47,6 +48,10 @@ struct instance_config {
   planted_defect plant = planted_defect::none;  ///< a defect it puts in what it delivers (tests of the books)
   /// The grammars of structured outputs over the model's vocabulary (none: a request with one fails).
   std::shared_ptr<gpu::grammar::constraint_cache> constraints;
+  /// The prefix cache of its pool (none: no prefix caching), and the root of its keys (the model, its weight and
+  /// KV types).
+  std::shared_ptr<gpu::prefix_cache> prefix_cache;
+  gpu::block_key prefix_root;
 };
 
 /// Spawns an instance (on the scheduler: its handlers never block).

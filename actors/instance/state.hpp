@@ -24,18 +24,23 @@
 
 namespace illm::actors::instance_impl {
 
-/// New tokens always go to local blocks; blocks elsewhere are released by the rManager per request.
+/// New tokens always go to local blocks; blocks elsewhere are released by the rManager per request. With a
+/// prefix cache, a sequence starts on the cached blocks of its prefix and offers the full blocks it computes.
 class local_blocks final : public gpu::block_source {
  public:
   /// `may_take`: whether a sequence may take one more block now (none: whenever one is free).
-  local_blocks(std::shared_ptr<gpu::kv_pool> pool, instance_id id,
-               std::function<bool(const gpu::sequence&)> may_take = nullptr);
+  local_blocks(std::shared_ptr<gpu::kv_pool> pool, instance_id id, std::shared_ptr<gpu::prefix_cache> cache,
+               gpu::block_key root, std::function<bool(const gpu::sequence&)> may_take = nullptr);
   gpu::result<gpu::block_ref> allocate(const gpu::sequence& seq, uint32_t) override;
   gpu::status release(const gpu::block_ref& ref) override;
+  int attach_prefix(gpu::sequence& seq) override;
+  void blocks_computed(gpu::sequence& seq) override;
 
  private:
   std::shared_ptr<gpu::kv_pool> pool_;
   instance_id id_;
+  std::shared_ptr<gpu::prefix_cache> cache_;  // none: no prefix caching
+  gpu::block_key root_;
   std::function<bool(const gpu::sequence&)> may_take_;
 };
 
@@ -111,6 +116,7 @@ struct instance_state {
   std::map<request_id, adopted_prefix> adopted;        ///< ... and, once it has, what they start with
   uint64_t next_chunk = 1;
   std::set<request_id> planted;  ///< requests a planted defect was put in (config.plant)
+  gpu::prefix_cache_stats cache_published;  ///< the prefix cache's counters the metrics have
   static inline const char* name = "instance";
 };
 

@@ -47,6 +47,7 @@ void notify_finished(self_ptr self) {
     request_finished end{seq->id, gpu::to_string(seq->finish), seq->error, seq->preemptions, it->second.placement,
                          seq->n_generated(), it->second.first_token_ns, now_ns(self)};
     end.replicas = replica_placement(it->second);
+    end.cached_tokens = seq->cached_prompt_tokens;
     tell_client(self, it->second.client, std::move(end));
     release_elsewhere(self, seq->id);
     st.requests.erase(it);

@@ -101,9 +101,10 @@ struct request_finished {
   int64_t finished_ns = 0;     ///< ... and at the end
   instance_id from = 0;        ///< the instance that sent it
   std::vector<request_placement_entry> replicas{};  ///< where second copies of its blocks were at the end
+  int32_t cached_tokens = 0;  ///< prompt tokens whose KV its start found in the prefix cache
 };
 ILLM_INSPECT(request_finished, x.req_id, x.reason, x.error, x.preemptions, x.placement, x.generated, x.first_token_ns,
-             x.finished_ns, x.from, x.replicas)
+             x.finished_ns, x.from, x.replicas, x.cached_tokens)
 
 /// -> request actor or instance: stop generating req_id.
 struct cancel_request {

@@ -74,6 +74,20 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
       positions_recomputed(r.add_counter(prefix + "positions_recomputed_total",
                                          "KV positions the engine computed again because the blocks holding them were lost.",
                                          {"instance"})),
+      prefix_cache_queries(r.add_counter(prefix + "prefix_cache_queries_total",
+                                         "Prompt tokens (of full blocks) looked up in the prefix cache.", {"instance"})),
+      prefix_cache_hits(r.add_counter(prefix + "prefix_cache_hits_total",
+                                      "Prompt tokens found in the prefix cache, whose KV was not computed again "
+                                      "(where=local: in the instance's own pool).",
+                                      {"instance", "where"})),
+      prefix_cache_evicted(r.add_counter(prefix + "prefix_cache_evicted_blocks_total",
+                                         "Cached KV blocks no request read, taken back when memory was needed (or "
+                                         "flushed).",
+                                         {"instance"})),
+      prefix_cache_blocks(r.add_gauge(prefix + "prefix_cache_blocks",
+                                      "KV blocks the prefix cache holds: read by requests now (state=read) or by none "
+                                      "(state=idle: free memory, kept until it is needed).",
+                                      {"instance", "state"})),
       heartbeat_age(r.add_gauge(prefix + "heartbeat_age_seconds", "Age of an instance's last heartbeat at the gManager.",
                                 {"instance"})),
       instances_alive(r.add_gauge(prefix + "instances_alive", "Instances with a recent heartbeat.")),

@@ -60,6 +60,15 @@ struct runtime_metrics {
   family<histogram>& recovery_seconds;
   /// illm:positions_recomputed_total{instance}: KV positions the engine computed again because their blocks were lost
   family<counter>& positions_recomputed;
+  /// illm:prefix_cache_queries_total{instance}: prompt tokens (of full blocks) looked up in the prefix cache
+  family<counter>& prefix_cache_queries;
+  /// illm:prefix_cache_hits_total{instance, where}: of those, found (where="local": in the instance's own pool)
+  family<counter>& prefix_cache_hits;
+  /// illm:prefix_cache_evicted_blocks_total{instance}: cached blocks taken back for other use, or flushed
+  family<counter>& prefix_cache_evicted;
+  /// illm:prefix_cache_blocks{instance, state}: blocks the prefix cache holds, read by requests now (state="read")
+  /// or by none (state="idle": free memory, kept until it is needed)
+  family<gauge>& prefix_cache_blocks;
 
   // Membership (the gManager).
   family<gauge>& heartbeat_age;    ///< illm:heartbeat_age_seconds{instance}

@@ -51,7 +51,7 @@ rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config c
   self->state.config = std::move(config);
   // The pool tells it which spare blocks (replicas kept here) an allocation took, while it lives.
   caf::weak_actor_ptr me{self->ctrl()};
-  self->state.config.pool->set_reclaim_listener([me](const std::vector<gpu::spare_block>& taken) {
+  self->state.config.pool->set_reclaim_listener(gpu::spare_user::replicas, [me](const std::vector<gpu::spare_block>& taken) {
     spare_reclaimed r;
     for (const gpu::spare_block& s : taken) {
       r.blocks.push_back(s.block);

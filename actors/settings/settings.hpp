@@ -74,6 +74,9 @@ struct instance_settings {
   /// The element type of its KV pool: f32, f16 or bf16 (--kv-type); a 16-bit pool holds twice the tokens.
   std::string kv_type = "f32";
   int kv_blocks_per_instance = 256;
+  /// Full KV blocks kept by content for requests with the same prefix (--prefix-cache): "off", or "local" (each
+  /// instance's cache serves the requests it runs).
+  std::string prefix_cache = "off";
   int landing_blocks = 0;  ///< 0: as many as the pool
   int staging_chunk_blocks = 8;  ///< blocks per chunk of a move out of a device pool (two chunk buffers, pinned)
   int threads_per_instance = 0;  ///< 0: the cores, shared among the instances of a process

@@ -78,7 +78,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("spare blocks count as free, keep their contents until reclaimed oldest first, and stale names do nothing") {
     auto pool = gpu::kv_pool::create(test::cpu_device(), {1, 1, 16, gpu::dtype::f32}, 4).value();
     std::vector<gpu::spare_block> reclaimed;
-    pool.set_reclaim_listener([&](const std::vector<gpu::spare_block>& r) { reclaimed.insert(reclaimed.end(), r.begin(), r.end()); });
+    pool.set_reclaim_listener(gpu::spare_user::replicas, [&](const std::vector<gpu::spare_block>& r) { reclaimed.insert(reclaimed.end(), r.begin(), r.end()); });
     const auto replicas = pool.allocate_many({7, 1}, 3).value();
     const std::vector<uint32_t> older{replicas[0]}, newer{replicas[1], replicas[2]};
     const auto first = pool.make_spare(older);

@@ -26,7 +26,8 @@ def completions_and_chat(port):
     status, body = request(port, "POST", "/v1/completions",
                            {"model": "stories15M", "prompt": "Once upon a time", "max_tokens": 30, "temperature": 0})
     check(status == 200 and STORY in body["choices"][0]["text"], (status, body))
-    check(body["usage"] == {"prompt_tokens": 5, "completion_tokens": 30, "total_tokens": 35}, body)
+    check(body["usage"] == {"prompt_tokens": 5, "completion_tokens": 30, "total_tokens": 35,
+                           "prompt_tokens_details": {"cached_tokens": 0}}, body)
     events = list(stream_events(port, "/v1/chat/completions", {
         "model": "stories15M", "messages": [{"role": "user", "content": "Once upon a time"}], "max_tokens": 20,
         "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}))

@@ -1,0 +1,228 @@
+#include "gpu/prefix_cache.hpp"
+
+#include <algorithm>
+
+#include "gpu/batcher.hpp"
+#include "gpu/text.hpp"
+#include "gpu/weights.hpp"
+
+namespace illm::gpu {
+namespace {
+
+/// Folds one 64-bit word into both lanes of a key, each lane its own way.
+block_key fold(block_key k, uint64_t word) {
+  k.lo = mix_bits(k.lo ^ (word + 0x9e3779b97f4a7c15ull));
+  k.hi = mix_bits(k.hi + word * 0xc2b2ae3d27d4eb4full + 0x165667b19e3779f9ull);
+  return k;
+}
+
+}  // namespace
+
+uint64_t mix_bits(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+block_key root_key(std::string_view model_identity, std::string_view name_space) {
+  block_key k{0x243f6a8885a308d3ull, 0x13198a2e03707344ull};
+  for (std::string_view part : {model_identity, name_space}) {
+    k = fold(k, part.size());  // the length first: ("ab", "c") and ("a", "bc") differ
+    for (unsigned char c : part) k = fold(k, c);
+  }
+  return k;
+}
+
+block_key next_key(const block_key& parent, std::span<const int32_t> tokens) {
+  block_key k = fold(parent, tokens.size());
+  for (size_t i = 0; i + 1 < tokens.size(); i += 2)
+    k = fold(k, uint64_t(uint32_t(tokens[i])) << 32 | uint32_t(tokens[i + 1]));
+  if (tokens.size() % 2) k = fold(k, uint32_t(tokens.back()));
+  return k;
+}
+
+std::string model_identity(const model_weights& weights, dtype kv_type) {
+  const model_config& c = weights.config();
+  // One byte in every 4096 of the weights: two checkpoints of one shape differ there, and reading it is cheap.
+  block_key sample{};
+  const uint8_t* data = weights.data();
+  for (uint64_t at = 0; at < weights.bytes(); at += 4096) sample = fold(sample, data[at]);
+  return text::format("dim {} hidden {} layers {} heads {}/{} head {} vocab {} rope {} eps {} bias {} qk_norm {} "
+                      "scaling {} {} types [{}] kv {} weights {:x}{:x}",
+                      c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim(), c.vocab_size,
+                      c.rope_theta, c.norm_eps, c.qkv_bias, c.qk_norm, int(c.rope_scaling.scaling),
+                      c.rope_scaling.factor, weights.describe_types(), to_string(kv_type),
+                      sample.hi, sample.lo);
+}
+
+prefix_cache::prefix_cache(std::shared_ptr<kv_pool> pool, uint32_t instance)
+    : pool_(std::move(pool)), instance_(instance) {}
+
+std::shared_ptr<prefix_cache> prefix_cache::over(std::shared_ptr<kv_pool> pool, uint32_t instance) {
+  auto cache = std::make_shared<prefix_cache>(pool, instance);
+  std::weak_ptr<prefix_cache> weak = cache;
+  pool->set_reclaim_listener(spare_user::prefix_cache, [weak](const std::vector<spare_block>& taken) {
+    if (auto c = weak.lock()) c->reclaimed(taken);
+  });
+  return cache;
+}
+
+bool prefix_cache::add_reader(entry& e) {
+  if (e.readers > 0) {
+    ++e.readers;
+  } else {
+    const spare_block name{e.block, e.spare_generation};
+    if (!pool_->claim_spare(std::span(&name, 1))) return false;
+    e.readers = 1;
+    ++stats_.read_blocks;
+  }
+  if (e.readers == 2) ++stats_.shared_blocks;
+  return true;
+}
+
+void prefix_cache::forget(std::unordered_map<block_key, entry, block_key_hash>::iterator at) {
+  by_block_.erase(at->second.block);
+  entries_.erase(at);
+  ++stats_.evicted_blocks;
+}
+
+std::vector<uint32_t> prefix_cache::attach(const block_key& root, std::span<const block_key> keys,
+                                           std::span<const int32_t> tokens) {
+  std::lock_guard lock(mutex_);
+  std::vector<uint32_t> blocks;
+  stats_.queried_tokens += keys.size() * kv_block_tokens;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto at = entries_.find(keys[i]);
+    if (at == entries_.end()) break;
+    entry& e = at->second;
+    const auto mine = tokens.subspan(i * kv_block_tokens, kv_block_tokens);
+    if (e.parent != (i == 0 ? root : keys[i - 1]) || !std::equal(mine.begin(), mine.end(), e.tokens.begin())) break;
+    if (!add_reader(e)) {
+      forget(at);  // reclaimed by an allocation whose report has not come yet
+      break;
+    }
+    blocks.push_back(e.block);
+  }
+  stats_.hit_tokens += blocks.size() * kv_block_tokens;
+  return blocks;
+}
+
+size_t prefix_cache::match(const block_key& root, std::span<const block_key> keys,
+                           std::span<const int32_t> tokens) const {
+  std::lock_guard lock(mutex_);
+  size_t i = 0;
+  for (; i < keys.size(); ++i) {
+    auto at = entries_.find(keys[i]);
+    if (at == entries_.end()) break;
+    const auto mine = tokens.subspan(i * kv_block_tokens, kv_block_tokens);
+    if (at->second.parent != (i == 0 ? root : keys[i - 1]) ||
+        !std::equal(mine.begin(), mine.end(), at->second.tokens.begin()))
+      break;
+  }
+  return i;
+}
+
+bool prefix_cache::offer(const block_key& key, const block_key& parent, std::span<const int32_t> tokens,
+                         uint32_t block) {
+  std::lock_guard lock(mutex_);
+  if (tokens.size() != size_t(kv_block_tokens) || entries_.count(key)) return false;
+  // An entry still naming this block is stale: the pool reclaimed it and gave it to the offerer.
+  if (auto stale = by_block_.find(block); stale != by_block_.end()) forget(entries_.find(stale->second));
+  if (!pool_->set_owner(std::span(&block, 1), block_owner{prefix_cache_request, instance_})) return false;
+  entry e;
+  e.parent = parent;
+  std::copy(tokens.begin(), tokens.end(), e.tokens.begin());
+  e.block = block;
+  e.readers = 1;
+  entries_.emplace(key, e);
+  by_block_.emplace(block, key);
+  ++stats_.inserted_blocks;
+  ++stats_.read_blocks;
+  return true;
+}
+
+bool prefix_cache::release(uint32_t block) {
+  std::lock_guard lock(mutex_);
+  auto key = by_block_.find(block);
+  if (key == by_block_.end()) return false;
+  entry& e = entries_.at(key->second);
+  if (e.readers == 0) return false;  // a stale entry: the block is someone else's now
+  if (--e.readers == 1) --stats_.shared_blocks;
+  if (e.readers > 0) return true;
+  --stats_.read_blocks;
+  e.spare_generation = pool_->make_spare(std::span(&block, 1), spare_user::prefix_cache).front().generation;
+  return true;
+}
+
+void prefix_cache::reclaimed(const std::vector<spare_block>& taken) {
+  std::lock_guard lock(mutex_);
+  for (const spare_block& s : taken) {
+    auto key = by_block_.find(s.block);
+    if (key == by_block_.end()) continue;
+    auto at = entries_.find(key->second);
+    if (at->second.readers == 0 && at->second.spare_generation == s.generation) forget(at);
+  }
+}
+
+uint32_t prefix_cache::flush() {
+  std::lock_guard lock(mutex_);
+  uint32_t freed = 0;
+  for (auto at = entries_.begin(); at != entries_.end();) {
+    auto next = std::next(at);
+    if (at->second.readers == 0) {
+      pool_->release_spare({at->second.block, at->second.spare_generation});
+      forget(at);
+      ++freed;
+    }
+    at = next;
+  }
+  return freed;
+}
+
+uint32_t prefix_cache::readers(uint32_t block) const {
+  std::lock_guard lock(mutex_);
+  auto key = by_block_.find(block);
+  return key == by_block_.end() ? 0 : entries_.at(key->second).readers;
+}
+
+prefix_cache_stats prefix_cache::stats() const {
+  std::lock_guard lock(mutex_);
+  prefix_cache_stats s = stats_;
+  s.cached_blocks = uint32_t(entries_.size());
+  return s;
+}
+
+std::vector<block_key> chain_keys(const block_key& root, std::span<const int32_t> tokens, size_t blocks) {
+  std::vector<block_key> keys(std::min(blocks, tokens.size() / kv_block_tokens));
+  block_key key = root;
+  for (size_t i = 0; i < keys.size(); ++i)
+    keys[i] = key = next_key(key, tokens.subspan(i * kv_block_tokens, kv_block_tokens));
+  return keys;
+}
+
+int attach_cached_prefix(prefix_cache& cache, const block_key& root, uint32_t pool, sequence& seq) {
+  if (seq.tokens.empty()) return 0;
+  // The last token's logits are sampled: its block is computed.
+  const std::vector<block_key> keys = chain_keys(root, seq.tokens, (seq.tokens.size() - 1) / kv_block_tokens);
+  const std::vector<uint32_t> found = cache.attach(root, keys, seq.tokens);
+  for (uint32_t b : found) seq.table.push_back({pool, b});
+  seq.n_cached = int(found.size()) * kv_block_tokens;
+  seq.keyed_blocks = uint32_t(found.size());
+  seq.last_key = found.empty() ? block_key{} : keys[found.size() - 1];
+  return seq.n_cached;
+}
+
+void offer_computed_blocks(prefix_cache& cache, const block_key& root, uint32_t pool, sequence& seq) {
+  while (seq.keyed_blocks < seq.full_blocks() && seq.keyed_blocks < seq.table.size()) {
+    const uint32_t i = seq.keyed_blocks;
+    const block_key parent = i == 0 ? root : seq.last_key;
+    const auto tokens = std::span(seq.tokens).subspan(size_t(i) * kv_block_tokens, kv_block_tokens);
+    seq.last_key = next_key(parent, tokens);
+    if (seq.table[i].pool == pool) (void)cache.offer(seq.last_key, parent, tokens, seq.table[i].block);
+    ++seq.keyed_blocks;
+  }
+}
+
+}  // namespace illm::gpu

@@ -1,0 +1,108 @@
+#pragma once
+// The prefix cache of one pool: full KV blocks kept by content key, so a request whose prompt starts with a
+// prefix computed before reads those blocks instead of computing them again.
+//
+// A request offers each full block it computed; the cache takes it (the pool's owner of the block becomes
+// prefix_cache_request) unless that key is cached already. Readers are counted: the offering request is the
+// first, every request that attaches the block one more. When the last reader lets go, the block is made
+// spare: it keeps its contents and counts as free, and the pool reclaims spare blocks oldest first when it
+// runs out, so cached blocks nobody reads are free memory, evicted least recently used, and only when
+// memory is needed. A hit is checked against the block's own tokens and parent key, never the key alone.
+// Thread-safe: an instance's engine, manager and the pool's reclaiming allocators share it.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gpu/block_key.hpp"
+#include "gpu/kv_pool.hpp"
+
+namespace illm::gpu {
+
+class model_weights;
+
+/// What names a model in its keys' root: its shape, its matrices' types, a sample of its weights' bytes and the
+/// KV type.
+std::string model_identity(const model_weights& weights, dtype kv_type);
+
+/// The pool owner's request id of blocks the prefix cache holds (their readers are requests).
+inline constexpr uint64_t prefix_cache_request = ~uint64_t(0);
+
+/// What a prefix cache holds and has done.
+struct prefix_cache_stats {
+  uint64_t queried_tokens = 0;  ///< prompt tokens of full blocks looked up
+  uint64_t hit_tokens = 0;      ///< of those, found
+  uint64_t inserted_blocks = 0;
+  uint64_t evicted_blocks = 0;  ///< reclaimed by the pool or flushed
+  uint32_t cached_blocks = 0;   ///< blocks held now
+  uint32_t read_blocks = 0;     ///< of those, read by at least one request now
+  uint32_t shared_blocks = 0;   ///< of those, read by two requests or more now
+};
+
+/// The prefix cache of one pool.
+class prefix_cache {
+ public:
+  /// A cache over `pool`, whose blocks it takes as block_owner{prefix_cache_request, instance}.
+  prefix_cache(std::shared_ptr<kv_pool> pool, uint32_t instance);
+  /// A cache over `pool` that the pool tells of the cached blocks it reclaims (its listener for them).
+  static std::shared_ptr<prefix_cache> over(std::shared_ptr<kv_pool> pool, uint32_t instance);
+
+  /// The longest cached prefix of a chain: keys[i] names full block i of `tokens` (its first keys.size() * 16
+  /// tokens), root is the chain's start. Returns the blocks found, each with one more reader; their tokens are
+  /// counted as queried and hit (all of keys' tokens as queried).
+  std::vector<uint32_t> attach(const block_key& root, std::span<const block_key> keys, std::span<const int32_t> tokens);
+  /// How many of the chain's first blocks attach() would find now, without taking them (what a router weighs).
+  size_t match(const block_key& root, std::span<const block_key> keys, std::span<const int32_t> tokens) const;
+  /// Offers used block `block` holding `tokens` (16) as the full block `key` whose parent is `parent`: the cache
+  /// takes it, with its offerer as its first reader, unless that key is cached already (false: it stays the
+  /// offerer's).
+  bool offer(const block_key& key, const block_key& parent, std::span<const int32_t> tokens, uint32_t block);
+  /// A reader lets go of `block`: true when the block is the cache's (its last reader makes it spare), false when
+  /// it is not (the caller frees it).
+  bool release(uint32_t block);
+  /// The pool reclaimed these spare blocks of the cache: their entries are forgotten.
+  void reclaimed(const std::vector<spare_block>& taken);
+  /// Frees every cached block no request reads (an operator's reset); returns how many.
+  uint32_t flush();
+  /// Requests reading `block` when the cache holds it (0 when it does not: the block is one request's own).
+  uint32_t readers(uint32_t block) const;
+  prefix_cache_stats stats() const;
+
+ private:
+  struct entry {
+    block_key parent;
+    std::array<int32_t, kv_block_tokens> tokens{};
+    uint32_t block = 0;
+    uint32_t readers = 0;
+    uint64_t spare_generation = 0;  ///< with no readers: the name the pool gave it when it was made spare
+  };
+  /// Takes one more reader of `e` (claiming it back when spare); false when the pool reclaimed it meanwhile.
+  bool add_reader(entry& e);
+  void forget(std::unordered_map<block_key, entry, block_key_hash>::iterator at);
+
+  mutable std::mutex mutex_;
+  std::shared_ptr<kv_pool> pool_;
+  uint32_t instance_;
+  std::unordered_map<block_key, entry, block_key_hash> entries_;
+  std::unordered_map<uint32_t, block_key> by_block_;
+  prefix_cache_stats stats_;
+};
+
+struct sequence;
+
+/// The keys of the first `blocks` full blocks of `tokens`, chained from `root`.
+std::vector<block_key> chain_keys(const block_key& root, std::span<const int32_t> tokens, size_t blocks);
+
+/// Gives `seq` (holding no KV) the longest prefix of its tokens that `cache`, the cache of pool `pool`, holds: its
+/// table's first entries and n_cached, one token at least left to compute. Returns the tokens given.
+int attach_cached_prefix(prefix_cache& cache, const block_key& root, uint32_t pool, sequence& seq);
+
+/// Offers `cache` the full blocks of `seq` past its keyed_blocks that pool `pool` holds, keying each.
+void offer_computed_blocks(prefix_cache& cache, const block_key& root, uint32_t pool, sequence& seq);
+
+}  // namespace illm::gpu

@@ -1,0 +1,266 @@
+// The prefix cache: keys that name whole prefixes, hits checked against tokens, readers counted, blocks no one
+// reads kept as spare (free to allocation) and evicted least recently released when the pool runs out, and a
+// flush that frees them.
+#include <numeric>
+
+#include "gpu/batcher.hpp"
+#include "gpu/prefix_cache.hpp"
+#include "tests/gpu/support.hpp"
+
+using namespace illm;
+
+namespace {
+
+std::vector<int32_t> tokens_from(int32_t first, size_t n) {
+  std::vector<int32_t> t(n);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+/// The chain of keys of `tokens`' full blocks.
+std::vector<gpu::block_key> chain(const gpu::block_key& root, const std::vector<int32_t>& tokens) {
+  return gpu::chain_keys(root, tokens, tokens.size());
+}
+
+struct fixture {
+  std::shared_ptr<gpu::kv_pool> pool;
+  std::shared_ptr<gpu::prefix_cache> cache;
+  gpu::block_key root = gpu::root_key("model f32 f32", "");
+
+  explicit fixture(uint32_t blocks) {
+    auto made = gpu::kv_pool::create(test::cpu_device(), {1, 1, 8, gpu::dtype::f32}, blocks);
+    REQUIRE(made.is_ok());
+    pool = std::make_shared<gpu::kv_pool>(std::move(made.value()));
+    cache = std::make_shared<gpu::prefix_cache>(pool, 7);
+    std::weak_ptr<gpu::prefix_cache> weak = cache;
+    pool->set_reclaim_listener(gpu::spare_user::prefix_cache, [weak](const std::vector<gpu::spare_block>& taken) {
+      if (auto c = weak.lock()) c->reclaimed(taken);
+    });
+  }
+
+  /// A request computes `tokens` into fresh blocks and offers them all; returns the blocks.
+  std::vector<uint32_t> compute(uint64_t request, const std::vector<int32_t>& tokens) {
+    const auto keys = chain(root, tokens);
+    std::vector<uint32_t> blocks;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto b = pool->allocate({request, 7});
+      REQUIRE(b.is_ok());
+      blocks.push_back(b.value());
+      CHECK(cache->offer(keys[i], i ? keys[i - 1] : root,
+                         std::span(tokens).subspan(i * gpu::kv_block_tokens, gpu::kv_block_tokens), b.value()));
+    }
+    return blocks;
+  }
+
+  void release(const std::vector<uint32_t>& blocks) {
+    for (uint32_t b : blocks)
+      if (!cache->release(b)) REQUIRE(pool->release(b).is_ok());
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("a block key names its whole prefix, its model and its namespace") {
+    const auto a = tokens_from(1, 32), b = tokens_from(2, 32);
+    const gpu::block_key root = gpu::root_key("m", "");
+    CHECK(chain(root, a) == chain(root, a));
+    CHECK(chain(root, a)[0] != chain(root, b)[0]);
+    auto c = a;
+    c[3] = 99;  // the first block differs: so does the second block's key, though its tokens are equal
+    CHECK(chain(root, c)[1] != chain(root, a)[1]);
+    CHECK(chain(gpu::root_key("m", "tenant"), a)[0] != chain(root, a)[0]);
+    CHECK(gpu::root_key("ab", "c") != gpu::root_key("a", "bc"));
+  }
+
+  TEST_CASE("prefix cache: a second request attaches the longest cached prefix, readers counted") {
+    fixture f(16);
+    const auto prompt = tokens_from(100, 48);
+    const auto first = f.compute(1, prompt);
+    CHECK(f.pool->owner(first[0]).request == gpu::prefix_cache_request);
+    auto other = prompt;
+    other[40] = 5;  // the third block differs
+    const auto keys = chain(f.root, other);
+    const auto hit = f.cache->attach(f.root, keys, other);
+    CHECK(hit == std::vector<uint32_t>{first[0], first[1]});
+    auto stats = f.cache->stats();
+    CHECK(stats.queried_tokens == 48);
+    CHECK(stats.hit_tokens == 32);
+    CHECK(stats.shared_blocks == 2);
+    f.release(first);
+    CHECK(f.pool->used_blocks() == 2);  // still read by the second request
+    f.release(hit);
+    CHECK(f.pool->used_blocks() == 0);  // kept as spare: free to allocation
+    CHECK(f.pool->spare_blocks() == 3);
+    CHECK(f.cache->stats().cached_blocks == 3);
+    CHECK(f.cache->attach(f.root, chain(f.root, prompt), prompt).size() == 3);  // claimed back from spare
+    CHECK(f.pool->check().is_ok());
+  }
+
+  TEST_CASE("prefix cache: a hit is checked against the tokens and the parent, not the key alone") {
+    fixture f(8);
+    const auto prompt = tokens_from(0, 32);
+    f.compute(1, prompt);
+    auto keys = chain(f.root, prompt);
+    auto forged = prompt;
+    forged[20] = 77;  // same keys given, other tokens: as a key collision would be
+    CHECK(f.cache->attach(f.root, keys, forged).size() == 1);
+    CHECK(f.cache->attach(gpu::root_key("other model", ""), keys, prompt).empty());
+  }
+
+  TEST_CASE("prefix cache: blocks no one reads are evicted least recently released, only when memory is needed") {
+    fixture f(4);
+    const auto a = tokens_from(0, 32), b = tokens_from(1000, 32);
+    const auto blocks_a = f.compute(1, a), blocks_b = f.compute(2, b);
+    f.release(blocks_a);
+    f.release(blocks_b);
+    CHECK(f.pool->free_blocks() == 4);
+    auto taken = f.pool->allocate({3, 7});  // the free list is empty: a's first block, released first, goes
+    REQUIRE(taken.is_ok());
+    CHECK(taken.value() == blocks_a[0]);
+    CHECK(f.cache->stats().evicted_blocks == 1);
+    CHECK(f.cache->attach(f.root, chain(f.root, a), a).empty());  // its chain starts with the lost block
+    const auto hit_b = f.cache->attach(f.root, chain(f.root, b), b);
+    CHECK(hit_b.size() == 2);
+    // a block the cache lost and a request now owns is that request's to release
+    CHECK_FALSE(f.cache->release(taken.value()));
+    CHECK(f.pool->release(taken.value()).is_ok());
+    f.release(hit_b);
+    CHECK(f.pool->check().is_ok());
+  }
+
+  TEST_CASE("prefix cache: an equal block offered twice stays its offerer's, and a flush frees what no one reads") {
+    fixture f(8);
+    const auto prompt = tokens_from(0, 16);
+    const auto first = f.compute(1, prompt);
+    auto second = f.pool->allocate({2, 7});
+    REQUIRE(second.is_ok());
+    CHECK_FALSE(f.cache->offer(chain(f.root, prompt)[0], f.root, prompt, second.value()));
+    CHECK(f.pool->owner(second.value()).request == 2);
+    CHECK(f.pool->release(second.value()).is_ok());
+    const auto reader = f.cache->attach(f.root, chain(f.root, prompt), prompt);
+    f.release(first);
+    CHECK(f.cache->flush() == 0);  // still read
+    f.release(reader);
+    CHECK(f.cache->flush() == 1);
+    CHECK(f.pool->spare_blocks() == 0);
+    CHECK(f.pool->free_blocks() == 8);
+    CHECK(f.cache->stats().cached_blocks == 0);
+    CHECK(f.pool->check().is_ok());
+  }
+}
+
+namespace {
+
+/// One pool whose full blocks a prefix cache keeps, as an instance's blocks are (actors/instance).
+class cached_source final : public gpu::block_source {
+ public:
+  cached_source(std::shared_ptr<gpu::kv_pool> pool, std::shared_ptr<gpu::prefix_cache> cache)
+      : pool_(std::move(pool)), cache_(std::move(cache)) {}
+  gpu::result<gpu::block_ref> allocate(const gpu::sequence& seq, uint32_t) override {
+    auto block = pool_->allocate({seq.id, 0});
+    if (!block.is_ok()) return block.error();
+    return gpu::block_ref{0, block.value()};
+  }
+  gpu::status release(const gpu::block_ref& ref) override {
+    return cache_ && cache_->release(ref.block) ? gpu::status::ok() : pool_->release(ref.block);
+  }
+  int attach_prefix(gpu::sequence& seq) override {
+    return cache_ ? gpu::attach_cached_prefix(*cache_, root, 0, seq) : 0;
+  }
+  void blocks_computed(gpu::sequence& seq) override {
+    if (cache_) gpu::offer_computed_blocks(*cache_, root, 0, seq);
+  }
+  gpu::block_key root = gpu::root_key("stories15M", "");
+
+ private:
+  std::shared_ptr<gpu::kv_pool> pool_;
+  std::shared_ptr<gpu::prefix_cache> cache_;
+};
+
+/// The real model's engine (64-token steps) over one pool of `blocks`, with a prefix cache or none.
+struct cached_rig {
+  cached_rig(uint32_t blocks, bool cached)
+      : eng(gpu::engine::create(test::real_model().weights, test::cpu_device(), {64, 4}).value()),
+        pool(std::make_shared<gpu::kv_pool>(
+            gpu::kv_pool::create(test::cpu_device(), eng->pool_layout(), blocks).value())),
+        cache(cached ? gpu::prefix_cache::over(pool, 0) : nullptr),
+        source(pool, cache),
+        steps(*eng, source, {64, 4}) {}
+
+  /// Runs `prompts` greedily (12 new tokens each), all queued at once, to the end; their sequences.
+  std::vector<std::shared_ptr<gpu::sequence>> run(const std::vector<std::vector<int32_t>>& prompts) {
+    std::vector<std::shared_ptr<gpu::sequence>> seqs;
+    for (const auto& p : prompts) {
+      auto s = std::make_shared<gpu::sequence>();
+      s->id = ++next_id;
+      s->tokens = p;
+      s->n_prompt = int(p.size());
+      s->max_new_tokens = 12;
+      s->ignore_eos = true;
+      steps.add(s);
+      seqs.push_back(s);
+    }
+    const gpu::kv_pools view{{pool.get()}, 0};
+    while (!steps.idle()) REQUIRE(steps.step(view, nullptr).is_ok());
+    (void)steps.take_finished();
+    return seqs;
+  }
+
+  std::unique_ptr<gpu::engine> eng;
+  std::shared_ptr<gpu::kv_pool> pool;
+  std::shared_ptr<gpu::prefix_cache> cache;
+  cached_source source;
+  gpu::batcher steps;
+  uint64_t next_id = 0;
+};
+
+std::vector<int32_t> generated(const gpu::sequence& s) {
+  return {s.tokens.begin() + s.n_prompt, s.tokens.end()};
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("prefix cache on the real model: requests that share a prefix give the ids they give without it") {
+    const auto golden_prompt = test::golden()["cases"][6]["prompt_token_ids"].get<std::vector<int32_t>>();  // 604
+    std::vector<int32_t> branch(golden_prompt.begin(), golden_prompt.begin() + 300);  // 18 full blocks shared
+    for (int32_t t : {450, 11203, 471, 263, 2217, 29889}) branch.push_back(t);
+    cached_rig plain(128, false);
+    const auto expected = plain.run({golden_prompt, branch});
+
+    cached_rig rig(128, true);
+    const auto first = rig.run({golden_prompt});
+    CHECK(generated(*first[0]) == generated(*expected[0]));
+    CHECK(first[0]->cached_prompt_tokens == 0);
+    // The same prompt again, and one that branches off it, side by side: both start on the cached blocks.
+    const auto again = rig.run({golden_prompt, branch});
+    CHECK(again[0]->cached_prompt_tokens == 37 * 16);  // all its full blocks but the one its last token is in
+    CHECK(again[1]->cached_prompt_tokens == 18 * 16);
+    CHECK(generated(*again[0]) == generated(*expected[0]));
+    CHECK(generated(*again[1]) == generated(*expected[1]));
+    const auto stats = rig.cache->stats();
+    CHECK(stats.hit_tokens == (37 + 18) * 16);
+    CHECK(stats.read_blocks == 0);  // every request ended: nothing is read, everything cached is spare
+    CHECK(rig.pool->used_blocks() == 0);
+    CHECK(rig.pool->check().is_ok());
+    CHECK(rig.cache->flush() == stats.cached_blocks);
+    CHECK(rig.pool->spare_blocks() == 0);
+  }
+
+  TEST_CASE("prefix cache under memory pressure: cached blocks give way to running requests, ids unchanged") {
+    const auto golden_prompt = test::golden()["cases"][6]["prompt_token_ids"].get<std::vector<int32_t>>();  // 604
+    std::vector<int32_t> other(golden_prompt.rbegin(), golden_prompt.rend());  // no block in common
+    cached_rig plain(48, false);
+    const auto expected = plain.run({other});
+    cached_rig rig(48, true);  // 48 blocks: one 604-token request at a time, with its 12 new tokens
+    rig.run({golden_prompt});
+    CHECK(rig.cache->stats().cached_blocks == 38);
+    const auto second = rig.run({other});  // needs 38 blocks: reclaims the cached ones, oldest first
+    CHECK(generated(*second[0]) == generated(*expected[0]));
+    CHECK(second[0]->cached_prompt_tokens == 0);
+    CHECK(rig.cache->stats().evicted_blocks > 0);
+    CHECK(rig.pool->used_blocks() == 0);
+    CHECK(rig.pool->check().is_ok());
+  }
+}
