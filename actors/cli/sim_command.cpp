@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/cli/commands.hpp"
+#include "actors/cli/type_flags.hpp"
 #include "actors/cli/setting_flags.hpp"
 #include "actors/sim/simulation.hpp"
 
@@ -94,8 +95,17 @@ nlohmann::json report_json(const actors::sim::sim_report& r) {
           {"recovered_by_takeover", r.recovered_by_takeover},
           {"recovered_by_recompute", r.recovered_by_recompute},
           {"positions_recomputed", r.positions_recomputed},
+          {"prompt_tokens", r.prompt_tokens},
+          {"prefix_hit_tokens", r.prefix_hit_tokens},
+          {"prefix_ceiling_tokens", r.prefix_ceiling_tokens},
+          {"prefill_tokens", r.prefill_tokens},
+          {"ttft_p50_s", r.ttft_s.p50},
+          {"ttft_p99_s", r.ttft_s.p99},
+          {"output_tokens_per_second", r.throughput_tok_s},
           {"timeline", timeline_json(r.timeline)}};
 }
+
+double percent(uint64_t part, uint64_t whole) { return whole > 0 ? 100.0 * double(part) / double(whole) : 0; }
 
 void print_report(const actors::sim::sim_report& r) {
   fmt::print(
@@ -109,6 +119,11 @@ void print_report(const actors::sim::sim_report& r) {
       r.mixed_step_tokens > 0 ? fmt::format(" (<= {} with decodes)", r.mixed_step_tokens) : "", r.busy_fraction * 100,
       r.computing_fraction * 100, r.hosted_fraction * 100, r.kv_used_fraction * 100, r.kv_promised_fraction * 100,
       r.wall_s);
+  if (r.prefix_hit_tokens > 0 || r.prefix_ceiling_tokens > 0)
+    fmt::print("{:<14} prefix cache: {} of {} prompt tokens found ({:.1f}%; an LRU cache of the cluster's KV memory "
+               "would find {:.1f}%), {} prompt tokens computed\n",
+               "", r.prefix_hit_tokens, r.prompt_tokens, percent(r.prefix_hit_tokens, r.prompt_tokens),
+               percent(r.prefix_ceiling_tokens, r.prompt_tokens), r.prefill_tokens);
   if (r.failures > 0)
     fmt::print("{:<14} {} instance(s) died: {} request(s) went on with replicas promoted, {} with the surviving "
                "blocks taken over, {} computed their KV again; {} positions computed again\n",
@@ -306,6 +321,8 @@ nlohmann::json settings_json(const sim_flags& f, const sim_flags& flags, size_t 
       {"model", f.options.model},
       {"profile", flags.options.profile ? nlohmann::json(flags.options.profile->name) : nlohmann::json()},
       {"router", f.router},
+      {"prefix_weight", f.options.prefix_weight},
+      {"prefix_cache", f.options.instance.prefix_cache},
       {"max_unstarted", f.options.max_unstarted},
       {"rate_scale", f.options.rate_scale > 0 ? nlohmann::json(f.options.rate_scale) : nlohmann::json("saturating")},
       {"max_batch_tokens", f.options.batch.max_batch_tokens},
@@ -380,7 +397,10 @@ void run_sim(const sim_flags& f) {
 void add_sim_command(CLI::App& app) {
   auto f = std::make_shared<sim_flags>();
   CLI::App* cmd = app.add_subcommand("sim", "Simulate a cluster on a trace with placement policies side by side");
-  cmd->add_option("--trace", f->trace, "Trace CSV: arrival_s,input_tokens,output_tokens")->required();
+  cmd->add_option("--trace", f->trace,
+                  "Trace: a CSV of arrival_s,input_tokens,output_tokens, or Mooncake's JSON lines with hash_ids "
+                  "(which prompts share which prefixes)")
+      ->required();
   cmd->add_option("--instances", f->options.instances, "Instances (GPUs, or GPU groups for big models)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -395,8 +415,15 @@ void add_sim_command(CLI::App& app) {
       ->check(number_from(0));
   cmd->add_option("--limit", f->options.limit, "The first N requests of the trace (0: all)");
   cmd->add_option("--router", f->router,
-                  "least-requests, least-prompt-tokens, least-tokens (knows outputs) or round-robin")
+                  "least-requests, least-prompt-tokens, least-tokens (knows outputs), round-robin or prefix-aware "
+                  "(as Dynamo's KV router: --prefix-weight x the prompt tokens not cached there + its unfinished "
+                  "prompt tokens)")
       ->capture_default_str();
+  cmd->add_option("--prefix-weight", f->options.prefix_weight,
+                  "prefix-aware routing's weight of the prompt tokens to prefill against the load")
+      ->check(number_from(0))
+      ->capture_default_str();
+  add_prefix_cache_flag(*cmd, f->options.instance.prefix_cache);
   cmd->add_option("--max-unstarted", f->options.max_unstarted,
                   "Requests an instance may hold that have not started; the front end queues the rest (0: none held)")
       ->check(CLI::Range(0, 1 << 20))

@@ -249,32 +249,6 @@ gpu::result<std::string> served_model_id(const endpoint_address& address, const 
 
 }  // namespace
 
-gpu::result<std::vector<trace_row>> read_trace(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return gpu::status{gpu::status_code::io_error, fmt::format("cannot read trace {}", path)};
-  std::vector<trace_row> rows;
-  std::string line;
-  std::getline(in, line);  // header
-  for (int number = 2; std::getline(in, line); ++number) {
-    if (line.empty()) continue;
-    std::istringstream s(line);
-    trace_row r;
-    char c1 = 0, c2 = 0;
-    if (!(s >> r.arrival_s >> c1 >> r.input_tokens >> c2 >> r.output_tokens) || c1 != ',' || c2 != ',' ||
-        !(s >> std::ws).eof() || r.arrival_s < 0 || r.input_tokens < 0 || r.output_tokens < 0)
-      return gpu::status{gpu::status_code::invalid_argument,
-                         fmt::format("trace {} line {}: expected arrival_s,input_tokens,output_tokens", path, number)};
-    if (!rows.empty() && r.arrival_s < rows.back().arrival_s)
-      return gpu::status{gpu::status_code::invalid_argument,
-                         fmt::format("trace {} line {}: arrival_s {} is before the line above's {} (rows go in "
-                                     "arrival order)",
-                                     path, number, r.arrival_s, rows.back().arrival_s)};
-    rows.push_back(r);
-  }
-  if (rows.empty()) return gpu::status{gpu::status_code::invalid_argument, fmt::format("trace {} has no rows", path)};
-  return rows;
-}
-
 gpu::result<replay_result> replay(const std::vector<trace_row>& trace, const replay_options& o,
                                   const std::function<void(size_t, size_t, size_t)>& progress) {
   auto address = parse_url(o.url);

@@ -10,19 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "actors/frontend/trace_file.hpp"
 #include "gpu/status.hpp"
 
 namespace illm::actors::frontend {
-
-/// One row of a trace: arrival_s,input_tokens,output_tokens.
-struct trace_row {
-  double arrival_s = 0;
-  int input_tokens = 0;
-  int output_tokens = 0;
-};
-
-/// Reads a trace CSV (header line first); a malformed line is an error naming it.
-gpu::result<std::vector<trace_row>> read_trace(const std::string& path);
 
 /// How to replay.
 struct replay_options {

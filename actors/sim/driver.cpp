@@ -12,6 +12,7 @@ using arrive_atom = caf::atom_constant<caf::atom("arrive")>;
 uint64_t load_of(routing r, const tracked& t) {
   switch (r) {
     case routing::least_prompt_tokens:
+    case routing::prefix_aware:
       return uint64_t(t.input);
     case routing::least_tokens:
       return uint64_t(t.input + t.output);
@@ -20,18 +21,38 @@ uint64_t load_of(routing r, const tracked& t) {
   }
 }
 
-/// The instance for the next request, among those that may take one now; none: instances.size().
-size_t route(driver_state& st) {
+/// Per instance, the tokens of request `index`'s prompt its prefix cache holds now (a router's overlap).
+std::vector<uint64_t> cached_tokens(const driver_state& st, size_t index) {
+  std::vector<uint64_t> out(st.instances.size(), 0);
+  const tracked& t = st.record->requests[index];
+  const std::vector<int32_t> tokens = tokens_of(t, index);
+  const auto keys = gpu::chain_keys(st.routing.root, tokens, (tokens.size() - 1) / gpu::kv_block_tokens);
+  for (size_t i = 0; i < out.size(); ++i)
+    if (i < st.routing.caches.size() && st.routing.caches[i])
+      out[i] = st.routing.caches[i]->match(st.routing.root, keys, tokens) * gpu::kv_block_tokens;
+  return out;
+}
+
+/// The instance for request `index`, among those that may take one now; none: instances.size().
+size_t route(driver_state& st, size_t index) {
   const size_t n = st.instances.size();
-  auto open = [&](size_t i) { return st.alive[i] && (st.max_unstarted == 0 || st.unstarted[i] < st.max_unstarted); };
-  if (st.router == routing::round_robin) {
+  auto open = [&](size_t i) {
+    return st.alive[i] && (st.routing.max_unstarted == 0 || st.unstarted[i] < st.routing.max_unstarted);
+  };
+  if (st.routing.router == routing::round_robin) {
     for (size_t k = 0; k < n; ++k, ++st.next)
       if (open(st.next % n)) return st.next++ % n;
     return n;
   }
+  std::vector<double> cost(st.load.begin(), st.load.end());
+  if (st.routing.router == routing::prefix_aware) {
+    const std::vector<uint64_t> cached = cached_tokens(st, index);
+    const double input = double(st.record->requests[index].input);
+    for (size_t i = 0; i < n; ++i) cost[i] += st.routing.prefix_weight * (input - double(cached[i]));
+  }
   size_t best = n;
   for (size_t i = 0; i < n; ++i)
-    if (open(i) && (best == n || st.load[i] < st.load[best])) best = i;
+    if (open(i) && (best == n || cost[i] < cost[best])) best = i;
   return best;
 }
 
@@ -41,14 +62,14 @@ void send_to(caf::stateful_actor<driver_state>* self, size_t target, size_t i);
 void dispatch(caf::stateful_actor<driver_state>* self) {
   auto& st = self->state;
   while (!st.held.empty()) {
-    const size_t target = route(st);
-    if (target == st.instances.size()) return;
     const size_t i = st.held.front();
+    const size_t target = route(st, i);
+    if (target == st.instances.size()) return;
     st.held.pop_front();
     tracked& t = st.record->requests[i];
     t.instance = target;
     t.sent = true;
-    st.load[target] += load_of(st.router, t);
+    st.load[target] += load_of(st.routing.router, t);
     if (!t.started) ++st.unstarted[target];
     send_to(self, target, i);
   }
@@ -59,9 +80,7 @@ void dispatch(caf::stateful_actor<driver_state>* self) {
 void send_to(caf::stateful_actor<driver_state>* self, size_t target, size_t i) {
   tracked& t = self->state.record->requests[i];
   t.generated_before = t.generated;
-  std::vector<int32_t> prompt(size_t(t.input + t.generated), 3);
-  prompt[0] = 1;  // BOS
-  generate_request r{i + 1, {std::move(prompt), t.output - t.generated, 0.0f, 1.0f, 0, true},
+  generate_request r{i + 1, {tokens_of(t, i), t.output - t.generated, 0.0f, 1.0f, 0, true},
                      caf::actor_cast<caf::actor>(self)};
   if (t.resumed > 0) {
     r.takeover_generation = t.resumed;
@@ -80,18 +99,18 @@ void on_instance_lost(caf::stateful_actor<driver_state>* self, size_t lost) {
   for (size_t i = 0; i < st.record->requests.size(); ++i) {
     tracked& t = st.record->requests[i];
     if (t.done || t.instance != lost || (!t.started && !t.sent)) continue;
-    st.load[lost] -= load_of(st.router, t);
+    st.load[lost] -= load_of(st.routing.router, t);
     if (!t.started) --st.unstarted[lost];
     ++t.resumed;
     t.lost_owner = uint32_t(lost);
-    const size_t target = route(st);
+    const size_t target = route(st, i);
     if (target == st.instances.size()) {  // nobody takes it now: it waits with the held ones
       t.sent = false;
       st.held.push_front(i);
       continue;
     }
     t.instance = target;
-    st.load[target] += load_of(st.router, t);
+    st.load[target] += load_of(st.routing.router, t);
     if (!t.started) ++st.unstarted[target];
     send_to(self, target, i);
   }
@@ -107,13 +126,25 @@ void mark_started(caf::stateful_actor<driver_state>* self, tracked& t) {
 
 }  // namespace
 
+std::vector<int32_t> tokens_of(const tracked& t, size_t index) {
+  std::vector<int32_t> out(size_t(t.input + t.generated));
+  const uint64_t own = (uint64_t(1) << 63) | index;  // no hash id is this large
+  for (size_t p = 0; p < out.size(); ++p) {
+    const bool hashed = p < size_t(t.input) && !t.hash_ids.empty();
+    const uint64_t source = hashed ? t.hash_ids[p / frontend::trace_hash_block_tokens] : own;
+    const uint64_t place = hashed ? p % frontend::trace_hash_block_tokens : p;
+    out[p] = 3 + int32_t(gpu::mix_bits(gpu::mix_bits(source) + place) % 30000);
+  }
+  if (!out.empty()) out[0] = 1;  // BOS
+  return out;
+}
+
 caf::behavior driver(caf::stateful_actor<driver_state>* self, std::shared_ptr<driver_record> record,
-                     std::vector<instance_actor> instances, routing router, int max_unstarted) {
+                     std::vector<instance_actor> instances, driver_routing routing) {
   auto& st = self->state;
   st.record = std::move(record);
   st.instances = std::move(instances);
-  st.router = router;
-  st.max_unstarted = max_unstarted;
+  st.routing = std::move(routing);
   st.load.assign(st.instances.size(), 0);
   st.unstarted.assign(st.instances.size(), 0);
   st.alive.assign(st.instances.size(), true);
@@ -143,7 +174,7 @@ caf::behavior driver(caf::stateful_actor<driver_state>* self, std::shared_ptr<dr
           t->end.preemptions += int32_t(t->resumed);
           if (t->first_token_ns) t->end.first_token_ns = t->first_token_ns;
         }
-        st.load[t->instance] -= load_of(st.router, *t);
+        st.load[t->instance] -= load_of(st.routing.router, *t);
         ++st.record->finished;
         mark_started(self, *t);
       },
@@ -164,7 +195,7 @@ std::shared_ptr<driver_record> record_of(const std::vector<frontend::trace_row>&
   auto record = std::make_shared<driver_record>();
   record->requests.resize(n);
   const double scale = o.rate_scale > 0 ? o.rate_scale : 1e9;
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = 0; i < n; ++i) {
     record->requests[i] = {(trace[i].arrival_s - trace[0].arrival_s) / scale,
                            std::max(1, trace[i].input_tokens),
                            std::max(1, trace[i].output_tokens),
@@ -172,6 +203,8 @@ std::shared_ptr<driver_record> record_of(const std::vector<frontend::trace_row>&
                            false,
                            false,
                            {}};
+    record->requests[i].hash_ids = trace[i].hash_ids;
+  }
   return record;
 }
 

@@ -12,6 +12,7 @@
 #include "actors/interfaces.hpp"
 #include "actors/messages.hpp"
 #include "actors/sim/simulation.hpp"
+#include "gpu/prefix_cache.hpp"
 
 namespace illm::actors::sim {
 
@@ -31,6 +32,21 @@ struct tracked {
   int generated_before = 0;     // with resumed: its tokens when it last went on
   int64_t first_token_ns = 0;   // when its first token came (the driver's clock)
   request_finished end;
+  std::vector<uint64_t> hash_ids;  // the trace's ids of its prompt's blocks (empty: none)
+};
+
+/// Request `index`'s tokens: its prompt, made of its hash ids (two prompts are equal up to the end of a block of
+/// trace_hash_block_tokens where their ids are) or of its own when it has none, BOS first; then the tokens it has
+/// generated.
+std::vector<int32_t> tokens_of(const tracked& t, size_t index);
+
+/// How the driver picks instances.
+struct driver_routing {
+  routing router = routing::least_requests;
+  int max_unstarted = 0;  ///< sim_options::max_unstarted
+  double prefix_weight = 1;  ///< routing::prefix_aware's
+  std::vector<std::shared_ptr<gpu::prefix_cache>> caches;  ///< per instance (none: no cache)
+  gpu::block_key root;  ///< of the caches' keys
 };
 
 /// What the driver records; the simulation reads it after the run (one thread: the test coordinator's).
@@ -51,8 +67,7 @@ using instance_lost_atom = caf::atom_constant<caf::atom("inst_lost")>;
 struct driver_state {
   std::shared_ptr<driver_record> record;
   std::vector<instance_actor> instances;
-  routing router = routing::least_requests;
-  int max_unstarted = 0;
+  driver_routing routing;
   std::vector<uint64_t> load;  // per instance, unfinished: requests, prompt tokens or all tokens (the routing's)
   std::vector<int> unstarted;  // per instance, requests sent that have not started
   std::deque<size_t> held;     // arrived, not sent yet
@@ -65,6 +80,6 @@ struct driver_state {
 /// keeps what comes back in `record`. When an instance dies, its unfinished requests go on on the others with
 /// their prompts and the tokens so far, taken over (generate_request::takeover_generation), as a front end does.
 caf::behavior driver(caf::stateful_actor<driver_state>* self, std::shared_ptr<driver_record> record,
-                     std::vector<instance_actor> instances, routing router, int max_unstarted);
+                     std::vector<instance_actor> instances, driver_routing routing);
 
 }  // namespace illm::actors::sim

@@ -7,8 +7,10 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <list>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -46,7 +48,7 @@ std::vector<std::string> policy_names() {
   return {"infinite", "passive", "static-multi", "static-single"};
 }
 std::vector<std::string> routing_names() {
-  return {"least-requests", "least-prompt-tokens", "least-tokens", "round-robin"};
+  return {"least-requests", "least-prompt-tokens", "least-tokens", "round-robin", "prefix-aware"};
 }
 
 namespace {
@@ -292,6 +294,8 @@ struct sim_cluster {
   gpu::sim::sim_backend device;  ///< the pools' (first: it outlives them)
   std::vector<instance_actor> instances;
   std::vector<std::shared_ptr<gpu::kv_pool>> pools;
+  std::vector<std::shared_ptr<gpu::prefix_cache>> caches;  ///< per instance (none with --prefix-cache off)
+  gpu::block_key prefix_root = gpu::root_key("the simulator's model", "");
   std::vector<std::shared_ptr<sim_worker_stats>> stats;
   std::vector<std::shared_ptr<pool_promises>> promises;
   std::shared_ptr<event_log> events = std::make_shared<event_log>();
@@ -309,6 +313,7 @@ gpu::result<rmanager_actor> spawn_sim_rmanager(caf::actor_system& sys, const sim
   auto pool = gpu::kv_pool::create(c.device, u.layout, u.blocks);
   if (!pool.is_ok()) return pool.error();
   c.pools.push_back(std::make_shared<gpu::kv_pool>(std::move(pool).value()));
+  c.caches.push_back(u.o.instance.prefix_cache == "off" ? nullptr : gpu::prefix_cache::over(c.pools.back(), i));
   auto made = transport::make_plane("sim", {.self = i, .timer = put_timer});
   if (!made.is_ok()) return engine_status(made.error());
   rmanager_config rc;
@@ -360,6 +365,8 @@ gpu::status spawn_sim_instances(caf::actor_system& sys, const sim_setup& u, gman
     ic.stream_tokens = u.o.injects_failures();  // the driver hands a dead instance's requests on with their tokens
     ic.metrics = c.metrics;
     ic.lending = u.o.policy == "infinite" || u.o.policy == "passive";
+    ic.prefix_cache = c.caches.back();
+    ic.prefix_root = c.prefix_root;
     instance_actor inst = spawn_instance(sys, ic);
     caf::anon_send(rm.value(), attach_atom::value, inst);
     c.instances.push_back(inst);
@@ -410,6 +417,8 @@ void add_request_figures(sim_report& r, const std::vector<tracked>& outcome, clo
       continue;
     }
     ++r.completed;
+    r.prompt_tokens += uint64_t(t.input);
+    r.prefix_hit_tokens += uint64_t(t.end.cached_tokens);
     r.finished_s[size_t(&t - outcome.data())] = seconds(t.end.finished_ns) - outcome.front().arrival_s;
     r.preemptions += uint64_t(t.end.preemptions);
     r.output_tokens += uint64_t(t.end.generated);
@@ -427,6 +436,33 @@ void add_request_figures(sim_report& r, const std::vector<tracked>& outcome, clo
   r.median_normalized_latency_s = frontend::percentile(normalized, 50);
   const double span = n > 1 ? outcome.back().arrival_s - outcome.front().arrival_s : 0;
   r.request_rate = span > 0 ? double(n) / span : 0;
+}
+
+/// The prompt tokens one LRU cache of `capacity` 16-token blocks finds, the requests' full prompt blocks put in it
+/// in arrival order (sim_report::prefix_ceiling_tokens).
+uint64_t prefix_ceiling_tokens(const std::vector<tracked>& requests, uint64_t capacity) {
+  std::list<gpu::block_key> lru;  // most recently used first
+  std::unordered_map<gpu::block_key, std::list<gpu::block_key>::iterator, gpu::block_key_hash> where;
+  const gpu::block_key root = gpu::root_key("ceiling", "");
+  uint64_t hits = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const std::vector<int32_t> tokens = tokens_of(requests[i], i);
+    const auto keys = gpu::chain_keys(root, tokens, tokens.size() / gpu::kv_block_tokens);
+    const size_t usable = (tokens.size() - 1) / gpu::kv_block_tokens;  // as a request attaches them
+    size_t found = 0;
+    while (found < usable && where.count(keys[found])) ++found;
+    hits += found * gpu::kv_block_tokens;
+    for (const gpu::block_key& k : keys) {
+      if (auto at = where.find(k); at != where.end()) lru.erase(at->second);
+      lru.push_front(k);
+      where[k] = lru.begin();
+      if (lru.size() > capacity) {
+        where.erase(lru.back());
+        lru.pop_back();
+      }
+    }
+  }
+  return hits;
 }
 
 /// The report's figures of failures: instances that died, requests recovered each way, positions recomputed.
@@ -493,7 +529,8 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
 
   const size_t n = o.limit ? std::min(o.limit, trace.size()) : trace.size();
   auto record = record_of(trace, o, n);
-  caf::actor client = sys.spawn(driver, record, c.instances, o.router, o.max_unstarted);
+  caf::actor client =
+      sys.spawn(driver, record, c.instances, driver_routing{o.router, o.max_unstarted, o.prefix_weight, c.caches, c.prefix_root});
   c.everyone.add(client);
   if (o.injects_failures())
     c.everyone.add(spawn_failures(sys, {o.fail_at_s, o.fail_rate_per_hour, o.fail_seed, c.kills, c.dead, client}));
@@ -511,9 +548,12 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   r.rate_scale = o.rate_scale;
   r.requests = n;
   add_request_figures(r, record->requests, record->start);
+  r.prefix_ceiling_tokens = prefix_ceiling_tokens(record->requests, uint64_t(blocks) * uint64_t(u.n_instances));
   r.moves = c.events->moves_ok();
   r.moves_failed = c.events->moves_failed();
   add_step_figures(r, c.stats);
+  // Every token but a request's first comes from a decode step of one token.
+  r.prefill_tokens = r.batch_tokens - std::min(r.batch_tokens, r.output_tokens - std::min<uint64_t>(r.output_tokens, r.completed));
   r.work_bound_s = work_bound_s(model, record->requests, u.step_tokens, u.n_instances);
   r.mixed_step_tokens = u.mixed_step_tokens;
   r.kv_used_fraction = kv.used_fraction();

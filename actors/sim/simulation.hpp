@@ -31,6 +31,9 @@ enum class routing {
   least_prompt_tokens,  ///< fewest unfinished prompt tokens (what a front end knows)
   least_tokens,         ///< fewest unfinished prompt + output tokens (an oracle: outputs are unknown on arrival)
   round_robin,
+  /// least cost, as NVIDIA Dynamo's KV router weighs it: prefix_weight x the prompt tokens not cached there, plus
+  /// the unfinished prompt tokens it has (with --prefix-cache local: where a request's prefix is cached)
+  prefix_aware,
 };
 /// Names of the routings, in enum order.
 std::vector<std::string> routing_names();
@@ -50,6 +53,7 @@ struct sim_options {
   double rate_scale = 0;  ///< arrivals this many times faster; 0: all at once (saturating)
   size_t limit = 0;       ///< first N requests (0: all)
   routing router = routing::least_requests;
+  double prefix_weight = 1;  ///< routing::prefix_aware's weight of the tokens to prefill against the load
   /// Requests an instance may have that have not started (no first token yet); the front end holds the
   /// rest in one queue, first come first served (0: send each on arrival).
   int max_unstarted = 2;
@@ -63,7 +67,8 @@ struct sim_options {
   std::chrono::milliseconds room_pass_limit = default_room_pass_limit;
   /// The rManagers' and the gManager's periods, in simulated time (slower than a real cluster's: a
   /// simulated step is tens of milliseconds of a GPU's time). The pool size comes from the profile.
-  /// No replicas unless asked for (replica_min_tokens 0).
+  /// No replicas unless asked for (replica_min_tokens 0). With instance.prefix_cache "local", prompts are made of
+  /// the trace's hash ids (equal where the trace says they are), or of each request's own tokens when it has none.
   instance_settings instance{.heartbeat_ms = 200, .lease_ms = 10000, .replica_min_tokens = 0};
   gmanager_settings gmanager{.policy_period_ms = 500, .heartbeat_timeout_ms = 10000, .dead_after_ms = 60000};
   std::chrono::seconds stall_limit{600};  ///< end the run when no instance has stepped for this long
@@ -114,6 +119,14 @@ struct sim_report {
   double rate_scale = 0;
   size_t requests = 0, completed = 0, refused = 0, failed = 0;
   uint64_t output_tokens = 0;
+  uint64_t prompt_tokens = 0;          ///< of the completed requests
+  uint64_t prefix_hit_tokens = 0;      ///< ... found in a prefix cache (their KV not computed)
+  /// The prompt tokens one LRU cache of 16-token blocks as large as the cluster's whole KV memory would find, on
+  /// the same arrivals (every request's full prompt blocks, in arrival order): what any cache could hope for.
+  uint64_t prefix_ceiling_tokens = 0;
+  /// Prompt tokens the engines computed (recomputation included): tokens run through the model less one per
+  /// output token after each request's first.
+  uint64_t prefill_tokens = 0;
   double makespan_s = 0;  ///< first arrival to last completion, simulated
   /// The completed requests' dense layers (at the best batch allowed) and attention, spread evenly over the
   /// instances: with everything arriving at once, no schedule has a shorter makespan.

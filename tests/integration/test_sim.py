@@ -21,6 +21,48 @@ def run(*args):
     return subprocess.run([ILLM, "sim", *args], capture_output=True, text=True, timeout=600)
 
 
+def check_prefix_cache(tmp):
+    """Mooncake's JSON-lines traces with hash ids: conversations whose turns grow their prompt. Without a cache
+    nothing is found; with caches per instance and prefix-aware routing, later turns find their history (no more
+    than one LRU cache of the cluster's memory would), compute fewer prompt tokens and start sooner."""
+    trace = os.path.join(tmp, "sessions.jsonl")
+    rows, next_id = [], 0
+    for turn in range(4):
+        for session in range(6):
+            ids = rows[-6]["hash_ids"] if turn else []  # the session's last turn, then two blocks more
+            ids = ids + [next_id, next_id + 1]
+            next_id += 2
+            rows.append({"timestamp": (turn * 6 + session) * 3000, "input_length": 512 * len(ids) - 100,
+                         "output_length": 32, "hash_ids": ids})
+    with open(trace, "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    reports = {}
+    for cache, router in (("off", "least-requests"), ("local", "least-requests"), ("local", "prefix-aware")):
+        result = run("--trace", trace, "--instances", "2", "--policy", "infinite", "--rate-scale", "1",
+                     "--prefix-cache", cache, "--router", router, "--json")
+        assert result.returncode == 0, result.stdout + result.stderr
+        report = json.loads(result.stdout)
+        assert report["settings"]["prefix_cache"] == cache, report["settings"]
+        reports[cache, router] = r = report["results"]["infinite"]
+        assert r["completed"] == 24 and r["prompt_tokens"] == sum(x["input_length"] for x in rows), r
+        assert r["prefix_hit_tokens"] <= r["prefix_ceiling_tokens"] < r["prompt_tokens"], r
+    off, aware = reports["off", "least-requests"], reports["local", "prefix-aware"]
+    assert off["prefix_hit_tokens"] == 0 and off["prefix_ceiling_tokens"] > 0, off
+    assert aware["prefix_hit_tokens"] > 0.9 * aware["prefix_ceiling_tokens"], aware
+    assert aware["prefill_tokens"] < off["prefill_tokens"] - aware["prefix_hit_tokens"] / 2, (aware, off)
+    assert aware["ttft_p50_s"] < off["ttft_p50_s"], (aware["ttft_p50_s"], off["ttft_p50_s"])
+    for name, line, error in [("short.jsonl", {"timestamp": 0, "input_length": 1500, "output_length": 5, "hash_ids": [1]},
+                               "line 1: 1 hash_ids for 1500 input tokens"),
+                              ("fields.jsonl", {"timestamp": 0, "input_length": "many"}, "line 1: expected {")]:
+        path = os.path.join(tmp, name)
+        with open(path, "w") as f:
+            f.write(json.dumps(line) + "\n")
+        bad = run("--trace", path)
+        assert bad.returncode != 0 and error in bad.stderr, (name, bad.stderr)
+    return {k[0] + "/" + k[1]: (r["prefix_hit_tokens"], r["prefix_ceiling_tokens"], r["ttft_p50_s"])
+            for k, r in reports.items()}
+
+
 def check_sweep(tmp):
     # A prefix with a quote, a space and $(...): files land there and nothing is run from it.
     folder = os.path.join(tmp, "sweep's $(touch pwned)")
@@ -212,6 +254,7 @@ def main():
         assert "(<= 128 with decodes)" in human.stdout, human.stdout
 
         check_sweep(tmp)
+        print("prefix cache (hits, ceiling, TTFT p50):", check_prefix_cache(tmp))
 
         bad = run("--trace", trace, "--policy", "infinite,bogus")
         assert bad.returncode != 0 and "unknown policy 'bogus'" in bad.stderr, bad.stderr
