@@ -240,6 +240,10 @@ std::vector<actors::frontend::trace_row> requests_of(replay_flags& f) {
 
 /// What was sent, for the report's first line.
 std::string load_of(const replay_flags& f) {
+  if (f.options.turns > 0)
+    return fmt::format("closed loop at concurrency {} of sessions of {} turns, each {} new prompt tokens and {} output "
+                       "tokens",
+                       f.options.concurrency, f.options.turns, f.prompt_tokens, f.options.max_output_tokens);
   if (f.options.concurrency > 0 && f.trace.empty())
     return fmt::format("closed loop at concurrency {}, {} prompt tokens, {} output tokens", f.options.concurrency,
                        f.prompt_tokens, f.options.max_output_tokens);
@@ -250,16 +254,17 @@ std::string load_of(const replay_flags& f) {
 void write_csv(const std::string& path, const actors::frontend::replay_result& r) {
   std::ofstream out(path);
   if (!out) fail(fmt::format("cannot write {}", path));
-  out << "index,scheduled_s,sent_s,prompt_tokens,max_tokens,output_tokens,ttft_s,mean_itl_s,e2e_s,status,error\n";
+  out << "index,scheduled_s,sent_s,prompt_tokens,max_tokens,output_tokens,ttft_s,mean_itl_s,e2e_s,status,error,"
+         "cached_tokens\n";
   for (const auto& q : r.requests) {
     double itl = 0;
     for (double x : q.itl_s) itl += x;
     std::string error = q.error;
     std::replace(error.begin(), error.end(), ',', ';');
     std::replace(error.begin(), error.end(), '\n', ' ');
-    out << fmt::format("{},{:.6f},{:.6f},{},{},{},{:.6f},{:.6f},{:.6f},{},{}\n", q.index, q.scheduled_s, q.sent_s,
+    out << fmt::format("{},{:.6f},{:.6f},{},{},{},{:.6f},{:.6f},{:.6f},{},{},{}\n", q.index, q.scheduled_s, q.sent_s,
                        q.prompt_tokens, q.max_tokens, q.output_tokens, q.ttft_s,
-                       q.itl_s.empty() ? 0.0 : itl / double(q.itl_s.size()), q.e2e_s, q.status, error);
+                       q.itl_s.empty() ? 0.0 : itl / double(q.itl_s.size()), q.e2e_s, q.status, error, q.cached_tokens);
   }
 }
 
@@ -282,11 +287,13 @@ void run_replay(replay_flags& f) {
   write_csv(f.csv, r);
 
   std::vector<double> ttft, itl, e2e;
-  size_t completed = 0, output_tokens = 0;
+  size_t completed = 0, output_tokens = 0, prompt_tokens = 0, cached_tokens = 0;
   for (const auto& q : r.requests) {
     if (!q.ok()) continue;
     ++completed;
     output_tokens += size_t(q.output_tokens);
+    prompt_tokens += size_t(q.prompt_tokens);
+    cached_tokens += size_t(q.cached_tokens);
     if (q.ttft_s >= 0) ttft.push_back(q.ttft_s);
     itl.insert(itl.end(), q.itl_s.begin(), q.itl_s.end());
     e2e.push_back(q.e2e_s);
@@ -308,6 +315,10 @@ void run_replay(replay_flags& f) {
                         {"requests_per_s", double(completed) / duration},
                         {"output_tokens", output_tokens},
                         {"output_tokens_per_second", double(output_tokens) / duration},
+                        {"turns", f.options.turns},
+                        {"prompt_tokens", prompt_tokens},
+                        {"cached_tokens", cached_tokens},
+                        {"prefill_tokens", prompt_tokens - cached_tokens},
                         {"ttft_s", triple(ttft)},
                         {"itl_s", triple(itl)},
                         {"e2e_s", triple(e2e)},
@@ -319,6 +330,8 @@ void run_replay(replay_flags& f) {
              completed, r.requests.size() - completed, r.duration_s);
   fmt::print("throughput: {:.2f} req/s, {:.1f} output tok/s\n", double(completed) / duration,
              double(output_tokens) / duration);
+  fmt::print("prompts: {} tokens, {} found in the server's prefix cache, {} computed\n", prompt_tokens, cached_tokens,
+             prompt_tokens - cached_tokens);
   fmt::print("{:>10} {:>10} {:>10} {:>10}\n", "seconds", "p50", "p90", "p99");
   for (const auto& [name, v] : {std::pair{"TTFT", &ttft}, std::pair{"ITL", &itl}, std::pair{"E2E", &e2e}})
     fmt::print("{:>10} {:>10.4f} {:>10.4f} {:>10.4f}\n", name, percentile(*v, 50), percentile(*v, 90),
@@ -342,8 +355,13 @@ void add_bench_command(CLI::App& app) {
                     "--trace: the trace's requests, arrival times ignored)")
       ->check(CLI::Range(1, 100000));
   bench->add_option("--prompt-tokens", replay->prompt_tokens,
-                    "Closed loop without --trace: prompt length of every request (default 32)")
+                    "Closed loop without --trace: prompt length of every request (default 32; with --turns, the new "
+                    "tokens of every turn)")
       ->check(CLI::Range(1, 1 << 24));
+  bench->add_option("--turns", replay->options.turns,
+                    "Closed loop of conversations: each client runs sessions of this many turns, a turn's prompt the "
+                    "last turn's prompt, its answer and --prompt-tokens new ones (--limit: turns in all)")
+      ->check(CLI::Range(1, 1 << 16));
   bench->add_option("--limit", replay->options.limit,
                     "Send only the first N requests (closed loop without --trace: N requests, default 64)");
   bench->add_option("--max-input-tokens", replay->options.max_input_tokens, "Clamp prompts to this many tokens")

@@ -63,8 +63,14 @@ std::string request_body(const replay_options& o, const std::vector<int32_t>& pr
               {"temperature", 0},
               {"stream", true},
               {"stream_options", {{"include_usage", true}}},
-              {"ignore_eos", true}}
+              {"ignore_eos", true},
+              {"return_token_ids", true}}
       .dump();
+}
+
+/// Appends `n` random ids above the byte tokens to `prompt`.
+void add_random_ids(std::vector<int32_t>& prompt, size_t n, std::mt19937_64& rng, int vocab_size) {
+  for (size_t k = 0; k < n; ++k) prompt.push_back(int32_t(259 + rng() % uint64_t(vocab_size - 259)));
 }
 
 /// A blocking HTTP/1.1 client connection over a plain socket: it hands out response bytes as soon as
@@ -153,8 +159,17 @@ bool on_events(std::string& buffer, clock::time_point sent, std::optional<clock:
     const json j = json::parse(data, nullptr, false);
     if (j.is_discarded()) continue;
     if (j.contains("error")) out.error = j["error"].value("message", "error event");
-    if (j.contains("usage") && j["usage"].is_object()) out.output_tokens = j["usage"].value("completion_tokens", 0);
-    if (!j.contains("choices") || j["choices"].empty() || j["choices"][0].value("text", "").empty()) continue;
+    if (j.contains("usage") && j["usage"].is_object()) {
+      out.output_tokens = j["usage"].value("completion_tokens", 0);
+      const json details = j["usage"].value("prompt_tokens_details", json::object());
+      out.cached_tokens = details.is_object() ? details.value("cached_tokens", 0) : 0;
+    }
+    if (!j.contains("choices") || j["choices"].empty()) continue;
+    const json& choice = j["choices"][0];
+    if (choice.contains("token_ids") && choice["token_ids"].is_array())
+      for (const json& id : choice["token_ids"])
+        if (id.is_number_integer()) out.answer_ids.push_back(id.get<int32_t>());
+    if (choice.value("text", "").empty()) continue;
     const auto now = clock::now();
     if (last_piece)
       out.itl_s.push_back(seconds(*last_piece, now));
@@ -262,6 +277,8 @@ gpu::result<replay_result> replay(const std::vector<trace_row>& trace, const rep
     if (!id.is_ok()) return id.error();
     asked.model = id.value();
   }
+  if (o.turns < 0 || (o.turns > 0 && o.concurrency <= 0))
+    return gpu::status{gpu::status_code::invalid_argument, "--turns needs --concurrency (a closed loop of sessions)"};
   replay_result result;
   result.requests.resize(n);
   std::mt19937_64 rng(o.seed);
@@ -274,8 +291,9 @@ gpu::result<replay_result> replay(const std::vector<trace_row>& trace, const rep
                                                      : trace[i].input_tokens);
     r.max_tokens = std::max(1, o.max_output_tokens ? std::min(trace[i].output_tokens, o.max_output_tokens)
                                                    : trace[i].output_tokens);
+    if (o.turns > 0) continue;  // a session's prompts grow with its answers: made as it goes
     std::vector<int32_t> prompt{1};  // BOS, then random ids above the byte tokens
-    while (int(prompt.size()) < r.prompt_tokens) prompt.push_back(int32_t(259 + rng() % uint64_t(o.vocab_size - 259)));
+    add_random_ids(prompt, size_t(r.prompt_tokens - 1), rng, o.vocab_size);
     bodies[i] = request_body(asked, prompt, r.max_tokens);
   }
   std::atomic<size_t> done{0}, failed{0}, next{0};
@@ -286,8 +304,35 @@ gpu::result<replay_result> replay(const std::vector<trace_row>& trace, const rep
     const size_t d = ++done;
     if (progress) progress(d, failed.load(), n);
   };
+  // Session s: its turns one after another, each prompt the conversation so far and the turn's new ids.
+  auto converse = [&](size_t s) {
+    std::mt19937_64 session_rng(o.seed + s);
+    std::vector<int32_t> conversation{1};
+    bool broken = false;
+    for (size_t i = s * size_t(o.turns); i < std::min(n, (s + 1) * size_t(o.turns)); ++i) {
+      request_outcome& r = result.requests[i];
+      add_random_ids(conversation, size_t(r.prompt_tokens) - (conversation.size() == 1), session_rng, o.vocab_size);
+      r.prompt_tokens = int(conversation.size());
+      if (broken) {
+        r.error = "an earlier turn of its session failed";
+        failed += 1;
+        if (progress) progress(++done, failed.load(), n);
+        continue;
+      }
+      bodies[i] = request_body(asked, conversation, r.max_tokens);
+      send(i);
+      broken = !r.ok();
+      conversation.insert(conversation.end(), r.answer_ids.begin(), r.answer_ids.end());
+    }
+  };
   std::vector<std::thread> workers;
-  if (o.concurrency > 0) {  // closed loop: each client sends its next request when its last one ends
+  if (o.turns > 0) {  // closed loop of sessions: each client runs its next session when its last one ends
+    const size_t sessions = (n + size_t(o.turns) - 1) / size_t(o.turns);
+    for (size_t c = 0; c < std::min(sessions, size_t(o.concurrency)); ++c)
+      workers.emplace_back([&] {
+        for (size_t s; (s = next++) < sessions;) converse(s);
+      });
+  } else if (o.concurrency > 0) {  // closed loop: each client sends its next request when its last one ends
     for (size_t c = 0; c < std::min(n, size_t(o.concurrency)); ++c)
       workers.emplace_back([&] {
         for (size_t i; (i = next++) < n;) send(i);

@@ -28,6 +28,9 @@ struct replay_options {
   uint64_t seed = 1;
   double timeout_s = 600;      ///< per request
   int concurrency = 0;         ///< closed loop with this many clients (0: open loop at the trace's arrivals)
+  /// Closed loop of conversations: each client runs sessions of this many turns, one after another; a turn's
+  /// prompt is the last turn's prompt, its answer and the row's input tokens of new ids (0: requests stand alone).
+  int turns = 0;
 };
 
 /// `count` rows of `prompt_tokens` and `output_tokens` each, for a closed loop without a trace.
@@ -41,6 +44,8 @@ struct request_outcome {
   int prompt_tokens = 0;
   int max_tokens = 0;
   int output_tokens = 0;  ///< from the usage the server reported
+  int cached_tokens = 0;  ///< ... its prompt tokens found in the server's prefix cache
+  std::vector<int32_t> answer_ids;  ///< the generated ids, as the stream returned them (token_ids)
   double ttft_s = -1;     ///< to the first text; -1 when none came
   double e2e_s = -1;
   std::vector<double> itl_s;  ///< between streamed pieces
@@ -55,7 +60,8 @@ struct replay_result {
   double duration_s = 0;  ///< first send to last completion
 };
 
-/// Replays; `progress(done, failed, total)` is called as requests end (from worker threads).
+/// Replays; `progress(done, failed, total)` is called as requests end (from worker threads). With turns, request i
+/// is turn i % turns of session i / turns.
 gpu::result<replay_result> replay(const std::vector<trace_row>& trace, const replay_options& options,
                                   const std::function<void(size_t, size_t, size_t)>& progress);
 

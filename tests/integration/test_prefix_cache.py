@@ -2,8 +2,12 @@
 blocks (usage.prompt_tokens_details.cached_tokens, the prefix cache metrics) and gives the same ids as a server
 without the cache, whole and streamed, for the same prompt and for one that branches off it."""
 
+import csv
 import json
+import os
+import subprocess
 import sys
+import tempfile
 
 from common import Server, metric, request, stream_events
 
@@ -61,8 +65,33 @@ def main():
         branch_missed = (got[2][1] - 1) // 16 * 16 - got[2][2]
         check(queries == hits + full_blocks * 16 + branch_missed, f"queries {queries}, hits {hits}")  # the first missed
         check(metric(text, "illm:prefix_cache_blocks") > 0, "no cached block in the metrics")
+        sessions = multi_turn(server.port)
     print(f"prefix cache: ids equal with and without it; cached tokens {[c for _, _, c in got]}, "
-          f"hits {hits:.0f} of {queries:.0f} queried tokens")
+          f"hits {hits:.0f} of {queries:.0f} queried tokens; multi-turn bench {sessions}")
+
+
+def multi_turn(port):
+    """`illm bench --turns`: each turn's prompt is its session's conversation so far, which the cache holds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "turns.csv")
+        run = subprocess.run([ILLM, "bench", "--url", f"http://127.0.0.1:{port}", "--concurrency", "2", "--turns", "3",
+                              "--limit", "6", "--prompt-tokens", "40", "--max-output-tokens", "8", "--csv", out,
+                              "--json"], capture_output=True, text=True, timeout=300)
+        check(run.returncode == 0, run.stdout + run.stderr)
+        report = json.loads(run.stdout)
+        with open(out) as f:
+            rows = list(csv.DictReader(f))
+    check(report["completed"] == 6 and report["turns"] == 3, report)
+    # Turn t of a session: 40 new tokens a turn and the 8 of each answer before it.
+    check(sorted(int(r["prompt_tokens"]) for r in rows) == [40, 40, 88, 88, 136, 136], rows)
+    for r in rows:
+        turn_tokens = int(r["prompt_tokens"])
+        # The last turn's prompt and answer, all but the answer's last token (whose KV is never computed): its full
+        # blocks are cached.
+        history = turn_tokens - 40
+        check(int(r["cached_tokens"]) == (max(history - 1, 0) // 16) * 16, r)
+    check(report["prefill_tokens"] == report["prompt_tokens"] - report["cached_tokens"], report)
+    return {k: report[k] for k in ("prompt_tokens", "cached_tokens", "prefill_tokens")}
 
 
 main()
