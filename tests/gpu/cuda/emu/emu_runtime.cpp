@@ -32,7 +32,6 @@ namespace {
 
 struct allocation {
   size_t bytes;    // asked for
-  size_t mapped;   // page-rounded
   int device = 0;  // the device current on the allocating thread
 };
 
@@ -61,35 +60,88 @@ std::map<const void*, int>& shared_limits() {
   return map;
 }
 
-void protect_all(int prot) {
-  for (const auto& [base, a] : device_allocations())
-    if (mprotect(reinterpret_cast<void*>(base), a.mapped, prot) != 0) fail("mprotect failed");
-}
-
 constexpr size_t huge_page = size_t(2) << 20;
 
-/// Bytes mapped for an allocation of `bytes`: whole pages, whole huge pages from one huge page on.
-size_t mapped_size(size_t bytes) {
-  const size_t unit = bytes >= huge_page ? huge_page : size_t(sysconf(_SC_PAGESIZE));
-  return (bytes + unit - 1) / unit * unit;
+/// Every device allocation lies in one reserved range of address space, handed out first fit in whole pages, its
+/// pages asking for transparent huge pages: opening and closing device memory around each kernel and copy is then
+/// one mprotect over the range in use, changing one entry per 2 MiB (per allocation and per 4 KiB page, that was
+/// the emulation's main cost), with the same protection.
+class device_arena {
+ public:
+  static constexpr size_t reserved = size_t(64) << 30;
+
+  /// `bytes` of the arena, inaccessible unless `open`; null when it is full.
+  void* take(size_t bytes, bool open) {
+    if (!base_ && !reserve()) return nullptr;
+    const size_t size = rounded(bytes);
+    auto fit = std::find_if(free_.begin(), free_.end(), [&](const auto& f) { return f.second >= size; });
+    if (fit == free_.end()) return nullptr;
+    const size_t at = fit->first, left = fit->second - size;
+    free_.erase(fit);
+    if (left) free_[at + size] = left;
+    in_use_end_ = std::max(in_use_end_, at + size);
+    char* p = base_ + at;
+    set(p, size, PROT_READ | PROT_WRITE);
+    std::memset(p, 0xff, bytes);  // NaN until written, as garbage would be
+    if (!open) set(p, size, PROT_NONE);
+    return p;
+  }
+
+  /// Gives `bytes` at `p` back (their pages dropped: the memory is returned).
+  void give(void* p, size_t bytes) {
+    const size_t at = size_t(static_cast<char*>(p) - base_), size = rounded(bytes);
+    madvise(p, size, MADV_DONTNEED);
+    auto next = free_.lower_bound(at);
+    size_t start = at, length = size;
+    if (next != free_.end() && next->first == at + size) {
+      length += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto before = std::prev(next);
+      if (before->first + before->second == at) {
+        start = before->first;
+        length += before->second;
+        free_.erase(before);
+      }
+    }
+    free_[start] = length;
+  }
+
+  /// Opens (PROT_READ | PROT_WRITE) or closes (PROT_NONE) every allocation.
+  void protect(int prot) const {
+    if (in_use_end_) set(base_, in_use_end_, prot);
+  }
+
+ private:
+  static size_t rounded(size_t bytes) {
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    return (bytes + page - 1) / page * page;
+  }
+  static void set(void* p, size_t bytes, int prot) {
+    if (mprotect(p, bytes, prot) != 0) fail("mprotect failed");
+  }
+  bool reserve() {
+    void* raw = mmap(nullptr, reserved + huge_page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) return false;
+    const uintptr_t start = reinterpret_cast<uintptr_t>(raw), aligned = (start + huge_page - 1) / huge_page * huge_page;
+    base_ = reinterpret_cast<char*>(aligned);
+    madvise(base_, reserved, MADV_HUGEPAGE);  // a hint: without THP, plain pages
+    free_[0] = reserved;
+    return true;
+  }
+
+  char* base_ = nullptr;
+  std::map<size_t, size_t> free_;  // offset -> bytes
+  size_t in_use_end_ = 0;          // past the highest byte ever handed out
+};
+
+device_arena& arena() {
+  static device_arena a;
+  return a;
 }
 
-/// Maps an allocation (null when the memory is not there). One of a huge page or more starts on a huge page and
-/// asks for transparent huge pages: opening and closing device memory around every kernel then changes one entry
-/// per 2 MiB rather than per 4 KiB (the emulation's main cost), with the same protection.
-void* map_device_memory(size_t bytes) {
-  const size_t mapped = mapped_size(bytes);
-  const size_t extra = bytes >= huge_page ? huge_page : 0;  // room to align the start
-  void* raw = mmap(nullptr, mapped + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  if (extra == 0) return raw;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(raw), aligned = (start + huge_page - 1) / huge_page * huge_page;
-  if (aligned > start) munmap(raw, aligned - start);
-  if (const size_t tail = start + mapped + extra - (aligned + mapped); tail > 0)
-    munmap(reinterpret_cast<void*>(aligned + mapped), tail);
-  madvise(reinterpret_cast<void*>(aligned), mapped, MADV_HUGEPAGE);  // a hint: without THP, plain pages
-  return reinterpret_cast<void*>(aligned);
-}
+void protect_all(int prot) { arena().protect(prot); }
 
 /// Device memory is readable and writable while one of these lives.
 struct access_scope {
@@ -566,12 +618,9 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   const std::lock_guard lock(api_mutex());
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
-  void* at = map_device_memory(bytes);
+  void* at = arena().take(bytes, access_depth > 0);
   if (!at) return set_error(cudaErrorMemoryAllocation);
-  const size_t mapped = mapped_size(bytes);
-  std::memset(at, 0xff, bytes);  // NaN until written, as garbage would be
-  if (access_depth == 0 && mprotect(at, mapped, PROT_NONE) != 0) fail("mprotect failed");
-  device_allocations()[reinterpret_cast<uintptr_t>(at)] = {bytes, mapped, current_device};
+  device_allocations()[reinterpret_cast<uintptr_t>(at)] = {bytes, current_device};
   *p = at;
   return cudaSuccess;
 }
@@ -582,7 +631,7 @@ cudaError_t cudaFree(void* p) {
   const std::lock_guard lock(api_mutex());
   auto it = device_allocations().find(reinterpret_cast<uintptr_t>(p));
   if (it == device_allocations().end()) return set_error(cudaErrorInvalidValue);
-  munmap(p, it->second.mapped);
+  arena().give(p, it->second.bytes);
   device_allocations().erase(it);
   return cudaSuccess;
 }
