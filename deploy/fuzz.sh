@@ -38,7 +38,8 @@ fi
 
 mkdir -p "$build"
 if ! CC=clang CXX=clang++ cmake -S . -B "$build" -DILLM_FUZZ=ON -DILLM_ENABLE_CUDA=OFF \
-     -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$build/configure.log" 2>&1; then
+     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
+     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" > "$build/configure.log" 2>&1; then
   cat "$build/configure.log" >&2
   exit 1
 fi

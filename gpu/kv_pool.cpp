@@ -56,6 +56,7 @@ kv_pool& kv_pool::operator=(kv_pool&& o) noexcept {
     spare_user_ = std::move(o.spare_user_);
     spare_queue_ = std::move(o.spare_queue_);
     spare_count_ = std::exchange(o.spare_count_, 0);
+    spare_by_user_ = std::exchange(o.spare_by_user_, {});
     next_generation_ = o.next_generation_;
     reclaim_listeners_ = std::move(o.reclaim_listeners_);
     written_ = std::move(o.written_);
@@ -74,8 +75,7 @@ uint32_t kv_pool::take_block(reclaimed_blocks& reclaimed) {
       spare_queue_.pop_front();  // claimed or released since
     const spare_block oldest = spare_queue_.front();
     spare_queue_.pop_front();
-    spare_[oldest.block] = false;
-    --spare_count_;
+    unspare(oldest.block);
     reclaimed.blocks.push_back(oldest);
     reclaimed.users.push_back(spare_user_[oldest.block]);
     return oldest.block;
@@ -145,6 +145,7 @@ std::vector<spare_block> kv_pool::make_spare(std::span<const uint32_t> blocks, s
     generation_[b] = next_generation_++;
     spare_user_[b] = user;
     ++spare_count_;
+    ++spare_by_user_[size_t(user)];
     spare_queue_.push_back({b, generation_[b]});
     names.push_back({b, generation_[b]});
   }
@@ -159,9 +160,8 @@ bool kv_pool::claim_spare(std::span<const spare_block> blocks) {
   for (const spare_block& s : blocks)
     if (s.block >= total_ || !spare_[s.block] || generation_[s.block] != s.generation) return false;
   for (const spare_block& s : blocks) {
-    spare_[s.block] = false;
+    unspare(s.block);
     used_[s.block] = true;
-    --spare_count_;
   }
   return true;
 }
@@ -169,8 +169,7 @@ bool kv_pool::claim_spare(std::span<const spare_block> blocks) {
 void kv_pool::release_spare(const spare_block& s) {
   std::lock_guard lock(*mutex_);
   if (s.block >= total_ || !spare_[s.block] || generation_[s.block] != s.generation) return;
-  spare_[s.block] = false;
-  --spare_count_;
+  unspare(s.block);
   owners_[s.block] = {};
   free_list_.push_back(s.block);
 }
@@ -189,6 +188,17 @@ uint32_t kv_pool::free_blocks() const {
 uint32_t kv_pool::spare_blocks() const {
   std::lock_guard lock(*mutex_);
   return spare_count_;
+}
+
+uint32_t kv_pool::spare_blocks(spare_user user) const {
+  std::lock_guard lock(*mutex_);
+  return spare_by_user_[size_t(user)];
+}
+
+void kv_pool::unspare(uint32_t block) {
+  spare_[block] = false;
+  --spare_count_;
+  --spare_by_user_[size_t(spare_user_[block])];
 }
 
 bool kv_pool::is_used(uint32_t block) const {
@@ -265,6 +275,10 @@ status kv_pool::check() const {
   }
   if (spare != spare_count_)
     return {status_code::internal, text::format("{} spare blocks counted as {}", spare, spare_count_)};
+  uint32_t by_users = 0;
+  for (uint32_t n : spare_by_user_) by_users += n;
+  if (by_users != spare_count_)
+    return {status_code::internal, text::format("{} spare blocks by their users, {} in all", by_users, spare_count_)};
   if (used + spare + free_list_.size() != total_blocks())
     return {status_code::internal, text::format("{} used + {} spare + {} free != {} blocks", used, spare,
                                                 free_list_.size(), total_blocks())};

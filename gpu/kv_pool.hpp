@@ -107,6 +107,8 @@ class kv_pool {
   uint32_t free_blocks() const;
   /// Of the free blocks, those that are spare (their contents kept until they are taken).
   uint32_t spare_blocks() const;
+  /// Of those, the ones `user` made spare.
+  uint32_t spare_blocks(spare_user user) const;
   uint32_t used_blocks() const { return total_blocks() - free_blocks(); }
   bool is_used(uint32_t block) const;
   /// The owner of a used block (a default owner for a free one).
@@ -149,6 +151,8 @@ class kv_pool {
 
  private:
   kv_pool() = default;
+  /// A spare block is spare no more (under the lock): the counts follow.
+  void unspare(uint32_t block);
   /// Spare blocks an allocation took, and who had made each spare.
   struct reclaimed_blocks {
     std::vector<spare_block> blocks;
@@ -173,6 +177,7 @@ class kv_pool {
   std::vector<spare_user> spare_user_;          // of each block's latest make_spare
   std::deque<spare_block> spare_queue_;         // oldest first; entries no longer spare are skipped
   uint32_t spare_count_ = 0;
+  std::array<uint32_t, spare_user_count> spare_by_user_{};
   uint64_t next_generation_ = 1;
   std::array<reclaim_listener, spare_user_count> reclaim_listeners_;  // by spare_user, under mutex_
   std::unique_ptr<std::atomic<uint32_t>[]> written_;  // layers written, per block

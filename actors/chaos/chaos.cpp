@@ -79,7 +79,7 @@ std::vector<generate_params> short_requests(const gpu::loaded_model& model, std:
 }
 
 /// The seed's load: one request of 1.2 to 1.5 pools (over several instances) and short ones of random tokens,
-/// all greedy with fixed lengths.
+/// all greedy with fixed lengths. With prefix caches, each short prompt starts with 1 to 6 blocks of the long one.
 std::vector<generate_params> make_load(const gpu::loaded_model& model, uint64_t seed, const chaos_options& o) {
   const int pool_tokens = o.kv_blocks_per_instance * int(gpu::kv_block_tokens);
   const int vocab = model.weights->config().vocab_size;
@@ -91,7 +91,13 @@ std::vector<generate_params> make_load(const gpu::loaded_model& model, uint64_t 
   for (int i = 1; i < long_tokens; ++i) long_prompt.push_back(int32_t(3 + long_random() % uint64_t(vocab - 3)));
   out.push_back({long_prompt, max_output_tokens, 0.0f, 1.0f, 0, true});
   std::mt19937_64 random(seed);
-  for (generate_params& p : short_requests(model, random, o.short_requests)) out.push_back(std::move(p));
+  for (generate_params& p : short_requests(model, random, o.short_requests)) {
+    if (o.prefix_cache != "off") {
+      const size_t shared = gpu::kv_block_tokens * (1 + random() % 6);
+      p.prompt.insert(p.prompt.begin() + 1, long_prompt.begin() + 1, long_prompt.begin() + std::ptrdiff_t(shared));
+    }
+    out.push_back(std::move(p));
+  }
   return out;
 }
 
@@ -116,6 +122,7 @@ cluster_options cluster_for(const scenario& s, uint64_t seed, const chaos_option
   c.instances = o.instances + (replicas ? 1 : 0);
   c.instance.backend = o.backend;
   c.instance.kv_type = o.kv_type;
+  c.instance.prefix_cache = o.prefix_cache;
   c.instance.kv_blocks_per_instance = o.kv_blocks_per_instance;
   c.instance.replica_min_tokens = replicas;
   c.instance.threads_per_instance = 1;

@@ -65,6 +65,9 @@ struct chaos_options {
   std::string backend = "cpu";
   /// The element type of the instances' KV pools (instance_settings::kv_type).
   std::string kv_type = "f32";
+  /// The instances' prefix caches (instance_settings::prefix_cache); with one, the short requests' prompts start
+  /// with a part of the long request's, so that they share cached blocks with it and with each other.
+  std::string prefix_cache = "off";
   int instances = 3;
   int kv_blocks_per_instance = 64;
   int short_requests = 4;  ///< besides one long request (more than one pool)

@@ -75,6 +75,8 @@ std::string cluster_flags(const actors::chaos::chaos_options& o) {
   if (o.replica_min_tokens != defaults.replica_min_tokens)
     out += fmt::format(" --replica-min-tokens {}", o.replica_min_tokens);
   if (o.backend != defaults.backend) out += fmt::format(" --backend {}", o.backend);
+  if (o.kv_type != defaults.kv_type) out += fmt::format(" --kv-type {}", o.kv_type);
+  if (o.prefix_cache != defaults.prefix_cache) out += fmt::format(" --prefix-cache {}", o.prefix_cache);
   return out;
 }
 
@@ -180,6 +182,7 @@ void add_chaos_command(CLI::App& app) {
   cmd->add_option("--model", f->model, "Model name (in $ILLM_MODELS) or path (default stories15M)");
   add_weight_type_flag(*cmd, f->weight_type);
   add_kv_type_flag(*cmd, f->options.kv_type);
+  add_prefix_cache_flag(*cmd, f->options.prefix_cache);
   cmd->add_option("--instances", f->options.instances, "Instances of the cluster (default 3)")->check(CLI::Range(2, 16));
   cmd->add_option("--kv-blocks-per-instance", f->options.kv_blocks_per_instance,
                   "KV blocks of 16 tokens per instance (default 64)")

@@ -217,7 +217,7 @@ std::vector<instance_report> cluster::instances() const {
   std::vector<instance_report> out;
   for (instance_node* n : nodes())
     out.push_back({n->id(), n->pool().total_blocks(), n->pool().free_blocks(), n->pool().check(), n->plane().counters(),
-                   !killed(n->id()), n->hosted_count(), n->promised_count(), n->pool().spare_blocks(),
+                   !killed(n->id()), n->hosted_count(), n->promised_count(), n->pool().spare_blocks(gpu::spare_user::replicas),
                    n->landing_taken()});
   return out;
 }

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "actors/rmanager/state.hpp"
+#include "gpu/prefix_cache.hpp"
 
 namespace illm::actors::rmanager_impl {
 
@@ -69,13 +70,17 @@ void send_replica(self_ptr self, block_pick pick) {
             [=](const caf::error& e) { replica_done(self, pick, to, false, self->system().render(e)); });
 }
 
-/// Whether this instance holds `r`'s blocks as named: its own request's blocks in its pool, or hosted here.
+/// Whether this instance holds `r`'s blocks as named: its own request's blocks in its pool (its own, or its prefix
+/// cache's, which the request reads), or hosted here.
 bool holds_as_named(const rmanager_state& st, const replicate_blocks& r) {
   if (r.logical.empty() || r.logical.size() != r.physical.size() || r.logical.size() > replica_batch_blocks)
     return false;
   if (r.owner == st.config.id) {
+    const gpu::block_owner cached{gpu::prefix_cache_request, st.config.id};
     for (uint32_t b : r.physical)
-      if (!st.config.pool->is_used(b) || st.config.pool->owner(b).request != r.req_id) return false;
+      if (!st.config.pool->is_used(b) ||
+          (st.config.pool->owner(b).request != r.req_id && st.config.pool->owner(b) != cached))
+        return false;
     return true;
   }
   const auto hosted = st.config.hosted->find_logical(r.owner, r.req_id, logical_runs(r.logical));

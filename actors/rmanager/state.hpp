@@ -159,7 +159,7 @@ struct rmanager_state {
     s.waiting = placement.waiting;
     s.waiting_blocks = placement.waiting_blocks;
     s.draining = draining;
-    s.replica_blocks = config.pool->spare_blocks();
+    s.replica_blocks = config.pool->spare_blocks(gpu::spare_user::replicas);
     const uint32_t in_use = s.total_blocks - std::min(s.total_blocks, config.pool->free_blocks());
     s.owned_blocks = in_use - std::min(in_use, s.hosted_blocks);
     s.promised_blocks = config.pool->free_blocks() - std::min(config.pool->free_blocks(), s.free_blocks);

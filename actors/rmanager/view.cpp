@@ -120,7 +120,7 @@ void send_heartbeat(self_ptr self) {
     const metrics::label_values instance{std::to_string(st.config.id)};
     m->blocks_hosted.with(instance).set(hb.stats.hosted_blocks);
     m->blocks_borrowed.with(instance).set(hb.stats.borrowed_blocks);
-    m->replica_blocks.with(instance).set(st.config.pool->spare_blocks());
+    m->replica_blocks.with(instance).set(st.config.pool->spare_blocks(gpu::spare_user::replicas));
   }
   switch (st.config.faults ? st.config.faults->draw(faults::control_point::heartbeat) : faults::fate::pass) {
     case faults::fate::pass: return request_view(self, std::move(hb));

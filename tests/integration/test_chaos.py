@@ -96,7 +96,31 @@ def main():
           f"({owner['recovered_by_replica']} request(s) taken over with copies promoted); without: "
           f"{taken['positions_recomputed']} ({taken['recovered_by_takeover']} taken over with the holders' blocks)",
           flush=True)
+    shared = shared_prefixes(illm)
+    print(f"with prefix caches (short prompts sharing the long one's blocks): {shared}", flush=True)
     print("ok")
+
+
+def shared_prefixes(illm):
+    """Prefix caches on, the short requests' prompts starting with blocks of the long one: an owner's death with
+    replicas (cached blocks copied and promoted) and a holder's death keep every books column at 0, no cached block
+    leaked."""
+    out = {}
+    for name in ("replica-owner", "kill-holder"):
+        for seed in (1, 3):  # the second only when the first missed its moment
+            run = subprocess.run([illm, "chaos", "--scenario", name, "--seed", str(seed), "--prefix-cache", "local",
+                                  "--json", "--max-missed", "100"], capture_output=True, text=True, timeout=900)
+            sys.stderr.write(run.stderr[-3000:])
+            assert run.returncode == 0, f"{name} seed {seed} with prefix caches: exit {run.returncode} (FAILED above)"
+            s = json.loads(run.stdout.strip().splitlines()[-1])["scenarios"][name]
+            for zero in ["lost", "duplicated", "mismatched", "extra_tokens", "leaked_blocks", "unjustified_failed"]:
+                assert s[zero] == 0, (name, seed, zero, s)
+            if s["missed"] == 0:
+                break
+        assert s["missed"] == 0, (name, "missed its moment at seeds 1 and 3", s)
+        out[name] = {k: s[k] for k in ("accepted", "completed", "recovered_by_replica", "positions_recomputed")}
+    assert out["replica-owner"]["recovered_by_replica"] >= 1, out  # cached blocks were copied and promoted
+    return out
 
 
 if __name__ == "__main__":
