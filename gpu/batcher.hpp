@@ -82,6 +82,8 @@ struct sequence {
   /// and the key of the last of them.
   uint32_t keyed_blocks = 0;
   block_key last_key;
+  /// The prefix cache's namespace of its blocks (generate_params::cache_scope; empty: the shared one).
+  std::string cache_scope;
 
   /// Positions [from, to) had their KV computed: counts those below lost_below in recomputed; returns how many.
   int note_computed(int from, int to);

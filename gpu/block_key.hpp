@@ -27,6 +27,9 @@ uint64_t mix_bits(uint64_t x);
 /// The root of every chain of one model: its identity (name, weight and KV types) and a namespace.
 block_key root_key(std::string_view model_identity, std::string_view name_space);
 
+/// The root of a namespace's chains under a model's root (a tenant's prefixes never meet another's).
+block_key scoped_root(const block_key& model_root, std::string_view name_space);
+
 /// The key of the full block `tokens` (kv_block_tokens of them) after the prefix that `parent` names.
 block_key next_key(const block_key& parent, std::span<const int32_t> tokens);
 

@@ -35,6 +35,13 @@ block_key root_key(std::string_view model_identity, std::string_view name_space)
   return k;
 }
 
+block_key scoped_root(const block_key& model_root, std::string_view name_space) {
+  if (name_space.empty()) return model_root;
+  block_key k = fold(model_root, name_space.size());
+  for (unsigned char c : name_space) k = fold(k, c);
+  return k;
+}
+
 block_key next_key(const block_key& parent, std::span<const int32_t> tokens) {
   block_key k = fold(parent, tokens.size());
   for (size_t i = 0; i + 1 < tokens.size(); i += 2)
@@ -202,8 +209,9 @@ std::vector<block_key> chain_keys(const block_key& root, std::span<const int32_t
   return keys;
 }
 
-int attach_cached_prefix(prefix_cache& cache, const block_key& root, uint32_t pool, sequence& seq) {
+int attach_cached_prefix(prefix_cache& cache, const block_key& model_root, uint32_t pool, sequence& seq) {
   if (seq.tokens.empty()) return 0;
+  const block_key root = scoped_root(model_root, seq.cache_scope);
   // The last token's logits are sampled: its block is computed.
   const std::vector<block_key> keys = chain_keys(root, seq.tokens, (seq.tokens.size() - 1) / kv_block_tokens);
   const std::vector<uint32_t> found = cache.attach(root, keys, seq.tokens);
@@ -214,7 +222,8 @@ int attach_cached_prefix(prefix_cache& cache, const block_key& root, uint32_t po
   return seq.n_cached;
 }
 
-void offer_computed_blocks(prefix_cache& cache, const block_key& root, uint32_t pool, sequence& seq) {
+void offer_computed_blocks(prefix_cache& cache, const block_key& model_root, uint32_t pool, sequence& seq) {
+  const block_key root = scoped_root(model_root, seq.cache_scope);
   while (seq.keyed_blocks < seq.full_blocks() && seq.keyed_blocks < seq.table.size()) {
     const uint32_t i = seq.keyed_blocks;
     const block_key parent = i == 0 ? root : seq.last_key;

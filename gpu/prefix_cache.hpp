@@ -99,10 +99,11 @@ struct sequence;
 std::vector<block_key> chain_keys(const block_key& root, std::span<const int32_t> tokens, size_t blocks);
 
 /// Gives `seq` (holding no KV) the longest prefix of its tokens that `cache`, the cache of pool `pool`, holds: its
-/// table's first entries and n_cached, one token at least left to compute. Returns the tokens given.
-int attach_cached_prefix(prefix_cache& cache, const block_key& root, uint32_t pool, sequence& seq);
+/// table's first entries and n_cached, one token at least left to compute. Returns the tokens given. Its keys chain
+/// from its namespace's root under `model_root`.
+int attach_cached_prefix(prefix_cache& cache, const block_key& model_root, uint32_t pool, sequence& seq);
 
 /// Offers `cache` the full blocks of `seq` past its keyed_blocks that pool `pool` holds, keying each.
-void offer_computed_blocks(prefix_cache& cache, const block_key& root, uint32_t pool, sequence& seq);
+void offer_computed_blocks(prefix_cache& cache, const block_key& model_root, uint32_t pool, sequence& seq);
 
 }  // namespace illm::gpu

@@ -38,6 +38,7 @@ struct serve_flags {
       devices;
   int port = -1, instances = 0, max_requests = 0;
   std::vector<std::string> api_keys;
+  bool prefix_cache_per_key = false;
   actors::control_security tls;  // files given override the config file's
   actors::instance_settings instance;  // those given override the config file's
   actors::batch_settings batch;
@@ -71,6 +72,7 @@ actors::frontend::serve_config resolve(const serve_flags& f, const CLI::App* cmd
   copy_given_settings(cmd, actors::gmanager_settings_table(), f.gmanager_settings, c.embedded_gmanager);
   if (f.max_requests > 0) c.service.max_requests_in_flight = f.max_requests;
   if (!f.api_keys.empty()) c.service.api_keys = f.api_keys;
+  if (f.prefix_cache_per_key) c.service.prefix_cache_per_key = true;
   if (!f.metrics_prefix.empty()) c.metrics_prefix = f.metrics_prefix;
   if (!f.policy.empty()) c.policy = f.policy;
   if (!f.profile.empty()) c.profile = f.profile;
@@ -274,6 +276,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--profile", flags->profile,
                   "Profile of the greedy policy (from illm profile --out; default: measured at the first start on this machine and kept in $ILLM_CACHE/profiles)");
   cmd->add_option("--api-key", flags->api_keys, "Accepted Bearer key (repeatable; default: none needed)");
+  cmd->add_flag("--prefix-cache-per-key", flags->prefix_cache_per_key,
+                "Each API key its own prefix-cache namespace: a tenant never reads another's cached blocks (nor learns "
+                "from timing what their prompts start with)");
   add_tls_options(cmd, flags->tls, false);
   cmd->callback([flags, cmd] { run_serve(*flags, cmd); });
 }

@@ -135,6 +135,13 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
           return true;
         },
         "accepted Bearer keys (empty: none needed)"}},
+      {"prefix_cache_per_key",
+       {[](const json& v, serve_config& c) {
+          if (!v.is_boolean()) return false;
+          c.service.prefix_cache_per_key = v.get<bool>();
+          return true;
+        },
+        "true: each API key its own prefix-cache namespace (a tenant never reads another's cached blocks)"}},
       {"max_body_bytes", {limit(&api_limits::max_body_bytes, 256, 1 << 30), "largest request body"}},
       {"max_prompt_tokens", {limit(&api_limits::max_prompt_tokens, 1, 1 << 24), "longest prompt"}},
       {"max_tokens", {limit(&api_limits::max_tokens, 1, 1 << 24), "largest max_tokens"}},

@@ -351,15 +351,27 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
   const std::string id = fmt::format("{}-{}", kind == endpoint::completions ? "cmpl" : "chatcmpl", next_id_++);
   const completion_request& r = *accepted;
   auto channel = std::make_shared<event_channel>(size_t(r.best_of));
-  std::vector<answer> answers = submit_choices(r, id, view, *channel);
+  std::vector<answer> answers = submit_choices(r, id, view, *channel, cache_scope(req));
   const bool gone = r.stream && !reply.start_stream("text/event-stream");
   const std::vector<std::optional<request_finished>> ends = relay_until_ended(answers, *channel, gone, reply);
   for (size_t i = 0; i < answers.size(); ++i) settle(answers[i], *ends[i]);
   respond(answers, ends, reply);
 }
 
+std::string service::cache_scope(const http_request& req) const {
+  if (!options_.prefix_cache_per_key) return {};
+  auto it = req.headers.find("authorization");
+  const std::string given = it == req.headers.end() ? "" : it->second;
+  unsigned char digest[SHA256_DIGEST_LENGTH];  // the key itself never leaves the front end
+  SHA256(reinterpret_cast<const unsigned char*>(given.data()), given.size(), digest);
+  std::string hex;
+  for (size_t i = 0; i < 16; ++i) hex += fmt::format("{:02x}", digest[i]);
+  return hex;
+}
+
 std::vector<service::answer> service::submit_choices(const completion_request& r, const std::string& id,
-                                                     const cluster_view& view, event_channel& channel) {
+                                                     const cluster_view& view, event_channel& channel,
+                                                     const std::string& scope) {
   const uint64_t seed = r.seed.value_or(std::hash<std::string>{}(id));
   std::vector<answer> answers;
   for (int i = 0; i < r.best_of; ++i) {  // a choice each, with a sampling stream of its own
@@ -372,6 +384,7 @@ std::vector<service::answer> service::submit_choices(const completion_request& r
       a.calls.emplace(r.call_syntax, r.tool_names,
                       fmt::format("call_{:016x}_{}_", call_id_salt_ ^ std::hash<std::string>{}(id), i));
     generate_params params = cluster_params(r, seed + uint64_t(i), options_.end_ids);
+    params.cache_scope = scope;
     if (r.best_of > r.n) params.logprobs = std::max(params.logprobs, 0);  // the choices are ranked by them
     a.cluster_id = router_.submit(params, channel.callbacks(size_t(i)), view);
     if (metrics_) metrics_->prompt_tokens.with().add(double(r.prompt_ids.size()));

@@ -32,6 +32,9 @@ struct service_options {
   int max_model_len = 0;  ///< the longest context (prompt and output) the model serves, shown by /v1/models (0: none)
   std::shared_ptr<const jinja::chat_template> chat;  ///< the model's chat template; none: messages joined by newlines
   std::vector<std::string> api_keys;  ///< empty: no key needed
+  /// Each API key (each Authorization header) its own prefix-cache namespace: one tenant's requests never read
+  /// another's cached blocks, so timing cannot tell one what another's prompts start with.
+  bool prefix_cache_per_key = false;
   api_limits limits;
   int max_requests_in_flight = 64;  ///< beyond: 429
   int http_threads = 80;
@@ -69,7 +72,7 @@ class service {
                                            const cluster_view& view);
   /// Submits each choice of `r` (best_of of them) to the cluster, its events to `channel`.
   std::vector<answer> submit_choices(const completion_request& r, const std::string& id, const cluster_view& view,
-                                     event_channel& channel);
+                                     event_channel& channel, const std::string& scope);
   /// Relays the choices' tokens until every one ended (a client gone cancels them all); their ends.
   std::vector<std::optional<request_finished>> relay_until_ended(std::vector<answer>& answers, event_channel& channel,
                                                                  bool gone, http_reply& reply);
@@ -93,6 +96,8 @@ class service {
   void respond(std::vector<answer>& answers, const std::vector<std::optional<request_finished>>& ends,
                http_reply& reply);
   bool authorized(const http_request& req, http_reply& reply);
+  /// The prefix-cache namespace of a request (service_options::prefix_cache_per_key; empty: the shared one).
+  std::string cache_scope(const http_request& req) const;
   /// The answer of a helper endpoint (/tokenize, /detokenize): its body, or its error.
   void answer_helper(http_reply& reply, const std::variant<std::string, api_error>& answer);
   /// GET /v1/cluster: the cluster now, or with ?seq=N the snapshot N if it is still kept.

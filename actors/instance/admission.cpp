@@ -149,6 +149,7 @@ std::shared_ptr<gpu::sequence> sequence_of(const generate_request& r, gpu::gramm
   seq->ignore_eos = r.params.ignore_eos;
   seq->stop_ids = r.params.stop_ids;
   seq->lost_below = int(r.lost_positions);
+  seq->cache_scope = r.params.cache_scope;
   constrain(*seq, r, constraints);
   return seq;
 }

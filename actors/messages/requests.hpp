@@ -44,10 +44,13 @@ struct generate_params {
   int32_t prompt_logprobs = -1;
   /// The grammar its output keeps to (structured outputs): a spec of gpu/grammar/constraint_cache.hpp (empty: none).
   std::string constraint{};
+  /// The prefix cache's namespace it reads and fills (a digest of its API key where the operator keeps tenants
+  /// apart; empty: the shared one).
+  std::string cache_scope{};
 };
 ILLM_INSPECT(generate_params, x.prompt, x.max_tokens, x.temperature, x.top_p, x.seed, x.ignore_eos, x.stop_ids,
              x.top_k, x.min_p, x.presence_penalty, x.frequency_penalty, x.repetition_penalty, x.logit_bias,
-             x.min_tokens, x.logprobs, x.output_before, x.prompt_logprobs, x.constraint)
+             x.min_tokens, x.logprobs, x.output_before, x.prompt_logprobs, x.constraint, x.cache_scope)
 
 /// The sampler's parameters of a request.
 gpu::sampling_params sampling_of(const generate_params& p);

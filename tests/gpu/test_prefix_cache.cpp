@@ -264,3 +264,29 @@ TEST_SUITE("gpu") {
     CHECK(rig.pool->check().is_ok());
   }
 }
+
+TEST_SUITE("gpu") {
+  TEST_CASE("prefix cache namespaces: a request reads only the blocks of its own namespace") {
+    const auto prompt = test::golden()["cases"][6]["prompt_token_ids"].get<std::vector<int32_t>>();  // 604 tokens
+    cached_rig rig(128, true);
+    auto scoped = [&](const std::string& scope) {
+      auto s = std::make_shared<gpu::sequence>();
+      s->id = ++rig.next_id;
+      s->tokens = prompt;
+      s->n_prompt = int(prompt.size());
+      s->max_new_tokens = 4;
+      s->ignore_eos = true;
+      s->cache_scope = scope;
+      rig.steps.add(s);
+      const gpu::kv_pools view{{rig.pool.get()}, 0};
+      while (!rig.steps.idle()) REQUIRE(rig.steps.step(view, nullptr).is_ok());
+      (void)rig.steps.take_finished();
+      return s->cached_prompt_tokens;
+    };
+    CHECK(scoped("tenant a") == 0);
+    CHECK(scoped("tenant b") == 0);   // the same prompt, another namespace: nothing to read
+    CHECK(scoped("tenant a") == 37 * 16);
+    CHECK(scoped("") == 0);           // the shared namespace is one more
+    CHECK(rig.pool->check().is_ok());
+  }
+}

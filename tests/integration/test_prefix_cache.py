@@ -66,8 +66,24 @@ def main():
         check(queries == hits + full_blocks * 16 + branch_missed, f"queries {queries}, hits {hits}")  # the first missed
         check(metric(text, "illm:prefix_cache_blocks") > 0, "no cached block in the metrics")
         sessions = multi_turn(server.port)
+    tenants = per_key(long_prompt)
     print(f"prefix cache: ids equal with and without it; cached tokens {[c for _, _, c in got]}, "
-          f"hits {hits:.0f} of {queries:.0f} queried tokens; multi-turn bench {sessions}")
+          f"hits {hits:.0f} of {queries:.0f} queried tokens; multi-turn bench {sessions}; per API key {tenants}")
+
+
+def per_key(prompt):
+    """--prefix-cache-per-key: each API key its own namespace (the same prompt under another key finds nothing)."""
+    found = []
+    with Server(ILLM, "--instances", "1", "--prefix-cache", "local", "--api-key", "alpha", "--api-key", "beta",
+                "--prefix-cache-per-key") as server:
+        for key in ("alpha", "beta", "alpha", "beta"):
+            status, body = request(server.port, "POST", "/v1/completions",
+                                   {"model": "stories15M", "prompt": prompt, "max_tokens": 4, "temperature": 0},
+                                   headers={"Authorization": f"Bearer {key}"})
+            check(status == 200, (status, body))
+            found.append(body["usage"]["prompt_tokens_details"]["cached_tokens"])
+    check(found[0] == found[1] == 0 and found[2] == found[3] > 0, f"cached tokens by key: {found}")
+    return found
 
 
 def multi_turn(port):
