@@ -152,6 +152,13 @@ bool prefix_cache::offer(const block_key& key, const block_key& parent, std::spa
 
 bool prefix_cache::release(uint32_t block) {
   std::lock_guard lock(mutex_);
+  if (auto gone = forgotten_.find(block); gone != forgotten_.end()) {
+    if (--gone->second == 0) {
+      forgotten_.erase(gone);
+      (void)pool_->release(block);
+    }
+    return true;
+  }
   auto key = by_block_.find(block);
   if (key == by_block_.end()) return false;
   entry& e = entries_.at(key->second);
@@ -176,20 +183,24 @@ void prefix_cache::reclaimed(const std::vector<spare_block>& taken) {
 uint32_t prefix_cache::flush() {
   std::lock_guard lock(mutex_);
   uint32_t freed = 0;
-  for (auto at = entries_.begin(); at != entries_.end();) {
-    auto next = std::next(at);
-    if (at->second.readers == 0) {
-      pool_->release_spare({at->second.block, at->second.spare_generation});
-      forget(at);
+  for (auto& [key, e] : entries_) {
+    if (e.readers == 0) {
+      pool_->release_spare({e.block, e.spare_generation});
       ++freed;
+    } else {
+      forgotten_[e.block] = e.readers;
     }
-    at = next;
+    ++stats_.evicted_blocks;
   }
+  entries_.clear();
+  by_block_.clear();
+  stats_.read_blocks = stats_.shared_blocks = 0;
   return freed;
 }
 
 uint32_t prefix_cache::readers(uint32_t block) const {
   std::lock_guard lock(mutex_);
+  if (auto gone = forgotten_.find(block); gone != forgotten_.end()) return gone->second;
   auto key = by_block_.find(block);
   return key == by_block_.end() ? 0 : entries_.at(key->second).readers;
 }

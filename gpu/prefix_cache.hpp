@@ -67,7 +67,8 @@ class prefix_cache {
   bool release(uint32_t block);
   /// The pool reclaimed these spare blocks of the cache: their entries are forgotten.
   void reclaimed(const std::vector<spare_block>& taken);
-  /// Frees every cached block no request reads (an operator's reset); returns how many.
+  /// Empties the cache (an operator's reset): frees every cached block no request reads, and forgets the others,
+  /// which are freed when their last reader ends. Returns the blocks freed now.
   uint32_t flush();
   /// Requests reading `block` when the cache holds it (0 when it does not: the block is one request's own).
   uint32_t readers(uint32_t block) const;
@@ -90,6 +91,7 @@ class prefix_cache {
   uint32_t instance_;
   std::unordered_map<block_key, entry, block_key_hash> entries_;
   std::unordered_map<uint32_t, block_key> by_block_;
+  std::unordered_map<uint32_t, uint32_t> forgotten_;  ///< blocks a flush forgot while requests read them -> readers
   prefix_cache_stats stats_;
 };
 

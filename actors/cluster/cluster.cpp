@@ -191,6 +191,13 @@ cluster_view cluster::view() {
 
 std::optional<cluster_status> cluster::status() { return ask_status(*system_, gmanager()); }
 
+std::optional<uint64_t> cluster::reset_prefix_cache() {
+  uint64_t freed = 0;
+  for (instance_node* n : nodes())
+    if (!killed(n->id())) freed += n->flush_prefix_cache();
+  return freed;
+}
+
 int cluster::size() const {
   std::lock_guard lock(nodes_mutex_);
   return int(nodes_.size());

@@ -94,6 +94,7 @@ class cluster final : public request_router {
   std::optional<cluster_status> status() override;
   /// Every instance of the cluster.
   int instances_needed() const override { return size(); }
+  std::optional<uint64_t> reset_prefix_cache() override;
 
   /// Pools and traffic of every instance.
   std::vector<instance_report> instances() const;

@@ -221,6 +221,7 @@ instance_id instance_node::id() const { return p_->id; }
 rmanager_actor instance_node::rmanager() const { return p_->rmanager; }
 instance_actor instance_node::instance() const { return p_->instance; }
 const gpu::kv_pool& instance_node::pool() const { return *p_->pool; }
+uint32_t instance_node::flush_prefix_cache() { return p_->prefix_cache ? p_->prefix_cache->flush() : 0; }
 const transport::data_plane& instance_node::plane() const { return *p_->plane; }
 uint32_t instance_node::hosted_count() const { return p_->hosted->count(); }
 uint32_t instance_node::promised_count() const { return p_->promises->rooms_total(); }

@@ -77,6 +77,8 @@ class instance_node {
   rmanager_actor rmanager() const;
   instance_actor instance() const;
   const gpu::kv_pool& pool() const;
+  /// Empties its prefix cache (none: nothing); returns the blocks freed now.
+  uint32_t flush_prefix_cache();
   /// Its data plane (for the traffic counters).
   const transport::data_plane& plane() const;
   /// Blocks it hosts for other instances' requests (committed moves and chunks).

@@ -81,6 +81,9 @@ class request_router {
   /// How many instances the view must list for the router to be ready (all of an embedded cluster;
   /// one of a cluster of processes, whose members come and go).
   virtual int instances_needed() const = 0;
+  /// Empties the instances' prefix caches (blocks requests read are freed when they end); the blocks freed now, or
+  /// none where the router cannot reach the caches (a cluster of processes).
+  virtual std::optional<uint64_t> reset_prefix_cache() { return std::nullopt; }
 
  protected:
   request_table requests_;  ///< the requests in flight, spawned by submit

@@ -124,6 +124,16 @@ service::service(request_router& router, std::shared_ptr<const gpu::tokenizer> v
     if (!authorized(req, reply)) return;
     answer_helper(reply, detokenize_body(req.body, *vocab_, options_.limits, options_.model_name));
   });
+  // vLLM's name: empties the prefix caches (an operator's reset).
+  http_.route("/reset_prefix_cache", {"POST"}, [this](const http_request& req, http_reply& reply) {
+    if (!authorized(req, reply)) return;
+    if (const std::optional<uint64_t> freed = router_.reset_prefix_cache())
+      return reply.send(200, json_type, fmt::format(R"({{"status":"ok","blocks_freed":{}}})", *freed));
+    reply.send(501, json_type,
+               error_body(make_error(501, "a front end of a cluster of processes cannot reset its instances' prefix "
+                                          "caches; restart them",
+                                     "server_error")));
+  });
   http_.route("/v1/completions", {"POST"},
               [this](const http_request& req, http_reply& reply) { generate(endpoint::completions, req, reply); });
   http_.route("/v1/chat/completions", {"POST"},

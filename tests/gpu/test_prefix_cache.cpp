@@ -138,14 +138,17 @@ TEST_SUITE("gpu") {
     CHECK_FALSE(f.cache->offer(chain(f.root, prompt)[0], f.root, prompt, second.value()));
     CHECK(f.pool->owner(second.value()).request == 2);
     CHECK(f.pool->release(second.value()).is_ok());
+    const auto other = f.compute(3, tokens_from(500, 16));
+    f.release(other);  // cached, read by none: spare
     const auto reader = f.cache->attach(f.root, chain(f.root, prompt), prompt);
     f.release(first);
-    CHECK(f.cache->flush() == 0);  // still read
-    f.release(reader);
-    CHECK(f.cache->flush() == 1);
+    CHECK(f.cache->flush() == 1);  // the spare one freed now; the one still read is forgotten
+    CHECK(f.cache->stats().cached_blocks == 0);
+    CHECK(f.cache->attach(f.root, chain(f.root, prompt), prompt).empty());
+    CHECK(f.pool->used_blocks() == 1);
+    f.release(reader);  // its last reader ends: freed
     CHECK(f.pool->spare_blocks() == 0);
     CHECK(f.pool->free_blocks() == 8);
-    CHECK(f.cache->stats().cached_blocks == 0);
     CHECK(f.pool->check().is_ok());
   }
 }

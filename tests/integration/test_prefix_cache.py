@@ -66,6 +66,10 @@ def main():
         check(queries == hits + full_blocks * 16 + branch_missed, f"queries {queries}, hits {hits}")  # the first missed
         check(metric(text, "illm:prefix_cache_blocks") > 0, "no cached block in the metrics")
         sessions = multi_turn(server.port)
+        status, reset = request(server.port, "POST", "/reset_prefix_cache")
+        check(status == 200 and reset["blocks_freed"] > 0, (status, reset))
+        again = complete(server.port, long_prompt)
+        check(again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, again["usage"])
     tenants = per_key(long_prompt)
     print(f"prefix cache: ids equal with and without it; cached tokens {[c for _, _, c in got]}, "
           f"hits {hits:.0f} of {queries:.0f} queried tokens; multi-turn bench {sessions}; per API key {tenants}")
