@@ -152,6 +152,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rmanager_config rcfg;
   rcfg.id = n->id;
   rcfg.pool = n->pool;
+  rcfg.prefix_cache = n->prefix_cache;
   rcfg.hosted = n->hosted = hosted;
   rcfg.promises = n->promises = std::make_shared<pool_promises>();
   rcfg.plane = n->plane;

@@ -21,6 +21,8 @@ json instance_json(const member_status& m) {
           {"promised_blocks", s.promised_blocks},
           {"free_blocks", s.free_blocks},
           {"replica_blocks", s.replica_blocks},
+          {"cached_blocks", s.cached_blocks},
+          {"shared_blocks", s.shared_blocks},
           {"borrowed_blocks", s.borrowed_blocks},
           {"running", s.batch_size},
           {"waiting", s.waiting}};

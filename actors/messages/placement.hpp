@@ -116,6 +116,7 @@ ILLM_INSPECT(move_report, x.id, x.req_id, x.src_inst, x.dst_inst, x.blocks, x.ok
 // CAF serialization of the types of actors/placement/types.hpp that these messages carry.
 ILLM_INSPECT(request_placement_entry, x.req_id, x.inst_id, x.num_blocks, x.local)
 ILLM_INSPECT(instance_stats, x.total_blocks, x.free_blocks, x.hosted_blocks, x.borrowed_blocks, x.batch_size, x.waiting,
-             x.waiting_blocks, x.draining, x.replica_blocks, x.owned_blocks, x.promised_blocks)
+             x.waiting_blocks, x.draining, x.replica_blocks, x.owned_blocks, x.promised_blocks, x.cached_blocks,
+             x.shared_blocks)
 
 }  // namespace illm::actors

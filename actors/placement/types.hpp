@@ -34,6 +34,8 @@ struct instance_stats {
   /// Blocks not in use but spoken for: by its running requests' next tokens, the request first in its queue, and
   /// others' rooms (not counted in free_blocks).
   uint32_t promised_blocks = 0;
+  uint32_t cached_blocks = 0;  ///< blocks its prefix cache holds (read by requests or kept in free memory)
+  uint32_t shared_blocks = 0;  ///< of those, read by two requests or more now
 };
 
 }  // namespace illm::actors

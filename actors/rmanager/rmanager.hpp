@@ -20,6 +20,7 @@
 #include "actors/logic/hosted_blocks.hpp"
 #include "actors/logic/peer_nodes.hpp"
 #include "actors/logic/pool_promises.hpp"
+#include "gpu/prefix_cache.hpp"
 #include "actors/messages.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "actors/settings/settings.hpp"
@@ -33,6 +34,7 @@ namespace illm::actors {
 struct rmanager_config {
   instance_id id = 0;
   std::shared_ptr<gpu::kv_pool> pool;
+  std::shared_ptr<gpu::prefix_cache> prefix_cache;  ///< its pool's (none: no prefix caching), for the heartbeats' stats
   std::shared_ptr<hosted_blocks> hosted;  ///< shared with the attention server
   std::shared_ptr<pool_promises> promises;  ///< shared with the instance (one is made when none is given)
   std::shared_ptr<transport::data_plane> plane;

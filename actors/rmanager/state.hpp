@@ -163,6 +163,11 @@ struct rmanager_state {
     const uint32_t in_use = s.total_blocks - std::min(s.total_blocks, config.pool->free_blocks());
     s.owned_blocks = in_use - std::min(in_use, s.hosted_blocks);
     s.promised_blocks = config.pool->free_blocks() - std::min(config.pool->free_blocks(), s.free_blocks);
+    if (config.prefix_cache) {
+      const gpu::prefix_cache_stats cache = config.prefix_cache->stats();
+      s.cached_blocks = cache.cached_blocks;
+      s.shared_blocks = cache.shared_blocks;
+    }
     return s;
   }
 };

@@ -319,6 +319,7 @@ gpu::result<rmanager_actor> spawn_sim_rmanager(caf::actor_system& sys, const sim
   rmanager_config rc;
   rc.id = i;
   rc.pool = c.pools.back();
+  rc.prefix_cache = c.caches.back();
   rc.hosted = std::make_shared<hosted_blocks>();  // the rManager's registry (the sim's workers attend nothing)
   rc.promises = std::make_shared<pool_promises>();
   c.promises.push_back(rc.promises);

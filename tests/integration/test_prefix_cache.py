@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import Server, metric, request, stream_events
+from common import Server, metric, request, stream_events, wait_until
 
 ILLM = sys.argv[1]
 STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
@@ -65,6 +65,8 @@ def main():
         branch_missed = (got[2][1] - 1) // 16 * 16 - got[2][2]
         check(queries == hits + full_blocks * 16 + branch_missed, f"queries {queries}, hits {hits}")  # the first missed
         check(metric(text, "illm:prefix_cache_blocks") > 0, "no cached block in the metrics")
+        wait_until(lambda: request(server.port, "GET", "/v1/cluster")[1]["instances"][0]["cached_blocks"] > 0, 30,
+                   "/v1/cluster to show the cached blocks")
         sessions = multi_turn(server.port)
         status, reset = request(server.port, "POST", "/reset_prefix_cache")
         check(status == 200 and reset["blocks_freed"] > 0, (status, reset))
