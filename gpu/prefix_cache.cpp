@@ -16,6 +16,29 @@ block_key fold(block_key k, uint64_t word) {
   return k;
 }
 
+/// Folds a text, its length first (so that ("ab", "c") and ("a", "bc") differ).
+block_key fold_text(block_key k, std::string_view text) {
+  k = fold(k, text.size());
+  for (unsigned char c : text) k = fold(k, c);
+  return k;
+}
+
+/// How many of the chain's first blocks `entries` holds, each checked against its parent key and its own tokens.
+template <class Entries>
+size_t cached_prefix(const Entries& entries, const block_key& root, std::span<const block_key> keys,
+                     std::span<const int32_t> tokens) {
+  size_t i = 0;
+  for (; i < keys.size(); ++i) {
+    auto at = entries.find(keys[i]);
+    if (at == entries.end()) break;
+    const auto mine = tokens.subspan(i * kv_block_tokens, kv_block_tokens);
+    if (at->second.parent != (i == 0 ? root : keys[i - 1]) ||
+        !std::equal(mine.begin(), mine.end(), at->second.tokens.begin()))
+      break;
+  }
+  return i;
+}
+
 }  // namespace
 
 uint64_t mix_bits(uint64_t x) {
@@ -28,18 +51,12 @@ uint64_t mix_bits(uint64_t x) {
 
 block_key root_key(std::string_view model_identity, std::string_view name_space) {
   block_key k{0x243f6a8885a308d3ull, 0x13198a2e03707344ull};
-  for (std::string_view part : {model_identity, name_space}) {
-    k = fold(k, part.size());  // the length first: ("ab", "c") and ("a", "bc") differ
-    for (unsigned char c : part) k = fold(k, c);
-  }
+  for (std::string_view part : {model_identity, name_space}) k = fold_text(k, part);
   return k;
 }
 
 block_key scoped_root(const block_key& model_root, std::string_view name_space) {
-  if (name_space.empty()) return model_root;
-  block_key k = fold(model_root, name_space.size());
-  for (unsigned char c : name_space) k = fold(k, c);
-  return k;
+  return name_space.empty() ? model_root : fold_text(model_root, name_space);
 }
 
 block_key next_key(const block_key& parent, std::span<const int32_t> tokens) {
@@ -100,12 +117,10 @@ std::vector<uint32_t> prefix_cache::attach(const block_key& root, std::span<cons
   std::lock_guard lock(mutex_);
   std::vector<uint32_t> blocks;
   stats_.queried_tokens += keys.size() * kv_block_tokens;
-  for (size_t i = 0; i < keys.size(); ++i) {
+  const size_t found = cached_prefix(entries_, root, keys, tokens);
+  for (size_t i = 0; i < found; ++i) {
     auto at = entries_.find(keys[i]);
-    if (at == entries_.end()) break;
     entry& e = at->second;
-    const auto mine = tokens.subspan(i * kv_block_tokens, kv_block_tokens);
-    if (e.parent != (i == 0 ? root : keys[i - 1]) || !std::equal(mine.begin(), mine.end(), e.tokens.begin())) break;
     if (!add_reader(e)) {
       forget(at);  // reclaimed by an allocation whose report has not come yet
       break;
@@ -119,16 +134,7 @@ std::vector<uint32_t> prefix_cache::attach(const block_key& root, std::span<cons
 size_t prefix_cache::match(const block_key& root, std::span<const block_key> keys,
                            std::span<const int32_t> tokens) const {
   std::lock_guard lock(mutex_);
-  size_t i = 0;
-  for (; i < keys.size(); ++i) {
-    auto at = entries_.find(keys[i]);
-    if (at == entries_.end()) break;
-    const auto mine = tokens.subspan(i * kv_block_tokens, kv_block_tokens);
-    if (at->second.parent != (i == 0 ? root : keys[i - 1]) ||
-        !std::equal(mine.begin(), mine.end(), at->second.tokens.begin()))
-      break;
-  }
-  return i;
+  return cached_prefix(entries_, root, keys, tokens);
 }
 
 bool prefix_cache::offer(const block_key& key, const block_key& parent, std::span<const int32_t> tokens,

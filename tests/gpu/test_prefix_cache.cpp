@@ -31,11 +31,7 @@ struct fixture {
     auto made = gpu::kv_pool::create(test::cpu_device(), {1, 1, 8, gpu::dtype::f32}, blocks);
     REQUIRE(made.is_ok());
     pool = std::make_shared<gpu::kv_pool>(std::move(made.value()));
-    cache = std::make_shared<gpu::prefix_cache>(pool, 7);
-    std::weak_ptr<gpu::prefix_cache> weak = cache;
-    pool->set_reclaim_listener(gpu::spare_user::prefix_cache, [weak](const std::vector<gpu::spare_block>& taken) {
-      if (auto c = weak.lock()) c->reclaimed(taken);
-    });
+    cache = gpu::prefix_cache::over(pool, 7);
   }
 
   /// A request computes `tokens` into fresh blocks and offers them all; returns the blocks.
