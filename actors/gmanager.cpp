@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "actors/placement/prefix_index.hpp"
+
 namespace illm::actors {
 
 namespace {
@@ -61,6 +63,7 @@ struct gmanager_state {
   uint64_t next_move = 1;
   /// rManagers expelled for breaking a limit of the protocol, and why: their joins are refused.
   std::map<caf::actor_addr, std::string> expelled;
+  placement::prefix_index prefixes;  ///< the members' prefix caches, from their heartbeats
   static inline const char* name = "gmanager";
 };
 
@@ -157,7 +160,7 @@ cluster_view view_of(self_ptr self) {
     if (alive(self, m))
       v.instances.push_back({id, m.stats.total_blocks, unreserved_free(st, id, m), m.draining || m.stats.draining,
                              m.rmanager, m.instance, m.plane_address, held.count(id) ? held.at(id) : 0, m.node,
-                             m.control, m.stats.replica_blocks});
+                             m.control, m.stats.replica_blocks, st.prefixes.needs_full(id)});
   return v;
 }
 
@@ -396,9 +399,21 @@ cluster_view on_heartbeat(self_ptr self, heartbeat& hb) {
     it->second.stats = hb.stats;
     it->second.placement = std::move(hb.placement);
     it->second.last_heard = self->clock().now();
+    st.prefixes.apply(hb.inst_id, hb.seq, hb.cache_base, hb.cache);
     ++st.version;
   }
   return view_of(self);
+}
+
+/// The members whose caches hold the first of `l`'s keys, and how many of them (a member of this view only).
+prefix_holders holders_of(const gmanager_state& st, const prefix_lookup& l) {
+  prefix_holders out;
+  for (const auto& [member, blocks] : st.prefixes.lookup(l.keys)) {
+    if (!st.members.count(member)) continue;
+    out.holders.push_back(member);
+    out.blocks.push_back(blocks);
+  }
+  return out;
 }
 
 /// A member left: its rooms go, and it keeps no blocks for others' rooms any more.
@@ -426,6 +441,7 @@ void drop_member(self_ptr self, std::map<instance_id, member>::iterator it, std:
   keep_departed(self->state, it->first, it->second, "down", e.reason);
   tell(self, std::move(e));
   forget_rooms_of(self->state, it->first);
+  self->state.prefixes.drop(it->first);
   members.erase(it);
   ++self->state.version;
 }
@@ -496,6 +512,7 @@ gmanager_actor::behavior_type gmanager_behavior(self_ptr self, gmanager_config c
       [=](const expel_member& e) { expel(self, e); },
       [=](const leave_cluster& l) {
         forget_rooms_of(self->state, l.inst_id);
+        self->state.prefixes.drop(l.inst_id);
         if (auto it = self->state.members.find(l.inst_id); it != self->state.members.end())
           keep_departed(self->state, l.inst_id, it->second, "left", "it left the cluster");
         if (self->state.members.erase(l.inst_id)) {
@@ -508,6 +525,7 @@ gmanager_actor::behavior_type gmanager_behavior(self_ptr self, gmanager_config c
         if (self->state.rooms.erase({r.owner, r.req_id})) ++self->state.version;
       },
       [=](view_atom) { return view_of(self); },
+      [=](const prefix_lookup& l) { return holders_of(self->state, l); },
       [=](status_atom) { return status_of(self); },
   };
 }

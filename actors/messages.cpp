@@ -73,7 +73,14 @@ void register_messages(caf::actor_system_config& cfg) {
       .add_message_type<report_orphan>("report_orphan")
       .add_message_type<orphan_report>("orphan_report")
       .add_message_type<adopt_orphan>("adopt_orphan")
-      .add_message_type<orphan_adopted>("orphan_adopted");
+      .add_message_type<orphan_adopted>("orphan_adopted")
+      .add_message_type<gpu::block_key>("block_key")
+      .add_message_type<gpu::prefix_changes>("prefix_changes")
+      .add_message_type<prefix_lookup>("prefix_lookup")
+      .add_message_type<prefix_holders>("prefix_holders")
+      .add_message_type<find_prefix>("find_prefix")
+      .add_message_type<read_prefix>("read_prefix")
+      .add_message_type<prefix_read>("prefix_read");
 }
 
 gpu::sampling_params sampling_of(const generate_params& p) {

@@ -2,7 +2,7 @@
 // Every message of the runtime, one header per protocol, all included here. The paper's messages
 // (heartbeat, move_kvcache, try_move_kvcache and request_placement_entry) keep its names and fields; around
 // them are what a real system needs: membership, leases (commit/abort), rooms, room prefill, block release,
-// replicas, owner takeover, the attention data-plane payloads, and the messages between an instance, its rManager, its worker and its
+// replicas, owner takeover, the cluster-wide prefix cache, the attention data-plane payloads, and the messages between an instance, its rManager, its worker and its
 // requests. Structs with `inspect` overloads, registered by register_messages() so that they can cross
 // process boundaries. The typed interfaces of the actors that take them, and the atoms, are in
 // actors/interfaces.hpp.
@@ -13,6 +13,7 @@
 #include "actors/messages/instance_rmanager.hpp"
 #include "actors/messages/membership.hpp"
 #include "actors/messages/placement.hpp"
+#include "actors/messages/prefix_cache.hpp"
 #include "actors/messages/replicas.hpp"
 #include "actors/messages/requests.hpp"
 #include "actors/messages/room_prefill.hpp"

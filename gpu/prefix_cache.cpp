@@ -106,17 +106,26 @@ bool prefix_cache::add_reader(entry& e) {
   return true;
 }
 
+void prefix_cache::note_added(const block_key& key) {
+  if (changes_.added.size() + changes_.removed.size() >= max_reported_changes) changes_lost_ = true;
+  if (!changes_lost_) changes_.added.push_back(key);
+}
+
+void prefix_cache::note_removed(const block_key& key) {
+  if (changes_.added.size() + changes_.removed.size() >= max_reported_changes) changes_lost_ = true;
+  if (!changes_lost_) changes_.removed.push_back(key);
+}
+
 void prefix_cache::forget(std::unordered_map<block_key, entry, block_key_hash>::iterator at) {
+  note_removed(at->first);
   by_block_.erase(at->second.block);
   entries_.erase(at);
   ++stats_.evicted_blocks;
 }
 
-std::vector<uint32_t> prefix_cache::attach(const block_key& root, std::span<const block_key> keys,
-                                           std::span<const int32_t> tokens) {
-  std::lock_guard lock(mutex_);
+std::vector<uint32_t> prefix_cache::take_prefix(const block_key& root, std::span<const block_key> keys,
+                                                std::span<const int32_t> tokens) {
   std::vector<uint32_t> blocks;
-  stats_.queried_tokens += keys.size() * kv_block_tokens;
   const size_t found = cached_prefix(entries_, root, keys, tokens);
   for (size_t i = 0; i < found; ++i) {
     auto at = entries_.find(keys[i]);
@@ -127,8 +136,30 @@ std::vector<uint32_t> prefix_cache::attach(const block_key& root, std::span<cons
     }
     blocks.push_back(e.block);
   }
+  return blocks;
+}
+
+std::vector<uint32_t> prefix_cache::attach(const block_key& root, std::span<const block_key> keys,
+                                           std::span<const int32_t> tokens) {
+  std::lock_guard lock(mutex_);
+  stats_.queried_tokens += keys.size() * kv_block_tokens;
+  std::vector<uint32_t> blocks = take_prefix(root, keys, tokens);
   stats_.hit_tokens += blocks.size() * kv_block_tokens;
   return blocks;
+}
+
+std::vector<uint32_t> prefix_cache::attach_for_peer(const block_key& root, std::span<const block_key> keys,
+                                                    std::span<const int32_t> tokens) {
+  std::lock_guard lock(mutex_);
+  std::vector<uint32_t> blocks = take_prefix(root, keys, tokens);
+  stats_.peer_read_blocks += blocks.size();
+  return blocks;
+}
+
+void prefix_cache::note_remote_hit(uint64_t queried, uint64_t hit) {
+  std::lock_guard lock(mutex_);
+  stats_.queried_tokens += queried;
+  stats_.remote_hit_tokens += hit;
 }
 
 size_t prefix_cache::match(const block_key& root, std::span<const block_key> keys,
@@ -151,6 +182,7 @@ bool prefix_cache::offer(const block_key& key, const block_key& parent, std::spa
   e.readers = 1;
   entries_.emplace(key, e);
   by_block_.emplace(block, key);
+  note_added(key);
   ++stats_.inserted_blocks;
   ++stats_.read_blocks;
   return true;
@@ -196,6 +228,7 @@ uint32_t prefix_cache::flush() {
     } else {
       forgotten_[e.block] = e.readers;
     }
+    note_removed(key);
     ++stats_.evicted_blocks;
   }
   entries_.clear();
@@ -216,6 +249,21 @@ prefix_cache_stats prefix_cache::stats() const {
   prefix_cache_stats s = stats_;
   s.cached_blocks = uint32_t(entries_.size());
   return s;
+}
+
+prefix_changes prefix_cache::take_changes(bool full) {
+  std::lock_guard lock(mutex_);
+  prefix_changes out;
+  if (full || changes_lost_) {
+    out.full = true;
+    out.added.reserve(entries_.size());
+    for (const auto& [key, e] : entries_) out.added.push_back(key);
+  } else {
+    out = std::move(changes_);
+  }
+  changes_ = {};
+  changes_lost_ = false;
+  return out;
 }
 
 std::vector<block_key> chain_keys(const block_key& root, std::span<const int32_t> tokens, size_t blocks) {

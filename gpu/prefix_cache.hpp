@@ -42,6 +42,15 @@ struct prefix_cache_stats {
   uint32_t cached_blocks = 0;   ///< blocks held now
   uint32_t read_blocks = 0;     ///< of those, read by at least one request now
   uint32_t shared_blocks = 0;   ///< of those, read by two requests or more now
+  uint64_t remote_hit_tokens = 0;  ///< prompt tokens this pool's requests found in other pools' caches
+  uint64_t peer_read_blocks = 0;   ///< blocks of this cache that other pools' requests attached
+};
+
+/// What a cache gained and lost since its last report (what a cluster-wide index learns), or, when `full`, every
+/// key it holds: a report after one was lost, or to an index that starts empty.
+struct prefix_changes {
+  bool full = false;
+  std::vector<block_key> added, removed;
 };
 
 /// The prefix cache of one pool.
@@ -56,6 +65,13 @@ class prefix_cache {
   /// tokens), root is the chain's start. Returns the blocks found, each with one more reader; their tokens are
   /// counted as queried and hit (all of keys' tokens as queried).
   std::vector<uint32_t> attach(const block_key& root, std::span<const block_key> keys, std::span<const int32_t> tokens);
+  /// The same for a request of another pool that reads the blocks where they are (counted as read by peers, not as
+  /// this pool's queries).
+  std::vector<uint32_t> attach_for_peer(const block_key& root, std::span<const block_key> keys,
+                                        std::span<const int32_t> tokens);
+  /// Counts a request of this pool whose prefix another pool's cache held: `queried` prompt tokens of full blocks
+  /// looked up, of which `hit` were found there.
+  void note_remote_hit(uint64_t queried, uint64_t hit);
   /// How many of the chain's first blocks attach() would find now, without taking them (what a router weighs).
   size_t match(const block_key& root, std::span<const block_key> keys, std::span<const int32_t> tokens) const;
   /// Offers used block `block` holding `tokens` (16) as the full block `key` whose parent is `parent`: the cache
@@ -73,6 +89,9 @@ class prefix_cache {
   /// Requests reading `block` when the cache holds it (0 when it does not: the block is one request's own).
   uint32_t readers(uint32_t block) const;
   prefix_cache_stats stats() const;
+  /// The keys added and removed since the last call (every key held, full, when `full` or when more changed than
+  /// a report carries), and starts the next report.
+  prefix_changes take_changes(bool full = false);
 
  private:
   struct entry {
@@ -85,6 +104,11 @@ class prefix_cache {
   /// Takes one more reader of `e` (claiming it back when spare); false when the pool reclaimed it meanwhile.
   bool add_reader(entry& e);
   void forget(std::unordered_map<block_key, entry, block_key_hash>::iterator at);
+  /// Takes the longest cached prefix of a chain, one more reader each (the lock held).
+  std::vector<uint32_t> take_prefix(const block_key& root, std::span<const block_key> keys,
+                                    std::span<const int32_t> tokens);
+  void note_added(const block_key& key);
+  void note_removed(const block_key& key);
 
   mutable std::mutex mutex_;
   std::shared_ptr<kv_pool> pool_;
@@ -93,7 +117,12 @@ class prefix_cache {
   std::unordered_map<uint32_t, block_key> by_block_;
   std::unordered_map<uint32_t, uint32_t> forgotten_;  ///< blocks a flush forgot while requests read them -> readers
   prefix_cache_stats stats_;
+  prefix_changes changes_;     ///< since the last report
+  bool changes_lost_ = false;  ///< more changed than a report carries: the next one is full
 };
+
+/// The most keys a report of changes carries; past it the next report lists every key instead.
+inline constexpr size_t max_reported_changes = 1 << 16;
 
 struct sequence;
 

@@ -194,8 +194,8 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   const sigset_t stop_signals = block_stop_signals();
 
   (void)kv_type_of(c.instance.kv_type, "serve");  // a bad kv_type fails before the model loads
-  if (c.instance.prefix_cache != "off" && c.instance.prefix_cache != "local")
-    fail("illm serve: prefix_cache must be off or local, not '" + c.instance.prefix_cache + "'", 2);
+  if (std::count(actors::prefix_cache_modes.begin(), actors::prefix_cache_modes.end(), c.instance.prefix_cache) == 0)
+    fail("illm serve: prefix_cache must be off, local or cluster, not '" + c.instance.prefix_cache + "'", 2);
   const gpu::loaded_model model = load_model_or_fail(
       c.model, {.chat_template_file = c.chat_template, .weight_type = weight_type_of(c.weight_type, "serve")}, "illm serve");
   auto registry = std::make_shared<actors::metrics::registry>();

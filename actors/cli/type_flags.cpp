@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "actors/cli/commands.hpp"
+#include "actors/settings/settings.hpp"
 
 namespace illm::cli {
 
@@ -23,9 +24,10 @@ void add_kv_type_flag(CLI::App& cmd, std::string& value) {
 
 void add_prefix_cache_flag(CLI::App& cmd, std::string& value) {
   cmd.add_option("--prefix-cache", value,
-                 "Keep full KV blocks by content, so requests that share a prefix compute it once: off, or local (each "
-                 "instance's cache serves the requests it runs)")
-      ->check(CLI::IsMember({"off", "local"}))
+                 "Keep full KV blocks by content, so requests that share a prefix compute it once: off; local (each "
+                 "instance's cache serves the requests it runs); cluster (a request also reads a prefix cached on "
+                 "another instance, where it lies)")
+      ->check(CLI::IsMember(actors::prefix_cache_modes))
       ->capture_default_str();
 }
 

@@ -213,6 +213,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   icfg.constraints = options.constraints;
   icfg.prefix_cache = n->prefix_cache;
   icfg.prefix_root = gpu::root_key(gpu::model_identity(*weights, engine_options.kv_type), "");
+  icfg.shared_prefixes = options.instance.prefix_cache == "cluster";
   n->instance = spawn_instance(sys, icfg);
   caf::anon_send(n->rmanager, attach_atom::value, n->instance);
   return std::unique_ptr<instance_node>(new instance_node(std::move(n)));

@@ -327,7 +327,7 @@ void on_generate(self_ptr self, generate_request& r) {
       std::any_of(st.waiting.begin(), st.waiting.end(), [&](const auto& w) { return w.id == r.id; }))
     return;  // a duplicate: the first copy answers
   if (st.waiting.size() >= st.config.max_waiting) return refuse(self, r, "too many queued requests");
-  if (begin_takeover(self, r)) return;
+  if (begin_takeover(self, r) || begin_prefix_lookup(self, r)) return;
   st.waiting.push_back(std::move(r));
   st.waiting_since.push_back(st.views_received);
   maybe_step(self);

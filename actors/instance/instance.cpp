@@ -107,6 +107,7 @@ void publish_cache_metrics(metrics::runtime_metrics& m, instance_id id, const gp
   const std::string instance = std::to_string(id);
   m.prefix_cache_queries.with({instance}).add(double(now.queried_tokens - published.queried_tokens));
   m.prefix_cache_hits.with({instance, "local"}).add(double(now.hit_tokens - published.hit_tokens));
+  m.prefix_cache_hits.with({instance, "remote"}).add(double(now.remote_hit_tokens - published.remote_hit_tokens));
   m.prefix_cache_evicted.with({instance}).add(double(now.evicted_blocks - published.evicted_blocks));
   m.prefix_cache_blocks.with({instance, "read"}).set(now.read_blocks);
   m.prefix_cache_blocks.with({instance, "idle"}).set(now.cached_blocks - now.read_blocks);

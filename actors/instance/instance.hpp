@@ -52,6 +52,9 @@ struct instance_config {
   /// KV types).
   std::shared_ptr<gpu::prefix_cache> prefix_cache;
   gpu::block_key prefix_root;
+  /// --prefix-cache cluster: a new request also reads the longest prefix that another member's cache holds, where
+  /// it lies (actors/messages/prefix_cache.hpp).
+  bool shared_prefixes = false;
 };
 
 /// Spawns an instance (on the scheduler: its handlers never block).

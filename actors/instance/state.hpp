@@ -8,12 +8,14 @@
 //   block_moves.cpp         blocks picked for a move, switched to their new place when it is done
 //   replicas.cpp            blocks picked for a second copy, where the copies are, copies lost
 //   takeover.cpp            a dead owner's request taken over: its surviving blocks become its table's prefix
+//   shared_prefix.cpp       a new request's prefix read where another member's cache holds it
 // Internal to actors/instance/: nothing outside it includes this header.
 
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -76,6 +78,7 @@ struct hosted_chunk {
 struct adopted_prefix {
   taken_over blocks;
   int64_t since_ns = 0;  ///< when its takeover began
+  bool cached = false;   ///< blocks of other members' prefix caches read where they are, not a takeover
 };
 
 /// Everything an instance keeps.
@@ -112,7 +115,8 @@ struct instance_state {
   std::map<request_id, room_prefill_plan> prefills;  ///< requests whose room's holders prefill their prompt
   std::map<move_id, request_id> chunk_requests;      ///< their chunks under way, to their request
   std::map<move_id, hosted_chunk> hosted_chunks;     ///< other instances' chunks computed here
-  std::map<request_id, generate_request> taking_over;  ///< requests of a dead owner whose blocks the rManager takes over
+  /// Requests of a dead owner whose blocks the rManager takes over, or new ones whose prefix it finds elsewhere.
+  std::map<request_id, generate_request> taking_over;
   std::map<request_id, adopted_prefix> adopted;        ///< ... and, once it has, what they start with
   uint64_t next_chunk = 1;
   std::set<request_id> planted;  ///< requests a planted defect was put in (config.plant)
@@ -189,6 +193,18 @@ adopted_count adopted_blocks(const instance_state& st, request_id id);
 void apply_adopted(self_ptr self, running_request& r);
 /// A queued request taken over ends before it starts: the blocks taken over go back.
 void drop_adopted(self_ptr self, request_id id);
+/// Gives blocks taken over (or read where they are) back: this pool's at once, the holders' through the rManager.
+void give_back(self_ptr self, request_id id, const taken_over& t);
+/// The rManager answered with blocks for request `id` (taken over, or a prefix read elsewhere): the request, out of
+/// taking_over, with `t` cleared (and given back) when it does not fit its prompt; none when it was cancelled
+/// meanwhile (`t` given back).
+std::optional<generate_request> answered_blocks(self_ptr self, request_id id, taken_over& t);
+
+// ---- shared_prefix.cpp ---------------------------------------------------------------------------------------
+
+/// A new request whose prompt's prefix another member's cache may hold further than this pool's: the rManager
+/// finds it and has it attached where it lies before the request queues (true); false for any other request.
+bool begin_prefix_lookup(self_ptr self, generate_request& r);
 
 // ---- step_loop.cpp -------------------------------------------------------------------------------------------
 

@@ -5,32 +5,42 @@
 
 namespace illm::actors::instance_impl {
 
-namespace {
-
-/// Gives blocks taken over back: this pool's at once, the holders' through the rManager's release.
 void give_back(self_ptr self, request_id id, const taken_over& t) {
   auto& st = self->state;
   bool elsewhere = false;
   for (size_t i = 0; i < t.holders.size(); ++i) {
     if (t.holders[i] == st.config.id)
-      (void)st.config.pool->release(t.physical[i]);
+      (void)st.blocks->release({st.config.id, t.physical[i]});
     else
       elsewhere = true;
   }
   if (elsewhere) self->send(st.config.rmanager, request_released{id});
 }
 
-/// The rManager took what survived of request `id` over: it queues first, its table starting with those blocks.
-void on_taken_over(self_ptr self, request_id id, taken_over t, int64_t since_ns) {
+std::optional<generate_request> answered_blocks(self_ptr self, request_id id, taken_over& t) {
   auto& st = self->state;
   auto it = st.taking_over.find(id);
-  if (it == st.taking_over.end()) return give_back(self, id, t);  // cancelled meanwhile
+  if (it == st.taking_over.end()) {  // cancelled meanwhile
+    give_back(self, id, t);
+    return std::nullopt;
+  }
   generate_request r = std::move(it->second);
   st.taking_over.erase(it);
   if (t.holders.size() != t.physical.size() || t.holders.size() * gpu::kv_block_tokens >= r.params.prompt.size()) {
     give_back(self, id, t);
     t = {};
   }
+  return r;
+}
+
+namespace {
+
+/// The rManager took what survived of request `id` over: it queues first, its table starting with those blocks.
+void on_taken_over(self_ptr self, request_id id, taken_over t, int64_t since_ns) {
+  auto& st = self->state;
+  std::optional<generate_request> asked = answered_blocks(self, id, t);
+  if (!asked) return;
+  generate_request& r = *asked;
   // Copies promoted: by replica; only surviving primaries adopted: by takeover; nothing: computed again (when its
   // old owner had computed anything: one that died before its first token may have lost nothing).
   const char* how = t.promoted > 0 ? "replica" : !t.holders.empty() ? "takeover" : "recompute";
@@ -85,8 +95,13 @@ void apply_adopted(self_ptr self, running_request& r) {
   const taken_over& t = it->second.blocks;
   for (size_t i = 0; i < t.holders.size(); ++i) r.seq->table.push_back({t.holders[i], t.physical[i]});
   r.seq->n_cached = int(t.holders.size() * gpu::kv_block_tokens);
-  r.lost_at_ns = it->second.since_ns;  // its next token ends the recovery
-  r.tokens_at_loss = r.seq->tokens.size();
+  if (it->second.cached) {  // a prefix read where another member's cache holds it
+    r.seq->cached_prompt_tokens = r.seq->n_cached;
+    r.seq->prefix_looked_up = true;
+  } else {
+    r.lost_at_ns = it->second.since_ns;  // its next token ends the recovery
+    r.tokens_at_loss = r.seq->tokens.size();
+  }
   st.adopted.erase(it);
 }
 

@@ -147,6 +147,11 @@ struct report_orphan;
 struct orphan_report;
 struct adopt_orphan;
 struct orphan_adopted;
+struct prefix_lookup;
+struct prefix_holders;
+struct find_prefix;
+struct read_prefix;
+struct prefix_read;
 struct generate_request;
 struct cancel_request;
 

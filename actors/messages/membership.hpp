@@ -43,6 +43,9 @@ struct instance_view {
   std::string node;  ///< the node (host) it runs on; empty: the same as every other's
   control_endpoint control;  ///< its process's control port (empty: in-process)
   uint32_t replica_blocks = 0;  ///< of its free blocks, those keeping replicas
+  /// The gManager's index lost track of its prefix cache (a report missed, or a gManager that just started): its
+  /// next heartbeat reports every key it holds.
+  bool cache_resync = false;
   /// What other instances may move into: its spare blocks less those held for the waiting room (it refuses
   /// moves into them).
   uint32_t movable_into() const { return free_blocks - std::min(free_blocks, held_for_room); }
@@ -50,7 +53,7 @@ struct instance_view {
   uint32_t replica_room() const { return movable_into() - std::min(movable_into(), replica_blocks); }
 };
 ILLM_INSPECT(instance_view, x.inst_id, x.total_blocks, x.free_blocks, x.draining, x.rmanager, x.instance,
-             x.plane_address, x.held_for_room, x.node, x.control, x.replica_blocks)
+             x.plane_address, x.held_for_room, x.node, x.control, x.replica_blocks, x.cache_resync)
 
 /// gManager -> rManager (answer to join and heartbeat): the cluster as of the last heartbeats. Views are
 /// ordered by (epoch, version): a gManager that starts has a higher epoch than the one before it, and each of

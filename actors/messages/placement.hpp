@@ -8,18 +8,22 @@
 #include <string>
 #include <vector>
 #include "actors/messages/declarations.hpp"
+#include "actors/messages/prefix_cache.hpp"
 #include "actors/placement/types.hpp"
 
 namespace illm::actors {
 
-/// rManager -> gManager, every period: stats and the placement of the instance's requests.
+/// rManager -> gManager, every period: stats and the placement of the instance's requests, and (with a cluster-wide
+/// prefix cache) its cache's changes since the heartbeat numbered cache_base (actors/messages/prefix_cache.hpp).
 struct heartbeat {
   instance_id inst_id = 0;
   uint64_t seq = 0;
   instance_stats stats;
   std::vector<request_placement_entry> placement;
+  gpu::prefix_changes cache;
+  uint64_t cache_base = 0;
 };
-ILLM_INSPECT(heartbeat, x.inst_id, x.seq, x.stats, x.placement)
+ILLM_INSPECT(heartbeat, x.inst_id, x.seq, x.stats, x.placement, x.cache, x.cache_base)
 
 /// gManager -> source rManager: move num_blocks of req_id's blocks to dst_inst.
 struct move_kvcache {

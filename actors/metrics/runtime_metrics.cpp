@@ -78,7 +78,7 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
                                          "Prompt tokens (of full blocks) looked up in the prefix cache.", {"instance"})),
       prefix_cache_hits(r.add_counter(prefix + "prefix_cache_hits_total",
                                       "Prompt tokens found in the prefix cache, whose KV was not computed again "
-                                      "(where=local: in the instance's own pool).",
+                                      "(where=local: in the instance's own pool; where=remote: in another instance's, read there in place).",
                                       {"instance", "where"})),
       prefix_cache_evicted(r.add_counter(prefix + "prefix_cache_evicted_blocks_total",
                                          "Cached KV blocks no request read, taken back when memory was needed (or "

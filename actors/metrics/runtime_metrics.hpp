@@ -62,7 +62,8 @@ struct runtime_metrics {
   family<counter>& positions_recomputed;
   /// illm:prefix_cache_queries_total{instance}: prompt tokens (of full blocks) looked up in the prefix cache
   family<counter>& prefix_cache_queries;
-  /// illm:prefix_cache_hits_total{instance, where}: of those, found (where="local": in the instance's own pool)
+  /// illm:prefix_cache_hits_total{instance, where}: of those, found (where="local": in the instance's own pool,
+  /// "remote": in another instance's, read there in place)
   family<counter>& prefix_cache_hits;
   /// illm:prefix_cache_evicted_blocks_total{instance}: cached blocks taken back for other use, or flushed
   family<counter>& prefix_cache_evicted;

@@ -36,6 +36,8 @@ using rmanager_actor = caf::typed_actor<
     caf::reacts_to<spare_reclaimed>, caf::replies_to<promote_replicas>::with<replicas_promoted>,
     // owner takeover: its instance's request taken over, a departed owner's blocks reported and handed over
     caf::replies_to<take_over>::with<taken_over>, caf::replies_to<report_orphan>::with<orphan_report>,
-    caf::replies_to<adopt_orphan>::with<orphan_adopted>>;
+    caf::replies_to<adopt_orphan>::with<orphan_adopted>,
+    // the cluster-wide prefix cache: its instance's requests' prefixes found elsewhere, peers' read here
+    caf::replies_to<find_prefix>::with<taken_over>, caf::replies_to<read_prefix>::with<prefix_read>>;
 
 }  // namespace illm::actors

@@ -209,11 +209,15 @@ void chunk_returned(self_ptr self, move_id id) {
 }
 
 /// Frees every block held for req and forgets its room's promise (owner's request ended).
+void free_block(rmanager_state& st, uint32_t b) {
+  if (!st.config.prefix_cache || !st.config.prefix_cache->release(b)) (void)st.config.pool->release(b);
+}
+
 void release_hosted(self_ptr self, const release_blocks& r) {
   auto& st = self->state;
   st.config.promises->forget(r.owner, r.req_id);
   for (uint32_t b : st.config.hosted->remove_request(r.owner, r.req_id))  // empty for a duplicate
-    (void)st.config.pool->release(b);
+    free_block(st, b);
   for (auto& [id, move] : st.incoming) {
     if (move.req != r.req_id || move.src != r.owner) continue;
     if (move.replica && move.stage == incoming_move::state::committed) give_back(self, move, incoming_move::state::given_back);

@@ -139,6 +139,12 @@ rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config c
       },
       // owner takeover
       [=](const take_over& t) { return take_over_request(self, t); },
+      // the cluster-wide prefix cache: prefixes found for its requests, read here for peers'
+      [=](const find_prefix& f) { return find_shared_prefix(self, f); },
+      [=](const read_prefix& r) -> caf::result<prefix_read> {
+        if (!within_limits(self, over_limit(self->state, r))) return prefix_read{};
+        return answer<prefix_read>(self, faults::control_point::reply, [=] { return read_for_peer(self, r); });
+      },
       [=](const report_orphan& r) { return report(self, r); },
       [=](const adopt_orphan& a) -> caf::result<orphan_adopted> {
         if (!within_limits(self, over_limit(self->state, a))) return orphan_adopted{false, "beyond a limit", {}};

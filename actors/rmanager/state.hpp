@@ -8,6 +8,7 @@
 //   chunk_reservations.cpp  room prefill at the owner: a chunk's blocks reserved at its holder, committed
 //   replicas.cpp            second copies of long requests' blocks: asked for, copied from here, kept here
 //   takeover.cpp            a dead owner's requests: kept here for a lease, taken over by a new owner
+//   shared_prefix.cpp       the cluster-wide prefix cache: prefixes found for its requests, read here for peers'
 // Internal to actors/rmanager/: nothing outside it includes this header.
 
 #include <deque>
@@ -119,6 +120,8 @@ struct rmanager_state {
   std::map<request_id, adoption> adoptions;               // requests handed to a new owner here, by their latest generation
   bool loan_in_flight = false;
   bool draining = false;
+  bool cache_resync = false;    ///< the gManager's index lost track of this cache: the next heartbeat lists every key
+  uint64_t cache_reported = 0;  ///< the heartbeat whose cache changes went last
   uint64_t next_move = 1;
   static inline const char* name = "rmanager";
 
@@ -184,6 +187,7 @@ std::string over_limit(const rmanager_state& st, const replicate_blocks& m);
 std::string over_limit(const rmanager_state& st, const replicas_lost& m);
 std::string over_limit(const rmanager_state& st, const promote_replicas& m);
 std::string over_limit(const rmanager_state& st, const adopt_orphan& m);
+std::string over_limit(const rmanager_state& st, const read_prefix& m);
 
 /// True when `why` is empty. Otherwise the current message broke a limit: it is logged and counted
 /// (illm:peer_limit_violations_total), and its sender, when it is a member, is reported to the gManager, which
@@ -272,6 +276,8 @@ std::vector<uint32_t> take_for_chunk(self_ptr self, const take_reservation& t);
 void chunk_returned(self_ptr self, move_id id);
 /// Frees every block held for req and forgets its room's promise (the owner's request ended).
 void release_hosted(self_ptr self, const release_blocks& r);
+/// A request lets go of block `b` of this pool: the prefix cache's loses a reader, any other is freed.
+void free_block(rmanager_state& st, uint32_t b);
 /// How long a move into this pool that was given back or expired is remembered after its lease (a duplicate of
 /// its reservation or commit gets the same answer meanwhile).
 inline constexpr std::chrono::seconds finished_move_memory{60};
@@ -335,5 +341,13 @@ caf::result<move_reservation> reserve_for_chunk(self_ptr self, const reserve_chu
 caf::result<bool> commit_written_chunk(self_ptr self, const commit_chunk& c);
 /// Gives a chunk's reservation back at its holder.
 void abort_outgoing_chunk(self_ptr self, move_id id);
+
+// ---- shared_prefix.cpp ----------------------------------------------------------------------------------------
+
+/// Its instance's request asks for the longest prefix of its prompt another member's cache holds: found through
+/// the gManager's index and attached where it lies (none: no member holds more than this pool).
+caf::result<taken_over> find_shared_prefix(self_ptr self, const find_prefix& f);
+/// A peer's request reads the longest cached prefix of a chain here: attached and hosted for it.
+prefix_read read_for_peer(self_ptr self, const read_prefix& r);
 
 }  // namespace illm::actors::rmanager_impl

@@ -52,9 +52,12 @@ orphan_adopted hand_over(self_ptr self, const adopt_orphan& a, const std::vector
   physical.insert(physical.end(), promoted.begin(), promoted.end());
   const std::set<uint32_t> keeping(physical.begin(), physical.end());
   for (uint32_t b : st.config.hosted->remove_request(a.old_owner, a.req_id))
-    if (!keeping.count(b)) (void)st.config.pool->release(b);
+    if (!keeping.count(b)) free_block(st, b);
   release_hosted(self, release_blocks{a.req_id, a.old_owner});  // copies not promoted, promises, chunks
-  if (!st.config.pool->set_owner(physical, gpu::block_owner{a.req_id, a.new_owner}))
+  std::vector<uint32_t> owned;  // the prefix cache's blocks stay its own: the new owner reads them in its place
+  for (uint32_t b : physical)
+    if (!st.config.prefix_cache || st.config.prefix_cache->readers(b) == 0) owned.push_back(b);
+  if (!st.config.pool->set_owner(owned, gpu::block_owner{a.req_id, a.new_owner}))
     return refused(st, a, "a kept block is not in use");
   if (a.new_owner != st.config.id && !physical.empty()) st.config.hosted->add(a.new_owner, a.req_id, logical, physical);
   return {true, {}, std::move(physical)};
@@ -172,7 +175,7 @@ void finish_takeover(self_ptr self, const run_ptr& run) {
     for (const auto& [holder, h] : run->handed) {
       if (!h.ok || h.physical.empty()) continue;
       if (holder == st.config.id) {
-        for (uint32_t b : h.physical) (void)st.config.pool->release(b);
+        for (uint32_t b : h.physical) free_block(st, b);
       } else if (auto peer = rmanager_of(self, holder)) {
         self->send(*peer, release_blocks{run->ask.req_id, st.config.id});
       }

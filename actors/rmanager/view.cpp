@@ -77,6 +77,7 @@ bool current(self_ptr self, const gmanager_actor& from, const cluster_view& v) {
 /// A newer view: keep it, release what departed owners kept here, and connect to its new peers.
 void adopt_view(self_ptr self, cluster_view v) {
   release_departed(self, v);
+  if (const instance_view* me = v.find(self->state.config.id); me && me->cache_resync) self->state.cache_resync = true;
   auto& known = self->state.member_rmanagers;
   for (const instance_view& i : v.instances)
     if (i.rmanager) known[i.inst_id] = i.rmanager;
@@ -115,7 +116,11 @@ void send_heartbeat(self_ptr self) {
   maybe_replicate(self);
   if (++st.ticks % 64 == 0) forget_finished_moves(self);
   if (!st.config.gmanager) return;
-  heartbeat hb{st.config.id, ++st.heartbeat_seq, st.stats(), st.placement.placement};
+  heartbeat hb{st.config.id, ++st.heartbeat_seq, st.stats(), st.placement.placement, {}, st.cache_reported};
+  // The cache's changes since the last heartbeat (one lost on the way makes the gManager ask for every key).
+  hb.cache = st.config.prefix_cache ? st.config.prefix_cache->take_changes(std::exchange(st.cache_resync, false))
+                                    : gpu::prefix_changes{true, {}, {}};
+  st.cache_reported = hb.seq;
   if (auto* m = st.config.metrics.get()) {
     const metrics::label_values instance{std::to_string(st.config.id)};
     m->blocks_hosted.with(instance).set(hb.stats.hosted_blocks);

@@ -74,8 +74,9 @@ struct instance_settings {
   /// The element type of its KV pool: f32, f16 or bf16 (--kv-type); a 16-bit pool holds twice the tokens.
   std::string kv_type = "f32";
   int kv_blocks_per_instance = 256;
-  /// Full KV blocks kept by content for requests with the same prefix (--prefix-cache): "off", or "local" (each
-  /// instance's cache serves the requests it runs).
+  /// Full KV blocks kept by content for requests with the same prefix (--prefix-cache, prefix_cache_modes): "off";
+  /// "local" (each instance's cache serves the requests it runs); "cluster" (a request also reads the prefix another
+  /// instance's cache holds, where it lies).
   std::string prefix_cache = "off";
   int landing_blocks = 0;  ///< 0: as many as the pool
   int staging_chunk_blocks = 8;  ///< blocks per chunk of a move out of a device pool (two chunk buffers, pinned)
@@ -90,6 +91,9 @@ struct instance_settings {
   int peer_max_open_moves = 1024;        ///< reservations one peer may hold at this instance at once
   int peer_max_waiting_attends = 4096;   ///< attends of one peer waiting for their blocks at an attention server
 };
+
+/// The values of instance_settings::prefix_cache.
+inline const std::vector<std::string> prefix_cache_modes{"off", "local", "cluster"};
 
 /// Every instance setting: key, range, meaning.
 const std::vector<int_setting<instance_settings>>& instance_settings_table();

@@ -368,6 +368,7 @@ gpu::status spawn_sim_instances(caf::actor_system& sys, const sim_setup& u, gman
     ic.lending = u.o.policy == "infinite" || u.o.policy == "passive";
     ic.prefix_cache = c.caches.back();
     ic.prefix_root = c.prefix_root;
+    ic.shared_prefixes = u.o.instance.prefix_cache == "cluster";
     instance_actor inst = spawn_instance(sys, ic);
     caf::anon_send(rm.value(), attach_atom::value, inst);
     c.instances.push_back(inst);

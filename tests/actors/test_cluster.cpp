@@ -156,6 +156,35 @@ void check_spread_by_orders(placement::policy policy) {
                     [](const move_report& m) { return m.ok && !m.self_initiated && !m.computed; }));
 }
 
+/// Runs one request on instance `on` alone (the router sees only it) and waits for its end.
+outcome run_on(cluster& c, const generate_params& request, instance_id on) {
+  cluster_view v = c.view();
+  std::erase_if(v.instances, [on](const instance_view& i) { return i.inst_id != on; });
+  REQUIRE(v.instances.size() == 1);
+  std::promise<outcome> done;
+  auto got = std::make_shared<outcome>();
+  c.submit(request, {[got](int32_t token) { got->tokens.push_back(token); },
+                     [got, &done](const request_finished& end) {
+                       got->end = end;
+                       done.set_value(*got);
+                     }},
+           v);
+  auto f = done.get_future();
+  REQUIRE(f.wait_for(600s) == std::future_status::ready);
+  return f.get();
+}
+
+/// Waits until the gManager has heard that instance `id`'s cache holds at least `blocks` blocks.
+bool wait_cached_blocks(cluster& c, instance_id id, uint32_t blocks) {
+  for (int i = 0; i < 1000; ++i) {
+    if (auto s = c.status())
+      for (const member_status& m : s->members)
+        if (m.inst_id == id && m.stats.cached_blocks >= blocks) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
 }  // namespace
 
 TEST_SUITE("actors") {
@@ -352,6 +381,34 @@ TEST_SUITE("actors") {
 }
 
 TEST_SUITE("actors") {
+  TEST_CASE("a prefix cached on one instance serves a request on another where it lies, with the ids of one instance") {
+    cluster_options o = pools(2, 64, 3600s);
+    o.instance.prefix_cache = "cluster";
+    auto c = cluster::start(model().weights, o);
+    REQUIRE(c.is_ok());
+    const std::vector<int32_t> first = long_prompt(330);
+    const outcome a = run_on(*c.value(), greedy(first, 8), 0);
+    REQUIRE_MESSAGE(a.end.reason == "length", a.end.error);
+    CHECK(a.tokens == alone(first, 8));
+    CHECK(a.end.cached_tokens == 0);
+    REQUIRE(wait_cached_blocks(*c.value(), 0, 20));
+    // A branch of the first prompt on instance 1: its 18 full blocks in common are read where instance 0 keeps them.
+    std::vector<int32_t> branch(first.begin(), first.begin() + 290);
+    for (int32_t t : model().vocab->encode(" Once upon a time there was a cat.", false)) branch.push_back(t);
+    const outcome b = run_on(*c.value(), greedy(branch, 12), 1);
+    REQUIRE_MESSAGE(b.end.reason == "length", b.end.error);
+    CHECK(b.tokens == alone(branch, 12));
+    CHECK(b.end.cached_tokens == 18 * 16);
+    std::map<instance_id, uint32_t> held;
+    for (const auto& e : b.end.placement) held[e.inst_id] += e.num_blocks;
+    CHECK(held[0] == 18);  // read in place: the owner holds only what it computed
+    CHECK(held[1] >= 1);
+    // The cached blocks are read by nobody now: free memory, and freed by a reset.
+    CHECK(c.value()->reset_prefix_cache().value_or(0) > 0);
+    check_pools_back_to_start(*c.value());
+    c.value()->shutdown();
+  }
+
   TEST_CASE("a request cancelled mid-stream ends once as cancelled and frees its blocks") {
     cluster_options o = pools(2, 32);
     auto c = cluster::start(model().weights, o);

@@ -41,6 +41,16 @@ struct membership_fixture {
     sched->run();
   }
 
+  /// A gManager that starts afresh in place of the one before (its index empty, the members unchanged).
+  void restart_gmanager() {
+    caf::anon_send_exit(gmanager, caf::exit_reason::kill);
+    sched->run();
+    gmanager_config g;
+    g.policy_period = 10ms;
+    gmanager = spawn_gmanager(*sys, g);
+    sched->run();
+  }
+
   /// A stand-in rManager: an actor that answers nothing; the gManager monitors it.
   caf::actor member() {
     return sys->spawn([](caf::event_based_actor*) -> caf::behavior {
@@ -62,6 +72,28 @@ struct membership_fixture {
     });
     sched->run();
     return *out;
+  }
+
+  /// The gManager's view now.
+  cluster_view view() {
+    auto out = std::make_shared<cluster_view>();
+    sys->spawn([out, gm = gmanager](caf::event_based_actor* self) {
+      self->request(gm, caf::infinite, view_atom::value).then([out](cluster_view& v) { *out = std::move(v); });
+    });
+    sched->run();
+    return *out;
+  }
+
+  /// The members holding a chain of keys, by the gManager's prefix index: (member, blocks) pairs.
+  std::vector<std::pair<instance_id, uint32_t>> holders(std::vector<illm::gpu::block_key> keys) {
+    auto out = std::make_shared<prefix_holders>();
+    sys->spawn([out, keys, gm = gmanager](caf::event_based_actor* self) {
+      self->request(gm, caf::infinite, prefix_lookup{keys}).then([out](prefix_holders& h) { *out = std::move(h); });
+    });
+    sched->run();
+    std::vector<std::pair<instance_id, uint32_t>> pairs;
+    for (size_t i = 0; i < out->holders.size(); ++i) pairs.push_back({out->holders[i], out->blocks[i]});
+    return pairs;
   }
 
   size_t count(membership_event::kind k, instance_id id) const {
@@ -101,6 +133,48 @@ TEST_SUITE("membership") {
     f.sched->run();
     CHECK(f.count(membership_event::kind::down, 2) == 0);
     CHECK(std::string(to_string(membership_event::kind::down)) == "down");
+  }
+
+  TEST_CASE("the prefix index follows the members' reports, asks for every key after a missed one, and is rebuilt after a restart") {
+    using illm::gpu::block_key;
+    using illm::gpu::prefix_changes;
+    membership_fixture f;
+    caf::actor a = f.member(), b = f.member();
+    const block_key k1{1, 1}, k2{2, 2}, k3{3, 3}, k4{4, 4};
+    auto resync = [&](instance_id id) {
+      const cluster_view v = f.view();
+      const instance_view* i = v.find(id);
+      return i && i->cache_resync;
+    };
+    f.from(a, join_cluster{1, caf::actor_cast<rmanager_actor>(a), {}, {}, {}, {}});
+    f.from(b, join_cluster{2, caf::actor_cast<rmanager_actor>(b), {}, {}, {}, {}});
+    f.from(a, heartbeat{1, 1, {}, {}, prefix_changes{false, {k1, k2, k3}, {}}, 0});
+    f.from(b, heartbeat{2, 1, {}, {}, prefix_changes{false, {k1}, {}}, 0});
+    using holders = std::vector<std::pair<instance_id, uint32_t>>;
+    CHECK(f.holders({k1, k2, k3, k4}) == holders{{1, 3}, {2, 1}});
+    CHECK(f.holders({k2, k3}) == holders{{1, 2}});
+    f.from(a, heartbeat{1, 2, {}, {}, prefix_changes{false, {}, {k3}}, 1});
+    CHECK(f.holders({k1, k2, k3}) == holders{{1, 2}, {2, 1}});
+    // Heartbeat 3 of instance 1 was lost: its keys leave the index until it reports them all.
+    f.from(a, heartbeat{1, 4, {}, {}, prefix_changes{false, {k4}, {}}, 3});
+    CHECK(resync(1));
+    CHECK_FALSE(resync(2));
+    CHECK(f.holders({k1, k2}) == holders{{2, 1}});
+    f.from(a, heartbeat{1, 5, {}, {}, prefix_changes{true, {k1, k2, k4}, {}}, 4});
+    CHECK_FALSE(resync(1));
+    CHECK(f.holders({k1, k2}) == holders{{1, 2}, {2, 1}});
+    // A member that leaves takes its keys along.
+    f.from(b, leave_cluster{2});
+    CHECK(f.holders({k1}) == holders{{1, 1}});
+    // A gManager that starts afresh asks for every key and answers from the full reports.
+    f.restart_gmanager();
+    f.from(a, join_cluster{1, caf::actor_cast<rmanager_actor>(a), {}, {}, {}, {}});
+    f.from(a, heartbeat{1, 6, {}, {}, prefix_changes{false, {}, {}}, 5});
+    CHECK(resync(1));
+    CHECK(f.holders({k1, k2}).empty());
+    f.from(a, heartbeat{1, 7, {}, {}, prefix_changes{true, {k1, k2, k4}, {}}, 6});
+    CHECK(f.holders({k1, k2, k4}) == holders{{1, 3}});
+    CHECK_FALSE(resync(1));
   }
 
   TEST_CASE("the status shows each member's pool and state, each request's holders, moves, and members gone") {

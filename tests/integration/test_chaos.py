@@ -102,13 +102,13 @@ def main():
 
 
 def shared_prefixes(illm):
-    """Prefix caches on, the short requests' prompts starting with blocks of the long one: an owner's death with
+    """Cluster-wide prefix caches on, the short requests' prompts starting with blocks of the long one: an owner's death with
     replicas (cached blocks copied and promoted) and a holder's death keep every books column at 0, no cached block
     leaked."""
     out = {}
     for name in ("replica-owner", "kill-holder"):
         for seed in (1, 3):  # the second only when the first missed its moment
-            run = subprocess.run([illm, "chaos", "--scenario", name, "--seed", str(seed), "--prefix-cache", "local",
+            run = subprocess.run([illm, "chaos", "--scenario", name, "--seed", str(seed), "--prefix-cache", "cluster",
                                   "--json", "--max-missed", "100"], capture_output=True, text=True, timeout=900)
             sys.stderr.write(run.stderr[-3000:])
             assert run.returncode == 0, f"{name} seed {seed} with prefix caches: exit {run.returncode} (FAILED above)"

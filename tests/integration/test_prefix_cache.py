@@ -1,6 +1,7 @@
 """The prefix cache through `illm serve`: a request whose prompt starts with one served before reads the cached KV
 blocks (usage.prompt_tokens_details.cached_tokens, the prefix cache metrics) and gives the same ids as a server
-without the cache, whole and streamed, for the same prompt and for one that branches off it."""
+without the cache, whole and streamed, for the same prompt and for one that branches off it; with the cluster-wide
+cache, a prompt cached on one instance is read where it lies by a request another instance runs."""
 
 import csv
 import json
@@ -73,8 +74,40 @@ def main():
         again = complete(server.port, long_prompt)
         check(again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, again["usage"])
     tenants = per_key(long_prompt)
+    in_place = cluster_wide(long_prompt, branch, expected)
     print(f"prefix cache: ids equal with and without it; cached tokens {[c for _, _, c in got]}, "
-          f"hits {hits:.0f} of {queries:.0f} queried tokens; multi-turn bench {sessions}; per API key {tenants}")
+          f"hits {hits:.0f} of {queries:.0f} queried tokens; multi-turn bench {sessions}; per API key {tenants}; "
+          f"read in place on another instance {in_place}")
+
+
+def cluster_wide(long_prompt, branch, expected):
+    """--prefix-cache cluster on two instances: a prompt cached on instance 0 is read there by a request that instance 1
+    runs (instance 0 is busy with another request), with the ids of a server without the cache."""
+    with Server(ILLM, "--instances", "2", "--prefix-cache", "cluster") as server:
+        first = complete(server.port, long_prompt)
+        check(first["choices"][0]["token_ids"] == expected[0][0], "ids differ with the cluster-wide cache")
+        free = lambda: {i["id"]: i["free_blocks"] for i in request(server.port, "GET", "/v1/cluster")[1]["instances"]}
+        wait_until(lambda: request(server.port, "GET", "/v1/cluster")[1]["instances"][0]["cached_blocks"] > 0, 30,
+                   "/v1/cluster to show instance 0's cached blocks")
+        # A long answer keeps instance 0 busy, so that the router sends the branch to instance 1.
+        busy = subprocess.Popen([sys.executable, "-c", (
+            "import json, sys, urllib.request\n"
+            "body = json.dumps({'model': 'stories15M', 'prompt': 'The sun', 'max_tokens': 240, 'ignore_eos': True,"
+            " 'temperature': 0}).encode()\n"
+            f"urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:{server.port}/v1/completions', body,"
+            " {'Content-Type': 'application/json'}), timeout=300).read()\n")])
+        try:
+            wait_until(lambda: free()[0] < free()[1], 60, "instance 0 to run the long answer")
+            body = complete(server.port, branch)
+        finally:
+            busy.wait(timeout=300)
+        check(body["choices"][0]["token_ids"] == expected[2][0], "the branch's ids differ when read in place")
+        cached = body["usage"]["prompt_tokens_details"]["cached_tokens"]
+        check(cached > 0, body["usage"])
+        _, text = request(server.port, "GET", "/metrics")
+        remote = metric(text, "illm:prefix_cache_hits_total", {"where": "remote"})
+        check(remote == cached, f"remote hits {remote}, the branch read {cached} cached tokens")
+        return {"cached_tokens": cached, "remote_hits": remote}
 
 
 def per_key(prompt):

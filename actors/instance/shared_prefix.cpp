@@ -1,0 +1,51 @@
+// The cluster-wide prefix cache at an instance (actors/messages/prefix_cache.hpp): a new request whose prompt's
+// prefix this pool's cache does not hold whole asks its rManager, before it queues, for the longest prefix another
+// member's cache holds. That prefix is attached for it where it lies and becomes its table's first blocks, their
+// positions cached: its attention reads them in place, as it reads any block held elsewhere, and no KV moves.
+#include "actors/instance/state.hpp"
+
+namespace illm::actors::instance_impl {
+
+namespace {
+
+/// The rManager answered request `id`'s lookup: it queues, with the prefix found elsewhere (if any) to start on.
+void on_prefix_found(self_ptr self, request_id id, taken_over t, uint32_t queried_tokens) {
+  auto& st = self->state;
+  std::optional<generate_request> r = answered_blocks(self, id, t);
+  if (!r) return;
+  if (!t.holders.empty()) {
+    st.config.prefix_cache->note_remote_hit(queried_tokens, t.holders.size() * gpu::kv_block_tokens);
+    st.adopted[id] = {std::move(t), 0, true};
+  }
+  st.waiting.push_back(std::move(*r));
+  st.waiting_since.push_back(st.views_received);
+  maybe_step(self);
+}
+
+}  // namespace
+
+bool begin_prefix_lookup(self_ptr self, generate_request& r) {
+  auto& st = self->state;
+  const auto& prompt = r.params.prompt;
+  if (!st.config.shared_prefixes || !st.config.prefix_cache || r.takeover_generation != 0 ||
+      r.params.output_before != 0 || r.params.prompt_logprobs >= 0 || prompt.size() <= gpu::kv_block_tokens)
+    return false;
+  // The last token's logits are sampled: its block is computed.
+  const size_t blocks = (prompt.size() - 1) / gpu::kv_block_tokens;
+  find_prefix ask;
+  ask.req_id = r.id;
+  ask.root = gpu::scoped_root(st.config.prefix_root, r.params.cache_scope);
+  ask.keys = gpu::chain_keys(ask.root, prompt, blocks);
+  ask.more_than = uint32_t(st.config.prefix_cache->match(ask.root, ask.keys, prompt));
+  if (ask.more_than == ask.keys.size()) return false;  // this pool holds all of it
+  ask.tokens.assign(prompt.begin(), prompt.begin() + ptrdiff_t(blocks * gpu::kv_block_tokens));
+  const request_id id = r.id;
+  const uint32_t queried = uint32_t(blocks * gpu::kv_block_tokens);
+  st.taking_over.emplace(id, std::move(r));
+  self->request(st.config.rmanager, caf::infinite, std::move(ask))
+      .then([=](taken_over& t) { on_prefix_found(self, id, std::move(t), queried); },
+            [=](const caf::error&) { on_prefix_found(self, id, {}, queried); });
+  return true;
+}
+
+}  // namespace illm::actors::instance_impl

@@ -1,0 +1,70 @@
+#pragma once
+// The cluster-wide prefix cache (--prefix-cache cluster). Each rManager reports its pool's cache changes in its
+// heartbeats (gpu::prefix_changes: keys added and removed since the report before, or every key after one was
+// lost); the gManager keeps them as an index of which member holds which block keys (soft state, rebuilt from the
+// reports after a restart, like the rest of its view). A new request's instance asks its rManager for the prompt's
+// longest prefix held elsewhere (find_prefix); the rManager asks the gManager's index who holds it (prefix_lookup)
+// and the holder to attach it for the request (read_prefix): the holder keeps the cached blocks where they are as
+// hosted blocks of (owner, request), one reader more each, and answers the request's attends over them like any
+// hosted block, until the owner releases the request there. No KV moves.
+#include <caf/all.hpp>
+#include <cstdint>
+#include <vector>
+#include "actors/messages/declarations.hpp"
+#include "actors/placement/types.hpp"
+#include "gpu/block_key.hpp"
+#include "gpu/prefix_cache.hpp"
+
+namespace illm::gpu {
+// CAF serialization of the cache's types that these messages carry.
+ILLM_INSPECT(block_key, x.hi, x.lo)
+ILLM_INSPECT(prefix_changes, x.full, x.added, x.removed)
+}  // namespace illm::gpu
+
+namespace illm::actors {
+
+/// rManager -> gManager: which members hold how many of a chain's first blocks (answer: prefix_holders)?
+struct prefix_lookup {
+  std::vector<gpu::block_key> keys;
+};
+ILLM_INSPECT(prefix_lookup, x.keys)
+
+/// The answer to prefix_lookup: each member whose cache holds the chain's first block, with how many of the
+/// chain's first blocks it holds, as its reports have it (the holder checks them again).
+struct prefix_holders {
+  std::vector<instance_id> holders;
+  std::vector<uint32_t> blocks;
+};
+ILLM_INSPECT(prefix_holders, x.holders, x.blocks)
+
+/// instance -> its rManager: attach the longest prefix of request req_id's prompt that another member's cache
+/// holds, if it is longer than `more_than` blocks (answer: taken_over, the blocks read where they are, held
+/// for the request there; none when no member holds more).
+struct find_prefix {
+  request_id req_id = 0;
+  gpu::block_key root;                ///< the chain's start (the model's, scoped to the request's namespace)
+  std::vector<gpu::block_key> keys;   ///< of the prompt's full blocks, chained from root
+  std::vector<int32_t> tokens;        ///< those blocks' tokens (keys.size() * 16)
+  uint32_t more_than = 0;             ///< blocks the instance's own cache holds
+};
+ILLM_INSPECT(find_prefix, x.req_id, x.root, x.keys, x.tokens, x.more_than)
+
+/// owner's rManager -> a holder's rManager: attach the longest cached prefix of the chain for (owner, req_id),
+/// read where it is (answer: prefix_read).
+struct read_prefix {
+  request_id req_id = 0;
+  instance_id owner = 0;
+  gpu::block_key root;
+  std::vector<gpu::block_key> keys;
+  std::vector<int32_t> tokens;
+};
+ILLM_INSPECT(read_prefix, x.req_id, x.owner, x.root, x.keys, x.tokens)
+
+/// The answer to read_prefix: the holder's physical blocks of the chain's first physical.size() blocks, hosted
+/// for (owner, req_id) at logical places 0, 1, ... until the owner releases the request there.
+struct prefix_read {
+  std::vector<uint32_t> physical;
+};
+ILLM_INSPECT(prefix_read, x.physical)
+
+}  // namespace illm::actors
