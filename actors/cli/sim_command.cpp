@@ -98,6 +98,7 @@ nlohmann::json report_json(const actors::sim::sim_report& r) {
           {"prompt_tokens", r.prompt_tokens},
           {"prefix_hit_tokens", r.prefix_hit_tokens},
           {"prefix_ceiling_tokens", r.prefix_ceiling_tokens},
+          {"prefix_ceiling_idle_tokens", r.prefix_ceiling_idle_tokens},
           {"prefill_tokens", r.prefill_tokens},
           {"ttft_p50_s", r.ttft_s.p50},
           {"ttft_p99_s", r.ttft_s.p99},
@@ -121,9 +122,10 @@ void print_report(const actors::sim::sim_report& r) {
       r.wall_s);
   if (r.prefix_hit_tokens > 0 || r.prefix_ceiling_tokens > 0)
     fmt::print("{:<14} prefix cache: {} of {} prompt tokens found ({:.1f}%; an LRU cache of the cluster's KV memory "
-               "would find {:.1f}%), {} prompt tokens computed\n",
+               "would find {:.1f}%, one of the memory the running requests leave {:.1f}%), {} prompt tokens computed\n",
                "", r.prefix_hit_tokens, r.prompt_tokens, percent(r.prefix_hit_tokens, r.prompt_tokens),
-               percent(r.prefix_ceiling_tokens, r.prompt_tokens), r.prefill_tokens);
+               percent(r.prefix_ceiling_tokens, r.prompt_tokens), percent(r.prefix_ceiling_idle_tokens, r.prompt_tokens),
+               r.prefill_tokens);
   if (r.failures > 0)
     fmt::print("{:<14} {} instance(s) died: {} request(s) went on with replicas promoted, {} with the surviving "
                "blocks taken over, {} computed their KV again; {} positions computed again\n",

@@ -210,12 +210,16 @@ faults::fault_counts cluster::faults_injected() const {
   return out;
 }
 
+prefix_hits cluster::cached_prefix(const generate_params& params) {
+  return cached_prefix_of(*system_, gmanager(), view(), params);
+}
+
 request_id cluster::submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) {
   const request_id id = next_request_++;
-  const instance_view* most_free = most_free_instance(view);
+  const instance_view* cheapest = route_request(*system_, gmanager(), view, params);
   instance_node* first = nodes().front();
-  serving_instance target = most_free ? serving_instance{most_free->instance, most_free->inst_id}
-                                      : serving_instance{first->instance(), first->id()};
+  serving_instance target = cheapest ? serving_instance{cheapest->instance, cheapest->inst_id}
+                                     : serving_instance{first->instance(), first->id()};
   requests_.spawn(*system_, id, params, std::move(target), std::move(callbacks), view);
   return id;
 }

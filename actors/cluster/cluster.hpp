@@ -106,6 +106,9 @@ class cluster final : public request_router {
   int weight_placements() const { return weights_on_devices_->placements(); }
   /// The faults injected so far, by kind, data and control planes together.
   faults::fault_counts faults_injected() const;
+  /// How much of `params`' prompt each instance's prefix cache holds, as the gManager's index has it (what the
+  /// router weighs).
+  prefix_hits cached_prefix(const generate_params& params);
 
   /// Kills instance `id` as a crash would: its actors exit at once, the other instances' data planes hear that
   /// it failed, and once the gManager's view has lost it the request actors are told (those it served go on

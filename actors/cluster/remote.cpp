@@ -22,6 +22,7 @@ struct instance_node::parts {
   std::shared_ptr<gpu::engine> engine;
   std::shared_ptr<gpu::kv_pool> pool;
   std::shared_ptr<gpu::prefix_cache> prefix_cache;  // none: --prefix-cache off
+  gpu::block_key prefix_root;                       // what its keys chain from: the model, its weight and KV types
   std::shared_ptr<gpu::kv_landing> landing;  // where moves into a device pool land (none for a host pool)
   std::shared_ptr<gpu::local_device_pools> local_pools;  // where its device pool is listed (none: not listed)
   std::shared_ptr<transport::data_plane> plane;
@@ -113,6 +114,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   if (!pool.is_ok()) return pool.error();
   n->pool = std::make_shared<gpu::kv_pool>(std::move(pool).value());
   if (options.instance.prefix_cache != "off") n->prefix_cache = gpu::prefix_cache::over(n->pool, n->id);
+  n->prefix_root = gpu::root_key(gpu::model_identity(*weights, engine_options.kv_type), "");
   auto region = register_landing(*n->plane, *n->pool, n->move_device, options.instance, n->landing);
   if (!region.is_ok()) return region.error();
 
@@ -153,6 +155,8 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.id = n->id;
   rcfg.pool = n->pool;
   rcfg.prefix_cache = n->prefix_cache;
+  rcfg.prefix_root = n->prefix_root;
+  rcfg.shared_prefixes = options.instance.prefix_cache == "cluster";
   rcfg.hosted = n->hosted = hosted;
   rcfg.promises = n->promises = std::make_shared<pool_promises>();
   rcfg.plane = n->plane;
@@ -212,7 +216,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   icfg.plant = options.plant;
   icfg.constraints = options.constraints;
   icfg.prefix_cache = n->prefix_cache;
-  icfg.prefix_root = gpu::root_key(gpu::model_identity(*weights, engine_options.kv_type), "");
+  icfg.prefix_root = n->prefix_root;
   icfg.shared_prefixes = options.instance.prefix_cache == "cluster";
   n->instance = spawn_instance(sys, icfg);
   caf::anon_send(n->rmanager, attach_atom::value, n->instance);

@@ -221,7 +221,7 @@ std::vector<move_report> remote_cluster::moves_of(request_id id) {
 request_id remote_cluster::submit(const generate_params& params, request_callbacks callbacks,
                                   const cluster_view& view) {
   const request_id id = next_request_++;
-  const instance_view* target = stopped_ ? nullptr : most_free_instance(view);
+  const instance_view* target = stopped_ ? nullptr : route_request(*system_, gmanager(), view, params);
   if (!target) {
     const char* why = stopped_ ? "the front end is stopping" : "the cluster has no instance that takes requests";
     if (callbacks.on_finished) callbacks.on_finished({id, "error", why, 0, {}});

@@ -1,6 +1,9 @@
 #include "actors/cluster/request_router.hpp"
 
+#include <algorithm>
+
 #include "gpu/backend.hpp"
+#include "gpu/prefix_cache.hpp"
 
 namespace illm::actors {
 
@@ -18,6 +21,60 @@ const instance_view* most_free_instance(const cluster_view& view) {
   for (const instance_view& i : view.instances)
     if (!i.draining && i.instance && (!target || i.free_blocks > target->free_blocks)) target = &i;
   return target;
+}
+
+namespace {
+
+/// Full prompt blocks a request may find cached: all but the one its last token is in (its logits are sampled).
+uint32_t cacheable_blocks(const generate_params& p) {
+  return p.prompt.empty() ? 0 : uint32_t((p.prompt.size() - 1) / gpu::kv_block_tokens);
+}
+
+}  // namespace
+
+const instance_view* cheapest_instance(const cluster_view& view, uint32_t prompt_blocks, const prefix_hits& hits) {
+  if (hits.empty()) return most_free_instance(view);
+  uint32_t anywhere = 0;
+  for (const auto& [id, blocks] : hits) anywhere = std::max(anywhere, std::min(blocks, prompt_blocks));
+  const instance_view* target = nullptr;
+  double least = 0;
+  for (const instance_view& i : view.instances) {
+    if (i.draining || !i.instance) continue;
+    uint32_t here = 0;
+    for (const auto& [id, blocks] : hits)
+      if (id == i.inst_id) here = std::min(blocks, prompt_blocks);
+    const double load = double(i.total_blocks - std::min(i.total_blocks, i.free_blocks));
+    const uint32_t found = i.cache_shared ? anywhere : here;
+    const double cost = load + double(prompt_blocks - found) + remote_read_weight * double(found - here);
+    if (!target || cost < least) {
+      target = &i;
+      least = cost;
+    }
+  }
+  return target;
+}
+
+prefix_hits cached_prefix_of(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
+                             const generate_params& p) {
+  prefix_hits hits;
+  const uint32_t blocks = cacheable_blocks(p);
+  auto cached = std::find_if(view.instances.begin(), view.instances.end(),
+                             [](const instance_view& i) { return i.cache_root != gpu::block_key{}; });
+  if (!gm || blocks == 0 || cached == view.instances.end()) return hits;
+  const gpu::block_key root = gpu::scoped_root(cached->cache_root, p.cache_scope);
+  caf::scoped_actor s{sys, true};
+  s->request(gm, std::chrono::seconds(5), prefix_lookup{gpu::chain_keys(root, p.prompt, blocks)})
+      .receive(
+          [&](prefix_holders& h) {
+            for (size_t i = 0; i < h.holders.size() && i < h.blocks.size(); ++i) hits.push_back({h.holders[i], h.blocks[i]});
+          },
+          [](const caf::error&) {});
+  return hits;
+}
+
+const instance_view* route_request(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
+                                   const generate_params& p) {
+  return cheapest_instance(view, cacheable_blocks(p), cached_prefix_of(sys, gm, view, p));
 }
 
 serving_capacity capacity_of(const cluster_view& view) {

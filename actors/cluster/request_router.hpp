@@ -1,7 +1,8 @@
 #pragma once
 // What a front end needs of a cluster, however it runs: an embedded cluster (cluster) or a cluster of
 // processes reached through its gManager (remote_cluster). Requests go to the instance of the gManager's
-// view with the most free blocks; their tokens come back through request actors of the caller's process.
+// view where they cost least (route_request: its load and the prompt it would compute there, which the prefix
+// caches may hold); their tokens come back through request actors of the caller's process.
 
 #include <map>
 #include <mutex>
@@ -16,6 +17,29 @@ namespace illm::actors {
 /// Where a new request goes: the instance of the view, not draining, with the most free blocks (the
 /// first such one when none has any); null when the view has none.
 const instance_view* most_free_instance(const cluster_view& view);
+
+/// How many of a new request's first prompt blocks each instance's cache holds, as the gManager's index has it.
+using prefix_hits = std::vector<std::pair<instance_id, uint32_t>>;
+
+/// What a prompt block read where another instance's cache holds it costs, against one computed (its attention's
+/// query and partials travel each step, its KV does not).
+inline constexpr double remote_read_weight = 0.25;
+
+/// Where a new request of `prompt_blocks` full prompt blocks goes when caches hold some of them: the instance of
+/// the view, not draining, where it costs least, as NVIDIA Dynamo's KV router weighs a worker: its blocks in use or
+/// spoken for, plus the prompt blocks the request would compute there (those its cache lacks). An instance that
+/// reads other caches (cache_shared) computes only what no cache holds, and pays remote_read_weight for each block
+/// it reads elsewhere. Without hits, the most free instance.
+const instance_view* cheapest_instance(const cluster_view& view, uint32_t prompt_blocks, const prefix_hits& hits);
+
+/// The blocks of `p`'s prompt the instances' caches hold, by gManager `gm`'s index (none when no instance of
+/// `view` caches, or the gManager does not answer).
+prefix_hits cached_prefix_of(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
+                             const generate_params& p);
+
+/// Where a new request goes: the cheapest instance for its cached prefix (null when the view has none).
+const instance_view* route_request(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
+                                   const generate_params& p);
 
 /// The instances of a view that take new requests, and the tokens of KV their pools hold in all.
 struct serving_capacity {

@@ -10,6 +10,7 @@
 #include <vector>
 #include "actors/messages/declarations.hpp"
 #include "actors/interfaces.hpp"
+#include "actors/messages/prefix_cache.hpp"
 #include "actors/placement/types.hpp"
 
 namespace illm::actors {
@@ -46,6 +47,10 @@ struct instance_view {
   /// The gManager's index lost track of its prefix cache (a report missed, or a gManager that just started): its
   /// next heartbeat reports every key it holds.
   bool cache_resync = false;
+  /// The root of its prefix cache's keys (zero: no cache) and whether it reads other instances' cached prefixes
+  /// (instance_stats::cache_root, cache_shared): how a router looks its cached prefixes up.
+  gpu::block_key cache_root;
+  bool cache_shared = false;
   /// What other instances may move into: its spare blocks less those held for the waiting room (it refuses
   /// moves into them).
   uint32_t movable_into() const { return free_blocks - std::min(free_blocks, held_for_room); }
@@ -53,7 +58,8 @@ struct instance_view {
   uint32_t replica_room() const { return movable_into() - std::min(movable_into(), replica_blocks); }
 };
 ILLM_INSPECT(instance_view, x.inst_id, x.total_blocks, x.free_blocks, x.draining, x.rmanager, x.instance,
-             x.plane_address, x.held_for_room, x.node, x.control, x.replica_blocks, x.cache_resync)
+             x.plane_address, x.held_for_room, x.node, x.control, x.replica_blocks, x.cache_resync, x.cache_root,
+             x.cache_shared)
 
 /// gManager -> rManager (answer to join and heartbeat): the cluster as of the last heartbeats. Views are
 /// ordered by (epoch, version): a gManager that starts has a higher epoch than the one before it, and each of

@@ -121,6 +121,6 @@ ILLM_INSPECT(move_report, x.id, x.req_id, x.src_inst, x.dst_inst, x.blocks, x.ok
 ILLM_INSPECT(request_placement_entry, x.req_id, x.inst_id, x.num_blocks, x.local)
 ILLM_INSPECT(instance_stats, x.total_blocks, x.free_blocks, x.hosted_blocks, x.borrowed_blocks, x.batch_size, x.waiting,
              x.waiting_blocks, x.draining, x.replica_blocks, x.owned_blocks, x.promised_blocks, x.cached_blocks,
-             x.shared_blocks)
+             x.shared_blocks, x.cache_root, x.cache_shared)
 
 }  // namespace illm::actors

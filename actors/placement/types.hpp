@@ -5,6 +5,8 @@
 #include <functional>
 #include <vector>
 
+#include "gpu/block_key.hpp"
+
 namespace illm::actors {
 
 using instance_id = uint32_t;
@@ -36,6 +38,10 @@ struct instance_stats {
   uint32_t promised_blocks = 0;
   uint32_t cached_blocks = 0;  ///< blocks its prefix cache holds (read by requests or kept in free memory)
   uint32_t shared_blocks = 0;  ///< of those, read by two requests or more now
+  /// The root its prefix cache's keys chain from (the model, its weight and KV types; zero: no cache), and whether
+  /// its requests read prefixes other instances' caches hold (--prefix-cache cluster): what a router weighs.
+  gpu::block_key cache_root;
+  bool cache_shared = false;
 };
 
 }  // namespace illm::actors

@@ -170,6 +170,8 @@ struct rmanager_state {
       const gpu::prefix_cache_stats cache = config.prefix_cache->stats();
       s.cached_blocks = cache.cached_blocks;
       s.shared_blocks = cache.shared_blocks;
+      s.cache_root = config.prefix_root;
+      s.cache_shared = config.shared_prefixes;
     }
     return s;
   }

@@ -320,6 +320,8 @@ gpu::result<rmanager_actor> spawn_sim_rmanager(caf::actor_system& sys, const sim
   rc.id = i;
   rc.pool = c.pools.back();
   rc.prefix_cache = c.caches.back();
+  rc.prefix_root = c.prefix_root;
+  rc.shared_prefixes = u.o.instance.prefix_cache == "cluster";
   rc.hosted = std::make_shared<hosted_blocks>();  // the rManager's registry (the sim's workers attend nothing)
   rc.promises = std::make_shared<pool_promises>();
   c.promises.push_back(rc.promises);
@@ -560,6 +562,10 @@ gpu::result<sim_report> simulate(const std::vector<frontend::trace_row>& trace, 
   r.mixed_step_tokens = u.mixed_step_tokens;
   r.kv_used_fraction = kv.used_fraction();
   r.kv_promised_fraction = kv.promised_fraction();
+  // What the running requests leave to a cache, on average: the bound a cache inside the serving memory works under.
+  const double idle = std::clamp(1.0 - r.kv_used_fraction - r.kv_promised_fraction, 0.0, 1.0);
+  r.prefix_ceiling_idle_tokens =
+      prefix_ceiling_tokens(record->requests, uint64_t(double(blocks) * double(u.n_instances) * idle));
   r.timeline = timeline.rows();
   add_recovery_figures(r, *record, *c.metrics);
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

@@ -124,6 +124,9 @@ struct sim_report {
   /// The prompt tokens one LRU cache of 16-token blocks as large as the cluster's whole KV memory would find, on
   /// the same arrivals (every request's full prompt blocks, in arrival order): what any cache could hope for.
   uint64_t prefix_ceiling_tokens = 0;
+  /// The same for a cache as large as the KV memory the running requests leave on average (1 - kv_used_fraction -
+  /// kv_promised_fraction of it): the bound for a cache that shares the serving memory.
+  uint64_t prefix_ceiling_idle_tokens = 0;
   /// Prompt tokens the engines computed (recomputation included): tokens run through the model less one per
   /// output token after each request's first.
   uint64_t prefill_tokens = 0;

@@ -174,16 +174,40 @@ outcome run_on(cluster& c, const generate_params& request, instance_id on) {
   return f.get();
 }
 
-/// Waits until the gManager has heard that instance `id`'s cache holds at least `blocks` blocks.
+/// Waits until the gManager has heard that instance `id` runs nothing and its cache holds at least `blocks` blocks.
 bool wait_cached_blocks(cluster& c, instance_id id, uint32_t blocks) {
   for (int i = 0; i < 1000; ++i) {
     if (auto s = c.status())
       for (const member_status& m : s->members)
-        if (m.inst_id == id && m.stats.cached_blocks >= blocks) return true;
+        if (m.inst_id == id && m.stats.cached_blocks >= blocks && m.stats.free_blocks == m.stats.total_blocks)
+          return true;
     std::this_thread::sleep_for(10ms);
   }
   return false;
 }
+
+/// Two instances of 64 blocks with prefix caches in `mode`, once a 330-token prompt ran alone on instance `on` with
+/// its ids and its blocks are cached there; and a branch of that prompt (its first 290 tokens, 18 full blocks, then a
+/// sentence of its own).
+struct cached_prompt {
+  std::unique_ptr<cluster> c;
+  std::vector<int32_t> first = long_prompt(330), branch;
+
+  cached_prompt(const std::string& mode, instance_id on) {
+    cluster_options o = pools(2, 64, 3600s);
+    o.instance.prefix_cache = mode;
+    auto started = cluster::start(model().weights, o);
+    REQUIRE(started.is_ok());
+    c = std::move(started).value();
+    const outcome a = run_on(*c, greedy(first, 8), on);
+    REQUIRE_MESSAGE(a.end.reason == "length", a.end.error);
+    CHECK(a.tokens == alone(first, 8));
+    CHECK(a.end.cached_tokens == 0);
+    REQUIRE(wait_cached_blocks(*c, on, 20));
+    branch.assign(first.begin(), first.begin() + 290);
+    for (int32_t t : model().vocab->encode(" Once upon a time there was a cat.", false)) branch.push_back(t);
+  }
+};
 
 }  // namespace
 
@@ -382,31 +406,38 @@ TEST_SUITE("actors") {
 
 TEST_SUITE("actors") {
   TEST_CASE("a prefix cached on one instance serves a request on another where it lies, with the ids of one instance") {
-    cluster_options o = pools(2, 64, 3600s);
-    o.instance.prefix_cache = "cluster";
-    auto c = cluster::start(model().weights, o);
-    REQUIRE(c.is_ok());
-    const std::vector<int32_t> first = long_prompt(330);
-    const outcome a = run_on(*c.value(), greedy(first, 8), 0);
-    REQUIRE_MESSAGE(a.end.reason == "length", a.end.error);
-    CHECK(a.tokens == alone(first, 8));
-    CHECK(a.end.cached_tokens == 0);
-    REQUIRE(wait_cached_blocks(*c.value(), 0, 20));
-    // A branch of the first prompt on instance 1: its 18 full blocks in common are read where instance 0 keeps them.
-    std::vector<int32_t> branch(first.begin(), first.begin() + 290);
-    for (int32_t t : model().vocab->encode(" Once upon a time there was a cat.", false)) branch.push_back(t);
-    const outcome b = run_on(*c.value(), greedy(branch, 12), 1);
+    cached_prompt p("cluster", 0);
+    // A gManager that starts afresh rebuilds its index of the caches from the members' full reports.
+    const prefix_hits before = p.c->cached_prefix(greedy(p.branch, 12));
+    CHECK(before == prefix_hits{{0, 18}});
+    p.c->restart_gmanager();
+    prefix_hits after;
+    for (int i = 0; i < 1000 && after != before; ++i, std::this_thread::sleep_for(10ms))
+      after = p.c->cached_prefix(greedy(p.branch, 12));
+    REQUIRE(after == before);
+    // The branch on instance 1: its 18 full blocks in common are read where instance 0 keeps them.
+    const outcome b = run_on(*p.c, greedy(p.branch, 12), 1);
     REQUIRE_MESSAGE(b.end.reason == "length", b.end.error);
-    CHECK(b.tokens == alone(branch, 12));
+    CHECK(b.tokens == alone(p.branch, 12));
     CHECK(b.end.cached_tokens == 18 * 16);
     std::map<instance_id, uint32_t> held;
     for (const auto& e : b.end.placement) held[e.inst_id] += e.num_blocks;
     CHECK(held[0] == 18);  // read in place: the owner holds only what it computed
     CHECK(held[1] >= 1);
     // The cached blocks are read by nobody now: free memory, and freed by a reset.
-    CHECK(c.value()->reset_prefix_cache().value_or(0) > 0);
-    check_pools_back_to_start(*c.value());
-    c.value()->shutdown();
+    CHECK(p.c->reset_prefix_cache().value_or(0) > 0);
+    check_pools_back_to_start(*p.c);
+    p.c->shutdown();
+  }
+
+  TEST_CASE("with per-instance caches a request goes to the instance that holds its prefix") {
+    cached_prompt p("local", 1);
+    // Both pools are as free (cached blocks nobody reads count as free): the most free would be instance 0.
+    const outcome b = run_all_alone(*p.c, {greedy(p.branch, 12)})[0];
+    CHECK(b.end.cached_tokens == 18 * 16);
+    REQUIRE(b.end.placement.size() == 1);
+    CHECK(b.end.placement[0].inst_id == 1);
+    p.c->shutdown();
   }
 
   TEST_CASE("a request cancelled mid-stream ends once as cancelled and frees its blocks") {

@@ -9,6 +9,7 @@
 
 #include <doctest/doctest.h>
 
+#include "actors/cluster/request_router.hpp"
 #include "actors/gmanager.hpp"
 #include "actors/request.hpp"
 #include "gpu/sampler.hpp"
@@ -175,6 +176,41 @@ TEST_SUITE("membership") {
     f.from(a, heartbeat{1, 7, {}, {}, prefix_changes{true, {k1, k2, k4}, {}}, 6});
     CHECK(f.holders({k1, k2, k4}) == holders{{1, 3}});
     CHECK_FALSE(resync(1));
+  }
+
+  TEST_CASE("a new request goes where it costs least: the blocks in use there and the prompt it would compute there") {
+    caf::actor_system_config cfg;
+    caf::actor_system sys{cfg};
+    auto any_instance = caf::actor_cast<instance_actor>(sys.spawn([] { return caf::behavior{[](int) {}}; }));
+    // Two instances of 100 blocks with `used` blocks in use or spoken for each.
+    auto view = [&](uint32_t used0, uint32_t used1, bool shared) {
+      cluster_view v;
+      for (auto [id, used] : {std::pair{0u, used0}, std::pair{1u, used1}}) {
+        instance_view i;
+        i.inst_id = id;
+        i.total_blocks = 100;
+        i.free_blocks = 100 - used;
+        i.instance = any_instance;
+        i.cache_shared = shared;
+        v.instances.push_back(i);
+      }
+      return v;
+    };
+    auto to = [](const cluster_view& v, uint32_t prompt_blocks, prefix_hits hits) {
+      return cheapest_instance(v, prompt_blocks, hits)->inst_id;
+    };
+    // No hits: the most free, caches or not.
+    CHECK(to(view(10, 40, false), 30, {}) == 0);
+    CHECK(to(view(40, 10, true), 30, {}) == 1);
+    // Per-instance caches: instance 1 holding 25 of 30 blocks costs 40 + 5, instance 0 costs 10 + 30: still 0; holding
+    // 59 of 60 it costs 40 + 1 against 10 + 60: 1.
+    CHECK(to(view(10, 40, false), 30, {{1, 25}}) == 0);
+    CHECK(to(view(10, 40, false), 60, {{1, 59}}) == 1);
+    // A cluster-wide cache: instance 0 reads the 59 blocks at instance 1 (10 + 1 + 59/4) rather than wait behind its
+    // load (40 + 1); with loads close, the holder runs it (15 + 1 against 10 + 1 + 59/4).
+    CHECK(to(view(10, 40, true), 60, {{1, 59}}) == 0);
+    CHECK(to(view(10, 15, true), 60, {{1, 59}}) == 1);
+    caf::anon_send_exit(any_instance, caf::exit_reason::user_shutdown);
   }
 
   TEST_CASE("the status shows each member's pool and state, each request's holders, moves, and members gone") {

@@ -89,18 +89,16 @@ def cluster_wide(long_prompt, branch, expected):
         free = lambda: {i["id"]: i["free_blocks"] for i in request(server.port, "GET", "/v1/cluster")[1]["instances"]}
         wait_until(lambda: request(server.port, "GET", "/v1/cluster")[1]["instances"][0]["cached_blocks"] > 0, 30,
                    "/v1/cluster to show instance 0's cached blocks")
-        # A long answer keeps instance 0 busy, so that the router sends the branch to instance 1.
-        busy = subprocess.Popen([sys.executable, "-c", (
-            "import json, sys, urllib.request\n"
-            "body = json.dumps({'model': 'stories15M', 'prompt': 'The sun', 'max_tokens': 240, 'ignore_eos': True,"
-            " 'temperature': 0}).encode()\n"
-            f"urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:{server.port}/v1/completions', body,"
-            " {'Content-Type': 'application/json'}), timeout=300).read()\n")])
-        try:
-            wait_until(lambda: free()[0] < free()[1], 60, "instance 0 to run the long answer")
-            body = complete(server.port, branch)
-        finally:
-            busy.wait(timeout=300)
+        # A long answer keeps instance 0 busy (its blocks in use outweigh reading the prefix elsewhere), so that the
+        # router sends the branch to instance 1 while it streams.
+        busy = stream_events(server.port, "/v1/completions", {"model": "stories15M", "prompt": "The sun",
+                                                              "max_tokens": 240, "ignore_eos": True, "temperature": 0,
+                                                              "stream": True})
+        next(busy)
+        wait_until(lambda: free()[0] < free()[1], 60, "instance 0 to run the long answer")
+        body = complete(server.port, branch)
+        for _ in busy:
+            pass
         check(body["choices"][0]["token_ids"] == expected[2][0], "the branch's ids differ when read in place")
         cached = body["usage"]["prompt_tokens_details"]["cached_tokens"]
         check(cached > 0, body["usage"])

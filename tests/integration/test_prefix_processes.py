@@ -1,0 +1,109 @@
+"""The cluster-wide prefix cache across processes: `illm gmanager`, two `illm instance --join --prefix-cache cluster`
+processes (UCX over tcp on lo) and `illm serve --gmanager`. A prompt served on instance 0 is cached there; while a
+long answer keeps instance 0 busy, the front end routes a branch of that prompt to instance 1, which reads the
+shared blocks where instance 0 keeps them (its attention's queries and partials cross the processes, the KV does
+not): the ids are those of one embedded instance, usage.prompt_tokens_details.cached_tokens counts the blocks read,
+and instance 1's log names them. Every process started here is gone at the end.
+
+Usage: test_prefix_processes.py ILLM [SOURCE_DIR]"""
+
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+
+from common import EXIT_S, JOIN_S, RUN_S, ProcGroup, SkipTest, free_port, request, stream_events, wait_until
+
+STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
+         "friends. One day, she saw a big red ball under a tree. She ran to get it, but a dog was there too. ")
+
+
+def embedded_text(illm, prompt, max_tokens):
+    """The greedy text of `prompt` on one embedded instance without a cache."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+        f.write(prompt)
+        f.flush()
+        done = subprocess.run([illm, "generate", "--instances", "1", "--prompt-file", f.name, "--max-tokens",
+                               str(max_tokens), "--temperature", "0", "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=RUN_S, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout)["text"]
+
+
+def complete(port, prompt, max_tokens, **extra):
+    status, body = request(port, "POST", "/v1/completions", {"model": "stories15M", "prompt": prompt,
+                                                             "max_tokens": max_tokens, "temperature": 0, **extra},
+                           timeout=RUN_S)
+    assert status == 200, (status, body)
+    return body
+
+
+def main():
+    illm = sys.argv[1]
+    gm_port, fe_port = free_port(), free_port()
+    procs = ProcGroup(illm)
+
+    def instance(i):
+        return procs.start(f"instance{i}", "instance", "--join", f"127.0.0.1:{gm_port}", "--id", str(i),
+                           "--kv-blocks-per-instance", "64", "--threads", "1", "--heartbeat-ms", "50",
+                           "--prefix-cache", "cluster", "--ucx-tls", "tcp", "--ucx-net-devices", "lo")
+
+    long_prompt = STORY * 3
+    branch = STORY * 2 + "The dog was brown."
+    with procs.running():
+        gm = procs.start("gmanager", "gmanager", "--listen", f"127.0.0.1:{gm_port}")
+        wait_until(lambda: gm.has(r"listening on") or gm.gone(), 60, "the gManager to listen")
+        a, b = instance(0), instance(1)
+
+        def joined():
+            for p in (a, b):
+                if p.gone():
+                    if p.has(r"built without UCX"):
+                        raise SkipTest("illm was built without UCX")
+                    raise AssertionError(f"{p.name} exited with {p.process.returncode} before joining")
+            return a.has(r"instance 0: joined") and b.has(r"instance 1: joined")
+
+        wait_until(joined, JOIN_S, "both instances to join")
+        fe = procs.start("serve", "serve", "--gmanager", f"127.0.0.1:{gm_port}", "--host", "127.0.0.1", "--port",
+                         str(fe_port))
+        wait_until(lambda: fe.has(r"at http://") or fe.gone(), 120, "the front end to listen")
+        assert not fe.gone(), fe.output()
+        wait_until(lambda: request(fe_port, "GET", "/health", timeout=5) == (200, {"status": "ok", "instances": 2}),
+                   60, "the front end's /health to count both instances")
+        first = complete(fe_port, long_prompt, 16)
+        assert first["choices"][0]["text"] == embedded_text(illm, long_prompt, 16), first
+        cluster = lambda: {i["id"]: i for i in request(fe_port, "GET", "/v1/cluster", timeout=5)[1]["instances"]}
+        holder = max(cluster().values(), key=lambda i: i["cached_blocks"])["id"]
+        other = 1 - holder
+        wait_until(lambda: cluster()[holder]["free_blocks"] == cluster()[holder]["total_blocks"], 60,
+                   "the first request's blocks to be free (cached) at its instance")
+        # A long answer keeps the holder busy (its blocks in use outweigh reading the prefix elsewhere), so that the
+        # branch goes to the other instance while it streams (both idle and without hits: the first, the holder).
+        busy = stream_events(fe_port, "/v1/completions", {"model": "stories15M", "prompt": "The sun", "max_tokens": 240,
+                                                          "ignore_eos": True, "temperature": 0, "stream": True},
+                             timeout=RUN_S)
+        next(busy)
+        wait_until(lambda: cluster()[holder]["free_blocks"] < cluster()[other]["free_blocks"], 60,
+                   "the holder to run the long answer")
+        second = complete(fe_port, branch, 16)
+        for _ in busy:
+            pass
+        assert second["choices"][0]["text"] == embedded_text(illm, branch, 16), second
+        cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert cached > 0, second["usage"]
+        reader = (a, b)[other]
+        wait_until(lambda: reader.has(r"reads \d+ cached block\(s\) of its prompt at instance %d" % holder), 30,
+                   "the reading instance to log the blocks it reads in place")
+        print(f"prefix cache across processes: the branch read {cached} cached tokens at instance {holder} from "
+              f"instance {other}, with the text of one embedded instance", flush=True)
+        fe.process.send_signal(signal.SIGTERM)
+        assert fe.wait_exit(EXIT_S) == 0, fe.output()
+        for p in (a, b):
+            p.process.send_signal(signal.SIGTERM)
+            assert p.wait_exit(EXIT_S) == 0, p.output()
+        procs.stop_last(gm, EXIT_S)
+
+
+if __name__ == "__main__":
+    main()
