@@ -215,6 +215,32 @@ def planes_connected(insts):
     return all(p.has(rf"data plane connected to instance {j}\b") for i, p in insts.items() for j in insts if j != i)
 
 
+def wait_joined(insts):
+    """Waits until every instance process in `insts` (id -> Proc) has joined its gManager; raises SkipTest when illm
+    has no UCX, and AssertionError when one exited first."""
+
+    def joined():
+        for p in insts.values():
+            if p.gone():
+                if p.has(r"built without UCX"):
+                    raise SkipTest("illm was built without UCX")
+                raise AssertionError(f"{p.name} exited with {p.process.returncode} before joining")
+        return all(p.has(rf"instance {i}: joined") for i, p in insts.items())
+
+    wait_until(joined, JOIN_S, "every instance to join")
+
+
+def start_front_end(procs, gm_port, fe_port, instances, *args):
+    """`illm serve --gmanager` of `procs` on `fe_port`, once its /health counts `instances` instances."""
+    fe = procs.start("serve", "serve", "--gmanager", f"127.0.0.1:{gm_port}", "--host", "127.0.0.1", "--port",
+                     str(fe_port), *args)
+    wait_until(lambda: fe.has(r"at http://") or fe.gone(), 120, "the front end to listen")
+    assert not fe.gone(), fe.output()
+    wait_until(lambda: request(fe_port, "GET", "/health", timeout=5) == (200, {"status": "ok", "instances": instances}),
+               60, f"the front end's /health to count {instances} instances")
+    return fe
+
+
 class ProcGroup:
     """The processes a test starts; finish() kills what is still running, shows every log when the test
     failed, and removes the logs."""

@@ -13,7 +13,8 @@ import subprocess
 import sys
 import tempfile
 
-from common import EXIT_S, JOIN_S, RUN_S, ProcGroup, SkipTest, free_port, request, stream_events, wait_until
+from common import (EXIT_S, RUN_S, ProcGroup, free_port, request, start_front_end, stream_events, wait_joined,
+                    wait_until)
 
 STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
          "friends. One day, she saw a big red ball under a tree. She ran to get it, but a dog was there too. ")
@@ -55,22 +56,8 @@ def main():
         gm = procs.start("gmanager", "gmanager", "--listen", f"127.0.0.1:{gm_port}")
         wait_until(lambda: gm.has(r"listening on") or gm.gone(), 60, "the gManager to listen")
         a, b = instance(0), instance(1)
-
-        def joined():
-            for p in (a, b):
-                if p.gone():
-                    if p.has(r"built without UCX"):
-                        raise SkipTest("illm was built without UCX")
-                    raise AssertionError(f"{p.name} exited with {p.process.returncode} before joining")
-            return a.has(r"instance 0: joined") and b.has(r"instance 1: joined")
-
-        wait_until(joined, JOIN_S, "both instances to join")
-        fe = procs.start("serve", "serve", "--gmanager", f"127.0.0.1:{gm_port}", "--host", "127.0.0.1", "--port",
-                         str(fe_port))
-        wait_until(lambda: fe.has(r"at http://") or fe.gone(), 120, "the front end to listen")
-        assert not fe.gone(), fe.output()
-        wait_until(lambda: request(fe_port, "GET", "/health", timeout=5) == (200, {"status": "ok", "instances": 2}),
-                   60, "the front end's /health to count both instances")
+        wait_joined({0: a, 1: b})
+        fe = start_front_end(procs, gm_port, fe_port, 2)
         first = complete(fe_port, long_prompt, 16)
         assert first["choices"][0]["text"] == embedded_text(illm, long_prompt, 16), first
         cluster = lambda: {i["id"]: i for i in request(fe_port, "GET", "/v1/cluster", timeout=5)[1]["instances"]}

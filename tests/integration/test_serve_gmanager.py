@@ -21,7 +21,8 @@ import sys
 import tempfile
 import time
 
-from common import EXIT_S, JOIN_S, RUN_S, ProcGroup, Server, SkipTest, free_port, request, stream_reader, wait_until
+from common import (EXIT_S, JOIN_S, RUN_S, ProcGroup, Server, free_port, request, start_front_end, stream_reader,
+                    wait_joined, wait_until)
 from test_cluster_ucx import make_prompt
 
 STREAM_TOKENS = 500
@@ -60,22 +61,8 @@ def main():
         wait_until(lambda: gm.has(r"listening on") or gm.gone(), 60, "the gManager to listen")
         assert not gm.gone(), f"illm gmanager exited with {gm.process.returncode}"
         a, b = instance(0), instance(1)
-
-        def joined():
-            for p in (a, b):
-                if p.gone():
-                    if p.has(r"built without UCX"):
-                        raise SkipTest("illm was built without UCX")
-                    raise AssertionError(f"{p.name} exited with {p.process.returncode} before joining")
-            return a.has(r"instance 0: joined") and b.has(r"instance 1: joined")
-
-        wait_until(joined, JOIN_S, "both instances to join")
-        fe = procs.start("serve", "serve", "--gmanager", f"127.0.0.1:{gm_port}", "--host", "127.0.0.1", "--port",
-                         str(fe_port), "--max-requests", "8")
-        wait_until(lambda: fe.has(r"at http://") or fe.gone(), 120, "the front end to listen")
-        assert not fe.gone(), fe.output()
-        wait_until(lambda: request(fe_port, "GET", "/health", timeout=5) == (200, {"status": "ok", "instances": 2}),
-                   60, "the front end's /health to count both instances")
+        wait_joined({0: a, 1: b})
+        fe = start_front_end(procs, gm_port, fe_port, 2, "--max-requests", "8")
         print("gManager, 2 instances and the front end are up; /health: ok, 2 instances", flush=True)
 
         # A short completion and one longer than a pool (1024 tokens): the text of one big instance.
