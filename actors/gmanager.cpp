@@ -414,6 +414,10 @@ prefix_holders holders_of(const gmanager_state& st, const prefix_lookup& l) {
     out.holders.push_back(member);
     out.blocks.push_back(blocks);
   }
+  for (const placement::prefix_segment& s : st.prefixes.cover(l.keys)) {
+    if (!st.members.count(s.holder)) break;
+    out.cover.push_back(s);
+  }
   return out;
 }
 

@@ -76,6 +76,7 @@ void register_messages(caf::actor_system_config& cfg) {
       .add_message_type<orphan_adopted>("orphan_adopted")
       .add_message_type<gpu::block_key>("block_key")
       .add_message_type<gpu::prefix_changes>("prefix_changes")
+      .add_message_type<placement::prefix_segment>("prefix_segment")
       .add_message_type<prefix_lookup>("prefix_lookup")
       .add_message_type<prefix_holders>("prefix_holders")
       .add_message_type<find_prefix>("find_prefix")

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# The prefix cache on a multi-turn load: `illm serve` with --prefix-cache off and then local (a fresh process each,
-# INSTANCES instances), each loaded by `illm bench --url URL --concurrency C --turns T`: C clients, each running
+# The prefix cache on a multi-turn load: `illm serve` with --prefix-cache off, local and cluster (a fresh process
+# each, INSTANCES instances), each loaded by `illm bench --url URL --concurrency C --turns T`: C clients, each running
 # conversations of T turns one after another, a turn's prompt the conversation so far (the last prompt and its
 # answer) and NEW_TOKENS new ids, OUTPUT_TOKENS out. Prints each run's prompt tokens, those found in the cache,
-# those computed, TTFT p50/p99 and output tok/s, then the cache's ratios. Measures only; asserts nothing.
+# those computed, TTFT p50/p99 and output tok/s, then each cache's ratios to off. Measures only; asserts nothing.
 #
-# Usage: [INSTANCES=1] [CONCURRENCY=4] [TURNS=4] [SESSIONS=8] [NEW_TOKENS=48] [OUTPUT_TOKENS=16]
+# Usage: [INSTANCES=2] [CONCURRENCY=4] [TURNS=4] [SESSIONS=8] [NEW_TOKENS=48] [OUTPUT_TOKENS=16]
 #        deploy/bench-prefix-cache.sh
 # A prompt stays within stories15M's 256 tokens: TURNS x (NEW_TOKENS + OUTPUT_TOKENS) <= 256. With INSTANCES > 1
-# a turn finds its history only when it runs where its last turn ran (the front end routes by free memory).
+# the front end routes a turn by its load and the history the caches hold; with local a turn that runs elsewhere
+# computes its history again, with cluster it reads it where it lies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-instances="${INSTANCES:-1}" concurrency="${CONCURRENCY:-4}" turns="${TURNS:-4}" sessions="${SESSIONS:-8}"
+instances="${INSTANCES:-2}" concurrency="${CONCURRENCY:-4}" turns="${TURNS:-4}" sessions="${SESSIONS:-8}"
 new_tokens="${NEW_TOKENS:-48}" output_tokens="${OUTPUT_TOKENS:-16}"
 illm=build/illm
 [ -x "$illm" ] || { echo "bench-prefix-cache: build $illm first (cmake -S . -B build && cmake --build build -j2)" >&2; exit 2; }
@@ -20,7 +21,7 @@ illm=build/illm
 deploy/fetch-model.sh >/dev/null
 source deploy/bench-common.sh bench-prefix-cache
 
-for mode in off local; do
+for mode in off local cluster; do
   port=$(free_port)
   "$illm" serve --host 127.0.0.1 --port "$port" --instances "$instances" --prefix-cache "$mode" > "$work/serve-$mode.log" 2>&1 &
   server=$!
@@ -33,16 +34,18 @@ for mode in off local; do
   server=0
 done
 
-python3 - "$work/off.json" "$work/local.json" <<'PY'
+python3 - "$work/off.json" "$work/local.json" "$work/cluster.json" <<'PY'
 import json, sys
-runs = {name: json.load(open(path)) for name, path in zip(("off", "local"), sys.argv[1:])}
+runs = {name: json.load(open(path)) for name, path in zip(("off", "local", "cluster"), sys.argv[1:])}
 print(f"{'prefix cache':<13} {'prompt':>8} {'cached':>8} {'computed':>9} {'TTFT p50':>9} {'TTFT p99':>9} {'out tok/s':>10}")
 for name, r in runs.items():
     assert r["failed"] == 0, (name, r)
     print(f"{name:<13} {r['prompt_tokens']:>8} {r['cached_tokens']:>8} {r['prefill_tokens']:>9} "
           f"{r['ttft_s']['p50'] * 1e3:>7.1f}ms {r['ttft_s']['p99'] * 1e3:>7.1f}ms {r['output_tokens_per_second']:>10.1f}")
-off, local = runs["off"], runs["local"]
-print(f"with the cache: {local['prefill_tokens'] / off['prefill_tokens']:.2f}x the prompt tokens computed, "
-      f"TTFT p50 {off['ttft_s']['p50'] / local['ttft_s']['p50']:.2f}x lower, "
-      f"output tok/s {local['output_tokens_per_second'] / off['output_tokens_per_second']:.2f}x")
+off = runs["off"]
+for name in ("local", "cluster"):
+    r = runs[name]
+    print(f"{name}: {r['prefill_tokens'] / off['prefill_tokens']:.2f}x the prompt tokens computed, "
+          f"TTFT p50 {off['ttft_s']['p50'] / r['ttft_s']['p50']:.2f}x lower, "
+          f"output tok/s {r['output_tokens_per_second'] / off['output_tokens_per_second']:.2f}x")
 PY

@@ -156,10 +156,17 @@ std::vector<uint32_t> prefix_cache::attach_for_peer(const block_key& root, std::
   return blocks;
 }
 
-void prefix_cache::note_remote_hit(uint64_t queried, uint64_t hit) {
+std::vector<uint32_t> prefix_cache::attach_run(const block_key& root, std::span<const block_key> keys,
+                                               std::span<const int32_t> tokens) {
+  std::lock_guard lock(mutex_);
+  return take_prefix(root, keys, tokens);
+}
+
+void prefix_cache::note_hits(uint64_t queried, uint64_t local, uint64_t remote) {
   std::lock_guard lock(mutex_);
   stats_.queried_tokens += queried;
-  stats_.remote_hit_tokens += hit;
+  stats_.hit_tokens += local;
+  stats_.remote_hit_tokens += remote;
 }
 
 size_t prefix_cache::match(const block_key& root, std::span<const block_key> keys,

@@ -66,12 +66,15 @@ class prefix_cache {
   /// counted as queried and hit (all of keys' tokens as queried).
   std::vector<uint32_t> attach(const block_key& root, std::span<const block_key> keys, std::span<const int32_t> tokens);
   /// The same for a request of another pool that reads the blocks where they are (counted as read by peers, not as
-  /// this pool's queries).
+  /// this pool's queries); `root` is the key before keys[0] (the chain's root, or the block before a run).
   std::vector<uint32_t> attach_for_peer(const block_key& root, std::span<const block_key> keys,
                                         std::span<const int32_t> tokens);
-  /// Counts a request of this pool whose prefix another pool's cache held: `queried` prompt tokens of full blocks
-  /// looked up, of which `hit` were found there.
-  void note_remote_hit(uint64_t queried, uint64_t hit);
+  /// The same for a request of this pool whose prefix lies in pieces here and elsewhere (counted by note_hits).
+  std::vector<uint32_t> attach_run(const block_key& root, std::span<const block_key> keys,
+                                   std::span<const int32_t> tokens);
+  /// Counts a request of this pool whose prefix was found in pieces, here and in other pools' caches: `queried`
+  /// prompt tokens of full blocks looked up, of which `local` were found here and `remote` elsewhere.
+  void note_hits(uint64_t queried, uint64_t local, uint64_t remote);
   /// How many of the chain's first blocks attach() would find now, without taking them (what a router weighs).
   size_t match(const block_key& root, std::span<const block_key> keys, std::span<const int32_t> tokens) const;
   /// Offers used block `block` holding `tokens` (16) as the full block `key` whose parent is `parent`: the cache

@@ -32,9 +32,10 @@ uint32_t cacheable_blocks(const generate_params& p) {
 
 }  // namespace
 
-const instance_view* cheapest_instance(const cluster_view& view, uint32_t prompt_blocks, const prefix_hits& hits) {
+const instance_view* cheapest_instance(const cluster_view& view, uint32_t prompt_blocks, const prefix_hits& hits,
+                                       uint32_t covered) {
   if (hits.empty()) return most_free_instance(view);
-  uint32_t anywhere = 0;
+  uint32_t anywhere = std::min(covered, prompt_blocks);
   for (const auto& [id, blocks] : hits) anywhere = std::max(anywhere, std::min(blocks, prompt_blocks));
   const instance_view* target = nullptr;
   double least = 0;
@@ -55,7 +56,7 @@ const instance_view* cheapest_instance(const cluster_view& view, uint32_t prompt
 }
 
 prefix_hits cached_prefix_of(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
-                             const generate_params& p) {
+                             const generate_params& p, uint32_t* covered) {
   prefix_hits hits;
   const uint32_t blocks = cacheable_blocks(p);
   auto cached = std::find_if(view.instances.begin(), view.instances.end(),
@@ -67,6 +68,8 @@ prefix_hits cached_prefix_of(caf::actor_system& sys, const gmanager_actor& gm, c
       .receive(
           [&](prefix_holders& h) {
             for (size_t i = 0; i < h.holders.size() && i < h.blocks.size(); ++i) hits.push_back({h.holders[i], h.blocks[i]});
+            if (covered)
+              for (const auto& run : h.cover) *covered += run.count;
           },
           [](const caf::error&) {});
   return hits;
@@ -74,7 +77,9 @@ prefix_hits cached_prefix_of(caf::actor_system& sys, const gmanager_actor& gm, c
 
 const instance_view* route_request(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
                                    const generate_params& p) {
-  return cheapest_instance(view, cacheable_blocks(p), cached_prefix_of(sys, gm, view, p));
+  uint32_t covered = 0;
+  const prefix_hits hits = cached_prefix_of(sys, gm, view, p, &covered);
+  return cheapest_instance(view, cacheable_blocks(p), hits, covered);
 }
 
 serving_capacity capacity_of(const cluster_view& view) {

@@ -28,14 +28,16 @@ inline constexpr double remote_read_weight = 0.25;
 /// Where a new request of `prompt_blocks` full prompt blocks goes when caches hold some of them: the instance of
 /// the view, not draining, where it costs least, as NVIDIA Dynamo's KV router weighs a worker: its blocks in use or
 /// spoken for, plus the prompt blocks the request would compute there (those its cache lacks). An instance that
-/// reads other caches (cache_shared) computes only what no cache holds, and pays remote_read_weight for each block
-/// it reads elsewhere. Without hits, the most free instance.
-const instance_view* cheapest_instance(const cluster_view& view, uint32_t prompt_blocks, const prefix_hits& hits);
+/// reads other caches (cache_shared) computes only what no cache holds (the first `covered` blocks are held between
+/// them), and pays remote_read_weight for each block it reads elsewhere. Without hits, the most free instance.
+const instance_view* cheapest_instance(const cluster_view& view, uint32_t prompt_blocks, const prefix_hits& hits,
+                                       uint32_t covered = 0);
 
 /// The blocks of `p`'s prompt the instances' caches hold, by gManager `gm`'s index (none when no instance of
-/// `view` caches, or the gManager does not answer).
+/// `view` caches, or the gManager does not answer); `covered`, when given, is set to the prompt's first blocks they
+/// hold between them.
 prefix_hits cached_prefix_of(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
-                             const generate_params& p);
+                             const generate_params& p, uint32_t* covered = nullptr);
 
 /// Where a new request goes: the cheapest instance for its cached prefix (null when the view has none).
 const instance_view* route_request(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,

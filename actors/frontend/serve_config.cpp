@@ -90,7 +90,7 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
       {"instances", {integer(&serve_config::instances, 1, 64), "instances of the embedded cluster"}},
       {"backend", {text_of(&serve_config::instance, &instance_settings::backend), "what the embedded instances run on: cpu, cuda or auto"}},
       {"kv_type", {text_of(&serve_config::instance, &instance_settings::kv_type), "element type of the instances' KV pools: f32, f16 or bf16 (16-bit pools hold twice the tokens)"}},
-      {"prefix_cache", {text_of(&serve_config::instance, &instance_settings::prefix_cache), "\"local\": each instance keeps full KV blocks by content, so requests that share a prefix compute it once; \"cluster\": a request also reads a prefix cached on another instance, where it lies; \"off\": none"}},
+      {"prefix_cache", {text_of(&serve_config::instance, &instance_settings::prefix_cache), "\"local\": each instance keeps full KV blocks by content, so requests that share a prefix compute it once; \"cluster\" (the default): a request also reads a prefix cached on another instance, where it lies; \"off\": none"}},
       {"devices", {text_of(&serve_config::instance, &instance_settings::devices), "GPUs of the cuda backend, e.g. \"0,1\": instance i runs on the (i mod n)-th (default: GPU 0)"}},
       {"faults", {text(&serve_config::faults), "faults the embedded cluster injects, e.g. \"seed=7,send.drop=0.01,heartbeat.drop=0.1\" (docs/faults.md; empty: none)"}},
       {"policy",

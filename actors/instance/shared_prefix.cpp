@@ -1,7 +1,8 @@
 // The cluster-wide prefix cache at an instance (actors/messages/prefix_cache.hpp): a new request whose prompt's
-// prefix this pool's cache does not hold whole asks its rManager, before it queues, for the longest prefix another
-// member's cache holds. That prefix is attached for it where it lies and becomes its table's first blocks, their
-// positions cached: its attention reads them in place, as it reads any block held elsewhere, and no KV moves.
+// prefix this pool's cache does not hold whole asks its rManager, before it queues, for the longest prefix the
+// members' caches hold between them (a conversation's turns may have run on several instances: its history lies in
+// pieces). That prefix is attached for it where it lies and becomes its table's first blocks, their positions
+// cached: its attention reads them in place, as it reads any block held elsewhere, and no KV moves.
 #include "actors/instance/state.hpp"
 
 namespace illm::actors::instance_impl {
@@ -14,7 +15,9 @@ void on_prefix_found(self_ptr self, request_id id, taken_over t, uint32_t querie
   std::optional<generate_request> r = answered_blocks(self, id, t);
   if (!r) return;
   if (!t.holders.empty()) {
-    st.config.prefix_cache->note_remote_hit(queried_tokens, t.holders.size() * gpu::kv_block_tokens);
+    const uint64_t here = uint64_t(std::count(t.holders.begin(), t.holders.end(), st.config.id));
+    st.config.prefix_cache->note_hits(queried_tokens, here * gpu::kv_block_tokens,
+                                      (t.holders.size() - here) * gpu::kv_block_tokens);
     st.adopted[id] = {std::move(t), 0, true};
   }
   st.waiting.push_back(std::move(*r));

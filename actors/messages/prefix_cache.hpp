@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 #include "actors/messages/declarations.hpp"
+#include "actors/placement/prefix_index.hpp"
 #include "actors/placement/types.hpp"
 #include "gpu/block_key.hpp"
 #include "gpu/prefix_cache.hpp"
@@ -21,6 +22,10 @@ ILLM_INSPECT(block_key, x.hi, x.lo)
 ILLM_INSPECT(prefix_changes, x.full, x.added, x.removed)
 }  // namespace illm::gpu
 
+namespace illm::actors::placement {
+ILLM_INSPECT(prefix_segment, x.holder, x.first, x.count)
+}  // namespace illm::actors::placement
+
 namespace illm::actors {
 
 /// rManager -> gManager: which members hold how many of a chain's first blocks (answer: prefix_holders)?
@@ -29,13 +34,15 @@ struct prefix_lookup {
 };
 ILLM_INSPECT(prefix_lookup, x.keys)
 
-/// The answer to prefix_lookup: each member whose cache holds the chain's first block, with how many of the
-/// chain's first blocks it holds, as its reports have it (the holder checks them again).
+/// The answer to prefix_lookup, as the members' reports have it (each holder checks the keys again): each member
+/// whose cache holds the chain's first block, with how many of the chain's first blocks it holds; and the longest
+/// prefix all caches hold between them, in runs held by one member each (placement::prefix_index::cover).
 struct prefix_holders {
   std::vector<instance_id> holders;
   std::vector<uint32_t> blocks;
+  std::vector<placement::prefix_segment> cover;
 };
-ILLM_INSPECT(prefix_holders, x.holders, x.blocks)
+ILLM_INSPECT(prefix_holders, x.holders, x.blocks, x.cover)
 
 /// instance -> its rManager: attach the longest prefix of request req_id's prompt that another member's cache
 /// holds, if it is longer than `more_than` blocks (answer: taken_over, the blocks read where they are, held
@@ -49,19 +56,21 @@ struct find_prefix {
 };
 ILLM_INSPECT(find_prefix, x.req_id, x.root, x.keys, x.tokens, x.more_than)
 
-/// owner's rManager -> a holder's rManager: attach the longest cached prefix of the chain for (owner, req_id),
-/// read where it is (answer: prefix_read).
+/// owner's rManager -> a holder's rManager: attach the longest cached run of a chain's blocks for (owner, req_id),
+/// read where it is (answer: prefix_read): `keys` are blocks first, first + 1, ... of the request, `root` the key of
+/// the block before them (the chain's root when first is 0).
 struct read_prefix {
   request_id req_id = 0;
   instance_id owner = 0;
   gpu::block_key root;
   std::vector<gpu::block_key> keys;
   std::vector<int32_t> tokens;
+  uint32_t first = 0;
 };
-ILLM_INSPECT(read_prefix, x.req_id, x.owner, x.root, x.keys, x.tokens)
+ILLM_INSPECT(read_prefix, x.req_id, x.owner, x.root, x.keys, x.tokens, x.first)
 
-/// The answer to read_prefix: the holder's physical blocks of the chain's first physical.size() blocks, hosted
-/// for (owner, req_id) at logical places 0, 1, ... until the owner releases the request there.
+/// The answer to read_prefix: the holder's physical blocks of the run's first physical.size() blocks, hosted for
+/// (owner, req_id) at logical places first, first + 1, ... until the owner releases the request there.
 struct prefix_read {
   std::vector<uint32_t> physical;
 };

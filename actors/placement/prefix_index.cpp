@@ -67,6 +67,25 @@ std::vector<std::pair<instance_id, uint32_t>> prefix_index::lookup(std::span<con
   return out;
 }
 
+std::vector<prefix_segment> prefix_index::cover(std::span<const gpu::block_key> keys) const {
+  std::vector<prefix_segment> out;
+  for (size_t at = 0; at < keys.size();) {
+    auto holders = holders_.find(keys[at]);
+    if (holders == holders_.end()) break;
+    prefix_segment longest;
+    for (instance_id member : holders->second) {
+      const member_keys& m = members_.at(member);
+      uint32_t run = 1;
+      while (at + run < keys.size() && m.keys.count(keys[at + run])) ++run;
+      if (run > longest.count || (run == longest.count && member < longest.holder))
+        longest = {member, uint32_t(at), run};
+    }
+    out.push_back(longest);
+    at += longest.count;
+  }
+  return out;
+}
+
 size_t prefix_index::keys_of(instance_id member) const {
   auto at = members_.find(member);
   return at == members_.end() ? 0 : at->second.keys.size();

@@ -18,6 +18,13 @@
 
 namespace illm::actors::placement {
 
+/// A run of a chain's blocks one member's cache holds: keys [first, first + count).
+struct prefix_segment {
+  instance_id holder = 0;
+  uint32_t first = 0, count = 0;
+  bool operator==(const prefix_segment&) const = default;
+};
+
 /// Which member's cache holds which block keys.
 class prefix_index {
  public:
@@ -31,6 +38,10 @@ class prefix_index {
   /// Members holding the chain's first block, each with how many of the chain's first blocks it holds, the most
   /// first (ties: the lower id first).
   std::vector<std::pair<instance_id, uint32_t>> lookup(std::span<const gpu::block_key> keys) const;
+  /// The longest prefix of the chain the members' caches hold between them, as runs: each the longest one any member
+  /// holds from where the one before ends (a conversation whose turns ran on several instances has its history in
+  /// pieces: each turn's blocks where it ran).
+  std::vector<prefix_segment> cover(std::span<const gpu::block_key> keys) const;
   /// Keys held by `member` (what its last reports add up to).
   size_t keys_of(instance_id member) const;
 

@@ -80,7 +80,7 @@ std::string over_limit(const rmanager_state& st, const adopt_orphan& m) {
 std::string over_limit(const rmanager_state& st, const read_prefix& m) {
   if (m.tokens.size() != m.keys.size() * gpu::kv_block_tokens)
     return fmt::format("read_prefix names {} blocks with {} tokens", m.keys.size(), m.tokens.size());
-  return too_many("read_prefix", m.keys.size(), st.config.peer_max_blocks);
+  return too_many("read_prefix", size_t(m.first) + m.keys.size(), st.config.peer_max_blocks);
 }
 
 bool within_limits(self_ptr self, const std::string& why) {

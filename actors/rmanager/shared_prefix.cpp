@@ -1,10 +1,15 @@
 // The cluster-wide prefix cache at an rManager (actors/messages/prefix_cache.hpp). For its own instance's new
-// request: the gManager's index names the members holding the prompt's prefix, and the one holding the most is
-// asked to attach it for the request where it lies; those blocks then count as the request's blocks there (lent),
-// released with the rest of the request. For a peer's request: the cache's blocks of the prefix, checked against
-// their keys and tokens, get one reader more and are kept as hosted blocks of (owner, request), which the attention
-// servers read like any other.
+// request: the gManager's index names the runs of the prompt's blocks the members' caches hold between them (a
+// conversation's turns may have run on several instances), and each run's holder, in chain order, is asked to
+// attach it for the request where it lies (this pool's own runs are attached here); those blocks then count as the
+// request's blocks at their holders (lent), released with the rest of the request. For a peer's request: the
+// cache's blocks of a run, checked against their keys, parents and tokens, get one reader more and are kept as
+// hosted blocks of (owner, request) at their logical places, which the attention servers read like any other.
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <set>
 
 #include "actors/rmanager/state.hpp"
 
@@ -12,42 +17,104 @@ namespace illm::actors::rmanager_impl {
 
 namespace {
 
-/// The request's prefix as `holder` read it: counted as the request's blocks there, or (too short) given back.
-taken_over prefix_taken(self_ptr self, const find_prefix& f, instance_id holder, const prefix_read& read) {
+/// A prefix being read for one of this instance's requests: the index's runs, read one after the other.
+struct prefix_reading {
+  caf::typed_response_promise<taken_over> answer;
+  find_prefix ask;
+  std::vector<placement::prefix_segment> runs;
+  size_t next = 0;
+  taken_over found;  ///< the blocks attached so far, in the chain's order
+};
+using reading_ptr = std::shared_ptr<prefix_reading>;
+
+/// Lets go of the blocks found from logical place `at` on: this pool's lose their reader, and holders left with none
+/// of the request's blocks release it (one that keeps earlier blocks keeps the rest too, unread, until it ends).
+void drop_from(self_ptr self, prefix_reading& r, size_t at) {
   auto& st = self->state;
-  const uint32_t n = uint32_t(read.physical.size());
-  if (n == 0) return {};
-  if (n <= f.more_than || n > f.keys.size()) {
-    if (auto peer = rmanager_of(self, holder)) self->send(*peer, release_blocks{f.req_id, st.config.id});
-    return {};
+  std::set<instance_id> kept, dropped;
+  for (size_t i = 0; i < r.found.holders.size(); ++i) {
+    const instance_id holder = r.found.holders[i];
+    if (i < at)
+      kept.insert(holder);
+    else if (holder == st.config.id)
+      free_block(st, r.found.physical[i]);
+    else
+      dropped.insert(holder);
   }
-  note_placed(st, f.req_id, holder, n);
-  plane_log(st, fmt::format("rmanager {}: request {} reads {} cached block(s) of its prompt at instance {}", st.config.id,
-                            f.req_id, n, holder));
-  return {std::vector<instance_id>(n, holder), read.physical, {}, 0};
+  r.found.holders.resize(std::min(at, r.found.holders.size()));
+  r.found.physical.resize(r.found.holders.size());
+  for (instance_id holder : dropped)
+    if (!kept.count(holder))
+      if (auto peer = rmanager_of(self, holder)) self->send(*peer, release_blocks{r.ask.req_id, st.config.id});
 }
 
-/// Asks the member holding the most of the prefix (more than this pool) to attach it for the request.
-void read_at_holder(self_ptr self, caf::typed_response_promise<taken_over> answer, const find_prefix& f,
-                    const prefix_holders& h) {
+/// The reading ends: the request gets what was found when it is more than its own pool holds, and nothing else.
+void finish_reading(self_ptr self, const reading_ptr& r) {
   auto& st = self->state;
-  for (size_t i = 0; i < h.holders.size() && i < h.blocks.size(); ++i) {
-    const instance_id holder = h.holders[i];
-    const uint32_t blocks = std::min<uint32_t>(h.blocks[i], uint32_t(f.keys.size()));
-    auto peer = rmanager_of(self, holder);
-    if (holder == st.config.id || blocks <= f.more_than || !peer || !reachable(st, holder)) continue;
-    read_prefix ask{f.req_id, st.config.id, f.root, {f.keys.begin(), f.keys.begin() + blocks},
-                    {f.tokens.begin(), f.tokens.begin() + ptrdiff_t(blocks) * gpu::kv_block_tokens}};
-    self->request(*peer, st.config.answer_timeout, std::move(ask))
-        .then([=](const prefix_read& read) mutable { answer.deliver(prefix_taken(self, f, holder, read)); },
-              [=](const caf::error&) mutable {
-                // It may still attach them: the release, sent after, reaches it after the ask.
-                self->send(*peer, release_blocks{f.req_id, self->state.config.id});
-                answer.deliver(taken_over{});
-              });
+  if (r->found.holders.size() <= r->ask.more_than) {
+    drop_from(self, *r, 0);
+    r->answer.deliver(taken_over{});
     return;
   }
-  answer.deliver(taken_over{});
+  std::map<instance_id, uint32_t> per_holder;
+  for (instance_id holder : r->found.holders) ++per_holder[holder];
+  for (const auto& [holder, n] : per_holder)
+    if (holder != st.config.id) note_placed(st, r->ask.req_id, holder, n);
+  plane_log(st, fmt::format("rmanager {}: request {} reads {} cached block(s) of its prompt at {} instance(s), {} here",
+                            st.config.id, r->ask.req_id, r->found.holders.size(), per_holder.size(),
+                            per_holder.count(st.config.id) ? per_holder.at(st.config.id) : 0));
+  r->answer.deliver(std::move(r->found));
+}
+
+void read_next(self_ptr self, const reading_ptr& r);
+
+/// Whether run `r.next` is the last: its holder is asked for the rest of the chain, which it may hold further than
+/// the index knows (its reports lag its cache by up to a heartbeat, a conversation's last answer among them).
+bool last_run(const prefix_reading& r) { return r.next + 1 == r.runs.size(); }
+
+/// Run `r->next` came back as `blocks` at `holder`: they join the prefix; a run cut short ends it.
+void add_run(self_ptr self, const reading_ptr& r, instance_id holder, const std::vector<uint32_t>& blocks) {
+  const placement::prefix_segment& run = r->runs[r->next];
+  const size_t usable = last_run(*r) ? blocks.size() : std::min<size_t>(blocks.size(), run.count);
+  for (size_t i = 0; i < usable; ++i) {
+    r->found.holders.push_back(holder);
+    r->found.physical.push_back(blocks[i]);
+  }
+  if (usable < run.count) return finish_reading(self, r);  // evicted since its report: the chain ends there
+  ++r->next;
+  read_next(self, r);
+}
+
+void read_next(self_ptr self, const reading_ptr& r) {
+  auto& st = self->state;
+  if (r->next == r->runs.size()) return finish_reading(self, r);
+  const placement::prefix_segment run = r->runs[r->next];
+  const find_prefix& f = r->ask;
+  if (run.first != r->found.holders.size() || run.count == 0 || size_t(run.first) + run.count > f.keys.size())
+    return finish_reading(self, r);
+  const gpu::block_key parent = run.first == 0 ? f.root : f.keys[run.first - 1];
+  const size_t end = last_run(*r) ? f.keys.size() : size_t(run.first) + run.count;
+  const std::vector<gpu::block_key> keys(f.keys.begin() + run.first, f.keys.begin() + ptrdiff_t(end));
+  const std::vector<int32_t> tokens(f.tokens.begin() + ptrdiff_t(run.first) * gpu::kv_block_tokens,
+                                    f.tokens.begin() + ptrdiff_t(end) * gpu::kv_block_tokens);
+  if (run.holder == st.config.id) {
+    const auto blocks = st.config.prefix_cache ? st.config.prefix_cache->attach_run(parent, keys, tokens)
+                                               : std::vector<uint32_t>{};
+    return add_run(self, r, run.holder, blocks);
+  }
+  auto peer = rmanager_of(self, run.holder);
+  if (!peer || !reachable(st, run.holder)) return finish_reading(self, r);
+  const instance_id holder = run.holder;
+  self->request(*peer, st.config.answer_timeout, read_prefix{f.req_id, st.config.id, parent, keys, tokens, run.first})
+      .then([=](const prefix_read& read) { add_run(self, r, holder, read.physical); },
+            [=](const caf::error&) {
+              // It may still attach them (the release, sent after, reaches it after the ask): the request reads
+              // nothing there, from its first block there on.
+              auto there = std::find(r->found.holders.begin(), r->found.holders.end(), holder);
+              drop_from(self, *r, size_t(there - r->found.holders.begin()));
+              self->send(*peer, release_blocks{f.req_id, self->state.config.id});
+              finish_reading(self, r);
+            });
 }
 
 }  // namespace
@@ -56,29 +123,40 @@ caf::result<taken_over> find_shared_prefix(self_ptr self, const find_prefix& f) 
   auto& st = self->state;
   if (!st.config.gmanager || f.keys.empty() || f.tokens.size() != f.keys.size() * gpu::kv_block_tokens)
     return taken_over{};
-  auto answer = self->make_response_promise<taken_over>();
+  auto r = std::make_shared<prefix_reading>();
+  r->answer = self->make_response_promise<taken_over>();
+  r->ask = f;
   self->request(st.config.gmanager, st.config.answer_timeout, prefix_lookup{f.keys})
-      .then([=](const prefix_holders& h) { read_at_holder(self, answer, f, h); },
-            [=](const caf::error&) mutable { answer.deliver(taken_over{}); });
-  return answer;
+      .then(
+          [=](prefix_holders& h) {
+            uint32_t covered = 0;
+            for (const auto& run : h.cover) covered += run.count;
+            if (covered <= r->ask.more_than) {
+              r->answer.deliver(taken_over{});
+              return;
+            }
+            r->runs = std::move(h.cover);
+            read_next(self, r);
+          },
+          [=](const caf::error&) { r->answer.deliver(taken_over{}); });
+  return r->answer;
 }
 
 prefix_read read_for_peer(self_ptr self, const read_prefix& r) {
   auto& st = self->state;
   if (!st.config.prefix_cache || r.owner == st.config.id || !st.member_rmanagers.count(r.owner)) return {};
   // Asked again (a duplicate, or an ask after a lost answer): the same blocks, not another reader.
-  if (const auto kept = st.config.hosted->logical_map(r.owner, r.req_id); !kept.empty()) {
+  const auto kept = st.config.hosted->logical_map(r.owner, r.req_id);
+  if (kept.count(r.first)) {
     prefix_read again;
-    for (const auto& [logical, physical] : kept) {
-      if (logical != again.physical.size()) break;
-      again.physical.push_back(physical);
-    }
+    for (auto at = kept.find(r.first); at != kept.end() && at->first == r.first + again.physical.size(); ++at)
+      again.physical.push_back(at->second);
     return again;
   }
   prefix_read out{st.config.prefix_cache->attach_for_peer(r.root, r.keys, r.tokens)};
   if (out.physical.empty()) return out;
   std::vector<uint32_t> logical(out.physical.size());
-  for (uint32_t i = 0; i < logical.size(); ++i) logical[i] = i;
+  for (uint32_t i = 0; i < logical.size(); ++i) logical[i] = r.first + i;
   st.config.hosted->add(r.owner, r.req_id, logical, out.physical);
   return out;
 }

@@ -346,8 +346,8 @@ void abort_outgoing_chunk(self_ptr self, move_id id);
 
 // ---- shared_prefix.cpp ----------------------------------------------------------------------------------------
 
-/// Its instance's request asks for the longest prefix of its prompt another member's cache holds: found through
-/// the gManager's index and attached where it lies (none: no member holds more than this pool).
+/// Its instance's request asks for the longest prefix of its prompt the members' caches hold between them: found
+/// through the gManager's index and attached where it lies (none: they hold no more than this pool).
 caf::result<taken_over> find_shared_prefix(self_ptr self, const find_prefix& f);
 /// A peer's request reads the longest cached prefix of a chain here: attached and hosted for it.
 prefix_read read_for_peer(self_ptr self, const read_prefix& r);

@@ -75,9 +75,9 @@ struct instance_settings {
   std::string kv_type = "f32";
   int kv_blocks_per_instance = 256;
   /// Full KV blocks kept by content for requests with the same prefix (--prefix-cache, prefix_cache_modes): "off";
-  /// "local" (each instance's cache serves the requests it runs); "cluster" (a request also reads the prefix another
-  /// instance's cache holds, where it lies).
-  std::string prefix_cache = "off";
+  /// "local" (each instance's cache serves the requests it runs); "cluster", the default (a request also reads the
+  /// prefix another instance's cache holds, where it lies).
+  std::string prefix_cache = "cluster";
   int landing_blocks = 0;  ///< 0: as many as the pool
   int staging_chunk_blocks = 8;  ///< blocks per chunk of a move out of a device pool (two chunk buffers, pinned)
   int threads_per_instance = 0;  ///< 0: the cores, shared among the instances of a process

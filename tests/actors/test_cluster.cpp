@@ -430,6 +430,40 @@ TEST_SUITE("actors") {
     p.c->shutdown();
   }
 
+  TEST_CASE("a conversation whose turns ran on two instances reads its history in pieces where each turn left it") {
+    cluster_options o = pools(2, 64, 3600s);
+    o.instance.prefix_cache = "cluster";
+    auto started = cluster::start(model().weights, o);
+    REQUIRE(started.is_ok());
+    cluster& c = *started.value();
+    // Each turn: the conversation so far (the last prompt and its answer) and some new tokens, on instance 0, 1, 0.
+    std::vector<int32_t> prompt = long_prompt(200);
+    const std::vector<int32_t> more = long_prompt(60);
+    const instance_id on[] = {0, 1, 0};
+    std::vector<outcome> turns;
+    for (int t = 0; t < 3; ++t) {
+      if (t > 0) {
+        prompt.insert(prompt.end(), turns.back().tokens.begin(), turns.back().tokens.end());
+        prompt.insert(prompt.end(), more.begin() + 1, more.end() - 20 * (t - 1));
+        // The turn before has ended, its blocks cached where it ran and reported to the index.
+        REQUIRE(wait_cached_blocks(c, on[t - 1], 1));
+      }
+      turns.push_back(run_on(c, greedy(prompt, 8), on[t]));
+      REQUIRE_MESSAGE(turns.back().end.reason == "length", turns.back().end.error);
+      CHECK(turns.back().tokens == alone(prompt, 8));
+    }
+    // Turn 2 read turn 0's 12 full blocks at instance 0; turn 3 read them at home and turn 2's blocks after them at
+    // instance 1: all 17 full blocks of the history (the last answer's last token was never computed).
+    CHECK(turns[1].end.cached_tokens == 12 * 16);
+    CHECK(turns[2].end.cached_tokens == 17 * 16);
+    std::map<instance_id, uint32_t> held;
+    for (const auto& e : turns[2].end.placement) held[e.inst_id] += e.num_blocks;
+    CHECK(held[1] == 5);
+    CHECK(c.reset_prefix_cache().value_or(0) > 0);
+    check_pools_back_to_start(c);
+    c.shutdown();
+  }
+
   TEST_CASE("with per-instance caches a request goes to the instance that holds its prefix") {
     cached_prompt p("local", 1);
     // Both pools are as free (cached blocks nobody reads count as free): the most free would be instance 0.

@@ -94,8 +94,10 @@ struct membership_fixture {
     sched->run();
     std::vector<std::pair<instance_id, uint32_t>> pairs;
     for (size_t i = 0; i < out->holders.size(); ++i) pairs.push_back({out->holders[i], out->blocks[i]});
+    last_cover = out->cover;
     return pairs;
   }
+  std::vector<illm::actors::placement::prefix_segment> last_cover;  ///< of the last holders() asked
 
   size_t count(membership_event::kind k, instance_id id) const {
     return size_t(std::count_if(events->begin(), events->end(),
@@ -150,9 +152,12 @@ TEST_SUITE("membership") {
     f.from(a, join_cluster{1, caf::actor_cast<rmanager_actor>(a), {}, {}, {}, {}});
     f.from(b, join_cluster{2, caf::actor_cast<rmanager_actor>(b), {}, {}, {}, {}});
     f.from(a, heartbeat{1, 1, {}, {}, prefix_changes{false, {k1, k2, k3}, {}}, 0});
-    f.from(b, heartbeat{2, 1, {}, {}, prefix_changes{false, {k1}, {}}, 0});
+    f.from(b, heartbeat{2, 1, {}, {}, prefix_changes{false, {k1, k4}, {}}, 0});
     using holders = std::vector<std::pair<instance_id, uint32_t>>;
+    using illm::actors::placement::prefix_segment;
     CHECK(f.holders({k1, k2, k3, k4}) == holders{{1, 3}, {2, 1}});
+    // Between them they hold all four: instance 1 the first three, instance 2 the fourth.
+    CHECK(f.last_cover == std::vector<prefix_segment>{{1, 0, 3}, {2, 3, 1}});
     CHECK(f.holders({k2, k3}) == holders{{1, 2}});
     f.from(a, heartbeat{1, 2, {}, {}, prefix_changes{false, {}, {k3}}, 1});
     CHECK(f.holders({k1, k2, k3}) == holders{{1, 2}, {2, 1}});
