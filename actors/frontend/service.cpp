@@ -59,6 +59,19 @@ struct service::event_channel : std::enable_shared_from_this<event_channel> {
     return std::all_of(ends.begin(), ends.end(), [](const auto& e) { return e.has_value(); });
   }
 
+  /// Whether choice `i` has ended.
+  bool ended(size_t i) {
+    std::lock_guard lock(mutex);
+    return ends[i].has_value();
+  }
+
+  /// Ends choice `i`, which never ran, as `end`.
+  void end_unsubmitted(size_t i, request_finished end) {
+    std::lock_guard lock(mutex);
+    ends[i] = std::move(end);
+    changed.notify_all();
+  }
+
   /// Waits up to a second for tokens or the ends; returns the tokens, or none and copies the ends once all ended.
   std::deque<std::pair<size_t, token_event>> wait(std::vector<std::optional<request_finished>>& ended) {
     std::deque<std::pair<size_t, token_event>> out;
@@ -266,6 +279,9 @@ struct service::answer {
   std::optional<tool_call_parser> calls;  ///< with tools: splits the text into content and calls
   tool_call_parser::piece rest;           ///< what the end released (the last chunk's)
   double cumulative_logprob = 0;          ///< of the tokens sampled (best_of ranks the choices by it)
+  /// A choice after the first, held until the first's prompt is computed: then it runs where the first does, on the
+  /// prompt's cached blocks (read by reference, not computed again).
+  std::optional<generate_params> held;
 };
 
 namespace {
@@ -363,7 +379,7 @@ void service::generate(endpoint kind, const http_request& req, http_reply& reply
   auto channel = std::make_shared<event_channel>(size_t(r.best_of));
   std::vector<answer> answers = submit_choices(r, id, view, *channel, cache_scope(req));
   const bool gone = r.stream && !reply.start_stream("text/event-stream");
-  const std::vector<std::optional<request_finished>> ends = relay_until_ended(answers, *channel, gone, reply);
+  const std::vector<std::optional<request_finished>> ends = relay_until_ended(answers, *channel, gone, reply, view);
   for (size_t i = 0; i < answers.size(); ++i) settle(answers[i], *ends[i]);
   respond(answers, ends, reply);
 }
@@ -396,31 +412,61 @@ std::vector<service::answer> service::submit_choices(const completion_request& r
     generate_params params = cluster_params(r, seed + uint64_t(i), options_.end_ids);
     params.cache_scope = scope;
     if (r.best_of > r.n) params.logprobs = std::max(params.logprobs, 0);  // the choices are ranked by them
-    a.cluster_id = router_.submit(params, channel.callbacks(size_t(i)), view);
+    if (i > 0 && shares_prompt(params, view))
+      a.held = std::move(params);
+    else
+      a.cluster_id = router_.submit(params, channel.callbacks(size_t(i)), view);
     if (metrics_) metrics_->prompt_tokens.with().add(double(r.prompt_ids.size()));
   }
   return answers;
 }
 
+bool service::shares_prompt(const generate_params& p, const cluster_view& view) {
+  const bool caches = std::any_of(view.instances.begin(), view.instances.end(),
+                                  [](const instance_view& i) { return i.cache_root != gpu::block_key{}; });
+  return caches && p.prompt.size() > size_t(gpu::kv_block_tokens) && p.prompt_logprobs < 0;
+}
+
+void service::release_held(std::vector<answer>& answers, event_channel& channel, const cluster_view& view,
+                           std::optional<instance_id> first_at) {
+  cluster_view there = view;
+  if (first_at) std::erase_if(there.instances, [&](const instance_view& i) { return i.inst_id != *first_at; });
+  if (there.instances.empty()) there = view;
+  for (size_t i = 0; i < answers.size(); ++i) {
+    if (!answers[i].held) continue;
+    answers[i].cluster_id = router_.submit(*answers[i].held, channel.callbacks(i), there);
+    answers[i].held.reset();
+  }
+}
+
 std::vector<std::optional<request_finished>> service::relay_until_ended(std::vector<answer>& answers,
                                                                        event_channel& channel, bool gone,
-                                                                       http_reply& reply) {
+                                                                       http_reply& reply, const cluster_view& view) {
   const bool stream = answers.front().r.stream;
+  auto holding = [&] { return std::any_of(answers.begin(), answers.end(), [](const answer& a) { return a.held; }); };
   std::vector<std::optional<request_finished>> ends;
   while (ends.empty()) {
     auto tokens = channel.wait(ends);
     if (tokens.empty() && ends.empty() && stream && !gone)
       gone = !reply.write(": keep-alive\n\n");  // notices a client that left while we wait
     for (auto& [i, token] : tokens) {
+      if (i == 0 && holding()) release_held(answers, channel, view, token.from);  // the prompt is computed there
       answers[i].client_gone = gone;
       relay_token(answers[i], token, reply);
       gone = gone || answers[i].client_gone;
     }
-    for (answer& a : answers) {  // a client that left cancels every choice
+    if (holding() && channel.ended(0)) release_held(answers, channel, view, std::nullopt);
+    for (size_t i = 0; i < answers.size(); ++i) {  // a client that left cancels every choice
+      answer& a = answers[i];
       a.client_gone = gone;
       if (gone && !a.cancelled_by_us) {
         a.cancelled_by_us = true;
-        router_.cancel(a.cluster_id);  // frees its blocks; the end event follows
+        if (a.held) {
+          a.held.reset();
+          channel.end_unsubmitted(i, request_finished{0, "cancelled", {}, 0, {}});
+        } else {
+          router_.cancel(a.cluster_id);  // frees its blocks; the end event follows
+        }
       }
     }
   }

@@ -70,12 +70,21 @@ class service {
   /// The request, when it may be served on `view`; otherwise refuses it with its reason (and nullopt).
   std::optional<completion_request> accept(endpoint kind, const http_request& req, http_reply& reply,
                                            const cluster_view& view);
-  /// Submits each choice of `r` (best_of of them) to the cluster, its events to `channel`.
+  /// Submits each choice of `r` (best_of of them) to the cluster, its events to `channel`: the first at once, the
+  /// others too unless they share its prompt's cached blocks (shares_prompt): those are held until it has a token.
   std::vector<answer> submit_choices(const completion_request& r, const std::string& id, const cluster_view& view,
                                      event_channel& channel, const std::string& scope);
-  /// Relays the choices' tokens until every one ended (a client gone cancels them all); their ends.
+  /// Whether a choice after the first reads the first's prompt by reference: the instances of `view` cache prefixes,
+  /// the prompt has a full block, and its log probabilities are not asked for (they compute every position).
+  static bool shares_prompt(const generate_params& p, const cluster_view& view);
+  /// Submits the held choices: to instance `first_at`, where the first choice computed the prompt, when `view` lists
+  /// it (they read its cached blocks there), otherwise wherever the router sends them.
+  void release_held(std::vector<answer>& answers, event_channel& channel, const cluster_view& view,
+                    std::optional<instance_id> first_at);
+  /// Relays the choices' tokens until every one ended (a client gone cancels them all), submitting the held choices
+  /// once the first has its first token (or ended); their ends.
   std::vector<std::optional<request_finished>> relay_until_ended(std::vector<answer>& answers, event_channel& channel,
-                                                                 bool gone, http_reply& reply);
+                                                                 bool gone, http_reply& reply, const cluster_view& view);
   /// A token of `a`: metrics, its text (and log probabilities) to a streaming client, and a stop sequence's cancel.
   void relay_token(answer& a, const token_event& token, http_reply& reply);
   /// The log probabilities of the tokens a chunk of `a` carries now (its unsent ids); none when not asked.

@@ -30,6 +30,18 @@ def complete(port, prompt, max_tokens=24):
     return body
 
 
+N_PROMPT = "The cat sat on the mat and looked at the bird in the tree. " * 8  # a prompt no other request shares
+
+
+def n_choices(port):
+    """Three greedy choices of N_PROMPT: their ids, and the prompt tokens."""
+    status, body = request(port, "POST", "/v1/completions",
+                           {"model": "stories15M", "prompt": N_PROMPT, "max_tokens": 12, "temperature": 0, "n": 3,
+                            "return_token_ids": True})
+    check(status == 200, (status, body))
+    return [c["token_ids"] for c in sorted(body["choices"], key=lambda c: c["index"])], body["usage"]["prompt_tokens"]
+
+
 def answers(port, prompts):
     """Each prompt's generated ids, prompt tokens and cached tokens, in order."""
     out = []
@@ -47,6 +59,7 @@ def main():
     with Server(ILLM, "--instances", "1", "--prefix-cache", "off") as plain:
         expected = answers(plain.port, prompts)
         check(all(cached == 0 for _, _, cached in expected), expected)
+        expected_choices, _ = n_choices(plain.port)
     with Server(ILLM, "--instances", "1", "--prefix-cache", "local") as server:
         got = answers(server.port, prompts)
         for (ids, prompt_tokens, cached), (want, _, _) in zip(got, expected):
@@ -68,6 +81,20 @@ def main():
         check(metric(text, "illm:prefix_cache_blocks") > 0, "no cached block in the metrics")
         wait_until(lambda: request(server.port, "GET", "/v1/cluster")[1]["instances"][0]["cached_blocks"] > 0, 30,
                    "/v1/cluster to show the cached blocks")
+        # n = 3 while another request streams (the three arrive during one of its steps and would start together):
+        # the second and third choices wait for the first's first token and read its prompt blocks by reference,
+        # with the ids they have without the cache.
+        busy = stream_events(server.port, "/v1/completions", {"model": "stories15M", "prompt": "The sun",
+                                                              "max_tokens": 240, "ignore_eos": True, "temperature": 0,
+                                                              "stream": True})
+        next(busy)
+        choices, n_prompt_tokens = n_choices(server.port)
+        for _ in busy:
+            pass
+        check(choices == expected_choices, f"the choices differ when they share the prompt: {choices}")
+        _, text = request(server.port, "GET", "/metrics")
+        shared = metric(text, "illm:prefix_cache_hits_total", {"where": "local"}) - hits
+        check(shared == 2 * ((n_prompt_tokens - 1) // 16) * 16, f"the choices read {shared} cached prompt tokens")
         sessions = multi_turn(server.port)
         status, reset = request(server.port, "POST", "/reset_prefix_cache")
         check(status == 200 and reset["blocks_freed"] > 0, (status, reset))
@@ -75,7 +102,8 @@ def main():
         check(again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, again["usage"])
     tenants = per_key(long_prompt)
     in_place = cluster_wide(long_prompt, branch, expected)
-    print(f"prefix cache: ids equal with and without it; cached tokens {[c for _, _, c in got]}, "
+    print(f"prefix cache: ids equal with and without it; cached tokens {[c for _, _, c in got]}; n = 3 shared "
+          f"{shared:.0f} prompt tokens; "
           f"hits {hits:.0f} of {queries:.0f} queried tokens; multi-turn bench {sessions}; per API key {tenants}; "
           f"read in place on another instance {in_place}")
 
