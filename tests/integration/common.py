@@ -269,6 +269,14 @@ class ProcGroup:
         assert self.all_gone(), self.not_gone()
         print("every process started is gone", flush=True)
 
+    def stop_cluster(self, front_end, instances, gmanager, exit_s):
+        """Stops a cluster of processes in order: the front end and the instances (SIGTERM, each exits 0), then the
+        gManager (stop_last)."""
+        for p in (front_end, *instances):
+            p.process.send_signal(signal.SIGTERM)
+            assert p.wait_exit(exit_s) == 0, p.output()
+        self.stop_last(gmanager, exit_s)
+
     def finish(self, ok):
         for p in self.started:
             p.stop()

@@ -97,10 +97,12 @@ def main():
                    "--dead-after-ms", "4000")
         wait_until(lambda: gm.has(r"listening on 127\.0\.0\.1:%d" % port) or gm.process.poll() is not None, 60,
                    "the gManager to listen")
+        # Without prefix caches: the scenarios place requests by free memory alone (a cached prefix of the same long
+        # prompt would draw it to its holder instead of the crashing instance).
         def instance_args(i, blocks=POOL_BLOCKS):
             return ["instance", "--join", f"127.0.0.1:{port}", "--id", str(i), "--kv-blocks-per-instance", str(blocks),
                     "--threads", "1", "--heartbeat-ms", "50", "--attention-timeout-ms", "3000", "--ucx-tls", "tcp",
-                    "--ucx-net-devices", "lo"]
+                    "--ucx-net-devices", "lo", "--prefix-cache", "off"]
 
         insts = {i: start(f"instance{i}", *instance_args(i), "--metrics-listen", "127.0.0.1:0") for i in (0, 1, 2, 3)}
 

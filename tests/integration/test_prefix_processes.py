@@ -8,7 +8,6 @@ and instance 1's log names them. Every process started here is gone at the end.
 Usage: test_prefix_processes.py ILLM [SOURCE_DIR]"""
 
 import json
-import signal
 import subprocess
 import sys
 import tempfile
@@ -84,12 +83,7 @@ def main():
                    "the reading instance to log the blocks it reads in place")
         print(f"prefix cache across processes: the branch read {cached} cached tokens at instance {holder} from "
               f"instance {other}, with the text of one embedded instance", flush=True)
-        fe.process.send_signal(signal.SIGTERM)
-        assert fe.wait_exit(EXIT_S) == 0, fe.output()
-        for p in (a, b):
-            p.process.send_signal(signal.SIGTERM)
-            assert p.wait_exit(EXIT_S) == 0, p.output()
-        procs.stop_last(gm, EXIT_S)
+        procs.stop_cluster(fe, (a, b), gm, EXIT_S)
 
 
 if __name__ == "__main__":

@@ -162,12 +162,7 @@ def main():
         print("the gManager restarted: both instances joined it, and a long request spread over both again "
               f"({len([x for x in gm2.output().splitlines() if 'blocks (' in x])} moves)", flush=True)
 
-        fe.process.send_signal(signal.SIGTERM)
-        assert fe.wait_exit(EXIT_S) == 0, fe.output()
-        for p in (a, b):
-            p.process.send_signal(signal.SIGTERM)
-            assert p.wait_exit(EXIT_S) == 0, p.output()
-        procs.stop_last(gm2, EXIT_S)
+        procs.stop_cluster(fe, (a, b), gm2, EXIT_S)
 
 
 if __name__ == "__main__":
