@@ -101,13 +101,18 @@ void note_promised(const instance_state& st) {
 
 namespace {
 
-/// The prefix cache's counters since `published` into the metrics, and its blocks now.
+/// The prefix cache's counters since `published` into the metrics, and its blocks now (`token_bytes`: KV bytes per
+/// token of the pool).
 void publish_cache_metrics(metrics::runtime_metrics& m, instance_id id, const gpu::prefix_cache_stats& now,
-                           gpu::prefix_cache_stats& published) {
+                           gpu::prefix_cache_stats& published, double token_bytes) {
   const std::string instance = std::to_string(id);
   m.prefix_cache_queries.with({instance}).add(double(now.queried_tokens - published.queried_tokens));
-  m.prefix_cache_hits.with({instance, "local"}).add(double(now.hit_tokens - published.hit_tokens));
-  m.prefix_cache_hits.with({instance, "remote"}).add(double(now.remote_hit_tokens - published.remote_hit_tokens));
+  const double local = double(now.hit_tokens - published.hit_tokens);
+  const double remote = double(now.remote_hit_tokens - published.remote_hit_tokens);
+  m.prefix_cache_hits.with({instance, "local"}).add(local);
+  m.prefix_cache_hits.with({instance, "remote"}).add(remote);
+  m.prefix_cache_hit_bytes.with({instance, "local"}).add(local * token_bytes);
+  m.prefix_cache_hit_bytes.with({instance, "remote"}).add(remote * token_bytes);
   m.prefix_cache_evicted.with({instance}).add(double(now.evicted_blocks - published.evicted_blocks));
   m.prefix_cache_blocks.with({instance, "read"}).set(now.read_blocks);
   m.prefix_cache_blocks.with({instance, "idle"}).set(now.cached_blocks - now.read_blocks);
@@ -131,7 +136,9 @@ void publish_placement(self_ptr self) {
     const metrics::label_values instance{std::to_string(st.config.id)};
     m->requests_running.with(instance).set(update.batch_size);
     m->requests_waiting.with(instance).set(update.waiting);
-    if (st.config.prefix_cache) publish_cache_metrics(*m, st.config.id, st.config.prefix_cache->stats(), st.cache_published);
+    if (st.config.prefix_cache)
+      publish_cache_metrics(*m, st.config.id, st.config.prefix_cache->stats(), st.cache_published,
+                            double(st.config.pool->layout().block_bytes()) / gpu::kv_block_tokens);
   }
   self->send(st.config.rmanager, std::move(update));
 }

@@ -80,6 +80,10 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
                                       "Prompt tokens found in the prefix cache, whose KV was not computed again "
                                       "(where=local: in the instance's own pool; where=remote: in another instance's, read there in place).",
                                       {"instance", "where"})),
+      prefix_cache_hit_bytes(r.add_counter(prefix + "prefix_cache_hit_bytes_total",
+                                           "KV bytes of the prefix cache's hits: neither computed again nor (where=remote) "
+                                           "copied.",
+                                           {"instance", "where"})),
       prefix_cache_evicted(r.add_counter(prefix + "prefix_cache_evicted_blocks_total",
                                          "Cached KV blocks no request read, taken back when memory was needed (or "
                                          "flushed).",

@@ -65,6 +65,9 @@ struct runtime_metrics {
   /// illm:prefix_cache_hits_total{instance, where}: of those, found (where="local": in the instance's own pool,
   /// "remote": in another instance's, read there in place)
   family<counter>& prefix_cache_hits;
+  /// illm:prefix_cache_hit_bytes_total{instance, where}: the KV bytes of those hits, neither computed nor (remote)
+  /// copied: what the cache saved
+  family<counter>& prefix_cache_hit_bytes;
   /// illm:prefix_cache_evicted_blocks_total{instance}: cached blocks taken back for other use, or flushed
   family<counter>& prefix_cache_evicted;
   /// illm:prefix_cache_blocks{instance, state}: blocks the prefix cache holds, read by requests now (state="read")

@@ -133,6 +133,9 @@ def cluster_wide(long_prompt, branch, expected):
         _, text = request(server.port, "GET", "/metrics")
         remote = metric(text, "illm:prefix_cache_hits_total", {"where": "remote"})
         check(remote == cached, f"remote hits {remote}, the branch read {cached} cached tokens")
+        # stories15M: 6 layers x K and V x 6 KV heads x 48 dims x 4 bytes (f32) = 13,824 bytes of KV a token.
+        saved = metric(text, "illm:prefix_cache_hit_bytes_total", {"where": "remote"})
+        check(saved == cached * 6 * 2 * 6 * 48 * 4, f"remote hit bytes {saved} for {cached} tokens")
         return {"cached_tokens": cached, "remote_hits": remote}
 
 
