@@ -215,6 +215,23 @@ def planes_connected(insts):
     return all(p.has(rf"data plane connected to instance {j}\b") for i, p in insts.items() for j in insts if j != i)
 
 
+def busy_stream(port, timeout=120):
+    """A long greedy answer (240 tokens of stories15M) streaming from `port`, its first event read: the instance running
+    it stays busy until the returned events are drained."""
+    events = stream_events(port, "/v1/completions", {"model": "stories15M", "prompt": "The sun", "max_tokens": 240,
+                                                     "ignore_eos": True, "temperature": 0, "stream": True}, timeout=timeout)
+    next(events)
+    return events
+
+
+def small_instance(procs, i, gm_port, *args):
+    """`illm instance` i of `procs` joining the gManager at `gm_port`: 64 blocks, one thread, heartbeats every 50 ms,
+    UCX over tcp on lo."""
+    return procs.start(f"instance{i}", "instance", "--join", f"127.0.0.1:{gm_port}", "--id", str(i),
+                       "--kv-blocks-per-instance", "64", "--threads", "1", "--heartbeat-ms", "50", "--ucx-tls", "tcp",
+                       "--ucx-net-devices", "lo", *args)
+
+
 def wait_joined(insts):
     """Waits until every instance process in `insts` (id -> Proc) has joined its gManager; raises SkipTest when illm
     has no UCX, and AssertionError when one exited first."""

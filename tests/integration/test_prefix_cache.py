@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import Server, metric, request, stream_events, wait_until
+from common import Server, busy_stream, metric, request, stream_events, wait_until
 
 ILLM = sys.argv[1]
 STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
@@ -84,10 +84,7 @@ def main():
         # n = 3 while another request streams (the three arrive during one of its steps and would start together):
         # the second and third choices wait for the first's first token and read its prompt blocks by reference,
         # with the ids they have without the cache.
-        busy = stream_events(server.port, "/v1/completions", {"model": "stories15M", "prompt": "The sun",
-                                                              "max_tokens": 240, "ignore_eos": True, "temperature": 0,
-                                                              "stream": True})
-        next(busy)
+        busy = busy_stream(server.port)
         choices, n_prompt_tokens = n_choices(server.port)
         for _ in busy:
             pass
@@ -119,10 +116,7 @@ def cluster_wide(long_prompt, branch, expected):
                    "/v1/cluster to show instance 0's cached blocks")
         # A long answer keeps instance 0 busy (its blocks in use outweigh reading the prefix elsewhere), so that the
         # router sends the branch to instance 1 while it streams.
-        busy = stream_events(server.port, "/v1/completions", {"model": "stories15M", "prompt": "The sun",
-                                                              "max_tokens": 240, "ignore_eos": True, "temperature": 0,
-                                                              "stream": True})
-        next(busy)
+        busy = busy_stream(server.port)
         wait_until(lambda: free()[0] < free()[1], 60, "instance 0 to run the long answer")
         body = complete(server.port, branch)
         for _ in busy:

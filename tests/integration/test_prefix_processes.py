@@ -12,8 +12,8 @@ import subprocess
 import sys
 import tempfile
 
-from common import (EXIT_S, RUN_S, ProcGroup, free_port, request, start_front_end, stream_events, wait_joined,
-                    wait_until)
+from common import (EXIT_S, RUN_S, ProcGroup, busy_stream, free_port, request, small_instance, start_front_end,
+                    wait_joined, wait_until)
 
 STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
          "friends. One day, she saw a big red ball under a tree. She ran to get it, but a dog was there too. ")
@@ -45,9 +45,7 @@ def main():
     procs = ProcGroup(illm)
 
     def instance(i):
-        return procs.start(f"instance{i}", "instance", "--join", f"127.0.0.1:{gm_port}", "--id", str(i),
-                           "--kv-blocks-per-instance", "64", "--threads", "1", "--heartbeat-ms", "50",
-                           "--prefix-cache", "cluster", "--ucx-tls", "tcp", "--ucx-net-devices", "lo")
+        return small_instance(procs, i, gm_port, "--prefix-cache", "cluster")
 
     long_prompt = STORY * 3
     branch = STORY * 2 + "The dog was brown."
@@ -66,10 +64,7 @@ def main():
                    "the first request's blocks to be free (cached) at its instance")
         # A long answer keeps the holder busy (its blocks in use outweigh reading the prefix elsewhere), so that the
         # branch goes to the other instance while it streams (both idle and without hits: the first, the holder).
-        busy = stream_events(fe_port, "/v1/completions", {"model": "stories15M", "prompt": "The sun", "max_tokens": 240,
-                                                          "ignore_eos": True, "temperature": 0, "stream": True},
-                             timeout=RUN_S)
-        next(busy)
+        busy = busy_stream(fe_port, timeout=RUN_S)
         wait_until(lambda: cluster()[holder]["free_blocks"] < cluster()[other]["free_blocks"], 60,
                    "the holder to run the long answer")
         second = complete(fe_port, branch, 16)

@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from common import (EXIT_S, JOIN_S, RUN_S, ProcGroup, Server, free_port, request, start_front_end, stream_reader,
-                    wait_joined, wait_until)
+                    small_instance, wait_joined, wait_until)
 from test_cluster_ucx import make_prompt
 
 STREAM_TOKENS = 500
@@ -52,9 +52,7 @@ def main():
     procs = ProcGroup(illm)
 
     def instance(i):
-        return procs.start(f"instance{i}", "instance", "--join", f"127.0.0.1:{gm_port}", "--id", str(i),
-                           "--kv-blocks-per-instance", "64", "--threads", "1", "--heartbeat-ms", "50",
-                           "--ucx-tls", "tcp", "--ucx-net-devices", "lo")
+        return small_instance(procs, i, gm_port)
 
     with procs.running():
         gm = procs.start("gmanager", "gmanager", "--listen", f"127.0.0.1:{gm_port}", "--heartbeat-timeout-ms", "2000")
