@@ -81,6 +81,7 @@ void register_messages(caf::actor_system_config& cfg) {
       .add_message_type<prefix_holders>("prefix_holders")
       .add_message_type<find_prefix>("find_prefix")
       .add_message_type<read_prefix>("read_prefix")
+      .add_message_type<copy_prefix>("copy_prefix")
       .add_message_type<prefix_read>("prefix_read");
 }
 

@@ -123,6 +123,7 @@ cluster_options cluster_for(const scenario& s, uint64_t seed, const chaos_option
   c.instance.backend = o.backend;
   c.instance.kv_type = o.kv_type;
   c.instance.prefix_cache = o.prefix_cache;
+  c.instance.prefix_copy = o.prefix_copy;
   c.instance.kv_blocks_per_instance = o.kv_blocks_per_instance;
   c.instance.replica_min_tokens = replicas;
   c.instance.threads_per_instance = 1;

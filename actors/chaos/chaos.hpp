@@ -12,6 +12,7 @@
 
 #include "actors/chaos/books.hpp"
 #include "actors/checker_hooks.hpp"
+#include "actors/settings/settings.hpp"
 #include "gpu/model_files.hpp"
 
 namespace illm::actors::chaos {
@@ -68,6 +69,7 @@ struct chaos_options {
   /// The instances' prefix caches (instance_settings::prefix_cache); with one, the short requests' prompts start
   /// with a part of the long request's, so that they share cached blocks with it and with each other.
   std::string prefix_cache = "off";
+  int prefix_copy = instance_settings{}.prefix_copy;  ///< instance_settings::prefix_copy
   int instances = 3;
   int kv_blocks_per_instance = 64;
   int short_requests = 4;  ///< besides one long request (more than one pool)

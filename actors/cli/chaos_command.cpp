@@ -77,6 +77,7 @@ std::string cluster_flags(const actors::chaos::chaos_options& o) {
   if (o.backend != defaults.backend) out += fmt::format(" --backend {}", o.backend);
   if (o.kv_type != defaults.kv_type) out += fmt::format(" --kv-type {}", o.kv_type);
   if (o.prefix_cache != defaults.prefix_cache) out += fmt::format(" --prefix-cache {}", o.prefix_cache);
+  if (o.prefix_copy != defaults.prefix_copy) out += fmt::format(" --prefix-copy {}", o.prefix_copy);
   return out;
 }
 
@@ -183,6 +184,10 @@ void add_chaos_command(CLI::App& app) {
   add_weight_type_flag(*cmd, f->weight_type);
   add_kv_type_flag(*cmd, f->options.kv_type);
   add_prefix_cache_flag(*cmd, f->options.prefix_cache);
+  cmd->add_option("--prefix-copy", f->options.prefix_copy,
+                  "With --prefix-cache cluster: 0 read remote prefix runs in place, 1 copy them when the performance "
+                  "model says so (default), 2 always copy them")
+      ->check(CLI::Range(actors::prefix_copy_never, actors::prefix_copy_always));
   cmd->add_option("--instances", f->options.instances, "Instances of the cluster (default 3)")->check(CLI::Range(2, 16));
   cmd->add_option("--kv-blocks-per-instance", f->options.kv_blocks_per_instance,
                   "KV blocks of 16 tokens per instance (default 64)")

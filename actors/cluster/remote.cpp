@@ -157,6 +157,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.prefix_cache = n->prefix_cache;
   rcfg.prefix_root = n->prefix_root;
   rcfg.shared_prefixes = options.instance.prefix_cache == "cluster";
+  rcfg.prefix_copy = options.instance.prefix_copy;
   rcfg.hosted = n->hosted = hosted;
   rcfg.promises = n->promises = std::make_shared<pool_promises>();
   rcfg.plane = n->plane;

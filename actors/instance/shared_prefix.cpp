@@ -40,6 +40,7 @@ bool begin_prefix_lookup(self_ptr self, generate_request& r) {
   ask.root = gpu::scoped_root(st.config.prefix_root, r.params.cache_scope);
   ask.keys = gpu::chain_keys(ask.root, prompt, blocks);
   ask.more_than = uint32_t(st.config.prefix_cache->match(ask.root, ask.keys, prompt));
+  ask.decode_tokens = uint32_t(std::max(r.params.max_tokens, 0));
   if (ask.more_than == ask.keys.size()) return false;  // this pool holds all of it
   ask.tokens.assign(prompt.begin(), prompt.begin() + ptrdiff_t(blocks * gpu::kv_block_tokens));
   const request_id id = r.id;

@@ -151,6 +151,7 @@ struct prefix_lookup;
 struct prefix_holders;
 struct find_prefix;
 struct read_prefix;
+struct copy_prefix;
 struct prefix_read;
 struct generate_request;
 struct cancel_request;

@@ -53,8 +53,9 @@ struct find_prefix {
   std::vector<gpu::block_key> keys;   ///< of the prompt's full blocks, chained from root
   std::vector<int32_t> tokens;        ///< those blocks' tokens (keys.size() * 16)
   uint32_t more_than = 0;             ///< blocks the instance's own cache holds
+  uint32_t decode_tokens = 0;         ///< the new tokens the request may generate: the steps that attend the prefix
 };
-ILLM_INSPECT(find_prefix, x.req_id, x.root, x.keys, x.tokens, x.more_than)
+ILLM_INSPECT(find_prefix, x.req_id, x.root, x.keys, x.tokens, x.more_than, x.decode_tokens)
 
 /// owner's rManager -> a holder's rManager: attach the longest cached run of a chain's blocks for (owner, req_id),
 /// read where it is (answer: prefix_read): `keys` are blocks first, first + 1, ... of the request, `root` the key of
@@ -68,6 +69,20 @@ struct read_prefix {
   uint32_t first = 0;
 };
 ILLM_INSPECT(read_prefix, x.req_id, x.owner, x.root, x.keys, x.tokens, x.first)
+
+/// reader's rManager -> a holder's rManager: copy the longest cached run of a chain's blocks (as read_prefix names
+/// them) into the reader's pool, from memory nobody there needs, where the reader's cache takes them (answer:
+/// replica_result, once the reader committed the copy): the performance model found the copy cheaper than reading
+/// them in place. Move `id` is the reader's; the holder's cache keeps its blocks.
+struct copy_prefix {
+  move_id id = 0;
+  request_id req_id = 0;
+  instance_id reader = 0;
+  gpu::block_key root;
+  std::vector<gpu::block_key> keys;
+  std::vector<int32_t> tokens;
+};
+ILLM_INSPECT(copy_prefix, x.id, x.req_id, x.reader, x.root, x.keys, x.tokens)
 
 /// The answer to read_prefix: the holder's physical blocks of the run's first physical.size() blocks, hosted for
 /// (owner, req_id) at logical places first, first + 1, ... until the owner releases the request there.

@@ -88,6 +88,11 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
                                          "Cached KV blocks no request read, taken back when memory was needed (or "
                                          "flushed).",
                                          {"instance"})),
+      prefix_cache_copied(r.add_counter(prefix + "prefix_cache_copied_blocks_total",
+                                        "KV blocks of prefixes cached on another instance copied into this one's "
+                                        "cache, the performance model finding the copy cheaper than reading them "
+                                        "where they lie.",
+                                        {"instance"})),
       prefix_cache_blocks(r.add_gauge(prefix + "prefix_cache_blocks",
                                       "KV blocks the prefix cache holds: read by requests now (state=read) or by none "
                                       "(state=idle: free memory, kept until it is needed).",

@@ -70,6 +70,8 @@ struct runtime_metrics {
   family<counter>& prefix_cache_hit_bytes;
   /// illm:prefix_cache_evicted_blocks_total{instance}: cached blocks taken back for other use, or flushed
   family<counter>& prefix_cache_evicted;
+  /// illm:prefix_cache_copied_blocks_total{instance}: blocks of other instances' caches copied into this one's
+  family<counter>& prefix_cache_copied;
   /// illm:prefix_cache_blocks{instance, state}: blocks the prefix cache holds, read by requests now (state="read")
   /// or by none (state="idle": free memory, kept until it is needed)
   family<gauge>& prefix_cache_blocks;

@@ -74,6 +74,20 @@ double debtor_layer_time(const profile& p, double beta, double kv_tokens, double
   return layer_time(p, beta, kv_tokens) - lent_tokens / p.attention_tokens_per_s;
 }
 
+prefix_copy_costs prefix_copy_cost(const prefix_copy_inputs& in) {
+  prefix_copy_costs c;
+  const double bytes = double(in.blocks) * double(in.block_bytes);
+  c.copy_s = 3 * in.round_trip_s + (in.copy_bytes_per_s > 0 ? bytes / in.copy_bytes_per_s : 0.0);
+  if (!in.holder_read_anyway) c.read_in_place_s = std::max(0.0, in.decode_steps) * in.layers * in.round_trip_s;
+  return c;
+}
+
+bool copy_beats_reading_in_place(const prefix_copy_inputs& in) {
+  if (in.blocks == 0 || in.round_trip_s <= 0 || in.copy_bytes_per_s <= 0) return false;
+  const prefix_copy_costs c = prefix_copy_cost(in);
+  return c.copy_s < c.read_in_place_s;
+}
+
 double creditor_layer_time(const profile& p, double beta, double kv_tokens, double hosted_tokens) {
   return layer_time(p, beta, kv_tokens) + hosted_tokens / p.attention_tokens_per_s;
 }

@@ -76,6 +76,31 @@ double instance_tps(const profile& p, double beta, double kv_tokens);
 /// Σ instance_tps over (β, S) per instance.
 double cluster_tps(const profile& p, const std::vector<std::pair<double, double>>& instances);
 
+/// A run of a shared prefix that another instance's cache holds: what attending it where it lies costs the reading
+/// request, against copying it into the reader's cache first.
+struct prefix_copy_inputs {
+  uint32_t blocks = 0;         ///< the run's blocks
+  uint64_t block_bytes = 0;    ///< KV bytes of one block (all layers)
+  int layers = 0;              ///< a decode step attends the run once per layer
+  double decode_steps = 0;     ///< the steps the request will attend it (its new tokens at most)
+  double round_trip_s = 0;     ///< measured between the reader and the holder (0: not measured yet)
+  double copy_bytes_per_s = 0; ///< the rate copies reach (measured, or a stated prior)
+  bool holder_read_anyway = false;  ///< the request attends other blocks at that holder: its round trips are paid
+};
+
+/// The two costs, in seconds of the reading request's time.
+struct prefix_copy_costs {
+  /// The copy, once: a reservation, the puts and their flush, the commit (three round trips), and the bytes.
+  double copy_s = 0;
+  /// Attending in place: a round trip per layer per decode step, the query out and the partials back (none when
+  /// the request attends that holder anyway).
+  double read_in_place_s = 0;
+};
+
+prefix_copy_costs prefix_copy_cost(const prefix_copy_inputs& in);
+/// Copy when the copy costs less than reading in place; never without a measured round trip or a rate.
+bool copy_beats_reading_in_place(const prefix_copy_inputs& in);
+
 /// JSON of a profile (what `illm profile --out` writes) and back; a malformed file is an error.
 std::string to_json(const profile& p);
 gpu::result<profile> profile_from_json(const std::string& text);

@@ -38,6 +38,7 @@ using rmanager_actor = caf::typed_actor<
     caf::replies_to<take_over>::with<taken_over>, caf::replies_to<report_orphan>::with<orphan_report>,
     caf::replies_to<adopt_orphan>::with<orphan_adopted>,
     // the cluster-wide prefix cache: its instance's requests' prefixes found elsewhere, peers' read here
-    caf::replies_to<find_prefix>::with<taken_over>, caf::replies_to<read_prefix>::with<prefix_read>>;
+    caf::replies_to<find_prefix>::with<taken_over>, caf::replies_to<read_prefix>::with<prefix_read>,
+    caf::replies_to<copy_prefix>::with<replica_result>>;
 
 }  // namespace illm::actors

@@ -83,6 +83,12 @@ std::string over_limit(const rmanager_state& st, const read_prefix& m) {
   return too_many("read_prefix", size_t(m.first) + m.keys.size(), st.config.peer_max_blocks);
 }
 
+std::string over_limit(const rmanager_state& st, const copy_prefix& m) {
+  if (m.tokens.size() != m.keys.size() * gpu::kv_block_tokens)
+    return fmt::format("copy_prefix names {} blocks with {} tokens", m.keys.size(), m.tokens.size());
+  return too_many("copy_prefix", m.keys.size(), std::min<size_t>(st.config.peer_max_blocks, replica_batch_blocks));
+}
+
 bool within_limits(self_ptr self, const std::string& why) {
   if (why.empty()) return true;
   auto& st = self->state;

@@ -160,7 +160,7 @@ commit_result accept_commit(self_ptr self, const commit_move& c) {
   move.stage = incoming_move::state::committed;
   st.config.pool->mark_written(move.blocks, uint32_t(st.config.pool->layout().n_layers));  // all of them arrived
   if (move.replica) {
-    keep_replica(self, c.id, move, c.logical);
+    if (!cache_copied_run(self, c.id, move)) keep_replica(self, c.id, move, c.logical);
     return {c.id, true, {}};
   }
   st.config.hosted->add(move.src, move.req, c.logical, move.blocks);
@@ -169,6 +169,7 @@ commit_result accept_commit(self_ptr self, const commit_move& c) {
 }
 
 void on_abort_move(self_ptr self, const abort_move& a) {
+  self->state.prefix_copies.erase(a.id);
   auto it = self->state.incoming.find(a.id);
   if (it == self->state.incoming.end()) return;
   if (it->second.computing) return stop_chunk(self, a.id, it->second);
@@ -179,8 +180,10 @@ void on_abort_move(self_ptr self, const abort_move& a) {
 void on_lease_check(self_ptr self, move_id id) {
   auto it = self->state.incoming.find(id);
   if (it != self->state.incoming.end() && it->second.stage == incoming_move::state::reserved &&
-      !it->second.computing && self->clock().now() >= it->second.lease_end)
+      !it->second.computing && self->clock().now() >= it->second.lease_end) {
     give_back(self, it->second, incoming_move::state::expired);
+    self->state.prefix_copies.erase(id);
+  }
 }
 
 /// The instance computes a chunk into reservation `t.id`: the blocks, if it is that request's and still reserved.

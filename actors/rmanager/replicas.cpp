@@ -132,6 +132,7 @@ void finish_replica(self_ptr self, move_id id, bool ok, std::string reason) {
   outgoing_move move = std::move(it->second);
   st.outgoing.erase(it);
   if (!ok && move.reservation.granted) self->send(move.dst_rmanager, abort_move{id});
+  for (uint32_t b : move.cache_readers) free_block(st, b);  // a copy of cached blocks: they stay the cache's
   if (move.replica_answer.pending()) move.replica_answer.deliver(replica_result{id, ok, std::move(reason)});
 }
 

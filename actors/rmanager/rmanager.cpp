@@ -145,6 +145,10 @@ rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config c
         if (!within_limits(self, over_limit(self->state, r))) return prefix_read{};
         return answer<prefix_read>(self, faults::control_point::reply, [=] { return read_for_peer(self, r); });
       },
+      [=](const copy_prefix& c) -> caf::result<replica_result> {
+        if (!within_limits(self, over_limit(self->state, c))) return replica_result{c.id, false, "beyond a limit"};
+        return copy_cached_run(self, c);
+      },
       [=](const report_orphan& r) { return report(self, r); },
       [=](const adopt_orphan& a) -> caf::result<orphan_adopted> {
         if (!within_limits(self, over_limit(self->state, a))) return orphan_adopted{false, "beyond a limit", {}};

@@ -37,6 +37,7 @@ struct rmanager_config {
   std::shared_ptr<gpu::prefix_cache> prefix_cache;  ///< its pool's (none: no prefix caching), for the heartbeats' stats
   gpu::block_key prefix_root;    ///< the root of its keys (the model, its weight and KV types)
   bool shared_prefixes = false;  ///< --prefix-cache cluster: its instance's requests read other caches' prefixes
+  int prefix_copy = prefix_copy_by_model;  ///< instance_settings::prefix_copy: when a remote run is copied here
   std::shared_ptr<hosted_blocks> hosted;  ///< shared with the attention server
   std::shared_ptr<pool_promises> promises;  ///< shared with the instance (one is made when none is given)
   std::shared_ptr<transport::data_plane> plane;

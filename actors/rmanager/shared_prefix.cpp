@@ -85,36 +85,79 @@ void add_run(self_ptr self, const reading_ptr& r, instance_id holder, const std:
   read_next(self, r);
 }
 
-void read_next(self_ptr self, const reading_ptr& r) {
+/// One run and its holder: the key before it (`root`), its keys and tokens, as read_prefix asks for them.
+struct run_ask {
+  instance_id holder = 0;
+  read_prefix run;
+};
+
+/// Asks the run's holder to attach it for the request where it lies; the round trip is measured.
+void read_in_place(self_ptr self, const reading_ptr& r, run_ask run) {
   auto& st = self->state;
-  if (r->next == r->runs.size()) return finish_reading(self, r);
-  const placement::prefix_segment run = r->runs[r->next];
-  const find_prefix& f = r->ask;
-  if (run.first != r->found.holders.size() || run.count == 0 || size_t(run.first) + run.count > f.keys.size())
-    return finish_reading(self, r);
-  const gpu::block_key parent = run.first == 0 ? f.root : f.keys[run.first - 1];
-  const size_t end = last_run(*r) ? f.keys.size() : size_t(run.first) + run.count;
-  const std::vector<gpu::block_key> keys(f.keys.begin() + run.first, f.keys.begin() + ptrdiff_t(end));
-  const std::vector<int32_t> tokens(f.tokens.begin() + ptrdiff_t(run.first) * gpu::kv_block_tokens,
-                                    f.tokens.begin() + ptrdiff_t(end) * gpu::kv_block_tokens);
-  if (run.holder == st.config.id) {
-    const auto blocks = st.config.prefix_cache ? st.config.prefix_cache->attach_run(parent, keys, tokens)
-                                               : std::vector<uint32_t>{};
-    return add_run(self, r, run.holder, blocks);
-  }
   auto peer = rmanager_of(self, run.holder);
   if (!peer || !reachable(st, run.holder)) return finish_reading(self, r);
   const instance_id holder = run.holder;
-  self->request(*peer, st.config.answer_timeout, read_prefix{f.req_id, st.config.id, parent, keys, tokens, run.first})
-      .then([=](const prefix_read& read) { add_run(self, r, holder, read.physical); },
-            [=](const caf::error&) {
-              // It may still attach them (the release, sent after, reaches it after the ask): the request reads
-              // nothing there, from its first block there on.
-              auto there = std::find(r->found.holders.begin(), r->found.holders.end(), holder);
-              drop_from(self, *r, size_t(there - r->found.holders.begin()));
-              self->send(*peer, release_blocks{f.req_id, self->state.config.id});
-              finish_reading(self, r);
-            });
+  const auto asked = self->clock().now();
+  const request_id req = run.run.req_id;
+  self->request(*peer, st.config.answer_timeout, std::move(run.run))
+      .then(
+          [=](const prefix_read& read) {
+            note_round_trip(self->state, holder, std::chrono::duration<double>(self->clock().now() - asked).count());
+            add_run(self, r, holder, read.physical);
+          },
+          [=](const caf::error&) {
+            // It may still attach them (the release, sent after, reaches it after the ask): the request reads
+            // nothing there, from its first block there on.
+            auto there = std::find(r->found.holders.begin(), r->found.holders.end(), holder);
+            drop_from(self, *r, size_t(there - r->found.holders.begin()));
+            self->send(*peer, release_blocks{req, self->state.config.id});
+            finish_reading(self, r);
+          });
+}
+
+/// Has the run's holder copy it into this pool's cache, then attaches it here; read in place if the copy fails.
+void copy_then_attach(self_ptr self, const reading_ptr& r, run_ask run) {
+  auto& st = self->state;
+  auto peer = rmanager_of(self, run.holder);
+  if (!peer || !reachable(st, run.holder)) return finish_reading(self, r);
+  const move_id id = (uint64_t(st.config.id) + 1) << 40 | st.next_move++;
+  auto shared = std::make_shared<run_ask>(std::move(run));
+  const read_prefix& run_of = shared->run;
+  ask_copy(self, shared->holder, *peer, copy_prefix{id, run_of.req_id, st.config.id, run_of.root, run_of.keys, run_of.tokens},
+           [=](bool copied) {
+             auto& s = self->state;
+             if (!copied) return read_in_place(self, r, std::move(*shared));
+             const read_prefix& run_copied = shared->run;
+             plane_log(s, fmt::format("rmanager {}: request {} copied {} cached block(s) of its prompt from instance {}",
+                                      s.config.id, run_copied.req_id, run_copied.keys.size(), shared->holder));
+             add_run(self, r, s.config.id, s.config.prefix_cache->attach_run(run_copied.root, run_copied.keys, run_copied.tokens));
+           });
+}
+
+void read_next(self_ptr self, const reading_ptr& r) {
+  auto& st = self->state;
+  if (r->next == r->runs.size()) return finish_reading(self, r);
+  const placement::prefix_segment segment = r->runs[r->next];
+  const find_prefix& f = r->ask;
+  if (segment.first != r->found.holders.size() || segment.count == 0 ||
+      size_t(segment.first) + segment.count > f.keys.size())
+    return finish_reading(self, r);
+  const size_t end = last_run(*r) ? f.keys.size() : size_t(segment.first) + segment.count;
+  run_ask run{segment.holder, {f.req_id, st.config.id, segment.first == 0 ? f.root : f.keys[segment.first - 1],
+                                std::vector<gpu::block_key>(f.keys.begin() + segment.first, f.keys.begin() + ptrdiff_t(end)),
+                                std::vector<int32_t>(f.tokens.begin() + ptrdiff_t(segment.first) * gpu::kv_block_tokens,
+                                                     f.tokens.begin() + ptrdiff_t(end) * gpu::kv_block_tokens),
+                                segment.first}};
+  const read_prefix& ask = run.run;
+  if (run.holder == st.config.id) {
+    const auto blocks = st.config.prefix_cache ? st.config.prefix_cache->attach_run(ask.root, ask.keys, ask.tokens)
+                                               : std::vector<uint32_t>{};
+    return add_run(self, r, run.holder, blocks);
+  }
+  const bool read_there = std::count(r->found.holders.begin(), r->found.holders.end(), run.holder) > 0;
+  if (copy_run_here(st, run.holder, uint32_t(ask.keys.size()), f.decode_tokens, read_there))
+    return copy_then_attach(self, r, std::move(run));
+  read_in_place(self, r, std::move(run));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 //   replicas.cpp            second copies of long requests' blocks: asked for, copied from here, kept here
 //   takeover.cpp            a dead owner's requests: kept here for a lease, taken over by a new owner
 //   shared_prefix.cpp       the cluster-wide prefix cache: prefixes found for its requests, read here for peers'
+//   prefix_copy.cpp         ... a remote run copied here when the performance model finds it cheaper than reading it
 // Internal to actors/rmanager/: nothing outside it includes this header.
 
 #include <deque>
@@ -50,6 +51,7 @@ struct outgoing_move {
   bool replica = false;   // a second copy: the request's table does not change, its owner hears the result
   instance_id owner = 0;  // ... the request's owner (this instance, or the one whose blocks are hosted here)
   caf::typed_response_promise<replica_result> replica_answer;  // ... answers the owner's replicate_blocks
+  std::vector<uint32_t> cache_readers;  // a copy of cached blocks (copy_prefix): the readers it holds here until it ends
 };
 
 /// A reservation this instance granted as the destination.
@@ -82,6 +84,16 @@ struct adoption {
   uint32_t generation = 0;
   instance_id owner = 0;
   orphan_adopted answer;
+};
+
+/// A copy of a cached run into this pool for one of its instance's requests (copy_prefix), until it commits: what
+/// this pool's cache takes the blocks as.
+struct prefix_copy {
+  instance_id holder = 0;
+  gpu::block_key parent;  ///< the key of the block before the run
+  std::vector<gpu::block_key> keys;
+  std::vector<int32_t> tokens;
+  caf::actor_clock::time_point asked;  ///< when it was asked for (its rate is measured at the commit)
 };
 
 /// Everything an rManager keeps.
@@ -123,6 +135,9 @@ struct rmanager_state {
   bool cache_resync = false;    ///< the gManager's index lost track of this cache: the next heartbeat lists every key
   uint64_t cache_reported = 0;  ///< the heartbeat whose cache changes went last
   uint64_t next_move = 1;
+  std::map<move_id, prefix_copy> prefix_copies;  // copies of cached runs coming here, by their move
+  std::map<instance_id, double> round_trip_s;    // measured to peers by prefix reads, smoothed
+  double copy_bytes_per_s = 0;                   // measured by copies into this pool, smoothed (0: none yet)
   static inline const char* name = "rmanager";
 
   /// Free blocks not spoken for by this instance's running requests (some may be promised to rooms).
@@ -190,6 +205,7 @@ std::string over_limit(const rmanager_state& st, const replicas_lost& m);
 std::string over_limit(const rmanager_state& st, const promote_replicas& m);
 std::string over_limit(const rmanager_state& st, const adopt_orphan& m);
 std::string over_limit(const rmanager_state& st, const read_prefix& m);
+std::string over_limit(const rmanager_state& st, const copy_prefix& m);
 
 /// True when `why` is empty. Otherwise the current message broke a limit: it is logged and counted
 /// (illm:peer_limit_violations_total), and its sender, when it is a member, is reported to the gManager, which
@@ -351,5 +367,23 @@ void abort_outgoing_chunk(self_ptr self, move_id id);
 caf::result<taken_over> find_shared_prefix(self_ptr self, const find_prefix& f);
 /// A peer's request reads the longest cached prefix of a chain here: attached and hosted for it.
 prefix_read read_for_peer(self_ptr self, const read_prefix& r);
+
+// ---- prefix_copy.cpp ------------------------------------------------------------------------------------------
+
+/// Whether the run of `blocks` cached blocks at `holder` is copied here rather than read where it lies, for a request
+/// that generates up to `decode_tokens` (`read_there`: it reads other blocks at that holder already).
+bool copy_run_here(const rmanager_state& st, instance_id holder, uint32_t blocks, uint32_t decode_tokens,
+                   bool read_there);
+/// Asks `holder` to copy a run of cached blocks into this pool's cache (copy_prefix, its id a move of this pool's); `done` hears
+/// whether the copy committed here.
+void ask_copy(self_ptr self, instance_id holder_id, rmanager_actor holder, copy_prefix ask,
+              std::function<void(bool)> done);
+/// A holder's side: copies the cached run of a peer's copy_prefix to it, from this cache (the answer once the reader
+/// committed it).
+caf::result<replica_result> copy_cached_run(self_ptr self, const copy_prefix& c);
+/// A commit of move `id` here: when it is a copy of a cached run, this pool's cache takes its blocks (true).
+bool cache_copied_run(self_ptr self, move_id id, incoming_move& move);
+/// A round trip to `peer` measured by a prefix read: the smoothed estimate the copy decisions use.
+void note_round_trip(rmanager_state& st, instance_id peer, double seconds);
 
 }  // namespace illm::actors::rmanager_impl

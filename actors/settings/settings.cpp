@@ -44,6 +44,11 @@ const std::vector<int_setting<instance_settings>>& instance_settings_table() {
       {"replica_min_tokens", &instance_settings::replica_min_tokens, 0, 1 << 30,
        "full KV blocks of requests of at least this many tokens get a second copy on another instance, in free "
        "memory given up first when memory is needed (0: no replicas)"},
+      {"prefix_copy", &instance_settings::prefix_copy, prefix_copy_never, prefix_copy_always,
+       "with --prefix-cache cluster, a run of a prompt's prefix cached on another instance: 0 read where it lies; 1 "
+       "(default) copied into this instance's cache when the performance model finds the copy cheaper than reading "
+       "it in place for the request's decode (round trips measured to the holder, the copy rate measured by copies); "
+       "2 always copied when memory nobody needs holds it"},
       {"orphan_lease_ms", &instance_settings::orphan_lease_ms, 0, 3600000,
        "how long an instance keeps the blocks of a dead owner's request for a new owner to take over (0: freed at "
        "once)"},

@@ -63,6 +63,10 @@ struct batch_settings {
 /// Every batch setting: key, range, meaning.
 const std::vector<int_setting<batch_settings>>& batch_settings_table();
 
+/// The values of instance_settings::prefix_copy: a run of a shared prefix cached on another instance is read where
+/// it lies, copied into the reader's cache when the performance model finds the copy cheaper, or always copied.
+inline constexpr int prefix_copy_never = 0, prefix_copy_by_model = 1, prefix_copy_always = 2;
+
 /// How an instance runs besides its batching: its pool, its threads, and the periods of its rManager (the
 /// embedded cluster's, an instance process's, the service's; the simulator's in simulated time).
 struct instance_settings {
@@ -86,6 +90,7 @@ struct instance_settings {
   int attention_timeout_ms = 30000;
   int answer_timeout_ms = 5000;
   int replica_min_tokens = 4096;
+  int prefix_copy = prefix_copy_by_model;  ///< prefix_copy_never, _by_model or _always (the table says what each does)
   int orphan_lease_ms = 15000;
   int peer_max_blocks = 1 << 17;         ///< blocks (or block places) one message of a peer may name
   int peer_max_open_moves = 1024;        ///< reservations one peer may hold at this instance at once

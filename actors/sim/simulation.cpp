@@ -322,6 +322,7 @@ gpu::result<rmanager_actor> spawn_sim_rmanager(caf::actor_system& sys, const sim
   rc.prefix_cache = c.caches.back();
   rc.prefix_root = c.prefix_root;
   rc.shared_prefixes = u.o.instance.prefix_cache == "cluster";
+  rc.prefix_copy = u.o.instance.prefix_copy;
   rc.hosted = std::make_shared<hosted_blocks>();  // the rManager's registry (the sim's workers attend nothing)
   rc.promises = std::make_shared<pool_promises>();
   c.promises.push_back(rc.promises);

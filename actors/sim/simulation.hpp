@@ -67,9 +67,11 @@ struct sim_options {
   std::chrono::milliseconds room_pass_limit = default_room_pass_limit;
   /// The rManagers' and the gManager's periods, in simulated time (slower than a real cluster's: a
   /// simulated step is tens of milliseconds of a GPU's time). The pool size comes from the profile.
-  /// No replicas unless asked for (replica_min_tokens 0). With instance.prefix_cache "local", prompts are made of
+  /// No replicas unless asked for (replica_min_tokens 0), and remote prefix runs read in place (the simulated
+  /// plane does not time copies). With instance.prefix_cache "local", prompts are made of
   /// the trace's hash ids (equal where the trace says they are), or of each request's own tokens when it has none.
-  instance_settings instance{.heartbeat_ms = 200, .lease_ms = 10000, .replica_min_tokens = 0};
+  instance_settings instance{
+      .heartbeat_ms = 200, .lease_ms = 10000, .replica_min_tokens = 0, .prefix_copy = prefix_copy_never};
   gmanager_settings gmanager{.policy_period_ms = 500, .heartbeat_timeout_ms = 10000, .dead_after_ms = 60000};
   std::chrono::seconds stall_limit{600};  ///< end the run when no instance has stepped for this long
   placement::greedy_options greedy;

@@ -186,6 +186,13 @@ bool wait_cached_blocks(cluster& c, instance_id id, uint32_t blocks) {
   return false;
 }
 
+/// The blocks a request's last placement names, per instance.
+std::map<instance_id, uint32_t> blocks_by_instance(const outcome& o) {
+  std::map<instance_id, uint32_t> held;
+  for (const auto& e : o.end.placement) held[e.inst_id] += e.num_blocks;
+  return held;
+}
+
 /// Two instances of 64 blocks with prefix caches in `mode`, once a 330-token prompt ran alone on instance `on` with
 /// its ids and its blocks are cached there; and a branch of that prompt (its first 290 tokens, 18 full blocks, then a
 /// sentence of its own).
@@ -193,9 +200,10 @@ struct cached_prompt {
   std::unique_ptr<cluster> c;
   std::vector<int32_t> first = long_prompt(330), branch;
 
-  cached_prompt(const std::string& mode, instance_id on) {
+  cached_prompt(const std::string& mode, instance_id on, const std::function<void(cluster_options&)>& also = {}) {
     cluster_options o = pools(2, 64, 3600s);
     o.instance.prefix_cache = mode;
+    if (also) also(o);
     auto started = cluster::start(model().weights, o);
     REQUIRE(started.is_ok());
     c = std::move(started).value();
@@ -420,14 +428,49 @@ TEST_SUITE("actors") {
     REQUIRE_MESSAGE(b.end.reason == "length", b.end.error);
     CHECK(b.tokens == alone(p.branch, 12));
     CHECK(b.end.cached_tokens == 18 * 16);
-    std::map<instance_id, uint32_t> held;
-    for (const auto& e : b.end.placement) held[e.inst_id] += e.num_blocks;
+    std::map<instance_id, uint32_t> held = blocks_by_instance(b);
     CHECK(held[0] == 18);  // read in place: the owner holds only what it computed
     CHECK(held[1] >= 1);
     // The cached blocks are read by nobody now: free memory, and freed by a reset.
     CHECK(p.c->reset_prefix_cache().value_or(0) > 0);
     check_pools_back_to_start(*p.c);
     p.c->shutdown();
+  }
+
+  TEST_CASE("a remote prefix copied into the reader's cache serves the request locally, with the ids of one instance") {
+    for (const int copy : {prefix_copy_always, prefix_copy_by_model}) {
+      CAPTURE(copy);
+      metrics::registry registry;
+      auto counted = std::make_shared<metrics::runtime_metrics>(registry);
+      cached_prompt p("cluster", 0, [&](cluster_options& o) {
+        o.instance.prefix_copy = copy;
+        o.metrics = counted;
+      });
+      if (copy == prefix_copy_by_model) {
+        // The model copies only what it can price: the first read at instance 0 measures the round trip there.
+        const outcome first = run_on(*p.c, greedy(p.first, 4), 1);
+        REQUIRE_MESSAGE(first.end.reason == "length", first.end.error);
+        CHECK(first.end.cached_tokens == 20 * 16);
+        std::map<instance_id, uint32_t> read = blocks_by_instance(first);
+        CHECK(read[0] == 20);  // read in place
+      }
+      // A long answer: reading 18 blocks in place costs 6 round trips a step, the copy three and 250 KB.
+      const outcome b = run_on(*p.c, greedy(p.branch, 48), 1);
+      REQUIRE_MESSAGE(b.end.reason == "length", b.end.error);
+      CHECK(b.tokens == alone(p.branch, 48));
+      CHECK(b.end.cached_tokens == 18 * 16);
+      std::map<instance_id, uint32_t> held = blocks_by_instance(b);
+      CHECK(held[0] == 0);  // copied: nothing read at instance 0
+      double copied = 0;
+      counted->prefix_cache_copied.each(
+          [&](const metrics::label_values& l, const metrics::counter& c) { copied += l[0] == "1" ? c.value() : 0; });
+      CHECK(copied == 18);
+      // The copies stay in instance 1's cache (idle: free memory) until a reset.
+      CHECK(p.c->cached_prefix(greedy(p.branch, 12)) == prefix_hits{{0, 18}, {1, 18}});
+      CHECK(p.c->reset_prefix_cache().value_or(0) > 0);
+      check_pools_back_to_start(*p.c);
+      p.c->shutdown();
+    }
   }
 
   TEST_CASE("a conversation whose turns ran on two instances reads its history in pieces where each turn left it") {
@@ -456,8 +499,7 @@ TEST_SUITE("actors") {
     // instance 1: all 17 full blocks of the history (the last answer's last token was never computed).
     CHECK(turns[1].end.cached_tokens == 12 * 16);
     CHECK(turns[2].end.cached_tokens == 17 * 16);
-    std::map<instance_id, uint32_t> held;
-    for (const auto& e : turns[2].end.placement) held[e.inst_id] += e.num_blocks;
+    std::map<instance_id, uint32_t> held = blocks_by_instance(turns[2]);
     CHECK(held[1] == 5);
     CHECK(c.reset_prefix_cache().value_or(0) > 0);
     check_pools_back_to_start(c);

@@ -74,6 +74,34 @@ TEST_SUITE("actors") {
     CHECK(profile_from_json(to_json(negative)).error().message().find("must be 0 or more") != std::string::npos);
   }
 
+  TEST_CASE("a remote prefix run is copied only when the copy costs less than reading it in place") {
+    // llama2-13b's KV block (16 tokens x 40 layers x K and V x 5120 x 2 bytes: 13.1 MB), 40 layers, 20 us round trips,
+    // 25 GB/s: a copy costs 3 round trips + 0.52 ms a block; reading in place 40 round trips (0.8 ms) a step.
+    prefix_copy_inputs in;
+    in.block_bytes = 16ull * 40 * 2 * 5120 * 2;
+    in.layers = 40;
+    in.round_trip_s = 20e-6;
+    in.copy_bytes_per_s = 25e9;
+    in.blocks = 4;  // a short prefix: 2.16 ms of copy
+    in.decode_steps = 256;
+    const prefix_copy_costs c = prefix_copy_cost(in);
+    CHECK(c.copy_s == doctest::Approx(3 * 20e-6 + 4 * in.block_bytes / 25e9));
+    CHECK(c.read_in_place_s == doctest::Approx(256 * 40 * 20e-6));
+    CHECK(copy_beats_reading_in_place(in));
+    in.decode_steps = 2;  // a short answer: two steps of round trips are cheaper than the copy
+    CHECK_FALSE(copy_beats_reading_in_place(in));
+    in.decode_steps = 256;
+    in.blocks = 2000;  // a long prefix (32K tokens): 1 s of copy against 0.2 s of round trips
+    CHECK_FALSE(copy_beats_reading_in_place(in));
+    in.blocks = 4;
+    in.holder_read_anyway = true;  // the request attends that holder anyway: its round trips are paid
+    CHECK(prefix_copy_cost(in).read_in_place_s == 0);
+    CHECK_FALSE(copy_beats_reading_in_place(in));
+    in.holder_read_anyway = false;
+    in.round_trip_s = 0;  // never measured: read in place
+    CHECK_FALSE(copy_beats_reading_in_place(in));
+  }
+
   TEST_CASE("a measured profile reads sampled rows from its table, a staircase where kernels pad rows") {
     profile p = toy();
     CHECK(sampled_time(p, 3) == doctest::Approx(3 * 0.1e-3));  // no table: a line

@@ -12,6 +12,7 @@
 
 #include "actors/messages/membership.hpp"
 #include "actors/messages/placement.hpp"
+#include "actors/messages/prefix_cache.hpp"
 #include "actors/messages/replicas.hpp"
 #include "actors/messages/requests.hpp"
 #include "actors/messages/room_prefill.hpp"
@@ -67,6 +68,9 @@ constexpr decoder decoders[] = {
     round_trip<take_reservation>, round_trip<return_reservation>, round_trip<cancel_chunk>,
     // the gManager's answer to a front end
     round_trip<cluster_status>,
+    // the cluster-wide prefix cache
+    round_trip<prefix_lookup>,    round_trip<prefix_holders>,   round_trip<find_prefix>,
+    round_trip<read_prefix>,      round_trip<prefix_read>,      round_trip<copy_prefix>,
 };
 
 }  // namespace

@@ -3,7 +3,9 @@ processes (UCX over tcp on lo) and `illm serve --gmanager`. A prompt served on i
 long answer keeps instance 0 busy, the front end routes a branch of that prompt to instance 1, which reads the
 shared blocks where instance 0 keeps them (its attention's queries and partials cross the processes, the KV does
 not): the ids are those of one embedded instance, usage.prompt_tokens_details.cached_tokens counts the blocks read,
-and instance 1's log names them. Every process started here is gone at the end.
+and instance 1's log names them. Another branch with a long answer has the shared blocks copied over UCX instead (the
+performance model's choice, once a read measured the round trip), with the same text as one embedded instance. Every
+process started here is gone at the end.
 
 Usage: test_prefix_processes.py ILLM [SOURCE_DIR]"""
 
@@ -49,6 +51,7 @@ def main():
 
     long_prompt = STORY * 3
     branch = STORY * 2 + "The dog was brown."
+    branch2 = STORY * 2 + "The cat was black and small."
     with procs.running():
         gm = procs.start("gmanager", "gmanager", "--listen", f"127.0.0.1:{gm_port}")
         wait_until(lambda: gm.has(r"listening on") or gm.gone(), 60, "the gManager to listen")
@@ -64,13 +67,17 @@ def main():
                    "the first request's blocks to be free (cached) at its instance")
         # A long answer keeps the holder busy (its blocks in use outweigh reading the prefix elsewhere), so that the
         # branch goes to the other instance while it streams (both idle and without hits: the first, the holder).
-        busy = busy_stream(fe_port, timeout=RUN_S)
-        wait_until(lambda: cluster()[holder]["free_blocks"] < cluster()[other]["free_blocks"], 60,
-                   "the holder to run the long answer")
-        second = complete(fe_port, branch, 16)
-        for _ in busy:
-            pass
-        assert second["choices"][0]["text"] == embedded_text(illm, branch, 16), second
+        def while_holder_busy(prompt, max_tokens):
+            busy = busy_stream(fe_port, timeout=RUN_S)
+            wait_until(lambda: cluster()[holder]["free_blocks"] < cluster()[other]["free_blocks"], 60,
+                       "the holder to run the long answer")
+            answer = complete(fe_port, prompt, max_tokens)
+            for _ in busy:
+                pass
+            assert answer["choices"][0]["text"] == embedded_text(illm, prompt, max_tokens), answer
+            return answer
+
+        second = while_holder_busy(branch, 16)
         cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
         assert cached > 0, second["usage"]
         reader = (a, b)[other]
@@ -78,6 +85,14 @@ def main():
                    "the reading instance to log the blocks it reads in place")
         print(f"prefix cache across processes: the branch read {cached} cached tokens at instance {holder} from "
               f"instance {other}, with the text of one embedded instance", flush=True)
+        # Another branch with a long answer: the reader measured its round trips to the holder on the read before,
+        # and the performance model finds copying the shared blocks cheaper than 64 steps of a round trip per layer.
+        third = while_holder_busy(branch2, 64)
+        assert third["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, third["usage"]
+        wait_until(lambda: reader.has(rf"copied \d+ cached block\(s\) of its prompt from instance {holder}"), 30,
+                   "the reading instance to log the blocks it copied")
+        print(f"... and a branch with a long answer copied the shared blocks from instance {holder} (the performance "
+              f"model's choice), with the text of one embedded instance", flush=True)
         procs.stop_cluster(fe, (a, b), gm, EXIT_S)
 
 
