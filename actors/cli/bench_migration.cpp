@@ -324,13 +324,8 @@ struct migration_setup {
 };
 
 gpu::decode_rig_options rig_options(const migration_flags& f) {
-  gpu::decode_rig_options ro;
-  ro.seed = f.seed;
-  ro.threads = f.threads;
-  ro.batch = f.batch;
-  ro.context_tokens = f.context;
-  ro.decode_steps = total_decode_steps(f);
-  return ro;
+  return {.seed = f.seed, .threads = f.threads, .batch = f.batch, .context_tokens = f.context,
+          .decode_steps = total_decode_steps(f)};
 }
 
 /// Refuses runs whose pool (every token of the run) would be too large.

@@ -17,7 +17,6 @@
 #include "actors/messages.hpp"
 #include "actors/logic/room_prefill.hpp"
 #include "actors/settings/settings.hpp"
-#include "gpu/kv_staging.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/device_weights.hpp"
 #include "gpu/kv_pool.hpp"

@@ -154,14 +154,8 @@ void openai_request(const fs::path& dir) {
 }
 
 void checkpoint(const fs::path& dir) {
-  gpu::model_config c;
-  c.dim = 8;
-  c.hidden_dim = 16;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.n_kv_heads = 1;
-  c.vocab_size = 16;
-  c.max_seq = 8;
+  const gpu::model_config c{.dim = 8, .hidden_dim = 16, .n_layers = 1, .n_heads = 2, .n_kv_heads = 1, .vocab_size = 16,
+                            .max_seq = 8};
   for (bool shared : {true, false}) {
     auto w = gpu::synthetic_weights(c, 1, shared);
     const std::string& path = fuzz::as_file(nullptr, 0);

@@ -108,14 +108,8 @@ namespace {
 
 /// A small model whose rows are whole super-blocks (256), so that every block type holds every matrix.
 std::shared_ptr<const gpu::model_weights> block_sized_model() {
-  gpu::model_config c;
-  c.dim = 256;
-  c.hidden_dim = 512;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.vocab_size = 300;
-  c.max_seq = 256;
+  const gpu::model_config c{.dim = 256, .hidden_dim = 512, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                            .vocab_size = 300, .max_seq = 256};
   static auto w = std::make_shared<const gpu::model_weights>(gpu::synthetic_weights(c, 11, false).value());
   return w;
 }
