@@ -159,6 +159,7 @@ void start_waiting(self_ptr self, size_t index) {
   auto& st = self->state;
   const generate_request& r = st.waiting[index];
   if (auto resumed = st.resuming.find(r.id); resumed != st.resuming.end()) {
+    if (auto running = st.requests.find(r.id); running != st.requests.end()) apply_adopted(self, running->second);
     st.batcher->add(std::move(resumed->second));  // its running_request (tokens streamed so far) stays
     st.resuming.erase(resumed);
   } else {
@@ -305,7 +306,10 @@ void start_over(self_ptr self, request_id id, const std::string& why) {
   again.params.output_before = seq->output_before + seq->n_generated();
   st.resuming[id] = std::move(seq);
   const auto pause = restart_pause(req->second.kv_losses);
-  if (pause.count() == 0) return queue_first(self, std::move(again));
+  if (pause.count() == 0) {
+    if (!begin_restart_lookup(self, again)) queue_first(self, std::move(again));
+    return;
+  }
   st.pausing.emplace(id, std::move(again));
   self->delayed_send(self, pause, requeue_atom::value, id);
 }
@@ -316,6 +320,7 @@ void on_requeue(self_ptr self, request_id id) {
   if (paused == st.pausing.end()) return;  // cancelled meanwhile
   generate_request r = std::move(paused->second);
   st.pausing.erase(paused);
+  if (begin_restart_lookup(self, r)) return;
   queue_first(self, std::move(r));
   maybe_step(self);
 }

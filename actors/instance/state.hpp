@@ -74,11 +74,13 @@ struct hosted_chunk {
   uint32_t blocks = 0;  ///< that it fills
 };
 
-/// The blocks a request taken over from a dead owner starts with, until it starts (owner takeover).
+/// The blocks a queued request starts with, until it starts: what it took over from a dead owner, or the prefix of
+/// its tokens the members' caches hold (read where it lies) for a new request or one that lost its KV.
 struct adopted_prefix {
+  enum class source { takeover, cached_prefix, restart };
   taken_over blocks;
   int64_t since_ns = 0;  ///< when its takeover began
-  bool cached = false;   ///< blocks of other members' prefix caches read where they are, not a takeover
+  source from = source::takeover;
 };
 
 /// Everything an instance keeps.
@@ -205,6 +207,9 @@ std::optional<generate_request> answered_blocks(self_ptr self, request_id id, ta
 /// A new request whose prompt's prefix another member's cache may hold further than this pool's: the rManager
 /// finds it and has it attached where it lies before the request queues (true); false for any other request.
 bool begin_prefix_lookup(self_ptr self, generate_request& r);
+/// The same for a request that lost KV and starts over from its tokens (prompt and output so far): it queues first
+/// once the rManager answers (false: nothing to ask; queue it now).
+bool begin_restart_lookup(self_ptr self, generate_request& r);
 
 // ---- step_loop.cpp -------------------------------------------------------------------------------------------
 

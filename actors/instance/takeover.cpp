@@ -78,6 +78,8 @@ bool cancel_takeover(self_ptr self, request_id id) {
   if (it == st.taking_over.end()) return false;
   tell_client(self, it->second.client, request_finished{id, "cancelled", {}, 0, {}});
   st.taking_over.erase(it);  // what the rManager takes over meanwhile goes back when it answers
+  st.requests.erase(id);     // one that started over and looked for its prefix
+  st.resuming.erase(id);
   return true;
 }
 
@@ -95,10 +97,10 @@ void apply_adopted(self_ptr self, running_request& r) {
   const taken_over& t = it->second.blocks;
   for (size_t i = 0; i < t.holders.size(); ++i) r.seq->table.push_back({t.holders[i], t.physical[i]});
   r.seq->n_cached = int(t.holders.size() * gpu::kv_block_tokens);
-  if (it->second.cached) {  // a prefix read where another member's cache holds it
+  if (it->second.from == adopted_prefix::source::cached_prefix) {  // a prefix read where a member's cache holds it
     r.seq->cached_prompt_tokens = r.seq->n_cached;
     r.seq->prefix_looked_up = true;
-  } else {
+  } else if (it->second.from == adopted_prefix::source::takeover) {
     r.lost_at_ns = it->second.since_ns;  // its next token ends the recovery
     r.tokens_at_loss = r.seq->tokens.size();
   }

@@ -22,6 +22,10 @@ struct prefix_reading {
   caf::typed_response_promise<taken_over> answer;
   find_prefix ask;
   std::vector<placement::prefix_segment> runs;
+  /// Each member whose cache holds the chain's first blocks, with how many: where a run is read instead when its
+  /// holder cannot be (gone, cut off, or it did not answer).
+  std::vector<std::pair<instance_id, uint32_t>> leading;
+  std::set<instance_id> failed;  ///< holders that did not answer a read
   size_t next = 0;
   taken_over found;  ///< the blocks attached so far, in the chain's order
 };
@@ -107,10 +111,13 @@ void read_in_place(self_ptr self, const reading_ptr& r, run_ask run) {
           },
           [=](const caf::error&) {
             // It may still attach them (the release, sent after, reaches it after the ask): the request reads
-            // nothing there, from its first block there on.
+            // nothing there, from its first block there on; with nothing read there before, another holder may.
             auto there = std::find(r->found.holders.begin(), r->found.holders.end(), holder);
+            const bool none_before = there == r->found.holders.end();
             drop_from(self, *r, size_t(there - r->found.holders.begin()));
             self->send(*peer, release_blocks{req, self->state.config.id});
+            r->failed.insert(holder);
+            if (none_before) return read_next(self, r);
             finish_reading(self, r);
           });
 }
@@ -134,9 +141,32 @@ void copy_then_attach(self_ptr self, const reading_ptr& r, run_ask run) {
            });
 }
 
+/// Whether this request's blocks can be read at `holder` now.
+bool readable_at(self_ptr self, const prefix_reading& r, instance_id holder) {
+  auto& st = self->state;
+  return holder == st.config.id ||
+         (!r.failed.count(holder) && st.view.find(holder) && reachable(st, holder) && rmanager_of(self, holder));
+}
+
+/// Run `r.next` at a holder that cannot be read: another member whose cache holds the chain from its start past
+/// the run's first block reads it instead (the one that holds most of it); false when none does.
+bool read_elsewhere(self_ptr self, prefix_reading& r) {
+  placement::prefix_segment& run = r.runs[r.next];
+  const std::pair<instance_id, uint32_t>* best = nullptr;
+  for (const auto& member : r.leading)
+    if (member.second > run.first && readable_at(self, r, member.first) && (!best || member.second > best->second))
+      best = &member;
+  if (!best) return false;
+  run.holder = best->first;
+  run.count = std::min(run.count, best->second - run.first);
+  r.runs.resize(r.next + 1);  // the chain past it is asked of this holder (last_run)
+  return true;
+}
+
 void read_next(self_ptr self, const reading_ptr& r) {
   auto& st = self->state;
   if (r->next == r->runs.size()) return finish_reading(self, r);
+  if (!readable_at(self, *r, r->runs[r->next].holder) && !read_elsewhere(self, *r)) return finish_reading(self, r);
   const placement::prefix_segment segment = r->runs[r->next];
   const find_prefix& f = r->ask;
   if (segment.first != r->found.holders.size() || segment.count == 0 ||
@@ -179,6 +209,8 @@ caf::result<taken_over> find_shared_prefix(self_ptr self, const find_prefix& f) 
               return;
             }
             r->runs = std::move(h.cover);
+            for (size_t i = 0; i < h.holders.size() && i < h.blocks.size(); ++i)
+              r->leading.emplace_back(h.holders[i], h.blocks[i]);
             read_next(self, r);
           },
           [=](const caf::error&) { r->answer.deliver(taken_over{}); });

@@ -106,6 +106,7 @@ size_t instances_holding(const request_finished& end) {
 void check_pools_back_to_start(cluster& c) {
   CHECK(c.wait_pools_free(10s));  // holders free a finished request's blocks a moment after it ends
   for (const auto& i : c.instances()) {
+    if (!i.alive) continue;  // a killed instance's pool is left as it was
     CHECK_MESSAGE(i.accounting.is_ok(), i.accounting.message());
     CHECK_MESSAGE(i.free_blocks == i.total_blocks, "instance ", i.id, ": ", i.free_blocks, " of ", i.total_blocks,
                   " blocks free");
@@ -156,20 +157,29 @@ void check_spread_by_orders(placement::policy policy) {
                     [](const move_report& m) { return m.ok && !m.self_initiated && !m.computed; }));
 }
 
-/// Runs one request on instance `on` alone (the router sees only it) and waits for its end.
-outcome run_on(cluster& c, const generate_params& request, instance_id on) {
+/// Submits one request to instance `on` alone (the router sees only it); `on_token` hears its tokens as they come.
+std::future<outcome> submit_on(cluster& c, const generate_params& request, instance_id on,
+                               std::function<void(size_t tokens)> on_token = {}) {
   cluster_view v = c.view();
   std::erase_if(v.instances, [on](const instance_view& i) { return i.inst_id != on; });
   REQUIRE(v.instances.size() == 1);
-  std::promise<outcome> done;
+  auto done = std::make_shared<std::promise<outcome>>();
   auto got = std::make_shared<outcome>();
-  c.submit(request, {[got](int32_t token) { got->tokens.push_back(token); },
-                     [got, &done](const request_finished& end) {
+  c.submit(request, {[got, on_token](int32_t token) {
+                       got->tokens.push_back(token);
+                       if (on_token) on_token(got->tokens.size());
+                     },
+                     [got, done](const request_finished& end) {
                        got->end = end;
-                       done.set_value(*got);
+                       done->set_value(*got);
                      }},
            v);
-  auto f = done.get_future();
+  return done->get_future();
+}
+
+/// Runs one request on instance `on` alone (the router sees only it) and waits for its end.
+outcome run_on(cluster& c, const generate_params& request, instance_id on) {
+  auto f = submit_on(c, request, on);
   REQUIRE(f.wait_for(600s) == std::future_status::ready);
   return f.get();
 }
@@ -501,6 +511,56 @@ TEST_SUITE("actors") {
     CHECK(turns[2].end.cached_tokens == 17 * 16);
     std::map<instance_id, uint32_t> held = blocks_by_instance(turns[2]);
     CHECK(held[1] == 5);
+    CHECK(c.reset_prefix_cache().value_or(0) > 0);
+    check_pools_back_to_start(c);
+    c.shutdown();
+  }
+
+  TEST_CASE("a request that starts over after its holder died reads its prefix where another cache keeps it") {
+    // Pools of 16 blocks: the branch below keeps 6 at home and reads 11 elsewhere, so that when those 11 are lost
+    // its pool cannot compute them again beside its own, and it starts over from its tokens.
+    cluster_options o = pools(3, 16, 3600s);
+    o.instance.prefix_cache = "cluster";
+    o.instance.prefix_copy = prefix_copy_never;  // read in place: the holder's death costs the reader those blocks
+    metrics::registry registry;
+    o.metrics = std::make_shared<metrics::runtime_metrics>(registry);
+    auto started = cluster::start(model().weights, o);
+    REQUIRE(started.is_ok());
+    cluster& c = *started.value();
+    // The prompt computed on instances 0 and 2 at once (neither finds the other's blocks): both caches keep it.
+    const std::vector<int32_t> first = long_prompt(200);
+    auto on0 = submit_on(c, greedy(first, 4), 0), on2 = submit_on(c, greedy(first, 4), 2);
+    REQUIRE(on0.wait_for(600s) == std::future_status::ready);
+    REQUIRE(on2.wait_for(600s) == std::future_status::ready);
+    REQUIRE(wait_cached_blocks(c, 0, 12));
+    REQUIRE(wait_cached_blocks(c, 2, 12));
+    std::vector<int32_t> branch(first.begin(), first.begin() + 190);
+    for (int32_t t : model().vocab->encode(" Once upon a time there was a cat.", false)) branch.push_back(t);
+    // The branch on instance 1 reads its 11 shared blocks at one of them; that one dies while the branch decodes.
+    std::promise<void> decoding;
+    auto b = submit_on(c, greedy(branch, 64), 1, [&](size_t n) {
+      if (n == 4) decoding.set_value();
+    });
+    REQUIRE(decoding.get_future().wait_for(600s) == std::future_status::ready);
+    instance_id holder = 1;  // where the gManager's placement shows its blocks, once a heartbeat has told it
+    for (int i = 0; i < 1000 && holder == 1; ++i, std::this_thread::sleep_for(5ms))
+      if (auto s = c.status())
+        for (const request_status& r : s->requests)
+          for (const auto& e : r.blocks)
+            if (e.inst_id != 1) holder = e.inst_id;
+    REQUIRE(holder != 1);
+    REQUIRE(c.kill_instance(holder));
+    REQUIRE(b.wait_for(600s) == std::future_status::ready);
+    const outcome got = b.get();
+    REQUIRE_MESSAGE(got.end.reason == "length", got.end.error);
+    CHECK(got.tokens == alone(branch, 64));
+    const instance_id survivor = 2 - holder;
+    CHECK(blocks_by_instance(got)[survivor] == 11);  // read again where the other cache keeps them
+    // Computed again: its positions past the shared blocks (about 30), not the 176 the other cache kept.
+    const metrics::recovery_counts r = metrics::recoveries(*o.metrics);
+    CHECK(r.recompute == 1);
+    CHECK(r.positions > 0);
+    CHECK(r.positions < 11 * 16);
     CHECK(c.reset_prefix_cache().value_or(0) > 0);
     check_pools_back_to_start(c);
     c.shutdown();
