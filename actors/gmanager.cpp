@@ -409,6 +409,7 @@ cluster_view on_heartbeat(self_ptr self, heartbeat& hb) {
 /// The members whose caches hold the first of `l`'s keys, and how many of them (a member of this view only).
 prefix_holders holders_of(const gmanager_state& st, const prefix_lookup& l) {
   prefix_holders out;
+  if (auto* m = st.config.metrics.get()) m->prefix_index_lookups.with().add();
   for (const auto& [member, blocks] : st.prefixes.lookup(l.keys)) {
     if (!st.members.count(member)) continue;
     out.holders.push_back(member);

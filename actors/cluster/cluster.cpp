@@ -216,11 +216,11 @@ prefix_hits cluster::cached_prefix(const generate_params& params) {
 
 request_id cluster::submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) {
   const request_id id = next_request_++;
-  const instance_view* cheapest = route_request(*system_, gmanager(), view, params);
+  request_route route = route_request(*system_, gmanager(), view, params);
   instance_node* first = nodes().front();
-  serving_instance target = cheapest ? serving_instance{cheapest->instance, cheapest->inst_id}
-                                     : serving_instance{first->instance(), first->id()};
-  requests_.spawn(*system_, id, params, std::move(target), std::move(callbacks), view);
+  serving_instance target = route.target ? serving_instance{route.target->instance, route.target->inst_id}
+                                         : serving_instance{first->instance(), first->id()};
+  requests_.spawn(*system_, id, params, std::move(target), std::move(callbacks), view, std::move(route.prefix));
   return id;
 }
 

@@ -221,13 +221,15 @@ std::vector<move_report> remote_cluster::moves_of(request_id id) {
 request_id remote_cluster::submit(const generate_params& params, request_callbacks callbacks,
                                   const cluster_view& view) {
   const request_id id = next_request_++;
-  const instance_view* target = stopped_ ? nullptr : route_request(*system_, gmanager(), view, params);
+  request_route route = stopped_ ? request_route{} : route_request(*system_, gmanager(), view, params);
+  const instance_view* target = route.target;
   if (!target) {
     const char* why = stopped_ ? "the front end is stopping" : "the cluster has no instance that takes requests";
     if (callbacks.on_finished) callbacks.on_finished({id, "error", why, 0, {}});
     return id;
   }
-  requests_.spawn(*system_, id, params, {target->instance, target->inst_id}, std::move(callbacks), view);
+  requests_.spawn(*system_, id, params, {target->instance, target->inst_id}, std::move(callbacks), view,
+                  std::move(route.prefix));
   return id;
 }
 

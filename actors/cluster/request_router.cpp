@@ -55,31 +55,45 @@ const instance_view* cheapest_instance(const cluster_view& view, uint32_t prompt
   return target;
 }
 
-prefix_hits cached_prefix_of(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
-                             const generate_params& p, uint32_t* covered) {
-  prefix_hits hits;
+std::optional<prefix_holders> look_up_prefix(caf::actor_system& sys, const gmanager_actor& gm,
+                                             const cluster_view& view, const generate_params& p) {
+  std::optional<prefix_holders> out;
   const uint32_t blocks = cacheable_blocks(p);
   auto cached = std::find_if(view.instances.begin(), view.instances.end(),
                              [](const instance_view& i) { return i.cache_root != gpu::block_key{}; });
-  if (!gm || blocks == 0 || cached == view.instances.end()) return hits;
+  if (!gm || blocks == 0 || cached == view.instances.end()) return out;
   const gpu::block_key root = gpu::scoped_root(cached->cache_root, p.cache_scope);
   caf::scoped_actor s{sys, true};
   s->request(gm, std::chrono::seconds(5), prefix_lookup{gpu::chain_keys(root, p.prompt, blocks)})
-      .receive(
-          [&](prefix_holders& h) {
-            for (size_t i = 0; i < h.holders.size() && i < h.blocks.size(); ++i) hits.push_back({h.holders[i], h.blocks[i]});
-            if (covered)
-              for (const auto& run : h.cover) *covered += run.count;
-          },
-          [](const caf::error&) {});
+      .receive([&](prefix_holders& h) { out = std::move(h); }, [](const caf::error&) {});
+  return out;
+}
+
+namespace {
+
+prefix_hits hits_of(const std::optional<prefix_holders>& h) {
+  prefix_hits hits;
+  if (h)
+    for (size_t i = 0; i < h->holders.size() && i < h->blocks.size(); ++i) hits.push_back({h->holders[i], h->blocks[i]});
   return hits;
 }
 
-const instance_view* route_request(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
-                                   const generate_params& p) {
+}  // namespace
+
+prefix_hits cached_prefix_of(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
+                             const generate_params& p) {
+  return hits_of(look_up_prefix(sys, gm, view, p));
+}
+
+request_route route_request(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
+                            const generate_params& p) {
+  request_route route;
+  route.prefix = look_up_prefix(sys, gm, view, p);
   uint32_t covered = 0;
-  const prefix_hits hits = cached_prefix_of(sys, gm, view, p, &covered);
-  return cheapest_instance(view, cacheable_blocks(p), hits, covered);
+  if (route.prefix)
+    for (const auto& run : route.prefix->cover) covered += run.count;
+  route.target = cheapest_instance(view, cacheable_blocks(p), hits_of(route.prefix), covered);
+  return route;
 }
 
 serving_capacity capacity_of(const cluster_view& view) {
@@ -93,8 +107,13 @@ serving_capacity capacity_of(const cluster_view& view) {
 }
 
 void request_table::spawn(caf::actor_system& sys, request_id id, const generate_params& params,
-                          serving_instance target, request_callbacks callbacks, const cluster_view& chosen_from) {
+                          serving_instance target, request_callbacks callbacks, const cluster_view& chosen_from,
+                          std::optional<prefix_holders> prefix) {
   generate_request r{id, params, {}};
+  if (prefix) {
+    r.prefix_found = true;
+    r.prefix = std::move(*prefix);
+  }
   auto on_finished = std::move(callbacks.on_finished);
   callbacks.on_finished = [this, id, on_finished](const request_finished& f) {
     {

@@ -33,15 +33,24 @@ inline constexpr double remote_read_weight = 0.25;
 const instance_view* cheapest_instance(const cluster_view& view, uint32_t prompt_blocks, const prefix_hits& hits,
                                        uint32_t covered = 0);
 
-/// The blocks of `p`'s prompt the instances' caches hold, by gManager `gm`'s index (none when no instance of
-/// `view` caches, or the gManager does not answer); `covered`, when given, is set to the prompt's first blocks they
-/// hold between them.
-prefix_hits cached_prefix_of(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
-                             const generate_params& p, uint32_t* covered = nullptr);
+/// What gManager `gm`'s index says of `p`'s prompt blocks (none when no instance of `view` caches, the prompt has
+/// no full block to find, or the gManager does not answer).
+std::optional<prefix_holders> look_up_prefix(caf::actor_system& sys, const gmanager_actor& gm,
+                                             const cluster_view& view, const generate_params& p);
 
-/// Where a new request goes: the cheapest instance for its cached prefix (null when the view has none).
-const instance_view* route_request(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
-                                   const generate_params& p);
+/// The blocks of `p`'s prompt the instances' caches hold, by gManager `gm`'s index (none when no instance of
+/// `view` caches, or the gManager does not answer).
+prefix_hits cached_prefix_of(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
+                             const generate_params& p);
+
+/// Where a new request goes, and what the index said of its prompt (passed on with it: its instance reads the
+/// runs named without asking again).
+struct request_route {
+  const instance_view* target = nullptr;  ///< the cheapest instance for its cached prefix (null: the view has none)
+  std::optional<prefix_holders> prefix;
+};
+request_route route_request(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
+                            const generate_params& p);
 
 /// The instances of a view that take new requests, and the tokens of KV their pools hold in all.
 struct serving_capacity {
@@ -63,7 +72,7 @@ class request_table {
   /// Spawns the request actor of `id`, which submits it to `target`, picked from `chosen_from`. A view told
   /// before that is newer than `chosen_from` is told to it too (its target may have died meanwhile).
   void spawn(caf::actor_system& sys, request_id id, const generate_params& params, serving_instance target,
-             request_callbacks callbacks, const cluster_view& chosen_from);
+             request_callbacks callbacks, const cluster_view& chosen_from, std::optional<prefix_holders> prefix = {});
   void cancel(request_id id);
   void cancel_all();
   /// Sends every request actor an exit.

@@ -52,6 +52,11 @@ bool lookup_prefix(self_ptr self, generate_request& r, bool restart) {
   ask.more_than = uint32_t(st.config.prefix_cache->match(ask.root, ask.keys, prompt));
   if (ask.more_than == ask.keys.size()) return false;  // this pool holds all of it
   ask.decode_tokens = uint32_t(std::max(r.params.max_tokens, 0));
+  if (!restart && r.prefix_found) {  // the front end asked the index when it routed the request
+    ask.found = true;
+    ask.holders = std::move(r.prefix);
+    r.prefix_found = false;
+  }
   ask.tokens.assign(prompt.begin(), prompt.begin() + ptrdiff_t(blocks * gpu::kv_block_tokens));
   const request_id id = r.id;
   const uint32_t queried = uint32_t(blocks * gpu::kv_block_tokens);

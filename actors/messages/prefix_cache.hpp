@@ -54,8 +54,10 @@ struct find_prefix {
   std::vector<int32_t> tokens;        ///< those blocks' tokens (keys.size() * 16)
   uint32_t more_than = 0;             ///< blocks the instance's own cache holds
   uint32_t decode_tokens = 0;         ///< the new tokens the request may generate: the steps that attend the prefix
+  bool found = false;     ///< the front end looked the keys up when it routed the request: the index is not asked
+  prefix_holders holders;  ///< ... and what the index answered then
 };
-ILLM_INSPECT(find_prefix, x.req_id, x.root, x.keys, x.tokens, x.more_than, x.decode_tokens)
+ILLM_INSPECT(find_prefix, x.req_id, x.root, x.keys, x.tokens, x.more_than, x.decode_tokens, x.found, x.holders)
 
 /// owner's rManager -> a holder's rManager: attach the longest cached run of a chain's blocks for (owner, req_id),
 /// read where it is (answer: prefix_read): `keys` are blocks first, first + 1, ... of the request, `root` the key of

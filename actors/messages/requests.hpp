@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 #include "actors/messages/declarations.hpp"
+#include "actors/messages/prefix_cache.hpp"
 #include "actors/placement/types.hpp"
 #include "gpu/backend.hpp"
 #include "gpu/tokenizer.hpp"
@@ -69,8 +70,13 @@ struct generate_request {
   /// Positions of its prompt whose KV the instance it went on from had computed, as far as its request actor
   /// knows (all but the last token once it had a token; none before): computing them again counts as recomputed.
   uint32_t lost_positions = 0;
+  /// The gManager's index as the front end found it when it routed the request (prefix_found): who holds its
+  /// prompt's blocks, which the instance's rManager reads without asking the index again.
+  bool prefix_found = false;
+  prefix_holders prefix;
 };
-ILLM_INSPECT(generate_request, x.id, x.params, x.client, x.takeover_generation, x.takeover_owner, x.lost_positions)
+ILLM_INSPECT(generate_request, x.id, x.params, x.client, x.takeover_generation, x.takeover_owner, x.lost_positions,
+             x.prefix_found, x.prefix)
 
 /// A token's log probability.
 struct token_logprob {

@@ -100,6 +100,10 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
       heartbeat_age(r.add_gauge(prefix + "heartbeat_age_seconds", "Age of an instance's last heartbeat at the gManager.",
                                 {"instance"})),
       instances_alive(r.add_gauge(prefix + "instances_alive", "Instances with a recent heartbeat.")),
+      prefix_index_lookups(r.add_counter(prefix + "prefix_index_lookups_total",
+                                         "Lookups in the gManager's index of the members' prefix caches: one per new "
+                                         "request the front end routes (its instance reads the runs named), and one "
+                                         "per request that starts over.")),
       cluster_peers_refused(r.add_counter(prefix + "cluster_peers_refused_total",
                                           "Control connections this process made that the peer refused in the "
                                           "handshake (TLS: a certificate not accepted).")),

@@ -79,6 +79,8 @@ struct runtime_metrics {
   // Membership (the gManager).
   family<gauge>& heartbeat_age;    ///< illm:heartbeat_age_seconds{instance}
   family<gauge>& instances_alive;  ///< illm:instances_alive
+  /// illm:prefix_index_lookups_total: lookups in the gManager's index of the members' prefix caches
+  family<counter>& prefix_index_lookups;
   /// illm:cluster_peers_refused_total: control connections this process made that the peer refused (its TLS
   /// handshake: the peer did not accept this process's certificate, or this process not the peer's)
   family<counter>& cluster_peers_refused;

@@ -192,6 +192,24 @@ void read_next(self_ptr self, const reading_ptr& r) {
 
 }  // namespace
 
+namespace {
+
+/// The index answered which members hold the chain's blocks: the runs are read in turn, when they cover more than
+/// this pool's cache holds.
+void read_runs(self_ptr self, const reading_ptr& r, prefix_holders h) {
+  uint32_t covered = 0;
+  for (const auto& run : h.cover) covered += run.count;
+  if (covered <= r->ask.more_than) {
+    r->answer.deliver(taken_over{});
+    return;
+  }
+  r->runs = std::move(h.cover);
+  for (size_t i = 0; i < h.holders.size() && i < h.blocks.size(); ++i) r->leading.emplace_back(h.holders[i], h.blocks[i]);
+  read_next(self, r);
+}
+
+}  // namespace
+
 caf::result<taken_over> find_shared_prefix(self_ptr self, const find_prefix& f) {
   auto& st = self->state;
   if (!st.config.gmanager || f.keys.empty() || f.tokens.size() != f.keys.size() * gpu::kv_block_tokens)
@@ -199,21 +217,13 @@ caf::result<taken_over> find_shared_prefix(self_ptr self, const find_prefix& f) 
   auto r = std::make_shared<prefix_reading>();
   r->answer = self->make_response_promise<taken_over>();
   r->ask = f;
+  if (f.found) {  // the front end's lookup, a moment old: its runs are read as they are
+    read_runs(self, r, std::move(r->ask.holders));
+    return r->answer;
+  }
   self->request(st.config.gmanager, st.config.answer_timeout, prefix_lookup{f.keys})
-      .then(
-          [=](prefix_holders& h) {
-            uint32_t covered = 0;
-            for (const auto& run : h.cover) covered += run.count;
-            if (covered <= r->ask.more_than) {
-              r->answer.deliver(taken_over{});
-              return;
-            }
-            r->runs = std::move(h.cover);
-            for (size_t i = 0; i < h.holders.size() && i < h.blocks.size(); ++i)
-              r->leading.emplace_back(h.holders[i], h.blocks[i]);
-            read_next(self, r);
-          },
-          [=](const caf::error&) { r->answer.deliver(taken_over{}); });
+      .then([=](prefix_holders& h) { read_runs(self, r, std::move(h)); },
+            [=](const caf::error&) { r->answer.deliver(taken_over{}); });
   return r->answer;
 }
 

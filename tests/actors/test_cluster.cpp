@@ -424,7 +424,14 @@ TEST_SUITE("actors") {
 
 TEST_SUITE("actors") {
   TEST_CASE("a prefix cached on one instance serves a request on another where it lies, with the ids of one instance") {
-    cached_prompt p("cluster", 0);
+    metrics::registry registry;
+    auto counted = std::make_shared<metrics::runtime_metrics>(registry);
+    cached_prompt p("cluster", 0, [&](cluster_options& o) { o.metrics = counted; });
+    const auto lookups = [&] {
+      double n = 0;
+      counted->prefix_index_lookups.each([&](const metrics::label_values&, const metrics::counter& c) { n += c.value(); });
+      return n;
+    };
     // A gManager that starts afresh rebuilds its index of the caches from the members' full reports.
     const prefix_hits before = p.c->cached_prefix(greedy(p.branch, 12));
     CHECK(before == prefix_hits{{0, 18}});
@@ -433,8 +440,11 @@ TEST_SUITE("actors") {
     for (int i = 0; i < 1000 && after != before; ++i, std::this_thread::sleep_for(10ms))
       after = p.c->cached_prefix(greedy(p.branch, 12));
     REQUIRE(after == before);
-    // The branch on instance 1: its 18 full blocks in common are read where instance 0 keeps them.
+    // The branch on instance 1: its 18 full blocks in common are read where instance 0 keeps them. The index is
+    // asked once: by the front end as it routes the request, whose instance reads the runs it named.
+    const double before_branch = lookups();
     const outcome b = run_on(*p.c, greedy(p.branch, 12), 1);
+    CHECK(lookups() - before_branch == 1);
     REQUIRE_MESSAGE(b.end.reason == "length", b.end.error);
     CHECK(b.tokens == alone(p.branch, 12));
     CHECK(b.end.cached_tokens == 18 * 16);
