@@ -5,8 +5,9 @@
 # answer) and NEW_TOKENS new ids, OUTPUT_TOKENS out. Prints each run's prompt tokens, those found in the cache,
 # those computed, TTFT p50/p99 and output tok/s, then each cache's ratios to off. Measures only; asserts nothing.
 #
-# Usage: [INSTANCES=2] [CONCURRENCY=4] [TURNS=4] [SESSIONS=8] [NEW_TOKENS=48] [OUTPUT_TOKENS=16]
+# Usage: [INSTANCES=2] [CONCURRENCY=4] [TURNS=4] [SESSIONS=8] [NEW_TOKENS=48] [OUTPUT_TOKENS=16] [SERVE_ARGS=...]
 #        deploy/bench-prefix-cache.sh
+# SERVE_ARGS go to every `illm serve` (e.g. "--prefix-copy 0": remote history always read in place).
 # A prompt stays within stories15M's 256 tokens: TURNS x (NEW_TOKENS + OUTPUT_TOKENS) <= 256. With INSTANCES > 1
 # the front end routes a turn by its load and the history the caches hold; with local a turn that runs elsewhere
 # computes its history again, with cluster it reads it where it lies.
@@ -23,7 +24,7 @@ source deploy/bench-common.sh bench-prefix-cache
 
 for mode in off local cluster; do
   port=$(free_port)
-  "$illm" serve --host 127.0.0.1 --port "$port" --instances "$instances" --prefix-cache "$mode" > "$work/serve-$mode.log" 2>&1 &
+  "$illm" serve --host 127.0.0.1 --port "$port" --instances "$instances" --prefix-cache "$mode" ${SERVE_ARGS:-} > "$work/serve-$mode.log" 2>&1 &
   server=$!
   wait_healthy "$port" "$work/serve-$mode.log"
   "$illm" bench --url "http://127.0.0.1:$port" --concurrency "$concurrency" --turns "$turns" \
