@@ -175,6 +175,24 @@ size_t prefix_cache::match(const block_key& root, std::span<const block_key> key
   return cached_prefix(entries_, root, keys, tokens);
 }
 
+size_t prefix_cache::read_prefix_blocks(const block_key& root, std::span<const int32_t> tokens) const {
+  std::lock_guard lock(mutex_);
+  size_t read = 0;
+  block_key key = root;
+  // The last token's logits are sampled: its block is computed.
+  for (size_t i = 0; tokens.size() > 0 && i < (tokens.size() - 1) / kv_block_tokens; ++i) {
+    const auto mine = tokens.subspan(i * kv_block_tokens, kv_block_tokens);
+    const block_key parent = key;
+    key = next_key(parent, mine);
+    auto at = entries_.find(key);
+    if (at == entries_.end() || at->second.parent != parent ||
+        !std::equal(mine.begin(), mine.end(), at->second.tokens.begin()))
+      break;
+    if (at->second.readers > 0) ++read;
+  }
+  return read;
+}
+
 bool prefix_cache::offer(const block_key& key, const block_key& parent, std::span<const int32_t> tokens,
                          uint32_t block) {
   std::lock_guard lock(mutex_);

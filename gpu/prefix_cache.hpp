@@ -77,6 +77,10 @@ class prefix_cache {
   void note_hits(uint64_t queried, uint64_t local, uint64_t remote);
   /// How many of the chain's first blocks attach() would find now, without taking them (what a router weighs).
   size_t match(const block_key& root, std::span<const block_key> keys, std::span<const int32_t> tokens) const;
+  /// How many of the first cached blocks of `tokens`' chain from `root` requests read now: attach() would give them
+  /// without taking memory (the others it finds are spare: free memory it would take). Keys are made one block at
+  /// a time, up to the first block not cached (what an admission check weighs, often).
+  size_t read_prefix_blocks(const block_key& root, std::span<const int32_t> tokens) const;
   /// Offers used block `block` holding `tokens` (16) as the full block `key` whose parent is `parent`: the cache
   /// takes it, with its offerer as its first reader, unless that key is cached already (false: it stays the
   /// offerer's).

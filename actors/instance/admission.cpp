@@ -112,11 +112,23 @@ void give_up_room(self_ptr self, request_id req) {
   st.rooms_refused = true;
 }
 
+/// Blocks of this pool's prefix cache that a queued request will read when it starts and that other requests read
+/// now: they take no memory more (the cached blocks nobody reads are free memory, counted as such). None for a
+/// request whose table starts with blocks it took over or found elsewhere (it reads no more of the cache).
+uint32_t read_with_others(const instance_state& st, const generate_request& r) {
+  if (!st.config.prefix_cache || r.params.prompt_logprobs >= 0 || st.adopted.count(r.id) ||
+      st.config.prefix_cache->stats().read_blocks == 0)
+    return 0;
+  const gpu::block_key root = gpu::scoped_root(st.config.prefix_root, r.params.cache_scope);
+  return uint32_t(st.config.prefix_cache->read_prefix_blocks(root, r.params.prompt));
+}
+
 /// Blocks a queued request needs of this pool and its room: those for its prompt and answer, less those it took
-/// over elsewhere (those it took over here are among them, and among the blocks it may have: judge).
+/// over elsewhere (those it took over here are among them, and among the blocks it may have: judge) and the cached
+/// blocks it will read with other requests.
 uint32_t blocks_needed_here(const instance_state& st, const generate_request& r) {
   const uint32_t all = admission::blocks_needed(r.params.prompt.size(), r.params.max_tokens);
-  return all - std::min(all, adopted_blocks(st, r.id).elsewhere);
+  return all - std::min(all, adopted_blocks(st, r.id).elsewhere + read_with_others(st, r));
 }
 
 /// The grammar `r`'s output keeps to, from `constraints`, into `seq` (started at the output so far); a request

@@ -203,6 +203,17 @@ std::map<instance_id, uint32_t> blocks_by_instance(const outcome& o) {
   return held;
 }
 
+/// A cluster of `instances` pools of `blocks` blocks with prefix caches in `mode`; `also` sets the rest.
+std::unique_ptr<cluster> cached_cluster(int instances, int blocks, const std::string& mode,
+                                        const std::function<void(cluster_options&)>& also = {}) {
+  cluster_options o = pools(instances, blocks, 3600s);
+  o.instance.prefix_cache = mode;
+  if (also) also(o);
+  auto started = cluster::start(model().weights, o);
+  REQUIRE(started.is_ok());
+  return std::move(started).value();
+}
+
 /// Two instances of 64 blocks with prefix caches in `mode`, once a 330-token prompt ran alone on instance `on` with
 /// its ids and its blocks are cached there; and a branch of that prompt (its first 290 tokens, 18 full blocks, then a
 /// sentence of its own).
@@ -211,12 +222,7 @@ struct cached_prompt {
   std::vector<int32_t> first = long_prompt(330), branch;
 
   cached_prompt(const std::string& mode, instance_id on, const std::function<void(cluster_options&)>& also = {}) {
-    cluster_options o = pools(2, 64, 3600s);
-    o.instance.prefix_cache = mode;
-    if (also) also(o);
-    auto started = cluster::start(model().weights, o);
-    REQUIRE(started.is_ok());
-    c = std::move(started).value();
+    c = cached_cluster(2, 64, mode, also);
     const outcome a = run_on(*c, greedy(first, 8), on);
     REQUIRE_MESSAGE(a.end.reason == "length", a.end.error);
     CHECK(a.tokens == alone(first, 8));
@@ -494,11 +500,8 @@ TEST_SUITE("actors") {
   }
 
   TEST_CASE("a conversation whose turns ran on two instances reads its history in pieces where each turn left it") {
-    cluster_options o = pools(2, 64, 3600s);
-    o.instance.prefix_cache = "cluster";
-    auto started = cluster::start(model().weights, o);
-    REQUIRE(started.is_ok());
-    cluster& c = *started.value();
+    auto started = cached_cluster(2, 64, "cluster");
+    cluster& c = *started;
     // Each turn: the conversation so far (the last prompt and its answer) and some new tokens, on instance 0, 1, 0.
     std::vector<int32_t> prompt = long_prompt(200);
     const std::vector<int32_t> more = long_prompt(60);
@@ -529,14 +532,13 @@ TEST_SUITE("actors") {
   TEST_CASE("a request that starts over after its holder died reads its prefix where another cache keeps it") {
     // Pools of 16 blocks: the branch below keeps 6 at home and reads 11 elsewhere, so that when those 11 are lost
     // its pool cannot compute them again beside its own, and it starts over from its tokens.
-    cluster_options o = pools(3, 16, 3600s);
-    o.instance.prefix_cache = "cluster";
-    o.instance.prefix_copy = prefix_copy_never;  // read in place: the holder's death costs the reader those blocks
     metrics::registry registry;
-    o.metrics = std::make_shared<metrics::runtime_metrics>(registry);
-    auto started = cluster::start(model().weights, o);
-    REQUIRE(started.is_ok());
-    cluster& c = *started.value();
+    auto counted = std::make_shared<metrics::runtime_metrics>(registry);
+    auto started = cached_cluster(3, 16, "cluster", [&](cluster_options& o) {
+      o.instance.prefix_copy = prefix_copy_never;  // read in place: the holder's death costs the reader those blocks
+      o.metrics = counted;
+    });
+    cluster& c = *started;
     // The prompt computed on instances 0 and 2 at once (neither finds the other's blocks): both caches keep it.
     const std::vector<int32_t> first = long_prompt(200);
     auto on0 = submit_on(c, greedy(first, 4), 0), on2 = submit_on(c, greedy(first, 4), 2);
@@ -566,12 +568,40 @@ TEST_SUITE("actors") {
     CHECK(got.tokens == alone(branch, 64));
     const instance_id survivor = 2 - holder;
     CHECK(blocks_by_instance(got)[survivor] == 11);  // read again where the other cache keeps them
-    // Computed again: its positions past the shared blocks (about 30), not the 176 the other cache kept.
-    const metrics::recovery_counts r = metrics::recoveries(*o.metrics);
+    // Computed again: at most its positions past the shared blocks (about 30; none when its own full blocks, cached
+    // at home, held all it had computed), not the 176 the other cache kept.
+    const metrics::recovery_counts r = metrics::recoveries(*counted);
     CHECK(r.recompute == 1);
-    CHECK(r.positions > 0);
     CHECK(r.positions < 11 * 16);
     CHECK(c.reset_prefix_cache().value_or(0) > 0);
+    check_pools_back_to_start(c);
+    c.shutdown();
+  }
+
+  TEST_CASE("a request whose cached prefix another request reads needs only its own blocks to start") {
+    // One pool of 26 blocks. A: 300 prompt tokens and 60 out (23 blocks in all, counted as its growth). B: A's
+    // first 290 tokens and a sentence, 8 out: 20 blocks, 18 of them A's prompt blocks that A reads. Beside A, 3
+    // blocks are free for a new request: B starts on its 2 blocks of its own, and ends long before A.
+    auto started = cached_cluster(1, 26, "local");
+    cluster& c = *started;
+    const std::vector<int32_t> a = long_prompt(300);
+    std::vector<int32_t> b(a.begin(), a.begin() + 290);
+    for (int32_t t : model().vocab->encode(" Once upon a time there was a cat.", false)) b.push_back(t);
+    std::promise<void> a_decoding;
+    std::atomic<bool> b_before_a{false};
+    auto first = submit_on(c, greedy(a, 60), 0, [&](size_t n) {
+      if (n == 4) a_decoding.set_value();
+    });
+    REQUIRE(a_decoding.get_future().wait_for(600s) == std::future_status::ready);
+    auto second = submit_on(c, greedy(b, 8), 0);
+    REQUIRE(second.wait_for(600s) == std::future_status::ready);
+    b_before_a = first.wait_for(0s) != std::future_status::ready;
+    REQUIRE(first.wait_for(600s) == std::future_status::ready);
+    const outcome got_a = first.get(), got_b = second.get();
+    CHECK(got_a.tokens == alone(a, 60));
+    CHECK(got_b.tokens == alone(b, 8));
+    CHECK(got_b.end.cached_tokens == 18 * 16);
+    CHECK(b_before_a);  // it did not wait for A's blocks
     check_pools_back_to_start(c);
     c.shutdown();
   }

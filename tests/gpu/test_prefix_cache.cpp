@@ -93,6 +93,23 @@ TEST_SUITE("gpu") {
     CHECK(f.pool->check().is_ok());
   }
 
+  TEST_CASE("prefix cache: the cached blocks of a prompt that requests read now (they take no memory more)") {
+    fixture f(16);
+    const auto prompt = tokens_from(100, 48);
+    const auto first = f.compute(1, prompt);                      // three blocks, read by their request
+    auto longer = tokens_from(100, 60);                           // their 48 tokens and 12 more
+    CHECK(f.cache->read_prefix_blocks(f.root, longer) == 3);
+    CHECK(f.cache->read_prefix_blocks(f.root, prompt) == 2);      // the last token's block is computed
+    auto forged = longer;
+    forged[20] = 7;                                               // the second block differs: only the first
+    CHECK(f.cache->read_prefix_blocks(f.root, forged) == 1);
+    CHECK(f.cache->read_prefix_blocks(gpu::root_key("other", ""), longer) == 0);
+    f.release(first);                                             // spare now: free memory, not read
+    CHECK(f.cache->read_prefix_blocks(f.root, longer) == 0);
+    CHECK(f.cache->attach(f.root, chain(f.root, prompt), prompt).size() == 3);
+    CHECK(f.cache->read_prefix_blocks(f.root, longer) == 3);
+  }
+
   TEST_CASE("prefix cache: a hit is checked against the tokens and the parent, not the key alone") {
     fixture f(8);
     const auto prompt = tokens_from(0, 32);
