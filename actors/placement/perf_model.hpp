@@ -85,7 +85,9 @@ struct prefix_copy_inputs {
   double decode_steps = 0;     ///< the steps the request will attend it (its new tokens at most)
   double round_trip_s = 0;     ///< measured between the reader and the holder (0: not measured yet)
   double copy_bytes_per_s = 0; ///< the rate copies reach (measured, or a stated prior)
-  bool holder_read_anyway = false;  ///< the request attends other blocks at that holder: its round trips are paid
+  /// The request attends blocks in place at some holder anyway (this one or another: a step's queries go to all
+  /// at once): the round trips are paid.
+  bool holder_read_anyway = false;
 };
 
 /// The two costs, in seconds of the reading request's time.
@@ -93,7 +95,7 @@ struct prefix_copy_costs {
   /// The copy, once: a reservation, the puts and their flush, the commit (three round trips), and the bytes.
   double copy_s = 0;
   /// Attending in place: a round trip per layer per decode step, the query out and the partials back (none when
-  /// the request attends that holder anyway).
+  /// the request attends a holder in place anyway).
   double read_in_place_s = 0;
 };
 

@@ -31,7 +31,7 @@ void note_round_trip(rmanager_state& st, instance_id peer, double seconds) {
 }
 
 bool copy_run_here(const rmanager_state& st, instance_id holder, uint32_t blocks, uint32_t decode_tokens,
-                   bool read_there) {
+                   bool reads_elsewhere) {
   if (st.config.prefix_copy == prefix_copy_never || holder == st.config.id || blocks == 0 ||
       blocks > replica_batch_blocks || blocks > replica_room(st) || !st.config.prefix_cache)
     return false;
@@ -44,7 +44,7 @@ bool copy_run_here(const rmanager_state& st, instance_id holder, uint32_t blocks
   in.decode_steps = decode_tokens;
   in.round_trip_s = rtt == st.round_trip_s.end() ? 0.0 : rtt->second;
   in.copy_bytes_per_s = st.copy_bytes_per_s > 0 ? st.copy_bytes_per_s : prior_copy_bytes_per_s;
-  in.holder_read_anyway = read_there;
+  in.holder_read_anyway = reads_elsewhere;
   return placement::copy_beats_reading_in_place(in);
 }
 

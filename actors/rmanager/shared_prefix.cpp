@@ -184,8 +184,10 @@ void read_next(self_ptr self, const reading_ptr& r) {
                                                : std::vector<uint32_t>{};
     return add_run(self, r, run.holder, blocks);
   }
-  const bool read_there = std::count(r->found.holders.begin(), r->found.holders.end(), run.holder) > 0;
-  if (copy_run_here(st, run.holder, uint32_t(ask.keys.size()), f.decode_tokens, read_there))
+  // A step's queries go to every holder at once: one already read in place pays the round trips this run would.
+  const bool reads_elsewhere = std::any_of(r->found.holders.begin(), r->found.holders.end(),
+                                           [&](instance_id h) { return h != st.config.id; });
+  if (copy_run_here(st, run.holder, uint32_t(ask.keys.size()), f.decode_tokens, reads_elsewhere))
     return copy_then_attach(self, r, std::move(run));
   read_in_place(self, r, std::move(run));
 }

@@ -371,9 +371,10 @@ prefix_read read_for_peer(self_ptr self, const read_prefix& r);
 // ---- prefix_copy.cpp ------------------------------------------------------------------------------------------
 
 /// Whether the run of `blocks` cached blocks at `holder` is copied here rather than read where it lies, for a request
-/// that generates up to `decode_tokens` (`read_there`: it reads other blocks at that holder already).
+/// that generates up to `decode_tokens` (`reads_elsewhere`: it reads blocks in place at some holder already, whose
+/// round trips its steps pay anyway).
 bool copy_run_here(const rmanager_state& st, instance_id holder, uint32_t blocks, uint32_t decode_tokens,
-                   bool read_there);
+                   bool reads_elsewhere);
 /// Asks `holder` to copy a run of cached blocks into this pool's cache (copy_prefix, its id a move of this pool's); `done` hears
 /// whether the copy committed here.
 void ask_copy(self_ptr self, instance_id holder_id, rmanager_actor holder, copy_prefix ask,
