@@ -181,4 +181,8 @@ std::vector<double> latency_buckets() {
           0.75,  1.0,    2.5,   5.0,  7.5,   10.0, 20.0,  40.0, 80.0, 120.0};
 }
 
+std::vector<double> transfer_buckets() {
+  return {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0};
+}
+
 }  // namespace illm::actors::metrics

@@ -124,5 +124,7 @@ class registry {
 
 /// Bucket bounds for latencies in seconds, 1 ms to 2 minutes.
 std::vector<double> latency_buckets();
+/// Buckets for copies that take from microseconds (a device-to-device copy) to seconds (megabytes over TCP).
+std::vector<double> transfer_buckets();
 
 }  // namespace illm::actors::metrics

@@ -39,8 +39,16 @@ runtime_metrics::runtime_metrics(registry& r, const std::string& prefix)
                                   "KV block moves the destination refused, by source instance.", {"instance"})),
       moves_failed(r.add_counter(prefix + "kv_moves_failed_total",
                                  "KV block moves that failed otherwise, by source instance.", {"instance"})),
-      move_bytes(r.add_counter(prefix + "kv_move_bytes_total", "KV bytes moved between instances, by source instance.",
-                               {"instance"})),
+      move_bytes(r.add_counter(prefix + "kv_move_bytes_total",
+                               "KV bytes moved between instances, by source instance and path (device: copied device "
+                               "to device in one process; staged: from a device pool through pinned host memory over "
+                               "the data plane; host: from a host pool over the data plane).",
+                               {"instance", "path"})),
+      move_copy_seconds(r.add_histogram(prefix + "kv_move_copy_seconds",
+                                        "Time a move's blocks took to reach the destination's pool, from its "
+                                        "reservation granted to its commit there (bytes put or copied, landed blocks "
+                                        "uploaded, checksums compared), by path.",
+                                        transfer_buckets(), {"instance", "path"})),
       remote_attention_latency(r.add_histogram(prefix + "remote_attention_latency_seconds",
                                                "From a layer's queries sent to remote holders to the last of their partials in, per layer and lane.",
                                                latency_buckets(), {"instance"})),

@@ -41,7 +41,13 @@ struct runtime_metrics {
   family<counter>& moves_started;   ///< illm:kv_moves_started_total{instance} (as the source)
   family<counter>& moves_refused;   ///< illm:kv_moves_refused_total{instance}
   family<counter>& moves_failed;    ///< illm:kv_moves_failed_total{instance}
-  family<counter>& move_bytes;      ///< illm:kv_move_bytes_total{instance}
+  /// illm:kv_move_bytes_total{instance, path}: bytes of the moves that committed, by source and by how they travelled
+  /// (path="device": a device-to-device copy within the process, "staged": from a device pool through pinned host
+  /// buffers over the data plane, "host": from a host pool over the data plane)
+  family<counter>& move_bytes;
+  /// illm:kv_move_copy_seconds{instance, path}: a move's copy, from its reservation granted to its blocks committed in
+  /// the destination's pool (landed blocks uploaded there, checksums compared); paths as move_bytes
+  family<histogram>& move_copy_seconds;
   family<histogram>& remote_attention_latency;  ///< illm:remote_attention_latency_seconds{instance}
   /// illm:remote_attention_relays_total{instance}: attends it relayed to holders on its node, their partials merged
   family<counter>& attention_relays;

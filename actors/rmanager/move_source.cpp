@@ -35,7 +35,8 @@ void finish_move(self_ptr self, move_id id, bool ok, std::string reason) {
   if (auto* m = st.config.metrics.get()) {
     const metrics::label_values instance{std::to_string(st.config.id)};
     if (ok)
-      m->move_bytes.with(instance).add(double(report.blocks) * double(st.config.pool->layout().block_bytes()));
+      m->move_bytes.with({instance[0], move.path})
+          .add(double(report.blocks) * double(st.config.pool->layout().block_bytes()));
     else if (report.reason.rfind("refused", 0) == 0)
       m->moves_refused.with(instance).add();
     else
@@ -54,6 +55,14 @@ void finish_move(self_ptr self, move_id id, bool ok, std::string reason) {
 
 namespace {
 
+/// A move (not a replica) is in the destination's pool, committed there: its copy's time into kv_move_copy_seconds.
+void note_copied(const rmanager_state& st, const outgoing_move& move) {
+  auto* m = st.config.metrics.get();
+  if (!m || move.replica) return;
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - move.copy_started;
+  m->move_copy_seconds.with({std::to_string(st.config.id), move.path}).observe(took.count());
+}
+
 /// The copy is visible at the destination: commit, then switch the owner's table.
 void commit(self_ptr self, move_id id) {
   auto& move = self->state.outgoing.at(id);
@@ -67,6 +76,7 @@ void commit(self_ptr self, move_id id) {
             if (it == self->state.outgoing.end()) return;
             if (!r.committed) return finish_move(self, id, false, "commit refused: " + r.reason);
             outgoing_move& m = it->second;
+            note_copied(self->state, m);
             if (m.replica && !m.cancelled) return finish_replica(self, id, true, {});
             if (m.cancelled) {
               self->send(m.dst_rmanager, abort_move{id});
@@ -171,9 +181,13 @@ void stage_chunks(self_ptr self, move_id id) {
 void copy_blocks(self_ptr self, move_id id) {
   auto& st = self->state;
   outgoing_move& move = st.outgoing.at(id);
+  move.copy_started = std::chrono::steady_clock::now();
   if (const auto dst = pool_in_this_process(st, move.dst);
-      dst && dst->pool->layout().block_bytes() == move.reservation.block_bytes)
+      dst && dst->pool->layout().block_bytes() == move.reservation.block_bytes) {
+    move.path = "device";
     return copy_in_place(self, id, *dst);
+  }
+  move.path = st.config.staging ? "staged" : "host";
   move.copies_left = uint32_t(move.picked.physical.size());
   // Full blocks do not change while they move (only their owner writes them, and only until full). A device
   // pool's are staged through host memory chunk by chunk; the checksum chains over the chunks as they are read.

@@ -4,13 +4,16 @@
 // backend alone on one pool; the books close (every pool whole, every landing slot back).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 
 #include "actors/chaos/chaos.hpp"
 #include "actors/cluster/cluster.hpp"
+#include "actors/metrics/runtime_metrics.hpp"
 #include "tests/actors/support.hpp"
 
 using namespace illm;
@@ -86,6 +89,8 @@ TEST_SUITE("cuda runtime") {
       gpus = 2;
       o.instance.devices = "0,1";  // instances 0 and 2 on GPU 0, instance 1 on GPU 1
     }
+    metrics::registry registry;
+    o.metrics = std::make_shared<metrics::runtime_metrics>(registry);
     auto c = cluster::start(model().weights, o);
     REQUIRE(c.is_ok());
     const std::vector<int32_t> prompt = prompt_of(360);
@@ -112,6 +117,19 @@ TEST_SUITE("cuda runtime") {
       CHECK(put_bytes == 0);  // every move copied device to device (peer to peer between GPUs): none crossed the plane
     else
       CHECK(put_bytes > 0);  // the moves' bytes went through staging and landing slots
+    // The metrics count every committed move's bytes on the path it took, and time each copy.
+    std::map<std::string, double> bytes_by_path, copies_by_path;
+    o.metrics->move_bytes.each(
+        [&](const metrics::label_values& l, const metrics::counter& n) { bytes_by_path[l.at(1)] += n.value(); });
+    o.metrics->move_copy_seconds.each(
+        [&](const metrics::label_values& l, const metrics::histogram& h) { copies_by_path[l.at(1)] += h.count(); });
+    const std::string path = o.device_copies ? "device" : "staged";
+    CHECK(bytes_by_path.size() == 1);
+    const double per_block = bytes_by_path[path] / double(moved);  // the same bytes for every block moved
+    CHECK(per_block > 0);
+    CHECK(per_block == std::floor(per_block));
+    if (!o.device_copies) CHECK(bytes_by_path[path] <= double(put_bytes));  // puts carried them (and refused ones)
+    CHECK(copies_by_path[path] >= 1);
     CHECK(attention_bytes > 0);  // holders answered with partials computed on their devices
     CHECK(c.value()->wait_pools_free(10s));
     for (const auto& i : c.value()->instances()) {

@@ -343,6 +343,23 @@ def make_prompt(words_wanted=2460):
     return " ".join(out)
 
 
+def moves(gm, after=0):
+    """(request, source, destination, blocks) of each move the gManager logged after `after` characters."""
+    found = re.findall(r"^illm gmanager: move \d+ of request (\d+): instance (\d+) -> (\d+), (\d+) blocks",
+                       gm.output()[after:], re.M)
+    return [tuple(int(x) for x in m) for m in found]
+
+
+def moved_at_least(gm, after, blocks):
+    """(request, owner, holder) once the gManager logged moves of `blocks` or more from one owner to one holder."""
+    total = {}
+    for req, src, dst, n in moves(gm, after):
+        total[(req, src, dst)] = total.get((req, src, dst), 0) + n
+        if total[(req, src, dst)] >= blocks:
+            return req, src, dst
+    return None
+
+
 def run_json(args, timeout_s):
     done = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout_s, text=True)
     assert done.returncode == 0, (args, done.returncode, done.stderr[-4000:])

@@ -30,8 +30,8 @@ import sys
 import tempfile
 import time
 
-from common import (EXIT_S, JOIN_S, RUN_S, ProcGroup, free_port, make_prompt, metric, planes_connected, request,
-                    run_json, wait_until)
+from common import (EXIT_S, JOIN_S, RUN_S, ProcGroup, free_port, make_prompt, metric, moved_at_least, planes_connected,
+                    request, run_json, wait_until)
 
 POOL_BLOCKS = 64
 VICTIM_TOKENS = 400
@@ -44,23 +44,6 @@ def write_prompt(procs, words):
     f.close()
     procs.files.append(f.name)
     return f.name
-
-
-def moves(gm, after=0):
-    """(request, source, destination, blocks) of each move the gManager logged after `after` characters."""
-    found = re.findall(r"^illm gmanager: move \d+ of request (\d+): instance (\d+) -> (\d+), (\d+) blocks",
-                       gm.output()[after:], re.M)
-    return [tuple(int(x) for x in m) for m in found]
-
-
-def moved_at_least(gm, after, blocks):
-    """(request, owner, holder) once the gManager logged moves of `blocks` or more from one owner to one holder."""
-    total = {}
-    for req, src, dst, n in moves(gm, after):
-        total[(req, src, dst)] = total.get((req, src, dst), 0) + n
-        if total[(req, src, dst)] >= blocks:
-            return req, src, dst
-    return None
 
 
 def main():
@@ -133,6 +116,10 @@ def main():
         result = answer_of(victim)
         assert result["token_ids"] == long_reference["token_ids"], (result["token_ids"], long_reference["token_ids"])
         text = metrics_of(owner)
+        # Its blocks crossed the data plane from a host pool: bytes and the copy's time, on the path named.
+        moved = metric(text, "illm:kv_move_bytes_total", {"instance": owner, "path": "host"})
+        copies = metric(text, "illm:kv_move_copy_seconds_count", {"instance": owner, "path": "host"})
+        assert moved > 0 and copies >= 1, (moved, copies)
         recomputed = metric(text, "illm:positions_recomputed_total", {"instance": owner})
         recovered = metric(text, "illm:requests_recovered_total", {"instance": owner, "how": "recompute"})
         restarted = metric(text, "illm:requests_restarted_total", {"instance": owner})
