@@ -49,18 +49,12 @@ python3 deploy/gpu-sdpa-bench.py --illm-json "$build/gpu-bench.json" ||
   echo "gpu-check: the PyTorch comparison did not run to its end (the figures above stand)"
 
 # The whole illm with CUDA, on the Debian packages deploy/gpu-bundle.sh fetched (the image lacks CAF, UCX and the
-# rest): unpacked into a prefix of this build's own, found there first (cmake/deps_root.cmake), run from there.
+# rest): deploy/gpu-whole.sh unpacks them into a prefix of the build's own, finds them there first, runs from there.
 whole=skipped
 if compgen -G "deploy/gpu-bundle/*.deb" >/dev/null; then
   step "the whole illm on the bundle's packages (unpacked into $build-whole/deps-root)"
-  root="$PWD/$build-whole/deps-root"
-  python3 deploy/unpack-debs.py "$root" deploy/gpu-bundle/*.deb
   whole=failed
-  if cmake -S . -B "$build-whole" -DCMAKE_BUILD_TYPE=Release -DILLM_DEPS_ROOT="$root" -DILLM_BUILD_TESTS=OFF \
-       -DCMAKE_CUDA_ARCHITECTURES="${CMAKE_CUDA_ARCHITECTURES:-90}" &&
-     cmake --build "$build-whole" -j"$(nproc)" --target illm; then
-    grep -E "^(CAF_CORE_LIBRARY|ucx_DIR|OpenBLAS_DIR|fmt_DIR|ILLM_ENABLE_CUDA):" "$build-whole/CMakeCache.txt"
-    ldd "$build-whole/illm" | grep -E "caf|ucp|openblas|icu|cudart|cublas" || true
+  if bash deploy/gpu-whole.sh "$build-whole"; then
     python3 tests/models/tiny_checkpoints.py "$build-whole/models" >/dev/null  # numpy: tiny random models
     for backend in cuda cpu; do  # the same greedy text on the GPU and on the cpu backend
       "$build-whole/illm" generate --backend $backend --model "$build-whole/models/llama-f32-gguf.gguf" \

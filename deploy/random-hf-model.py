@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """random-hf-model.py SHAPE OUT [TOKENIZER_DIR]: a Hugging Face folder of random BF16 weights in a real model's
 shape, for load-time, memory and speed measurements (no real weights are reachable here). SHAPE: llama3.2-1b,
-llama3.2-3b, llama3-8b, qwen2.5-0.5b. Weights are written tensor by tensor (the memory this script needs is one
-tensor's), in shards of about 2 GB with model.safetensors.index.json; TOKENIZER_DIR's tokenizer.json and
-tokenizer_config.json are copied beside them when given (its vocabulary must fit the shape's)."""
+llama3.2-3b, llama3-8b, qwen2.5-0.5b, tiny-llama3. Weights are written tensor by tensor (the memory this script needs is
+one pool's), in shards of about 2 GB with model.safetensors.index.json; TOKENIZER_DIR's tokenizer.json and
+tokenizer_config.json are copied beside them when given (its vocabulary must fit the shape's).
+
+Each weight is uniform in magnitude within [2^e, 2^(e+1)) (e: the exponent of 1/sqrt(fan-in); norms in [1, 2)),
+with a random sign and mantissa: slices of one pool of random BF16 bits at random offsets, written as they are
+sliced, so an 8B checkpoint is written at the speed of the disk (about 16 GB), not of a random number generator.
+Shape "tiny-llama3" (2 layers, hidden 256, Llama 3's vocabulary) stands in for llama3-8b where a test runs on a
+CPU."""
 import json
 import os
 import shutil
@@ -22,14 +28,40 @@ SHAPES = {
                                  "original_max_position_embeddings": 8192}),
     "llama3-8b": dict(arch="LlamaForCausalLM", hidden=4096, ffn=14336, layers=32, heads=32, kv=8, vocab=128256,
                       tied=False, theta=500000.0, ctx=8192, scaling=None),
+    "tiny-llama3": dict(arch="LlamaForCausalLM", hidden=256, ffn=512, layers=2, heads=8, kv=2, vocab=128256,
+                        tied=False, theta=500000.0, ctx=8192, scaling=None),
     "qwen2.5-0.5b": dict(arch="Qwen2ForCausalLM", hidden=896, ffn=4864, layers=24, heads=14, kv=2, vocab=151936,
                          tied=True, theta=1000000.0, ctx=32768, scaling=None),
 }
 
 
-def bf16(a):
-    u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+POOL_ELEMENTS = 1 << 25  # 64 MiB of random BF16 bits
+
+
+class RandomBf16:
+    """Random BF16 weights of a given magnitude, sliced from one pool of random bits."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.bits = self.rng.integers(0, 1 << 16, POOL_ELEMENTS, dtype=np.uint16)
+        self.pools = {}  # exponent -> the pool with that exponent: sign and 7 mantissa bits random
+
+    def pool(self, exponent):
+        if exponent not in self.pools:
+            self.pools[exponent] = (self.bits & np.uint16(0x807F)) | np.uint16((127 + exponent) << 7)
+        return self.pools[exponent]
+
+    def write(self, f, n, scale, positive=False):
+        """Writes n weights of magnitude in [2^e, 2^(e+1)), e = floor(log2(scale)); positive: no sign bit."""
+        pool = self.pool(int(np.floor(np.log2(scale))))
+        if positive:
+            pool = pool & np.uint16(0x7FFF)
+        at = int(self.rng.integers(0, POOL_ELEMENTS))
+        while n > 0:
+            k = min(n, POOL_ELEMENTS - at)
+            f.write(pool[at:at + k].tobytes())
+            n -= k
+            at = 0
 
 
 def tensors(s):
@@ -59,7 +91,7 @@ def main():
     shape, out = sys.argv[1], sys.argv[2]
     s = SHAPES[shape]
     os.makedirs(out, exist_ok=True)
-    rng = np.random.default_rng(0)
+    weights = RandomBf16(0)
     shards, current, size = [], [], 0
     for name, dims in tensors(s):
         n = int(np.prod(dims))
@@ -82,9 +114,8 @@ def main():
         with open(os.path.join(out, file), "wb") as f:
             f.write(len(text).to_bytes(8, "little") + text)
             for name, dims in shard:
-                scale = 1.0 if name.endswith("norm.weight") else 1.0 / np.sqrt(dims[-1])
-                values = rng.standard_normal(dims, dtype=np.float32) * scale + (1.0 if name.endswith("norm.weight") else 0.0)
-                f.write(bf16(values).tobytes())
+                norm = name.endswith("norm.weight")
+                weights.write(f, int(np.prod(dims)), 1.0 if norm else 1.0 / np.sqrt(dims[-1]), positive=norm)
     with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
         json.dump(index, f)
     config = {"architectures": [s["arch"]], "hidden_size": s["hidden"], "intermediate_size": s["ffn"],
