@@ -82,13 +82,19 @@ def spread(a, model, work):
     check(same, f"the same 32 greedy ids over 4 pools as on one (first difference: {first})")
 
 
+def start_server(procs, name, *args):
+    """`illm serve` on a free loopback port, once its /health answers (the model loaded) or it exited: (process, port)."""
+    port = free_port()
+    server = procs.start(name, "serve", "--host", "127.0.0.1", "--port", str(port), *args)
+    wait_until(lambda: server.gone() or request(port, "GET", "/health", timeout=5)[0] == 200, RUN_S,
+               f"{name} to load the model")
+    return server, port
+
+
 def serve_and_bench(a, model, procs):
     """`illm serve --instances 4` on the GPU, benched at concurrency 16 and 64."""
-    port = free_port()
-    server = procs.start("serve", "serve", "--backend", a.backend, "--instances", "4", "--model", model, "--host",
-                         "127.0.0.1", "--port", str(port), *a.serve_args)
-    wait_until(lambda: server.gone() or request(port, "GET", "/health", timeout=5)[0] == 200, RUN_S,
-               "illm serve to load the model")
+    server, port = start_server(procs, "serve", "--backend", a.backend, "--instances", "4", "--model", model,
+                                *a.serve_args)
     check(not server.gone(), "illm serve --instances 4 is up")
     if server.gone():
         print(server.output()[-4000:])
@@ -152,16 +158,14 @@ def start_processes(a, procs, model, ids, pool_blocks):
     return f"127.0.0.1:{port}", gm, insts
 
 
-def moves(a, model, work, procs):
+def move_paths(a, model, work, procs):
     """The same spread request copied device to device (one process) and staged through the host (two processes)."""
     prompt, pool = prompt_file(work, 1500), 64  # about 107 blocks: 43 or more move
-    port = free_port()
-    server = procs.start("serve-moves", "serve", "--instances", "2", "--model", model, "--host", "127.0.0.1", "--port",
-                         str(port), *cluster_args(a, pool))
-    wait_until(lambda: server.gone() or request(port, "GET", "/health", timeout=5)[0] == 200, RUN_S, "illm serve")
+    server, port = start_server(procs, "serve-moves", "--instances", "2", "--model", model, *cluster_args(a, pool))
     assert not server.gone(), server.output()[-4000:]
     with open(prompt) as f:
-        body = {"model": os.path.basename(model), "prompt": f.read(), "max_tokens": 16, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+        body = {"model": os.path.basename(model), "prompt": f.read(), "max_tokens": 16, "temperature": 0,
+                "ignore_eos": True, "return_token_ids": True}
     status, answer = request(port, "POST", "/v1/completions", body, timeout=RUN_S)
     check(status == 200, "the request over two instances of one process completed")
     _, text = request(port, "GET", "/metrics", timeout=10)
@@ -204,17 +208,14 @@ def faults(a, model, work, procs):
         lines = [line for line in client.output().splitlines() if line.startswith("{")]
         return json.loads(lines[-1]) if code == 0 and lines else {"token_ids": None, "error": client.output()[-2000:]}
 
-    counted = ["illm:recovery_seconds_sum", "illm:recovery_seconds_count"] + \
-        [f"illm:requests_recovered_total{{how={h}}}" for h in ("replica", "takeover", "recompute")]
+    ways = ("replica", "takeover", "recompute")
+    counted = {"seconds": ("illm:recovery_seconds_sum", None), "count": ("illm:recovery_seconds_count", None),
+               **{how: ("illm:requests_recovered_total", {"how": how}) for how in ways}}
 
     def recovery():
         """Each instance's recovery figures (counted), by id."""
-        values = {}
-        for i, p in insts.items():
-            text = metrics_at(p)
-            values[i] = {c: metric(text, c.split("{")[0], dict([c[:-1].split("{")[1].split("=")]) if "{" in c else None)
-                         for c in counted}
-        return values
+        texts = {i: metrics_at(p) for i, p in insts.items()}
+        return {i: {key: metric(text, *series) for key, series in counted.items()} for i, text in texts.items()}
 
     for victim in ("holder", "owner"):
         before = recovery()
@@ -227,15 +228,17 @@ def faults(a, model, work, procs):
         insts[dead].wait_exit(EXIT_S)
         del insts[dead]
         after = recovery()  # the survivors' figures, against theirs before the death
-        gained = {c: sum(after[i][c] - before[i][c] for i in after) for c in counted}
-        spent = gained[counted[0]] / max(gained[counted[1]], 1)
-        how = {c.split("=")[1][:-1]: n for c, n in gained.items() if "how=" in c and n > 0}
+        gained = {key: sum(after[i][key] - before[i][key] for i in after) for key in counted}
+        spent = gained["seconds"] / max(gained["count"], 1)
+        how = {way: gained[way] for way in ways if gained[way] > 0}
         print(f"  request {req} (owner {owner}, blocks moved to {holder}): SIGKILLed the {victim}; answered "
               f"{took:.2f} s later; recovered {how}, recovery_seconds mean {spent:.3f} s", flush=True)
         check(result["token_ids"] == reference["token_ids"][:tokens], f"after the {victim}'s death: the ids of one "
               "instance" + ("" if result["token_ids"] is not None else f" ({result['error']})"))
-    wait_until(lambda: all(metric(metrics_at(p), "illm:kv_blocks_hosted") == 0 and
-                           metric(metrics_at(p), "illm:kv_cache_usage_perc") == 0 for p in insts.values()), EXIT_S,
+    def holds_nothing(text):
+        return metric(text, "illm:kv_blocks_hosted") == 0 and metric(text, "illm:kv_cache_usage_perc") == 0
+
+    wait_until(lambda: all(holds_nothing(metrics_at(p)) for p in insts.values()), EXIT_S,
                "the survivors to free every block")
     texts = [metrics_at(p) for p in insts.values()]
     failed = sum(metric(t, "illm:requests_failed_total") for t in texts)
@@ -274,7 +277,7 @@ def main():
         section(f"illm serve --instances 4 ({a.shape}, {a.backend})")
         serve_and_bench(a, big, procs)
         section(f"moves between instances: device to device, and staged through the host ({a.cluster_shape})")
-        moves(a, small, a.work, procs)
+        move_paths(a, small, a.work, procs)
         section(f"a cluster of processes on the GPU: a holder and an owner SIGKILLed ({a.cluster_shape})")
         faults(a, small, a.work, procs)
         section("transformers as the reference of the tiny checkpoints")

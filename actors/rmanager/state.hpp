@@ -53,7 +53,7 @@ struct outgoing_move {
   instance_id owner = 0;  // ... the request's owner (this instance, or the one whose blocks are hosted here)
   caf::typed_response_promise<replica_result> replica_answer;  // ... answers the owner's replicate_blocks
   std::vector<uint32_t> cache_readers;  // a copy of cached blocks (copy_prefix): the readers it holds here until it ends
-  const char* path = "";  // how its bytes travel, once the copy starts: "device", "staged" or "host" (move_path)
+  const char* path = "";  // how its bytes travel, once the copy starts: "device", "staged" or "host" (copy_blocks)
   std::chrono::steady_clock::time_point copy_started;  // the reservation granted, the copy begun
 };
 
