@@ -114,10 +114,16 @@ def cluster_wide(long_prompt, branch, expected):
         free = lambda: {i["id"]: i["free_blocks"] for i in request(server.port, "GET", "/v1/cluster")[1]["instances"]}
         wait_until(lambda: request(server.port, "GET", "/v1/cluster")[1]["instances"][0]["cached_blocks"] > 0, 30,
                    "/v1/cluster to show instance 0's cached blocks")
-        # A long answer keeps instance 0 busy (its blocks in use outweigh reading the prefix elsewhere), so that the
-        # router sends the branch to instance 1 while it streams.
+        # A long answer keeps instance 0 busy, so that the router sends the branch to instance 1 while it streams: the
+        # router weighs the blocks an instance has in use against a quarter of a block for each prefix block read
+        # elsewhere (the branch's 6), so instance 0 must hold at least 2 blocks more than instance 1.
         busy = busy_stream(server.port)
-        wait_until(lambda: free()[0] < free()[1], 60, "instance 0 to run the long answer")
+
+        def busier_by_two():
+            now = free()
+            return now[1] - now[0] >= 2
+
+        wait_until(busier_by_two, 60, "instance 0 to run the long answer")
         body = complete(server.port, branch)
         for _ in busy:
             pass
