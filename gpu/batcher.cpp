@@ -365,6 +365,7 @@ void batcher::retire() {
       ++it;
       continue;
     }
+    if (!s.foreign()) blocks_.finishing(s);
     if (status r = release_all(s); !r.is_ok() && s.finish != finish_reason::error) {
       s.finish = finish_reason::error;
       s.error = r.message();

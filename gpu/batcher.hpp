@@ -84,6 +84,9 @@ struct sequence {
   block_key last_key;
   /// The prefix cache's namespace of its blocks (generate_params::cache_scope; empty: the shared one).
   std::string cache_scope;
+  /// Set as it finishes, by a block source with a prefix cache: its full blocks that other pools hold, keyed (their
+  /// holders' caches may keep them once it ends).
+  std::vector<keyed_block> keyed_elsewhere;
 
   /// Positions [from, to) had their KV computed: counts those below lost_below in recomputed; returns how many.
   int note_computed(int from, int to);
@@ -133,6 +136,8 @@ class block_source {
   virtual int attach_prefix(sequence& seq) { return 0; }
   /// The sequence's full blocks past keyed_blocks have KV now: a source with a prefix cache offers them to it.
   virtual void blocks_computed(sequence& seq) {}
+  /// `seq` finished and is about to release its blocks (its table still whole).
+  virtual void finishing(sequence& seq) {}
 };
 
 /// What a batcher does when a sequence needs blocks that its source cannot give.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 namespace illm::gpu {
 
@@ -14,6 +15,14 @@ namespace illm::gpu {
 struct block_key {
   uint64_t hi = 0, lo = 0;
   bool operator==(const block_key&) const = default;
+};
+
+/// A full block of a request with what a cache needs to take it: where it lies (pool, physical block), its place
+/// in the request (index), its key, its parent's key and its tokens.
+struct keyed_block {
+  uint32_t pool = 0, block = 0, index = 0;
+  block_key key, parent;
+  std::vector<int32_t> tokens;
 };
 
 /// Hash of a key for unordered containers (the key is a hash already).

@@ -196,9 +196,14 @@ size_t prefix_cache::read_prefix_blocks(const block_key& root, std::span<const i
 bool prefix_cache::offer(const block_key& key, const block_key& parent, std::span<const int32_t> tokens,
                          uint32_t block) {
   std::lock_guard lock(mutex_);
-  if (tokens.size() != size_t(kv_block_tokens) || entries_.count(key)) return false;
-  // An entry still naming this block is stale: the pool reclaimed it and gave it to the offerer.
-  if (auto stale = by_block_.find(block); stale != by_block_.end()) forget(entries_.find(stale->second));
+  if (tokens.size() != size_t(kv_block_tokens) || entries_.count(key) || forgotten_.count(block)) return false;
+  // An entry naming this block with no reader is stale: the pool reclaimed it and gave it to the offerer. One with
+  // readers is the cache's already (a request read it where it lies).
+  if (auto named = by_block_.find(block); named != by_block_.end()) {
+    auto at = entries_.find(named->second);
+    if (at->second.readers > 0) return false;
+    forget(at);
+  }
   if (!pool_->set_owner(std::span(&block, 1), block_owner{prefix_cache_request, instance_})) return false;
   entry e;
   e.parent = parent;
@@ -322,6 +327,27 @@ void offer_computed_blocks(prefix_cache& cache, const block_key& model_root, uin
     if (seq.table[i].pool == pool) (void)cache.offer(seq.last_key, parent, tokens, seq.table[i].block);
     ++seq.keyed_blocks;
   }
+}
+
+std::vector<keyed_block> keyed_blocks_elsewhere(const block_key& model_root, uint32_t pool, const sequence& seq) {
+  std::vector<keyed_block> out;
+  const auto elsewhere = [pool](const block_ref& ref) { return !ref.absent() && ref.pool != pool; };
+  if (std::none_of(seq.table.begin(), seq.table.end(), elsewhere)) return out;
+  const uint32_t full = std::min<uint32_t>(seq.full_blocks(), uint32_t(seq.table.size()));
+  block_key parent = scoped_root(model_root, seq.cache_scope);
+  for (uint32_t i = 0; i < full; ++i) {
+    const auto tokens = std::span(seq.tokens).subspan(size_t(i) * kv_block_tokens, kv_block_tokens);
+    const block_key key = next_key(parent, tokens);
+    const block_ref& ref = seq.table[i];
+    if (elsewhere(ref))
+      out.push_back({ref.pool, ref.block, i, key, parent, std::vector<int32_t>(tokens.begin(), tokens.end())});
+    parent = key;
+  }
+  return out;
+}
+
+bool well_keyed(const keyed_block& b) {
+  return b.tokens.size() == size_t(kv_block_tokens) && next_key(b.parent, b.tokens) == b.key;
 }
 
 }  // namespace illm::gpu

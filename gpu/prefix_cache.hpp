@@ -144,4 +144,11 @@ int attach_cached_prefix(prefix_cache& cache, const block_key& model_root, uint3
 /// Offers `cache` the full blocks of `seq` past its keyed_blocks that pool `pool` holds, keying each.
 void offer_computed_blocks(prefix_cache& cache, const block_key& model_root, uint32_t pool, sequence& seq);
 
+/// The full blocks of `seq` with KV that pools other than `pool` hold, keyed from its namespace's root under
+/// `model_root`: what their holders' caches may keep once it ends.
+std::vector<keyed_block> keyed_blocks_elsewhere(const block_key& model_root, uint32_t pool, const sequence& seq);
+
+/// Whether `b` is a whole full block whose key chains its tokens onto its parent's (a peer's offer, checked).
+bool well_keyed(const keyed_block& b);
+
 }  // namespace illm::gpu

@@ -290,7 +290,7 @@ void queue_first(self_ptr self, generate_request r) {
 /// it goes first in the queue but behind a head whose room is under way, once its blocks elsewhere and its
 /// room are released; from its second loss on it pauses first (restart_pause). One that lost KV more than
 /// max_kv_losses times ends with the error.
-void start_over(self_ptr self, request_id id, const std::string& why) {
+void start_over(self_ptr self, request_id id, const std::string& why, const std::set<instance_id>& failed) {
   auto& st = self->state;
   auto req = st.requests.find(id);
   if (req == st.requests.end() || req->second.seq->finished()) return;
@@ -317,6 +317,7 @@ void start_over(self_ptr self, request_id id, const std::string& why) {
   set_sampling(again.params, seq->sampling);
   again.params.output_before = seq->output_before + seq->n_generated();
   st.resuming[id] = std::move(seq);
+  if (!failed.empty()) st.lost_at[id].insert(failed.begin(), failed.end());
   const auto pause = restart_pause(req->second.kv_losses);
   if (pause.count() == 0) {
     if (!begin_restart_lookup(self, again)) queue_first(self, std::move(again));
@@ -356,6 +357,7 @@ void on_cancel(self_ptr self, const cancel_request& c) {
   if (auto paused = st.pausing.find(c.req_id); paused != st.pausing.end()) {
     tell_client(self, paused->second.client, request_finished{c.req_id, "cancelled", {}, 0, {}});
     st.pausing.erase(paused);
+    st.lost_at.erase(c.req_id);
     st.requests.erase(c.req_id);
     st.resuming.erase(c.req_id);
     return;

@@ -33,6 +33,10 @@ void local_blocks::blocks_computed(gpu::sequence& seq) {
   if (cache_) gpu::offer_computed_blocks(*cache_, root_, id_, seq);
 }
 
+void local_blocks::finishing(gpu::sequence& seq) {
+  if (cache_) seq.keyed_elsewhere = gpu::keyed_blocks_elsewhere(root_, id_, seq);
+}
+
 int64_t now_ns(caf::local_actor* self) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(self->clock().now().time_since_epoch()).count();
 }
@@ -145,9 +149,9 @@ void publish_placement(self_ptr self) {
 
 /// The rManager releases its blocks elsewhere and its room (and gives its chunks' reservations back), and its
 /// moves and room prefill under way are forgotten.
-void release_elsewhere(self_ptr self, request_id req) {
+void release_elsewhere(self_ptr self, request_id req, std::vector<gpu::keyed_block> kept) {
   auto& st = self->state;
-  self->send(st.config.rmanager, request_released{req});
+  self->send(st.config.rmanager, request_released{req, std::move(kept)});
   st.with_room.erase(req);
   if (auto p = st.prefills.find(req); p != st.prefills.end()) {
     for (move_id id : p->second.under_way()) st.chunk_requests.erase(id);

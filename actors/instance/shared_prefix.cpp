@@ -39,6 +39,11 @@ void on_prefix_found(self_ptr self, request_id id, taken_over t, uint32_t querie
 /// pool's cache holds; false when there is nothing to ask (the request goes on without).
 bool lookup_prefix(self_ptr self, generate_request& r, bool restart) {
   auto& st = self->state;
+  std::set<instance_id> failed;
+  if (auto lost = st.lost_at.find(r.id); lost != st.lost_at.end()) {
+    failed = std::move(lost->second);
+    st.lost_at.erase(lost);
+  }
   const auto& prompt = r.params.prompt;
   if (!st.config.shared_prefixes || !st.config.prefix_cache || r.params.prompt_logprobs >= 0 ||
       prompt.size() <= gpu::kv_block_tokens)
@@ -52,6 +57,7 @@ bool lookup_prefix(self_ptr self, generate_request& r, bool restart) {
   ask.more_than = uint32_t(st.config.prefix_cache->match(ask.root, ask.keys, prompt));
   if (ask.more_than == ask.keys.size()) return false;  // this pool holds all of it
   ask.decode_tokens = uint32_t(std::max(r.params.max_tokens, 0));
+  ask.avoid.assign(failed.begin(), failed.end());
   if (!restart && r.prefix_found) {  // the front end asked the index when it routed the request
     ask.found = true;
     ask.holders = std::move(r.prefix);

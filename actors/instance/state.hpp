@@ -37,6 +37,7 @@ class local_blocks final : public gpu::block_source {
   gpu::status release(const gpu::block_ref& ref) override;
   int attach_prefix(gpu::sequence& seq) override;
   void blocks_computed(gpu::sequence& seq) override;
+  void finishing(gpu::sequence& seq) override;
 
  private:
   std::shared_ptr<gpu::kv_pool> pool_;
@@ -111,6 +112,8 @@ struct instance_state {
   /// Those of them that lost KV again pause before they queue (a holder that failed once may still be cut
   /// off): their queue entries, until requeue_atom.
   std::map<request_id, generate_request> pausing;
+  /// Those of them whose attention failed at known holders -> those holders: their lookup reads elsewhere.
+  std::map<request_id, std::set<instance_id>> lost_at;
   bool look_again_pending = false;  ///< a recheck_atom is on its way (an idle instance with a queue)
   bool rooms_refused = false;  ///< until the next view
   std::vector<std::pair<instance_id, uint32_t>> granted_holders;  ///< the granted room's holders and their blocks
@@ -151,8 +154,9 @@ void tell_client(self_ptr self, const caf::actor& client, request_finished e);
 void note_recomputed(self_ptr self, int positions);
 /// Sends the rManager the placement and load of this instance.
 void publish_placement(self_ptr self);
-/// Request `req` no longer holds blocks here as it did: its blocks elsewhere, room, moves and prefill go.
-void release_elsewhere(self_ptr self, request_id req);
+/// Request `req` no longer holds blocks here as it did: its blocks elsewhere, room, moves and prefill go (its full
+/// blocks elsewhere, keyed in `kept`, to their holders' caches).
+void release_elsewhere(self_ptr self, request_id req, std::vector<gpu::keyed_block> kept = {});
 
 // ---- admission.cpp -------------------------------------------------------------------------------------------
 
@@ -170,8 +174,9 @@ void admit(self_ptr self);
 bool ask_loan(self_ptr self, request_id req, uint32_t blocks);
 /// Whether `seq` may take one more block of this pool.
 bool may_take_block(const instance_state& st, const gpu::sequence& seq);
-/// Request `id` lost KV with a failed holder: it starts over from its tokens, first in the queue.
-void start_over(self_ptr self, request_id id, const std::string& why);
+/// Request `id` lost KV with a failed holder (those of `failed` known): it starts over from its tokens, first in the
+/// queue.
+void start_over(self_ptr self, request_id id, const std::string& why, const std::set<instance_id>& failed = {});
 /// A request that paused before starting over queues now (requeue_atom).
 void on_requeue(self_ptr self, request_id id);
 /// Queues a request that goes on (it started over, or was taken over) first, but behind a head whose room is

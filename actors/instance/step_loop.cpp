@@ -49,7 +49,7 @@ void notify_finished(self_ptr self) {
     end.replicas = replica_placement(it->second);
     end.cached_tokens = seq->cached_prompt_tokens;
     tell_client(self, it->second.client, std::move(end));
-    release_elsewhere(self, seq->id);
+    release_elsewhere(self, seq->id, std::move(seq->keyed_elsewhere));
     st.requests.erase(it);
   }
 }
@@ -100,7 +100,7 @@ void retry_without_failed(self_ptr self, const step_done& done) {
       continue;
     }
     note_kv_lost(self, id);
-    if (!recover_from_replicas(self, id, holders)) start_over(self, id, done.error);
+    if (!recover_from_replicas(self, id, holders)) start_over(self, id, done.error, holders);
   }
 }
 

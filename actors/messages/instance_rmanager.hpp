@@ -9,6 +9,7 @@
 #include <vector>
 #include "actors/messages/declarations.hpp"
 #include "actors/logic/attention_wire.hpp"
+#include "actors/messages/prefix_cache.hpp"
 #include "actors/placement/types.hpp"
 
 namespace illm::actors {
@@ -65,11 +66,13 @@ struct move_abandoned {
 };
 ILLM_INSPECT(move_abandoned, x.id, x.req_id, x.logical)
 
-/// instance -> rManager: req_id ended; its blocks elsewhere can be released.
+/// instance -> rManager: req_id ended; its blocks elsewhere can be released, and its full blocks there, keyed, kept
+/// by their holders' caches (empty when it starts over, or without a prefix cache).
 struct request_released {
   request_id req_id = 0;
+  std::vector<gpu::keyed_block> kept;
 };
-ILLM_INSPECT(request_released, x.req_id)
+ILLM_INSPECT(request_released, x.req_id, x.kept)
 
 /// instance -> rManager, after every change: placement and load for the heartbeat.
 struct placement_update {

@@ -95,12 +95,14 @@ struct abort_move {
 };
 ILLM_INSPECT(abort_move, x.id)
 
-/// owner -> holder: req_id ended; free every block held for it and forget its room's promise.
+/// owner -> holder: req_id ended; free every block held for it and forget its room's promise. The holder's cache
+/// keeps the `kept` blocks (the request's full blocks it hosts, keyed) that it hosts at those places.
 struct release_blocks {
   request_id req_id = 0;
   instance_id owner = 0;
+  std::vector<gpu::keyed_block> kept;
 };
-ILLM_INSPECT(release_blocks, x.req_id, x.owner)
+ILLM_INSPECT(release_blocks, x.req_id, x.owner, x.kept)
 
 /// rManager -> gManager and the event log: how a move ended.
 struct move_report {

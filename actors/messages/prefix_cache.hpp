@@ -19,6 +19,7 @@
 namespace illm::gpu {
 // CAF serialization of the cache's types that these messages carry.
 ILLM_INSPECT(block_key, x.hi, x.lo)
+ILLM_INSPECT(keyed_block, x.pool, x.block, x.index, x.key, x.parent, x.tokens)
 ILLM_INSPECT(prefix_changes, x.full, x.added, x.removed)
 }  // namespace illm::gpu
 
@@ -56,8 +57,12 @@ struct find_prefix {
   uint32_t decode_tokens = 0;         ///< the new tokens the request may generate: the steps that attend the prefix
   bool found = false;     ///< the front end looked the keys up when it routed the request: the index is not asked
   prefix_holders holders;  ///< ... and what the index answered then
+  /// Members whose attention failed for the request as it starts over: read elsewhere, however fresh the index's
+  /// word on them (this rManager may not have heard of their failure yet).
+  std::vector<instance_id> avoid;
 };
-ILLM_INSPECT(find_prefix, x.req_id, x.root, x.keys, x.tokens, x.more_than, x.decode_tokens, x.found, x.holders)
+ILLM_INSPECT(find_prefix, x.req_id, x.root, x.keys, x.tokens, x.more_than, x.decode_tokens, x.found, x.holders,
+             x.avoid)
 
 /// owner's rManager -> a holder's rManager: attach the longest cached run of a chain's blocks for (owner, req_id),
 /// read where it is (answer: prefix_read): `keys` are blocks first, first + 1, ... of the request, `root` the key of

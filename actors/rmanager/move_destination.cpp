@@ -211,7 +211,23 @@ void chunk_returned(self_ptr self, move_id id) {
   self->delayed_send(self, st.config.lease, lease_check_atom::value, id);
 }
 
-/// Frees every block held for req and forgets its room's promise (owner's request ended).
+namespace {
+
+/// The owner's request ended: this pool's cache takes the request's full blocks that the owner keyed and that it
+/// hosts at those places (the owner's table and this pool agree), each with the request as its reader until
+/// release_hosted lets go of it; a block whose key the cache holds already stays the request's (and is freed).
+void keep_in_cache(rmanager_state& st, const release_blocks& r) {
+  if (!st.config.prefix_cache) return;
+  const std::map<uint32_t, uint32_t> hosted = st.config.hosted->logical_map(r.owner, r.req_id);
+  for (const gpu::keyed_block& b : r.kept) {
+    auto at = hosted.find(b.index);
+    if (b.pool == st.config.id && at != hosted.end() && at->second == b.block && gpu::well_keyed(b))
+      (void)st.config.prefix_cache->offer(b.key, b.parent, b.tokens, b.block);
+  }
+}
+
+}  // namespace
+
 void free_block(rmanager_state& st, uint32_t b) {
   if (!st.config.prefix_cache || !st.config.prefix_cache->release(b)) (void)st.config.pool->release(b);
 }
@@ -219,6 +235,7 @@ void free_block(rmanager_state& st, uint32_t b) {
 void release_hosted(self_ptr self, const release_blocks& r) {
   auto& st = self->state;
   st.config.promises->forget(r.owner, r.req_id);
+  if (!r.kept.empty()) keep_in_cache(st, r);
   for (uint32_t b : st.config.hosted->remove_request(r.owner, r.req_id))  // empty for a duplicate
     free_block(st, b);
   for (auto& [id, move] : st.incoming) {

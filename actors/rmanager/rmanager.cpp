@@ -119,7 +119,7 @@ rmanager_actor::behavior_type rmanager_behavior(self_ptr self, rmanager_config c
         r.owner = self->state.config.id;
         ask_room(self, r);
       },
-      [=](const request_released& r) { release_everywhere(self, r.req_id); },
+      [=](const request_released& r) { release_everywhere(self, r.req_id, r.kept); },
       // chunk reservations
       [=](const reserve_chunk& c) { return reserve_for_chunk(self, c); },
       [=](const commit_chunk& c) { return commit_written_chunk(self, c); },

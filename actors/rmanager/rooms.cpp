@@ -71,7 +71,7 @@ uint32_t keep(self_ptr self, const keep_blocks& k) {
 }
 
 /// This instance's request ended: free its blocks elsewhere and stop its moves.
-void release_everywhere(self_ptr self, request_id req) {
+void release_everywhere(self_ptr self, request_id req, const std::vector<gpu::keyed_block>& kept) {
   auto& st = self->state;
   std::set<instance_id> holders;
   if (auto it = st.lent.find(req); it != st.lent.end()) {
@@ -88,8 +88,12 @@ void release_everywhere(self_ptr self, request_id req) {
     if (st.config.gmanager) self->send(st.config.gmanager, release_room{st.config.id, req});
   }
   for (instance_id holder : holders)  // also a holder the view leaves out for now: it keeps the blocks else
-    if (auto known = st.member_rmanagers.find(holder); known != st.member_rmanagers.end())
-      self->send(known->second, release_blocks{req, st.config.id});
+    if (auto known = st.member_rmanagers.find(holder); known != st.member_rmanagers.end()) {
+      std::vector<gpu::keyed_block> theirs;
+      std::copy_if(kept.begin(), kept.end(), std::back_inserter(theirs),
+                   [holder](const gpu::keyed_block& b) { return b.pool == holder; });
+      self->send(known->second, release_blocks{req, st.config.id, std::move(theirs)});
+    }
   for (auto& [id, move] : st.outgoing)
     if (move.req == req || move.picked.req_id == req) move.cancelled = true;
   std::vector<move_id> chunks;

@@ -25,7 +25,7 @@ struct prefix_reading {
   /// Each member whose cache holds the chain's first blocks, with how many: where a run is read instead when its
   /// holder cannot be (gone, cut off, or it did not answer).
   std::vector<std::pair<instance_id, uint32_t>> leading;
-  std::set<instance_id> failed;  ///< holders that did not answer a read
+  std::set<instance_id> failed;  ///< holders that did not answer a read, or that failed the request before it asked
   size_t next = 0;
   taken_over found;  ///< the blocks attached so far, in the chain's order
 };
@@ -219,6 +219,7 @@ caf::result<taken_over> find_shared_prefix(self_ptr self, const find_prefix& f) 
   auto r = std::make_shared<prefix_reading>();
   r->answer = self->make_response_promise<taken_over>();
   r->ask = f;
+  r->failed.insert(f.avoid.begin(), f.avoid.end());
   if (f.found) {  // the front end's lookup, a moment old: its runs are read as they are
     read_runs(self, r, std::move(r->ask.holders));
     return r->answer;

@@ -311,8 +311,9 @@ void forget_finished_moves(self_ptr self);
 void ask_room(self_ptr self, const reserve_room& r);
 /// A holder's side of a room: promise the blocks, all or none.
 uint32_t keep(self_ptr self, const keep_blocks& k);
-/// This instance's request ended: free its blocks elsewhere, its room, and stop its moves.
-void release_everywhere(self_ptr self, request_id req);
+/// This instance's request ended: free its blocks elsewhere (their holders' caches keep the `kept` ones), its room,
+/// and stop its moves.
+void release_everywhere(self_ptr self, request_id req, const std::vector<gpu::keyed_block>& kept = {});
 
 // ---- replicas.cpp ---------------------------------------------------------------------------------------------
 

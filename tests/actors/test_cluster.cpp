@@ -578,6 +578,31 @@ TEST_SUITE("actors") {
     c.shutdown();
   }
 
+  TEST_CASE("a creditor's cache keeps the blocks it held for a request: the same prompt again reads them there") {
+    // 52 + 4 of 2 x 32 blocks: what does not fit on the owner is computed and held on the other instance (a room),
+    // so only that instance's cache can give those blocks to a later request.
+    const auto prompt = long_prompt(52 * 16);
+    auto started = cached_cluster(2, 32, "cluster", [](cluster_options& o) {
+      o.batch.max_batch_tokens = 128;
+      o.instance.prefix_copy = prefix_copy_never;  // read in place, so that the placement shows where they lie
+    });
+    cluster& c = *started;
+    const outcome a = run_on(c, greedy(prompt, 8), 0);
+    REQUIRE_MESSAGE(a.end.reason == "length", a.end.error);
+    CHECK(a.tokens == alone(prompt, 8));
+    const uint32_t lent = blocks_by_instance(a)[1];
+    REQUIRE(lent > 0);
+    REQUIRE(wait_cached_blocks(c, 1, lent));
+    const outcome b = run_on(c, greedy(prompt, 8), 0);
+    REQUIRE_MESSAGE(b.end.reason == "length", b.end.error);
+    CHECK(b.tokens == alone(prompt, 8));
+    CHECK(b.end.cached_tokens == 51 * 16);  // every full prompt block but the last token's
+    CHECK(blocks_by_instance(b)[1] == lent);
+    CHECK(c.reset_prefix_cache().value_or(0) > 0);
+    check_pools_back_to_start(c);
+    c.shutdown();
+  }
+
   TEST_CASE("a request whose cached prefix another request reads needs only its own blocks to start") {
     // One pool of 26 blocks. A: 300 prompt tokens and 60 out (23 blocks in all, counted as its growth). B: A's
     // first 290 tokens and a sentence, 8 out: 20 blocks, 18 of them A's prompt blocks that A reads. Beside A, 3

@@ -164,6 +164,44 @@ TEST_SUITE("gpu") {
     CHECK(f.pool->free_blocks() == 8);
     CHECK(f.pool->check().is_ok());
   }
+
+  TEST_CASE("prefix cache: a block the cache has already, read or forgotten, is never offered as another") {
+    fixture f(8);
+    const auto prompt = tokens_from(0, 16), other = tokens_from(900, 16);
+    const auto first = f.compute(1, prompt);
+    const auto read = f.cache->attach(f.root, chain(f.root, prompt), prompt);  // two readers now
+    CHECK_FALSE(f.cache->offer(chain(f.root, other)[0], f.root, other, first[0]));
+    f.release(first);
+    CHECK(f.cache->flush() == 0);  // read: forgotten, not freed
+    CHECK_FALSE(f.cache->offer(chain(f.root, other)[0], f.root, other, read[0]));
+    f.release(read);
+    CHECK(f.pool->free_blocks() == 8);
+    CHECK(f.pool->check().is_ok());
+  }
+
+  TEST_CASE("the full blocks of a sequence that other pools hold are keyed as its own pool's would be") {
+    gpu::sequence seq;
+    seq.tokens = tokens_from(0, 4 * 16 + 5);
+    seq.n_cached = 4 * 16 + 3;
+    seq.cache_scope = "tenant";
+    seq.table = {{0, 10}, {1, 20}, {gpu::block_ref::no_pool, 0}, {2, 30}, {1, 21}};
+    const gpu::block_key model_root = gpu::root_key("model f32 f32", "");
+    const auto keys = gpu::chain_keys(gpu::scoped_root(model_root, "tenant"), seq.tokens, 4);
+    const auto kept = gpu::keyed_blocks_elsewhere(model_root, 0, seq);
+    REQUIRE(kept.size() == 2);  // not pool 0's, not the lost one, not the last block (not full)
+    CHECK((kept[0].pool == 1 && kept[0].block == 20 && kept[0].index == 1));
+    CHECK((kept[1].pool == 2 && kept[1].block == 30 && kept[1].index == 3));
+    CHECK(kept[0].key == keys[1]);
+    CHECK(kept[0].parent == keys[0]);
+    CHECK(kept[1].key == keys[3]);
+    CHECK(kept[1].tokens == std::vector<int32_t>(seq.tokens.begin() + 48, seq.tokens.begin() + 64));
+    CHECK(gpu::well_keyed(kept[1]));
+    gpu::keyed_block forged = kept[1];
+    forged.tokens[0] += 1;
+    CHECK_FALSE(gpu::well_keyed(forged));
+    seq.table = {{0, 10}, {0, 11}, {0, 12}, {0, 13}, {0, 14}};
+    CHECK(gpu::keyed_blocks_elsewhere(model_root, 0, seq).empty());
+  }
 }
 
 namespace {

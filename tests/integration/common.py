@@ -224,6 +224,18 @@ def busy_stream(port, timeout=120):
     return events
 
 
+def wait_busier(free_blocks, busy, idle, what):
+    """Waits until instance `busy` has two blocks more in use than `idle` (pools of one size; free_blocks(): id -> free
+    blocks), the margin a router needs before it sends a request whose 6 prefix blocks `busy` caches to `idle`: it
+    weighs the blocks an instance has in use against a quarter of a block for each prefix block read elsewhere."""
+
+    def busier():
+        free = free_blocks()
+        return free[idle] - free[busy] >= 2
+
+    wait_until(busier, 60, what)
+
+
 def small_instance(procs, i, gm_port, *args):
     """`illm instance` i of `procs` joining the gManager at `gm_port`: 64 blocks, one thread, heartbeats every 50 ms,
     UCX over tcp on lo."""

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import Server, busy_stream, metric, request, stream_events, wait_until
+from common import Server, busy_stream, metric, request, stream_events, wait_busier, wait_until
 
 ILLM = sys.argv[1]
 STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
@@ -108,22 +108,18 @@ def main():
 def cluster_wide(long_prompt, branch, expected):
     """--prefix-cache cluster on two instances: a prompt cached on instance 0 is read there by a request that instance 1
     runs (instance 0 is busy with another request), with the ids of a server without the cache."""
-    with Server(ILLM, "--instances", "2", "--prefix-cache", "cluster") as server:
+    # The simple placement policy (moves only for memory): instance 0 keeps the whole prompt, so instance 1's cache
+    # does not get the blocks a loan would have had it hold.
+    with Server(ILLM, "--instances", "2", "--prefix-cache", "cluster", "--policy", "simple") as server:
         first = complete(server.port, long_prompt)
         check(first["choices"][0]["token_ids"] == expected[0][0], "ids differ with the cluster-wide cache")
         free = lambda: {i["id"]: i["free_blocks"] for i in request(server.port, "GET", "/v1/cluster")[1]["instances"]}
-        wait_until(lambda: request(server.port, "GET", "/v1/cluster")[1]["instances"][0]["cached_blocks"] > 0, 30,
-                   "/v1/cluster to show instance 0's cached blocks")
-        # A long answer keeps instance 0 busy, so that the router sends the branch to instance 1 while it streams: the
-        # router weighs the blocks an instance has in use against a quarter of a block for each prefix block read
-        # elsewhere (the branch's 6), so instance 0 must hold at least 2 blocks more than instance 1.
+        instance0 = lambda: request(server.port, "GET", "/v1/cluster")[1]["instances"][0]
+        wait_until(lambda: instance0()["cached_blocks"] > 0 and instance0()["free_blocks"] == instance0()["total_blocks"],
+                   30, "/v1/cluster to show instance 0's cached blocks, free (the most free instance, the first)")
+        # A long answer keeps instance 0 busy, so that the router sends the branch to instance 1 while it streams.
         busy = busy_stream(server.port)
-
-        def busier_by_two():
-            now = free()
-            return now[1] - now[0] >= 2
-
-        wait_until(busier_by_two, 60, "instance 0 to run the long answer")
+        wait_busier(free, 0, 1, "instance 0 to run the long answer")
         body = complete(server.port, branch)
         for _ in busy:
             pass

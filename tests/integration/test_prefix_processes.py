@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 from common import (EXIT_S, RUN_S, ProcGroup, busy_stream, free_port, request, small_instance, start_front_end,
-                    wait_joined, wait_until)
+                    wait_busier, wait_joined, wait_until)
 
 STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
          "friends. One day, she saw a big red ball under a tree. She ran to get it, but a dog was there too. ")
@@ -69,8 +69,8 @@ def main():
         # branch goes to the other instance while it streams (both idle and without hits: the first, the holder).
         def while_holder_busy(prompt, max_tokens):
             busy = busy_stream(fe_port, timeout=RUN_S)
-            wait_until(lambda: cluster()[holder]["free_blocks"] < cluster()[other]["free_blocks"], 60,
-                       "the holder to run the long answer")
+            free = lambda: {i: view["free_blocks"] for i, view in cluster().items()}
+            wait_busier(free, holder, other, "the holder to run the long answer")
             answer = complete(fe_port, prompt, max_tokens)
             for _ in busy:
                 pass
