@@ -17,12 +17,12 @@ using file_ptr = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
 /// Floats of the RoPE tables stored between the final norm and the classifier.
 uint64_t rope_table_floats(const model_config& c) { return uint64_t(c.max_seq) * c.head_dim(); }
 
-status corrupt(const std::string& path, const std::string& what) {
+status corrupt_checkpoint(const std::string& path, const std::string& what) {
   return {status_code::corrupt_model, text::format("model file {}: {}", path, what)};
 }
 
 status read_floats(std::FILE* f, float* out, uint64_t n, const std::string& path) {
-  if (std::fread(out, sizeof(float), n, f) != n) return corrupt(path, "read failed before the end of the data");
+  if (std::fread(out, sizeof(float), n, f) != n) return corrupt_checkpoint(path, "read failed before the end of the data");
   return status::ok();
 }
 
@@ -30,7 +30,7 @@ status check_finite(model_weights& w, const std::string& path) {
   for (const tensor_view& t : w.tensors())
     for (uint64_t i = 0; i < t.size; ++i)
       if (!std::isfinite(t.f32()[i]))
-        return corrupt(path, text::format("non-finite weight {} in tensor {} at index {}", t.f32()[i], t.name, i));
+        return corrupt_checkpoint(path, text::format("non-finite weight {} in tensor {} at index {}", t.f32()[i], t.name, i));
   return status::ok();
 }
 
@@ -48,11 +48,11 @@ result<model_weights> load_llama2c(const std::string& path) {
   file_ptr f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) return status{status_code::io_error, text::format("model file {}: cannot open", path)};
   if (file_bytes < llama2c_header_bytes)
-    return corrupt(path, text::format("truncated: {} bytes, shorter than the {}-byte header", file_bytes,
+    return corrupt_checkpoint(path, text::format("truncated: {} bytes, shorter than the {}-byte header", file_bytes,
                                      llama2c_header_bytes));
 
   int32_t header[7];
-  if (std::fread(header, sizeof(int32_t), 7, f.get()) != 7) return corrupt(path, "cannot read the header");
+  if (std::fread(header, sizeof(int32_t), 7, f.get()) != 7) return corrupt_checkpoint(path, "cannot read the header");
   model_config config;
   config.dim = header[0];
   config.hidden_dim = header[1];
@@ -62,14 +62,14 @@ result<model_weights> load_llama2c(const std::string& path) {
   const bool shared_classifier = header[5] > 0;
   config.vocab_size = header[5] == INT32_MIN ? 0 : std::abs(header[5]);
   config.max_seq = header[6];
-  if (status s = config.validate(); !s.is_ok()) return corrupt(path, "bad header: " + s.message());
+  if (status s = config.validate(); !s.is_ok()) return corrupt_checkpoint(path, "bad header: " + s.message());
 
   const uint64_t expected = llama2c_file_bytes(config, shared_classifier);
   if (file_bytes < expected)
-    return corrupt(path, text::format("truncated: {} bytes, but its header (dim {}, {} layers, vocab {}) needs {}",
+    return corrupt_checkpoint(path, text::format("truncated: {} bytes, but its header (dim {}, {} layers, vocab {}) needs {}",
                                      file_bytes, config.dim, config.n_layers, config.vocab_size, expected));
   if (file_bytes > expected)
-    return corrupt(path, text::format("oversized: {} bytes, but its header (dim {}, {} layers, vocab {}) needs "
+    return corrupt_checkpoint(path, text::format("oversized: {} bytes, but its header (dim {}, {} layers, vocab {}) needs "
                                      "exactly {}; the header does not match the data",
                                      file_bytes, config.dim, config.n_layers, config.vocab_size, expected));
 
@@ -78,7 +78,7 @@ result<model_weights> load_llama2c(const std::string& path) {
   model_weights& w = allocated.value();
   for (const tensor_view& t : w.tensors()) {
     if (t.name == "classifier" && std::fseek(f.get(), long(rope_table_floats(config) * sizeof(float)), SEEK_CUR) != 0)
-      return corrupt(path, "cannot skip the RoPE tables");
+      return corrupt_checkpoint(path, "cannot skip the RoPE tables");
     ILLM_RETURN_IF_ERROR(read_floats(f.get(), t.f32(), t.size, path));
   }
   ILLM_RETURN_IF_ERROR(check_finite(w, path));

@@ -9,7 +9,7 @@ namespace illm::actors::frontend {
 
 namespace {
 
-using json = nlohmann::ordered_json;  // arguments keep the model's order
+using ordered_json = nlohmann::ordered_json;  // arguments keep the model's order
 
 constexpr std::string_view open_tag = "<tool_call>";
 constexpr std::string_view close_tag = "</tool_call>";
@@ -52,13 +52,15 @@ void tool_call_parser::release_content(piece& out, std::string_view text) {
 
 /// The call `json_text` writes (an object with a known name and an object of arguments; its id not given yet).
 std::optional<tool_call> tool_call_parser::call_of(std::string_view json_text) const {
-  const json call = json::parse(json_text, nullptr, false);
+  const ordered_json call = ordered_json::parse(json_text, nullptr, false);
   if (!call.is_object() || !call.contains("name") || !call.at("name").is_string()) return std::nullopt;
   const std::string name = call.at("name").get<std::string>();
   if (std::find(names_.begin(), names_.end(), name) == names_.end()) return std::nullopt;
-  const json none;
-  json arguments = call.contains("arguments") ? call.at("arguments") : call.contains("parameters") ? call.at("parameters") : none;
-  if (arguments.is_string()) arguments = json::parse(arguments.get<std::string>(), nullptr, false);
+  const ordered_json none;
+  ordered_json arguments = call.contains("arguments")    ? call.at("arguments")
+                           : call.contains("parameters") ? call.at("parameters")
+                                                         : none;
+  if (arguments.is_string()) arguments = ordered_json::parse(arguments.get<std::string>(), nullptr, false);
   if (!arguments.is_object()) return std::nullopt;
   return tool_call{{}, name, arguments.dump()};
 }
@@ -123,10 +125,10 @@ tool_call_parser::piece tool_call_parser::finish() {
     release_content(out, inside_call_ ? std::string(open_tag) + held_ : held_);
   } else if (json_output_) {
     const std::string_view body = trimmed(held_);
-    const json whole = json::parse(body, nullptr, false);
+    const ordered_json whole = ordered_json::parse(body, nullptr, false);
     std::vector<std::string> parts;  // one object, a list of them, or objects joined by ';'
     if (whole.is_array()) {
-      for (const json& item : whole) parts.push_back(item.dump());
+      for (const ordered_json& item : whole) parts.push_back(item.dump());
     } else if (whole.is_object()) {
       parts.push_back(std::string(body));
     } else {

@@ -16,7 +16,7 @@ namespace {
 
 using json = nlohmann::json;
 
-status corrupt(const std::string& file, const std::string& what) {
+status corrupt_safetensors(const std::string& file, const std::string& what) {
   return {status_code::corrupt_model, text::format("{}: {}", file, what)};
 }
 
@@ -56,11 +56,11 @@ std::string read_entry(const std::string& name, const json& value, uint64_t data
 
 /// The tensors of one mapped file.
 result<std::vector<stored_tensor>> tensors_of(const std::shared_ptr<const mapped_file>& f) {
-  if (f->size() < 8) return corrupt(f->path(), text::format("{} bytes: too short for a safetensors header", f->size()));
+  if (f->size() < 8) return corrupt_safetensors(f->path(), text::format("{} bytes: too short for a safetensors header", f->size()));
   uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = header_bytes << 8 | f->data()[i];  // little-endian
   if (header_bytes > max_safetensors_header_bytes || header_bytes > f->size() - 8)
-    return corrupt(f->path(), text::format("a header of {} bytes, in a file of {} (at most {} are read)", header_bytes,
+    return corrupt_safetensors(f->path(), text::format("a header of {} bytes, in a file of {} (at most {} are read)", header_bytes,
                                            f->size(), max_safetensors_header_bytes));
   const std::string_view json_text(reinterpret_cast<const char*>(f->data()) + 8, header_bytes);
   const uint64_t data_at = 8 + header_bytes;
@@ -78,14 +78,14 @@ result<std::map<std::string, std::string>> read_index(const std::string& path) {
   if (!f.is_ok()) return f.error();
   json index = json::parse(reinterpret_cast<const char*>(f.value()->data()),
                            reinterpret_cast<const char*>(f.value()->data()) + f.value()->size(), nullptr, false);
-  if (index.is_discarded() || !index.is_object()) return corrupt(path, "not a JSON object");
+  if (index.is_discarded() || !index.is_object()) return corrupt_safetensors(path, "not a JSON object");
   const auto map = index.find("weight_map");
-  if (map == index.end() || !map->is_object() || map->empty()) return corrupt(path, "no weight_map of tensor names to files");
+  if (map == index.end() || !map->is_object() || map->empty()) return corrupt_safetensors(path, "no weight_map of tensor names to files");
   std::map<std::string, std::string> out;
   for (const auto& [name, shard] : map->items()) {
     const std::string file = shard.is_string() ? shard.get<std::string>() : "";
     if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
-      return corrupt(path, text::format("weight_map: tensor {} names no file of this folder", name));
+      return corrupt_safetensors(path, text::format("weight_map: tensor {} names no file of this folder", name));
     out[name] = file;
   }
   return out;
@@ -96,16 +96,16 @@ result<std::map<std::string, std::string>> read_index(const std::string& path) {
 result<std::vector<safetensors_entry>> parse_safetensors_header(std::string_view json_text, uint64_t data_bytes,
                                                                 const std::string& file) {
   json header = json::parse(json_text.begin(), json_text.end(), nullptr, false);
-  if (header.is_discarded() || !header.is_object()) return corrupt(file, "the header is not a JSON object");
+  if (header.is_discarded() || !header.is_object()) return corrupt_safetensors(file, "the header is not a JSON object");
   std::vector<safetensors_entry> out;
   for (const auto& [name, value] : header.items()) {
     if (name == "__metadata__") {
-      if (!value.is_object()) return corrupt(file, "__metadata__ is not an object");
+      if (!value.is_object()) return corrupt_safetensors(file, "__metadata__ is not an object");
       continue;
     }
     safetensors_entry e;
     if (std::string why = read_entry(name, value, data_bytes, e); !why.empty())
-      return corrupt(file, text::format("tensor {}: {}", name, why));
+      return corrupt_safetensors(file, text::format("tensor {}: {}", name, why));
     out.push_back(std::move(e));
   }
   std::vector<const safetensors_entry*> by_offset;
@@ -113,7 +113,7 @@ result<std::vector<safetensors_entry>> parse_safetensors_header(std::string_view
   std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
   for (size_t i = 1; i < by_offset.size(); ++i)
     if (by_offset[i]->begin < by_offset[i - 1]->end)
-      return corrupt(file, text::format("tensors {} and {} overlap", by_offset[i - 1]->name, by_offset[i]->name));
+      return corrupt_safetensors(file, text::format("tensors {} and {} overlap", by_offset[i - 1]->name, by_offset[i]->name));
   return out;
 }
 
@@ -142,11 +142,11 @@ result<safetensors_checkpoint> safetensors_checkpoint::open(const std::string& p
   std::sort(out.tensors_.begin(), out.tensors_.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   for (size_t i = 1; i < out.tensors_.size(); ++i)
     if (out.tensors_[i].name == out.tensors_[i - 1].name)
-      return corrupt(out.tensors_[i].file->path(), text::format("tensor {} is in two files", out.tensors_[i].name));
+      return corrupt_safetensors(out.tensors_[i].file->path(), text::format("tensor {} is in two files", out.tensors_[i].name));
   for (const auto& [name, shard] : index) {
     const stored_tensor* t = out.find(name);
     if (!t || std::filesystem::path(t->file->path()).filename() != shard)
-      return corrupt(path, text::format("weight_map: tensor {} is not in {}", name, shard));
+      return corrupt_safetensors(path, text::format("weight_map: tensor {} is not in {}", name, shard));
   }
   return out;
 }

@@ -10,7 +10,7 @@ namespace illm::gpu {
 
 namespace {
 
-status corrupt(const std::string& path, const std::string& what) {
+status corrupt_tokenizer(const std::string& path, const std::string& what) {
   return {status_code::corrupt_model, text::format("tokenizer file {}: {}", path, what)};
 }
 
@@ -50,10 +50,10 @@ result<llama2c_tokenizer> llama2c_tokenizer::load(const std::string& path, int v
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) return status{status_code::io_error, text::format("tokenizer file {}: cannot open", path)};
   int32_t max_length = 0;
-  if (std::fread(&max_length, sizeof max_length, 1, f.get()) != 1) return corrupt(path, "no header");
-  if (max_length <= 0 || max_length > 4096) return corrupt(path, text::format("bad max token length {}", max_length));
+  if (std::fread(&max_length, sizeof max_length, 1, f.get()) != 1) return corrupt_tokenizer(path, "no header");
+  if (max_length <= 0 || max_length > 4096) return corrupt_tokenizer(path, text::format("bad max token length {}", max_length));
   if (vocab_size < 3)
-    return corrupt(path, text::format("a vocabulary of {} pieces has no room for <unk>, <s> and </s> (ids 0, 1, 2)",
+    return corrupt_tokenizer(path, text::format("a vocabulary of {} pieces has no room for <unk>, <s> and </s> (ids 0, 1, 2)",
                                       vocab_size));
   llama2c_tokenizer t;
   t.pieces_.reserve(vocab_size);
@@ -62,17 +62,17 @@ result<llama2c_tokenizer> llama2c_tokenizer::load(const std::string& path, int v
     float score = 0;
     int32_t length = 0;
     if (std::fread(&score, sizeof score, 1, f.get()) != 1 || std::fread(&length, sizeof length, 1, f.get()) != 1)
-      return corrupt(path, text::format("truncated: {} pieces, the model's vocabulary has {}", id, vocab_size));
+      return corrupt_tokenizer(path, text::format("truncated: {} pieces, the model's vocabulary has {}", id, vocab_size));
     if (length < 0 || length > max_length)
-      return corrupt(path, text::format("piece {} has length {} (max {})", id, length, max_length));
+      return corrupt_tokenizer(path, text::format("piece {} has length {} (max {})", id, length, max_length));
     std::string piece(size_t(length), '\0');
     if (length > 0 && std::fread(piece.data(), 1, size_t(length), f.get()) != size_t(length))
-      return corrupt(path, text::format("truncated inside piece {}", id));
+      return corrupt_tokenizer(path, text::format("truncated inside piece {}", id));
     t.pieces_.push_back(std::move(piece));
     t.scores_.push_back(score);
   }
   if (std::fgetc(f.get()) != EOF)
-    return corrupt(path, text::format("oversized: data after the {} pieces of the model's vocabulary", vocab_size));
+    return corrupt_tokenizer(path, text::format("oversized: data after the {} pieces of the model's vocabulary", vocab_size));
   return from_pieces(std::move(t.pieces_), std::move(t.scores_));
 }
 

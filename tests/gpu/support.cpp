@@ -24,6 +24,8 @@ const nlohmann::json& golden() {
   return data;
 }
 
+std::filesystem::path hf_tokenizers_dir() { return std::filesystem::path(gpu::models_dir()) / "hf-tokenizers"; }
+
 gpu::backend& cpu_device() {
   static gpu::cpu::cpu_backend device(2);
   return device;

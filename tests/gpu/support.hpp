@@ -3,6 +3,7 @@
 // over K in-process pools with the logits of every step.
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,9 @@ const gpu::loaded_model& real_model();
 
 /// tests/data/golden/stories15M-greedy.json.
 const nlohmann::json& golden();
+
+/// Where deploy/fetch-tokenizers.sh puts the Hugging Face tokenizer files and the reference's answers.
+std::filesystem::path hf_tokenizers_dir();
 
 /// A cpu backend with two threads (fast kernels), shared by the tests.
 gpu::backend& cpu_device();

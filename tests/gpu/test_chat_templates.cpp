@@ -17,6 +17,7 @@
 
 #include "gpu/jinja/template.hpp"
 #include "gpu/model_files.hpp"
+#include "tests/gpu/support.hpp"
 
 using namespace illm;
 namespace fs = std::filesystem;
@@ -24,24 +25,22 @@ using ordered = nlohmann::ordered_json;
 
 namespace {
 
-fs::path tokenizers_dir() { return fs::path(gpu::models_dir()) / "hf-tokenizers"; }
-
 /// Templates of the collection this engine does not render, and why.
 const std::map<std::string, std::string> not_rendered = {
     {"ByteDance-Seed-OSS.jinja", "a dict literal with whole-number keys (this engine's dicts have string keys)"},
 };
 
 /// Every template the reference rendered, with its conversations and outputs.
-ordered reference() {
-  if (!fs::exists(tokenizers_dir() / "templates")) FAIL("the templates are needed: run deploy/fetch-tokenizers.sh");
+ordered template_cases() {
+  if (!fs::exists(test::hf_tokenizers_dir() / "templates")) FAIL("the templates are needed: run deploy/fetch-tokenizers.sh");
   char pattern[] = "/tmp/illm-templates-XXXXXX";
   REQUIRE(::mkdtemp(pattern) != nullptr);
   const fs::path dir = pattern;
   const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
   std::string command = python + " " ILLM_SOURCE_DIR "/tests/models/chat_template_reference.py " + (dir / "out.json").string();
-  for (const auto& e : fs::directory_iterator(tokenizers_dir() / "templates"))
+  for (const auto& e : fs::directory_iterator(test::hf_tokenizers_dir() / "templates"))
     if (e.path().extension() == ".jinja") command += " " + e.path().string();
-  for (const auto& e : fs::directory_iterator(tokenizers_dir()))
+  for (const auto& e : fs::directory_iterator(test::hf_tokenizers_dir()))
     if (fs::exists(e.path() / "tokenizer_config.json")) command += " " + (e.path() / "tokenizer_config.json").string();
   command += " 2> " + (dir / "log.txt").string();
   INFO("the reference needs python3-jinja2 (deploy/install-deps.sh installs it)");
@@ -57,7 +56,7 @@ ordered reference() {
 
 TEST_SUITE("gpu") {
   TEST_CASE("chat templates of real models render as Jinja2 renders them") {
-    const ordered cases = reference();
+    const ordered cases = template_cases();
     std::map<std::string, int> differ_by_template;
     size_t same = 0, refused_alike = 0, templates = 0;
     std::string last_template;

@@ -16,6 +16,7 @@
 #include "gpu/model_files.hpp"
 #include "gpu/tokenizers/hf_tokenizer.hpp"
 #include "gpu/tokenizers/unicode_text.hpp"
+#include "tests/gpu/support.hpp"
 
 using namespace illm;
 using json = nlohmann::json;
@@ -25,12 +26,10 @@ namespace {
 
 const std::vector<std::string> vocabularies = {"llama2", "llama3", "llama3_1", "qwen3"};
 
-fs::path tokenizers_dir() { return fs::path(gpu::models_dir()) / "hf-tokenizers"; }
-
 /// The corpus and the reference's answers for every vocabulary, made once per process in a folder removed at exit.
-const json& reference() {
+const json& tokenizer_answers() {
   static const json answers = [] {
-    if (!fs::exists(tokenizers_dir() / "js"))
+    if (!fs::exists(test::hf_tokenizers_dir() / "js"))
       FAIL("the tokenizer files are needed: run deploy/fetch-tokenizers.sh");
     char pattern[] = "/tmp/illm-tokenizers-XXXXXX";
     REQUIRE(::mkdtemp(pattern) != nullptr);
@@ -38,8 +37,8 @@ const json& reference() {
     const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
     std::string command = python + " " ILLM_SOURCE_DIR "/tests/models/tokenizer_corpus.py " + (dir / "corpus.json").string() +
                           " && node " ILLM_SOURCE_DIR "/tests/models/tokenizer_reference.mjs " +
-                          (tokenizers_dir() / "js" / "package").string() + " " + (dir / "corpus.json").string();
-    for (const std::string& v : vocabularies) command += " " + (tokenizers_dir() / v).string();
+                          (test::hf_tokenizers_dir() / "js" / "package").string() + " " + (dir / "corpus.json").string();
+    for (const std::string& v : vocabularies) command += " " + (test::hf_tokenizers_dir() / v).string();
     command += " > " + (dir / "reference.json").string();
     INFO("the reference needs python3 and node (deploy/install-deps.sh installs them)");
     REQUIRE(std::system(command.c_str()) == 0);
@@ -63,13 +62,13 @@ std::string shown(const std::vector<int32_t>& ids) {
 
 TEST_SUITE("gpu") {
   TEST_CASE("tokenizer.json of Llama 2, 3, 3.1 and Qwen3 give the ids and text of Hugging Face's tokenizers") {
-    const json& ref = reference();
+    const json& ref = tokenizer_answers();
     const auto& corpus = ref["corpus"];
     size_t compared = 0, differences = 0;
     for (const std::string& v : vocabularies) {
-      auto tok = gpu::hf_tokenizer::load((tokenizers_dir() / v).string());
+      auto tok = gpu::hf_tokenizer::load((test::hf_tokenizers_dir() / v).string());
       REQUIRE_MESSAGE(tok.is_ok(), tok.error().message());
-      const json& answers = ref["answers"][(tokenizers_dir() / v).string()];
+      const json& answers = ref["answers"][(test::hf_tokenizers_dir() / v).string()];
       REQUIRE(answers.size() == corpus.size());
       size_t mine = 0;
       for (size_t i = 0; i < corpus.size(); ++i) {

@@ -12,7 +12,7 @@ using namespace illm;
 
 namespace {
 
-std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
+std::vector<float> uniform_vector(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-scale, scale);
   std::vector<float> v(n);
@@ -27,7 +27,7 @@ TEST_SUITE("gpu") {
     gpu::backend& device = test::cpu_device();
     for (int m : {1, 2, 3, 4, 5, 17, 33, 48, 64, 65, 100, 128, 129}) {
       for (auto [k, n] : {std::pair{37, 29}, std::pair{288, 768}, std::pair{130, 3}, std::pair{768, 40}}) {
-        const auto x = random_vector(size_t(m) * k, 1 + m), w = random_vector(size_t(n) * k, 2 + n);
+        const auto x = uniform_vector(size_t(m) * k, 1 + m), w = uniform_vector(size_t(n) * k, 2 + n);
         for (bool accumulate : {false, true}) {
           std::vector<float> y(size_t(m) * n, 0.5f);
           REQUIRE(device.gemm(x.data(), k, m, k, w.data(), gpu::dtype::f32, k, n, y.data(), n, accumulate).is_ok());
@@ -47,7 +47,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("rmsnorm and silu_mul match fp64") {
     gpu::backend& device = test::cpu_device();
     const int m = 3, n = 291;
-    const auto x = random_vector(size_t(m) * n, 5, 3.0f), w = random_vector(n, 6);
+    const auto x = uniform_vector(size_t(m) * n, 5, 3.0f), w = uniform_vector(n, 6);
     std::vector<float> y(x.size());
     REQUIRE(device.rmsnorm(x.data(), n, w.data(), m, n, 1e-5f, y.data(), n).is_ok());
     for (int i = 0; i < m; ++i) {
@@ -57,7 +57,7 @@ TEST_SUITE("gpu") {
       for (int d = 0; d < n; ++d)
         CHECK(std::abs(y[size_t(i) * n + d] - x[size_t(i) * n + d] * inv * w[d]) < 1e-5);
     }
-    const auto up = random_vector(size_t(m) * n, 7, 2.0f);
+    const auto up = uniform_vector(size_t(m) * n, 7, 2.0f);
     REQUIRE(device.silu_mul(x.data(), up.data(), n, m, n, y.data(), n).is_ok());
     for (size_t i = 0; i < x.size(); ++i) {
       const double g = x[i], ref = g / (1.0 + std::exp(-g)) * up[i];
@@ -71,7 +71,7 @@ TEST_SUITE("gpu") {
     const std::vector<int32_t> pos = {0, 255, 100000, 2000000000};
     std::vector<float> table(pos.size() * hd);
     REQUIRE(device.rope_table(pos.data(), int(pos.size()), hd, gpu::rope_frequencies{}, table.data()).is_ok());
-    const auto x0 = random_vector(pos.size() * heads * hd, 9);
+    const auto x0 = uniform_vector(pos.size() * heads * hd, 9);
     auto x = x0;
     REQUIRE(device.rope(x.data(), heads * hd, int(pos.size()), heads, hd, table.data()).is_ok());
     for (size_t t = 0; t < pos.size(); ++t)
@@ -88,7 +88,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("rope scores depend only on the distance between positions") {
     gpu::backend& device = test::cpu_device();
     const int hd = 48;
-    const auto q = random_vector(hd, 3), k = random_vector(hd, 4);
+    const auto q = uniform_vector(hd, 3), k = uniform_vector(hd, 4);
     auto score = [&](int32_t pq, int32_t pk) {
       std::vector<int32_t> pos = {pq, pk};
       std::vector<float> table(2 * hd), qk(2 * hd);
@@ -140,7 +140,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("reference and fast cpu modes agree") {
     gpu::cpu::cpu_backend fast(2, gpu::cpu::cpu_mode::fast), reference(1, gpu::cpu::cpu_mode::reference);
     const int m = 9, k = 77, n = 45;
-    const auto x = random_vector(size_t(m) * k, 21), w = random_vector(size_t(n) * k, 22);
+    const auto x = uniform_vector(size_t(m) * k, 21), w = uniform_vector(size_t(n) * k, 22);
     std::vector<float> y1(size_t(m) * n), y2(size_t(m) * n);
     REQUIRE(fast.gemm(x.data(), k, m, k, w.data(), gpu::dtype::f32, k, n, y1.data(), n, false).is_ok());
     REQUIRE(reference.gemm(x.data(), k, m, k, w.data(), gpu::dtype::f32, k, n, y2.data(), n, false).is_ok());

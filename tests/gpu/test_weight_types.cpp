@@ -12,7 +12,7 @@ using namespace illm;
 
 namespace {
 
-std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
+std::vector<float> normal_vector(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> g(0.0f, scale);
   std::vector<float> v(n);
@@ -31,7 +31,7 @@ std::vector<uint8_t> stored(gpu::dtype type, const std::vector<float>& values) {
 
 TEST_SUITE("gpu") {
   TEST_CASE("every weight type reads back what it wrote within its precision") {
-    const auto values = random_vector(4096, 3);
+    const auto values = normal_vector(4096, 3);
     // Root-mean-square error relative to the values' own, by type.
     for (auto [type, bound] : {std::pair{gpu::dtype::f32, 0.0}, std::pair{gpu::dtype::bf16, 4e-3},
                                std::pair{gpu::dtype::f16, 5e-4}, std::pair{gpu::dtype::q8_0, 1e-2},
@@ -54,7 +54,7 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a block whose scale is not finite is found") {
-    auto q = stored(gpu::dtype::q4_k, random_vector(512, 4));
+    auto q = stored(gpu::dtype::q4_k, normal_vector(512, 4));
     q[144] = 0x00;
     q[145] = 0x7c;  // the second block's d: f16 infinity
     const auto bad = gpu::first_non_finite(gpu::dtype::q4_k, q.data(), 512);
@@ -67,9 +67,9 @@ TEST_SUITE("gpu") {
     for (gpu::dtype type : gpu::all_dtypes) {
       if (type == gpu::dtype::f32) continue;
       for (auto [k, n] : {std::pair{256, 40}, std::pair{512, 3}, std::pair{768, 33}}) {
-        const auto w = stored(type, random_vector(size_t(n) * k, 7 + n, 0.05f));
+        const auto w = stored(type, normal_vector(size_t(n) * k, 7 + n, 0.05f));
         for (int m : {1, 2, 3, 4, 5, 17, 64, 65, 130}) {
-          const auto x = random_vector(size_t(m) * k, 11 + m);
+          const auto x = normal_vector(size_t(m) * k, 11 + m);
           for (bool accumulate : {false, true}) {
             std::vector<float> got(size_t(m) * n, 0.5f), want(size_t(m) * n, 0.5f);
             REQUIRE(fast.gemm(x.data(), k, m, k, w.data(), type, k, n, got.data(), n, accumulate).is_ok());
@@ -90,7 +90,7 @@ TEST_SUITE("gpu") {
   TEST_CASE("the embedding reads a row of a table of any type") {
     gpu::backend& device = test::cpu_device();
     const int vocab = 10, dim = 256;
-    const auto table = random_vector(size_t(vocab) * dim, 5);
+    const auto table = normal_vector(size_t(vocab) * dim, 5);
     const std::vector<int32_t> tokens = {3, 0, 9, 3};
     for (gpu::dtype type : gpu::all_dtypes) {
       const auto t = stored(type, table);
