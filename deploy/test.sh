@@ -10,7 +10,7 @@ deploy/install-deps.sh
 deploy/fetch-model.sh
 deploy/fetch-tokenizers.sh
 phase "dependencies, model and tokenizers"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DILLM_UNITY_BUILD=ON
 cmake --build build -j2
 phase "build"
 cd build

@@ -227,8 +227,10 @@ result<uint32_t> compiler::array_of(const json& s, const std::string& where, int
   std::vector<sequence> alternatives;
   if (min == 0) alternatives.push_back(literal("[]"));
   if (!max || *max > 0) {
-    const std::optional<int> optional = max ? std::optional<int>(*max - std::max(min, 1)) : std::nullopt;
-    alternatives.push_back({any_of("["), ref(item), ref(more_items(item, std::max(min, 1) - 1, optional)), any_of("]")});
+    const int required = std::max(min, 1);
+    std::optional<int> optional;  // past the required items (none: unbounded)
+    if (max) optional = *max - required;
+    alternatives.push_back({any_of("["), ref(item), ref(more_items(item, required - 1, optional)), any_of("]")});
   }
   return rule("array", std::move(alternatives));
 }
