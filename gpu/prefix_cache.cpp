@@ -333,15 +333,14 @@ std::vector<keyed_block> keyed_blocks_elsewhere(const block_key& model_root, uin
   std::vector<keyed_block> out;
   const auto elsewhere = [pool](const block_ref& ref) { return !ref.absent() && ref.pool != pool; };
   if (std::none_of(seq.table.begin(), seq.table.end(), elsewhere)) return out;
-  const uint32_t full = std::min<uint32_t>(seq.full_blocks(), uint32_t(seq.table.size()));
-  block_key parent = scoped_root(model_root, seq.cache_scope);
-  for (uint32_t i = 0; i < full; ++i) {
-    const auto tokens = std::span(seq.tokens).subspan(size_t(i) * kv_block_tokens, kv_block_tokens);
-    const block_key key = next_key(parent, tokens);
+  const block_key root = scoped_root(model_root, seq.cache_scope);
+  const std::vector<block_key> keys =
+      chain_keys(root, seq.tokens, std::min<size_t>(seq.full_blocks(), seq.table.size()));
+  for (uint32_t i = 0; i < keys.size(); ++i) {
     const block_ref& ref = seq.table[i];
-    if (elsewhere(ref))
-      out.push_back({ref.pool, ref.block, i, key, parent, std::vector<int32_t>(tokens.begin(), tokens.end())});
-    parent = key;
+    if (!elsewhere(ref)) continue;
+    const auto tokens = std::span(seq.tokens).subspan(size_t(i) * kv_block_tokens, kv_block_tokens);
+    out.push_back({ref.pool, ref.block, i, keys[i], i ? keys[i - 1] : root, {tokens.begin(), tokens.end()}});
   }
   return out;
 }

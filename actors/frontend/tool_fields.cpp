@@ -51,10 +51,11 @@ std::optional<api_error> check_tool(const ordered_json& tool, size_t i, const ap
 /// The JSON of one call to `tool`, in `syntax`'s keys.
 ordered_json call_schema(const ordered_json& tool, tool_syntax syntax) {
   const char* arguments = syntax == tool_syntax::hermes ? "arguments" : "parameters";
-  return ordered_json{{"type", "object"},
-              {"properties", {{"name", {{"const", tool.at("function").at("name")}}}, {arguments, parameters_of(tool)}}},
-              {"required", {"name", arguments}},
-              {"additionalProperties", false}};
+  return ordered_json{
+      {"type", "object"},
+      {"properties", {{"name", {{"const", tool.at("function").at("name")}}}, {arguments, parameters_of(tool)}}},
+      {"required", {"name", arguments}},
+      {"additionalProperties", false}};
 }
 
 /// The constraint spec of one call to one of `tools`, wrapped as `syntax` wraps a call.
@@ -68,9 +69,9 @@ std::string one_call_spec(const std::vector<ordered_json>& tools, tool_syntax sy
   }
   const bool tags = syntax == tool_syntax::hermes;
   const ordered_json parts = {{"before", tags ? "<tool_call>\n" : ""},
-                      {"schema", schema},
-                      {"after", tags ? "\n</tool_call>" : ""},
-                      {"strict", true}};
+                              {"schema", schema},
+                              {"after", tags ? "\n</tool_call>" : ""},
+                              {"strict", true}};
   return gpu::grammar::wrapped_schema_spec_prefix + parts.dump();
 }
 
