@@ -245,3 +245,39 @@ inline device_ptr make_device_buffer(backend& device, size_t bytes) {
 }
 
 }  // namespace illm::gpu
+
+/// Declares, inside a backend's class, the memory operations a device backend defines in its source file: allocate,
+/// deallocate, upload, download and copy (their briefs are backend's).
+#define ILLM_BACKEND_MEMORY_OPERATIONS                                     \
+  void* allocate(size_t bytes) override;                                   \
+  void deallocate(void* p) override;                                       \
+  status upload(void* dst, const void* host_src, size_t bytes) override;   \
+  status download(void* host_dst, const void* src, size_t bytes) override; \
+  status copy(void* dst, const void* src, size_t bytes) override
+
+/// Declares, inside a backend's class, the kernels a computing backend defines in its source file, from gemm to
+/// sample (their briefs are backend's). One list, so that a change of a kernel's signature is made once.
+#define ILLM_BACKEND_KERNELS                                                                                       \
+  status gemm(const float* x, size_t ldx, int m, int k, const void* w, dtype w_type, size_t ldw, int n, float* y,  \
+              size_t ldy, bool accumulate) override;                                                               \
+  status rmsnorm(const float* x, size_t ldx, const float* weight, int m, int n, float eps, float* y, size_t ldy)   \
+      override;                                                                                                    \
+  status head_rmsnorm(float* x, size_t ld, int m, int n_heads, int head_dim, const float* weight, float eps)       \
+      override;                                                                                                    \
+  status add_bias(float* x, size_t ld, int m, int n, const float* bias) override;                                  \
+  status rope_table(const int32_t* pos, int m, int head_dim, const rope_frequencies& freq, float* table) override; \
+  status rope(float* x, size_t ld, int m, int n_heads, int head_dim, const float* table) override;                 \
+  status silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out, size_t ld_out)       \
+      override;                                                                                                    \
+  status embed(const int32_t* tokens, int m, const void* table, dtype type, int dim, float* out, size_t ld_out)    \
+      override;                                                                                                    \
+  status gather_rows(const float* src, size_t ld_src, const int32_t* rows, int n, int width, float* dst,           \
+                     size_t ld_dst) override;                                                                      \
+  status store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,                  \
+                  const kv_layer_view& dst, const uint32_t* slots) override;                                       \
+  status micro_attention_batch(const attention_shape& shape, const kv_layer_view& kv,                              \
+                               std::span<const attention_job> jobs) override;                                      \
+  status merge(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads, int head_dim,   \
+               float* out, size_t out_ld) override;                                                                \
+  status sample(const float* logits, size_t ld, int n, int vocab, const sampling_params* params, uint64_t* rng,    \
+                int32_t* out) override

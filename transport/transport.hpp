@@ -95,3 +95,14 @@ class data_plane {
 };
 
 }  // namespace illm::transport
+
+/// Declares, inside a plane's class, the data_plane operations every plane defines in its source file: register_memory,
+/// put, flush, send and on_message (their briefs are data_plane's). One list, so that a change of the interface is
+/// made once for all planes.
+#define ILLM_DATA_PLANE_OPERATIONS                                                                                \
+  result<remote_region> register_memory(void* base, uint64_t bytes) override;                                     \
+  void put(peer_id peer, const void* local, uint64_t bytes, const remote_region& region, uint64_t remote_address, \
+           completion done) override;                                                                             \
+  void flush(peer_id peer, completion done) override;                                                             \
+  void send(peer_id peer, channel ch, std::span<const uint8_t> payload, completion done) override;                \
+  void on_message(channel ch, message_handler handler) override

@@ -3,6 +3,7 @@
 // operation towards it.
 #include <doctest/doctest.h>
 
+#include "tests/transport/cut_off.hpp"
 #include "transport/inproc/inproc.hpp"
 
 using namespace illm;
@@ -67,12 +68,7 @@ TEST_SUITE("transport") {
     std::vector<uint8_t> memory(64);
     const remote_region region = b->register_memory(memory.data(), memory.size()).value();
     fabric->disconnect(2);
-    int failures = 0;
-    auto count = [&](transport::status s) { failures += !s.is_ok(); };
-    a->put(2, memory.data(), 8, region, region.address, count);
-    a->flush(2, count);
-    a->send(2, channel::attend, std::vector<uint8_t>{1}, count);
-    CHECK(failures == 3);
+    CHECK(transport::test::failed_operations(*a, 2, region, memory.data(), 8) == 3);
     CHECK_FALSE(fabric->connect(1).is_ok());  // ids are unique
   }
 }

@@ -27,12 +27,7 @@ class faulty_plane final : public data_plane {
   ~faulty_plane() override;
 
   peer_id self() const override { return inner_->self(); }
-  result<remote_region> register_memory(void* base, uint64_t bytes) override;
-  void put(peer_id peer, const void* local, uint64_t bytes, const remote_region& region, uint64_t remote_address,
-           completion done) override;
-  void flush(peer_id peer, completion done) override;
-  void send(peer_id peer, channel ch, std::span<const uint8_t> payload, completion done) override;
-  void on_message(channel ch, message_handler handler) override;
+  ILLM_DATA_PLANE_OPERATIONS;
   traffic counters() const override { return inner_->counters(); }
   std::vector<uint8_t> address() const override { return inner_->address(); }
   status connect(peer_id peer, std::span<const uint8_t> address) override { return inner_->connect(peer, address); }

@@ -36,12 +36,7 @@ class inproc_endpoint final : public data_plane {
   ~inproc_endpoint() override;
 
   peer_id self() const override { return id_; }
-  result<remote_region> register_memory(void* base, uint64_t bytes) override;
-  void put(peer_id peer, const void* local, uint64_t bytes, const remote_region& region, uint64_t remote_address,
-           completion done) override;
-  void flush(peer_id peer, completion done) override;
-  void send(peer_id peer, channel ch, std::span<const uint8_t> payload, completion done) override;
-  void on_message(channel ch, message_handler handler) override;
+  ILLM_DATA_PLANE_OPERATIONS;
   traffic counters() const override;
 
   /// Delivers a message from `from` to this endpoint's handler (called by the sender).

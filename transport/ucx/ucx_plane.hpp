@@ -86,12 +86,7 @@ class ucx_plane final : public data_plane {
   // The data_plane (transport.hpp). A message that arrives on a channel without a handler is dropped
   // (its sender sees a completed send); counters() counts what this plane put and sent successfully.
   peer_id self() const override;
-  result<remote_region> register_memory(void* base, uint64_t bytes) override;
-  void put(peer_id peer, const void* local, uint64_t bytes, const remote_region& region, uint64_t remote_address,
-           completion done) override;
-  void flush(peer_id peer, completion done) override;
-  void send(peer_id peer, channel ch, std::span<const uint8_t> payload, completion done) override;
-  void on_message(channel ch, message_handler handler) override;
+  ILLM_DATA_PLANE_OPERATIONS;
   traffic counters() const override;
 
   struct impl;  ///< the UCX side, kept out of this header
