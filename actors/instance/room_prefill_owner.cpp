@@ -162,7 +162,7 @@ void on_chunk_done(self_ptr self, request_id req, move_id id, const chunk_done& 
   if (!done.ok && !found->plan->has_started(id)) return turn_down_chunk(self, *found, req, id);
   if (!done.ok)
     return abandon_room_prefill(self, req, fmt::format("a chunk of its prompt at instance {} failed: {}", c.holder,
-                                                       done.error));
+                                                       done.reason));
   commit_chunk commit{id, req, {}};
   for (int32_t b = c.pos0 / gpu::kv_block_tokens; b < c.end / gpu::kv_block_tokens; ++b)
     commit.logical.push_back(uint32_t(b));

@@ -1,11 +1,15 @@
 #pragma once
-// The runtime's messages declared (defined in actors/messages/), and its atoms: what the actors' typed
-// interfaces (actors/interfaces.hpp) name.
+// The runtime's messages declared (defined in actors/messages/, but for the two shapes several messages share, defined
+// here: move_notice and move_outcome), and its atoms: what the actors' typed interfaces (actors/interfaces.hpp) name.
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <type_traits>
+
+#include "actors/placement/types.hpp"
 
 namespace illm::actors {
 
@@ -78,26 +82,76 @@ typename Inspector::result_type inspect_fields(Inspector& f, const char* name, F
   return f(caf::meta::type_name(name), wire_field(fields)...);
 }
 
+/// A message type's name as a template argument: move_notice<"abort_move">.
+template <size_t N>
+struct message_label {
+  constexpr message_label(const char (&name)[N]) { std::copy_n(name, N, text); }
+  char text[N];
+};
+
+/// A message that names a move (a room's chunk is named as a move) and says nothing more; Name tells the kinds
+/// apart, each a type of its own: abort_move, chunk_started, abort_chunk, return_reservation, cancel_chunk.
+template <message_label Name>
+struct move_notice {
+  move_id id = 0;
+};
+
+/// The answer to an order about a move: done, or why not. commit_result, replica_result, chunk_done.
+template <message_label Name>
+struct move_outcome {
+  move_id id = 0;
+  bool ok = false;
+  std::string reason;  ///< why not
+};
+
+/// CAF's inspect of the two shapes, and their names (as ILLM_INSPECT defines them for a message struct).
+template <class Inspector, message_label Name>
+typename Inspector::result_type inspect(Inspector& f, move_notice<Name>& x) {
+  return inspect_fields(f, Name.text, x.id);
+}
+template <message_label Name>
+constexpr const char* message_name(const move_notice<Name>*) {
+  return Name.text;
+}
+template <class Inspector, message_label Name>
+typename Inspector::result_type inspect(Inspector& f, move_outcome<Name>& x) {
+  return inspect_fields(f, Name.text, x.id, x.ok, x.reason);
+}
+template <message_label Name>
+constexpr const char* message_name(const move_outcome<Name>*) {
+  return Name.text;
+}
+
 }  // namespace illm::actors
 
 /// Defines the CAF inspect overload (serialization) of message type T: its name on the wire and its fields,
 /// written as members of `x` in the order they travel: ILLM_INSPECT(move_kvcache, x.id, x.req_id, ...).
 /// Strings and byte vectors are read with their length checked (bounded_bytes), numbers must be finite.
+/// message_name(const T*) gives the name, found by argument-dependent lookup (register_messages).
 #define ILLM_INSPECT(T, ...)                                    \
   template <class Inspector>                                    \
   typename Inspector::result_type inspect(Inspector& f, T& x) { \
     return ::illm::actors::inspect_fields(f, #T, __VA_ARGS__);  \
-  }
+  }                                                             \
+  constexpr const char* message_name(const T*) { return #T; }
 
 namespace illm::actors {
+
+// The messages of the shapes move_notice and move_outcome.
+using abort_move = move_notice<"abort_move">;
+using chunk_started = move_notice<"chunk_started">;
+using abort_chunk = move_notice<"abort_chunk">;
+using return_reservation = move_notice<"return_reservation">;
+using cancel_chunk = move_notice<"cancel_chunk">;
+using commit_result = move_outcome<"commit_result">;
+using chunk_done = move_outcome<"chunk_done">;
+using replica_result = move_outcome<"replica_result">;
 
 struct heartbeat;
 struct move_kvcache;
 struct try_move_kvcache;
 struct move_reservation;
 struct commit_move;
-struct commit_result;
-struct abort_move;
 struct release_blocks;
 struct move_report;
 struct cluster_view;
@@ -114,13 +168,8 @@ struct keep_blocks;
 struct release_room;
 struct reserve_chunk;
 struct prefill_chunk;
-struct chunk_started;
-struct chunk_done;
 struct commit_chunk;
-struct abort_chunk;
 struct take_reservation;
-struct return_reservation;
-struct cancel_chunk;
 struct need_blocks;
 struct loan_result;
 struct pick_blocks;
@@ -135,7 +184,6 @@ struct incoming_attend;
 struct incoming_partials;
 struct pick_replicas;
 struct replicate_blocks;
-struct replica_result;
 struct blocks_replicated;
 struct replicas_lost;
 struct spare_reclaimed;

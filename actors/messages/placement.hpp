@@ -81,19 +81,10 @@ struct commit_move {
 };
 ILLM_INSPECT(commit_move, x.id, x.req_id, x.src_inst, x.logical, x.checksummed, x.checksum, x.in_place)
 
-/// The answer to commit_move.
-struct commit_result {
-  move_id id = 0;
-  bool committed = false;
-  std::string reason;
-};
-ILLM_INSPECT(commit_result, x.id, x.committed, x.reason)
+// commit_result, a move_outcome (declarations.hpp): the answer to commit_move.
 
-/// source -> destination: give the reservation (or the committed blocks) of a move back.
-struct abort_move {
-  move_id id = 0;
-};
-ILLM_INSPECT(abort_move, x.id)
+// abort_move, a move_notice (declarations.hpp): source -> destination: give the reservation (or the committed blocks)
+// of a move back.
 
 /// owner -> holder: req_id ended; free every block held for it and forget its room's promise. The holder's cache
 /// keeps the `kept` blocks (the request's full blocks it hosts, keyed) that it hosts at those places.

@@ -37,13 +37,8 @@ struct replicate_blocks {
 };
 ILLM_INSPECT(replicate_blocks, x.id, x.req_id, x.owner, x.logical, x.physical, x.dst)
 
-/// The answer to replicate_blocks: the copy is committed at its destination, or why not.
-struct replica_result {
-  move_id id = 0;
-  bool ok = false;
-  std::string reason;
-};
-ILLM_INSPECT(replica_result, x.id, x.ok, x.reason)
+// replica_result, a move_outcome (declarations.hpp): the answer to replicate_blocks: the copy is committed at its
+// destination, or why not.
 
 /// rManager -> instance: logical blocks of req_id have a copy at `at` now (answer: false when the request is
 /// gone or its blocks changed meanwhile: the copy is given back).

@@ -43,19 +43,10 @@ struct prefill_chunk {
 };
 ILLM_INSPECT(prefill_chunk, x.id, x.owner, x.req_id, x.pos0, x.tokens, x.table_pools, x.table_blocks, x.owner_instance)
 
-/// holder instance -> owner instance: the step computing chunk `id` has started; the next chunk may go.
-struct chunk_started {
-  move_id id = 0;
-};
-ILLM_INSPECT(chunk_started, x.id)
+// chunk_started, a move_notice (declarations.hpp): holder instance -> owner instance: the step computing chunk `id` has
+// started; the next chunk may go.
 
-/// The answer to prefill_chunk.
-struct chunk_done {
-  move_id id = 0;
-  bool ok = false;
-  std::string error;
-};
-ILLM_INSPECT(chunk_done, x.id, x.ok, x.error)
+// chunk_done, a move_outcome (declarations.hpp): the answer to prefill_chunk.
 
 /// owner instance -> its rManager: chunk `id` of req_id is written: commit its blocks at their holder as these
 /// logical blocks of the request (answer: bool, whether the holder committed them).
@@ -66,11 +57,8 @@ struct commit_chunk {
 };
 ILLM_INSPECT(commit_chunk, x.id, x.req_id, x.logical)
 
-/// owner instance -> its rManager: give chunk `id`'s reservation back (its request starts over or ended).
-struct abort_chunk {
-  move_id id = 0;
-};
-ILLM_INSPECT(abort_chunk, x.id)
+// abort_chunk, a move_notice (declarations.hpp): owner instance -> its rManager: give chunk `id`'s reservation back
+// (its request starts over or ended).
 
 /// holder instance -> its rManager: chunk `id` of (owner, req_id) is being computed here: its reservation does
 /// not expire nor go back until return_reservation (answer: its blocks; none when there is no such reservation).
@@ -81,17 +69,11 @@ struct take_reservation {
 };
 ILLM_INSPECT(take_reservation, x.id, x.owner, x.req_id)
 
-/// holder instance -> its rManager: chunk `id` ended here (written, failed or cancelled): its reservation waits
-/// for the owner's commit for a lease again, or goes back now if it was aborted meanwhile.
-struct return_reservation {
-  move_id id = 0;
-};
-ILLM_INSPECT(return_reservation, x.id)
+// return_reservation, a move_notice (declarations.hpp): holder instance -> its rManager: chunk `id` ended here
+// (written, failed or cancelled): its reservation waits for the owner's commit for a lease again, or goes back now if
+// it was aborted meanwhile.
 
-/// holder rManager -> its instance: stop computing chunk `id` (its request ended, or the owner gave it up).
-struct cancel_chunk {
-  move_id id = 0;
-};
-ILLM_INSPECT(cancel_chunk, x.id)
+// cancel_chunk, a move_notice (declarations.hpp): holder rManager -> its instance: stop computing chunk `id` (its
+// request ended, or the owner gave it up).
 
 }  // namespace illm::actors

@@ -74,12 +74,12 @@ caf::result<bool> commit_written_chunk(self_ptr self, const commit_chunk& c) {
             }
             const outgoing_chunk chunk = jt->second;
             self->state.chunks.erase(jt);
-            if (r.committed)
+            if (r.ok)
               note_placed(self->state, chunk.req, chunk.dst, chunk.blocks);
             else
               self->send(chunk.dst_rmanager, abort_move{c.id});
-            report_chunk(self, c.id, chunk, r.committed, r.committed ? "" : "commit refused: " + r.reason);
-            promise.deliver(r.committed);
+            report_chunk(self, c.id, chunk, r.ok, r.ok ? "" : "commit refused: " + r.reason);
+            promise.deliver(r.ok);
           },
           [=](const caf::error& err) mutable {
             if (auto jt = self->state.chunks.find(c.id); jt != self->state.chunks.end()) {

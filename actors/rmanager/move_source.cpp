@@ -74,7 +74,7 @@ void commit(self_ptr self, move_id id) {
           [=](const commit_result& r) {
             auto it = self->state.outgoing.find(id);
             if (it == self->state.outgoing.end()) return;
-            if (!r.committed) return finish_move(self, id, false, "commit refused: " + r.reason);
+            if (!r.ok) return finish_move(self, id, false, "commit refused: " + r.reason);
             outgoing_move& m = it->second;
             note_copied(self->state, m);
             if (m.replica && !m.cancelled) return finish_replica(self, id, true, {});

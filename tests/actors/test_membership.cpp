@@ -65,36 +65,29 @@ struct membership_fixture {
     sched->run();
   }
 
-  /// The gManager's status now.
-  cluster_status status() {
-    auto out = std::make_shared<cluster_status>();
-    sys->spawn([out, gm = gmanager](caf::event_based_actor* self) {
-      self->request(gm, caf::infinite, status_atom::value).then([out](cluster_status& s) { *out = std::move(s); });
+  /// The gManager's answer of type Answer to `question`, once the scheduler has run it.
+  template <class Answer, class Question>
+  Answer ask(Question question) {
+    auto out = std::make_shared<Answer>();
+    sys->spawn([out, question, gm = gmanager](caf::event_based_actor* self) {
+      self->request(gm, caf::infinite, question).then([out](Answer& a) { *out = std::move(a); });
     });
     sched->run();
-    return *out;
+    return std::move(*out);
   }
 
+  /// The gManager's status now.
+  cluster_status status() { return ask<cluster_status>(status_atom::value); }
+
   /// The gManager's view now.
-  cluster_view view() {
-    auto out = std::make_shared<cluster_view>();
-    sys->spawn([out, gm = gmanager](caf::event_based_actor* self) {
-      self->request(gm, caf::infinite, view_atom::value).then([out](cluster_view& v) { *out = std::move(v); });
-    });
-    sched->run();
-    return *out;
-  }
+  cluster_view view() { return ask<cluster_view>(view_atom::value); }
 
   /// The members holding a chain of keys, by the gManager's prefix index: (member, blocks) pairs.
   std::vector<std::pair<instance_id, uint32_t>> holders(std::vector<illm::gpu::block_key> keys) {
-    auto out = std::make_shared<prefix_holders>();
-    sys->spawn([out, keys, gm = gmanager](caf::event_based_actor* self) {
-      self->request(gm, caf::infinite, prefix_lookup{keys}).then([out](prefix_holders& h) { *out = std::move(h); });
-    });
-    sched->run();
+    const auto found = ask<prefix_holders>(prefix_lookup{std::move(keys)});
     std::vector<std::pair<instance_id, uint32_t>> pairs;
-    for (size_t i = 0; i < out->holders.size(); ++i) pairs.push_back({out->holders[i], out->blocks[i]});
-    last_cover = out->cover;
+    for (size_t i = 0; i < found.holders.size(); ++i) pairs.push_back({found.holders[i], found.blocks[i]});
+    last_cover = found.cover;
     return pairs;
   }
   std::vector<illm::actors::placement::prefix_segment> last_cover;  ///< of the last holders() asked

@@ -6,19 +6,12 @@
 // What decodes must serialize and decode again to the same bytes.
 #include <caf/all.hpp>
 
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
 
-#include "actors/messages/membership.hpp"
-#include "actors/messages/placement.hpp"
-#include "actors/messages/prefix_cache.hpp"
-#include "actors/messages/replicas.hpp"
-#include "actors/messages/requests.hpp"
-#include "actors/messages/room_prefill.hpp"
-#include "actors/messages/rooms.hpp"
-#include "actors/messages/status.hpp"
-#include "actors/messages/takeover.hpp"
+#include "actors/messages.hpp"
 
 using namespace illm::actors;
 
@@ -50,28 +43,13 @@ void round_trip(const uint8_t* data, size_t size) {
 
 using decoder = void (*)(const uint8_t*, size_t);
 
-constexpr decoder decoders[] = {
-    round_trip<heartbeat>,        round_trip<move_kvcache>,     round_trip<try_move_kvcache>,
-    round_trip<move_reservation>, round_trip<commit_move>,      round_trip<commit_result>,
-    round_trip<abort_move>,       round_trip<release_blocks>,   round_trip<move_report>,
-    round_trip<keep_blocks>,      round_trip<release_room>,     round_trip<replicate_blocks>,
-    round_trip<replica_result>,   round_trip<replicas_lost>,    round_trip<promote_replicas>,
-    round_trip<replicas_promoted>, round_trip<report_orphan>,   round_trip<orphan_report>,
-    round_trip<adopt_orphan>,     round_trip<orphan_adopted>,   round_trip<expel_member>,
-    round_trip<drain_instance>,   round_trip<leave_cluster>,
-    // with actor handles
-    round_trip<join_cluster>,     round_trip<cluster_view>,     round_trip<use_gmanager>,
-    round_trip<generate_request>, round_trip<token_event>,      round_trip<request_finished>,
-    round_trip<cancel_request>,   round_trip<reserve_room>,     round_trip<room_answer>,
-    round_trip<reserve_chunk>,    round_trip<prefill_chunk>,    round_trip<chunk_started>,
-    round_trip<chunk_done>,       round_trip<commit_chunk>,     round_trip<abort_chunk>,
-    round_trip<take_reservation>, round_trip<return_reservation>, round_trip<cancel_chunk>,
-    // the gManager's answer to a front end
-    round_trip<cluster_status>,
-    // the cluster-wide prefix cache
-    round_trip<prefix_lookup>,    round_trip<prefix_holders>,   round_trip<find_prefix>,
-    round_trip<read_prefix>,      round_trip<prefix_read>,      round_trip<copy_prefix>,
-};
+template <class... Ts>
+constexpr std::array<decoder, sizeof...(Ts)> decoders_of(message_types<Ts...>) {
+  return {round_trip<Ts>...};
+}
+
+/// One decoder per message a peer can send (actors/messages.hpp).
+constexpr auto decoders = decoders_of(peer_messages{});
 
 }  // namespace
 

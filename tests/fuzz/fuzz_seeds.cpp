@@ -10,13 +10,7 @@
 #include <caf/all.hpp>
 
 #include "actors/logic/attention_wire.hpp"
-#include "actors/messages/membership.hpp"
-#include "actors/messages/placement.hpp"
-#include "actors/messages/replicas.hpp"
-#include "actors/messages/requests.hpp"
-#include "actors/messages/room_prefill.hpp"
-#include "actors/messages/status.hpp"
-#include "actors/messages/takeover.hpp"
+#include "actors/messages.hpp"
 #include "gpu/checkpoint.hpp"
 #include "gpu/weights.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
@@ -64,9 +58,19 @@ void attention_wire(const fs::path& dir) {
   write(dir, "seed-refusal", actors::encode(refused));
 }
 
+/// The index of message type T in peer_messages, fuzz_peer_messages' first byte.
+template <class T, class... Ts>
+constexpr uint8_t peer_index(actors::message_types<Ts...>) {
+  constexpr bool same[] = {std::is_same_v<T, Ts>...};
+  for (uint8_t i = 0; i < sizeof...(Ts); ++i)
+    if (same[i]) return i;
+  throw "not a peer message";
+}
+
 /// Message `m` as fuzz_peer_messages reads it: the index of its type, then CAF's serialization.
 template <class T>
-std::vector<uint8_t> peer_message(uint8_t type, T m) {
+std::vector<uint8_t> peer_message(T m) {
+  constexpr uint8_t type = peer_index<T>(actors::peer_messages{});
   // Handles are written in a system's context, as a sender does; never destroyed (CAF 0.17's system does not
   // survive the destruction of statics at exit).
   static caf::actor_system& system = *new caf::actor_system(*new caf::actor_system_config);
@@ -81,26 +85,26 @@ std::vector<uint8_t> peer_message(uint8_t type, T m) {
   return out;
 }
 
-void peer_messages(const fs::path& dir) {  // type indexes as in fuzz_peer_messages.cpp
+void peer_messages(const fs::path& dir) {
   using namespace actors;
   heartbeat hb;
   hb.inst_id = 2;
   hb.seq = 9;
   hb.placement.push_back({});
-  write(dir, "seed-heartbeat", peer_message(0, hb));
-  write(dir, "seed-try-move", peer_message(2, try_move_kvcache{5, 3, 4, 1, false}));
+  write(dir, "seed-heartbeat", peer_message(hb));
+  write(dir, "seed-try-move", peer_message(try_move_kvcache{5, 3, 4, 1, false}));
   move_reservation granted;
   granted.id = 5;
   granted.granted = true;
   granted.blocks = {1, 2, 3, 4};
   granted.region_key = {1, 2, 3};
   granted.reason = "ok";
-  write(dir, "seed-reservation", peer_message(3, granted));
-  write(dir, "seed-commit", peer_message(4, commit_move{5, 3, 1, {0, 1, 2, 3}, true, 77}));
-  write(dir, "seed-replicate", peer_message(11, replicate_blocks{6, 3, 1, {0, 1}, {7, 8}, 2}));
-  write(dir, "seed-promote", peer_message(14, promote_replicas{3, 1, {0, 1}, {2, 2}}));
-  write(dir, "seed-adopt", peer_message(18, adopt_orphan{3, 1, 2, 1, {0, 1}, {2}}));
-  write(dir, "seed-expel", peer_message(20, expel_member{1, 2, "too many blocks"}));
+  write(dir, "seed-reservation", peer_message(granted));
+  write(dir, "seed-commit", peer_message(commit_move{5, 3, 1, {0, 1, 2, 3}, true, 77}));
+  write(dir, "seed-replicate", peer_message(replicate_blocks{6, 3, 1, {0, 1}, {7, 8}, 2}));
+  write(dir, "seed-promote", peer_message(promote_replicas{3, 1, {0, 1}, {2, 2}}));
+  write(dir, "seed-adopt", peer_message(adopt_orphan{3, 1, 2, 1, {0, 1}, {2}}));
+  write(dir, "seed-expel", peer_message(expel_member{1, 2, "too many blocks"}));
   // With actor handles (null here: the fuzzer finds the bytes of others).
   join_cluster join;
   join.inst_id = 3;
@@ -109,7 +113,7 @@ void peer_messages(const fs::path& dir) {  // type indexes as in fuzz_peer_messa
   join.control = {"10.0.0.3", 7001};
   join.known_epoch = 2;
   join.known_members = {1, 2, 3};
-  write(dir, "seed-join", peer_message(23, join));
+  write(dir, "seed-join", peer_message(join));
   cluster_view view;
   view.epoch = 2;
   view.version = 17;
@@ -119,19 +123,19 @@ void peer_messages(const fs::path& dir) {  // type indexes as in fuzz_peer_messa
   view.instances[1].inst_id = 2;
   view.instances[1].plane_address = {9, 9};
   view.members = {1, 2};
-  write(dir, "seed-view", peer_message(24, view));
+  write(dir, "seed-view", peer_message(view));
   generate_request request;
   request.id = 11;
   request.params.prompt = {1, 400, 500};
   request.params.max_tokens = 16;
-  write(dir, "seed-generate", peer_message(26, request));
+  write(dir, "seed-generate", peer_message(request));
   prefill_chunk chunk;
   chunk.id = 4;
   chunk.req_id = 11;
   chunk.tokens = {1, 2, 3};
   chunk.table_pools = {0, 1};
   chunk.table_blocks = {5, 6};
-  write(dir, "seed-prefill-chunk", peer_message(33, chunk));
+  write(dir, "seed-prefill-chunk", peer_message(chunk));
   cluster_status status;
   status.epoch = 2;
   status.version = 40;
@@ -140,7 +144,7 @@ void peer_messages(const fs::path& dir) {  // type indexes as in fuzz_peer_messa
   status.requests.push_back({7, 1, {{7, 1, 30, true}, {7, 2, 6, false}}});
   status.moves.push_back({11, 7, 1, 2, 6, true, false, "", false});
   status.moves_done = 1;
-  write(dir, "seed-cluster-status", peer_message(41, status));
+  write(dir, "seed-cluster-status", peer_message(status));
 }
 
 void openai_request(const fs::path& dir) {
