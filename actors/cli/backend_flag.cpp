@@ -1,5 +1,7 @@
 #include "actors/cli/backend_flag.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
 
 #include "actors/cli/commands.hpp"
@@ -30,6 +32,11 @@ void add_devices_flag(CLI::App& cmd, std::string& devices) {
       ->check([](const std::string& value) -> std::string {
         return actors::parse_devices(value) ? "" : "a list of GPU indexes such as 0,1, not '" + value + "'";
       });
+}
+
+void add_backend_flags(CLI::App& cmd, std::string& backend, std::string& devices, const std::string& who) {
+  cmd.add_option("--backend", backend, "What " + who + " run on: " + backend_choices + " (default cpu)");
+  add_devices_flag(cmd, devices);
 }
 
 }  // namespace illm::cli

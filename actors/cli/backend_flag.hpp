@@ -23,4 +23,7 @@ std::string instance_backend(const std::string& asked, const std::string& comman
 /// `devices`; a value that is no list of GPU indexes is refused with a clear error.
 void add_devices_flag(CLI::App& cmd, std::string& devices);
 
+/// Adds `--backend` (what `who` runs on: "this instance", "the embedded instances") and `--devices` to `cmd`.
+void add_backend_flags(CLI::App& cmd, std::string& backend, std::string& devices, const std::string& who);
+
 }  // namespace illm::cli

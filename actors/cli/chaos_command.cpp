@@ -180,8 +180,7 @@ void add_chaos_command(CLI::App& app) {
       ->check(CLI::Range(int64_t(0), int64_t(1) << 62))
       ->excludes(seeds);
   cmd->add_option("--scenario", f->scenario, "Only this scenario (--list names them)");
-  cmd->add_option("--model", f->model, "Model name (in $ILLM_MODELS) or path (default stories15M)");
-  add_weight_type_flag(*cmd, f->weight_type);
+  add_model_flags(*cmd, f->model, f->weight_type);
   add_kv_type_flag(*cmd, f->options.kv_type);
   add_prefix_cache_flag(*cmd, f->options.prefix_cache);
   cmd->add_option("--prefix-copy", f->options.prefix_copy,

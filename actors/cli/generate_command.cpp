@@ -310,8 +310,7 @@ void run_generate(const generate_flags& f) {
 void add_generate_command(CLI::App& app) {
   auto flags = std::make_shared<generate_flags>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate a continuation of a prompt");
-  cmd->add_option("--model", flags->model, "Model name (in $ILLM_MODELS) or path")->capture_default_str();
-  add_weight_type_flag(*cmd, flags->weight_type);
+  add_model_flags(*cmd, flags->model, flags->weight_type);
   cmd->add_option("--prompt", flags->prompt, "Prompt text");
   cmd->add_option("--prompt-file", flags->prompt_file, "Read the prompt from a file");
   cmd->add_option("--max-tokens", flags->max_tokens, "Tokens to generate at most")

@@ -429,35 +429,42 @@ void run_instance(const instance_flags& flags) {
   stop_all(r);
 }
 
+/// The options that place the instance in a cluster: the gManager it joins, its control port, its id and node.
+void add_membership_flags(CLI::App& cmd, instance_flags& f) {
+  cmd.add_option("--join", f.join,
+                 "The gManager's HOST:PORT, or a comma-separated list of the addresses a gManager may run at "
+                 "(required, here or in --config)");
+  cmd.add_option("--listen", f.listen,
+                 "HOST:PORT of this instance's control port, which the other processes connect to (default: a free "
+                 "port on the address that reaches the gManager)");
+  cmd.add_option("--id", f.id, "This instance's id, unique in the cluster (default 0)")->check(CLI::Range(0, 4095));
+  cmd.add_option("--node", f.node,
+                 "The node (host) this instance runs on (default: the host name): a long step's queries to "
+                 "several holders on another node go there once, through one of them");
+}
+
+/// The options of its data plane and of its life: UCX transports and devices, the drain on SIGTERM, injected faults.
+void add_plane_flags(CLI::App& cmd, instance_flags& f) {
+  cmd.add_option("--ucx-tls", f.ucx_tls, "UCX_TLS of the data plane (default tcp)");
+  cmd.add_option("--ucx-net-devices", f.ucx_net_devices, "UCX_NET_DEVICES of the data plane (default lo)");
+  cmd.add_option("--drain-timeout-s", f.drain_timeout_s, "On SIGTERM, how long to wait to be idle (default 30)")
+      ->check(CLI::Range(0, 3600));
+  cmd.add_option("--faults", f.faults,
+                 "Faults this instance injects, seeded: e.g. seed=7,send.drop=0.01,reply.drop=0.05 (docs/faults.md; "
+                 "default: none)");
+}
+
 }  // namespace
 
 void add_instance_command(CLI::App& app) {
   auto f = std::make_shared<instance_flags>();
   CLI::App* icmd = app.add_subcommand("instance", "Run one instance that joins a gManager (illm gmanager)");
-  icmd->add_option("--join", f->join,
-                   "The gManager's HOST:PORT, or a comma-separated list of the addresses a gManager may run at "
-                   "(required, here or in --config)");
-  icmd->add_option("--listen", f->listen,
-                   "HOST:PORT of this instance's control port, which the other processes connect to (default: a free "
-                   "port on the address that reaches the gManager)");
-  icmd->add_option("--id", f->id, "This instance's id, unique in the cluster (default 0)")->check(CLI::Range(0, 4095));
-  icmd->add_option("--model", f->model, "Model name (in $ILLM_MODELS) or path (default stories15M)");
-  add_weight_type_flag(*icmd, f->weight_type);
+  add_membership_flags(*icmd, *f);
+  add_model_flags(*icmd, f->model, f->weight_type);
   add_kv_type_flag(*icmd, f->instance.kv_type);
   add_prefix_cache_flag(*icmd, f->instance.prefix_cache);
-  icmd->add_option("--ucx-tls", f->ucx_tls, "UCX_TLS of the data plane (default tcp)");
-  icmd->add_option("--ucx-net-devices", f->ucx_net_devices, "UCX_NET_DEVICES of the data plane (default lo)");
-  icmd->add_option("--drain-timeout-s", f->drain_timeout_s, "On SIGTERM, how long to wait to be idle (default 30)")
-      ->check(CLI::Range(0, 3600));
-  icmd->add_option("--node", f->node,
-                   "The node (host) this instance runs on (default: the host name): a long step's queries to "
-                   "several holders on another node go there once, through one of them");
-  icmd->add_option("--faults", f->faults,
-                   "Faults this instance injects, seeded: e.g. seed=7,send.drop=0.01,reply.drop=0.05 (docs/faults.md; "
-                   "default: none)");
-  icmd->add_option("--backend", f->instance.backend,
-                   std::string("What this instance runs on: ") + backend_choices + " (default cpu)");
-  add_devices_flag(*icmd, f->instance.devices);
+  add_plane_flags(*icmd, *f);
+  add_backend_flags(*icmd, f->instance.backend, f->instance.devices, "this instance");
   add_setting_flags(icmd, actors::instance_settings_table(), f->instance);
   add_setting_flags(icmd, actors::batch_settings_table(), f->batch);
   add_metrics_options(icmd, f->metrics_listen, f->metrics_prefix);

@@ -84,9 +84,8 @@ void run_perplexity(const perplexity_flags& f) {
 void add_perplexity_command(CLI::App& app) {
   auto flags = std::make_shared<perplexity_flags>();
   CLI::App* cmd = app.add_subcommand("perplexity", "Measure a model's perplexity on a text file (as llama-perplexity)");
-  cmd->add_option("--model", flags->model, "Model name (in $ILLM_MODELS) or path")->capture_default_str();
+  add_model_flags(*cmd, flags->model, flags->weight_type);
   cmd->add_option("--file", flags->file, "The text to score")->required();
-  add_weight_type_flag(*cmd, flags->weight_type);
   add_kv_type_flag(*cmd, flags->kv_type);
   cmd->add_option("--backend", flags->backend, "cpu, cpu-reference or cuda")->capture_default_str();
   cmd->add_option("--threads", flags->threads, "CPU threads")->check(CLI::Range(1, 1024))->capture_default_str();

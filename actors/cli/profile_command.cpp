@@ -136,8 +136,7 @@ void run_profile(const profile_flags& f) {
 void add_profile_command(CLI::App& app) {
   auto flags = std::make_shared<profile_flags>();
   CLI::App* cmd = app.add_subcommand("profile", "Measure the performance model on a backend (or --validate one)");
-  cmd->add_option("--model", flags->model, "Model to run")->capture_default_str();
-  add_weight_type_flag(*cmd, flags->weight_type);
+  add_model_flags(*cmd, flags->model, flags->weight_type);
   add_kv_type_flag(*cmd, flags->kv_type);
   cmd->add_option("--backend", flags->backend, "Backend to measure")->capture_default_str();
   cmd->add_option("--threads", flags->threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 1024));

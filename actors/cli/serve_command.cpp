@@ -239,13 +239,11 @@ void add_serve_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API from an embedded cluster or a cluster of processes");
   cmd->footer("Configuration file keys (JSON object):\n" + actors::frontend::serve_config_keys());
   cmd->add_option("--config", flags->config, "JSON configuration file (flags override it)");
-  cmd->add_option("--model", flags->model,
-                  "Model name (in $ILLM_MODELS) or path: a Hugging Face folder, a GGUF file or a llama2.c file (default stories15M)");
+  add_model_flags(*cmd, flags->model, flags->weight_type);
   cmd->add_option("--served-model-name", flags->served_model_name,
                   "The model id clients ask for (default: the model folder's or file's name)");
   cmd->add_option("--chat-template", flags->chat_template,
                   "Jinja file replacing the model's chat template (a model without one joins the messages by newlines)");
-  add_weight_type_flag(*cmd, flags->weight_type);
   add_kv_type_flag(*cmd, flags->kv_type);
   add_prefix_cache_flag(*cmd, flags->prefix_cache);
   cmd->add_option("--host", flags->host, "Address to listen on (default 127.0.0.1)");
@@ -258,9 +256,7 @@ void add_serve_command(CLI::App& app) {
                   "(docs/faults.md; default: none)");
   cmd->add_option("--instances", flags->instances, "Instances of the embedded cluster (default 2)")
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--backend", flags->backend,
-                  std::string("What the embedded instances run on: ") + backend_choices + " (default cpu)");
-  add_devices_flag(*cmd, flags->devices);
+  add_backend_flags(*cmd, flags->backend, flags->devices, "the embedded instances");
   flags->instance = actors::frontend::serve_config{}.instance;  // the defaults --help shows
   add_setting_flags(cmd, actors::instance_settings_table(), flags->instance);
   add_setting_flags(cmd, actors::batch_settings_table(), flags->batch);

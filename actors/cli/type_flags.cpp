@@ -31,6 +31,13 @@ void add_prefix_cache_flag(CLI::App& cmd, std::string& value) {
       ->capture_default_str();
 }
 
+void add_model_flags(CLI::App& cmd, std::string& model, std::string& weight_type) {
+  cmd.add_option("--model", model,
+                 "Model name (in $ILLM_MODELS) or path: a Hugging Face folder, a GGUF file or a llama2.c file "
+                 "(default stories15M)");
+  add_weight_type_flag(cmd, weight_type);
+}
+
 gpu::dtype kv_type_of(const std::string& value, const std::string& command) {
   const auto type = gpu::parse_dtype(value);
   if (!type || gpu::is_block_type(*type))

@@ -27,6 +27,10 @@ void add_kv_type_flag(CLI::App& cmd, std::string& value);
 /// Adds `--prefix-cache MODE` (off or local; instance_settings::prefix_cache) to `cmd`, read into `value`.
 void add_prefix_cache_flag(CLI::App& cmd, std::string& value);
 
+/// Adds `--model NAME` (a name in $ILLM_MODELS or a path: a Hugging Face folder, a GGUF file or a llama2.c file;
+/// stories15M by default) and --weight-type to `cmd`, read into `model` and `weight_type`.
+void add_model_flags(CLI::App& cmd, std::string& model, std::string& weight_type);
+
 /// The KV type `value` names (f32, f16 or bf16). Fails with status 2 naming `command` when it names another.
 gpu::dtype kv_type_of(const std::string& value, const std::string& command);
 

@@ -21,16 +21,13 @@
 #include "actors/metrics/runtime_metrics.hpp"
 #include "actors/placement/types.hpp"
 #include "gpu/engine.hpp"
+#include "gpu/grammar/forward.hpp"
 #include "gpu/kv_staging.hpp"
 #include "actors/request.hpp"
 #include "actors/cluster/request_router.hpp"
 #include "gpu/weights.hpp"
 #include "transport/registry.hpp"
 #include "transport/transport.hpp"
-
-namespace illm::gpu::grammar {
-class constraint_cache;
-}
 
 namespace illm::actors {
 
@@ -85,8 +82,6 @@ class cluster final : public request_router {
   static gpu::result<std::unique_ptr<cluster>> start(std::shared_ptr<const gpu::model_weights> weights,
                                                      const cluster_options& options);
   ~cluster();
-  cluster(const cluster&) = delete;
-  cluster& operator=(const cluster&) = delete;
 
   using request_router::submit;
   request_id submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) override;

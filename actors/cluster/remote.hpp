@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpu/engine.hpp"
+#include "gpu/grammar/forward.hpp"
 #include "gpu/kv_staging.hpp"
 #include "actors/checker_hooks.hpp"
 #include "actors/event_log.hpp"
@@ -22,10 +23,6 @@
 #include "gpu/kv_pool.hpp"
 #include "gpu/weights.hpp"
 #include "transport/transport.hpp"
-
-namespace illm::gpu::grammar {
-class constraint_cache;
-}
 
 namespace illm::actors {
 

@@ -36,8 +36,6 @@ class remote_cluster final : public request_router {
                                                              std::function<void()> on_refused = {},
                                                              std::chrono::milliseconds first_wait = std::chrono::seconds(10));
   ~remote_cluster() override;
-  remote_cluster(const remote_cluster&) = delete;
-  remote_cluster& operator=(const remote_cluster&) = delete;
 
   /// A request the view has no instance for ends at once with an error.
   using request_router::submit;

@@ -98,6 +98,8 @@ class request_router {
   /// With `resume_elsewhere`, a request whose instance left the cluster goes on on another one.
   explicit request_router(bool resume_elsewhere) : requests_(resume_elsewhere) {}
   virtual ~request_router() = default;
+  request_router(const request_router&) = delete;  ///< a router owns its requests' actors: never copied
+  request_router& operator=(const request_router&) = delete;
   /// Submits a request to the instance of `view` with the most free blocks; the callbacks run on an
   /// actor thread, tokens in order, then on_finished exactly once. Returns the request's id.
   virtual request_id submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) = 0;

@@ -17,11 +17,8 @@
 #include "actors/frontend/http_server.hpp"
 #include "actors/frontend/openai_api.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
+#include "gpu/grammar/forward.hpp"
 #include "gpu/tokenizer.hpp"
-
-namespace illm::gpu::grammar {
-class constraint_cache;
-}
 
 namespace illm::actors::frontend {
 

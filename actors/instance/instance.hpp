@@ -16,11 +16,8 @@
 #include "actors/settings/settings.hpp"
 #include "actors/metrics/runtime_metrics.hpp"
 #include "gpu/engine.hpp"
+#include "gpu/grammar/forward.hpp"
 #include "gpu/prefix_cache.hpp"
-
-namespace illm::gpu::grammar {
-class constraint_cache;
-}
 
 namespace illm::actors {
 

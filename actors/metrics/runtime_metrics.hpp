@@ -12,11 +12,15 @@
 
 namespace illm::actors::metrics {
 
+class family_maker;
+
 /// The runtime's metric families on one registry.
 struct runtime_metrics {
   /// Registers every family on `r`; names start with `prefix`: "illm:" as vLLM's "vllm:", or "illm_",
   /// which promtool's linter accepts (it keeps ':' for recording rules).
   explicit runtime_metrics(registry& r, const std::string& prefix = "illm:");
+  /// Registers every family through `make` (the registry and prefix above).
+  explicit runtime_metrics(const family_maker& make);
 
   // Requests (the front end).
   family<counter>& prompt_tokens;      ///< illm:prompt_tokens_total
