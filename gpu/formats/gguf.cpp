@@ -177,17 +177,13 @@ result<gguf_file> gguf_file::open(const std::string& path) {
     if (out.tensors_[i].data < out.tensors_[i - 1].data + out.tensors_[i - 1].bytes)
       return status{status_code::corrupt_model, text::format("{}: tensors {} and {} overlap", path, out.tensors_[i - 1].name,
                                                              out.tensors_[i].name)};
-  std::sort(out.tensors_.begin(), out.tensors_.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  for (size_t i = 1; i < out.tensors_.size(); ++i)
-    if (out.tensors_[i].name == out.tensors_[i - 1].name)
-      return status{status_code::corrupt_model, text::format("{}: two tensors are named {}", path, out.tensors_[i].name)};
+  if (const stored_tensor* twice = sort_by_name(out.tensors_))
+    return status{status_code::corrupt_model, text::format("{}: two tensors are named {}", path, twice->name)};
   return out;
 }
 
 const stored_tensor* gguf_file::find(std::string_view name) const {
-  auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
-                             [](const stored_tensor& t, std::string_view n) { return t.name < n; });
-  return it != tensors_.end() && it->name == name ? &*it : nullptr;
+  return find_by_name(tensors_, name);
 }
 
 }  // namespace illm::gpu

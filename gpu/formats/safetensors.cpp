@@ -139,10 +139,8 @@ result<safetensors_checkpoint> safetensors_checkpoint::open(const std::string& p
     if (!tensors.is_ok()) return tensors.error();
     for (stored_tensor& t : tensors.value()) out.tensors_.push_back(std::move(t));
   }
-  std::sort(out.tensors_.begin(), out.tensors_.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  for (size_t i = 1; i < out.tensors_.size(); ++i)
-    if (out.tensors_[i].name == out.tensors_[i - 1].name)
-      return corrupt_safetensors(out.tensors_[i].file->path(), text::format("tensor {} is in two files", out.tensors_[i].name));
+  if (const stored_tensor* twice = sort_by_name(out.tensors_))
+    return corrupt_safetensors(twice->file->path(), text::format("tensor {} is in two files", twice->name));
   for (const auto& [name, shard] : index) {
     const stored_tensor* t = out.find(name);
     if (!t || std::filesystem::path(t->file->path()).filename() != shard)
@@ -152,9 +150,7 @@ result<safetensors_checkpoint> safetensors_checkpoint::open(const std::string& p
 }
 
 const stored_tensor* safetensors_checkpoint::find(std::string_view name) const {
-  auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
-                             [](const stored_tensor& t, std::string_view n) { return t.name < n; });
-  return it != tensors_.end() && it->name == name ? &*it : nullptr;
+  return find_by_name(tensors_, name);
 }
 
 }  // namespace illm::gpu

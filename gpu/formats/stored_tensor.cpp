@@ -30,6 +30,19 @@ status not_finite(const stored_tensor& t, uint64_t element) {
 
 }  // namespace
 
+const stored_tensor* sort_by_name(std::vector<stored_tensor>& tensors) {
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (size_t i = 1; i < tensors.size(); ++i)
+    if (tensors[i].name == tensors[i - 1].name) return &tensors[i];
+  return nullptr;
+}
+
+const stored_tensor* find_by_name(const std::vector<stored_tensor>& sorted, std::string_view name) {
+  auto it = std::lower_bound(sorted.begin(), sorted.end(), name,
+                             [](const stored_tensor& t, std::string_view n) { return t.name < n; });
+  return it != sorted.end() && it->name == name ? &*it : nullptr;
+}
+
 status read_floats(const stored_tensor& t, uint64_t first, uint64_t n, float* out) {
   dequantize(t.type, t.data + stored_bytes(t.type, first), size_t(n), out);
   for (uint64_t i = 0; i < n; ++i)

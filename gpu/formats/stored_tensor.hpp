@@ -8,6 +8,7 @@
 #include <optional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpu/dtype.hpp"
@@ -30,6 +31,13 @@ struct stored_tensor {
   /// "name [a, b] BF16", for messages.
   std::string describe() const;
 };
+
+/// Sorts `tensors` by name for find_by_name; returns the second of the first two tensors named alike, or nullptr when
+/// every name is unique.
+const stored_tensor* sort_by_name(std::vector<stored_tensor>& tensors);
+
+/// The tensor named `name` in `sorted` (sorted by name), or nullptr.
+const stored_tensor* find_by_name(const std::vector<stored_tensor>& sorted, std::string_view name);
 
 /// Converts elements [first, first + n) of `t` to fp32 into `out` (of a block type: whole blocks); corrupt_model
 /// naming the tensor and file at the first element that is not finite.

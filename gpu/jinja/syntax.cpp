@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <initializer_list>
 
 namespace illm::jinja {
 
@@ -278,22 +279,23 @@ class expression_parser {
     n->kids.push_back(std::move(r));
     return n;
   }
-  node_ptr or_expr() {
-    node_ptr l = and_expr();
-    while (is_name("or")) {
+  /// A left-associative chain of `operand`s joined by any of `ops` (words such as "and", or symbols such as "+").
+  node_ptr chain(node_ptr (expression_parser::*operand)(), std::initializer_list<const char*> ops) {
+    node_ptr l = (this->*operand)();
+    while (const char* op = one_of(ops)) {
       next();
-      l = binary("or", std::move(l), and_expr());
+      l = binary(op, std::move(l), (this->*operand)());
     }
     return l;
   }
-  node_ptr and_expr() {
-    node_ptr l = not_expr();
-    while (is_name("and")) {
-      next();
-      l = binary("and", std::move(l), not_expr());
-    }
-    return l;
+  /// The operator of `ops` that comes next, or nullptr.
+  const char* one_of(std::initializer_list<const char*> ops) const {
+    for (const char* op : ops)
+      if (is_op(op) || is_name(op)) return op;
+    return nullptr;
   }
+  node_ptr or_expr() { return chain(&expression_parser::and_expr, {"or"}); }
+  node_ptr and_expr() { return chain(&expression_parser::not_expr, {"and"}); }
   node_ptr not_expr() {
     if (!is_name("not")) return compare();
     next();
@@ -320,54 +322,19 @@ class expression_parser {
       l = binary(op, std::move(l), concat());
     }
   }
-  node_ptr concat() {
-    node_ptr l = sum();
-    while (is_op("~")) {
-      next();
-      l = binary("~", std::move(l), sum());
-    }
-    return l;
-  }
-  node_ptr sum() {
-    node_ptr l = product();
-    while (is_op("+") || is_op("-")) {
-      std::string op = next().text;
-      l = binary(op, std::move(l), product());
-    }
-    return l;
-  }
-  node_ptr product() {
-    node_ptr l = power();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      std::string op = next().text;
-      l = binary(op, std::move(l), power());
-    }
-    return l;
-  }
-  node_ptr power() {
-    node_ptr l = unary();
-    while (is_op("**")) {
-      next();
-      l = binary("**", std::move(l), unary());
-    }
-    return l;
-  }
-  node_ptr unary() {
+  node_ptr concat() { return chain(&expression_parser::sum, {"~"}); }
+  node_ptr sum() { return chain(&expression_parser::product, {"+", "-"}); }
+  node_ptr product() { return chain(&expression_parser::power, {"*", "/", "//", "%"}); }
+  node_ptr power() { return chain(&expression_parser::unary, {"**"}); }
+  node_ptr unary() { return filters(signed_operand()); }
+  /// A sign applied to its operand (the filters after it apply to the whole: -x|abs is (-x)|abs), or a postfix
+  /// expression.
+  node_ptr signed_operand() {
     const nesting level(depth_, max_depth, line_, "expressions nested too deeply");
     if (is_op("-") || is_op("+")) {
       auto n = make(node::kind::unary, line_);
       n->text = next().text;
-      n->kids.push_back(unary_no_filter());
-      return filters(std::move(n));
-    }
-    return filters(postfix(primary()));
-  }
-  node_ptr unary_no_filter() {
-    const nesting level(depth_, max_depth, line_, "expressions nested too deeply");
-    if (is_op("-") || is_op("+")) {
-      auto n = make(node::kind::unary, line_);
-      n->text = next().text;
-      n->kids.push_back(unary_no_filter());
+      n->kids.push_back(signed_operand());
       return n;
     }
     return postfix(primary());
@@ -503,29 +470,25 @@ class expression_parser {
       expect_op(")");
       return inner;
     }
-    if (is_op("[")) {
-      next();
-      auto l = make(node::kind::list, line_);
-      while (!is_op("]")) {
-        l->kids.push_back(expression());
-        if (!is_op("]")) expect_op(",");
-      }
-      next();
-      return l;
-    }
-    if (is_op("{")) {
-      next();
-      auto d = make(node::kind::dict, line_);
-      while (!is_op("}")) {
-        d->kids.push_back(expression());
-        expect_op(":");
-        d->kids.push_back(expression());
-        if (!is_op("}")) expect_op(",");
-      }
-      next();
-      return d;
-    }
+    if (is_op("[")) return collection(node::kind::list, "]");
+    if (is_op("{")) return collection(node::kind::dict, "}");
     fail(line_, "unexpected '" + t.text + "'");
+  }
+  /// A list literal ([a, b]) or a dict literal ({k: v}, its kids key, value, key, value...), from its opening
+  /// bracket to `closer`.
+  node_ptr collection(node::kind kind, const char* closer) {
+    next();
+    auto n = make(kind, line_);
+    while (!is_op(closer)) {
+      n->kids.push_back(expression());
+      if (kind == node::kind::dict) {
+        expect_op(":");
+        n->kids.push_back(expression());
+      }
+      if (!is_op(closer)) expect_op(",");
+    }
+    next();
+    return n;
   }
 
   static constexpr int max_depth = 200;
@@ -605,6 +568,22 @@ class statement_parser {
     tag_->expect_end();
   }
 
+  /// Ends an if or a for whose body stopped at `stop`: an {% else %} block up to `end` becomes n's last kid (for a
+  /// for without one, `null_without` makes that kid null); anything but else or `end` is an error.
+  void else_block(node& n, const std::string& stop, const std::string& end, bool null_without) {
+    if (stop == "else") {
+      tag_->expect_end();
+      auto other = make(node::kind::block, line_);
+      if (body(*other, {end}) != end) fail(line_, "missing {% " + end + " %}");
+      n.kids.push_back(std::move(other));
+    } else if (stop != end) {
+      fail(line_, "missing {% " + end + " %}");
+    } else if (null_without) {
+      n.kids.push_back(nullptr);
+    }
+    tag_->expect_end();
+  }
+
   node_ptr if_statement() {
     auto n = make(node::kind::if_, line_);
     for (;;) {
@@ -614,15 +593,7 @@ class statement_parser {
       const std::string stop = body(*branch, {"elif", "else", "endif"});
       n->kids.push_back(std::move(branch));
       if (stop == "elif") continue;
-      if (stop == "else") {
-        tag_->expect_end();
-        auto other = make(node::kind::block, line_);
-        if (body(*other, {"endif"}) != "endif") fail(line_, "missing {% endif %}");
-        n->kids.push_back(std::move(other));
-      } else if (stop != "endif") {
-        fail(line_, "missing {% endif %}");
-      }
-      tag_->expect_end();
+      else_block(*n, stop, "endif", false);
       return n;
     }
   }
@@ -648,17 +619,7 @@ class statement_parser {
     auto loop_body = make(node::kind::block, line_);
     const std::string stop = body(*loop_body, {"else", "endfor"});
     n->kids.push_back(std::move(loop_body));
-    if (stop == "else") {
-      tag_->expect_end();
-      auto other = make(node::kind::block, line_);
-      if (body(*other, {"endfor"}) != "endfor") fail(line_, "missing {% endfor %}");
-      n->kids.push_back(std::move(other));
-    } else if (stop != "endfor") {
-      fail(line_, "missing {% endfor %}");
-    } else {
-      n->kids.push_back(nullptr);
-    }
-    tag_->expect_end();
+    else_block(*n, stop, "endfor", true);
     return n;
   }
 

@@ -190,10 +190,27 @@ struct hf_tokenizer::parts {
 
   status read_model(const json& model);
   status read_added(const json& list);
-  status read_normalizer(const json& n);
-  status read_pre_tokenizer(const json& p);
-  status read_post_processor(const json& p);
-  status read_decoder(const json& d);
+  /// Reads one step of a part of tokenizer.json, of type `type` (not Sequence).
+  using step_reader = status (parts::*)(const json& step, const std::string& type);
+  /// Reads the part `what` of tokenizer.json: nothing when it is null; each step of a Sequence (its array `key`);
+  /// else one step, with `read_step`.
+  status read_part(const json& j, const char* key, const char* what, step_reader read_step);
+  status read_normalizer(const json& n) {
+    return read_part(n, "normalizers", "normalizer", &parts::read_normalizer_step);
+  }
+  status read_pre_tokenizer(const json& p) {
+    return read_part(p, "pretokenizers", "pre_tokenizer", &parts::read_pre_tokenizer_step);
+  }
+  status read_post_processor(const json& p) {
+    return read_part(p, "processors", "post_processor", &parts::read_post_processor_step);
+  }
+  status read_decoder(const json& d) {
+    return read_part(d, "decoders", "decoder", &parts::read_decoder_step);
+  }
+  status read_normalizer_step(const json& n, const std::string& type);
+  status read_pre_tokenizer_step(const json& p, const std::string& type);
+  status read_post_processor_step(const json& p, const std::string& type);
+  status read_decoder_step(const json& d, const std::string& type);
   status read_config(const fs::path& path);
   int32_t id_named(const json& token) const;
 
@@ -274,14 +291,16 @@ status hf_tokenizer::parts::read_added(const json& list) {
   return status::ok();
 }
 
-status hf_tokenizer::parts::read_normalizer(const json& n) {
-  if (n.is_null()) return status::ok();
-  const std::string type = string_at(n, "type");
-  if (type == "Sequence") {
-    if (!n.contains("normalizers") || !n["normalizers"].is_array()) return bad(file, "normalizer: Sequence without normalizers");
-    for (const json& step : n["normalizers"]) ILLM_RETURN_IF_ERROR(read_normalizer(step));
-    return status::ok();
-  }
+status hf_tokenizer::parts::read_part(const json& j, const char* key, const char* what, step_reader read_step) {
+  if (j.is_null()) return status::ok();
+  const std::string type = string_at(j, "type");
+  if (type != "Sequence") return (this->*read_step)(j, type);
+  if (!j.contains(key) || !j[key].is_array()) return bad(file, text::format("{}: Sequence without {}", what, key));
+  for (const json& step : j[key]) ILLM_RETURN_IF_ERROR(read_part(step, key, what, read_step));
+  return status::ok();
+}
+
+status hf_tokenizer::parts::read_normalizer_step(const json& n, const std::string& type) {
   static const std::map<std::string, normal_form> forms{
       {"NFC", normal_form::nfc}, {"NFD", normal_form::nfd}, {"NFKC", normal_form::nfkc}, {"NFKD", normal_form::nfkd}};
   if (auto f = forms.find(type); f != forms.end()) {
@@ -302,15 +321,8 @@ status hf_tokenizer::parts::read_normalizer(const json& n) {
   return status::ok();
 }
 
-status hf_tokenizer::parts::read_pre_tokenizer(const json& p) {
-  if (p.is_null()) return status::ok();
-  const std::string type = string_at(p, "type");
+status hf_tokenizer::parts::read_pre_tokenizer_step(const json& p, const std::string& type) {
   pre_step s;
-  if (type == "Sequence") {
-    if (!p.contains("pretokenizers") || !p["pretokenizers"].is_array()) return bad(file, "pre_tokenizer: Sequence without pretokenizers");
-    for (const json& step : p["pretokenizers"]) ILLM_RETURN_IF_ERROR(read_pre_tokenizer(step));
-    return status::ok();
-  }
   if (type == "Split") {
     auto regex = pattern_of(p, file, "pre_tokenizer Split");
     if (!regex.is_ok()) return bad(file, "pre_tokenizer Split: " + regex.error().message());
@@ -356,14 +368,7 @@ int32_t hf_tokenizer::parts::id_named(const json& token) const {
   return name.empty() || it == ids.end() ? -1 : it->second;
 }
 
-status hf_tokenizer::parts::read_post_processor(const json& p) {
-  if (p.is_null()) return status::ok();
-  const std::string type = string_at(p, "type");
-  if (type == "Sequence") {
-    if (!p.contains("processors") || !p["processors"].is_array()) return bad(file, "post_processor: Sequence without processors");
-    for (const json& step : p["processors"]) ILLM_RETURN_IF_ERROR(read_post_processor(step));
-    return status::ok();
-  }
+status hf_tokenizer::parts::read_post_processor_step(const json& p, const std::string& type) {
   if (type == "ByteLevel") return status::ok();  // offsets only
   if (type != "TemplateProcessing")
     return bad(file, text::format("post_processor: type '{}' is not supported (TemplateProcessing, ByteLevel, "
@@ -388,15 +393,8 @@ status hf_tokenizer::parts::read_post_processor(const json& p) {
   return status::ok();
 }
 
-status hf_tokenizer::parts::read_decoder(const json& d) {
-  if (d.is_null()) return status::ok();
-  const std::string type = string_at(d, "type");
+status hf_tokenizer::parts::read_decoder_step(const json& d, const std::string& type) {
   decoder_step s;
-  if (type == "Sequence") {
-    if (!d.contains("decoders") || !d["decoders"].is_array()) return bad(file, "decoder: Sequence without decoders");
-    for (const json& step : d["decoders"]) ILLM_RETURN_IF_ERROR(read_decoder(step));
-    return status::ok();
-  }
   if (type == "ByteLevel") {
     s.what = decoder_step::byte_level;
   } else if (type == "ByteFallback") {

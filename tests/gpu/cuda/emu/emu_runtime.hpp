@@ -125,15 +125,9 @@ V load_aligned(const S* p) {
 
 // ---- The runtime ------------------------------------------------------------------------------------
 enum cudaError_t {
-  cudaSuccess = 0,
-  cudaErrorInvalidValue = 1,
-  cudaErrorMemoryAllocation = 2,
-  cudaErrorInvalidConfiguration = 9,
-  cudaErrorInvalidDevice = 101,
-  cudaErrorInsufficientDriver = 35,
-  cudaErrorNoDevice = 100,
-  cudaErrorLaunchFailure = 719,
-  cudaErrorPeerAccessAlreadyEnabled = 704,
+  cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevice = 101, cudaErrorInsufficientDriver = 35, cudaErrorNoDevice = 100,
+  cudaErrorLaunchFailure = 719, cudaErrorPeerAccessAlreadyEnabled = 704
 };
 const char* cudaGetErrorName(cudaError_t e);
 const char* cudaGetErrorString(cudaError_t e);
@@ -146,17 +140,11 @@ inline constexpr unsigned cudaStreamNonBlocking = 1;
 inline constexpr unsigned cudaEventDisableTiming = 2;
 
 enum cudaMemcpyKind {
-  cudaMemcpyHostToHost = 0,
-  cudaMemcpyHostToDevice = 1,
-  cudaMemcpyDeviceToHost = 2,
-  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3,
   cudaMemcpyDefault = 4
 };
 enum cudaMemoryType {
-  cudaMemoryTypeUnregistered = 0,
-  cudaMemoryTypeHost = 1,
-  cudaMemoryTypeDevice = 2,
-  cudaMemoryTypeManaged = 3
+  cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2, cudaMemoryTypeManaged = 3
 };
 struct cudaPointerAttributes {
   cudaMemoryType type = cudaMemoryTypeUnregistered;
@@ -231,15 +219,9 @@ bool is_device(const void* p, size_t bytes);
 
 // ---- cuBLAS -----------------------------------------------------------------------------------------
 enum cublasStatus_t {
-  CUBLAS_STATUS_SUCCESS = 0,
-  CUBLAS_STATUS_NOT_INITIALIZED = 1,
-  CUBLAS_STATUS_ALLOC_FAILED = 3,
-  CUBLAS_STATUS_INVALID_VALUE = 7,
-  CUBLAS_STATUS_ARCH_MISMATCH = 8,
-  CUBLAS_STATUS_MAPPING_ERROR = 11,
-  CUBLAS_STATUS_EXECUTION_FAILED = 13,
-  CUBLAS_STATUS_INTERNAL_ERROR = 14,
-  CUBLAS_STATUS_NOT_SUPPORTED = 15,
+  CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUBLAS_STATUS_ALLOC_FAILED = 3,
+  CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_ARCH_MISMATCH = 8, CUBLAS_STATUS_MAPPING_ERROR = 11,
+  CUBLAS_STATUS_EXECUTION_FAILED = 13, CUBLAS_STATUS_INTERNAL_ERROR = 14, CUBLAS_STATUS_NOT_SUPPORTED = 15
 };
 using cublasHandle_t = ::cublasContext*;
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
