@@ -119,7 +119,7 @@ const std::vector<int32_t>& reference(const gpu::loaded_model& model, const std:
 cluster_options cluster_for(const scenario& s, uint64_t seed, const chaos_options& o, std::string& error) {
   cluster_options c;
   const int replicas = s.replica_min_tokens ? int(s.replica_min_tokens) : o.replica_min_tokens;
-  c.instances = o.instances + (replicas ? 1 : 0);
+  c.instances = o.instances + (replicas ? 2 : 0);  // copies of a long request of up to 1.5 pools need that much free
   c.instance.backend = o.backend;
   c.instance.kv_type = o.kv_type;
   c.instance.prefix_cache = o.prefix_cache;

@@ -41,7 +41,7 @@ struct scenario {
   /// KV), rather than its room's holders computing chunks of it where they will live.
   bool owner_prefills = false;
   /// Nonzero: replicas on for requests of this many tokens (the long request's blocks get copies, in a
-  /// cluster of one more instance, so that there is memory for them), and the action waits for the copies.
+  /// cluster of two more instances, so that there is memory for them), and the action waits for the copies.
   uint32_t replica_min_tokens = 0;
 };
 
@@ -73,7 +73,7 @@ struct chaos_options {
   int instances = 3;
   int kv_blocks_per_instance = 64;
   int short_requests = 4;  ///< besides one long request (more than one pool)
-  /// Nonzero: replicas on in every scenario for requests of this many tokens (with one more instance).
+  /// Nonzero: replicas on in every scenario for requests of this many tokens (with two more instances).
   int replica_min_tokens = 0;
   /// A defect the instances plant on purpose (what the tests of the books use to show they catch it).
   planted_defect plant = planted_defect::none;

@@ -194,7 +194,7 @@ void add_chaos_command(CLI::App& app) {
   cmd->add_flag("--json", f->json, "Print the books as one JSON object (per scenario and total)");
   cmd->add_flag("--list", f->list, "List the scenarios and exit");
   cmd->add_option("--replica-min-tokens", f->options.replica_min_tokens,
-                  "Replicas on in every scenario for requests of this many tokens, with one more instance for their "
+                  "Replicas on in every scenario for requests of this many tokens, with two more instances for their "
                   "memory (0: only in the scenarios that turn them on)")
       ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--backend", f->options.backend,

@@ -87,6 +87,24 @@ bool holds_as_named(const rmanager_state& st, const replicate_blocks& r) {
   return hosted && hosted->physical == r.physical;
 }
 
+/// The most blocks one copy may take so that, whichever member holds them, another member has room for them all:
+/// the second largest room for replicas in the view (capped at a batch). Asking for more would pick blocks that
+/// fit nowhere whole while the room is spread over the members.
+uint32_t replica_pick_size(const rmanager_state& st) {
+  uint32_t first = 0, second = 0;
+  for (const instance_view& i : st.view.instances) {
+    if (i.draining || !i.rmanager) continue;
+    const uint32_t room = i.replica_room();
+    if (room > first) {
+      second = first;
+      first = room;
+    } else if (room > second) {
+      second = room;
+    }
+  }
+  return std::min(second, replica_batch_blocks);
+}
+
 }  // namespace
 
 void maybe_replicate(self_ptr self) {
@@ -98,9 +116,11 @@ void maybe_replicate(self_ptr self) {
   if (st.config.replica_min_tokens == 0 || st.replica_in_flight || !st.instance || st.draining ||
       st.view.instances.size() < 2)
     return;
+  const uint32_t pick_size = replica_pick_size(st);
+  if (pick_size == 0) return;
   st.replica_in_flight = true;
   const move_id id = (uint64_t(st.config.id) + 1) << 40 | st.next_move++;
-  self->request(st.instance, caf::infinite, pick_replicas{id, st.config.replica_min_tokens, replica_batch_blocks})
+  self->request(st.instance, caf::infinite, pick_replicas{id, st.config.replica_min_tokens, pick_size})
       .then([=](block_pick& pick) { send_replica(self, std::move(pick)); },
             [=](const caf::error&) { self->state.replica_in_flight = false; });
 }

@@ -31,7 +31,8 @@ struct instance_log {
   std::vector<room_answer> rooms;
   std::vector<move_id> chunks_cancelled;
   instance_id id = 0;
-  std::optional<block_pick> offer;  // blocks it offers for a copy, once
+  std::optional<block_pick> offer;  // blocks it offers for a copy, once (no more than the rManager asks for)
+  uint32_t offer_asked = 0;  // max_blocks of the pick_replicas that took the offer
   std::vector<blocks_replicated> replicated;
   std::vector<replicas_lost> lost;
 };
@@ -62,9 +63,12 @@ instance_actor::behavior_type fake_instance(instance_actor::pointer, std::shared
       [](const prefill_chunk& c) { return chunk_done{c.id, false, "a stand-in computes no chunk"}; },
       [](const chunk_started&) {},
       [log](const pick_replicas& ask) {
+        if (log->offer) log->offer_asked = ask.max_blocks;
         block_pick out = log->offer.value_or(block_pick{});
         log->offer.reset();
         out.id = ask.id;
+        out.logical.resize(std::min<size_t>(out.logical.size(), ask.max_blocks));
+        out.physical.resize(out.logical.size());
         return out;
       },
       [log](const blocks_replicated& m) {
@@ -959,6 +963,22 @@ TEST_SUITE("actors") {
     for (uint32_t b : taken.value()) REQUIRE(f.pools[1]->release(b).is_ok());
     CHECK(f.pools[1]->check().is_ok());
     CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);
+  }
+
+  TEST_CASE("a copy asks for no more blocks than another member has room for, the room spread over the members") {
+    protocol_fixture f(3, 0ms, 1);
+    f.give_blocks(0, 7, 6);  // room for 2 at the owner
+    auto others1 = f.pools[1]->allocate_many({99, 1}, 4);  // room for 4
+    auto others2 = f.pools[2]->allocate_many({98, 2}, 3);  // room for 5
+    REQUIRE((others1.is_ok() && others2.is_ok()));
+    f.settle();  // the views show the room
+    f.logs[0]->offer = block_pick{0, 7, {0, 1, 2, 3, 4, 5}, f.logs[0]->blocks[7], 0};
+    f.settle();
+    CHECK(f.logs[0]->offer_asked == 4);  // whichever member holds them, another has room for 4
+    REQUIRE(f.logs[0]->replicated.size() == 1);  // all 6 fit nowhere whole
+    CHECK(f.logs[0]->replicated[0].at == 2);
+    CHECK(f.logs[0]->replicated[0].logical == std::vector<uint32_t>{0, 1, 2, 3});
+    CHECK(f.pools[2]->spare_blocks() == 4);
   }
 
   TEST_CASE("a holder copies hosted blocks to a third instance, and the request's release frees the copies") {
