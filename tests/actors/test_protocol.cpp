@@ -221,7 +221,7 @@ struct protocol_fixture {
   }
 
   /// Has the gManager order `order` (request, source, destination, blocks) on its next tick, then settles.
-  void move(placement::move_order order) {
+  void order_move(placement::move_order order) {
     orders.next.push_back(order);
     settle();
   }
@@ -358,7 +358,7 @@ TEST_SUITE("actors") {
     f.give_blocks(0, 7, 4);
     auto* src = static_cast<float*>(f.pools[0]->block_data(f.logs[0]->blocks[7][0]));
     src[0] = 42.0f;
-    f.move({7, 0, 1, 3});
+    f.order_move({7, 0, 1, 3});
     REQUIRE(f.logs[0]->switched.size() == 1);
     const blocks_moved& m = f.logs[0]->switched[0];
     CHECK(m.logical == std::vector<uint32_t>{0, 1, 2});
@@ -382,7 +382,7 @@ TEST_SUITE("actors") {
     REQUIRE(f.logs[0]->abandoned.size() == 1);  // the request keeps reading its own blocks
     // Room again: the gManager's next instruction moves the blocks.
     for (uint32_t b : taken) REQUIRE(f.pools[1]->release(b).is_ok());
-    f.move({7, 0, 1, 2});
+    f.order_move({7, 0, 1, 2});
     CHECK(count_ok(f.events->moves()) == 1);
     CHECK(f.pools[1]->blocks_of(7) == 2);
   }
@@ -427,7 +427,7 @@ TEST_SUITE("actors") {
     protocol_fixture f(2);
     f.give_blocks(0, 7, 4);
     f.planes[0]->fail_puts_after = 2;  // the link drops after two of four blocks
-    f.move({7, 0, 1, 4});
+    f.order_move({7, 0, 1, 4});
     f.check_move_failed("copy failed");
     REQUIRE(f.logs[0]->abandoned.size() == 1);
     CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);  // the reservation was aborted
@@ -437,7 +437,7 @@ TEST_SUITE("actors") {
     protocol_fixture f(2);
     f.give_blocks(0, 7, 4);
     f.planes[0]->hold = true;  // the puts are on the wire when the destination's process dies
-    f.move({7, 0, 1, 4});
+    f.order_move({7, 0, 1, 4});
     REQUIRE(f.events->moves().empty());
     // What the process of instance 0 sees: its data plane's endpoint to 1 fails, and 1's actors are gone.
     caf::anon_send(f.rmanagers[0], peer_failed{1, "Endpoint timeout"});
@@ -456,12 +456,12 @@ TEST_SUITE("actors") {
     protocol_fixture f(2);
     f.give_blocks(0, 7, 4);
     f.planes[0]->corrupt_puts = true;
-    f.move({7, 0, 1, 4});
+    f.order_move({7, 0, 1, 4});
     f.check_move_failed("arrived with checksum");
     CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);  // the reservation was given back
     // Undamaged, the same move commits.
     f.planes[0]->corrupt_puts = false;
-    f.move({7, 0, 1, 4});
+    f.order_move({7, 0, 1, 4});
     CHECK(count_ok(f.events->moves()) == 1);
     CHECK(f.pools[1]->blocks_of(7) == 4);
   }
@@ -733,12 +733,12 @@ TEST_SUITE("actors") {
     placement_update owner;
     owner.placement.push_back({5, 0, 6, true});
     caf::anon_send(f.rmanagers[0], owner);
-    f.move({5, 0, 1, 2});
+    f.order_move({5, 0, 1, 2});
     CHECK(f.pools[1]->blocks_of(5) == 2);
     // The policy names instance 1 again: the blocks go to instance 2, which holds none of them yet.
     owner.placement = {{5, 0, 4, true}, {5, 1, 2, false}};
     caf::anon_send(f.rmanagers[0], owner);
-    f.move({5, 0, 1, 2});
+    f.order_move({5, 0, 1, 2});
     CHECK(f.pools[1]->blocks_of(5) == 2);
     CHECK(f.pools[2]->blocks_of(5) == 2);
     CHECK(f.promises[1]->of(0, 5) == 1);
@@ -748,14 +748,14 @@ TEST_SUITE("actors") {
   TEST_CASE("an owner that dies leaves nothing behind once nobody took its requests over: hosted blocks, rooms") {
     protocol_fixture f(3);
     f.give_blocks(0, 7, 4);
-    f.move({7, 0, 1, 3});  // request 7: three blocks hosted on instance 1
+    f.order_move({7, 0, 1, 3});  // request 7: three blocks hosted on instance 1
     REQUIRE(f.pools[1]->blocks_of(7) == 3);
     const room_answer room = f.ask_room(0, 8, 6);  // request 8: a room promised on instances 1 and 2
     REQUIRE(room.granted);
     REQUIRE(f.promises[1]->of(0, 8) + f.promises[2]->of(0, 8) == 6);
     // Instance 2 hosts a request of instance 1: it stays, as does what instance 1 lent itself.
     f.give_blocks(1, 9, 2);
-    f.move({9, 1, 2, 2});
+    f.order_move({9, 1, 2, 2});
     REQUIRE(f.pools[2]->blocks_of(9) == 2);
     // A view that leaves instance 0 out while it is still a member (silent a while) releases nothing.
     cluster_view silent = f.view();  // as new as any the rManager has seen
@@ -785,7 +785,7 @@ TEST_SUITE("actors") {
     f.add_instance(2);
     f.settle();
     f.give_blocks(0, 7, 5);
-    f.move({7, 0, 2, 3});  // instance 0 asks instance 2 to reserve three blocks
+    f.order_move({7, 0, 2, 3});  // instance 0 asks instance 2 to reserve three blocks
     CHECK(f.pools[2]->used_blocks() == 0);  // refused: nothing reserved
     CHECK(f.pools[0]->blocks_of(7) == 5);   // the request's blocks stay where they were
     bool has0 = false, has1 = false, has2 = false;
@@ -820,7 +820,7 @@ TEST_SUITE("actors") {
   TEST_CASE("a new owner takes a dead owner's hosted blocks over, and an older generation is fenced off") {
     protocol_fixture f(3);
     f.give_blocks(0, 7, 5);
-    f.move({7, 0, 1, 3});  // request 7: blocks 0-2 hosted on instance 1, 3-4 with its owner
+    f.order_move({7, 0, 1, 3});  // request 7: blocks 0-2 hosted on instance 1, 3-4 with its owner
     REQUIRE(f.pools[1]->blocks_of(7) == 3);
     caf::anon_send_exit(f.rmanagers[0], caf::exit_reason::kill);
     f.settle();
@@ -984,7 +984,7 @@ TEST_SUITE("actors") {
   TEST_CASE("a holder copies hosted blocks to a third instance, and the request's release frees the copies") {
     protocol_fixture f(3, 0ms, 1);
     f.give_blocks(0, 7, 4);
-    f.move({7, 0, 1, 3});  // three blocks of request 7 hosted on instance 1
+    f.order_move({7, 0, 1, 3});  // three blocks of request 7 hosted on instance 1
     REQUIRE(f.logs[0]->switched.size() == 1);
     const blocks_moved moved = f.logs[0]->switched[0];
     f.logs[0]->offer = block_pick{0, 7, moved.logical, moved.dst_blocks, 1};
