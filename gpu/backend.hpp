@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -85,6 +86,22 @@ struct sampling_params {
   bool plain() const {
     return presence_penalty == 0.0f && frequency_penalty == 0.0f && repetition_penalty == 1.0f && logit_bias.empty() &&
            min_tokens == 0 && logprobs < 0 && !constraint;
+  }
+};
+
+/// Sampling defaults a model ships (generation_config.json), for requests that give none.
+struct generation_defaults {
+  std::optional<float> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int> top_k;
+
+  /// `base` with each default the model gives in place of base's.
+  sampling_params over(sampling_params base) const {
+    base.temperature = temperature.value_or(base.temperature);
+    base.top_p = top_p.value_or(base.top_p);
+    base.top_k = top_k.value_or(base.top_k);
+    base.min_p = min_p.value_or(base.min_p);
+    base.repetition_penalty = repetition_penalty.value_or(base.repetition_penalty);
+    return base;
   }
 };
 

@@ -310,7 +310,10 @@ void batcher::complete(step_plan& plan) {
 void batcher::read_constrained(sequence& s, int32_t token) {
   if (!s.sampling.constraint->accept(s.constraint_state, token)) {
     s.finish = finish_reason::error;
-    s.error = "a sampled token left the output's grammar";
+    s.error = s.constraint_state.too_wide
+                  ? text::format("the output's grammar holds more than {} parse states here (a schema whose "
+                                 "alternatives read the same text, nested)", grammar::max_state_stacks)
+                  : "a sampled token left the output's grammar";
   } else if (s.constraint_state.accepts() && !s.constraint_state.continues() && !s.finished()) {
     s.finish = finish_reason::stop;  // the grammar has read a whole output and allows nothing more
   }

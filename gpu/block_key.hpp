@@ -1,19 +1,23 @@
 #pragma once
-// Content keys of full KV blocks. A block's key chains its 16 tokens onto its parent's key, and the first
-// block's parent is a root that names the model, its weight and KV types and a namespace (a tenant's, when
-// the operator keeps tenants apart), so one key names a whole prefix: equal keys mean equal KV.
+// Content keys of full KV blocks. A block's key is the SHA-256 of its parent's key and its 16 tokens, and the first
+// block's parent is a root that names the model (its fingerprint: shape, weight and KV types, a sample of its
+// weights) and a namespace (a tenant's, when the operator keeps tenants apart, and a request's cache_salt), so one
+// key names a whole prefix: equal keys mean equal KV, and no client can make two prefixes share a key without
+// breaking SHA-256 (a chain of a weaker hash could be forged to read another tenant's KV).
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace illm::gpu {
 
-/// A 128-bit content key of a full block (or, as a root, of what every chain starts from).
+/// A 256-bit content key of a full block (or, as a root, of what every chain starts from): a SHA-256 digest.
 struct block_key {
-  uint64_t hi = 0, lo = 0;
+  std::array<uint64_t, 4> words{};
   bool operator==(const block_key&) const = default;
 };
 
@@ -27,17 +31,22 @@ struct keyed_block {
 
 /// Hash of a key for unordered containers (the key is a hash already).
 struct block_key_hash {
-  size_t operator()(const block_key& k) const { return size_t(k.lo ^ (k.hi * 0x9e3779b97f4a7c15ull)); }
+  size_t operator()(const block_key& k) const { return size_t(k.words[0]); }
 };
 
 /// SplitMix64's finaliser: every bit of `x` reaches every bit of the result (keys, and made-up token ids).
 uint64_t mix_bits(uint64_t x);
 
-/// The root of every chain of one model: its identity (name, weight and KV types) and a namespace.
+/// The root of every chain of one model: its identity (model_identity: shape, weight and KV types, fingerprint) and
+/// a namespace.
 block_key root_key(std::string_view model_identity, std::string_view name_space);
 
 /// The root of a namespace's chains under a model's root (a tenant's prefixes never meet another's).
 block_key scoped_root(const block_key& model_root, std::string_view name_space);
+
+/// The namespace of a request's prefix-cache keys: its API key's scope (empty: shared) and its cache_salt (empty:
+/// none), joined so that no two pairs give one namespace.
+std::string cache_namespace(std::string_view key_scope, std::string_view cache_salt);
 
 /// The key of the full block `tokens` (kv_block_tokens of them) after the prefix that `parent` names.
 block_key next_key(const block_key& parent, std::span<const int32_t> tokens);

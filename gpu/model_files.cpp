@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu/formats/bounded_json.hpp"
 #include "gpu/formats/gguf_model.hpp"
 #include "gpu/formats/hf_model.hpp"
 #include "gpu/jinja/chat_template.hpp"
@@ -84,7 +85,7 @@ result<std::shared_ptr<const jinja::chat_template>> chat_template_of(const fs::p
   if (!folder.empty() && fs::is_regular_file(config_path, ec)) {
     auto contents = read_text(config_path);
     if (!contents.is_ok()) return contents.error();
-    config = nlohmann::json::parse(contents.value(), nullptr, false);
+    config = parse_bounded_or_discarded(contents.value(), json_depth_outside_requests);
     if (!config.is_object()) return status{status_code::corrupt_model, text::format("{}: not a JSON object", config_path.string())};
     if (!token_text(config, "bos_token").empty()) bos = token_text(config, "bos_token");
     if (!token_text(config, "eos_token").empty()) eos = token_text(config, "eos_token");
@@ -167,8 +168,7 @@ result<loaded_model> load_hf_folder(const fs::path& folder, const load_options& 
   m.vocab = std::move(vocab).value();
   m.max_model_len = model->config.max_seq;
   m.notes = model->notes;
-  m.temperature = model->defaults.temperature;
-  m.top_p = model->defaults.top_p;
+  m.defaults = model->defaults;
   auto chat = chat_template_of(folder, options.chat_template_file, "", "");
   if (!chat.is_ok()) return chat.error();
   m.chat = std::move(chat).value();

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "gpu/backend.hpp"
 #include "gpu/tokenizer.hpp"
 #include "gpu/weights.hpp"
 
@@ -38,7 +39,7 @@ struct loaded_model {
   int max_model_len = 0;         ///< the longest context it serves (prompt and output); 0: no bound
   std::vector<std::string> notes;  ///< what loading adapted, for the log
   /// Sampling defaults of the model's generation_config.json, for requests that give none.
-  std::optional<float> temperature, top_p;
+  generation_defaults defaults;
   /// How chat messages become a prompt; none: their contents joined by newlines (a model without a template).
   std::shared_ptr<const jinja::chat_template> chat;
 };

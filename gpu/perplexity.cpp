@@ -51,7 +51,9 @@ result<perplexity_result> perplexity(const loaded_model& model, backend& device,
                                      const perplexity_options& options) {
   const auto start = std::chrono::steady_clock::now();
   if (options.n_ctx < 16) return status{status_code::invalid_argument, "a perplexity chunk needs at least 16 tokens"};
-  const std::vector<int32_t> tokens = model.vocab->encode(text, true);
+  auto encoded = model.vocab->try_encode(text, true);
+  if (!encoded.is_ok()) return encoded.error();
+  const std::vector<int32_t> tokens = std::move(encoded).value();
   perplexity_result out;
   out.n_ctx = options.n_ctx;
   out.text_tokens = int64_t(tokens.size());

@@ -9,20 +9,6 @@
 namespace illm::gpu {
 namespace {
 
-/// Folds one 64-bit word into both lanes of a key, each lane its own way.
-block_key fold(block_key k, uint64_t word) {
-  k.lo = mix_bits(k.lo ^ (word + 0x9e3779b97f4a7c15ull));
-  k.hi = mix_bits(k.hi + word * 0xc2b2ae3d27d4eb4full + 0x165667b19e3779f9ull);
-  return k;
-}
-
-/// Folds a text, its length first (so that ("ab", "c") and ("a", "bc") differ).
-block_key fold_text(block_key k, std::string_view text) {
-  k = fold(k, text.size());
-  for (unsigned char c : text) k = fold(k, c);
-  return k;
-}
-
 /// How many of the chain's first blocks `entries` holds, each checked against its parent key and its own tokens.
 template <class Entries>
 size_t cached_prefix(const Entries& entries, const block_key& root, std::span<const block_key> keys,
@@ -41,44 +27,19 @@ size_t cached_prefix(const Entries& entries, const block_key& root, std::span<co
 
 }  // namespace
 
-uint64_t mix_bits(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-block_key root_key(std::string_view model_identity, std::string_view name_space) {
-  block_key k{0x243f6a8885a308d3ull, 0x13198a2e03707344ull};
-  for (std::string_view part : {model_identity, name_space}) k = fold_text(k, part);
-  return k;
-}
-
-block_key scoped_root(const block_key& model_root, std::string_view name_space) {
-  return name_space.empty() ? model_root : fold_text(model_root, name_space);
-}
-
-block_key next_key(const block_key& parent, std::span<const int32_t> tokens) {
-  block_key k = fold(parent, tokens.size());
-  for (size_t i = 0; i + 1 < tokens.size(); i += 2)
-    k = fold(k, uint64_t(uint32_t(tokens[i])) << 32 | uint32_t(tokens[i + 1]));
-  if (tokens.size() % 2) k = fold(k, uint32_t(tokens.back()));
-  return k;
-}
-
 std::string model_identity(const model_weights& weights, dtype kv_type) {
   const model_config& c = weights.config();
   // One byte in every 4096 of the weights: two checkpoints of one shape differ there, and reading it is cheap.
-  block_key sample{};
+  std::string sampled;
   const uint8_t* data = weights.data();
-  for (uint64_t at = 0; at < weights.bytes(); at += 4096) sample = fold(sample, data[at]);
+  for (uint64_t at = 0; at < weights.bytes(); at += 4096) sampled.push_back(char(data[at]));
+  const block_key sample = root_key(sampled, "weights");
   return text::format("dim {} hidden {} layers {} heads {}/{} head {} vocab {} rope {} eps {} bias {} qk_norm {} "
-                      "scaling {} {} types [{}] kv {} weights {:x}{:x}",
+                      "scaling {} {} types [{}] kv {} weights {} {} {} {}",
                       c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim(), c.vocab_size,
                       c.rope_theta, c.norm_eps, c.qkv_bias, c.qk_norm, int(c.rope_scaling.scaling),
                       c.rope_scaling.factor, weights.describe_types(), to_string(kv_type),
-                      sample.hi, sample.lo);
+                      sample.words[0], sample.words[1], sample.words[2], sample.words[3]);
 }
 
 prefix_cache::prefix_cache(std::shared_ptr<kv_pool> pool, uint32_t instance)

@@ -188,9 +188,8 @@ void apply_constraint(float* logits, int vocab, const sampling_params& params, c
   if (state.accepts())
     for (int32_t id : history.stop_ids)
       if (id >= 0 && id < vocab) stops.emplace_back(id, logits[id]);
-  const int n = std::min(vocab, int(allowed->size()));
   for (int i = 0; i < vocab; ++i)
-    if (i >= n || !(*allowed)[size_t(i)]) logits[i] = -std::numeric_limits<float>::infinity();
+    if (!allowed->test(i)) logits[i] = -std::numeric_limits<float>::infinity();
   for (const auto& [id, logit] : stops) logits[id] = logit;
 }
 

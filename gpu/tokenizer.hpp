@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "gpu/status.hpp"
+
 namespace illm::gpu {
 
 /// BOS and EOS of llama2.c vocabularies (and of the synthetic models the benchmarks run).
@@ -20,8 +22,15 @@ inline constexpr int32_t token_eos = 2;
 class tokenizer {
  public:
   virtual ~tokenizer() = default;
-  /// Token ids of `text`; with `add_special`, the ids the vocabulary adds around a text (BOS).
+  /// Token ids of `text`; with `add_special`, the ids the vocabulary adds around a text (BOS). Empty when the text
+  /// cannot be tokenized (try_encode says why).
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special) const = 0;
+  /// encode, or why `text` cannot be tokenized (a pre-tokenizer's regular expression that reached its match or
+  /// stack limit on it): what a request's text goes through, so that such a text fails its request instead of
+  /// being tokenized some other way.
+  virtual result<std::vector<int32_t>> try_encode(std::string_view text, bool add_special) const {
+    return encode(text, add_special);
+  }
   /// The bytes of `token` when it follows `prev` (-1: the first token of a text). Bytes, not characters: a
   /// character may span tokens.
   virtual std::string decode(int32_t prev, int32_t token) const = 0;

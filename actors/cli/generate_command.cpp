@@ -288,7 +288,9 @@ void run_generate(const generate_flags& f) {
       load_model_or_fail(f.model, {.weight_type = weight_type_of(f.weight_type, "generate")}, "illm generate");
 
   gpu::generate_options options;
-  options.prompt_ids = model.vocab->encode(prompt, true);
+  auto prompt_ids = model.vocab->try_encode(prompt, true);
+  if (!prompt_ids.is_ok()) fail("illm generate: the prompt: " + prompt_ids.error().message());
+  options.prompt_ids = std::move(prompt_ids).value();
   options.max_tokens = f.max_tokens;
   options.sampling = {f.temperature, f.top_p};
   options.seed = f.seed >= 0 ? uint64_t(f.seed) : std::random_device{}();

@@ -378,7 +378,10 @@ void start_node(instance_run& r, const gpu::loaded_model& model, const actors::g
   o.instance = r.flags.instance;
   o.instance.backend = instance_backend(r.flags.instance.backend, "instance");
   o.batch = r.flags.batch;
-  o.constraints = std::make_shared<gpu::grammar::constraint_cache>(model.vocab);  // structured outputs' grammars
+  o.constraints =  // structured outputs' grammars
+      std::make_shared<gpu::grammar::constraint_cache>(model.vocab, actors::constraint_budget_of(r.flags.instance));
+  if (r.endpoint.registry)
+    actors::metrics::add_constraint_cache_gauges(*r.endpoint.registry, r.flags.metrics_prefix, o.constraints);
   auto started = actors::instance_node::start(r.sys, model.weights, o, plane, gm);
   if (!started.is_ok()) stop_and_fail(r, started.error().message());
   r.node = std::move(started).value();

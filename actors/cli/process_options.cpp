@@ -3,8 +3,11 @@
 #include "actors/cli/process_options.hpp"
 
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "gpu/formats/bounded_json.hpp"
 
 #include "actors/cli/commands.hpp"
 #include "actors/cluster/control_security.hpp"
@@ -47,12 +50,11 @@ void add_config_file(CLI::App* cmd, const std::string& example) {
     if (path->empty()) return;
     std::ifstream in(*path);
     if (!in) fail(fmt::format("--config {}: cannot read it", *path), 2);
-    nlohmann::json config;
-    try {
-      config = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      fail(fmt::format("--config {}: not JSON: {}", *path, e.what()), 2);
-    }
+    std::stringstream text;
+    text << in.rdbuf();
+    auto parsed = gpu::parse_bounded_json(text.str(), gpu::json_depth_outside_requests);
+    if (!parsed.value) fail(fmt::format("--config {}: not JSON: {}", *path, parsed.error), 2);
+    const nlohmann::json& config = *parsed.value;
     if (!config.is_object()) fail(fmt::format("--config {}: expected a JSON object of options", *path), 2);
     for (const auto& [key, value] : config.items()) {
       CLI::Option* opt = key == "config" ? nullptr : cmd->get_option_no_throw("--" + key);

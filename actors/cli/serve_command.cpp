@@ -201,7 +201,9 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   auto registry = std::make_shared<actors::metrics::registry>();
   auto metrics = std::make_shared<actors::metrics::runtime_metrics>(*registry, c.metrics_prefix);
   // Structured outputs' grammars, shared by the front end and an embedded cluster's instances.
-  auto constraints = std::make_shared<gpu::grammar::constraint_cache>(model.vocab);
+  auto constraints =
+      std::make_shared<gpu::grammar::constraint_cache>(model.vocab, actors::constraint_budget_of(c.instance));
+  actors::metrics::add_constraint_cache_gauges(*registry, c.metrics_prefix, constraints);
   routed_cluster routed =
       c.gmanager.empty() ? start_embedded(c, model, metrics, constraints) : connect_remote(c, metrics);
   add_kv_usage_gauge(*registry, c.metrics_prefix, *routed.router);
@@ -214,8 +216,7 @@ void run_serve(const serve_flags& flags, const CLI::App* cmd) {
   so.max_model_len = model.max_model_len;
   so.limits.max_model_len = model.max_model_len;
   so.chat = model.chat;
-  so.limits.default_temperature = model.temperature.value_or(so.limits.default_temperature);
-  so.limits.default_top_p = model.top_p.value_or(so.limits.default_top_p);
+  so.limits.default_sampling = model.defaults.over(so.limits.default_sampling);
   actors::frontend::service svc(*routed.router, model.vocab, registry, metrics, so);
   if (gpu::status s = svc.start(c.host, c.port); !s.is_ok()) fail(s.message());
   fmt::print("illm serve: {} on {} at http://{}:{}\n", model.name, routed.description, c.host, svc.port());

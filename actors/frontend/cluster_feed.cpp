@@ -97,7 +97,8 @@ std::optional<std::string> cluster_feed::latest() {
   const std::pair key{status->epoch, status->version};
   if (key <= last_key_ && !kept_.empty()) return kept_.back().second;  // no change (or an answer overtaken)
   last_key_ = key;
-  kept_.push_back({++seq_, cluster_json(*status, seq_, tokens, rate)});
+  ++seq_;
+  kept_.push_back({seq_, cluster_json(*status, seq_, tokens, rate)});
   if (kept_.size() > max_kept) kept_.pop_front();
   return kept_.back().second;
 }

@@ -25,13 +25,14 @@ const std::set<std::string>& allowed_fields(endpoint kind) {
   static const std::set<std::string> completions = {
       "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "logprobs", "echo",
       "stop", "presence_penalty", "frequency_penalty", "best_of", "logit_bias", "user", "suffix", "seed", "ignore_eos",
-      "return_token_ids", "top_k", "min_p", "repetition_penalty", "min_tokens", "stop_token_ids", "prompt_logprobs"};
+      "return_token_ids", "top_k", "min_p", "repetition_penalty", "min_tokens", "stop_token_ids", "prompt_logprobs",
+      "cache_salt"};
   static const std::set<std::string> chat = {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stream",
       "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
       "user", "seed", "response_format", "tools", "tool_choice", "parallel_tool_calls", "store", "metadata",
       "ignore_eos", "chat_template_kwargs", "add_generation_prompt", "return_token_ids", "top_k", "min_p",
-      "repetition_penalty", "min_tokens", "stop_token_ids", "prompt_logprobs"};
+      "repetition_penalty", "min_tokens", "stop_token_ids", "prompt_logprobs", "cache_salt"};
   return kind == endpoint::completions ? completions : chat;
 }
 
@@ -125,13 +126,21 @@ std::optional<api_error> read_stream(const json& body, completion_request& r) {
   return std::nullopt;
 }
 
+/// `text`'s token ids into `ids`, or a 400 naming `param` when the tokenizer cannot split it.
+std::optional<api_error> encode_into(const gpu::tokenizer& vocab, std::string_view text, bool add_special,
+                                     const char* param, std::vector<int32_t>& ids) {
+  auto encoded = vocab.try_encode(text, add_special);
+  if (!encoded.is_ok()) return bad(encoded.error().message(), param);
+  ids = std::move(encoded).value();
+  return std::nullopt;
+}
+
 std::optional<api_error> read_prompt(const json& body, const gpu::tokenizer& vocab, completion_request& r) {
   if (!body.contains("prompt")) return bad("you must provide a prompt", "prompt");
   const json& p = body.at("prompt");
   if (p.is_string()) {
     if (p.get<std::string>().empty()) return bad("the prompt is empty", "prompt");
-    r.prompt_ids = vocab.encode(p.get<std::string>(), true);
-    return std::nullopt;
+    return encode_into(vocab, p.get<std::string>(), true, "prompt", r.prompt_ids);
   }
   if (p.is_array() && p.size() == 1 && p[0].is_string()) return read_prompt(json{{"prompt", p[0]}}, vocab, r);
   if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& t) { return t.is_number_integer(); })) {
@@ -190,10 +199,10 @@ std::optional<api_error> check_messages(const json& m, bool templated) {
 /// joined), the request's add_generation_prompt (true by default) and chat_template_kwargs; the text tokenized
 /// without adding BOS again (the template writes it).
 std::optional<api_error> render_messages(const jinja::json& body, const gpu::tokenizer& vocab,
-                                         const jinja::chat_template& chat, completion_request& r,
+                                         const jinja::chat_template& chat, int max_json_depth, completion_request& r,
                                          bool add_special = false) {
   jinja::json messages = body.at("messages");
-  if (auto e = prepare_tool_turns(messages)) return e;
+  if (auto e = prepare_tool_turns(messages, max_json_depth)) return e;
   for (jinja::json& msg : messages)
     if (msg.contains("content") && !msg["content"].is_null())
       msg["content"] = *content_text(msg["content"], true);
@@ -206,7 +215,7 @@ std::optional<api_error> render_messages(const jinja::json& body, const gpu::tok
   if (tools.is_array() && tools.empty()) tools = nullptr;  // no tools, as the template sees it
   auto text = chat.render(messages, tools, generation.get<bool>(), kwargs);
   if (!text.is_ok()) return bad(text.error().message(), "messages");
-  r.prompt_ids = vocab.encode(text.value(), add_special);
+  if (auto e = encode_into(vocab, text.value(), add_special, "messages", r.prompt_ids)) return e;
   if (r.prompt_ids.empty()) return bad("the chat template gave an empty prompt", "messages");
   return std::nullopt;
 }
@@ -219,15 +228,14 @@ std::optional<api_error> join_messages(const json& m, const gpu::tokenizer& voca
     if (!piece.empty()) text += (text.empty() ? "" : "\n") + piece;
   }
   if (text.empty()) return bad("the messages have no text", "messages");
-  r.prompt_ids = vocab.encode(text, true);
-  return std::nullopt;
+  return encode_into(vocab, text, true, "messages", r.prompt_ids);
 }
 
 std::optional<api_error> read_messages(const json& body, const jinja::json* ordered, const gpu::tokenizer& vocab,
-                                       const jinja::chat_template* chat, completion_request& r) {
+                                       const jinja::chat_template* chat, int max_json_depth, completion_request& r) {
   if (!body.contains("messages")) return bad("you must provide messages", "messages");
   if (auto e = check_messages(body.at("messages"), chat != nullptr)) return e;
-  return chat ? render_messages(*ordered, vocab, *chat, r) : join_messages(body.at("messages"), vocab, r);
+  return chat ? render_messages(*ordered, vocab, *chat, max_json_depth, r) : join_messages(body.at("messages"), vocab, r);
 }
 
 std::optional<api_error> read_request(endpoint kind, const json& body, const jinja::json* ordered,
@@ -246,10 +254,15 @@ std::optional<api_error> read_request(endpoint kind, const json& body, const jin
   if (auto e = check_neutral(body)) return e;
   r.max_tokens = kind == endpoint::completions ? 16 : limits.default_max_tokens;
   if (auto e = read_max_tokens(body, limits, r)) return e;
-  r.sampling.temperature = limits.default_temperature;
-  r.sampling.top_p = limits.default_top_p;
+  r.sampling = limits.default_sampling;
   if (auto e = read_number(body, "temperature", 0.0, 2.0, false, r.sampling.temperature)) return e;
   if (auto e = read_number(body, "top_p", 0.0, 1.0, true, r.sampling.top_p)) return e;
+  if (body.contains("cache_salt") && !body.at("cache_salt").is_null()) {
+    const json& salt = body.at("cache_salt");
+    if (!salt.is_string() || salt.get<std::string>().empty() || salt.get<std::string>().size() > 256)
+      return bad("'cache_salt' must be a string of 1 to 256 bytes", "cache_salt");
+    r.cache_salt = salt.get<std::string>();
+  }
   if (body.contains("seed") && !body.at("seed").is_null()) {
     if (!body.at("seed").is_number_integer()) return bad("'seed' must be an integer", "seed");
     r.seed = uint64_t(body.at("seed").get<int64_t>());
@@ -268,7 +281,7 @@ std::optional<api_error> read_request(endpoint kind, const json& body, const jin
   if (auto e = read_stream(body, r)) return e;
   if (auto e = read_choices(body, limits, r)) return e;
   if (auto e = read_prompt_logprobs(body, limits, r)) return e;
-  if (auto e = kind == endpoint::completions ? read_prompt(body, vocab, r) : read_messages(body, ordered, vocab, chat, r))
+  if (auto e = kind == endpoint::completions ? read_prompt(body, vocab, r) : read_messages(body, ordered, vocab, chat, limits.max_json_depth, r))
     return e;
   if (int(r.prompt_ids.size()) > limits.max_prompt_tokens)
     return bad(fmt::format("the prompt has {} tokens, more than the limit of {}", r.prompt_ids.size(),
@@ -330,20 +343,27 @@ size_t whole_utf8_prefix(const std::string& s, size_t limit) {
   return continuation + 1 < length && i - 1 + length > end ? i - 1 : end;
 }
 
+/// A body parsed as JSON within `limits` (size and nesting), or the error that refuses it.
+std::variant<json, api_error> read_body(std::string_view body, const api_limits& limits) {
+  if (body.size() > limits.max_body_bytes)
+    return make_error(413, fmt::format("the request body is larger than {} bytes", limits.max_body_bytes));
+  auto parsed = gpu::parse_bounded_json<json>(body, limits.max_json_depth);
+  if (parsed.too_deep)
+    return bad(fmt::format("the request body's arrays and objects nest deeper than {} levels (max_json_depth)",
+                           limits.max_json_depth));
+  if (!parsed.value) return bad("the request body is not valid JSON (or not valid UTF-8): " + parsed.error);
+  return std::move(*parsed.value);
+}
+
 }  // namespace
 
 std::variant<completion_request, api_error> parse_request(endpoint kind, std::string_view body,
                                                           const gpu::tokenizer& vocab, const api_limits& limits,
                                                           const std::string& served_model,
                                                           const jinja::chat_template* chat) {
-  if (body.size() > limits.max_body_bytes)
-    return make_error(413, fmt::format("the request body is larger than {} bytes", limits.max_body_bytes));
-  json parsed;
-  try {
-    parsed = json::parse(body);
-  } catch (const json::exception& e) {
-    return bad(fmt::format("the request body is not valid JSON (or not valid UTF-8): {}", e.what()));
-  }
+  auto read = read_body(body, limits);
+  if (auto* e = std::get_if<api_error>(&read)) return *e;
+  const json parsed = std::move(std::get<json>(read));
   completion_request r;
   r.kind = kind;
   // A template sees the messages in the client's order (tool arguments' keys above all), and a schema's properties
@@ -493,8 +513,9 @@ std::optional<bool> flag(const json& body, const char* name, bool fallback) {
 std::variant<std::string, api_error> tokenize_body(std::string_view body, const gpu::tokenizer& vocab,
                                                    const jinja::chat_template* chat, const api_limits& limits,
                                                    const std::string& served_model) {
-  if (body.size() > limits.max_body_bytes) return make_error(413, "the request body is too large");
-  const json parsed = json::parse(body, nullptr, false);
+  auto read = read_body(body, limits);
+  if (auto* e = std::get_if<api_error>(&read)) return *e;
+  const json parsed = std::move(std::get<json>(read));
   if (!parsed.is_object()) return bad("the request body must be a JSON object");
   if (auto e = check_model(parsed, served_model)) return *e;
   completion_request r;
@@ -504,12 +525,13 @@ std::variant<std::string, api_error> tokenize_body(std::string_view body, const 
   if (chat_form) {
     if (auto e = check_messages(parsed.at("messages"), chat != nullptr)) return *e;
     if (chat) {
-      if (auto e = render_messages(jinja::json::parse(body), vocab, *chat, r, *add_special)) return *e;
+      if (auto e = render_messages(jinja::json::parse(body), vocab, *chat, limits.max_json_depth, r, *add_special)) return *e;
     } else if (auto e = join_messages(parsed.at("messages"), vocab, r)) {
       return *e;
     }
   } else if (parsed.contains("prompt") && parsed.at("prompt").is_string()) {
-    r.prompt_ids = vocab.encode(parsed.at("prompt").get<std::string>(), *add_special);
+    if (auto e = encode_into(vocab, parsed.at("prompt").get<std::string>(), *add_special, "prompt", r.prompt_ids))
+      return *e;
   } else {
     return bad("give 'prompt' (a string) or 'messages'", "prompt");
   }
@@ -520,8 +542,9 @@ std::variant<std::string, api_error> tokenize_body(std::string_view body, const 
 
 std::variant<std::string, api_error> detokenize_body(std::string_view body, const gpu::tokenizer& vocab,
                                                      const api_limits& limits, const std::string& served_model) {
-  if (body.size() > limits.max_body_bytes) return make_error(413, "the request body is too large");
-  const json parsed = json::parse(body, nullptr, false);
+  auto read = read_body(body, limits);
+  if (auto* e = std::get_if<api_error>(&read)) return *e;
+  const json parsed = std::move(std::get<json>(read));
   if (!parsed.is_object()) return bad("the request body must be a JSON object");
   if (auto e = check_model(parsed, served_model)) return *e;
   if (!parsed.contains("tokens") || !parsed.at("tokens").is_array()) return bad("'tokens' must be a list of token ids", "tokens");

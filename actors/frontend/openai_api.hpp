@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/frontend/tool_calls.hpp"
+#include "gpu/formats/bounded_json.hpp"
 #include "gpu/sampler.hpp"
 #include "gpu/tokenizer.hpp"
 
@@ -28,6 +29,9 @@ enum class endpoint { completions, chat_completions };
 /// Limits on what a request may ask.
 struct api_limits {
   size_t max_body_bytes = size_t(1) << 20;
+  /// Deepest nesting of arrays and objects in a body (and in JSON texts inside it, such as a tool call's
+  /// arguments): deeper bodies are refused while they are parsed, before anything walks them.
+  int max_json_depth = gpu::default_request_json_depth;
   int max_prompt_tokens = 4096;
   int max_tokens = 2048;       ///< largest max_tokens accepted
   int default_max_tokens = 256;  ///< when a chat request gives none (completions default to 16, as OpenAI)
@@ -39,8 +43,9 @@ struct api_limits {
   size_t max_schema_bytes = size_t(64) << 10;  ///< a response_format's JSON schema, as compact JSON (a tool's too)
   int max_tools = 128;           ///< functions one request may offer
   int max_n = 16;                ///< choices one request may ask (n, best_of)
-  float default_temperature = 1.0f;  ///< when a request gives none: OpenAI's, or the model's generation_config.json
-  float default_top_p = 1.0f;
+  /// Sampling of a request that gives none of temperature, top_p, top_k, min_p, repetition_penalty: OpenAI's
+  /// (temperature 1), or the model's generation_config.json's.
+  gpu::sampling_params default_sampling{1.0f};
 };
 
 /// An error as OpenAI reports it: HTTP status and the body's fields.
@@ -69,6 +74,9 @@ struct completion_request {
   /// logprobs; chat's top_logprobs; -1: none).
   gpu::sampling_params sampling{1.0f};
   std::optional<uint64_t> seed;
+  /// Extension (as vLLM): the prefix-cache blocks of this request are shared only with requests of the same salt
+  /// (and API key scope): what separates tenants behind one key (empty: none).
+  std::string cache_salt;
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  ///< stream_options.include_usage
@@ -82,6 +90,7 @@ struct completion_request {
   tool_syntax call_syntax = tool_syntax::none;
   std::vector<std::string> tool_names;  ///< the tools a call may name
   bool tool_call_required = false;      ///< tool_choice required or a named function: the constraint makes one call
+  bool parallel_tool_calls = true;      ///< false: at most one call (those after the first are dropped)
   int n = 1;        ///< choices returned
   int best_of = 1;  ///< completions: choices generated (the n with the highest log probability are returned)
   int choice = 0;   ///< which choice this copy of the request runs (its index in responses and chunks)

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <fstream>
+#include <sstream>
 #include <functional>
 #include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "gpu/formats/bounded_json.hpp"
 
 namespace illm::actors::frontend {
 
@@ -143,6 +146,8 @@ const std::map<std::string, std::pair<setter, const char*>>& keys() {
         },
         "true: each API key its own prefix-cache namespace (a tenant never reads another's cached blocks)"}},
       {"max_body_bytes", {limit(&api_limits::max_body_bytes, 256, 1 << 30), "largest request body"}},
+      {"max_json_depth", {limit(&api_limits::max_json_depth, 16, 1024),
+                          "deepest nesting of arrays and objects in a request body (deeper: 400)"}},
       {"max_prompt_tokens", {limit(&api_limits::max_prompt_tokens, 1, 1 << 24), "longest prompt"}},
       {"max_tokens", {limit(&api_limits::max_tokens, 1, 1 << 24), "largest max_tokens"}},
       {"default_max_tokens", {limit(&api_limits::default_max_tokens, 1, 1 << 24), "max_tokens of a chat request without one"}},
@@ -162,12 +167,12 @@ std::string help_of(const std::string& key) {
 gpu::result<serve_config> load_serve_config(const std::string& path) {
   std::ifstream in(path);
   if (!in) return gpu::status{gpu::status_code::io_error, fmt::format("cannot read config file {}", path)};
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    return gpu::status{gpu::status_code::invalid_argument, fmt::format("config file {}: {}", path, e.what())};
-  }
+  std::stringstream text;
+  text << in.rdbuf();
+  auto parsed = gpu::parse_bounded_json<json>(text.str(), gpu::json_depth_outside_requests);
+  if (!parsed.value)
+    return gpu::status{gpu::status_code::invalid_argument, fmt::format("config file {}: {}", path, parsed.error)};
+  const json& j = *parsed.value;
   if (!j.is_object()) return gpu::status{gpu::status_code::invalid_argument, fmt::format("config file {}: not an object", path)};
   serve_config c;
   for (const auto& [key, value] : j.items()) {

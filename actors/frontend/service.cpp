@@ -13,9 +13,11 @@
 
 #include <fmt/format.h>
 #include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <openssl/sha.h>
 
 #include "gpu/backend.hpp"
+#include "gpu/block_key.hpp"
 
 namespace illm::actors::frontend {
 
@@ -25,6 +27,14 @@ using clock = std::chrono::steady_clock;
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+/// 64 bits from the operating system's randomness (through OpenSSL's generator, seeded by it).
+uint64_t os_random_u64() {
+  uint64_t v = 0;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&v), sizeof v) != 1)
+    v = uint64_t(std::random_device{}()) << 32 ^ std::random_device{}();
+  return v;
 }
 
 }  // namespace
@@ -108,8 +118,8 @@ service::service(request_router& router, std::shared_ptr<const gpu::tokenizer> v
       metrics_(std::move(metrics)),
       options_(std::move(options)),
       feed_(router_, [this] { return tokens_out_.load(std::memory_order_relaxed); }),
-      started_(unix_now()),
-      call_id_salt_(std::random_device{}() * 0x9e3779b97f4a7c15ull ^ uint64_t(unix_now())) {
+      call_id_salt_(os_random_u64()),
+      started_(unix_now()) {
   if (metrics_)
     http_.on_refusal([m = metrics_](const char* reason) { m->http_connections_refused.with({reason}).add(); });
   http_.route("/health", {"GET"}, [this](const http_request&, http_reply& reply) {
@@ -398,7 +408,7 @@ std::string service::cache_scope(const http_request& req) const {
 std::vector<service::answer> service::submit_choices(const completion_request& r, const std::string& id,
                                                      const cluster_view& view, event_channel& channel,
                                                      const std::string& scope) {
-  const uint64_t seed = r.seed.value_or(std::hash<std::string>{}(id));
+  const uint64_t seed = r.seed ? *r.seed : os_random_u64();  // unseeded: unpredictable, across restarts too
   std::vector<answer> answers;
   for (int i = 0; i < r.best_of; ++i) {  // a choice each, with a sampling stream of its own
     completion_request choice = r;
@@ -408,9 +418,10 @@ std::vector<service::answer> service::submit_choices(const completion_request& r
     a.result.prompt_tokens = int(r.prompt_ids.size());
     if (r.call_syntax != tool_syntax::none)
       a.calls.emplace(r.call_syntax, r.tool_names,
-                      fmt::format("call_{:016x}_{}_", call_id_salt_ ^ std::hash<std::string>{}(id), i));
+                      fmt::format("call_{:016x}_{}_", call_id_salt_ ^ std::hash<std::string>{}(id), i),
+                      r.parallel_tool_calls ? SIZE_MAX : 1);
     generate_params params = cluster_params(r, seed + uint64_t(i), options_.end_ids);
-    params.cache_scope = scope;
+    params.cache_scope = gpu::cache_namespace(scope, r.cache_salt);
     if (r.best_of > r.n) params.logprobs = std::max(params.logprobs, 0);  // the choices are ranked by them
     if (i > 0 && shares_prompt(params, view))
       a.held = std::move(params);

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu/formats/bounded_json.hpp"
+
 namespace illm::actors::frontend {
 
 namespace {
@@ -35,8 +37,9 @@ tool_syntax tool_syntax_of(const std::string& template_source) {
   return template_source.find(open_tag) != std::string::npos ? tool_syntax::hermes : tool_syntax::json;
 }
 
-tool_call_parser::tool_call_parser(tool_syntax syntax, std::vector<std::string> names, std::string id_prefix)
-    : syntax_(syntax), names_(std::move(names)), id_prefix_(std::move(id_prefix)) {}
+tool_call_parser::tool_call_parser(tool_syntax syntax, std::vector<std::string> names, std::string id_prefix,
+                                   size_t max_calls)
+    : syntax_(syntax), names_(std::move(names)), id_prefix_(std::move(id_prefix)), max_calls_(max_calls) {}
 
 void tool_call_parser::release_content(piece& out, std::string_view text) {
   const size_t end = text.find_last_not_of(" \n\r\t");
@@ -52,7 +55,7 @@ void tool_call_parser::release_content(piece& out, std::string_view text) {
 
 /// The call `json_text` writes (an object with a known name and an object of arguments; its id not given yet).
 std::optional<tool_call> tool_call_parser::call_of(std::string_view json_text) const {
-  const ordered_json call = ordered_json::parse(json_text, nullptr, false);
+  const ordered_json call = gpu::parse_bounded_or_discarded<ordered_json>(json_text, gpu::json_depth_outside_requests);
   if (!call.is_object() || !call.contains("name") || !call.at("name").is_string()) return std::nullopt;
   const std::string name = call.at("name").get<std::string>();
   if (std::find(names_.begin(), names_.end(), name) == names_.end()) return std::nullopt;
@@ -60,15 +63,17 @@ std::optional<tool_call> tool_call_parser::call_of(std::string_view json_text) c
   ordered_json arguments = call.contains("arguments")    ? call.at("arguments")
                            : call.contains("parameters") ? call.at("parameters")
                                                          : none;
-  if (arguments.is_string()) arguments = ordered_json::parse(arguments.get<std::string>(), nullptr, false);
+  if (arguments.is_string()) arguments = gpu::parse_bounded_or_discarded<ordered_json>(arguments.get<std::string>(),
+                                                                 gpu::json_depth_outside_requests);
   if (!arguments.is_object()) return std::nullopt;
   return tool_call{{}, name, arguments.dump()};
 }
 
 void tool_call_parser::add_call(piece& out, tool_call call) {
+  held_space_.clear();  // white space beside a call is not content
+  if (found_ >= max_calls_) return;  // parallel_tool_calls false: the first call only
   call.id = id_prefix_ + std::to_string(found_++);
   out.calls.push_back(std::move(call));
-  held_space_.clear();  // white space beside a call is not content
 }
 
 void tool_call_parser::push_hermes(piece& out) {
@@ -125,7 +130,7 @@ tool_call_parser::piece tool_call_parser::finish() {
     release_content(out, inside_call_ ? std::string(open_tag) + held_ : held_);
   } else if (json_output_) {
     const std::string_view body = trimmed(held_);
-    const ordered_json whole = ordered_json::parse(body, nullptr, false);
+    const ordered_json whole = gpu::parse_bounded_or_discarded<ordered_json>(body, gpu::json_depth_outside_requests);
     std::vector<std::string> parts;  // one object, a list of them, or objects joined by ';'
     if (whole.is_array()) {
       for (const ordered_json& item : whole) parts.push_back(item.dump());

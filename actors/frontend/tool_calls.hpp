@@ -7,6 +7,7 @@
 // object of arguments; anything else stays content.
 
 #include <optional>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,8 +34,10 @@ struct tool_call {
 /// An output's text split into content and calls as it arrives.
 class tool_call_parser {
  public:
-  /// Calls are named `names`; their ids are `id_prefix` and their index.
-  tool_call_parser(tool_syntax syntax, std::vector<std::string> names, std::string id_prefix);
+  /// Calls are named `names`; their ids are `id_prefix` and their index; calls past the first `max_calls` are
+  /// dropped (parallel_tool_calls false: one).
+  tool_call_parser(tool_syntax syntax, std::vector<std::string> names, std::string id_prefix,
+                   size_t max_calls = SIZE_MAX);
 
   /// What a piece of output released: content to show and calls completed.
   struct piece {
@@ -63,6 +66,7 @@ class tool_call_parser {
   bool json_output_ = false;     // json: the output opened with { or [
   bool decided_ = false;         // json: its first character came
   size_t found_ = 0;
+  size_t max_calls_;
 };
 
 }  // namespace illm::actors::frontend

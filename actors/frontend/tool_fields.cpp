@@ -128,6 +128,8 @@ std::optional<api_error> read_tools(const ordered_json& body, const jinja::chat_
   if (auto e = read_choice(body, tools, choice, named)) return e;
   if (choice == "none") return std::nullopt;
   r.call_syntax = tool_syntax_of(chat->source());
+  if (body.contains("parallel_tool_calls") && body.at("parallel_tool_calls").is_boolean())
+    r.parallel_tool_calls = body.at("parallel_tool_calls").get<bool>();
   for (const ordered_json& t : tools) r.tool_names.push_back(t["function"]["name"].get<std::string>());
   if (choice == "auto") return std::nullopt;
   if (!r.constraint.empty())
@@ -137,7 +139,7 @@ std::optional<api_error> read_tools(const ordered_json& body, const jinja::chat_
   return std::nullopt;
 }
 
-std::optional<api_error> prepare_tool_turns(ordered_json& messages) {
+std::optional<api_error> prepare_tool_turns(ordered_json& messages, int max_json_depth) {
   for (ordered_json& msg : messages) {
     if (!msg.contains("tool_calls") || msg.at("tool_calls").is_null()) continue;
     if (msg.value("role", ordered_json()) != "assistant")
@@ -149,10 +151,12 @@ std::optional<api_error> prepare_tool_turns(ordered_json& messages) {
           !call["function"].contains("name") || !call["function"]["name"].is_string())
         return bad_field("each tool call needs function.name and function.arguments", "messages");
       ordered_json& arguments = call["function"]["arguments"];
-      if (arguments.is_string()) arguments = ordered_json::parse(arguments.get<std::string>(), nullptr, false);
+      if (arguments.is_string())
+        arguments = gpu::parse_bounded_or_discarded<ordered_json>(arguments.get<std::string>(), max_json_depth);
       if (!arguments.is_object())
-        return bad_field(fmt::format("the arguments of the call to '{}' are not a JSON object",
-                                     call["function"]["name"].get<std::string>()),
+        return bad_field(fmt::format("the arguments of the call to '{}' are not a JSON object nested at most {} "
+                                     "levels deep (max_json_depth)",
+                                     call["function"]["name"].get<std::string>(), max_json_depth),
                          "messages");
     }
   }

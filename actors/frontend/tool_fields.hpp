@@ -23,7 +23,7 @@ std::optional<api_error> read_tools(const nlohmann::ordered_json& body, const ji
                                     const api_limits& limits, completion_request& r);
 
 /// The messages as a template reads them: each assistant tool call's arguments as an object (clients send them as
-/// JSON text, templates write them with tojson). A 400 names a malformed call.
-std::optional<api_error> prepare_tool_turns(nlohmann::ordered_json& messages);
+/// JSON text, nested at most `max_json_depth` deep; templates write them with tojson). A 400 names a malformed call.
+std::optional<api_error> prepare_tool_turns(nlohmann::ordered_json& messages, int max_json_depth);
 
 }  // namespace illm::actors::frontend

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpu/formats/bounded_json.hpp"
+
 namespace illm::actors::frontend {
 
 namespace {
@@ -30,7 +32,7 @@ gpu::result<trace_row> csv_row(const std::string& line) {
 
 /// A JSON line: {"timestamp": ms, "input_length", "output_length", "hash_ids"}.
 gpu::result<trace_row> json_row(const std::string& line) {
-  const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  const nlohmann::json j = gpu::parse_bounded_or_discarded(line, gpu::json_depth_outside_requests);
   const char* expected = "expected {\"timestamp\": ms, \"input_length\": n, \"output_length\": n, \"hash_ids\": [ids]}";
   if (!j.is_object() || !j.contains("timestamp") || !j["timestamp"].is_number() || !j.contains("input_length") ||
       !j["input_length"].is_number_integer() || !j.contains("output_length") || !j["output_length"].is_number_integer())

@@ -21,6 +21,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpu/formats/bounded_json.hpp"
+
 namespace illm::actors::frontend {
 
 namespace {
@@ -156,7 +158,7 @@ bool on_events(std::string& buffer, clock::time_point sent, std::optional<clock:
     if (event.rfind("data: ", 0) != 0) continue;  // comments (keep-alive)
     const std::string data = event.substr(6);
     if (data == "[DONE]") return true;
-    const json j = json::parse(data, nullptr, false);
+    const json j = gpu::parse_bounded_or_discarded(data, gpu::json_depth_outside_requests);
     if (j.is_discarded()) continue;
     if (j.contains("error")) out.error = j["error"].value("message", "error event");
     if (j.contains("usage") && j["usage"].is_object()) {
@@ -226,7 +228,7 @@ void run_one(const endpoint_address& address, const replay_options& o, const std
     more_body = decoder.feed(raw, consume);
   }
   if (out.status != 200) {
-    const json j = json::parse(text, nullptr, false);
+    const json j = gpu::parse_bounded_or_discarded(text, gpu::json_depth_outside_requests);
     out.error = !j.is_discarded() && j.contains("error") ? j["error"].value("message", text) : text;
   } else if (!done && out.error.empty()) {
     out.error = "the stream ended before [DONE]";
@@ -255,7 +257,7 @@ gpu::result<std::string> served_model_id(const endpoint_address& address, const 
   std::string body;
   body_decoder(lower_head.find("transfer-encoding: chunked") != std::string::npos)
       .feed(all.substr(head_end + 4), [&](const std::string& data) { body += data; });
-  const json j = json::parse(body, nullptr, false);
+  const json j = gpu::parse_bounded_or_discarded(body, gpu::json_depth_outside_requests);
   if (j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
       !j["data"][0].contains("id") || !j["data"][0]["id"].is_string())
     return failed("no model id in the answer: " + body.substr(0, 200));

@@ -18,7 +18,7 @@
 
 namespace illm::gpu {
 // CAF serialization of the cache's types that these messages carry.
-ILLM_INSPECT(block_key, x.hi, x.lo)
+ILLM_INSPECT(block_key, x.words)
 ILLM_INSPECT(keyed_block, x.pool, x.block, x.index, x.key, x.parent, x.tokens)
 ILLM_INSPECT(prefix_changes, x.full, x.added, x.removed)
 }  // namespace illm::gpu

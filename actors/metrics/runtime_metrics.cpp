@@ -187,4 +187,18 @@ void add_gmanager_connected(registry& r, const std::string& prefix, std::functio
                       });
 }
 
+void add_constraint_cache_gauges(registry& r, const std::string& prefix,
+                                 std::weak_ptr<const gpu::grammar::constraint_cache> cache) {
+  const auto sample = [cache](auto read) {
+    auto held = cache.lock();
+    return std::vector<std::pair<label_values, double>>{{{}, held ? double(read(*held)) : 0.0}};
+  };
+  r.add_sampled_gauge(prefix + "constraint_cache_bytes",
+                      "Bytes the compiled constraints of structured outputs and tools keep (grammars and token masks), "
+                      "bounded by constraint_cache_mib.",
+                      {}, [sample] { return sample([](const auto& c) { return c.bytes(); }); });
+  r.add_sampled_gauge(prefix + "constraint_cache_constraints", "Compiled constraints the cache keeps.", {},
+                      [sample] { return sample([](const auto& c) { return c.size(); }); });
+}
+
 }  // namespace illm::actors::metrics

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "actors/metrics/metrics.hpp"
+#include "gpu/grammar/constraint_cache.hpp"
 
 namespace illm::actors::metrics {
 
@@ -115,5 +116,10 @@ recovery_counts recoveries(const runtime_metrics& m);
 /// Registers illm:gmanager_connected (under `prefix`): 1 while `connected()` says this process reaches a
 /// gManager, 0 while it serves on from its last view.
 void add_gmanager_connected(registry& r, const std::string& prefix, std::function<bool()> connected);
+
+/// Registers illm:constraint_cache_bytes and illm:constraint_cache_constraints: what `cache` (the process's
+/// constraints of structured outputs) keeps.
+void add_constraint_cache_gauges(registry& r, const std::string& prefix,
+                                 std::weak_ptr<const gpu::grammar::constraint_cache> cache);
 
 }  // namespace illm::actors::metrics

@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpu/formats/bounded_json.hpp"
+
 #include "gpu/model_config.hpp"
 
 namespace illm::actors::placement {
@@ -148,7 +150,7 @@ gpu::result<profile> profile_from_json(const std::string& text) {
   auto bad = [](const std::string& what) {
     return gpu::status{gpu::status_code::invalid_argument, "profile: " + what};
   };
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  const nlohmann::json j = gpu::parse_bounded_or_discarded(text, gpu::json_depth_outside_requests);
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
   profile p;
   try {

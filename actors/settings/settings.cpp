@@ -58,6 +58,10 @@ const std::vector<int_setting<instance_settings>>& instance_settings_table() {
        "reservations of blocks one peer may hold at an instance at once: a peer that asks for more is expelled"},
       {"peer_max_waiting_attends", &instance_settings::peer_max_waiting_attends, 1, 1 << 24,
        "attention requests of one peer that may wait for their blocks at an instance: more are refused"},
+      {"constraint_cache_mib", &instance_settings::constraint_cache_mib, 1, 1 << 20,
+       "MiB a process's compiled constraints (structured outputs, tools) keep with their token masks, all together"},
+      {"constraint_masks_mib", &instance_settings::constraint_masks_mib, 1, 1 << 20,
+       "MiB of token masks (a bit per token per parse state) one constraint keeps, least recently used dropped"},
   };
   return table;
 }

@@ -13,6 +13,7 @@
 
 #include "actors/logic/room_prefill.hpp"
 #include "gpu/engine.hpp"
+#include "gpu/grammar/constraint_cache.hpp"
 
 namespace illm::actors {
 
@@ -95,6 +96,8 @@ struct instance_settings {
   int peer_max_blocks = 1 << 17;         ///< blocks (or block places) one message of a peer may name
   int peer_max_open_moves = 1024;        ///< reservations one peer may hold at this instance at once
   int peer_max_waiting_attends = 4096;   ///< attends of one peer waiting for their blocks at an attention server
+  int constraint_cache_mib = 512;        ///< structured outputs' compiled constraints with their masks, all together
+  int constraint_masks_mib = 16;         ///< one constraint's cached token masks
 };
 
 /// The values of instance_settings::prefix_cache.
@@ -102,6 +105,11 @@ inline const std::vector<std::string> prefix_cache_modes{"off", "local", "cluste
 
 /// Every instance setting: key, range, meaning.
 const std::vector<int_setting<instance_settings>>& instance_settings_table();
+
+/// The memory budget of a process's structured-output constraints, from its settings.
+inline gpu::grammar::constraint_budget constraint_budget_of(const instance_settings& s) {
+  return {size_t(s.constraint_cache_mib) << 20, size_t(s.constraint_masks_mib) << 20};
+}
 
 /// The GPU indexes of a --devices list ("0,1,3"); nothing when it is not a comma-separated list of indexes.
 std::optional<std::vector<int>> parse_devices(const std::string& list);

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu/formats/bounded_json.hpp"
+
 #include "gpu/formats/safetensors.hpp"
 #include "gpu/text.hpp"
 
@@ -38,10 +40,11 @@ result<json> read_json(const fs::path& path, bool required) {
   std::ifstream in(path);
   std::stringstream text_in;
   text_in << in.rdbuf();
-  json j = json::parse(text_in.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return status{status_code::corrupt_model, text::format("{}: not a JSON object", path.string())};
-  return j;
+  auto j = parse_bounded_json<json>(text_in.str(), json_depth_outside_requests);
+  if (!j.value || !j.value->is_object())
+    return status{status_code::corrupt_model,
+                  text::format("{}: not a JSON object{}", path.string(), j.too_deep ? " (" + j.error + ")" : "")};
+  return std::move(*j.value);
 }
 
 /// Reads the fields of one JSON object, each with its type and range checked; the first error is kept.
@@ -64,6 +67,14 @@ class field_reader {
     if (!v) return missing(key, fallback.value_or(0.0f), fallback.has_value());
     if (!v->is_number() || !(v->get<double>() > 0.0) || v->get<double>() > hi)
       return fail(key, text::format("{} is not a number in (0, {}]", v->dump(), hi), 0.0f);
+    return float(v->get<double>());
+  }
+  /// A number in [0, 1].
+  float fraction(const char* key) {
+    const json* v = find(key);
+    if (!v) return missing(key, 0.0f, true);
+    if (!v->is_number() || !(v->get<double>() >= 0.0 && v->get<double>() <= 1.0))
+      return fail(key, text::format("{} is not a number in [0, 1]", v->dump()), 0.0f);
     return float(v->get<double>());
   }
   bool boolean(const char* key, bool fallback) {
@@ -248,6 +259,9 @@ result<hf_model> read_hf_config(const std::string& folder) {
       m.defaults.temperature = g.positive("temperature", 100.0f);
     if (given.contains("top_p") && !given["top_p"].is_null()) m.defaults.top_p = g.positive("top_p", 1.0);
     if (int k = g.integer("top_k", 0, 1 << 22, 0); k > 0) m.defaults.top_k = k;
+    if (given.contains("min_p") && !given["min_p"].is_null()) m.defaults.min_p = g.fraction("min_p");
+    if (given.contains("repetition_penalty") && !given["repetition_penalty"].is_null())
+      m.defaults.repetition_penalty = g.positive("repetition_penalty", 10.0);
     ILLM_RETURN_IF_ERROR(g.error());
   }
   for (int32_t id : m.eos_ids)

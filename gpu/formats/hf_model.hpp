@@ -10,16 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "gpu/backend.hpp"
 #include "gpu/model_config.hpp"
 #include "gpu/weights.hpp"
 
 namespace illm::gpu {
-
-/// Sampling defaults a model ships in generation_config.json.
-struct generation_defaults {
-  std::optional<float> temperature, top_p;
-  std::optional<int> top_k;
-};
 
 /// What config.json and generation_config.json say.
 struct hf_model {

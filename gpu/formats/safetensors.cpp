@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu/formats/bounded_json.hpp"
+
 #include "gpu/text.hpp"
 
 namespace illm::gpu {
@@ -76,8 +78,8 @@ result<std::vector<stored_tensor>> tensors_of(const std::shared_ptr<const mapped
 result<std::map<std::string, std::string>> read_index(const std::string& path) {
   auto f = mapped_file::open(path);
   if (!f.is_ok()) return f.error();
-  json index = json::parse(reinterpret_cast<const char*>(f.value()->data()),
-                           reinterpret_cast<const char*>(f.value()->data()) + f.value()->size(), nullptr, false);
+  json index = parse_bounded_or_discarded<json>(
+      std::string_view(reinterpret_cast<const char*>(f.value()->data()), f.value()->size()), json_depth_outside_requests);
   if (index.is_discarded() || !index.is_object()) return corrupt_safetensors(path, "not a JSON object");
   const auto map = index.find("weight_map");
   if (map == index.end() || !map->is_object() || map->empty()) return corrupt_safetensors(path, "no weight_map of tensor names to files");
@@ -95,7 +97,7 @@ result<std::map<std::string, std::string>> read_index(const std::string& path) {
 
 result<std::vector<safetensors_entry>> parse_safetensors_header(std::string_view json_text, uint64_t data_bytes,
                                                                 const std::string& file) {
-  json header = json::parse(json_text.begin(), json_text.end(), nullptr, false);
+  json header = parse_bounded_or_discarded<json>(json_text, json_depth_outside_requests);
   if (header.is_discarded() || !header.is_object()) return corrupt_safetensors(file, "the header is not a JSON object");
   std::vector<safetensors_entry> out;
   for (const auto& [name, value] : header.items()) {

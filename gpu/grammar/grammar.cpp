@@ -14,30 +14,62 @@ namespace {
 
 using element = grammar::element;
 
-/// Stacks deeper than this are dropped: nesting this deep is no output a model should give.
-constexpr size_t max_stack = 1024;
-
-/// Expands the rule references on top of `stack` into every stack whose top reads a byte (or that is empty),
-/// into `out`.
-void expand(const grammar& g, std::vector<uint32_t> stack, std::vector<std::vector<uint32_t>>& out) {
-  if (stack.size() > max_stack) return;
-  if (stack.empty()) return out.push_back(std::move(stack));
-  const uint32_t top = stack.back();
-  const element& e = g.elements()[top];
-  if (e.type == element::kind::bytes) return out.push_back(std::move(stack));
-  stack.pop_back();
-  if (g.elements()[top + 1].type != element::kind::end) stack.push_back(top + 1);
-  for (uint32_t start : g.starts(e.value)) {
-    std::vector<uint32_t> next = stack;
-    if (g.elements()[start].type != element::kind::end) next.push_back(start);
-    expand(g, std::move(next), out);
+struct stack_hash {
+  size_t operator()(const std::vector<uint32_t>& s) const {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ s.size();
+    for (uint32_t v : s) h = (h ^ v) * 0x100000001b3ull;
+    return size_t(h);
   }
-}
+};
 
-void normalize(std::vector<std::vector<uint32_t>>& stacks) {
-  std::sort(stacks.begin(), stacks.end());
-  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
-}
+/// One step's expansion of stacks into those whose top reads a byte (or that are empty): a stack with a rule on top
+/// is expanded once however many ways lead to it (alternatives that refer to the same rule with the same
+/// continuation would otherwise double the work at each level they nest), and the work is bounded by
+/// max_expanded_stacks.
+class expansion {
+ public:
+  explicit expansion(const grammar& g) : g_(g) {}
+
+  /// Expands the rule references on top of `stack`.
+  void add(std::vector<uint32_t> stack) {
+    if (stack.size() > max_stack_depth || too_wide_) return;
+    if (++work_ > max_expanded_stacks) {
+      too_wide_ = true;
+      return;
+    }
+    if (stack.empty() || g_.elements()[stack.back()].type == element::kind::bytes) return out_.push_back(std::move(stack));
+    if (!expanded_.insert(stack).second) return;  // expanded already: the same stacks again
+    const uint32_t top = stack.back();
+    const uint32_t rule = g_.elements()[top].value;
+    stack.pop_back();
+    if (g_.elements()[top + 1].type != element::kind::end) stack.push_back(top + 1);
+    for (uint32_t start : g_.starts(rule)) {
+      std::vector<uint32_t> next = stack;
+      if (g_.elements()[start].type != element::kind::end) next.push_back(start);
+      add(std::move(next));
+    }
+  }
+
+  /// The stacks, sorted, as a state (too wide past max_state_stacks).
+  match_state result() && {
+    match_state out;
+    std::sort(out_.begin(), out_.end());
+    out_.erase(std::unique(out_.begin(), out_.end()), out_.end());
+    if (too_wide_ || out_.size() > max_state_stacks) {
+      out.too_wide = true;
+      return out;
+    }
+    out.stacks = std::move(out_);
+    return out;
+  }
+
+ private:
+  const grammar& g_;
+  std::vector<std::vector<uint32_t>> out_;
+  std::unordered_set<std::vector<uint32_t>, stack_hash> expanded_;  // stacks with a rule on top, expanded
+  size_t work_ = 0;
+  bool too_wide_ = false;
+};
 
 }  // namespace
 
@@ -131,6 +163,14 @@ status grammar::finish(uint32_t root) {
   return status::ok();
 }
 
+size_t grammar::bytes() const {
+  size_t b = sizeof(*this) + elements_.size() * sizeof(element) + sets_.size() * sizeof(byte_set);
+  for (const auto& s : starts_) b += s.size() * sizeof(uint32_t) + sizeof(s);
+  for (const auto& alternatives : alternatives_)
+    for (const auto& alt : alternatives) b += alt.size() * sizeof(part) + sizeof(alt);
+  return b;
+}
+
 bool match_state::accepts() const {
   return std::any_of(stacks.begin(), stacks.end(), [](const auto& s) { return s.empty(); });
 }
@@ -149,28 +189,26 @@ std::string match_state::key() const {
 }
 
 match_state start_state(const grammar& g) {
-  match_state out;
+  expansion e(g);
   for (uint32_t start : g.starts(g.root())) {
     std::vector<uint32_t> stack;
     if (g.elements()[start].type != element::kind::end) stack.push_back(start);
-    expand(g, std::move(stack), out.stacks);
+    e.add(std::move(stack));
   }
-  normalize(out.stacks);
-  return out;
+  return std::move(e).result();
 }
 
 match_state advance(const grammar& g, const match_state& from, uint8_t byte) {
-  match_state out;
+  expansion e(g);
   for (const auto& stack : from.stacks) {
     if (stack.empty()) continue;
     const uint32_t top = stack.back();
     if (!g.sets()[g.elements()[top].value].test(byte)) continue;
     std::vector<uint32_t> next(stack.begin(), stack.end() - 1);
     if (g.elements()[top + 1].type != element::kind::end) next.push_back(top + 1);
-    expand(g, std::move(next), out.stacks);
+    e.add(std::move(next));
   }
-  normalize(out.stacks);
-  return out;
+  return std::move(e).result();
 }
 
 bool advance(const grammar& g, match_state& state, std::string_view bytes) {
@@ -180,6 +218,7 @@ bool advance(const grammar& g, match_state& state, std::string_view bytes) {
   }
   return true;
 }
+
 
 byte_set next_bytes(const grammar& g, const match_state& state) {
   byte_set out;
@@ -224,6 +263,24 @@ std::optional<int> closing_distance(const grammar& g, const match_state& state, 
     }
   }
   return std::nullopt;
+}
+
+std::optional<size_t> widest_state(const grammar& g, size_t max_states) {
+  std::deque<match_state> queue{start_state(g)};
+  std::unordered_set<std::string> seen{queue.front().key()};
+  size_t widest = 0;
+  while (!queue.empty()) {
+    match_state here = std::move(queue.front());
+    queue.pop_front();
+    if (here.too_wide) return std::nullopt;
+    widest = std::max(widest, here.stacks.size());
+    for (match_state& next : successors(g, here)) {
+      if (next.too_wide) return std::nullopt;
+      if (seen.size() >= max_states) return widest;
+      if (seen.insert(next.key()).second) queue.push_back(std::move(next));
+    }
+  }
+  return widest;
 }
 
 }  // namespace illm::gpu::grammar

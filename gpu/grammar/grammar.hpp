@@ -60,6 +60,8 @@ class grammar {
   /// Where each alternative of rule `r` starts in elements().
   const std::vector<uint32_t>& starts(uint32_t r) const { return starts_[r]; }
   uint32_t root() const { return root_; }
+  /// The bytes its flattened form holds.
+  size_t bytes() const;
 
  private:
   std::vector<std::string> names_;
@@ -70,11 +72,22 @@ class grammar {
   uint32_t root_ = 0;
 };
 
+/// Parse stacks one state may hold. A grammar whose alternatives read the same bytes, nested (a schema's anyOf over
+/// texts with a common start), multiplies them: past this bound a state is too wide and the matcher stops there.
+inline constexpr size_t max_state_stacks = 1024;
+/// Stacks the expansion of one step may produce, duplicates included (the work bound of a step).
+inline constexpr size_t max_expanded_stacks = 8 * max_state_stacks;
+/// Deepest stack: nesting this deep is no output a model should give (deeper stacks are dropped).
+inline constexpr size_t max_stack_depth = 1024;
+
 /// Where a matcher stands: the stacks of positions (indexes into grammar::elements(), the next element to read on
 /// top) the bytes so far may have led to, sorted. An empty stack: the input so far is a whole sentence.
 struct match_state {
   std::vector<std::vector<uint32_t>> stacks;
-  /// No stack left: the bytes so far are no prefix of a sentence.
+  /// Reading stopped because the state grew past max_state_stacks (or its step past max_expanded_stacks): no
+  /// stack is left, and the reason is this, not a byte the grammar refused.
+  bool too_wide = false;
+  /// No stack left: the bytes so far are no prefix of a sentence (or too_wide).
   bool dead() const { return stacks.empty(); }
   /// The bytes so far are a whole sentence.
   bool accepts() const;
@@ -93,6 +106,9 @@ match_state advance(const grammar& g, const match_state& from, uint8_t byte);
 bool advance(const grammar& g, match_state& state, std::string_view bytes);
 /// The bytes that may come next from `state`.
 byte_set next_bytes(const grammar& g, const match_state& state);
+/// The most stacks a state of `g` holds, among the first `max_states` states a breadth-first walk from the start
+/// reaches (every byte class of each); nullopt when one is too wide. What a compiler checks before a grammar is used.
+std::optional<size_t> widest_state(const grammar& g, size_t max_states);
 /// The fewest bytes that take `state` to a whole sentence (0 when it is one); nullopt when none was found among
 /// `max_states` states.
 std::optional<int> closing_distance(const grammar& g, const match_state& state, size_t max_states = 4096);

@@ -41,6 +41,12 @@ class compiler {
   /// A primitive rule, made once.
   uint32_t primitive(const std::string& name);
   uint32_t make_primitive(const std::string& name);
+  /// A two-digit field from "00" (or "01" when `from_one`) to `max`.
+  uint32_t two_digits(int max, bool from_one);
+  /// RFC 3339's full-date: months 01-12, each month's days, 29 February in leap years only.
+  uint32_t date_rule();
+  /// RFC 3339's full-time: hour 00-23, minute 00-59, second 00-60, a fraction, and an offset (Z or +hh:mm).
+  uint32_t time_rule();
   status refuse(const std::string& where, const std::string& why) {
     return {status_code::invalid_argument, text::format("json schema at {}: {}", where.empty() ? "#" : where, why)};
   }
@@ -128,19 +134,9 @@ uint32_t compiler::make_primitive(const std::string& name) {
     const uint32_t value = primitive("value");
     return rule(name, {literal("[]"), {any_of("["), ref(value), ref(more_items(value, 0, std::nullopt)), any_of("]")}});
   }
-  // Formats of strings.
-  auto digits_n = [&](int n) {
-    sequence s;
-    for (int i = 0; i < n; ++i) s.push_back(bytes_part(byte_range('0', '9')));
-    return s;
-  };
-  if (name == "date") return rule(name, {cat({digits_n(4), literal("-"), digits_n(2), literal("-"), digits_n(2)})});
-  if (name == "time") {
-    const uint32_t fraction =
-        rule("time-fraction", {{}, {any_of("."), bytes_part(byte_range('0', '9')), ref(primitive("digits 8"))}});
-    const uint32_t zone = rule("time-zone", {literal("Z"), cat({{any_of("+-")}, digits_n(2), literal(":"), digits_n(2)})});
-    return rule(name, {cat({digits_n(2), literal(":"), digits_n(2), literal(":"), digits_n(2), {ref(fraction), ref(zone)}})});
-  }
+  // Formats of strings (RFC 3339's full-date, full-time, date-time; uuid): their fields in range.
+  if (name == "date") return date_rule();
+  if (name == "time") return time_rule();
   if (name == "date-time") return rule(name, {{ref(primitive("date")), any_of("T"), ref(primitive("time"))}});
   if (name == "uuid") {
     const uint32_t hex = primitive("hex");
@@ -152,6 +148,63 @@ uint32_t compiler::make_primitive(const std::string& name) {
     return rule(name, {s});
   }
   return rule(name, {});  // unreachable: every caller names a primitive above
+}
+
+uint32_t compiler::two_digits(int max, bool from_one) {
+  const std::string name = text::format("two digits {} to {}", from_one ? 1 : 0, max);
+  if (auto it = primitives_.find(name); it != primitives_.end()) return it->second;
+  std::vector<sequence> alternatives;
+  const int tens_max = max / 10;
+  for (int tens = 0; tens <= tens_max; ++tens) {
+    const int lo = tens == 0 && from_one ? 1 : 0, hi = tens == tens_max ? max % 10 : 9;
+    alternatives.push_back({any_of(std::string(1, char('0' + tens))), bytes_part(byte_range('0' + lo, '0' + hi))});
+  }
+  return primitives_[name] = rule(name, std::move(alternatives));
+}
+
+uint32_t compiler::date_rule() {
+  const part digit = bytes_part(byte_range('0', '9'));
+  // Two digits divisible by 4: an even tens digit with 0, 4 or 8, an odd one with 2 or 6.
+  const std::vector<sequence> fours = {{any_of("02468"), any_of("048")}, {any_of("13579"), any_of("26")}};
+  const std::vector<sequence> not_fours = {{any_of("02468"), any_of("1235679")}, {any_of("13579"), any_of("01345789")}};
+  // Leap years: the last two digits divisible by 4 but not 00, or 00 after a century divisible by 4.
+  std::vector<sequence> leap, common;
+  for (const sequence& f : fours) {
+    if (f[0].bytes.test('0') && f[1].bytes.test('0')) {  // "x0": 00 is a century, 40 and 80 are not
+      leap.push_back({digit, digit, any_of("2468"), any_of("0")});
+      leap.push_back({digit, digit, any_of("02468"), any_of("48")});
+    } else {
+      leap.push_back({digit, digit, f[0], f[1]});
+    }
+    leap.push_back({f[0], f[1], any_of("0"), any_of("0")});
+  }
+  for (const sequence& n : not_fours) {
+    common.push_back({digit, digit, n[0], n[1]});
+    common.push_back({n[0], n[1], any_of("0"), any_of("0")});
+  }
+  const uint32_t day28 = two_digits(28, true);
+  const uint32_t day29 = rule("day 01-29", {{ref(day28)}, literal("29")});
+  const uint32_t day30 = rule("day 01-30", {{ref(day29)}, literal("30")});
+  const uint32_t day31 = rule("day 01-31", {{ref(day30)}, literal("31")});
+  const auto month_days = [&](uint32_t february) {
+    std::vector<sequence> out;
+    for (const char* m : {"01", "03", "05", "07", "08", "10", "12"}) out.push_back(cat({literal(m), literal("-"), {ref(day31)}}));
+    for (const char* m : {"04", "06", "09", "11"}) out.push_back(cat({literal(m), literal("-"), {ref(day30)}}));
+    out.push_back(cat({literal("02-"), {ref(february)}}));
+    return out;
+  };
+  const uint32_t leap_year = rule("leap year", std::move(leap)), common_year = rule("common year", std::move(common));
+  const uint32_t leap_days = rule("month and day", month_days(day29));
+  const uint32_t common_days = rule("month and day", month_days(day28));
+  return rule("date", {{ref(leap_year), any_of("-"), ref(leap_days)}, {ref(common_year), any_of("-"), ref(common_days)}});
+}
+
+uint32_t compiler::time_rule() {
+  const uint32_t hour = two_digits(23, false), minute = two_digits(59, false), second = two_digits(60, false);
+  const uint32_t fraction =
+      rule("time-fraction", {{}, {any_of("."), bytes_part(byte_range('0', '9')), ref(primitive("digits 8"))}});
+  const uint32_t zone = rule("time-zone", {literal("Z"), {any_of("+-"), ref(hour), any_of(":"), ref(minute)}});
+  return rule("time", {{ref(hour), any_of(":"), ref(minute), any_of(":"), ref(second), ref(fraction), ref(zone)}});
 }
 
 uint32_t compiler::more_items(uint32_t item, int count, std::optional<int> optional) {
@@ -372,6 +425,11 @@ result<std::shared_ptr<const grammar>> wrapped_schema_grammar(const nlohmann::or
     c.g.add(root, cat({literal(before), {ref(value.value())}, literal(after)}));
   }
   ILLM_RETURN_IF_ERROR(c.g.finish(root));
+  if (!widest_state(c.g, limits.probed_states))
+    return status{status_code::invalid_argument,
+                  text::format("json schema: its alternatives read the same text in more than {} ways at once (anyOf or "
+                               "types over values with a common start, nested): more parse states than an output may "
+                               "keep", max_state_stacks)};
   return std::shared_ptr<const grammar>(std::make_shared<grammar>(std::move(c.g)));
 }
 

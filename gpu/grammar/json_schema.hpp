@@ -24,6 +24,9 @@ struct schema_limits {
   int max_depth = 32;         ///< nested schemas
   size_t max_rules = 20000;   ///< grammar rules the schema becomes
   int max_bounded_items = 256;  ///< the largest maxItems (a larger bound reads as none)
+  /// States of the grammar a compile walks (breadth first from the start) to find one wider than max_state_stacks:
+  /// a schema whose alternatives multiply there is refused before it runs.
+  size_t probed_states = 512;
   /// An object that gives no additionalProperties admits only its properties (as OpenAI's strict function calling):
   /// a tool's arguments without properties are {}.
   bool strict = false;

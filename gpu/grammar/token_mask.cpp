@@ -7,9 +7,12 @@ namespace illm::gpu::grammar {
 
 namespace {
 
-/// Masks a constraint keeps before it starts over (a schema's outputs visit a bounded set of states; a free text
-/// inside a string does not grow it).
-constexpr size_t max_cached_masks = 4096;
+/// Closing distances a constraint keeps before it starts over (a schema's outputs visit a bounded set of states; a
+/// free text inside a string does not grow it).
+constexpr size_t max_cached_distances = 4096;
+
+/// What a cached entry of `key` costs beyond its value: the key twice (map and order) and the nodes.
+size_t entry_bytes(const std::string& key) { return 2 * key.size() + 96; }
 
 }  // namespace
 
@@ -39,8 +42,8 @@ token_trie::token_trie(const tokenizer& vocab) : bytes_(size_t(vocab.vocab_size(
   }
 }
 
-void allowed_tokens(const grammar& g, const match_state& state, const token_trie& trie, std::vector<uint8_t>& allowed) {
-  allowed.assign(size_t(trie.vocab_size()), 0);
+token_set allowed_tokens(const grammar& g, const match_state& state, const token_trie& trie) {
+  token_set allowed(trie.vocab_size());
   std::vector<std::pair<uint32_t, match_state>> pending{{0, state}};
   while (!pending.empty()) {
     auto [at, here] = std::move(pending.back());
@@ -50,31 +53,49 @@ void allowed_tokens(const grammar& g, const match_state& state, const token_trie
       if (!next.test(byte)) continue;
       match_state after = advance(g, here, byte);
       if (after.dead()) continue;
-      for (int32_t id : trie.nodes()[child].tokens) allowed[size_t(id)] = 1;
+      for (int32_t id : trie.nodes()[child].tokens) allowed.set(id);
       if (!trie.nodes()[child].children.empty()) pending.emplace_back(child, std::move(after));
     }
   }
+  return allowed;
 }
 
-constraint::constraint(std::shared_ptr<const grammar> g, std::shared_ptr<const token_trie> trie)
-    : grammar_(std::move(g)), trie_(std::move(trie)), start_(start_state(*grammar_)) {}
+constraint::constraint(std::shared_ptr<const grammar> g, std::shared_ptr<const token_trie> trie,
+                       size_t mask_budget_bytes)
+    : grammar_(std::move(g)),
+      trie_(std::move(trie)),
+      start_(start_state(*grammar_)),
+      mask_budget_bytes_(mask_budget_bytes),
+      grammar_bytes_(grammar_->bytes()) {}
 
-std::shared_ptr<const std::vector<uint8_t>> constraint::allowed(const match_state& state) const {
+std::shared_ptr<const token_set> constraint::allowed(const match_state& state) const {
   const std::string key = state.key();
   {
     std::lock_guard lock(mutex_);
     if (auto it = masks_.find(key); it != masks_.end()) {
       ++cached_;
-      return it->second;
+      mask_order_.splice(mask_order_.begin(), mask_order_, it->second.second);
+      return it->second.first;
     }
   }
-  auto mask = std::make_shared<std::vector<uint8_t>>();
-  allowed_tokens(*grammar_, state, *trie_, *mask);
+  auto mask = std::make_shared<const token_set>(allowed_tokens(*grammar_, state, *trie_));
+  keep(key, mask);
+  return mask;
+}
+
+void constraint::keep(const std::string& key, std::shared_ptr<const token_set> mask) const {
   std::lock_guard lock(mutex_);
   ++computed_;
-  if (masks_.size() >= max_cached_masks) masks_.clear();
-  masks_.emplace(key, mask);
-  return mask;
+  if (masks_.count(key)) return;  // computed meanwhile by another thread
+  mask_order_.push_front(key);
+  mask_bytes_ += mask->bytes() + entry_bytes(key);
+  masks_.emplace(key, mask_entry{std::move(mask), mask_order_.begin()});
+  while (mask_bytes_ > mask_budget_bytes_ && masks_.size() > 1) {
+    auto oldest = masks_.find(mask_order_.back());
+    mask_bytes_ -= oldest->second.first->bytes() + entry_bytes(oldest->first);
+    masks_.erase(oldest);
+    mask_order_.pop_back();
+  }
 }
 
 bool constraint::accept(match_state& state, int32_t token) const {
@@ -93,8 +114,11 @@ std::optional<int> constraint::closing_distance(const match_state& state) const 
   }
   const std::optional<int> d = ::illm::gpu::grammar::closing_distance(*grammar_, state);
   std::lock_guard lock(mutex_);
-  if (distances_.size() >= max_cached_masks) distances_.clear();
-  distances_.emplace(key, d);
+  if (distances_.size() >= max_cached_distances) {
+    distances_.clear();
+    distance_bytes_ = 0;
+  }
+  if (distances_.emplace(key, d).second) distance_bytes_ += entry_bytes(key);
   return d;
 }
 
@@ -110,9 +134,9 @@ std::vector<int32_t> constraint::closer_tokens(const match_state& state) const {
   }
   const auto allowed_now = allowed(state);
   std::vector<int32_t> out;
-  for (int32_t id = 0; id < int32_t(allowed_now->size()); ++id) {
+  for (int32_t id = 0; id < allowed_now->size(); ++id) {
     const std::string& bytes = trie_->bytes(id);
-    if (!(*allowed_now)[size_t(id)] || bytes.empty() || !closer.test(static_cast<uint8_t>(bytes[0]))) continue;
+    if (!allowed_now->test(id) || bytes.empty() || !closer.test(static_cast<uint8_t>(bytes[0]))) continue;
     match_state after = state;
     if (!accept(after, id)) continue;
     const std::optional<int> left = closing_distance(after);
@@ -129,6 +153,11 @@ uint64_t constraint::computed() const {
 uint64_t constraint::cached() const {
   std::lock_guard lock(mutex_);
   return cached_;
+}
+
+size_t constraint::bytes() const {
+  std::lock_guard lock(mutex_);
+  return sizeof(*this) + grammar_bytes_ + mask_bytes_ + distance_bytes_;
 }
 
 }  // namespace illm::gpu::grammar

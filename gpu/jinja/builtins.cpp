@@ -6,23 +6,11 @@
 #include <ctime>
 #include <set>
 
+#include "gpu/jinja/operators.hpp"
+
 namespace illm::jinja {
 
 namespace {
-
-[[noreturn]] void type_error(const std::string& what) { throw template_error(what); }
-
-bool is_int(const json& j) { return j.is_number_integer() || j.is_number_unsigned() || j.is_boolean(); }
-int64_t to_int(const json& j) {
-  if (j.is_boolean()) return j.get<bool>();
-  if (j.is_number_float()) return int64_t(j.get<double>());
-  return j.get<int64_t>();
-}
-double to_double(const json& j) {
-  if (j.is_boolean()) return j.get<bool>();
-  return j.is_number_float() ? j.get<double>() : double(j.get<int64_t>());
-}
-bool numeric(const value& v) { return v.is_data() && (v.data().is_number() || v.data().is_boolean()); }
 
 /// Positional argument i or keyword `name`, else `fallback`.
 value arg(const call_args& a, size_t i, const std::string& name, value fallback = value()) {
@@ -82,15 +70,11 @@ std::string replace_all(const std::string& s, const std::string& from, const std
   for (int64_t n = 0; count < 0 || n < count; ++n) {
     const size_t found = s.find(from, at);
     if (found == std::string::npos) break;
+    check_text_size(out.size() + (found - at) + to.size(), "replace");
     out += s.substr(at, found - at) + to;
     at = found + from.size();
   }
   return out + s.substr(at);
-}
-
-std::string ascii_case(std::string s, bool upper) {
-  for (char& c : s) c = char(upper ? std::toupper(uint8_t(c)) : std::tolower(uint8_t(c)));
-  return s;
 }
 
 std::string capitalize(const std::string& s) { return s.empty() ? s : ascii_case(s.substr(0, 1), true) + ascii_case(s.substr(1), false); }
@@ -217,81 +201,6 @@ value dict_method(const json& d, const std::string& name) {
 
 int64_t index_in(int64_t i, size_t size) { return i < 0 ? i + int64_t(size) : i; }
 
-/// The compare of Python's < on numbers and strings.
-int order(const value& l, const value& r) {
-  if (numeric(l) && numeric(r)) {
-    const double a = to_double(l.data()), b = to_double(r.data());
-    return a < b ? -1 : a > b ? 1 : 0;
-  }
-  if (l.is_string() && r.is_string()) return l.str().compare(r.str()) < 0 ? -1 : l.str() == r.str() ? 0 : 1;
-  type_error("'<' is not supported between " + l.type_name() + " and " + r.type_name());
-}
-
-bool contains(const value& haystack, const value& needle) {
-  if (haystack.is_undefined()) return false;  // an undefined value iterates as nothing
-  if (haystack.is_string()) return needle.is_string() && haystack.str().find(needle.str()) != std::string::npos;
-  if (haystack.is_list() || haystack.is_generator()) {
-    for (const json& e : haystack.data())
-      if (needle.is_data() && python_equal(e, needle.data())) return true;
-    return false;
-  }
-  if (haystack.is_dict()) return needle.is_string() && haystack.data().contains(needle.str());
-  if (haystack.is_namespace()) return needle.is_string() && haystack.ns().contains(needle.str());
-  type_error("argument of type '" + haystack.type_name() + "' is not iterable");
-}
-
-/// markupsafe's escape.
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s)
-    out += c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&#34;" : c == '\'' ? "&#39;" : std::string(1, c);
-  return out;
-}
-
-value arithmetic(const std::string& op, const value& l, const value& r) {
-  if (op == "+" && (l.is_markup() || r.is_markup()) && l.is_string() && r.is_string())  // Markup + str escapes the str
-    return value::markup((l.is_markup() ? l.str() : html_escape(l.str())) + (r.is_markup() ? r.str() : html_escape(r.str())));
-  if (!numeric(l) || !numeric(r)) {
-    if (op == "+" && l.is_string() && r.is_string()) return value(json(l.str() + r.str()));
-    if (op == "+" && l.is_list() && r.is_list()) {
-      json out = l.data();
-      for (const json& e : r.data()) out.push_back(e);
-      return value(std::move(out));
-    }
-    if (op == "*" && (l.is_string() || l.is_list()) && numeric(r)) {
-      json out = l.is_string() ? json("") : json::array();
-      for (int64_t i = 0; i < to_int(r.data()); ++i)
-        if (l.is_string()) out = out.get<std::string>() + l.str();
-        else for (const json& e : l.data()) out.push_back(e);
-      return value(std::move(out));
-    }
-    type_error("unsupported operand types for " + op + ": '" + l.type_name() + "' and '" + r.type_name() + "'");
-  }
-  const json &a = l.data(), &b = r.data();
-  const bool ints = is_int(a) && is_int(b);
-  if (op == "/") {
-    if (to_double(b) == 0.0) type_error("division by zero");
-    return value(json(to_double(a) / to_double(b)));
-  }
-  if (ints) {
-    const int64_t x = to_int(a), y = to_int(b);
-    if (op == "+") return value(json(x + y));
-    if (op == "-") return value(json(x - y));
-    if (op == "*") return value(json(x * y));
-    if (y == 0 && (op == "//" || op == "%")) type_error("integer division or modulo by zero");
-    if (op == "//") return value(json(int64_t(std::floor(double(x) / double(y)))));
-    if (op == "%") return value(json(((x % y) + y) % y));
-    if (op == "**" && y >= 0) return value(json(int64_t(std::llround(std::pow(double(x), double(y))))));
-  }
-  const double x = to_double(a), y = to_double(b);
-  if (op == "+") return value(json(x + y));
-  if (op == "-") return value(json(x - y));
-  if (op == "*") return value(json(x * y));
-  if (op == "//") return value(json(std::floor(x / y)));
-  if (op == "%") return value(json(x - y * std::floor(x / y)));
-  return value(json(std::pow(x, y)));
-}
-
 std::string strftime_now(const std::string& format) {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   std::tm local{};
@@ -309,13 +218,18 @@ json range_of(const call_args& a) {
   if (a.positional.size() == 3) step = n(2);
   if (step == 0 || a.positional.empty() || a.positional.size() > 3) type_error("range() takes 1 to 3 whole numbers");
   json out = json::array();
-  for (int64_t i = start; (step > 0 ? i < stop : i > stop) && out.size() < 1000000; i += step) out.push_back(i);
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    if (out.size() >= max_list_items) type_error("range() of more than max_list_items");
+    out.push_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;  // past int64: past stop too
+  }
   return out;
 }
 
 json keywords_object(const call_args& a) {
   json o = json::object();
   for (const auto& [k, v] : a.keywords) o[k] = as_data(v);
+  check_data_depth(o, "dict() or namespace()");
   return o;
 }
 
@@ -363,7 +277,9 @@ value select(const value& v, const call_args& a, bool by_attribute, bool keep) {
 }
 
 std::string indent(const std::string& s, const value& width, bool first, bool blank) {
-  const std::string pad = width.is_string() ? width.str() : std::string(size_t(width.is_data() ? to_int(width.data()) : 4), ' ');
+  const int64_t spaces = width.is_data() && !width.is_string() ? to_int(width.data()) : 4;
+  check_text_size(size_t(std::max<int64_t>(spaces, 0)), "indent");
+  const std::string pad = width.is_string() ? width.str() : std::string(size_t(std::max<int64_t>(spaces, 0)), ' ');
   std::string out;
   size_t at = 0;
   bool first_line = true;
@@ -372,6 +288,7 @@ std::string indent(const std::string& s, const value& width, bool first, bool bl
     const std::string line = s.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
     if ((first_line ? first : true) && (blank || !line.empty())) out += pad;
     out += line;
+    check_text_size(out.size(), "indent");
     if (nl == std::string::npos) break;
     out += '\n';
     at = nl + 1;
@@ -466,30 +383,14 @@ value slice(const value& obj, const value& start, const value& stop, const value
   };
   const int64_t b = bound(start, by > 0 ? 0 : n - 1), e = bound(stop, by > 0 ? n : -1);
   json out = json::array();
-  for (int64_t i = b; by > 0 ? i < e : i > e; i += by) out.push_back(items[size_t(i)]);
+  for (int64_t i = b; by > 0 ? i < e : i > e;) {
+    out.push_back(items[size_t(i)]);
+    if (__builtin_add_overflow(i, by, &i)) break;  // past int64: past the end too
+  }
   if (obj.is_list()) return value(std::move(out));
   std::string s;
   for (const json& c : out) s += c.get<std::string>();
   return value(json(s));
-}
-
-value negate(const value& v, bool minus) {
-  if (!numeric(v)) type_error("bad operand type for unary " + std::string(minus ? "-" : "+") + ": '" + v.type_name() + "'");
-  if (!minus) return v;
-  return is_int(v.data()) ? value(json(-to_int(v.data()))) : value(json(-to_double(v.data())));
-}
-
-value apply_operator(const std::string& op, const value& l, const value& r) {
-  if (op == "==") return value(json(l == r));
-  if (op == "!=") return value(json(!(l == r)));
-  if (op == "<") return value(json(order(l, r) < 0));
-  if (op == ">") return value(json(order(l, r) > 0));
-  if (op == "<=") return value(json(order(l, r) <= 0));
-  if (op == ">=") return value(json(order(l, r) >= 0));
-  if (op == "in") return value(json(contains(r, l)));
-  if (op == "not in") return value(json(!contains(r, l)));
-  if (op == "~") return value(json(text_of(l) + text_of(r)));
-  return arithmetic(op, l, r);
 }
 
 value apply_filter(const std::string& name, const value& v, const call_args& a) {
@@ -592,7 +493,7 @@ value apply_filter(const std::string& name, const value& v, const call_args& a) 
     std::stable_sort(l.begin(), l.end(), [&](const json& x, const json& y) {
       const value vx = attr.is_string() ? attribute_path(value(x), attr.str()) : value(x);
       const value vy = attr.is_string() ? attribute_path(value(y), attr.str()) : value(y);
-      return reverse ? order(vy, vx) < 0 : order(vx, vy) < 0;
+      return reverse ? compare(vy, vx) < 0 : compare(vx, vy) < 0;
     });
     return value(std::move(l));
   }
@@ -606,7 +507,7 @@ value apply_filter(const std::string& name, const value& v, const call_args& a) 
     if (l.empty()) return value();
     json best = l[0];
     for (const json& e : l)
-      if ((name == "min" ? order(value(e), value(best)) : order(value(best), value(e))) < 0) best = e;
+      if ((name == "min" ? compare(value(e), value(best)) : compare(value(best), value(e))) < 0) best = e;
     return value(best);
   }
   if (name == "indent")
@@ -636,13 +537,13 @@ bool apply_test(const std::string& name, const value& v, const call_args& a) {
     if (!numeric(v)) type_error(name + " of a " + v.type_name());
     return (to_int(v.data()) % 2 != 0) == (name == "odd");
   }
-  if (name == "divisibleby") return to_int(v.data()) % to_int(other.data()) == 0;
+  if (name == "divisibleby") return arithmetic("%", value(json(to_int(v.data()))), value(json(to_int(other.data())))) == value(json(0));
   if (name == "equalto" || name == "eq" || name == "==" || name == "sameas") return v == other;
   if (name == "ne" || name == "!=") return !(v == other);
-  if (name == "lt" || name == "lessthan") return order(v, other) < 0;
-  if (name == "gt" || name == "greaterthan") return order(v, other) > 0;
-  if (name == "le") return order(v, other) <= 0;
-  if (name == "ge") return order(v, other) >= 0;
+  if (name == "lt" || name == "lessthan") return compare(v, other) < 0;
+  if (name == "gt" || name == "greaterthan") return compare(v, other) > 0;
+  if (name == "le") return compare(v, other) <= 0;
+  if (name == "ge") return compare(v, other) >= 0;
   if (name == "in") return contains(other, v);
   if (name == "lower" || name == "upper") return v.is_string() && ascii_case(v.str(), name == "upper") == v.str();
   type_error("unknown test '" + name + "'");

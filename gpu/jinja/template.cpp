@@ -33,8 +33,8 @@ class renderer {
 
   flow run(const node& n, scope& s, std::string& out) {
     switch (n.what) {
-      case node::kind::text: out += n.text; return flow::normal;
-      case node::kind::output: out += eval(*n.kids[0], s).render(); return flow::normal;
+      case node::kind::text: return write(n, n.text, out);
+      case node::kind::output: return write(n, eval(*n.kids[0], s).render(), out);
       case node::kind::block:
         for (const auto& k : n.kids)
           if (flow f = run(*k, s, out); f != flow::normal) return f;
@@ -56,6 +56,13 @@ class renderer {
   }
 
  private:
+  /// Appends `text` to a render's output (or a captured block's, a macro's), bounded by max_text_bytes.
+  flow write(const node& n, const std::string& text, std::string& out) {
+    if (out.size() + text.size() > max_text_bytes) throw error(n, "the output is longer than max_text_bytes");
+    out += text;
+    return flow::normal;
+  }
+
   template_error error(const node& n, const std::string& what) const {
     return template_error("template line " + std::to_string(n.line) + ": " + what);
   }
@@ -100,6 +107,7 @@ class renderer {
     }
     if (kept.empty()) return n.kids[3] ? run(*n.kids[3], s, out) : flow::normal;
     for (size_t i = 0; i < kept.size(); ++i) {
+      charge(n, iteration_steps + 3 * work_of(kept[i]));  // and the item's copies (target, previtem, nextitem)
       scope inner{{}, &s};
       bind_targets(n, kept[i], inner);
       const int64_t length = int64_t(kept.size()), index = int64_t(i);
@@ -170,9 +178,11 @@ class renderer {
 
  public:
   value eval(const node& n, scope& s) {
-    if (++steps_ > max_steps) throw error(n, "the template takes too many steps");
+    charge(n, 1);
     try {
-      return eval_node(n, s);
+      value v = eval_node(n, s);
+      charge(n, work_of(v));
+      return v;
     } catch (const template_error& e) {
       const std::string what = e.what();
       if (what.rfind("template line", 0) == 0) throw;
@@ -213,11 +223,13 @@ class renderer {
       case node::kind::list: {
         json l = json::array();
         for (const auto& k : n.kids) l.push_back(as_data(eval(*k, s)));
+        check_data_depth(l, "a list");
         return value(std::move(l));
       }
       case node::kind::dict: {
         json d = json::object();
         for (size_t i = 0; i + 1 < n.kids.size(); i += 2) d[eval(*n.kids[i], s).render()] = as_data(eval(*n.kids[i + 1], s));
+        check_data_depth(d, "a dict");
         return value(std::move(d));
       }
       default: throw error(n, "a statement where an expression belongs");
@@ -237,8 +249,26 @@ class renderer {
     return apply_operator(op, eval(*n.kids[0], s), eval(*n.kids[1], s));
   }
 
+  /// Counts `steps` more of the render's; past max_steps, a template_error.
+  void charge(const node& n, uint64_t steps) {
+    steps_ += steps;
+    if (steps_ > max_steps) throw error(n, "the template takes too many steps");
+  }
+
+  /// The steps an evaluation's value costs beyond its own: one per bytes_per_step of a string and per
+  /// items_per_step of a list (a value is copied where it is read, and a repetition or a concatenation builds it),
+  /// so that a render's time is bounded by max_steps whatever sizes its values reach.
+  static uint64_t work_of(const value& v) {
+    if (v.is_string()) return v.str().size() / bytes_per_step;
+    if (v.is_list() || v.is_dict()) return v.data().size() / items_per_step;
+    return 0;
+  }
+
   /// Evaluations a render may take, and macro calls it may nest: a template is a few pages, not a program.
   static constexpr uint64_t max_steps = 20'000'000;
+  static constexpr uint64_t bytes_per_step = 16, items_per_step = 4;
+  /// What an iteration of a for loop costs: its loop variable (a dict of nine) and its scope are built anew.
+  static constexpr uint64_t iteration_steps = 16;
   static constexpr int max_calls = 64;
   scope& top_;
   uint64_t steps_ = 0;

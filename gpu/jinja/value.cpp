@@ -1,5 +1,6 @@
 #include "gpu/jinja/value.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -117,13 +118,20 @@ void quote_python(std::string& out, const std::string& s) {
   out += q;
 }
 
-void repr_into(std::string& out, const json& j) {
+/// A template_error when a walk of data reaches `depth` past max_data_depth, or a text past max_text_bytes.
+void check_walk(const std::string& out, int depth) {
+  if (depth > max_data_depth) throw template_error("data nested deeper than max_data_depth");
+  if (out.size() > max_text_bytes) throw template_error("data written longer than max_text_bytes");
+}
+
+void repr_into(std::string& out, const json& j, int depth = 0) {
+  check_walk(out, depth);
   if (j.is_string()) return quote_python(out, j.get_ref<const std::string&>());
   if (j.is_array()) {
     out += '[';
     for (size_t i = 0; i < j.size(); ++i) {
       if (i) out += ", ";
-      repr_into(out, j[i]);
+      repr_into(out, j[i], depth + 1);
     }
     out += ']';
     return;
@@ -136,7 +144,7 @@ void repr_into(std::string& out, const json& j) {
       first = false;
       quote_python(out, k);
       out += ": ";
-      repr_into(out, v);
+      repr_into(out, v, depth + 1);
     }
     out += '}';
     return;
@@ -169,6 +177,7 @@ void json_string(std::string& out, const std::string& s) {
 }
 
 void json_into(std::string& out, const json& j, int indent, bool sort_keys, int depth) {
+  check_walk(out, depth);
   const auto newline = [&](int d) {
     out += '\n';
     out.append(size_t(indent) * size_t(d), ' ');
@@ -241,7 +250,10 @@ std::string python_json(const json& j, int indent, bool sort_keys) {
   return out;
 }
 
-bool python_equal(const json& a, const json& b) {
+namespace {
+
+bool equal_within(const json& a, const json& b, int depth) {
+  if (depth > max_data_depth) throw template_error("data nested deeper than max_data_depth");
   const bool na = a.is_number() || a.is_boolean(), nb = b.is_number() || b.is_boolean();
   if (na && nb) {
     const double x = a.is_boolean() ? double(a.get<bool>()) : as_double(a);
@@ -252,16 +264,33 @@ bool python_equal(const json& a, const json& b) {
   if (a.is_array()) {
     if (a.size() != b.size()) return false;
     for (size_t i = 0; i < a.size(); ++i)
-      if (!python_equal(a[i], b[i])) return false;
+      if (!equal_within(a[i], b[i], depth + 1)) return false;
     return true;
   }
   if (a.is_object()) {
     if (a.size() != b.size()) return false;
     for (const auto& [k, v] : a.items())
-      if (!b.contains(k) || !python_equal(v, b[k])) return false;
+      if (!b.contains(k) || !equal_within(v, b[k], depth + 1)) return false;
     return true;
   }
   return a == b;
+}
+
+}  // namespace
+
+bool python_equal(const json& a, const json& b) { return equal_within(a, b, 0); }
+
+int data_depth(const json& j, int limit) {
+  if (!j.is_array() && !j.is_object()) return 0;
+  if (limit <= 0) return 1;
+  int deepest = 0;
+  for (const json& e : j) deepest = std::max(deepest, data_depth(e, limit - 1));
+  return deepest + 1;
+}
+
+void check_data_depth(const json& j, const char* what) {
+  if (data_depth(j) > max_data_depth)
+    throw template_error(std::string(what) + " nests data deeper than max_data_depth");
 }
 
 }  // namespace illm::jinja

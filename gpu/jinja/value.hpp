@@ -27,6 +27,14 @@ struct call_args {
 };
 using function = std::function<value(const call_args&)>;
 
+/// The longest text a render builds (a string, a filter's result, the output): a bound on memory, as the step limit of
+/// a render bounds its time.
+inline constexpr size_t max_text_bytes = size_t(64) << 20;
+/// The most items a list a render builds may hold.
+inline constexpr size_t max_list_items = size_t(1) << 20;
+/// The deepest nesting of lists and dicts a render builds or walks (client data arrives bounded at 128 levels).
+inline constexpr int max_data_depth = 512;
+
 /// An error of the template (a parse error, a type error, raise_exception): its message says where.
 struct template_error : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -102,6 +110,11 @@ class value {
   std::shared_ptr<json> ns_;
   std::shared_ptr<function> fn_;
 };
+
+/// How deep the lists and dicts of `j` nest (a scalar: 0), counted to at most `limit` + 1.
+int data_depth(const json& j, int limit = max_data_depth);
+/// A template_error when `j` nests deeper than max_data_depth (`what` names what built it).
+void check_data_depth(const json& j, const char* what);
 
 /// Python's repr() of data ('text' quoted as Python quotes it).
 std::string python_repr(const json& j);

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu/formats/bounded_json.hpp"
+
 #include "gpu/text.hpp"
 #include "gpu/tokenizers/bpe_model.hpp"
 #include "gpu/tokenizers/unicode_text.hpp"
@@ -82,9 +84,10 @@ result<json> read_json_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream buffer;
   buffer << in.rdbuf();
-  json j = json::parse(buffer.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return bad(path.string(), "not a JSON object");
-  return j;
+  auto j = parse_bounded_json<json>(buffer.str(), json_depth_outside_requests);
+  if (j.too_deep) return bad(path.string(), j.error);
+  if (!j.value || !j.value->is_object()) return bad(path.string(), "not a JSON object");
+  return std::move(*j.value);
 }
 
 std::string string_at(const json& j, const char* key, const std::string& fallback = "") {
@@ -215,7 +218,7 @@ struct hf_tokenizer::parts {
   int32_t id_named(const json& token) const;
 
   std::string normalized(std::string text) const;
-  std::vector<piece> pre_tokenized(piece p) const;
+  result<std::vector<piece>> pre_tokenized(piece p) const;
   /// The text split at added tokens: (text, added id or -1, starts at the input's start).
   std::vector<std::tuple<std::string_view, int32_t, bool>> split_added(std::string_view text) const;
   std::vector<std::string> decoded(std::vector<std::string> tokens, bool at_start) const;
@@ -457,7 +460,7 @@ std::string hf_tokenizer::parts::normalized(std::string text) const {
   return text;
 }
 
-std::vector<piece> hf_tokenizer::parts::pre_tokenized(piece whole) const {
+result<std::vector<piece>> hf_tokenizer::parts::pre_tokenized(piece whole) const {
   std::vector<piece> pieces_now{std::move(whole)};
   for (const pre_step& s : pre_steps) {
     std::vector<piece> next;
@@ -470,13 +473,19 @@ std::vector<piece> hf_tokenizer::parts::pre_tokenized(piece whole) const {
           next.push_back(std::move(p));
           continue;
         }
-        for (auto [b, e] : cut(p.text.size(), s.regex->matches(p.text), split_behavior::merged_with_next, false))
+        auto found = s.regex->matches(p.text);
+        if (!found.is_ok()) return found.error();
+        for (auto [b, e] : cut(p.text.size(), found.value(), split_behavior::merged_with_next, false))
           next.push_back({p.text.substr(b, e - b), p.at_origin && b == 0});
         continue;
       }
       if (s.what == pre_step::byte_level && s.add_prefix_space && !starts_with(p.text, " ")) p.text = " " + p.text;
       std::vector<std::pair<size_t, size_t>> ranges{{0, p.text.size()}};
-      if (s.regex) ranges = cut(p.text.size(), s.regex->matches(p.text), s.behavior, s.invert);
+      if (s.regex) {
+        auto found = s.regex->matches(p.text);
+        if (!found.is_ok()) return found.error();
+        ranges = cut(p.text.size(), found.value(), s.behavior, s.invert);
+      }
       for (auto [b, e] : ranges) {
         piece part{p.text.substr(b, e - b), p.at_origin && b == 0};
         if (s.what == pre_step::byte_level) {
@@ -618,6 +627,11 @@ void hf_tokenizer::set_specials(std::optional<int32_t> bos, std::vector<int32_t>
 }
 
 std::vector<int32_t> hf_tokenizer::encode(std::string_view text, bool add_special) const {
+  auto ids = try_encode(text, add_special);
+  return ids.is_ok() ? std::move(ids).value() : std::vector<int32_t>();
+}
+
+result<std::vector<int32_t>> hf_tokenizer::try_encode(std::string_view text, bool add_special) const {
   const parts& p = *parts_;
   std::vector<int32_t> out;
   if (add_special) out = p.prefix;
@@ -626,8 +640,9 @@ std::vector<int32_t> hf_tokenizer::encode(std::string_view text, bool add_specia
       out.push_back(id);
       continue;
     }
-    for (const piece& word : p.pre_tokenized({p.normalized(std::string(segment)), at_origin}))
-      p.model->encode_word(word.text, out);
+    auto words = p.pre_tokenized({p.normalized(std::string(segment)), at_origin});
+    if (!words.is_ok()) return words.error();
+    for (const piece& word : words.value()) p.model->encode_word(word.text, out);
   }
   if (add_special) out.insert(out.end(), p.suffix.begin(), p.suffix.end());
   return out;

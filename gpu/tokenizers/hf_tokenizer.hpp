@@ -35,6 +35,7 @@ class hf_tokenizer final : public tokenizer {
   ~hf_tokenizer() override;
 
   std::vector<int32_t> encode(std::string_view text, bool add_special) const override;
+  result<std::vector<int32_t>> try_encode(std::string_view text, bool add_special) const override;
   std::string decode(int32_t prev, int32_t token) const override;
   using tokenizer::decode;
   /// The text of `ids` as Hugging Face's decode gives it (invalid UTF-8 replaced by U+FFFD), special tokens

@@ -30,7 +30,7 @@ result<unicode_regex> unicode_regex::compile(const std::string& pattern) {
   return r;
 }
 
-std::vector<std::pair<size_t, size_t>> unicode_regex::matches(std::string_view text) const {
+result<std::vector<std::pair<size_t, size_t>>> unicode_regex::matches(std::string_view text) const {
   auto* code = static_cast<pcre2_code*>(code_.get());
   std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> data(pcre2_match_data_create_from_pattern(code, nullptr),
                                                                       pcre2_match_data_free);
@@ -38,7 +38,14 @@ std::vector<std::pair<size_t, size_t>> unicode_regex::matches(std::string_view t
   size_t at = 0;
   while (at <= text.size()) {
     const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), at, 0, data.get(), nullptr);
-    if (rc < 0) break;
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      std::array<PCRE2_UCHAR, 256> message{};
+      pcre2_get_error_message(rc, message.data(), message.size());
+      return status{status_code::invalid_argument,
+                    text::format("the text cannot be split by the tokenizer's pre-tokenizer at byte {}: {}", at,
+                                 reinterpret_cast<const char*>(message.data()))};
+    }
     const PCRE2_SIZE* v = pcre2_get_ovector_pointer(data.get());
     if (v[1] == v[0]) {  // an empty match: step over one character
       at = v[1] + (v[1] < text.size() ? next_utf8(text, v[1]).second : 1);

@@ -20,8 +20,9 @@ class unicode_regex {
   /// Compiles `pattern`; invalid_argument naming the pattern and where it fails.
   static result<unicode_regex> compile(const std::string& pattern);
   /// Byte ranges [begin, end) of the successive non-overlapping matches in `text` (invalid UTF-8 is matched
-  /// around, never read as characters).
-  std::vector<std::pair<size_t, size_t>> matches(std::string_view text) const;
+  /// around, never read as characters); an error when matching stops short of the end (PCRE2's match, depth or
+  /// JIT stack limit), never a shorter list.
+  result<std::vector<std::pair<size_t, size_t>>> matches(std::string_view text) const;
 
  private:
   struct code_deleter {

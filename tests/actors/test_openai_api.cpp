@@ -103,6 +103,32 @@ TEST_SUITE("actors") {
           "logprobs");
   }
 
+  TEST_CASE("a body nested past max_json_depth is refused while it is parsed, at its bound it is read") {
+    const auto nested = [](int depth) {  // {"model": ..., "messages": [...], "metadata": {"a": [[...]]}}
+      return R"({"model":"stories15M","messages":[{"role":"user","content":"hi"}],"metadata":{"a":)" +
+             std::string(size_t(depth - 2), '[') + std::string(size_t(depth - 2), ']') + "}}";
+    };
+    const auto chat = endpoint::chat_completions;
+    api_limits limits;
+    limits.max_json_depth = 16;
+    const auto at_bound = parse_request(chat, nested(16), vocab(), limits, "stories15M");
+    CHECK_MESSAGE(std::holds_alternative<completion_request>(at_bound), std::get<api_error>(at_bound).message);
+    const api_error deep = error_of(chat, nested(17), limits);
+    CHECK(deep.status == 400);
+    CHECK(deep.message.find("max_json_depth") != std::string::npos);
+    // 400,000 levels (800 KB): refused without walking them, within the default body size
+    limits = {};
+    const std::string huge = nested(400'000);
+    REQUIRE(huge.size() < limits.max_body_bytes);
+    CHECK(error_of(chat, huge, limits).message.find("deeper than 128") != std::string::npos);
+    CHECK(std::get<api_error>(tokenize_body(huge, vocab(), nullptr, limits, "stories15M")).status == 400);
+    CHECK(std::get<api_error>(detokenize_body(huge, vocab(), limits, "stories15M")).status == 400);
+    // Brackets inside strings do not count
+    const std::string brackets = R"({"model":"stories15M","prompt":")" + std::string(1000, '[') + R"(\"{"})";
+    const auto in_string = parse_request(endpoint::completions, brackets, vocab(), limits, "stories15M");
+    CHECK_MESSAGE(std::holds_alternative<completion_request>(in_string), std::get<api_error>(in_string).message);
+  }
+
   TEST_CASE("valid requests become prompts and options") {
     const completion_request text = ok(endpoint::completions, R"({"model":"stories15M","prompt":"Once upon a time",
         "max_tokens":7,"temperature":0,"top_p":0.5,"seed":3,"stop":"\n","stream":true,

@@ -185,6 +185,28 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("date, time and date-time read RFC 3339's fields in range, 29 February in leap years only") {
+    const auto g = [](const char* format) {
+      return schema_grammar(json{{"type", "string"}, {"format", format}});
+    };
+    const auto date = g("date"), time = g("time"), date_time = g("date-time");
+    const auto quoted = [](const std::string& s) { return "\"" + s + "\""; };
+    for (const char* ok : {"2024-01-31", "2024-12-01", "2024-02-29", "2000-02-29", "1996-02-29", "2023-02-28",
+                           "2023-04-30", "0000-02-29", "2400-02-29", "1640-02-29"})
+      CHECK_MESSAGE(reads(*date, quoted(ok)), ok);
+    for (const char* bad : {"2024-99-99", "2024-00-10", "2024-13-01", "2024-01-00", "2024-01-32", "2023-02-29",
+                            "1900-02-29", "2100-02-29", "2024-04-31", "2024-02-30", "2019-02-29", "1642-02-29"})
+      CHECK_FALSE_MESSAGE(reads(*date, quoted(bad)), bad);
+    for (const char* ok : {"00:00:00Z", "23:59:59Z", "23:59:60Z", "12:30:00.125+01:00", "01:02:03-23:59"})
+      CHECK_MESSAGE(reads(*time, quoted(ok)), ok);
+    for (const char* bad : {"99:99:99Z", "24:00:00Z", "12:60:00Z", "12:00:61Z", "12:00:00", "12:00:00+24:00",
+                            "12:00:00+01:60"})
+      CHECK_FALSE_MESSAGE(reads(*time, quoted(bad)), bad);
+    CHECK(reads(*date_time, quoted("2024-02-29T23:59:60.5Z")));
+    CHECK_FALSE(reads(*date_time, quoted("2023-02-29T10:00:00Z")));
+    CHECK_FALSE(reads(*date_time, quoted("2024-02-29T10:00:00")));
+  }
+
   TEST_CASE("what the subset cannot follow is refused by name") {
     for (const auto& [schema, word] : std::vector<std::pair<const char*, const char*>>{
              {R"({"type": "string", "pattern": "a+"})", "pattern"},
@@ -203,6 +225,60 @@ TEST_SUITE("gpu") {
     CHECK(grammar::json_schema_grammar(deep).error().message().find("nested deeper") != std::string::npos);
   }
 
+  TEST_CASE("the schema compiler's bounds hold at their limits: 32 nested schemas, $ref counted, parse states") {
+    const auto nested = [](int levels) {  // `levels` schemas inside the outermost
+      json s = {{"type", "string"}};
+      for (int i = 0; i < levels; ++i) s = {{"type", "array"}, {"items", s}};
+      return s;
+    };
+    CHECK(grammar::json_schema_grammar(nested(32)).is_ok());
+    CHECK(grammar::json_schema_grammar(nested(33)).error().message().find("nested deeper than 32") != std::string::npos);
+    // A $ref is a level: 31 arrays inside a reference reach 32, 32 pass it.
+    const auto referenced = [&](int levels) { return json{{"$defs", {{"a", nested(levels)}}}, {"$ref", "#/$defs/a"}}; };
+    CHECK(grammar::json_schema_grammar(referenced(31)).is_ok());
+    CHECK(grammar::json_schema_grammar(referenced(32)).error().message().find("nested deeper") != std::string::npos);
+    // Two kinds of array that read the same text, nested k deep: the stacks double with each '['. Nested 8 deep a
+    // state reaches 1024 (the bound), 9 deep it would pass it: refused when compiled, by what it is.
+    const auto ambiguous = [](int k) {
+      json s = {{"type", "integer"}};
+      for (int i = 0; i < k; ++i)
+        s = {{"anyOf", {{{"type", "array"}, {"items", s}, {"maxItems", 1}}, {{"type", "array"}, {"items", s}, {"maxItems", 2}}}}};
+      return s;
+    };
+    auto eight = grammar::json_schema_grammar(ambiguous(8));
+    REQUIRE_MESSAGE(eight.is_ok(), eight.error().message());
+    grammar::match_state s = grammar::start_state(*eight.value());
+    REQUIRE(grammar::advance(*eight.value(), s, std::string(8, '[')));
+    CHECK(s.stacks.size() == grammar::max_state_stacks);
+    const auto nine = grammar::json_schema_grammar(ambiguous(9));
+    REQUIRE_FALSE(nine.is_ok());
+    CHECK(nine.error().message().find("more than 1024 ways") != std::string::npos);
+    // The same blow-up behind a long const the compile's walk does not reach: the matcher stops there, too wide (a
+    // request ends with an error saying so).
+    const json late = {{"type", "object"},
+                       {"properties", {{"a", {{"const", std::string(600, 'x')}}}, {"b", ambiguous(9)}}},
+                       {"required", {"a", "b"}}};
+    auto g = grammar::json_schema_grammar(late);
+    REQUIRE_MESSAGE(g.is_ok(), g.error().message());
+    grammar::match_state m = grammar::start_state(*g.value());
+    CHECK_FALSE(grammar::advance(*g.value(), m, R"({"a":")" + std::string(600, 'x') + R"(","b":)" + std::string(9, '[')));
+    CHECK(m.too_wide);
+  }
+
+  TEST_CASE("the matcher's stacks nest at most 1024 deep") {
+    grammar::grammar g;  // r: "[" r "]" | "x"
+    const uint32_t r = g.add_rule("r");
+    g.add(r, {grammar::any_of("["), grammar::ref(r), grammar::any_of("]")});
+    g.add(r, grammar::literal("x"));
+    REQUIRE(g.finish(r).is_ok());
+    const auto reads_nested = [&](size_t depth) {
+      grammar::match_state s = grammar::start_state(g);
+      return grammar::advance(g, s, std::string(depth, '[') + "x" + std::string(depth, ']')) && s.accepts();
+    };
+    CHECK(reads_nested(grammar::max_stack_depth - 1));
+    CHECK_FALSE(reads_nested(grammar::max_stack_depth + 1));
+  }
+
   TEST_CASE("the tokens a state allows are those whose bytes it reads, and masks are kept per state") {
     const auto& vocab = *test::real_model().vocab;
     auto trie = std::make_shared<const grammar::token_trie>(vocab);
@@ -210,7 +286,7 @@ TEST_SUITE("gpu") {
     const auto first = c.allowed(c.start());
     size_t allowed = 0;
     for (int32_t id = 0; id < vocab.vocab_size(); ++id) {
-      if (!(*first)[size_t(id)]) continue;
+      if (!first->test(id)) continue;
       ++allowed;
       CHECK(trie->bytes(id)[0] == '{');
       grammar::match_state s = c.start();
@@ -221,12 +297,37 @@ TEST_SUITE("gpu") {
     REQUIRE(grammar::advance(c.rules(), s, "{\"a"));
     const auto inside = c.allowed(s);  // inside a key: most tokens read as its text
     size_t in_string = 0;
-    for (uint8_t a : *inside) in_string += a;
+    for (int32_t id = 0; id < inside->size(); ++id) in_string += inside->test(id);
     CHECK(in_string > size_t(vocab.vocab_size()) / 2);
     const uint64_t computed = c.computed();
     (void)c.allowed(s);
     CHECK(c.computed() == computed);
     CHECK(c.cached() >= 1);
+    CHECK(inside->bytes() < size_t(vocab.vocab_size()) / 8 + 64);  // a bit per token
+  }
+
+  TEST_CASE("a constraint keeps its masks within its budget, the least recently used dropped") {
+    const auto& vocab = *test::real_model().vocab;
+    auto trie = std::make_shared<const grammar::token_trie>(vocab);
+    // A long const: every byte of it a state of its own, each with a mask.
+    const std::string text(2000, 'a');
+    auto g = grammar::json_schema_grammar(json{{"const", text}});
+    REQUIRE(g.is_ok());
+    const size_t budget = 64 << 10;
+    const grammar::constraint c(g.value(), trie, budget);
+    grammar::match_state s = c.start();
+    const size_t empty = c.bytes();
+    for (char ch : json(text).dump()) {
+      (void)c.allowed(s);
+      CHECK(c.bytes() <= empty + budget);
+      REQUIRE(grammar::advance(c.rules(), s, std::string_view(&ch, 1)));
+    }
+    CHECK(c.computed() > budget / (size_t(vocab.vocab_size()) / 8));  // more masks were made than the budget holds
+    // The most recent mask is kept: asked again, it is not computed again.
+    (void)c.allowed(s);
+    const uint64_t computed = c.computed();
+    (void)c.allowed(s);
+    CHECK(c.computed() == computed);
   }
 
   TEST_CASE("a constrained sequence samples only what keeps its output in the schema, and ends when it is whole") {

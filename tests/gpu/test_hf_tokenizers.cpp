@@ -100,3 +100,27 @@ TEST_SUITE("gpu") {
     CHECK(differences == 0);
   }
 }
+
+TEST_SUITE("gpu") {
+  TEST_CASE("a pre-tokenizer's regex that stops at its match limit fails the text, never splits it otherwise") {
+    // (a+)+b backtracks exponentially on a run of a's without a b: PCRE2 stops at its match limit.
+    const std::string pathological = "(a+)+b";
+    auto regex = gpu::unicode_regex::compile(pathological);
+    REQUIRE(regex.is_ok());
+    const std::string text = std::string(40, 'a') + " b";  // the b is past a space: no match from the a's
+    const auto found = regex.value().matches(text);
+    REQUIRE_FALSE(found.is_ok());
+    CHECK(found.error().message().find("cannot be split") != std::string::npos);
+    CHECK(regex.value().matches("aab ab").value().size() == 2);
+    const json j = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {" ", 2}, {"c", 3}}}, {"merges", json::array()}}},
+                    {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", pathological}}}, {"behavior", "Isolated"},
+                                       {"invert", false}}}};
+    auto t = gpu::hf_tokenizer::from_json(j, "test");
+    REQUIRE_MESSAGE(t.is_ok(), t.error().message());
+    CHECK(t.value()->try_encode("ab c", false).value() == std::vector<int32_t>{0, 1, 2, 3});
+    const auto refused = t.value()->try_encode(text, false);
+    REQUIRE_FALSE(refused.is_ok());
+    CHECK(refused.error().message().find("match limit") != std::string::npos);
+    CHECK(t.value()->encode(text, false).empty());  // no silent split on the unchecked path either
+  }
+}

@@ -67,6 +67,20 @@ TEST_SUITE("gpu") {
     CHECK(chain(root, c)[1] != chain(root, a)[1]);
     CHECK(chain(gpu::root_key("m", "tenant"), a)[0] != chain(root, a)[0]);
     CHECK(gpu::root_key("ab", "c") != gpu::root_key("a", "bc"));
+    CHECK(gpu::cache_namespace("k", "") == "k");
+    CHECK(gpu::cache_namespace("a", "b") != gpu::cache_namespace("", "ab"));
+    CHECK(gpu::cache_namespace("a", "b") != gpu::cache_namespace("ab", ""));
+  }
+
+  TEST_CASE("a block key is SHA-256 over its parent's key and its tokens (Python's hashlib gives the same words)") {
+    // hashlib.sha256(b"illm prefix root" + pack("<Q", 1) + b"m" + pack("<Q", 0)), read as four little-endian words;
+    // then the first block of tokens 1..16: sha256(root + pack("<Q", 16) + pack("<16i", *range(1, 17))).
+    const gpu::block_key root = gpu::root_key("m", "");
+    CHECK(root.words == std::array<uint64_t, 4>{0xa523a568eec2e34bull, 0x56af7fae5620acaaull, 0xede6d27db0d43b51ull,
+                                                0x3c50fff126d47a2aull});
+    CHECK(chain(root, tokens_from(1, 16))[0].words ==
+          std::array<uint64_t, 4>{0xaece5f2cbdb0fae1ull, 0x50f39c0ef2ba4f5aull, 0x1be292fb34fa91ecull,
+                                  0xe3896746ce8b8eadull});
   }
 
   TEST_CASE("prefix cache: a second request attaches the longest cached prefix, readers counted") {

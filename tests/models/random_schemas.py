@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """random_schemas.py COUNT SEED: COUNT random JSON schemas (a JSON list) of the subset structured outputs follow
 (gpu/grammar/json_schema.hpp): objects with properties, required and additionalProperties false; arrays with
-items, minItems and maxItems; strings plain, enum, const or of the formats date, date-time and uuid; integer,
+items, minItems and maxItems; strings plain, enum, const or of the formats date, time, date-time and uuid; integer,
 number, boolean, null; anyOf; type lists; and definitions in $defs reached through $ref, one of them recursive."""
 import json
 import random
@@ -11,13 +11,13 @@ NAMES = ["name", "age", "city", "tags", "score", "id", "when", "items", "kind", 
 
 
 def leaf(rng):
-    kind = rng.choice(["string", "integer", "number", "boolean", "null", "enum", "const", "date", "date-time",
+    kind = rng.choice(["string", "integer", "number", "boolean", "null", "enum", "const", "date", "time", "date-time",
                        "uuid", "types"])
     if kind == "enum":
         return {"enum": rng.sample(["red", "green", "blue", 1, 2.5, True, None, "x y"], rng.randint(1, 4))}
     if kind == "const":
         return {"const": rng.choice(["fixed", 42, False, None, {"a": 1}, [1, "b"]])}
-    if kind in ("date", "date-time", "uuid"):
+    if kind in ("date", "time", "date-time", "uuid"):
         return {"type": "string", "format": kind}
     if kind == "types":
         return {"type": rng.sample(["string", "integer", "boolean", "null"], 2)}
