@@ -28,6 +28,7 @@ struct member {
   uint64_t last_seq = 0;
   caf::actor_clock::time_point last_heard;
   bool draining = false;
+  gpu::kv_identity kv;
 };
 
 /// A long request waiting for its room, when its owner last asked, and since when it waits.
@@ -161,7 +162,7 @@ cluster_view view_of(self_ptr self) {
       v.instances.push_back({id, m.stats.total_blocks, unreserved_free(st, id, m), m.draining || m.stats.draining,
                              m.rmanager, m.instance, m.plane_address, held.count(id) ? held.at(id) : 0, m.node,
                              m.control, m.stats.replica_blocks, st.prefixes.needs_full(id), m.stats.cache_root,
-                             m.stats.cache_shared});
+                             m.stats.cache_shared, m.kv});
   return v;
 }
 
@@ -371,6 +372,12 @@ caf::result<cluster_view> on_join(self_ptr self, const join_cluster& j) {
                            "instance id " + std::to_string(j.inst_id) + " is already in the cluster");
   if (auto it = st.expelled.find(j.rmanager.address()); it != st.expelled.end())
     return caf::make_error(caf::sec::invalid_argument, "instance " + std::to_string(j.inst_id) + " was " + it->second);
+  for (const auto& [id, other] : st.members)
+    if (id != j.inst_id && other.rmanager)
+      if (std::string why = other.kv.mismatch(j.kv); !why.empty())
+        return caf::make_error(caf::sec::invalid_argument,
+                               fmt::format("instance {} cannot join the cluster: its pool holds {} (member instance {})",
+                                           j.inst_id, why, id));
   const bool is_new = !st.members.count(j.inst_id);
   if (j.known_epoch != 0 && j.known_epoch != st.config.epoch) {  // a member of a gManager before this one
     st.expected.insert(j.known_members.begin(), j.known_members.end());
@@ -384,6 +391,7 @@ caf::result<cluster_view> on_join(self_ptr self, const join_cluster& j) {
   if (!j.plane_address.empty()) m.plane_address = j.plane_address;
   m.node = j.node;
   m.control = j.control;
+  m.kv = j.kv;
   m.stats = j.stats;
   m.last_heard = self->clock().now();
   ++st.version;

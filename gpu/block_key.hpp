@@ -29,6 +29,22 @@ struct keyed_block {
   std::vector<int32_t> tokens;
 };
 
+/// What a pool's KV is: the model that computed it (its fingerprint: shape, weight types, a sample of its weights)
+/// and the pool's element type. Blocks move, are copied and are read only between pools of one identity (f16 and
+/// bf16 blocks have the same size: nothing else would tell them apart).
+struct kv_identity {
+  block_key model;      ///< the model's fingerprint (zero: unknown, as a test's made-up pool)
+  std::string kv_type;  ///< "f32", "f16", "bf16"
+  bool operator==(const kv_identity&) const = default;
+  /// What a pool of identity `other` holds that this one's does not, as an operator reads it ("its pool holds ..."):
+  /// "" when the two hold the same KV.
+  std::string mismatch(const kv_identity& other) const {
+    if (other.model != model) return "KV of another model (other weights or another shape)";
+    if (other.kv_type != kv_type) return "KV of type " + other.kv_type + ", not " + kv_type;
+    return {};
+  }
+};
+
 /// Hash of a key for unordered containers (the key is a hash already).
 struct block_key_hash {
   size_t operator()(const block_key& k) const { return size_t(k.words[0]); }

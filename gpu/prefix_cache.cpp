@@ -27,7 +27,10 @@ size_t cached_prefix(const Entries& entries, const block_key& root, std::span<co
 
 }  // namespace
 
-std::string model_identity(const model_weights& weights, dtype kv_type) {
+namespace {
+
+/// The model's part of model_identity: its shape, its matrices' types and a sample of its weights.
+std::string weights_identity(const model_weights& weights) {
   const model_config& c = weights.config();
   // One byte in every 4096 of the weights: two checkpoints of one shape differ there, and reading it is cheap.
   std::string sampled;
@@ -35,11 +38,21 @@ std::string model_identity(const model_weights& weights, dtype kv_type) {
   for (uint64_t at = 0; at < weights.bytes(); at += 4096) sampled.push_back(char(data[at]));
   const block_key sample = root_key(sampled, "weights");
   return text::format("dim {} hidden {} layers {} heads {}/{} head {} vocab {} rope {} eps {} bias {} qk_norm {} "
-                      "scaling {} {} types [{}] kv {} weights {} {} {} {}",
+                      "scaling {} {} types [{}] weights {} {} {} {}",
                       c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim(), c.vocab_size,
                       c.rope_theta, c.norm_eps, c.qkv_bias, c.qk_norm, int(c.rope_scaling.scaling),
-                      c.rope_scaling.factor, weights.describe_types(), to_string(kv_type),
-                      sample.words[0], sample.words[1], sample.words[2], sample.words[3]);
+                      c.rope_scaling.factor, weights.describe_types(), sample.words[0], sample.words[1],
+                      sample.words[2], sample.words[3]);
+}
+
+}  // namespace
+
+std::string model_identity(const model_weights& weights, dtype kv_type) {
+  return weights_identity(weights) + " kv " + to_string(kv_type);
+}
+
+kv_identity kv_identity_of(const model_weights& weights, dtype kv_type) {
+  return {root_key(weights_identity(weights), "model"), to_string(kv_type)};
 }
 
 prefix_cache::prefix_cache(std::shared_ptr<kv_pool> pool, uint32_t instance)

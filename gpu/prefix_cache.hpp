@@ -30,6 +30,10 @@ class model_weights;
 /// KV type.
 std::string model_identity(const model_weights& weights, dtype kv_type);
 
+/// The identity of a pool's KV computed by `weights` in `kv_type` (what joins, moves, replicas and prefix reads
+/// carry and check).
+kv_identity kv_identity_of(const model_weights& weights, dtype kv_type);
+
 /// The pool owner's request id of blocks the prefix cache holds (their readers are requests).
 inline constexpr uint64_t prefix_cache_request = ~uint64_t(0);
 

@@ -133,16 +133,22 @@ void log_traffic(const std::string& me, const transport::traffic& t) {
       me, t.put_bytes, t.message_bytes[int(channel::attend)], t.message_bytes[int(channel::partials)], t.messages);
 }
 
-/// Why `id` cannot join: the gManager's view has an instance with it already (empty: it can).
-std::string id_in_use(caf::actor_system& sys, const actors::gmanager_actor& gm, actors::instance_id id) {
+/// Why instance `id` with KV of identity `kv` cannot join: the gManager's view has an instance with that id
+/// already, or members whose KV is of another model or type (empty: it can).
+std::string why_not_join(caf::actor_system& sys, const actors::gmanager_actor& gm, actors::instance_id id,
+                         const gpu::kv_identity& kv) {
   std::string why;
   caf::scoped_actor s{sys, true};
   s->request(gm, std::chrono::seconds(5), actors::view_atom::value)
       .receive(
           [&](const actors::cluster_view& v) {
-            for (const auto& x : v.instances)
+            for (const auto& x : v.instances) {
               if (x.inst_id == id)
                 why = fmt::format("instance id {} is already in the cluster: give each instance its own --id", id);
+              else if (std::string other = x.kv.mismatch(kv); !other.empty() && why.empty())
+                why = fmt::format("it cannot join the cluster: its pool would hold {} (member instance {}): serve "
+                                  "the members' model with their --kv-type", other, x.inst_id);
+            }
           },
           [&](const caf::error& e) { why = "the gManager did not answer: " + sys.render(e); });
   return why;
@@ -359,8 +365,10 @@ void start_node(instance_run& r, const gpu::loaded_model& model, const actors::g
   o.on_view = [links = r.links](const actors::cluster_view& v) { caf::anon_send(links, v); };
   announce_faults(plan, r.me);
   if (plan.in_actors()) o.faults = std::make_shared<actors::faults::control_faults>(plan);
-  if (const std::string taken = id_in_use(r.sys, gm, o.id); !taken.empty())
-    stop_and_fail(r, fmt::format("{}: {}", r.me, taken), 2);
+  const gpu::kv_identity kv =
+      gpu::kv_identity_of(*model.weights, gpu::parse_dtype(r.flags.instance.kv_type).value_or(gpu::dtype::f32));
+  if (const std::string refused = why_not_join(r.sys, gm, o.id, kv); !refused.empty())
+    stop_and_fail(r, fmt::format("{}: {}", r.me, refused), 2);
   o.metrics = r.endpoint.metrics;
   if (r.endpoint.registry)
     actors::metrics::add_gmanager_connected(*r.endpoint.registry, r.flags.metrics_prefix, [seen = r.seen] {

@@ -23,6 +23,7 @@ struct instance_node::parts {
   std::shared_ptr<gpu::kv_pool> pool;
   std::shared_ptr<gpu::prefix_cache> prefix_cache;  // none: --prefix-cache off
   gpu::block_key prefix_root;                       // what its keys chain from: the model, its weight and KV types
+  gpu::kv_identity kv;                              // its pool's KV: the model's fingerprint and the KV type
   std::shared_ptr<gpu::kv_landing> landing;  // where moves into a device pool land (none for a host pool)
   std::shared_ptr<gpu::local_device_pools> local_pools;  // where its device pool is listed (none: not listed)
   std::shared_ptr<transport::data_plane> plane;
@@ -115,6 +116,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   n->pool = std::make_shared<gpu::kv_pool>(std::move(pool).value());
   if (options.instance.prefix_cache != "off") n->prefix_cache = gpu::prefix_cache::over(n->pool, n->id);
   n->prefix_root = gpu::root_key(gpu::model_identity(*weights, engine_options.kv_type), "");
+  n->kv = gpu::kv_identity_of(*weights, engine_options.kv_type);
   auto region = register_landing(*n->plane, *n->pool, n->move_device, options.instance, n->landing);
   if (!region.is_ok()) return region.error();
 
@@ -156,6 +158,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   rcfg.pool = n->pool;
   rcfg.prefix_cache = n->prefix_cache;
   rcfg.prefix_root = n->prefix_root;
+  rcfg.kv = n->kv;
   rcfg.shared_prefixes = options.instance.prefix_cache == "cluster";
   rcfg.prefix_copy = options.instance.prefix_copy;
   rcfg.hosted = n->hosted = hosted;

@@ -51,6 +51,7 @@ struct instance_view {
   /// (instance_stats::cache_root, cache_shared): how a router looks its cached prefixes up.
   gpu::block_key cache_root;
   bool cache_shared = false;
+  gpu::kv_identity kv;  ///< its pool's KV identity (join_cluster::kv)
   /// What other instances may move into: its spare blocks less those held for the waiting room (it refuses
   /// moves into them).
   uint32_t movable_into() const { return free_blocks - std::min(free_blocks, held_for_room); }
@@ -59,7 +60,7 @@ struct instance_view {
 };
 ILLM_INSPECT(instance_view, x.inst_id, x.total_blocks, x.free_blocks, x.draining, x.rmanager, x.instance,
              x.plane_address, x.held_for_room, x.node, x.control, x.replica_blocks, x.cache_resync, x.cache_root,
-             x.cache_shared)
+             x.cache_shared, x.kv)
 
 /// gManager -> rManager (answer to join and heartbeat): the cluster as of the last heartbeats. Views are
 /// ordered by (epoch, version): a gManager that starts has a higher epoch than the one before it, and each of
@@ -108,9 +109,11 @@ struct join_cluster {
   control_endpoint control;            ///< its process's control port (empty: in-process)
   uint64_t known_epoch = 0;            ///< the epoch of the last view it had (0: none): a gManager before this one
   std::vector<instance_id> known_members;  ///< the members of that view: the new gManager waits for them
+  /// Its pool's KV identity: an instance of another model or KV type than the members' is refused.
+  gpu::kv_identity kv;
 };
 ILLM_INSPECT(join_cluster, x.inst_id, x.rmanager, x.instance, x.stats, x.plane_address, x.node, x.control,
-             x.known_epoch, x.known_members)
+             x.known_epoch, x.known_members, x.kv)
 
 /// -> gManager: stop lending to inst_id and stop routing requests to it.
 struct drain_instance {

@@ -42,8 +42,9 @@ struct try_move_kvcache {
   uint32_t num_blocks = 0;
   instance_id src_inst = 0;  ///< the debtor whose blocks would come (for a replica: the request's owner)
   bool replica = false;      ///< a second copy (actors/messages/replicas.hpp): only from blocks free for nobody else
+  gpu::kv_identity kv;       ///< the source's pool's: a destination of another model or KV type refuses the move
 };
-ILLM_INSPECT(try_move_kvcache, x.id, x.req_id, x.num_blocks, x.src_inst, x.replica)
+ILLM_INSPECT(try_move_kvcache, x.id, x.req_id, x.num_blocks, x.src_inst, x.replica, x.kv)
 
 /// The answer to try_move_kvcache: granted (blocks reserved at the destination until the lease ends,
 /// and where to put them) or refused (a result, not an error: the destination is full or draining).
@@ -62,9 +63,10 @@ struct move_reservation {
   std::vector<uint8_t> region_key;
   uint64_t block_bytes = 0;
   int64_t lease_ms = 0;
+  gpu::kv_identity kv;  ///< the destination's pool's: the source checks it too
 };
 ILLM_INSPECT(move_reservation, x.id, x.dst_inst, x.granted, x.reason, x.free_blocks, x.blocks, x.landing, x.region_address,
-             x.region_bytes, x.region_key, x.block_bytes, x.lease_ms)
+             x.region_bytes, x.region_key, x.block_bytes, x.lease_ms, x.kv)
 
 /// source -> destination after the copy: the reserved blocks now hold req_id's KV at these logical
 /// places (answer: commit_result, refused when the lease is over).

@@ -19,6 +19,7 @@
 namespace illm::gpu {
 // CAF serialization of the cache's types that these messages carry.
 ILLM_INSPECT(block_key, x.words)
+ILLM_INSPECT(kv_identity, x.model, x.kv_type)
 ILLM_INSPECT(keyed_block, x.pool, x.block, x.index, x.key, x.parent, x.tokens)
 ILLM_INSPECT(prefix_changes, x.full, x.added, x.removed)
 }  // namespace illm::gpu
@@ -74,8 +75,9 @@ struct read_prefix {
   std::vector<gpu::block_key> keys;
   std::vector<int32_t> tokens;
   uint32_t first = 0;
+  gpu::kv_identity kv;  ///< the owner's pool's: a holder of another model's or type's KV reads nothing for it
 };
-ILLM_INSPECT(read_prefix, x.req_id, x.owner, x.root, x.keys, x.tokens, x.first)
+ILLM_INSPECT(read_prefix, x.req_id, x.owner, x.root, x.keys, x.tokens, x.first, x.kv)
 
 /// reader's rManager -> a holder's rManager: copy the longest cached run of a chain's blocks (as read_prefix names
 /// them) into the reader's pool, from memory nobody there needs, where the reader's cache takes them (answer:
@@ -88,8 +90,9 @@ struct copy_prefix {
   gpu::block_key root;
   std::vector<gpu::block_key> keys;
   std::vector<int32_t> tokens;
+  gpu::kv_identity kv;  ///< the reader's pool's: a holder of another model's or type's KV refuses the copy
 };
-ILLM_INSPECT(copy_prefix, x.id, x.req_id, x.reader, x.root, x.keys, x.tokens)
+ILLM_INSPECT(copy_prefix, x.id, x.req_id, x.reader, x.root, x.keys, x.tokens, x.kv)
 
 /// The answer to read_prefix: the holder's physical blocks of the run's first physical.size() blocks, hosted for
 /// (owner, req_id) at logical places first, first + 1, ... until the owner releases the request there.

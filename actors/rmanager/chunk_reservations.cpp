@@ -28,7 +28,7 @@ caf::result<move_reservation> reserve_for_chunk(self_ptr self, const reserve_chu
     return refused_reservation(c.id, c.holder, fmt::format("instance {} is not a holder now", c.holder));
   auto promise = self->make_response_promise<move_reservation>();
   rmanager_actor dst = holder->rmanager;
-  self->request(dst, st.config.answer_timeout, try_move_kvcache{c.id, c.req_id, c.num_blocks, st.config.id})
+  self->request(dst, st.config.answer_timeout, try_move_kvcache{c.id, c.req_id, c.num_blocks, st.config.id, false, st.config.kv})
       .then(
           [=](move_reservation& r) mutable {
             if (r.granted && r.blocks.size() != c.num_blocks) {

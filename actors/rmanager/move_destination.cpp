@@ -107,6 +107,8 @@ move_reservation grant(self_ptr self, const try_move_kvcache& ask) {
     r.granted = it->second.stage == incoming_move::state::reserved || it->second.stage == incoming_move::state::committed;
     r.blocks = it->second.blocks;
     if (!r.granted) r.reason = "this move was already given back or expired";
+  } else if (std::string why = st.config.kv.mismatch(ask.kv); !why.empty()) {
+    r.reason = "the source's pool holds " + why;
   } else if (st.draining) {
     r.reason = "draining";
   } else if (ask.num_blocks == 0) {
@@ -126,6 +128,7 @@ move_reservation grant(self_ptr self, const try_move_kvcache& ask) {
     self->delayed_send(self, st.config.lease, lease_check_atom::value, ask.id);
   }
   r.free_blocks = st.spare_blocks();
+  r.kv = st.config.kv;
   if (r.granted) {
     r.region_address = st.config.region.address;
     r.region_bytes = st.config.region.bytes;

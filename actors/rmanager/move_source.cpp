@@ -247,7 +247,7 @@ void reserve(self_ptr self, move_id id, block_pick pick) {
   const outgoing_move& move = it->second;
   self->request(move.dst_rmanager, st.config.answer_timeout,
                 try_move_kvcache{id, move.picked.req_id, uint32_t(move.picked.logical.size()),
-                                 move.replica ? move.owner : st.config.id, move.replica})
+                                 move.replica ? move.owner : st.config.id, move.replica, st.config.kv})
       .then(
           [=](move_reservation& r) {
             auto jt = self->state.outgoing.find(id);
@@ -256,7 +256,7 @@ void reserve(self_ptr self, move_id id, block_pick pick) {
                                                                     ": " + r.reason);
             if (r.blocks.size() != jt->second.picked.logical.size() ||
                 (!r.landing.empty() && r.landing.size() != r.blocks.size()) ||
-                r.block_bytes != self->state.config.pool->layout().block_bytes()) {
+                r.block_bytes != self->state.config.pool->layout().block_bytes() || !(r.kv == self->state.config.kv)) {
               jt->second.reservation = std::move(r);
               return finish_move(self, id, false, "reservation does not match the request");
             }

@@ -67,6 +67,8 @@ caf::result<replica_result> copy_cached_run(self_ptr self, const copy_prefix& c)
   const instance_view* reader = st.view.find(c.reader);
   if (!st.config.prefix_cache || c.reader == st.config.id || !reader || !reader->rmanager || !reachable(st, c.reader))
     return replica_result{c.id, false, fmt::format("instance {} is not a reader to copy to", c.reader)};
+  if (std::string why = st.config.kv.mismatch(c.kv); !why.empty())
+    return replica_result{c.id, false, fmt::format("instance {}'s pool holds {}: no copy for it", c.reader, why)};
   if (st.outgoing.count(c.id)) return replica_result{c.id, false, "a copy with this id is under way"};
   std::vector<uint32_t> blocks = st.config.prefix_cache->attach_run(c.root, c.keys, c.tokens);
   if (blocks.empty()) return replica_result{c.id, false, "the run is not cached here"};

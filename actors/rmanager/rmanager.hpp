@@ -36,6 +36,7 @@ struct rmanager_config {
   std::shared_ptr<gpu::kv_pool> pool;
   std::shared_ptr<gpu::prefix_cache> prefix_cache;  ///< its pool's (none: no prefix caching), for the heartbeats' stats
   gpu::block_key prefix_root;    ///< the root of its keys (the model, its weight and KV types)
+  gpu::kv_identity kv;           ///< its pool's KV: what joins, moves, replicas and prefix reads check
   bool shared_prefixes = false;  ///< --prefix-cache cluster: its instance's requests read other caches' prefixes
   int prefix_copy = prefix_copy_by_model;  ///< instance_settings::prefix_copy: when a remote run is copied here
   std::shared_ptr<hosted_blocks> hosted;  ///< shared with the attention server

@@ -130,7 +130,7 @@ void copy_then_attach(self_ptr self, const reading_ptr& r, run_ask run) {
   const move_id id = (uint64_t(st.config.id) + 1) << 40 | st.next_move++;
   auto shared = std::make_shared<run_ask>(std::move(run));
   const read_prefix& run_of = shared->run;
-  ask_copy(self, shared->holder, *peer, copy_prefix{id, run_of.req_id, st.config.id, run_of.root, run_of.keys, run_of.tokens},
+  ask_copy(self, shared->holder, *peer, copy_prefix{id, run_of.req_id, st.config.id, run_of.root, run_of.keys, run_of.tokens, st.config.kv},
            [=](bool copied) {
              auto& s = self->state;
              if (!copied) return read_in_place(self, r, std::move(*shared));
@@ -177,7 +177,7 @@ void read_next(self_ptr self, const reading_ptr& r) {
                                 std::vector<gpu::block_key>(f.keys.begin() + segment.first, f.keys.begin() + ptrdiff_t(end)),
                                 std::vector<int32_t>(f.tokens.begin() + ptrdiff_t(segment.first) * gpu::kv_block_tokens,
                                                      f.tokens.begin() + ptrdiff_t(end) * gpu::kv_block_tokens),
-                                segment.first}};
+                                segment.first, st.config.kv}};
   const read_prefix& ask = run.run;
   if (run.holder == st.config.id) {
     const auto blocks = st.config.prefix_cache ? st.config.prefix_cache->attach_run(ask.root, ask.keys, ask.tokens)
@@ -232,7 +232,9 @@ caf::result<taken_over> find_shared_prefix(self_ptr self, const find_prefix& f) 
 
 prefix_read read_for_peer(self_ptr self, const read_prefix& r) {
   auto& st = self->state;
-  if (!st.config.prefix_cache || r.owner == st.config.id || !st.member_rmanagers.count(r.owner)) return {};
+  if (!st.config.prefix_cache || r.owner == st.config.id || !st.member_rmanagers.count(r.owner) ||
+      !(r.kv == st.config.kv))
+    return {};  // nothing cached here for it (KV of another model or type is never read for it)
   // Asked again (a duplicate, or an ask after a lost answer): the same blocks, not another reader.
   const auto kept = st.config.hosted->logical_map(r.owner, r.req_id);
   if (kept.count(r.first)) {

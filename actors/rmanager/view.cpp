@@ -145,7 +145,7 @@ void join(self_ptr self) {
   if (!st.config.gmanager) return;
   self->request(st.config.gmanager, st.config.answer_timeout,
                 join_cluster{st.config.id, rmanager_actor{self}, st.instance, st.stats(), st.config.plane_address,
-                             st.config.node, st.config.control, st.view.epoch, st.view.members})
+                             st.config.node, st.config.control, st.view.epoch, st.view.members, st.config.kv})
       .then(
           [=, gm = st.config.gmanager](cluster_view& v) {
             if (current(self, gm, v)) adopt_view(self, std::move(v));

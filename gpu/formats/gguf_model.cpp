@@ -148,9 +148,25 @@ result<std::shared_ptr<const tokenizer>> byte_level(const gguf_file& f, const gg
   return std::shared_ptr<const tokenizer>(std::move(t).value());
 }
 
-/// A SentencePiece vocabulary: pieces and their scores, merged by score as llama2.c's tokenizer does.
+/// A SentencePiece vocabulary: pieces and their scores, merged by score as llama2.c's tokenizer does, with the
+/// file's token types (byte fallback tokens, control and user-defined ones matched whole) and add_space_prefix.
 result<std::shared_ptr<const tokenizer>> sentencepiece(const gguf_file& f, const json& tokens) {
-  const json scores = f.metadata().value("tokenizer.ggml.scores", json::array());
+  const json& meta = f.metadata();
+  spm_options options;
+  const json types = meta.value("tokenizer.ggml.token_type", json::array());
+  if (!types.empty()) {
+    if (types.size() != tokens.size()) return bad_key(f, "tokenizer.ggml.token_type", "not one type per token");
+    for (const json& t : types) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > 6)
+        return bad_key(f, "tokenizer.ggml.token_type", "a type outside 0..6 (normal, unknown, control, user-defined, "
+                                                       "unused, byte)");
+      options.types.push_back(spm_token_type(t.get<int>()));
+    }
+  }
+  const json prefix = meta.value("tokenizer.ggml.add_space_prefix", json(true));
+  if (!prefix.is_boolean()) return bad_key(f, "tokenizer.ggml.add_space_prefix", "not true or false");
+  options.add_space_prefix = prefix.get<bool>();
+  const json scores = meta.value("tokenizer.ggml.scores", json::array());
   if (scores.size() != tokens.size()) return bad_key(f, "tokenizer.ggml.scores", "not one score per token");
   for (auto [key, fixed] : {std::pair{"tokenizer.ggml.bos_token_id", token_bos}, std::pair{"tokenizer.ggml.eos_token_id", token_eos}}) {
     auto id = integer(f, key, 0, int64_t(tokens.size()) - 1, -1);
@@ -167,8 +183,8 @@ result<std::shared_ptr<const tokenizer>> sentencepiece(const gguf_file& f, const
     pieces.push_back(std::move(piece));
     piece_scores.push_back(scores[id].is_number() ? scores[id].get<float>() : 0.0f);
   }
-  return std::shared_ptr<const tokenizer>(
-      std::make_shared<const llama2c_tokenizer>(llama2c_tokenizer::from_pieces(std::move(pieces), std::move(piece_scores))));
+  return std::shared_ptr<const tokenizer>(std::make_shared<const llama2c_tokenizer>(
+      llama2c_tokenizer::from_pieces(std::move(pieces), std::move(piece_scores), std::move(options))));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "gpu/tokenizers/llama2c_tokenizer.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <queue>
@@ -76,14 +77,44 @@ result<llama2c_tokenizer> llama2c_tokenizer::load(const std::string& path, int v
   return from_pieces(std::move(t.pieces_), std::move(t.scores_));
 }
 
-llama2c_tokenizer llama2c_tokenizer::from_pieces(std::vector<std::string> pieces, std::vector<float> scores) {
+llama2c_tokenizer llama2c_tokenizer::from_pieces(std::vector<std::string> pieces, std::vector<float> scores,
+                                                 spm_options options) {
   llama2c_tokenizer t;
   t.pieces_ = std::move(pieces);
   t.scores_ = std::move(scores);
   t.scores_.resize(t.pieces_.size(), 0.0f);
-  t.has_byte_tokens_ = t.pieces_.size() >= 259;
-  for (int32_t id = 0; id < int32_t(t.pieces_.size()); ++id)
-    if (!t.is_byte_token(id)) t.ids_.emplace(t.pieces_[size_t(id)], id);  // first id wins on a duplicate
+  t.add_space_prefix_ = options.add_space_prefix;
+  const size_t n = t.pieces_.size();
+  t.byte_ids_.fill(-1);
+  t.byte_of_.assign(n, -1);
+  t.special_.assign(n, false);
+  const bool typed = !options.types.empty();
+  const auto type_of = [&](size_t id) {
+    if (typed) return id < options.types.size() ? options.types[id] : spm_token_type::normal;
+    if (n >= 259 && id >= 3 && id < 259) return spm_token_type::byte;  // llama2.c's layout
+    return id == size_t(token_bos) || id == size_t(token_eos) ? spm_token_type::control : spm_token_type::normal;
+  };
+  for (size_t id = 0; id < n; ++id) {
+    const spm_token_type type = type_of(id);
+    const std::string& piece = t.pieces_[id];
+    if (type == spm_token_type::byte) {
+      unsigned value = 0;
+      // <0xXX> in a GGUF vocabulary; in a tokenizer.bin the id says the byte
+      const int byte = !typed ? int(id) - 3
+                              : piece.size() == 6 && std::sscanf(piece.c_str(), "<0x%2X>", &value) == 1 ? int(value) : -1;
+      if (byte >= 0 && byte < 256) {
+        t.byte_of_[id] = int16_t(byte);
+        if (t.byte_ids_[size_t(byte)] < 0) t.byte_ids_[size_t(byte)] = int32_t(id);
+      }
+      continue;
+    }
+    t.special_[id] = type == spm_token_type::control;
+    if (typed && (type == spm_token_type::control || type == spm_token_type::user_defined) && !piece.empty())
+      t.whole_.emplace_back(piece, int32_t(id));
+    if (type == spm_token_type::normal || type == spm_token_type::undefined || (!typed && t.special_[id]))
+      t.ids_.emplace(piece, int32_t(id));  // first id wins on a duplicate
+  }
+  std::stable_sort(t.whole_.begin(), t.whole_.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   return t;
 }
 
@@ -92,27 +123,55 @@ int32_t llama2c_tokenizer::lookup(std::string_view piece) const {
   return it == ids_.end() ? -1 : it->second;
 }
 
+bool llama2c_tokenizer::is_special(int32_t id) const { return id >= 0 && size_t(id) < special_.size() && special_[size_t(id)]; }
+
 std::vector<int32_t> llama2c_tokenizer::encode(std::string_view raw, bool add_bos) const {
   std::vector<int32_t> out;
   if (add_bos) out.push_back(token_bos);
-  if (raw.empty()) return out;
-  std::string text = " ";  // SentencePiece's dummy prefix
-  text.append(raw);
+  // Runs of text between the tokens matched whole (longest first at each place); each run after the text's start
+  // or a special token gets SentencePiece's leading space, as llama.cpp gives it.
+  bool after_special = true;
+  size_t run_start = 0;
+  const auto flush = [&](size_t end) {
+    if (end == run_start) return;
+    std::string text = add_space_prefix_ && after_special ? " " : "";
+    text.append(raw.substr(run_start, end - run_start));
+    encode_run(text, out);
+    after_special = false;
+  };
+  for (size_t at = 0; at < raw.size() && !whole_.empty();) {
+    const auto match = std::find_if(whole_.begin(), whole_.end(),
+                                    [&](const auto& w) { return raw.compare(at, w.first.size(), w.first) == 0; });
+    if (match == whole_.end()) {
+      ++at;
+      continue;
+    }
+    flush(at);
+    out.push_back(match->second);
+    after_special = true;
+    at += match->first.size();
+    run_start = at;
+  }
+  flush(raw.size());
+  return out;
+}
 
+void llama2c_tokenizer::encode_run(std::string_view text, std::vector<int32_t>& out) const {
   // Initial symbols: one per UTF-8 character that is a piece, else one per byte (byte fallback).
   std::vector<symbol> symbols;
   for (size_t i = 0; i < text.size();) {
     const size_t n = utf8_length(text, i);
-    const int32_t id = lookup(std::string_view(text).substr(i, n));
+    const int32_t id = lookup(text.substr(i, n));
     if (id >= 0) {
       symbols.push_back({id, uint32_t(i), uint32_t(n), 0, 0, true});
     } else {
-      for (size_t k = 0; k < n; ++k)  // without byte pieces, <unk> (id 0)
-        symbols.push_back({has_byte_tokens_ ? int32_t(static_cast<unsigned char>(text[i + k])) + 3 : 0,
-                           uint32_t(i + k), 1, 0, 0, false});
+      for (size_t k = 0; k < n; ++k)  // a byte without its fallback token: <unk> (id 0)
+        symbols.push_back({std::max(byte_ids_[static_cast<unsigned char>(text[i + k])], 0), uint32_t(i + k), 1, 0, 0,
+                           false});
     }
     i += n;
   }
+  if (symbols.empty()) return;
   for (size_t k = 0; k < symbols.size(); ++k) {
     symbols[k].prev = int32_t(k) - 1;
     symbols[k].next = k + 1 < symbols.size() ? int32_t(k + 1) : -1;
@@ -123,7 +182,7 @@ std::vector<int32_t> llama2c_tokenizer::encode(std::string_view raw, bool add_bo
   auto consider = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0 || !symbols[left].mergeable || !symbols[right].mergeable) return;
     const uint32_t total = symbols[left].length + symbols[right].length;
-    const int32_t id = lookup(std::string_view(text).substr(symbols[left].start, total));
+    const int32_t id = lookup(text.substr(symbols[left].start, total));
     if (id >= 0) queue.push({scores_[id], symbols[left].start, left, right, id, total});
   };
   for (size_t k = 0; k + 1 < symbols.size(); ++k) consider(int32_t(k), int32_t(k + 1));
@@ -142,14 +201,14 @@ std::vector<int32_t> llama2c_tokenizer::encode(std::string_view raw, bool add_bo
     consider(c.left, l.next);
   }
   for (int32_t k = 0; k >= 0; k = symbols[k].next) out.push_back(symbols[k].id);
-  return out;
 }
 
 std::string llama2c_tokenizer::decode(int32_t prev, int32_t token) const {
   if (token < 0 || token >= vocab_size()) return {};
-  if (is_byte_token(token)) return std::string(1, char(token - 3));
+  if (const int byte = byte_of(token); byte >= 0) return std::string(1, char(byte));
+  if (!whole_.empty() && is_special(token)) return {};  // a GGUF vocabulary's control tokens are no text
   std::string_view piece = pieces_[token];
-  if (prev == token_bos && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
+  if (add_space_prefix_ && prev == token_bos && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
   return std::string(piece);
 }
 

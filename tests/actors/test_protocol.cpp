@@ -14,6 +14,7 @@
 #include "actors/messages/requests.hpp"
 #include "actors/rmanager/rmanager.hpp"
 #include "gpu/cpu/cpu_backend.hpp"
+#include "gpu/prefix_cache.hpp"
 #include "transport/inproc/inproc.hpp"
 
 using namespace illm;
@@ -151,9 +152,12 @@ struct protocol_fixture {
   std::vector<std::shared_ptr<peer_nodes>> nodes;  ///< each rManager's members and nodes, as its views say
   std::vector<rmanager_actor> rmanagers;
   std::vector<instance_actor> instances;
+  std::vector<std::shared_ptr<gpu::prefix_cache>> caches;  ///< each instance's (none without prefix_caches)
 
   uint32_t replica_min_tokens = 0;
   uint32_t peer_max_blocks = rmanager_config{}.peer_max_blocks;  ///< of the instances added from now on
+  gpu::kv_identity kv;          ///< of the instances added from now on (the messages' default)
+  bool prefix_caches = false;  ///< the instances added from now on keep a prefix cache
 
   /// `room_pass_limit`: the gManager's (how long younger, smaller rooms may go before a waiting one);
   /// `replica_min_tokens`: the rManagers' (0: no replicas).
@@ -198,6 +202,9 @@ struct protocol_fixture {
     rc.peer_max_blocks = peer_max_blocks;
     rc.nodes = std::make_shared<peer_nodes>();
     nodes.push_back(rc.nodes);
+    rc.kv = kv;
+    if (prefix_caches) rc.prefix_cache = gpu::prefix_cache::over(pool, id);
+    caches.push_back(rc.prefix_cache);
     log->id = id;
     auto rm = spawn_rmanager(*sys, rc);
     auto inst = sys->spawn(fake_instance, log);
@@ -532,6 +539,56 @@ TEST_SUITE("actors") {
     REQUIRE(five != views[1].instances.end());
     CHECK(five->free_blocks == 3);
     caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+  }
+
+  TEST_CASE("KV of another model or type is refused where it would go: joins, moves, replicas, prefix reads") {
+    protocol_fixture f(0);
+    f.prefix_caches = true;
+    f.kv = {gpu::root_key("the test's model", ""), "f32"};
+    for (instance_id i : {0, 1, 2}) f.add_instance(i);
+    f.settle();
+    const gpu::kv_identity mine = f.kv, bf16{mine.model, "bf16"}, other_model{gpu::root_key("another model", ""), "f32"};
+    // A join: refused with a reason the operator reads; the view keeps its members.
+    for (const auto& [kv, why] : {std::pair{bf16, "KV of type bf16, not f32"}, std::pair{other_model, "KV of another model"}}) {
+      std::optional<caf::error> refusal;
+      auto joiner = f.sys->spawn([&, kv = kv](caf::event_based_actor* self) -> caf::behavior {
+        join_cluster j{9, caf::actor_cast<rmanager_actor>(self), {}, {}, {}, {}};
+        j.kv = kv;
+        self->request(f.gmanager, caf::infinite, j).then([](cluster_view&) {}, [&](caf::error& e) { refusal = e; });
+        return {[](caf::ok_atom) {}};
+      });
+      f.sched->run();
+      REQUIRE(refusal.has_value());
+      CHECK_MESSAGE(f.sys->render(*refusal).find(std::string("instance 9 cannot join the cluster: its pool holds ") +
+                                                 why) != std::string::npos,
+                    f.sys->render(*refusal));
+      caf::anon_send_exit(joiner, caf::exit_reason::user_shutdown);
+    }
+    CHECK(f.view().instances.size() == 3);
+    // A move and a replica into instance 1: refused by name, nothing reserved.
+    for (bool replica : {false, true}) {
+      const auto r = f.ask<move_reservation>(f.rmanagers[1], try_move_kvcache{600 + replica, 7, 2, 0, replica, bf16});
+      REQUIRE(r.has_value());
+      CHECK_FALSE(r->granted);
+      CHECK(r->reason.find("the source's pool holds KV of type bf16, not f32") != std::string::npos);
+      CHECK(r->kv == mine);
+    }
+    CHECK(f.pools[1]->free_blocks() == protocol_fixture::pool_blocks);
+    CHECK(f.ask<move_reservation>(f.rmanagers[1], try_move_kvcache{602, 7, 2, 0, false, mine})->granted);
+    // A prefix read: a holder of another identity reads nothing for the owner; the same identity reads its block.
+    const gpu::block_key root = gpu::root_key("the test's model", "");
+    std::vector<int32_t> tokens(16);
+    for (int32_t i = 0; i < 16; ++i) tokens[size_t(i)] = 100 + i;
+    const gpu::block_key key = gpu::next_key(root, tokens);
+    const uint32_t block = f.pools[2]->allocate_many({77, 2}, 1).value()[0];  // a request of instance 2 offers it
+    REQUIRE(f.caches[2]->offer(key, root, tokens, block));
+    CHECK(f.ask<prefix_read>(f.rmanagers[2], read_prefix{11, 0, root, {key}, tokens, 0, bf16})->physical.empty());
+    CHECK(f.ask<prefix_read>(f.rmanagers[2], read_prefix{11, 0, root, {key}, tokens, 0, mine})->physical ==
+          std::vector<uint32_t>{block});
+    const auto copy = f.ask<replica_result>(f.rmanagers[2], copy_prefix{12, 11, 0, root, {key}, tokens, other_model});
+    REQUIRE(copy.has_value());
+    CHECK_FALSE(copy->ok);
+    CHECK(copy->reason.find("instance 0's pool holds KV of another model") != std::string::npos);
   }
 
   TEST_CASE("a join with an id already in the cluster is refused and its heartbeats change nothing") {

@@ -93,3 +93,55 @@ TEST_SUITE("gpu") {
     std::filesystem::remove(path);
   }
 }
+
+TEST_SUITE("gpu") {
+  TEST_CASE("a GGUF SentencePiece vocabulary follows its token types and add_space_prefix") {
+    // Control tokens after <unk>, <s>, </s> (as Mistral's vocabulary has them), a user-defined one, the byte tokens
+    // after them (not at 3..258), an unused piece, then the normal pieces.
+    using type = gpu::spm_token_type;
+    std::vector<std::string> pieces = {"<unk>", "<s>", "</s>", "[INST]", "<tool>"};
+    std::vector<type> types = {type::unknown, type::control, type::control, type::control, type::user_defined};
+    const int32_t first_byte = int32_t(pieces.size());
+    for (int b = 0; b < 256; ++b) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+      pieces.push_back(hex);
+      types.push_back(type::byte);
+    }
+    const int32_t unused = int32_t(pieces.size());
+    pieces.push_back("zz");
+    types.push_back(type::unused);
+    const int32_t normal = int32_t(pieces.size());
+    for (const char* p : {" ", "h", "i", "z", " h", "hi", " hi"}) {
+      pieces.push_back(p);
+      types.push_back(type::normal);
+    }
+    const auto id = [&](const std::string& p) {
+      return int32_t(std::find(pieces.begin() + normal, pieces.end(), p) - pieces.begin());
+    };
+    std::vector<float> scores(pieces.size(), 0.0f);
+    scores[size_t(id(" hi"))] = 2.0f;
+    scores[size_t(id("hi"))] = 1.0f;
+    auto with_prefix = gpu::llama2c_tokenizer::from_pieces(pieces, scores, {types, true});
+    auto without = gpu::llama2c_tokenizer::from_pieces(pieces, scores, {types, false});
+    CHECK(with_prefix.encode("hi", false) == std::vector<int32_t>{id(" hi")});
+    CHECK(without.encode("hi", false) == std::vector<int32_t>{id("hi")});
+    // Control and user-defined tokens are matched whole; the text after each gets the leading space again.
+    CHECK(with_prefix.encode("[INST]hi<tool>hi", true) ==
+          std::vector<int32_t>{1, 3, id(" hi"), 4, id(" hi")});
+    CHECK(without.encode("[INST]hi", false) == std::vector<int32_t>{3, id("hi")});
+    // Bytes no piece covers fall back to the byte tokens where they lie; the unused piece is never matched.
+    CHECK(without.encode("a", false) == std::vector<int32_t>{first_byte + 'a'});
+    CHECK(without.encode("zz", false) == std::vector<int32_t>{id("z"), id("z")});
+    CHECK(unused > first_byte);
+    // Decoding: control tokens are no text, user-defined ones are theirs, byte tokens their byte; the leading space
+    // after BOS goes only with the prefix.
+    CHECK(with_prefix.decode(-1, 3).empty());
+    CHECK(with_prefix.is_special(3));
+    CHECK_FALSE(with_prefix.is_special(4));
+    CHECK(with_prefix.decode(-1, 4) == "<tool>");
+    CHECK(with_prefix.decode(-1, first_byte + 0xC3) == "\xC3");
+    CHECK(with_prefix.decode(1, id(" hi")) == "hi");
+    CHECK(without.decode(1, id(" hi")) == " hi");
+  }
+}

@@ -1,5 +1,6 @@
 """The cluster as processes: `illm gmanager` on a free loopback port and two `illm instance --join` processes
-(small pools, UCX over tcp on lo). Both join (the gManager logs it); a third with a taken id is refused;
+(small pools, UCX over tcp on lo). Both join (the gManager logs it); a third with a taken id is refused, and so is
+one whose pool would hold KV of another type;
 one is SIGKILLed and the gManager sees
 it down over the network (CAF's down message when the link breaks) and reports the requests it owned; the
 other is SIGTERMed and drains and leaves. A third joins, the gManager is stopped with SIGTERM: that instance
@@ -29,10 +30,10 @@ def main():
 
     start = procs.start
 
-    def instance(i):
+    def instance(i, *more):
         return start(f"instance{i}", "instance", "--join", f"127.0.0.1:{port}", "--id", str(i),
                      "--kv-blocks-per-instance", "16", "--threads", "1", "--heartbeat-ms", "50",
-                     "--ucx-tls", "tcp", "--ucx-net-devices", "lo")
+                     "--ucx-tls", "tcp", "--ucx-net-devices", "lo", *more)
 
     with procs.running():
         gm = start("gmanager", "gmanager", "--listen", f"127.0.0.1:{port}", "--heartbeat-timeout-ms", "2000")
@@ -62,6 +63,12 @@ def main():
         assert twin.has(r"instance id 2 is already in the cluster"), twin.output()
         assert not gm.has(r"instance 2 (down|left)"), gm.output()
         print("an instance with a taken id is refused: " + twin.output().strip().splitlines()[-1], flush=True)
+        # An instance whose pool would hold KV of another type (f16 blocks among f32 ones) is refused, by name.
+        other = instance(3, "--kv-type", "f16")
+        assert other.wait_exit(JOIN_S) == 2, (other.process.returncode, other.output())
+        assert other.has(r"its pool would hold KV of type f16, not f32"), other.output()
+        assert not gm.has(r"instance 3 joined"), gm.output()
+        print("an instance of another KV type is refused: " + other.output().strip().splitlines()[-1], flush=True)
 
         # SIGKILL: no goodbye; the gManager learns of it from CAF's down message over the network.
         killed_at = time.monotonic()
