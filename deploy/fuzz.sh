@@ -11,11 +11,13 @@
 # peer_messages (the control plane's messages through CAF's deserializer), http_head (HTTP request lines and
 # headers, as any client can send them), safetensors (safetensors checkpoint files: header and offsets), gguf (GGUF files: header, metadata, vocabulary,
 # tensors), tokenizer_json (Hugging Face tokenizer.json files,
-# then a text through them), chat_template (Jinja chat templates, parsed and rendered).
+# then a text through them), chat_template (Jinja chat templates, parsed and rendered), json_schema (structured
+# outputs' schemas compiled, and an output matched against each). Inputs go up to 1 MiB (a client's body is up to
+# max_body_bytes); the targets that read JSON get a dictionary whose entries nest deeply (tests/fuzz/json.dict).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 all_targets=(attention_wire openai_request checkpoint tokenizer peer_messages http_head safetensors gguf tokenizer_json
-             chat_template)
+             chat_template json_schema)
 target=${1:-all}
 seconds=${2:-60}
 build=${ILLM_FUZZ_BUILD:-build-fuzz}
@@ -54,8 +56,10 @@ for t in "${targets[@]}"; do
   mkdir -p "$build/corpus/$t" "$build/crashes/$t" "$build/logs"
   log="$build/logs/$t.log"
   status=0
-  "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 \
-    -print_final_stats=1 -artifact_prefix="$build/crashes/$t/" "$build/corpus/$t" "tests/fuzz/corpus/$t" \
+  dict=()
+  case $t in openai_request | tokenizer_json | safetensors | json_schema) dict=(-dict=tests/fuzz/json.dict) ;; esac
+  "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -max_len=1048576 \
+    "${dict[@]}" -print_final_stats=1 -artifact_prefix="$build/crashes/$t/" "$build/corpus/$t" "tests/fuzz/corpus/$t" \
     > "$log" 2>&1 || status=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
   if [[ $status -ne 0 ]]; then

@@ -182,6 +182,17 @@ value string_method(const std::string& s, const std::string& name) {
   });
 }
 
+/// A method of a list or dict that would change it: refused when called, as the immutable sandbox transformers
+/// renders in refuses it (an undefined value otherwise).
+value unsafe_method(const value& obj, const std::string& name) {
+  static const std::set<std::string> list_mutators{"append", "extend", "insert", "pop", "remove", "reverse", "sort",
+                                                   "clear"};
+  static const std::set<std::string> dict_mutators{"clear", "pop", "popitem", "setdefault", "update"};
+  if (!(obj.is_list() ? list_mutators : dict_mutators).count(name)) return value();
+  const std::string what = "access to attribute '" + name + "' of '" + obj.type_name() + "' object is unsafe";
+  return value::make_callable([what](const call_args&) -> value { throw template_error(what, error_kind::unsafe); });
+}
+
 value dict_method(const json& d, const std::string& name) {
   if (name == "items" || name == "keys" || name == "values")
     return value::make_callable([d, name](const call_args&) {
@@ -322,7 +333,7 @@ json as_data(const value& v) {
 value global(const std::string& name) {
   if (name == "raise_exception")
     return value::make_callable([](const call_args& a) -> value {
-      throw template_error("raise_exception: " + arg(a, 0, "message").render());
+      throw template_error("raise_exception: " + arg(a, 0, "message").render(), error_kind::raised);
     });
   if (name == "strftime_now")
     return value::make_callable([](const call_args& a) { return value(json(strftime_now(arg(a, 0, "format").str()))); });
@@ -339,18 +350,20 @@ value global(const std::string& name) {
 }
 
 value attribute(const value& obj, const std::string& name) {
-  if (obj.is_undefined()) type_error("'" + name + "' of an undefined value");
+  if (obj.is_undefined()) throw template_error("'" + name + "' of an undefined value", error_kind::undefined);
   if (obj.is_namespace()) return obj.ns().contains(name) ? value(obj.ns()[name]) : value();
   if (obj.is_dict()) {
     if (value m = dict_method(obj.data(), name); !m.is_undefined()) return m;
-    return obj.data().contains(name) ? value(obj.data()[name]) : value();
+    if (obj.data().contains(name)) return value(obj.data()[name]);
+    return unsafe_method(obj, name);
   }
   if (obj.is_string()) return string_method(obj.str(), name);
+  if (obj.is_list()) return unsafe_method(obj, name);
   return value();
 }
 
 value item(const value& obj, const value& key) {
-  if (obj.is_undefined()) type_error("an item of an undefined value");
+  if (obj.is_undefined()) throw template_error("an item of an undefined value", error_kind::undefined);
   if (obj.is_list() && numeric(key)) {
     const int64_t i = index_in(to_int(key.data()), obj.data().size());
     return i >= 0 && size_t(i) < obj.data().size() ? value(obj.data()[size_t(i)]) : value();

@@ -125,6 +125,7 @@ void check_text_size(size_t bytes, const char* what) {
 }
 
 int compare(const value& l, const value& r) {
+  if (l.is_undefined() || r.is_undefined()) throw template_error("an undefined value compared", error_kind::undefined);
   if (numeric(l) && numeric(r)) {
     if (is_int(l.data()) && is_int(r.data())) {
       const int64_t a = to_int(l.data()), b = to_int(r.data());
@@ -163,6 +164,8 @@ std::string ascii_case(std::string s, bool upper) {
 }
 
 value arithmetic(const std::string& op, const value& l, const value& r) {
+  if (l.is_undefined() || r.is_undefined())  // Jinja2's Undefined refuses arithmetic
+    throw template_error("an undefined value in " + op, error_kind::undefined);
   if (op == "+" && (l.is_markup() || r.is_markup()) && l.is_string() && r.is_string()) {  // Markup + str escapes the str
     const std::string left = l.is_markup() ? l.str() : html_escape(l.str());
     const std::string right = r.is_markup() ? r.str() : html_escape(r.str());
@@ -185,6 +188,7 @@ value arithmetic(const std::string& op, const value& l, const value& r) {
 }
 
 value negate(const value& v, bool minus) {
+  if (v.is_undefined()) throw template_error("an undefined value in unary -", error_kind::undefined);
   if (!numeric(v)) type_error("bad operand type for unary " + std::string(minus ? "-" : "+") + ": '" + v.type_name() + "'");
   if (!minus) return v;
   if (!is_int(v.data())) return value(json(-to_double(v.data())));

@@ -1,6 +1,5 @@
 #pragma once
-// The Jinja engine's syntax tree and its reader: the template's text cut into text, {{ output }}, {% statements %}
-// and {# comments #} with Jinja2's whitespace rules (trim_blocks, lstrip_blocks, "-" and "+" markers), and each
+// The Jinja engine's syntax tree and its reader: the lexer's segments (lexer.hpp) read into statements, and each
 // tag's expression parsed by precedence as Jinja2 parses it.
 
 #include <memory>
@@ -17,7 +16,7 @@ struct node {
     // expressions
     literal, name, attribute, item, slice, call, filter, test, unary, binary, conditional, list, dict,
     // statements
-    text, output, block, if_, for_, set, set_block, macro, break_, continue_
+    text, output, block, if_, for_, set, set_block, filter_block, macro, break_, continue_
   };
   kind what;
   int line = 0;

@@ -48,6 +48,11 @@ class renderer {
         s.names[n.text] = value(json(captured));
         return flow::normal;
       }
+      case node::kind::filter_block: {
+        std::string captured;
+        run(*n.kids[0], s, captured);
+        return write(n, apply_filter(n.text, value(json(captured)), arguments(n, 1, s)).render(), out);
+      }
       case node::kind::macro: s.names[n.text] = make_macro(n); return flow::normal;
       case node::kind::break_: return flow::break_loop;
       case node::kind::continue_: return flow::continue_loop;
@@ -63,8 +68,8 @@ class renderer {
     return flow::normal;
   }
 
-  template_error error(const node& n, const std::string& what) const {
-    return template_error("template line " + std::to_string(n.line) + ": " + what);
+  template_error error(const node& n, const std::string& what, error_kind kind = error_kind::type) const {
+    return template_error("template line " + std::to_string(n.line) + ": " + what, kind);
   }
 
   flow run_if(const node& n, scope& s, std::string& out) {
@@ -186,7 +191,7 @@ class renderer {
     } catch (const template_error& e) {
       const std::string what = e.what();
       if (what.rfind("template line", 0) == 0) throw;
-      throw error(n, what);
+      throw error(n, what, e.kind);
     }
   }
 
@@ -203,7 +208,9 @@ class renderer {
       }
       case node::kind::call: {
         value callee = eval(*n.kids[0], s);
-        if (!callee.is_callable()) throw error(n, "'" + callee.type_name() + "' object is not callable");
+        if (!callee.is_callable())
+          throw error(n, "'" + callee.type_name() + "' object is not callable",
+                      callee.is_undefined() ? error_kind::undefined : error_kind::type);
         return callee.fn()(arguments(n, 1, s));
       }
       case node::kind::filter: return apply_filter(n.text, eval(*n.kids[0], s), arguments(n, 1, s));
@@ -284,7 +291,7 @@ template_program template_program::parse(const std::string& source) {
   } catch (const template_error&) {
     throw;
   } catch (const std::exception& e) {  // a library's error on odd input: the template's
-    throw template_error(std::string("cannot read the template: ") + e.what());
+    throw template_error(std::string("cannot read the template: ") + e.what(), error_kind::syntax);
   }
   return p;
 }

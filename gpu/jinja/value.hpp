@@ -35,9 +35,16 @@ inline constexpr size_t max_list_items = size_t(1) << 20;
 /// The deepest nesting of lists and dicts a render builds or walks (client data arrives bounded at 128 levels).
 inline constexpr int max_data_depth = 512;
 
+/// What kind of error a template raised, as Jinja2 tells them apart: a construct it cannot read
+/// (TemplateSyntaxError), the template's own raise_exception (transformers' TemplateError), a use of an undefined
+/// value that Jinja2 refuses (UndefinedError: its attribute, its item, a call, arithmetic), a method that would
+/// change data (SecurityError: the immutable sandbox transformers renders in), or a type or value error of Python.
+enum class error_kind : uint8_t { syntax, raised, undefined, unsafe, type };
+
 /// An error of the template (a parse error, a type error, raise_exception): its message says where.
 struct template_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit template_error(const std::string& what, error_kind k = error_kind::type) : std::runtime_error(what), kind(k) {}
+  error_kind kind;
 };
 
 /// A value.

@@ -157,6 +157,15 @@ void openai_request(const fs::path& dir) {
                                   R"({"role":"user","content":"Tell a story"}],"max_tokens":16,"ignore_eos":true})"));
 }
 
+void json_schema(const fs::path& dir) {
+  write(dir, "seed-object", text('{', R"("type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},)"
+                                       R"("required":["name"]})" "\n" R"({"name":"Ann","age":3})"));
+  write(dir, "seed-formats", text('{', R"("type":"array","items":{"type":"string","format":"date-time"},"maxItems":2})"
+                                       "\n" R"(["2024-02-29T23:59:60Z"])"));
+  write(dir, "seed-anyof", text('{', R"("anyOf":[{"const":"aaaa"},{"enum":["aaab",1,null]},{"$ref":"#/$defs/x"}],)"
+                                     R"("$defs":{"x":{"type":["number","boolean"]}}})" "\n" R"("aaab")"));
+}
+
 void checkpoint(const fs::path& dir) {
   const gpu::model_config c{.dim = 8, .hidden_dim = 16, .n_layers = 1, .n_heads = 2, .n_kv_heads = 1, .vocab_size = 16,
                             .max_seq = 8};
@@ -249,5 +258,6 @@ int main(int argc, char** argv) {
   safetensors(dir / "safetensors");
   tokenizer_json(dir / "tokenizer_json");
   chat_template(dir / "chat_template");
+  json_schema(dir / "json_schema");
   return 0;
 }

@@ -82,6 +82,21 @@ def template_text(path):
     return open(path, encoding="utf-8").read()
 
 
+def error_kind(e):
+    """What kind of refusal Jinja2 gave: the template's raise_exception (a plain TemplateError), an undefined value
+    it refuses, a construct it cannot read, a method the immutable sandbox refuses, or Python's type and value
+    errors."""
+    if type(e) is jinja2.exceptions.TemplateError:
+        return "raised"
+    if isinstance(e, jinja2.exceptions.UndefinedError):
+        return "undefined"
+    if isinstance(e, jinja2.exceptions.TemplateSyntaxError):
+        return "syntax"
+    if isinstance(e, jinja2.exceptions.SecurityError):
+        return "unsafe"
+    return "type"
+
+
 def main():
     out, env = [], environment()
     for path in sys.argv[2:]:
@@ -101,6 +116,7 @@ def main():
                 entry["output"] = compiled.render(**variables)
             except Exception as e:
                 entry["error"] = f"{type(e).__name__}: {e}"
+                entry["error_kind"] = error_kind(e)
             out.append(entry)
     with open(sys.argv[1], "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False)
