@@ -172,6 +172,27 @@ TEST_SUITE("actors") {
     CHECK(p.content == "{\"name\": \"get_time\", \"parameters\": {}");
   }
 
+  TEST_CASE("tool calls: parallel_tool_calls false keeps the first call of an output, in either syntax") {
+    const std::vector<std::string> names = {"get_weather", "get_time"};
+    for (const auto& [syntax, text] : {std::pair{tool_syntax::hermes, std::string("<tool_call>\n{\"name\": \"get_time\", "
+                                                                             "\"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+                                                                             "{\"name\": \"get_weather\", \"arguments\": "
+                                                                             "{\"city\": \"Oslo\"}}\n</tool_call>")},
+                                       std::pair{tool_syntax::json, std::string(R"([{"name": "get_time", "parameters": {}}, )"
+                                                                                R"({"name": "get_weather", "parameters": {}}])")}}) {
+      tool_call_parser one(syntax, names, "call_", 1);
+      tool_call_parser::piece p = one.push(text), rest = one.finish();
+      p.calls.insert(p.calls.end(), rest.calls.begin(), rest.calls.end());
+      REQUIRE(p.calls.size() == 1);
+      CHECK(p.calls[0].name == "get_time");
+      CHECK(one.calls() == 1);
+      CHECK((p.content + rest.content).find("get_weather") == std::string::npos);  // dropped, not turned into content
+    }
+    const jinja::chat_template qwen = template_with("<tool_call>");
+    CHECK_FALSE(std::get<completion_request>(chat(weather + R"(,"parallel_tool_calls":false)", &qwen)).parallel_tool_calls);
+    CHECK(std::get<completion_request>(chat(weather, &qwen)).parallel_tool_calls);
+  }
+
   TEST_CASE("tool calls in the chat shapes: a message with tool_calls, streamed deltas with their index") {
     completion_request r;
     r.kind = endpoint::chat_completions;

@@ -71,7 +71,8 @@ greedy_run run_greedy(std::shared_ptr<const gpu::model_weights> weights, const s
     const int32_t next = gpu::argmax(logits.data(), c.vocab_size);
     out.ids.push_back(next);
     if (options.keep_logits) out.logits.push_back(logits);
-    seq.tokens.push_back(next);
+    const size_t step = out.ids.size() - 1;
+    seq.tokens.push_back(step < options.forced.size() ? options.forced[step] : next);
   }
   for (const auto& ref : seq.table) REQUIRE(pools[ref.pool].release(ref.block).is_ok());
   for (auto& p : pools) {

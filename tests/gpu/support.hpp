@@ -33,7 +33,7 @@ gpu::backend& cpu_device();
 /// Wraps the router that a greedy run uses, e.g. to tamper with partials.
 using router_decorator = std::function<std::unique_ptr<gpu::attention_router>(gpu::attention_router& inner)>;
 
-/// A greedy run: generated ids and the logits [vocab] at every step.
+/// A greedy run: generated ids (each step's argmax) and the logits [vocab] at every step.
 struct greedy_run {
   std::vector<int32_t> ids;
   std::vector<std::vector<float>> logits;
@@ -51,6 +51,9 @@ struct greedy_options {
   gpu::backend* device = nullptr;  ///< default: cpu_device()
   /// Weights already placed on `device` (shared with other engines); none: the engine places its own.
   std::shared_ptr<const gpu::device_weights> placed;
+  /// The ids the run continues with, step by step, whatever it chose (an oracle's, to compare each step's choice
+  /// in the oracle's context); past them, its own.
+  std::vector<int32_t> forced;
 };
 
 /// Runs `prompt` greedily for `n_new` tokens (no stop at EOS) through the engine step by step.

@@ -263,44 +263,47 @@ TEST_SUITE("gpu") {
     std::ifstream in(std::string(ILLM_TEST_DATA_DIR) + "/llama_cpp_tiny.json");
     REQUIRE(in.good());
     const json oracle = json::parse(in);
+    REQUIRE(oracle.size() >= 5);
     for (const auto& [name, expected] : oracle.items()) {
       const auto weights = load(tiny_models() / (name + ".gguf"));
       const auto prompt = expected["prompt"].get<std::vector<int32_t>>();
       const auto ids = expected["ids"].get<std::vector<int32_t>>();
+      // The engine goes on with llama.cpp's ids, so that each step's choice is compared in llama.cpp's context.
       test::greedy_options o;
       o.keep_logits = true;
+      o.forced = ids;
       const auto run = test::run_greedy(weights, prompt, int(ids.size()), o);
-      size_t same = 0;
-      while (same < ids.size() && run.ids[same] == ids[same]) ++same;
-      // llama.cpp multiplies 16-bit and Q8_0 weights with activations rounded to 16 and 8 bits, which moves
-      // log-probabilities by up to a few hundredths and a few tenths (the engine computes on fp32 activations):
-      // ids are compared up to the first step whose top two log-probabilities lie closer than that.
+      // llama.cpp rounds the activations of 16-bit products to 16 bits, and so do both engines those of Q8_0 ones
+      // to 8 bits per block of 32, in their own orders of summation: log-probabilities move by up to a few hundredths
+      // (bf16) and a tenth (q8_0). A step is decided when llama.cpp's top two lie further apart than that: there
+      // the engine must choose llama.cpp's token.
       const bool q8 = name.find("q8_0") != std::string::npos, half = name.find("bf16") != std::string::npos;
-      const double tolerance = q8 ? 0.3 : half ? 0.1 : 0.02, margin = tolerance;
-      size_t decided = 0;
-      while (decided < ids.size() && expected["top_logprobs"][decided][0][1].get<double>() -
-                                             expected["top_logprobs"][decided][1][1].get<double>() >= margin)
-        ++decided;
-      // Log-probabilities of llama.cpp's top tokens, where the two runs still share their context.
+      const double tolerance = q8 ? 0.2 : half ? 0.08 : 0.02, margin = tolerance;
+      size_t decided = 0, agreed = 0;
       double worst = 0, sum = 0;
       size_t n = 0;
-      for (size_t step = 0; step < std::max<size_t>(same, 1) && step < run.logits.size(); ++step) {
+      for (size_t step = 0; step < ids.size(); ++step) {
+        const json& top = expected["top_logprobs"][step];
+        if (top[0][1].get<double>() - top[1][1].get<double>() >= margin) {
+          ++decided;
+          agreed += run.ids[step] == ids[step];
+        }
         const auto& logits = run.logits[step];
-        const double top = *std::max_element(logits.begin(), logits.end());
+        const double best = *std::max_element(logits.begin(), logits.end());
         double total = 0;
-        for (float l : logits) total += std::exp(double(l) - top);
-        for (const json& t : expected["top_logprobs"][step]) {
-          const double ours = double(logits[size_t(t[0].get<int>())]) - top - std::log(total);
-          const double diff = std::abs(ours - t[1].get<double>());
+        for (float l : logits) total += std::exp(double(l) - best);
+        for (const json& t : top) {  // the log-probabilities of llama.cpp's top tokens, in the same context
+          const double diff = std::abs(double(logits[size_t(t[0].get<int>())]) - best - std::log(total) - t[1].get<double>());
           worst = std::max(worst, diff);
           sum += diff;
           ++n;
         }
       }
-      MESSAGE(name, ": ", same, " of ", ids.size(), " greedy ids as llama.cpp's (", decided,
-              " steps decided by a margin of ", margin, "); top log-probabilities differ by ", n ? sum / double(n) : 0.0,
-              " on average, ", worst, " at most");
-      CHECK_MESSAGE(same >= decided, name);
+      MESSAGE(name, ": ", agreed, " of ", decided, " steps decided by a margin of ", margin,
+              " choose llama.cpp's token; top log-probabilities differ by ", sum / double(n), " on average, ", worst,
+              " at most");
+      CHECK_MESSAGE(decided >= 14, name, ": too few decided steps to check (", decided, ")");
+      CHECK_MESSAGE(agreed == decided, name);
       CHECK_MESSAGE(worst <= tolerance, name);
     }
   }

@@ -70,8 +70,10 @@ TEST_SUITE("gpu") {
     uint64_t rng = 5;
     const int32_t chosen = gpu::choose_token(logits.data(), 4, p, {tokens, 1, {}}, rng, &lp);
     CHECK(chosen == 3);  // greedy after the bias pushed 1 down
-    std::vector<double> reference;
-    gpu::log_softmax(row.data(), 4, reference);
+    // log-softmax by hand: logit - log(sum of e^logit) over {0, 3, 1, 2}.
+    const double log_total = std::log(1.0 + std::exp(3.0) + std::exp(1.0) + std::exp(2.0));
+    const std::vector<double> reference = {0.0 - log_total, 3.0 - log_total, 1.0 - log_total, 2.0 - log_total};
+    CHECK(reference[1] == doctest::Approx(-0.4401896985));  // the number itself, worked out apart
     CHECK(lp.logprob == doctest::Approx(reference[3]));
     REQUIRE(lp.top_ids == std::vector<int32_t>{1, 3});
     CHECK(lp.top_logprobs[0] == doctest::Approx(reference[1]));

@@ -55,6 +55,25 @@ async function chatLogprobs() {
   check(JSON.stringify(streamed) === JSON.stringify(content), "streamed logprobs: " + JSON.stringify(streamed));
 }
 
+/// Where each token's text starts in the choice's text, in UTF-8 bytes (the service's text_offset).
+function byteOffsets(tokens) {
+  let at = 0;
+  return tokens.map((t) => { const o = at; at += Buffer.byteLength(t, "utf8"); return o; });
+}
+
+/// text_offset on a text of characters beyond ASCII: a token of an accented letter counts its two bytes.
+async function offsetsBeyondAscii() {
+  const text = "Lily saw a café and a naïve fiancé.";
+  const r = await client.completions.create({ model, prompt: text, echo: true, logprobs: 0, max_tokens: 2,
+    temperature: 0 });
+  const lp = r.choices[0].logprobs;
+  check(lp.tokens.every((t) => !t.includes("\ufffd")), "whole characters in each token: " + JSON.stringify(lp.tokens));
+  check(r.choices[0].text.includes(text) && r.choices[0].text === lp.tokens.join(""), "echo: " + r.choices[0].text);
+  check(JSON.stringify(lp.text_offset) === JSON.stringify(byteOffsets(lp.tokens)),
+    "text_offset beyond ASCII: " + JSON.stringify(lp.text_offset));
+  check(lp.text_offset[lp.text_offset.length - 1] > lp.tokens.slice(0, -1).join("").length, "bytes, not characters");
+}
+
 /// lm-evaluation-harness's loglikelihood request: the golden prompt and its first 8 greedy tokens as ids, echoed
 /// with their log probabilities; those of the 8 are the golden run's.
 async function echoLoglikelihood() {
@@ -64,8 +83,7 @@ async function echoLoglikelihood() {
   check(lp.token_logprobs.length === prompt.length + 1 && lp.token_logprobs[0] === null && lp.top_logprobs[0] === null,
     "echo shape " + JSON.stringify(lp));
   check(r.choices[0].text === lp.tokens.join(""), "the echoed text is the tokens' texts");
-  check(lp.text_offset.every((o, i) => o === lp.tokens.slice(0, i).join("").length || /[^\x00-\x7f]/.test(r.choices[0].text)),
-    "text_offset");
+  check(JSON.stringify(lp.text_offset) === JSON.stringify(byteOffsets(lp.tokens)), "text_offset");
   for (let k = 0; k < 8; k++) {
     const got = lp.token_logprobs[n + k], want = golden.top3_logprobs[k][0][1];
     check(Math.abs(got - want) < 1e-2, `echoed step ${k}: ${got} vs ${want}`);
@@ -134,8 +152,10 @@ async function structuredOutputs() {
   const any = await client.chat.completions.create({ model, messages: [{ role: "user", content: prompt }],
     max_tokens: 48, temperature: 0, response_format: { type: "json_object" } });
   const text = any.choices[0].message.content;
-  check(text.startsWith("{") && (any.choices[0].finish_reason === "length" || typeof JSON.parse(text) === "object"),
-    "json_object: " + text);
+  // Its budget closes the object in time: it ends whole (stop) and parses, an object.
+  check(any.choices[0].finish_reason === "stop", "json_object: " + any.choices[0].finish_reason + " " + text);
+  const parsed = JSON.parse(text);
+  check(typeof parsed === "object" && parsed !== null && !Array.isArray(parsed), "json_object: " + text);
   try {
     await client.chat.completions.create({ model, messages: [{ role: "user", content: prompt }], max_tokens: 4,
       response_format: { type: "json_schema", json_schema: { name: "p", schema: { type: "string", pattern: "a+" } } } });
@@ -187,6 +207,7 @@ async function main() {
   await completionLogprobs();
   await chatLogprobs();
   await echoLoglikelihood();
+  await offsetsBeyondAscii();
   await biasAndPenalties();
   await stopsAndMinTokens();
   await seeds();

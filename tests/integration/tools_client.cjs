@@ -60,10 +60,17 @@ async function main() {
           s.calls[0].function.arguments === c.message.tool_calls[0].function.arguments, `${name} streamed differs`);
     report[name] = c.message.tool_calls[0].function;
   }
+  // auto: the model decides. Its finish reason says what it did: tool_calls exactly when there are calls (each valid),
+  // else stop before the budget or length at it, with the text as content.
   const auto = await client.chat.completions.create({ model, messages, tools, max_tokens: 16, temperature: 0 });
-  check(["stop", "length", "tool_calls"].includes(auto.choices[0].finish_reason), "auto: " + JSON.stringify(auto));
-  check((auto.choices[0].message.tool_calls ?? []).every(valid), "auto: a call that does not validate");
-  report.auto = auto.choices[0].finish_reason;
+  const a = auto.choices[0], calls = a.message.tool_calls ?? [];
+  check(calls.length > 0 ? a.finish_reason === "tool_calls" : ["stop", "length"].includes(a.finish_reason),
+        "auto: finish " + JSON.stringify(auto));
+  check(calls.every(valid), "auto: a call that does not validate");
+  check(a.finish_reason !== "length" || auto.usage.completion_tokens === 16, "auto: length before the budget");
+  check(a.finish_reason !== "stop" || auto.usage.completion_tokens <= 16, "auto: stop past the budget");
+  check(calls.length > 0 || typeof a.message.content === "string", "auto: no calls and no content");
+  report.auto = a.finish_reason;
   // The call and its answer go back to the model.
   const call = { id: "call_1", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } };
   const next = await client.chat.completions.create({
