@@ -188,8 +188,10 @@ void apply_constraint(float* logits, int vocab, const sampling_params& params, c
   if (state.accepts())
     for (int32_t id : history.stop_ids)
       if (id >= 0 && id < vocab) stops.emplace_back(id, logits[id]);
-  for (int i = 0; i < vocab; ++i)
-    if (!allowed->test(i)) logits[i] = -std::numeric_limits<float>::infinity();
+  allowed->for_each_excluded([&](int32_t id) {
+    if (id < vocab) logits[id] = -std::numeric_limits<float>::infinity();
+  });
+  for (int i = allowed->size(); i < vocab; ++i) logits[i] = -std::numeric_limits<float>::infinity();
   for (const auto& [id, logit] : stops) logits[id] = logit;
 }
 

@@ -38,7 +38,9 @@ class expansion {
       return;
     }
     if (stack.empty() || g_.elements()[stack.back()].type == element::kind::bytes) return out_.push_back(std::move(stack));
-    if (!expanded_.insert(stack).second) return;  // expanded already: the same stacks again
+    // Expanded already: the same stacks again. Small steps (most) leave their few duplicates to result(); past a
+    // few dozen, each stack is expanded once, so that duplicates cannot multiply.
+    if (work_ > dedup_after && !expanded_.insert(stack).second) return;
     const uint32_t top = stack.back();
     const uint32_t rule = g_.elements()[top].value;
     stack.pop_back();
@@ -67,6 +69,7 @@ class expansion {
   const grammar& g_;
   std::vector<std::vector<uint32_t>> out_;
   std::unordered_set<std::vector<uint32_t>, stack_hash> expanded_;  // stacks with a rule on top, expanded
+  static constexpr size_t dedup_after = 32;
   size_t work_ = 0;
   bool too_wide_ = false;
 };

@@ -134,14 +134,14 @@ std::vector<int32_t> constraint::closer_tokens(const match_state& state) const {
   }
   const auto allowed_now = allowed(state);
   std::vector<int32_t> out;
-  for (int32_t id = 0; id < allowed_now->size(); ++id) {
+  allowed_now->for_each([&](int32_t id) {
     const std::string& bytes = trie_->bytes(id);
-    if (!allowed_now->test(id) || bytes.empty() || !closer.test(static_cast<uint8_t>(bytes[0]))) continue;
+    if (bytes.empty() || !closer.test(static_cast<uint8_t>(bytes[0]))) return;
     match_state after = state;
-    if (!accept(after, id)) continue;
+    if (!accept(after, id)) return;
     const std::optional<int> left = closing_distance(after);
     if (left && *left < *d) out.push_back(id);
-  }
+  });
   return out;
 }
 

@@ -45,6 +45,21 @@ class token_set {
   int size() const { return size_; }
   bool test(int32_t id) const { return id >= 0 && id < size_ && (words_[size_t(id) >> 6] >> (id & 63)) & 1; }
   void set(int32_t id) { words_[size_t(id) >> 6] |= uint64_t(1) << (id & 63); }
+  /// Calls f(id) for each token in the set, in order (a word of 64 at a time: empty words cost one test).
+  template <class F>
+  void for_each(F f) const {
+    for (size_t w = 0; w < words_.size(); ++w)
+      for (uint64_t bits = words_[w]; bits; bits &= bits - 1) f(int32_t(w * 64 + size_t(__builtin_ctzll(bits))));
+  }
+  /// Calls f(id) for each token of [0, size()) not in the set, in order (full words cost one test).
+  template <class F>
+  void for_each_excluded(F f) const {
+    for (size_t w = 0; w < words_.size(); ++w) {
+      uint64_t missing = ~words_[w];
+      if (w + 1 == words_.size() && size_ % 64) missing &= (uint64_t(1) << (size_ % 64)) - 1;
+      for (; missing; missing &= missing - 1) f(int32_t(w * 64 + size_t(__builtin_ctzll(missing))));
+    }
+  }
   /// The bytes it holds.
   size_t bytes() const { return words_.size() * sizeof(uint64_t) + sizeof(*this); }
 
