@@ -32,12 +32,11 @@ void quantized_rows::quantize(const float* x, size_t ldx, int i0, int i1) {
       const float* v = row + b * block;
       float amax = 0.0f;
       for (int e = 0; e < block; ++e) amax = std::max(amax, std::fabs(v[e]));
+      // As GGML quantizes activations (block_q8_0 for 32-element weight blocks, block_q8_K for 256): levels rounded
+      // to nearest even from the exact scale, which a 32-element block keeps as an fp16 number.
       const float s = amax / 127.0f, inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
-      si[b] = s;
-      for (int e = 0; e < block; ++e) {
-        const float t = v[e] * inverse;
-        qi[b * block + e] = int8_t(int(t + (t >= 0.0f ? 0.5f : -0.5f)));
-      }
+      si[b] = block == 32 ? f16_to_float(float_to_f16(s)) : s;
+      for (int e = 0; e < block; ++e) qi[b * block + e] = int8_t(std::lrintf(v[e] * inverse));
     }
     float* sum = sums.data() + size_t(i) * size_t(k / 16);
     for (int g = 0; g < k / 16; ++g) {

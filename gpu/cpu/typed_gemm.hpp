@@ -18,7 +18,7 @@ struct quantized_rows {
   int k = 0;      ///< values per row
   int block = 0;  ///< values per scale: the weights' block_elements
   std::vector<int8_t> q;     ///< [rows][k]
-  std::vector<float> scale;  ///< [rows][k / block]: max |x| / 127 of the block
+  std::vector<float> scale;  ///< [rows][k / block]: max |x| / 127 of the block (fp16-rounded for blocks of 32)
   std::vector<float> sums;   ///< [rows][k / 16]: the sum of each 16 values of q, times their scale
   /// Sizes the arrays for m rows of k values in blocks of `block`.
   void resize(int m, int k, int block);

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu/formats/hf_model.hpp"
 #include "gpu/model_files.hpp"
 #include "gpu/tokenizers/hf_tokenizer.hpp"
 #include "gpu/tokenizers/unicode_text.hpp"
@@ -122,5 +123,26 @@ TEST_SUITE("gpu") {
     REQUIRE_FALSE(refused.is_ok());
     CHECK(refused.error().message().find("match limit") != std::string::npos);
     CHECK(t.value()->encode(text, false).empty());  // no silent split on the unchecked path either
+  }
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE("a model folder's JSON nested past 128 levels is refused as it is read, tokenizer.json and config.json") {
+    char pattern[] = "/tmp/illm-deep-json-XXXXXX";
+    REQUIRE(::mkdtemp(pattern) != nullptr);
+    const fs::path dir = pattern;
+    const std::string deep = R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "normalizer": )" +
+                             std::string(200, '[') + std::string(200, ']') + "}";
+    std::ofstream(dir / "tokenizer.json") << deep;
+    const auto t = gpu::hf_tokenizer::load((dir / "tokenizer.json").string());
+    REQUIRE_FALSE(t.is_ok());
+    CHECK(t.error().message().find("deeper than 128") != std::string::npos);
+    std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "x": )" + std::string(130, '[') +
+                                              std::string(130, ']') + "}";
+    const auto config = gpu::read_hf_config(dir.string());
+    REQUIRE_FALSE(config.is_ok());
+    CHECK(config.error().message().find("deeper than 128") != std::string::npos);
+    std::error_code ec;
+    fs::remove_all(dir, ec);
   }
 }

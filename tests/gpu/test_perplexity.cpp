@@ -1,8 +1,13 @@
 // illm perplexity: the logits of every token of a chunk are those of steps that end at each token, a batcher's prompt
 // log probabilities (an echo's) are one pass's, and stories15M's perplexity on tests/data/simple_stories.txt is
-// llama-perplexity's on the same model converted to GGUF (tests/data/llama_cpp_perplexity.json, written by
-// deploy/perplexity-vs-llama.sh).
+// llama-perplexity's on the same model converted to GGUF, F32 and quantized by llama-quantize to Q8_0, Q6_K, Q5_0 and
+// Q4_K_M (tests/data/llama_cpp_perplexity.json, written by deploy/perplexity-vs-llama.sh; the quantized files made
+// again from tests/data/stories15M_quantized.json, tensor for tensor llama-quantize's).
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -140,5 +145,44 @@ TEST_SUITE("gpu") {
     CHECK(std::abs(measured->perplexity / f32["llama_perplexity"].get<double>() - 1) <= 1e-3);
     o.n_ctx = 100000;
     CHECK_FALSE(gpu::perplexity(test::real_model(), test::cpu_device(), stories(), o).is_ok());
+  }
+
+  TEST_CASE("stories15M quantized by llama-quantize: each file's perplexity is llama-perplexity's") {
+    namespace fs = std::filesystem;
+    std::ifstream in(std::string(ILLM_TEST_DATA_DIR) + "/llama_cpp_perplexity.json");
+    REQUIRE(in.good());
+    const auto reference = nlohmann::json::parse(in);
+    char pattern[] = "/tmp/illm-quantized-XXXXXX";
+    REQUIRE(::mkdtemp(pattern) != nullptr);
+    const fs::path dir = pattern, files = fs::path(gpu::models_dir()) / "stories15M";
+    const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const std::string data = ILLM_TEST_DATA_DIR;
+    const std::string command = python + " " ILLM_SOURCE_DIR "/tests/models/quantized_stories.py rebuild " +
+                                (files / "stories15M.bin").string() + " " + (files / "tokenizer.bin").string() + " " +
+                                data + "/stories15M_quantized.json " + data + "/stories15M_kquants.bin " + dir.string() +
+                                " > /dev/null";
+    INFO("quantized_stories.py needs Debian's python3-numpy (deploy/install-deps.sh installs it)");
+    REQUIRE(std::system(command.c_str()) == 0);
+    gpu::perplexity_options o;
+    o.n_ctx = reference["n_ctx"].get<int>();
+    size_t checked = 0;
+    for (const auto& [name, figures] : reference["files"].items()) {
+      if (name == "F32") continue;
+      auto model = gpu::load_model((dir / (name + ".gguf")).string());
+      REQUIRE_MESSAGE(model.is_ok(), model.error().message());
+      auto measured = gpu::perplexity(model.value(), test::cpu_device(), stories(), o);
+      REQUIRE(measured.is_ok());
+      const double theirs = figures["llama_perplexity"].get<double>(), ratio = measured->perplexity / theirs - 1;
+      // Each engine rounds the activations of a quantized product to 8 bits: a difference of an ulp upstream moves a
+      // level, so their figures part by a tenth of a percent or more on these 1280 tokens (docs/models.md).
+      const double tolerance = figures["tolerance"].get<double>();
+      MESSAGE(name, ": perplexity ", measured->perplexity, ", llama-perplexity ", theirs, " (", 100 * ratio,
+              "%, within ", 100 * tolerance, "%)");
+      CHECK(std::abs(ratio) <= tolerance);
+      ++checked;
+    }
+    CHECK(checked == 4);
+    std::error_code ec;
+    fs::remove_all(dir, ec);
   }
 }

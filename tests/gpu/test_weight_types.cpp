@@ -1,8 +1,13 @@
-// Weight types on the cpu backend: the block layouts written and read back, and products with weights of every
-// type against the reference (the weights read back to fp32 and, for a block type, the activations as quantized
-// to 8 bits), at decode and batch shapes.
+// Weight types on the cpu backend: the block layouts written and read back (and read as llama.cpp's gguf-py reads
+// llama-quantize's blocks), and products with weights of every type against the reference (the weights read back
+// to fp32 and, for a block type, the activations as quantized to 8 bits), at decode and batch shapes.
+#include <cctype>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <random>
+
+#include <nlohmann/json.hpp>
 
 #include "gpu/cpu/cpu_backend.hpp"
 #include "gpu/quant/blocks.hpp"
@@ -213,6 +218,38 @@ TEST_SUITE("gpu") {
       // lands one 16-bit step away (1e-3 of it), which moves the logits by about 1e-4.
       CHECK(from_reference.worst <= 1e-3);
       CHECK(from_full.worst_nmse <= bound);
+    }
+  }
+}
+
+TEST_SUITE("gpu") {
+  TEST_CASE("quantized blocks decode as llama.cpp's own gguf-py decodes llama-quantize's output, bit for bit") {
+    // tests/data/gguf_py_dequantized.json: a tensor llama-quantize wrote in each type, and gguf-py's values of it
+    // (tests/models/gguf_py_dequantize.py): an outside decoder of the block layouts, not this project's writer.
+    std::ifstream in(std::string(ILLM_TEST_DATA_DIR) + "/gguf_py_dequantized.json");
+    REQUIRE(in.good());
+    const auto oracle = nlohmann::json::parse(in);
+    REQUIRE(oracle["types"].size() == 4);
+    for (const auto& [name, t] : oracle["types"].items()) {
+      std::string lower = name;
+      for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+      const auto type = gpu::parse_dtype(lower);
+      REQUIRE_MESSAGE(type.has_value(), name);
+      const std::string hex = t["bytes"].get<std::string>();
+      std::vector<uint8_t> bytes(hex.size() / 2);
+      for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = uint8_t(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+      const auto expected = t["float32_bits"].get<std::vector<uint32_t>>();
+      REQUIRE(bytes.size() == expected.size() / gpu::block_elements(*type) * gpu::block_bytes(*type));
+      std::vector<float> out(expected.size());
+      gpu::dequantize(*type, bytes.data(), out.size(), out.data());
+      size_t same = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &out[i], 4);
+        same += bits == expected[i];
+      }
+      MESSAGE(name, ": ", same, " of ", out.size(), " values bit for bit as gguf-py's");
+      CHECK(same == out.size());
     }
   }
 }

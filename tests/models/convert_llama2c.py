@@ -98,6 +98,62 @@ def tokenizer_json(pieces, scores):
                       "merges": [f"{a} {b}" for a, b, _ in merges]}}
 
 
+GGML_TYPES = {"F32": 0, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q6_K": 14}
+GGUF_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+              "lm_head.weight": "output.weight"}
+GGUF_LAYER = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
+              "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
+              "self_attn.o_proj.weight": "attn_output.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+              "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+              "mlp.down_proj.weight": "ffn_down.weight"}
+
+
+def gguf_metadata(cfg, pieces):
+    """The GGUF key/values of the model (llama architecture, its SentencePiece vocabulary; scores apart)."""
+    tokens = [p.replace(" ", "\u2581") for p in pieces]
+    tokens[3:259] = [f"<0x{b:02X}>" for b in range(256)]
+    return [("general.architecture", "llama"), ("general.alignment", 32), ("llama.embedding_length", cfg["dim"]),
+            ("llama.feed_forward_length", cfg["hidden"]), ("llama.block_count", cfg["layers"]),
+            ("llama.attention.head_count", cfg["heads"]), ("llama.attention.head_count_kv", cfg["kv_heads"]),
+            ("llama.context_length", cfg["seq"]), ("llama.rope.freq_base", 10000.0),
+            ("llama.attention.layer_norm_rms_epsilon", 1e-5), ("tokenizer.ggml.model", "llama"),
+            ("tokenizer.ggml.tokens", tokens), ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.eos_token_id", 2)]
+
+
+def gguf_tensors(tensors):
+    """(GGUF name, array) in the order of the Hugging Face names, q/k rows as llama.cpp stores them (llama2.c's
+    adjacent pairs)."""
+    out = []
+    for name, a in sorted(tensors.items()):
+        if name.startswith("model.layers."):
+            layer, rest = name[len("model.layers."):].split(".", 1)
+            out.append((f"blk.{layer}.{GGUF_LAYER[rest]}", a))
+        else:
+            out.append((GGUF_NAMES[name], a))
+    return out
+
+
+def write_gguf(path, kv, scores, tensors):
+    """A GGUF file: the key/values `kv`, the vocabulary's `scores` (a float array), and `tensors`: (name, array of
+    the tensor's shape, GGML type name, its bytes in that type), each aligned to 32 bytes."""
+    score_kv = struct.pack("<Q", len("tokenizer.ggml.scores")) + b"tokenizer.ggml.scores" + \
+        struct.pack("<IIQ", 9, 6, len(scores)) + b"".join(struct.pack("<f", s) for s in scores)
+    header = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv) + 1) + b"".join(gguf_kv(k, v) for k, v in kv) + \
+        score_kv
+    offset, blobs = 0, []
+    for name, a, kind, data in tensors:
+        b = name.encode()
+        header += struct.pack("<Q", len(b)) + b + struct.pack("<I", a.ndim)
+        header += b"".join(struct.pack("<Q", x) for x in reversed(a.shape)) + struct.pack("<IQ", GGML_TYPES[kind], offset)
+        blobs.append(data + b"\0" * (-len(data) % 32))
+        offset += len(blobs[-1])
+    header += b"\0" * (-len(header) % 32)
+    with open(path, "wb") as f:
+        f.write(header)
+        for blob in blobs:
+            f.write(blob)
+
+
 def main():
     model, tokenizer, out = sys.argv[1:4]
     cfg, t = read_llama2c(model)
@@ -126,46 +182,8 @@ def main():
     with open(os.path.join(hf, "tokenizer_config.json"), "w") as f:
         json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True}, f)
 
-    tokens = [p.replace(" ", "\u2581") for p in pieces]
-    tokens[3:259] = [f"<0x{b:02X}>" for b in range(256)]
-    kv = [("general.architecture", "llama"), ("general.alignment", 32), ("llama.embedding_length", cfg["dim"]),
-          ("llama.feed_forward_length", cfg["hidden"]), ("llama.block_count", cfg["layers"]),
-          ("llama.attention.head_count", cfg["heads"]), ("llama.attention.head_count_kv", cfg["kv_heads"]),
-          ("llama.context_length", cfg["seq"]), ("llama.rope.freq_base", 10000.0),
-          ("llama.attention.layer_norm_rms_epsilon", 1e-5), ("tokenizer.ggml.model", "llama"),
-          ("tokenizer.ggml.tokens", tokens), ("tokenizer.ggml.bos_token_id", 1), ("tokenizer.ggml.eos_token_id", 2)]
-    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-             "lm_head.weight": "output.weight"}
-    layer = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
-             "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
-             "self_attn.o_proj.weight": "attn_output.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
-             "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
-             "mlp.down_proj.weight": "ffn_down.weight"}
-    infos, blobs, offset = [], [], 0
-    for name, a in sorted(tensors.items()):
-        if name.startswith("model.layers."):
-            l, rest = name[len("model.layers."):].split(".", 1)
-            gname = f"blk.{l}.{layer[rest]}"
-        else:
-            gname = names[name]
-        data = np.ascontiguousarray(a, dtype=np.float32).tobytes()
-        infos.append((gname, list(reversed(a.shape)), offset))
-        blobs.append(data + b"\0" * (-len(data) % 32))
-        offset += len(blobs[-1])
-    # Scores as a float array.
-    score_kv = struct.pack("<Q", len("tokenizer.ggml.scores")) + b"tokenizer.ggml.scores" + \
-        struct.pack("<IIQ", 9, 6, len(scores)) + b"".join(struct.pack("<f", s) for s in scores)
-    header = b"GGUF" + struct.pack("<IQQ", 3, len(infos), len(kv) + 1) + b"".join(gguf_kv(k, v) for k, v in kv) + score_kv
-    for gname, dims, off in infos:
-        b = gname.encode()
-        header += struct.pack("<Q", len(b)) + b + struct.pack("<I", len(dims))
-        header += b"".join(struct.pack("<Q", x) for x in dims) + struct.pack("<IQ", 0, off)
-    header += b"\0" * (-len(header) % 32)
-    with open(os.path.join(out, "model.gguf"), "wb") as f:
-        f.write(header)
-        for blob in blobs:
-            f.write(blob)
-
+    write_gguf(os.path.join(out, "model.gguf"), gguf_metadata(cfg, pieces), scores,
+               [(name, a, "F32", np.ascontiguousarray(a, dtype=np.float32).tobytes()) for name, a in gguf_tensors(tensors)])
 
 if __name__ == "__main__":
     main()
