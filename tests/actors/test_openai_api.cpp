@@ -129,6 +129,38 @@ TEST_SUITE("actors") {
     CHECK_MESSAGE(std::holds_alternative<completion_request>(in_string), std::get<api_error>(in_string).message);
   }
 
+  TEST_CASE("a model's sampling defaults apply to a request that gives none; cache_salt is read") {
+    api_limits limits;
+    gpu::generation_defaults model;  // as Qwen3's generation_config.json: temperature 0.6, top_p 0.95, top_k 20
+    model.temperature = 0.6f;
+    model.top_p = 0.95f;
+    model.top_k = 20;
+    model.min_p = 0.05f;
+    model.repetition_penalty = 1.1f;
+    limits.default_sampling = model.over(limits.default_sampling);
+    const auto plain = parse_request(endpoint::completions, R"({"model":"stories15M","prompt":"hi"})", vocab(), limits,
+                                     "stories15M");
+    const gpu::sampling_params& p = std::get<completion_request>(plain).sampling;
+    CHECK(p.temperature == 0.6f);
+    CHECK(p.top_p == 0.95f);
+    CHECK(p.top_k == 20);
+    CHECK(p.min_p == 0.05f);
+    CHECK(p.repetition_penalty == 1.1f);
+    const auto given = parse_request(endpoint::completions,
+                                     R"({"model":"stories15M","prompt":"hi","top_k":5,"temperature":1,"cache_salt":"t1"})",
+                                     vocab(), limits, "stories15M");
+    const completion_request& r = std::get<completion_request>(given);
+    CHECK(r.sampling.top_k == 5);
+    CHECK(r.sampling.temperature == 1.0f);
+    CHECK(r.sampling.min_p == 0.05f);  // what the request leaves out stays the model's
+    CHECK(r.cache_salt == "t1");
+    CHECK(error_of(endpoint::completions, R"({"model":"stories15M","prompt":"hi","cache_salt":""})").param ==
+          "cache_salt");
+    CHECK(error_of(endpoint::chat_completions,
+                   R"({"model":"stories15M","messages":[{"role":"user","content":"x"}],"cache_salt":7})")
+              .param == "cache_salt");
+  }
+
   TEST_CASE("valid requests become prompts and options") {
     const completion_request text = ok(endpoint::completions, R"({"model":"stories15M","prompt":"Once upon a time",
         "max_tokens":7,"temperature":0,"top_p":0.5,"seed":3,"stop":"\n","stream":true,

@@ -135,6 +135,11 @@ async function seeds() {
   check(a.logprobs.token_logprobs.every((x, i) => Math.abs(x - b.logprobs.token_logprobs[i]) < 1e-4),
     "and so do its log probabilities");
   check(JSON.stringify(a.token_ids) !== JSON.stringify(c.token_ids), "another seed samples otherwise");
+  // Without a seed each request draws one from the operating system's randomness: three unseeded requests at
+  // temperature 1.5 over 24 tokens do not all sample alike (the same sampling stream would repeat the answer).
+  const free = { max_tokens: 24, temperature: 1.5 };
+  const u = [await ids(free), await ids(free), await ids(free)].map((r) => JSON.stringify(r.token_ids));
+  check(new Set(u).size > 1, "unseeded requests repeat one answer: " + u[0]);
 }
 
 /// response_format json_object and json_schema: every output parses, and keeps the schema.

@@ -1,7 +1,8 @@
 """The prefix cache through `illm serve`: a request whose prompt starts with one served before reads the cached KV
 blocks (usage.prompt_tokens_details.cached_tokens, the prefix cache metrics) and gives the same ids as a server
 without the cache, whole and streamed, for the same prompt and for one that branches off it; with the cluster-wide
-cache, a prompt cached on one instance is read where it lies by a request another instance runs."""
+cache, a prompt cached on one instance is read where it lies by a request another instance runs; API keys and
+cache_salt keep tenants' blocks apart."""
 
 import csv
 import json
@@ -136,18 +137,26 @@ def cluster_wide(long_prompt, branch, expected):
 
 
 def per_key(prompt):
-    """--prefix-cache-per-key: each API key its own namespace (the same prompt under another key finds nothing)."""
-    found = []
+    """--prefix-cache-per-key: each API key its own namespace (the same prompt under another key finds nothing); and
+    cache_salt (vLLM's field): under one key, requests of different salts never share blocks."""
+    found, salted = [], []
+
+    def cached(server, key, salt=None):
+        body = {"model": "stories15M", "prompt": prompt, "max_tokens": 4, "temperature": 0}
+        if salt:
+            body["cache_salt"] = salt
+        status, answer = request(server.port, "POST", "/v1/completions", body,
+                                 headers={"Authorization": f"Bearer {key}"})
+        check(status == 200, (status, answer))
+        return answer["usage"]["prompt_tokens_details"]["cached_tokens"]
+
     with Server(ILLM, "--instances", "1", "--prefix-cache", "local", "--api-key", "alpha", "--api-key", "beta",
                 "--prefix-cache-per-key") as server:
-        for key in ("alpha", "beta", "alpha", "beta"):
-            status, body = request(server.port, "POST", "/v1/completions",
-                                   {"model": "stories15M", "prompt": prompt, "max_tokens": 4, "temperature": 0},
-                                   headers={"Authorization": f"Bearer {key}"})
-            check(status == 200, (status, body))
-            found.append(body["usage"]["prompt_tokens_details"]["cached_tokens"])
+        found = [cached(server, key) for key in ("alpha", "beta", "alpha", "beta")]
+        salted = [cached(server, "alpha", salt) for salt in ("s1", "s2", "s1", "s2")]
     check(found[0] == found[1] == 0 and found[2] == found[3] > 0, f"cached tokens by key: {found}")
-    return found
+    check(salted[0] == salted[1] == 0 and salted[2] == salted[3] > 0, f"cached tokens by salt: {salted}")
+    return {"by key": found, "by salt": salted}
 
 
 def multi_turn(port):

@@ -1,6 +1,7 @@
 """`illm serve` as an OpenAI-compatible server: completions and chat (whole and streamed) return the
 model's text; every kind of bad input gets the right 4xx with an OpenAI error and the server keeps
-serving; API keys, the in-flight limit, a client that disconnects mid-stream and SIGTERM all behave."""
+serving; API keys, the in-flight limit, a client that disconnects mid-stream and SIGTERM all behave; an unseeded
+request samples differently after a restart."""
 
 import json
 import os
@@ -150,6 +151,20 @@ def repeated_stop_signal():
                or "placement profile from " in out) and "greedy placement) at http://" in out, out)
 
 
+def unseeded_across_restarts():
+    """An unseeded request's seed comes from the operating system: the first sampled answer of a server is not the
+    first answer of the server started again (a seed made from the request's number would repeat it)."""
+    body = {"model": "stories15M", "prompt": "Once upon a time", "max_tokens": 24, "temperature": 1.5,
+            "return_token_ids": True}
+    firsts = []
+    for _ in range(2):
+        with Server(ILLM, "--instances", "1", "--kv-blocks-per-instance", "64") as s:
+            status, answer = request(s.port, "POST", "/v1/completions", body)
+            check(status == 200, answer)
+            firsts.append(answer["choices"][0]["token_ids"])
+    check(firsts[0] != firsts[1], f"the first unseeded answer repeats across a restart: {firsts[0]}")
+
+
 def main():
     config = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
     json.dump({"instances": 2, "kv_blocks_per_instance": 256, "max_body_bytes": 65536, "max_prompt_tokens": 1024,
@@ -163,6 +178,7 @@ def main():
         api_keys()
         in_flight_limit_and_sigterm()
         repeated_stop_signal()
+        unseeded_across_restarts()
     finally:
         os.unlink(config.name)
     print("test_serve_api: all checks passed")
