@@ -124,7 +124,8 @@ TEST_SUITE("actors") {
     CHECK(std::get<api_error>(tokenize_body(huge, vocab(), nullptr, limits, "stories15M")).status == 400);
     CHECK(std::get<api_error>(detokenize_body(huge, vocab(), limits, "stories15M")).status == 400);
     // Brackets inside strings do not count
-    const std::string brackets = R"({"model":"stories15M","prompt":")" + std::string(1000, '[') + R"(\"{"})";
+    std::string brackets = R"({"model":"stories15M","prompt":")";
+    brackets.append(1000, '[').append(R"(\"{"})");
     const auto in_string = parse_request(endpoint::completions, brackets, vocab(), limits, "stories15M");
     CHECK_MESSAGE(std::holds_alternative<completion_request>(in_string), std::get<api_error>(in_string).message);
   }

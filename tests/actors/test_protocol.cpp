@@ -567,7 +567,7 @@ TEST_SUITE("actors") {
     CHECK(f.view().instances.size() == 3);
     // A move and a replica into instance 1: refused by name, nothing reserved.
     for (bool replica : {false, true}) {
-      const auto r = f.ask<move_reservation>(f.rmanagers[1], try_move_kvcache{600 + replica, 7, 2, 0, replica, bf16});
+      const auto r = f.ask<move_reservation>(f.rmanagers[1], try_move_kvcache{move_id(600 + replica), 7, 2, 0, replica, bf16});
       REQUIRE(r.has_value());
       CHECK_FALSE(r->granted);
       CHECK(r->reason.find("the source's pool holds KV of type bf16, not f32") != std::string::npos);

@@ -165,14 +165,14 @@ TEST_SUITE("gpu") {
         o.device = &reference;
         const auto slow = test::run_greedy(weights, prompt, 12, o);
         // The activations of a block-type product are rounded to 8 bits: where the two backends' fp32 sums leave
-        // one on a tie, it rounds apart and that step's logits move by a level (3e-2 here); every other step stays
-        // within 1e-4.
+        // one at a rounding boundary, it rounds apart and the logits move by a level (3e-2 here), from that step on
+        // when it happened in the prompt (its KV carries it); 16-bit and fp32 weights stay within 1e-4.
         const logit_gap gap = logit_difference(fast, slow);
         MESSAGE(std::string(gpu::to_string(type)), ", ", pools, " pool(s): logits within ", gap.worst,
                 " of the reference backend's (NMSE ", gap.worst_nmse, "), ", gap.steps_over, " of 12 steps over 1e-4");
         CHECK(fast.ids == slow.ids);
         CHECK(gap.worst_nmse <= (gpu::is_block_type(type) ? 1e-3 : 1e-8));
-        CHECK(gap.steps_over <= (gpu::is_block_type(type) ? 1 : 0));
+        CHECK(gap.worst <= (gpu::is_block_type(type) ? 0.1 : 1e-4));
       }
     }
   }
