@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "gpu/cpu/simd.hpp"
@@ -9,6 +10,47 @@
 namespace illm::gpu::cpu {
 
 namespace {
+
+/// The register the products hold their accumulators in: 16 floats where the CPU has AVX-512 (32 registers), 8
+/// where it has AVX2 (16 registers). A vector wider than the registers (GCC splits an f32x16 into two ymm) would
+/// leave a tile more accumulators than the registers hold, and a spilled tile runs at a fiftieth of the speed.
+#if defined(__AVX512F__)
+using native = f32x16;
+inline constexpr int native_lanes = 16;
+inline constexpr int tile_columns = 8;  ///< weight rows a tile holds: 2 x 8 accumulators of 32 registers
+#elif defined(__AVX__)
+using native = float __attribute__((vector_size(32)));
+inline constexpr int native_lanes = 8;
+inline constexpr int tile_columns = 6;  ///< weight rows a tile holds: 2 x 6 accumulators, 2 x vectors, 1 weight
+#else
+using native = float __attribute__((vector_size(16)));  // SSE: 16 registers of 4 floats
+inline constexpr int native_lanes = 4;
+inline constexpr int tile_columns = 6;
+#endif
+
+inline native load_native(const float* p) {
+  native v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/// The first n < native_lanes floats at p, zero in the other lanes.
+inline native load_partial_native(const float* p, int n) {
+  native v{};
+  std::memcpy(&v, p, sizeof(float) * size_t(n));
+  return v;
+}
+
+inline float reduce_native(native v) {
+#if defined(__AVX512F__)
+  return reduce_add(v);
+#elif defined(__AVX__)
+  const f32x4 s4 = low4(v) + high4(v);
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+#else
+  return (v[0] + v[2]) + (v[1] + v[3]);
+#endif
+}
 
 inline float dot(const float* a, const float* b, int n) {
   f32x16 acc{};
@@ -26,23 +68,25 @@ void gemv_rows(const float* x, size_t ldx, int k, const float* w, size_t ldw, in
                bool accumulate) {
   for (int j = j0; j < j1; ++j) {
     const float* row = w + size_t(j) * ldw;
-    f32x16 even[M] = {}, odd[M] = {};
+    native even[M] = {}, odd[M] = {};
     int d = 0;
-    for (; d + 2 * lanes <= k; d += 2 * lanes) {
-      const f32x16 w0 = load16(row + d), w1 = load16(row + d + lanes);
+    for (; d + 2 * native_lanes <= k; d += 2 * native_lanes) {
+      const native w0 = load_native(row + d), w1 = load_native(row + d + native_lanes);
       for (int i = 0; i < M; ++i) {
-        even[i] += w0 * load16(x + size_t(i) * ldx + d);
-        odd[i] += w1 * load16(x + size_t(i) * ldx + d + lanes);
+        even[i] += w0 * load_native(x + size_t(i) * ldx + d);
+        odd[i] += w1 * load_native(x + size_t(i) * ldx + d + native_lanes);
       }
     }
-    for (; d < k; d += lanes) {
-      const int n = std::min(lanes, k - d);
-      const f32x16 w0 = load_partial16(row + d, n);
-      for (int i = 0; i < M; ++i) even[i] += w0 * load_partial16(x + size_t(i) * ldx + d, n);
+    for (; d < k; d += native_lanes) {
+      const int n = std::min(native_lanes, k - d);
+      const native w0 = n == native_lanes ? load_native(row + d) : load_partial_native(row + d, n);
+      for (int i = 0; i < M; ++i)
+        even[i] += w0 * (n == native_lanes ? load_native(x + size_t(i) * ldx + d)
+                                           : load_partial_native(x + size_t(i) * ldx + d, n));
     }
     for (int i = 0; i < M; ++i) {
       float& out = y[size_t(i) * ldy + j];
-      out = (accumulate ? out : 0.0f) + reduce_add(even[i] + odd[i]);
+      out = (accumulate ? out : 0.0f) + reduce_native(even[i] + odd[i]);
     }
   }
 }
@@ -78,19 +122,19 @@ namespace {
 template <int MV, int JB>
 void skinny_block(const float* xt, int mp, int m, int k, const float* w, size_t ldw, int j, float* y, size_t ldy,
                   bool accumulate) {
-  f32x16 acc[JB][MV] = {};
+  native acc[JB][MV] = {};
   const float* wr = w + size_t(j) * ldw;
   for (int d = 0; d < k; ++d) {
-    f32x16 xv[MV];
-    for (int v = 0; v < MV; ++v) xv[v] = load16(xt + size_t(d) * mp + v * lanes);
+    native xv[MV];
+    for (int v = 0; v < MV; ++v) xv[v] = load_native(xt + size_t(d) * mp + v * native_lanes);
     for (int r = 0; r < JB; ++r) {
       const float wv = wr[size_t(r) * ldw + d];
       for (int v = 0; v < MV; ++v) acc[r][v] += wv * xv[v];
     }
   }
   for (int r = 0; r < JB; ++r) {
-    float column[MV * lanes];
-    for (int v = 0; v < MV; ++v) store16(column + v * lanes, acc[r][v]);
+    float column[MV * native_lanes];
+    std::memcpy(column, acc[r], sizeof column);
     for (int i = 0; i < m; ++i) {
       float& out = y[size_t(i) * ldy + j + r];
       out = (accumulate ? out : 0.0f) + column[i];
@@ -98,33 +142,34 @@ void skinny_block(const float* xt, int mp, int m, int k, const float* w, size_t 
   }
 }
 
+/// Up to 2 vectors of rows: tiles of tile_columns weight rows, the rest one by one.
 template <int MV>
 void skinny_columns(const float* xt, int mp, int m, int k, const float* w, size_t ldw, int j0, int j1, float* y,
                     size_t ldy, bool accumulate) {
-  constexpr int jb = MV <= 2 ? 8 : 4;  // enough independent accumulators to cover the FMA latency
   int j = j0;
-  for (; j + jb <= j1; j += jb) skinny_block<MV, jb>(xt, mp, m, k, w, ldw, j, y, ldy, accumulate);
+  for (; j + tile_columns <= j1; j += tile_columns)
+    skinny_block<MV, tile_columns>(xt, mp, m, k, w, ldw, j, y, ldy, accumulate);
   for (; j < j1; ++j) skinny_block<MV, 1>(xt, mp, m, k, w, ldw, j, y, ldy, accumulate);
 }
 
-/// More than 32 rows: each block of 8 weight rows against every group of 32 rows in turn. Every pass over k then
-/// reads 128 bytes of xt per step (at 64 rows and k = 288 a whole xt is 72 KiB, over L1, and the 64-row kernel
-/// re-read it from L2 for every 4 weight rows), and the block's weight rows, just read, come again from L1.
+/// More rows than 2 vectors: each tile of weight rows against every group of 2 vectors of rows in turn. Every pass
+/// over k then reads a group's few vectors of xt per step (a whole xt of 64 rows at k = 288 is 72 KiB, over L1),
+/// and the tile's weight rows, just read, come again from L1.
 void skinny_columns_grouped(const float* xt, int mp, int m, int k, const float* w, size_t ldw, int j0, int j1,
                             float* y, size_t ldy, bool accumulate) {
-  constexpr int group = 2 * lanes, jb = 8;
+  constexpr int group = 2 * native_lanes;
   auto block = [&](int j, auto width) {
     for (int i0 = 0; i0 < m; i0 += group) {
       const int rows = std::min(group, m - i0);
       float* yi = y + size_t(i0) * ldy;
-      if (rows > lanes)
+      if (rows > native_lanes)
         skinny_block<2, width()>(xt + i0, mp, rows, k, w, ldw, j, yi, ldy, accumulate);
       else
         skinny_block<1, width()>(xt + i0, mp, rows, k, w, ldw, j, yi, ldy, accumulate);
     }
   };
   int j = j0;
-  for (; j + jb <= j1; j += jb) block(j, std::integral_constant<int, jb>{});
+  for (; j + tile_columns <= j1; j += tile_columns) block(j, std::integral_constant<int, tile_columns>{});
   for (; j < j1; ++j) block(j, std::integral_constant<int, 1>{});
 }
 
@@ -132,7 +177,7 @@ void skinny_columns_grouped(const float* xt, int mp, int m, int k, const float* 
 
 void gemm_skinny(const float* xt, int mp, int m, int k, const float* w, size_t ldw, int j0, int j1, float* y,
                  size_t ldy, bool accumulate) {
-  switch (mp / lanes) {
+  switch ((mp + native_lanes - 1) / native_lanes) {
     case 1: skinny_columns<1>(xt, mp, m, k, w, ldw, j0, j1, y, ldy, accumulate); break;
     case 2: skinny_columns<2>(xt, mp, m, k, w, ldw, j0, j1, y, ldy, accumulate); break;
     default: skinny_columns_grouped(xt, mp, m, k, w, ldw, j0, j1, y, ldy, accumulate); break;

@@ -1,0 +1,85 @@
+// The cpu product kernels compiled for one SIMD level (ILLM_TEST_ISA, the -march this executable was built with,
+// whatever the rest of the build targets), against fp64: so that the AVX2 and SSE paths are checked on machines
+// whose native build takes AVX-512, and the other way round. Exits 77 (CTest's skip) where the processor lacks
+// the level. Every tile shape is reached: m = 1..4 (gemv), 5..16 (one or two vectors), 17..128 (groups of rows),
+// and weight-row counts that leave remainders after whole tiles.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/cpu/kernels.hpp"
+
+using namespace illm::gpu::cpu;
+
+namespace {
+
+std::vector<float> uniform_vector(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> v(n);
+  std::generate(v.begin(), v.end(), [&] { return std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng); });
+  return v;
+}
+
+/// The largest difference of y from x * w^T (+ 0.5 where accumulated) over columns [j0, j1), in fp64.
+double worst_error(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& y, int m,
+                   int k, int n, int j0, int j1, bool accumulate) {
+  double worst = 0;
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double want = accumulate || j < j0 || j >= j1 ? 0.5 : 0.0;
+      if (j >= j0 && j < j1)
+        for (int d = 0; d < k; ++d) want += double(x[size_t(i) * k + d]) * w[size_t(j) * k + d];
+      worst = std::max(worst, std::abs(want - y[size_t(i) * n + j]));
+    }
+  return worst;
+}
+
+struct shape {
+  int k, n, j0, j1;
+};
+constexpr shape shapes[] = {{37, 29, 0, 29}, {288, 40, 3, 37}, {130, 3, 0, 3}, {768, 19, 1, 19}};
+
+}  // namespace
+
+TEST_CASE("gemv matches fp64 at 1 to 4 rows") {
+  for (int m = 1; m <= 4; ++m)
+    for (const shape& s : shapes)
+      for (bool accumulate : {false, true}) {
+        const auto x = uniform_vector(size_t(m) * s.k, 1 + m), w = uniform_vector(size_t(s.n) * s.k, 2 + s.n);
+        std::vector<float> y(size_t(m) * s.n, 0.5f);
+        gemv(x.data(), s.k, m, s.k, w.data(), s.k, s.j0, s.j1, y.data(), s.n, accumulate);
+        const double worst = worst_error(x, w, y, m, s.k, s.n, s.j0, s.j1, accumulate);
+        CHECK_MESSAGE(worst < 1e-4, ILLM_TEST_ISA, " m=", m, " k=", s.k, " n=", s.n, " error ", worst);
+      }
+}
+
+TEST_CASE("the skinny product matches fp64 at 1 to 130 rows") {
+  for (int m : {1, 4, 5, 8, 9, 15, 16, 17, 24, 31, 32, 33, 47, 48, 63, 64, 65, 96, 100, 127, 128}) {
+    for (const shape& s : shapes)
+      for (bool accumulate : {false, true}) {
+        const auto x = uniform_vector(size_t(m) * s.k, 1 + m), w = uniform_vector(size_t(s.n) * s.k, 2 + s.n);
+        const int mp = (m + 15) / 16 * 16;
+        std::vector<float> xt(size_t(s.k) * mp, -1.0f), y(size_t(m) * s.n, 0.5f);
+        transpose_rows(x.data(), s.k, m, s.k, xt.data(), mp);
+        gemm_skinny(xt.data(), mp, m, s.k, w.data(), s.k, s.j0, s.j1, y.data(), s.n, accumulate);
+        const double worst = worst_error(x, w, y, m, s.k, s.n, s.j0, s.j1, accumulate);
+        CHECK_MESSAGE(worst < 1e-4, ILLM_TEST_ISA, " m=", m, " k=", s.k, " n=", s.n, " error ", worst);
+      }
+  }
+}
+
+int main(int argc, char** argv) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports(ILLM_TEST_CPU_FEATURE)) {
+    std::printf("this processor lacks %s: the %s kernels are not run here\n", ILLM_TEST_CPU_FEATURE, ILLM_TEST_ISA);
+    return 77;
+  }
+  doctest::Context context(argc, argv);
+  return context.run();
+}
