@@ -162,7 +162,7 @@ cluster_view view_of(self_ptr self) {
       v.instances.push_back({id, m.stats.total_blocks, unreserved_free(st, id, m), m.draining || m.stats.draining,
                              m.rmanager, m.instance, m.plane_address, held.count(id) ? held.at(id) : 0, m.node,
                              m.control, m.stats.replica_blocks, st.prefixes.needs_full(id), m.stats.cache_root,
-                             m.stats.cache_shared, m.kv});
+                             m.stats.cache_shared, m.kv, m.stats.waiting_blocks});
   return v;
 }
 

@@ -216,7 +216,7 @@ prefix_hits cluster::cached_prefix(const generate_params& params) {
 
 request_id cluster::submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) {
   const request_id id = next_request_++;
-  request_route route = route_request(*system_, gmanager(), view, params);
+  request_route route = route_request(*system_, gmanager(), view, params, requests_.routed());
   instance_node* first = nodes().front();
   serving_instance target = route.target ? serving_instance{route.target->instance, route.target->inst_id}
                                          : serving_instance{first->instance(), first->id()};

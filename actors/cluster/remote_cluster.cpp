@@ -221,7 +221,8 @@ std::vector<move_report> remote_cluster::moves_of(request_id id) {
 request_id remote_cluster::submit(const generate_params& params, request_callbacks callbacks,
                                   const cluster_view& view) {
   const request_id id = next_request_++;
-  request_route route = stopped_ ? request_route{} : route_request(*system_, gmanager(), view, params);
+  request_route route =
+      stopped_ ? request_route{} : route_request(*system_, gmanager(), view, params, requests_.routed());
   const instance_view* target = route.target;
   if (!target) {
     const char* why = stopped_ ? "the front end is stopping" : "the cluster has no instance that takes requests";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "actors/admission/admission_policy.hpp"
 #include "gpu/backend.hpp"
 #include "gpu/prefix_cache.hpp"
 
@@ -32,9 +33,14 @@ uint32_t cacheable_blocks(const generate_params& p) {
 
 }  // namespace
 
+double instance_load(const instance_view& i, const routed_blocks& routed) {
+  const double reported = double(i.total_blocks - std::min(i.total_blocks, i.free_blocks)) + double(i.waiting_blocks);
+  const auto sent = routed.find(i.inst_id);
+  return sent == routed.end() ? reported : std::max(reported, double(sent->second));
+}
+
 const instance_view* cheapest_instance(const cluster_view& view, uint32_t prompt_blocks, const prefix_hits& hits,
-                                       uint32_t covered) {
-  if (hits.empty()) return most_free_instance(view);
+                                       uint32_t covered, const routed_blocks& routed) {
   uint32_t anywhere = std::min(covered, prompt_blocks);
   for (const auto& [id, blocks] : hits) anywhere = std::max(anywhere, std::min(blocks, prompt_blocks));
   const instance_view* target = nullptr;
@@ -44,10 +50,10 @@ const instance_view* cheapest_instance(const cluster_view& view, uint32_t prompt
     uint32_t here = 0;
     for (const auto& [id, blocks] : hits)
       if (id == i.inst_id) here = std::min(blocks, prompt_blocks);
-    const double load = double(i.total_blocks - std::min(i.total_blocks, i.free_blocks));
     const uint32_t found = i.cache_shared ? anywhere : here;
-    const double cost = load + double(prompt_blocks - found) + remote_read_weight * double(found - here);
-    if (!target || cost < least) {
+    const double cost =
+        instance_load(i, routed) + double(prompt_blocks - found) + remote_read_weight * double(found - here);
+    if (!target || cost < least || (cost == least && i.free_blocks > target->free_blocks)) {
       target = &i;
       least = cost;
     }
@@ -86,13 +92,13 @@ prefix_hits cached_prefix_of(caf::actor_system& sys, const gmanager_actor& gm, c
 }
 
 request_route route_request(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
-                            const generate_params& p) {
+                            const generate_params& p, const routed_blocks& routed) {
   request_route route;
   route.prefix = look_up_prefix(sys, gm, view, p);
   uint32_t covered = 0;
   if (route.prefix)
     for (const auto& run : route.prefix->cover) covered += run.count;
-  route.target = cheapest_instance(view, cacheable_blocks(p), hits_of(route.prefix), covered);
+  route.target = cheapest_instance(view, cacheable_blocks(p), hits_of(route.prefix), covered, routed);
   return route;
 }
 
@@ -119,13 +125,16 @@ void request_table::spawn(caf::actor_system& sys, request_id id, const generate_
     {
       std::lock_guard lock(mutex_);
       requests_.erase(id);
+      sent_.erase(id);
     }
     if (on_finished) on_finished(f);
   };
+  const instance_id target_id = target.id;
   std::lock_guard lock(mutex_);
   caf::actor request = spawn_request(sys, std::move(r), std::move(target), std::move(callbacks), resume_elsewhere_);
   if (latest_ && latest_->newer_than(chosen_from)) caf::anon_send(request, *latest_);
   requests_[id] = std::move(request);
+  sent_[id] = {target_id, admission::blocks_needed(params.prompt.size(), params.max_tokens)};
 }
 
 void request_table::cancel(request_id id) {
@@ -147,6 +156,13 @@ void request_table::tell_view(const cluster_view& view) {
   std::lock_guard lock(mutex_);
   if (!latest_ || view.newer_than(*latest_)) latest_ = view;
   for (auto& [id, r] : requests_) caf::anon_send(r, view);
+}
+
+routed_blocks request_table::routed() {
+  std::lock_guard lock(mutex_);
+  routed_blocks out;
+  for (const auto& [id, sent] : sent_) out[sent.first] += sent.second;
+  return out;
 }
 
 size_t request_table::size() {

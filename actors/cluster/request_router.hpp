@@ -18,6 +18,14 @@ namespace illm::actors {
 /// first such one when none has any); null when the view has none.
 const instance_view* most_free_instance(const cluster_view& view);
 
+/// Blocks (prompt and max tokens) of the requests a router sent to each instance that have not ended: its own part
+/// of their load, known before any heartbeat reports it (a burst routed within one heartbeat sees it).
+using routed_blocks = std::map<instance_id, uint64_t>;
+
+/// The work on instance `i` in blocks: those in use or spoken for, and those its queued requests need, or what this
+/// router sent it when that is more (the view is a heartbeat old).
+double instance_load(const instance_view& i, const routed_blocks& routed);
+
 /// How many of a new request's first prompt blocks each instance's cache holds, as the gManager's index has it.
 using prefix_hits = std::vector<std::pair<instance_id, uint32_t>>;
 
@@ -25,13 +33,13 @@ using prefix_hits = std::vector<std::pair<instance_id, uint32_t>>;
 /// query and partials travel each step, its KV does not).
 inline constexpr double remote_read_weight = 0.25;
 
-/// Where a new request of `prompt_blocks` full prompt blocks goes when caches hold some of them: the instance of
-/// the view, not draining, where it costs least, as NVIDIA Dynamo's KV router weighs a worker: its blocks in use or
-/// spoken for, plus the prompt blocks the request would compute there (those its cache lacks). An instance that
-/// reads other caches (cache_shared) computes only what no cache holds (the first `covered` blocks are held between
-/// them), and pays remote_read_weight for each block it reads elsewhere. Without hits, the most free instance.
+/// Where a new request of `prompt_blocks` full prompt blocks goes: the instance of the view, not draining, where it
+/// costs least, as NVIDIA Dynamo's KV router weighs a worker: its load (instance_load: running and queued work),
+/// plus the prompt blocks the request would compute there (those its cache lacks). An instance that reads other
+/// caches (cache_shared) computes only what no cache holds (the first `covered` blocks are held between them), and
+/// pays remote_read_weight for each block it reads elsewhere. Of equal costs, the one with the most free blocks.
 const instance_view* cheapest_instance(const cluster_view& view, uint32_t prompt_blocks, const prefix_hits& hits,
-                                       uint32_t covered = 0);
+                                       uint32_t covered = 0, const routed_blocks& routed = {});
 
 /// What gManager `gm`'s index says of `p`'s prompt blocks (none when no instance of `view` caches, the prompt has
 /// no full block to find, or the gManager does not answer).
@@ -50,7 +58,7 @@ struct request_route {
   std::optional<prefix_holders> prefix;
 };
 request_route route_request(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
-                            const generate_params& p);
+                            const generate_params& p, const routed_blocks& routed);
 
 /// The instances of a view that take new requests, and the tokens of KV their pools hold in all.
 struct serving_capacity {
@@ -82,6 +90,8 @@ class request_table {
   void tell_view(const cluster_view& view);
   /// Requests still in flight.
   size_t size();
+  /// The blocks of the requests in flight, by the instance each was sent to.
+  routed_blocks routed();
   /// Drops every handle (after the actors are done).
   void clear();
 
@@ -89,6 +99,7 @@ class request_table {
   bool resume_elsewhere_;
   std::mutex mutex_;
   std::map<request_id, caf::actor> requests_;
+  std::map<request_id, std::pair<instance_id, uint32_t>> sent_;  ///< each request's instance and blocks
   std::optional<cluster_view> latest_;  ///< the newest view told
 };
 

@@ -52,6 +52,8 @@ struct instance_view {
   gpu::block_key cache_root;
   bool cache_shared = false;
   gpu::kv_identity kv;  ///< its pool's KV identity (join_cluster::kv)
+  /// Blocks its queued requests need (instance_stats::waiting_blocks): work routed there that has not started.
+  uint32_t waiting_blocks = 0;
   /// What other instances may move into: its spare blocks less those held for the waiting room (it refuses
   /// moves into them).
   uint32_t movable_into() const { return free_blocks - std::min(free_blocks, held_for_room); }
@@ -60,7 +62,7 @@ struct instance_view {
 };
 ILLM_INSPECT(instance_view, x.inst_id, x.total_blocks, x.free_blocks, x.draining, x.rmanager, x.instance,
              x.plane_address, x.held_for_room, x.node, x.control, x.replica_blocks, x.cache_resync, x.cache_root,
-             x.cache_shared, x.kv)
+             x.cache_shared, x.kv, x.waiting_blocks)
 
 /// gManager -> rManager (answer to join and heartbeat): the cluster as of the last heartbeats. Views are
 /// ordered by (epoch, version): a gManager that starts has a higher epoch than the one before it, and each of

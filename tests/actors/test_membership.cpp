@@ -176,7 +176,7 @@ TEST_SUITE("membership") {
     CHECK_FALSE(resync(1));
   }
 
-  TEST_CASE("a new request goes where it costs least: the blocks in use there and the prompt it would compute there") {
+  TEST_CASE("a new request goes where it costs least: the work running and queued there, and the prompt it computes") {
     caf::actor_system_config cfg;
     caf::actor_system sys{cfg};
     auto any_instance = caf::actor_cast<instance_actor>(sys.spawn([] { return caf::behavior{[](int) {}}; }));
@@ -208,6 +208,15 @@ TEST_SUITE("membership") {
     // load (40 + 1); with loads close, the holder runs it (15 + 1 against 10 + 1 + 59/4).
     CHECK(to(view(10, 40, true), 60, {{1, 59}}) == 0);
     CHECK(to(view(10, 15, true), 60, {{1, 59}}) == 1);
+    // Queued work counts: the holder of the prefix with 100 blocks of requests waiting in its queue (a batch at its
+    // limit, the pool free) loses to the idle instance; so does one that this router sent 50 blocks of requests to
+    // that the view (a heartbeat old) does not show yet.
+    cluster_view queued = view(10, 10, true);
+    queued.instances[1].waiting_blocks = 100;
+    CHECK(to(queued, 60, {{1, 59}}) == 0);
+    CHECK(to(queued, 30, {}) == 0);
+    CHECK(cheapest_instance(view(10, 20, false), 30, {}, 0, {{0, 50}})->inst_id == 1);
+    CHECK(cheapest_instance(view(10, 20, false), 30, {}, 0, {{0, 15}})->inst_id == 0);
     caf::anon_send_exit(any_instance, caf::exit_reason::user_shutdown);
   }
 

@@ -1,6 +1,7 @@
 """`illm bench` replays the Azure conversation trace (scaled to fit this machine) against `illm serve`:
 every request completes, and it reports throughput and TTFT / inter-token / end-to-end percentiles,
-with one CSV row per request."""
+with one CSV row per request. A burst of requests queued on two instances keeps both busy: the router counts the
+work queued at each (and what it sent since the last heartbeat), not only the blocks in use."""
 
 import csv
 import json
@@ -8,8 +9,10 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
-from common import Server
+from common import Server, request
 
 ILLM, REPO = sys.argv[1], sys.argv[2]
 LIMIT = 24
@@ -32,6 +35,38 @@ def closed_loop(csv_path):
     spans = [(float(r["sent_s"]), float(r["sent_s"]) + float(r["e2e_s"])) for r in rows]
     most = max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
     assert most <= 4, f"{most} requests were in flight at once"
+
+
+def burst_on_two_instances():
+    """24 clients at once on two instances that run 2 requests each: the queues fill, and each instance owns at
+    least a quarter of the requests (the router sees the work queued at each, and what it sent since the last
+    heartbeat); neither queue ever holds more than 16 (before, all 24 went to one: 22 waiting, the other idle)."""
+    samples, owners, done = [], {}, threading.Event()
+    with Server(ILLM, "--instances", "2", "--max-batch-seqs", "2") as s:
+        def poll():
+            while not done.is_set():
+                status, body = request(s.port, "GET", "/v1/cluster")
+                if status == 200:
+                    samples.append([(m["running"], m["waiting"]) for m in body["instances"]])
+                    owners.update((r["id"], r["owner"]) for r in body["requests"])
+                time.sleep(0.01)
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            result = subprocess.run([ILLM, "bench", "--url", f"http://127.0.0.1:{s.port}", "--concurrency", "24",
+                                     "--limit", "24", "--prompt-tokens", "40", "--max-output-tokens", "24",
+                                     "--csv", os.devnull, "--json"], capture_output=True, text=True, timeout=600)
+        finally:
+            done.set()
+            poller.join()
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert json.loads(result.stdout)["completed"] == 24, result.stdout
+    longest_queue = max(w for m in samples for _, w in m)
+    per_instance = [sum(1 for o in owners.values() if o == i) for i in (0, 1)]
+    print(f"burst: {len(samples)} samples of /v1/cluster; requests owned by each instance: {per_instance}; longest "
+          f"queue {longest_queue}")
+    assert len(owners) >= 12 and min(per_instance) >= len(owners) // 4, per_instance
+    assert longest_queue <= 16, longest_queue
 
 
 def main():
@@ -57,6 +92,7 @@ def main():
         assert len(rows) == LIMIT and all(r["status"] == "200" for r in rows), rows[:3]
         assert all(int(r["output_tokens"]) == int(r["max_tokens"]) for r in rows), rows[:3]
         closed_loop(out.name)
+        burst_on_two_instances()
     finally:
         os.unlink(out.name)
     print("test_bench: all checks passed")
