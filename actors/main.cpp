@@ -4,8 +4,10 @@
 
 #include "actors/cli/commands.hpp"
 #include "gpu/backend_registry.hpp"
+#include "gpu/cpu/blas_core.hpp"
 
 int main(int argc, char** argv) {
+  illm::gpu::cpu::restart_for_blas_core(argv);  // before any thread: OpenBLAS's kernels for this processor
   CLI::App app{"infinite-llm: LLM serving with attention and KV cache decoupled across instances"};
   app.require_subcommand(0, 1);
   app.set_version_flag("--version",

@@ -4,6 +4,7 @@ room prefill or not, give the same ids). A placement policy that is not one, or 
 read, is refused by name, and so is a --backend that is none or cannot run here."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -83,7 +84,38 @@ def main():
         prefilled = [m for m in report["moves"] if m["prefilled"]]
         assert bool(prefilled) == (chunks == "2"), report["moves"]
         assert report["token_ids"] == ids[0], (chunks, report["token_ids"], ids[0])
+    check_blas_core()
     print("test_cli_flags: all checks passed")
+
+
+def check_blas_core():
+    """OpenBLAS runs kernels of the processor's SIMD: where it chose an older core (a model its table lacks), illm
+    starts again with OPENBLAS_CORETYPE naming a newer one; a core the user names is kept."""
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    old = {"prescott", "core2", "penryn", "dunnington", "nehalem", "atom", "sandybridge", "barcelona", "bulldozer",
+           "piledriver", "steamroller", "excavator", "opteron", "opteron(sse3)", "unknown"}
+
+    def cores(env):
+        result = subprocess.run([ILLM, "--version"], capture_output=True, text=True, timeout=60,
+                                env={**os.environ, **env})
+        assert result.returncode == 0, result.stderr
+        return [line.split(":", 1)[1].strip().lower() for line in (result.stdout + result.stderr).splitlines()
+                if line.startswith("Core:")]
+
+    plain = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    chosen = cores({**plain, "OPENBLAS_VERBOSE": "2"})
+    if not chosen:
+        print("this build's OpenBLAS does not say its core: nothing to check")
+        return
+    if {"avx2", "fma"} <= flags:
+        assert chosen[-1] not in old, chosen
+    assert cores({"OPENBLAS_VERBOSE": "2", "OPENBLAS_CORETYPE": "Prescott"}) == ["prescott"]
+    print(f"OpenBLAS cores of `illm --version`: {' then '.join(chosen)}")
 
 
 if __name__ == "__main__":
