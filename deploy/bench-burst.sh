@@ -9,18 +9,19 @@
 # and the step time at batch 64 (64 / its rate). Printed beside the run: wall time against bound / 0.7; the
 # inter-token latency p50 against 1.5 x that step; the longest time an instance sat idle (nothing running, nothing
 # queued) while the other had requests queued, from GET /v1/cluster polled every 10 ms, against one heartbeat
-# (20 ms; the figures are a heartbeat old). Each illm run with stall-free mixed steps off and on (MIXED, default
-# "0 256": --mixed-step-tokens). Every process gets the same THREADS (default 2): the engine bench, each illm
+# (20 ms; the figures are a heartbeat old). illm runs once per configuration of CONFIGS (flags of `illm serve`,
+# separated by ";"; default: as it comes, stall-free mixed steps of 256 tokens, and prefill every 4 steps in chunks
+# of 2048). Every process gets the same THREADS (default 2): the engine bench, each illm
 # server (THREADS / 2 for each of its two instances) and llama-server. Measures only; asserts nothing about speed.
 #
-# SERVE_FLAGS adds flags to each illm server (e.g. "--max-batch-seqs 32"); LLAMA=0 leaves llama-server out.
+# LLAMA=0 leaves llama-server out; ILLM names another illm binary.
 #
-# Usage: [THREADS=2] [MIXED="0 256"] [SERVE_FLAGS=...] [TRACE=../shared/traces/azure2023_conv.csv] [LLAMA=1]
-#        deploy/bench-burst.sh
+# Usage: [THREADS=2] [CONFIGS="FLAGS;FLAGS..."] [TRACE=../shared/traces/azure2023_conv.csv] [LLAMA=1]
+#        [ILLM=build/illm] deploy/bench-burst.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads="${THREADS:-2}"
-mixed="${MIXED:-0 256}"
+configs="${CONFIGS-;--mixed-step-tokens 256;--max-batch-tokens 2048 --prefill-every-steps 4}"
 trace="${TRACE:-../shared/traces/azure2023_conv.csv}"
 illm="${ILLM:-build/illm}"
 [ -x "$illm" ] || { echo "bench-burst: build $illm first (cmake -S . -B build && cmake --build build -j2)" >&2; exit 2; }
@@ -98,6 +99,7 @@ print(f"{engine}{label} {run['completed']} {run['failed']} {run['prompt_tokens']
 EOF
 }
 
+machine_line
 python3 - "$work/engine.json" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -105,11 +107,15 @@ d = {x["batch"]: x["tokens_per_second"] for x in r["decode"]}
 print(f"engine (illm bench engine --model-only): prefill 512 {r['prefill']['tokens_per_second']:.0f} tok/s, "
       f"decode batch 1 {d[1]:.0f}, 16 {d[16]:.0f}, 64 {d[64]:.0f} tok/s (step at 64: {64 / d[64] * 1000:.1f} ms)")
 EOF
-echo "server completed refused prompt_tokens output_tokens wall_s target_wall_s itl_p50_ms target_itl_ms" \
+echo "server [flags] completed refused prompt_tokens output_tokens wall_s target_wall_s itl_p50_ms target_itl_ms" \
   "ttft_p50_s output_tok_s longest_idle_ms"
 : >"$work/results"
-read -r -a serve_flags <<<"${SERVE_FLAGS:-}"
-for m in $mixed; do burst_once illm " mixed=$m${SERVE_FLAGS:+ $SERVE_FLAGS}" --mixed-step-tokens "$m" "${serve_flags[@]}"; done
+IFS=';' read -r -a config_list <<<"$configs"
+[ "${configs: -1}" = ";" ] && config_list+=("")  # a trailing empty configuration
+for config in "${config_list[@]}"; do
+  read -r -a flags <<<"$config"
+  burst_once illm "${config:+ $config}" "${flags[@]}"
+done
 if [ "${LLAMA:-1}" = 1 ]; then
   build_llama
   convert_model >/dev/null

@@ -27,3 +27,14 @@ wait_healthy() {  # port log [seconds]
   echo "$bench_name: no /health after $seconds s" >&2
   exit 1
 }
+
+# The machine a benchmark ran on: the processor's model, the SIMD extensions illm's kernels can use, the cores.
+machine_line() {
+  local model flags simd=()
+  model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2-) "
+  for f in avx2:AVX2 fma:FMA f16c:F16C avx_vnni:AVX-VNNI avx512f:AVX-512 avx512_vnni:AVX-512-VNNI avx512_bf16:AVX-512-BF16; do
+    [[ "$flags" == *" ${f%%:*} "* ]] && simd+=("${f##*:}")
+  done
+  echo "machine: ${model:-unknown processor}; SIMD: ${simd[*]:-none beyond SSE}; $(nproc) cores"
+}

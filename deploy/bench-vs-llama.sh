@@ -139,6 +139,7 @@ build_llama
 convert_model
 echo "llama.cpp: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tag"])' "$llama/llama.cpp.info.json") \
 from $package; model $gguf; $threads threads; prompts of $prompt_tokens tokens, $output_tokens output tokens"
+machine_line
 echo "round kind engine metric value (served: tok/s ttft_p50_ms ttft_p99_ms output_tokens server_cores client_cores)"
 : >"$work/results"
 for round in $(seq "$rounds"); do

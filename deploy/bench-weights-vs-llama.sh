@@ -145,3 +145,4 @@ print(f"served_cC: output tok/s of illm serve and llama-server under C streaming
 print("GB/s_b1: weight bytes read per second at batch 1 (the file's bytes for llama.cpp, illm's held weights for illm);"
       " the bound is memory_GB/s.")
 PY
+machine_line

@@ -114,6 +114,7 @@ std::vector<batcher::planned> batcher::pick(const std::vector<const sequence*>& 
   const bool decodes = !batch.empty() && !batch.front().seq->foreign();
   if (decodes && options_.mixed_step_tokens > 0)
     budget = std::min(budget, std::max(0, options_.mixed_step_tokens - taken));
+  if (decodes && steps_since_prefill_ + 1 < options_.prefill_every_steps) budget = 0;
   int scored = options_.max_scored_tokens;  // prompt tokens whose log probabilities the step may compute
   for (const auto& s : active_) {
     const int pending = int(s->tokens.size()) - s->n_cached;
@@ -227,6 +228,10 @@ status batcher::plan(step_plan& out) {
     if (sitting_out.size() == before) break;
   }
   retire();  // sequences that could never fit
+  const bool prefills = std::any_of(batch.begin(), batch.end(), [](const planned& p) {
+    return !p.seq->foreign() && int(p.seq->tokens.size()) - p.seq->n_cached > 1;
+  });
+  if (!batch.empty()) steps_since_prefill_ = prefills ? 0 : steps_since_prefill_ + 1;
   for (const planned& p : batch) {
     sequence& s = *p.seq;
     const bool completes = s.n_cached + p.n_tokens == int(s.tokens.size()) && !s.foreign();

@@ -2,7 +2,8 @@
 // Continuous batching over one engine: every step takes one decode token from each running sequence,
 // then the chunks it computes for other instances' requests (each whole), and fills the rest of the
 // token budget with prefill chunks, first come first served (a step with decode tokens up to a smaller
-// budget, when one is set, so that prompts spread over the decode steps). A sequence
+// budget, when one is set, so that prompts spread over the decode steps; or, when set, prefill chunks only every
+// few steps, so that most steps are decode alone). A sequence
 // keeps every token it has (prompt and generated), so it can always be rebuilt: when blocks run out,
 // the newest sequence is preempted by recompute (its blocks freed, its KV computed again later), or,
 // where the caller can find blocks elsewhere, the short sequence waits for them.
@@ -155,6 +156,10 @@ struct batcher_options {
   /// A step that carries decode tokens takes prefill chunks only up to this many tokens in all (0: up to
   /// max_batch_tokens), so that a prompt's prefill spreads over the decode steps rather than stalling them.
   int mixed_step_tokens = 0;
+  /// A step that carries decode tokens takes prefill chunks only when this many steps have passed since the last
+  /// one that did (1: every step): prompts come in fewer, larger chunks (max_batch_tokens raised to match), and
+  /// most steps of the running sequences carry none, so that their inter-token time is a decode step's.
+  int prefill_every_steps = 1;
   /// Prompt tokens whose log probabilities one step may compute (sequence::prompt_logprobs): the engine's
   /// engine_options::max_scored_tokens.
   int max_scored_tokens = 128;
@@ -253,6 +258,7 @@ class batcher {
   std::deque<std::shared_ptr<sequence>> active_;  // admission order: oldest first
   std::vector<std::shared_ptr<sequence>> finished_;
   int last_tokens_ = 0, last_decodes_ = 0, last_recomputed_ = 0;
+  int steps_since_prefill_ = 1 << 20;  ///< steps planned since the last that took a prefill chunk
 };
 
 }  // namespace illm::gpu

@@ -170,6 +170,7 @@ gpu::batcher_options batch_options(self_ptr self) {
   o.max_batch_tokens = self->state.config.batch.max_batch_tokens;
   o.max_batch_seqs = self->state.config.batch.max_batch_seqs;
   o.mixed_step_tokens = self->state.config.batch.mixed_step_tokens;
+  o.prefill_every_steps = self->state.config.batch.prefill_every_steps;
   o.on_shortage = [self](const gpu::sequence& seq, uint32_t short_by) { return on_shortage(self, seq, short_by); };
   return o;
 }

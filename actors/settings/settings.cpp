@@ -13,6 +13,10 @@ const std::vector<int_setting<batch_settings>>& batch_settings_table() {
       {"mixed_step_tokens", &batch_settings::mixed_step_tokens, 0, 1 << 16,
        "a step with decode tokens prefills up to this many tokens in all, spreading prompts over the decode steps "
        "(0: up to max_batch_tokens)"},
+      {"prefill_every_steps", &batch_settings::prefill_every_steps, 1, 1024,
+       "a step with decode tokens takes prefill chunks only when this many steps have passed since the last that "
+       "did: prompts come in fewer, larger chunks (raise max_batch_tokens to match) and most steps of the running "
+       "requests are decode alone (1: every step)"},
       {"overlap_min_tokens", &batch_settings::overlap_min_tokens, 0, 1 << 20,
        "steps of this many tokens with remote blocks run as two lanes, dense beside remote attention (0: never)"},
       {"room_prefill_min_chunks", &batch_settings::room_prefill_min_chunks, 0, 1 << 20,

@@ -59,6 +59,7 @@ struct batch_settings {
   int mixed_step_tokens = 0;
   int overlap_min_tokens = gpu::engine_options{}.overlap_min_tokens;
   int room_prefill_min_chunks = default_room_prefill_min_chunks;
+  int prefill_every_steps = 1;
 };
 
 /// Every batch setting: key, range, meaning.

@@ -256,6 +256,9 @@ gpu::result<resolved_options> resolve(const sim_options& o) {
   if (o.batch.mixed_step_tokens < 0 && o.batch.mixed_step_tokens != auto_mixed_step_tokens)
     return gpu::status{gpu::status_code::invalid_argument,
                        fmt::format("the mixed step tokens must be 0 or more ({})", o.batch.mixed_step_tokens)};
+  if (o.batch.prefill_every_steps != 1)
+    return gpu::status{gpu::status_code::invalid_argument,
+                       "the simulator prefills in every step (--prefill-every-steps is the runtime's)"};
   if (!(o.kv_scale > 0) || !(o.timeline_period_s >= 0))
     return gpu::status{gpu::status_code::invalid_argument,
                        fmt::format("the KV scale must be above 0 ({}) and the timeline period not below 0 ({})",

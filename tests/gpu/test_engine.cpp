@@ -132,6 +132,25 @@ std::shared_ptr<gpu::sequence> prompt_of(uint64_t id, int tokens) {
   return s;
 }
 
+/// Runs steps of a batcher with `options` over a prompt of 10 tokens and one of 200 (added in that order, 4 tokens
+/// each to generate), checking the tokens of each step's entries.
+void check_step_sizes(const gpu::batcher_options& options, const std::vector<std::vector<int>>& steps) {
+  auto pool = gpu::kv_pool::create(test::cpu_device(), {1, 1, 4, gpu::dtype::f32}, 32).value();
+  refusing_source source(pool, 0);
+  gpu::batcher runner(source, options);
+  runner.add(prompt_of(1, 10));
+  runner.add(prompt_of(2, 200));
+  for (const std::vector<int>& expected : steps) {
+    gpu::step_plan plan;
+    REQUIRE(runner.plan(plan).is_ok());
+    std::vector<int> got;
+    for (const auto& e : plan.entries) got.push_back(e.n_tokens);
+    CHECK(got == expected);
+    plan.sampled.assign(plan.params.size(), 7);
+    runner.complete(plan);
+  }
+}
+
 /// Notes, as each round of remote jobs goes out, how far the blocks a foreign chunk fills lag behind the layer
 /// attended (in two lanes, the chunk's blocks are marked once its last part, in the second lane, is stored),
 /// and passes the jobs on.
@@ -305,25 +324,21 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a step with decode tokens prefills only up to the mixed-step budget; one without takes the whole") {
-    auto pool = gpu::kv_pool::create(test::cpu_device(), {1, 1, 4, gpu::dtype::f32}, 32).value();
-    refusing_source source(pool, 0);
     gpu::batcher_options options{64, 4};
     options.mixed_step_tokens = 24;
-    gpu::batcher runner(source, options);
-    runner.add(prompt_of(1, 10));
-    runner.add(prompt_of(2, 200));
-    auto step = [&](std::vector<int> expected_tokens) {
-      gpu::step_plan plan;
-      REQUIRE(runner.plan(plan).is_ok());
-      std::vector<int> got;
-      for (const auto& e : plan.entries) got.push_back(e.n_tokens);
-      CHECK(got == expected_tokens);
-      plan.sampled.assign(plan.params.size(), 7);
-      runner.complete(plan);
-    };
-    step({10, 54});  // nothing decodes yet: the whole budget of 64
-    step({1, 23});   // sequence 1 decodes: 24 tokens in all
-    step({1, 23});
+    check_step_sizes(options, {{10, 54},    // nothing decodes yet: the whole budget of 64
+                               {1, 23},     // sequence 1 decodes: 24 tokens in all
+                               {1, 23}});
+  }
+
+  TEST_CASE("a step with decode tokens prefills only every few steps when asked; one without always does") {
+    gpu::batcher_options options{64, 4};
+    options.prefill_every_steps = 3;
+    check_step_sizes(options, {{10, 54},  // nothing decodes yet: the whole budget
+                               {1},       // sequence 1 decodes: two steps without prefill,
+                               {1},
+                               {1, 63},   // then the third takes a chunk again
+                               {64}});    // sequence 1 ended (4 tokens): nothing decodes, the whole budget
   }
 
   TEST_CASE("dropping one pool's partial changes the output") {
@@ -460,12 +475,14 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("continuous batching gives each sequence its ids alone, its prefill spread over decode steps or not") {
-    for (const int mixed_step_tokens : {0, 12}) {
+    for (const auto [mixed_step_tokens, prefill_every_steps] : {std::pair{0, 1}, std::pair{12, 1}, std::pair{0, 3}}) {
       CAPTURE(mixed_step_tokens);
+      CAPTURE(prefill_every_steps);
       one_pool_rig rig(64, 8, 256);
       auto& [eng, pool, view, source] = rig;
       gpu::batcher_options options{64, 8};
       options.mixed_step_tokens = mixed_step_tokens;
+      options.prefill_every_steps = prefill_every_steps;
       gpu::batcher runner(*eng, source, options);
       std::vector<std::shared_ptr<gpu::sequence>> seqs;
       const auto& cases = test::golden()["cases"];
