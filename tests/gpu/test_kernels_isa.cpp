@@ -1,8 +1,8 @@
-// The cpu product kernels compiled for one SIMD level (ILLM_TEST_ISA, the -march this executable was built with,
+// The cpu product kernels (f32, and the integer products of block-type weights) compiled for one SIMD level (ILLM_TEST_ISA, the -march this executable was built with,
 // whatever the rest of the build targets), against fp64: so that the AVX2 and SSE paths are checked on machines
 // whose native build takes AVX-512, and the other way round. Exits 77 (CTest's skip) where the processor lacks
 // the level. Every tile shape is reached: m = 1..4 (gemv), 5..16 (one or two vectors), 17..128 (groups of rows),
-// and weight-row counts that leave remainders after whole tiles.
+// and weight-row counts that leave remainders after whole tiles and panels.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -14,8 +14,11 @@
 #include <vector>
 
 #include "gpu/cpu/kernels.hpp"
+#include "gpu/cpu/typed_gemm.hpp"
+#include "gpu/quant/blocks.hpp"
 
 using namespace illm::gpu::cpu;
+namespace gpu = illm::gpu;
 
 namespace {
 
@@ -71,6 +74,35 @@ TEST_CASE("the skinny product matches fp64 at 1 to 130 rows") {
         const double worst = worst_error(x, w, y, m, s.k, s.n, s.j0, s.j1, accumulate);
         CHECK_MESSAGE(worst < 1e-4, ILLM_TEST_ISA, " m=", m, " k=", s.k, " n=", s.n, " error ", worst);
       }
+  }
+}
+
+TEST_CASE("products with block-type weights match fp64 over the values they read, at 1 to 65 rows") {
+  const int k = 512, n = 70, j0 = 3, j1 = 69;  // two panels of 32 weight rows and a remainder; an odd start
+  for (gpu::dtype type : {gpu::dtype::q8_0, gpu::dtype::q5_0, gpu::dtype::q4_k, gpu::dtype::q6_k}) {
+    std::vector<uint8_t> w(gpu::row_bytes(type, k) * n);
+    gpu::quantize(type, uniform_vector(size_t(n) * k, 7).data(), size_t(n) * k, w.data());
+    std::vector<float> wf(size_t(n) * k), xf(k);
+    gpu::dequantize(type, w.data(), size_t(n) * k, wf.data());
+    for (int m : {1, 2, 3, 4, 5, 8, 17, 64, 65}) {
+      const auto x = uniform_vector(size_t(m) * k, 11 + m);
+      quantized_rows xq;
+      xq.resize(m, k, int(gpu::block_elements(type)));
+      xq.quantize(x.data(), k, 0, m);
+      std::vector<float> y(size_t(m) * n, 0.5f);
+      gemm_blocks(xq, m, type, w.data(), gpu::row_bytes(type, k), j0, j1, y.data(), n, true);
+      double worst = 0;
+      for (int i = 0; i < m; ++i) {
+        xq.dequantize(i, xf.data());
+        for (int j = 0; j < n; ++j) {
+          double want = 0.5;
+          if (j >= j0 && j < j1)
+            for (int d = 0; d < k; ++d) want += double(xf[size_t(d)]) * wf[size_t(j) * k + d];
+          worst = std::max(worst, std::abs(want - y[size_t(i) * n + j]));
+        }
+      }
+      CHECK_MESSAGE(worst < 2e-3, ILLM_TEST_ISA, " ", std::string(gpu::to_string(type)), " m=", m, " error ", worst);
+    }
   }
 }
 
