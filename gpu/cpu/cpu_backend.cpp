@@ -32,6 +32,22 @@ void over_rows(thread_pool& pool, int64_t n, int64_t floats, Rows&& rows) {
     pool.parallel_for(n, rows);
 }
 
+/// Weight rows [0, n) of a 16-bit type in panels of `panel` rows, split over the pool's threads: each panel widened
+/// to fp32 (rows k floats apart) in the thread's own buffer, then fn(first row, rows, the widened panel).
+template <typename Fn>
+void for_each_widened_panel(thread_pool& pool, int panel, int k, int n, const uint8_t* w, dtype type,
+                            size_t w_row_bytes, Fn&& fn) {
+  pool.parallel_for((n + panel - 1) / panel, [&](int64_t p0, int64_t p1) {
+    thread_local std::vector<float> rows;
+    rows.resize(size_t(panel) * size_t(k));
+    for (int64_t p = p0; p < p1; ++p) {
+      const int j0 = int(p * panel), count = std::min(panel, n - j0);
+      for (int r = 0; r < count; ++r) widen(type, w + size_t(j0 + r) * w_row_bytes, k, rows.data() + size_t(r) * k);
+      fn(j0, count, rows.data());
+    }
+  });
+}
+
 }  // namespace
 
 cpu_backend::cpu_backend(int n_threads, cpu_mode mode)
@@ -120,6 +136,8 @@ void cpu_backend::gemm_typed(const float* x, size_t ldx, int m, int k, const uin
     pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
       gemm_halves(x, ldx, m, k, type, w, w_row_bytes, int(j0), int(j1), y, ldy, accumulate);
     });
+  } else if (blas_halves(x, ldx, m, k, w, type, w_row_bytes, n, y, ldy, accumulate)) {
+    return;
   } else {
     // Batches: the rows of x transposed once per skinny_rows_max of them, each panel of weight rows widened to
     // fp32 once per pass, then the skinny product.
@@ -128,18 +146,29 @@ void cpu_backend::gemm_typed(const float* x, size_t ldx, int m, int k, const uin
       const int mi = std::min(skinny_rows_max, m - i0), mp = (mi + 15) / 16 * 16;
       transposed_.resize(size_t(k) * mp);
       transpose_rows(x + size_t(i0) * ldx, ldx, mi, k, transposed_.data(), mp);
-      pool_.parallel_for((n + panel - 1) / panel, [&](int64_t p0, int64_t p1) {
-        thread_local std::vector<float> rows;
-        rows.resize(size_t(panel) * size_t(k));
-        for (int64_t p = p0; p < p1; ++p) {
-          const int j0 = int(p * panel), count = std::min(panel, n - j0);
-          for (int r = 0; r < count; ++r) widen(type, w + size_t(j0 + r) * w_row_bytes, k, rows.data() + size_t(r) * k);
-          gemm_skinny(transposed_.data(), mp, mi, k, rows.data(), size_t(k), 0, count, y + size_t(i0) * ldy + j0, ldy,
-                      accumulate);
-        }
+      for_each_widened_panel(pool_, panel, k, n, w, type, w_row_bytes, [&](int j0, int count, const float* rows) {
+        gemm_skinny(transposed_.data(), mp, mi, k, rows, size_t(k), 0, count, y + size_t(i0) * ldy + j0, ldy,
+                    accumulate);
       });
     }
   }
+}
+
+bool cpu_backend::blas_halves(const float* x, size_t ldx, int m, int k, const uint8_t* w, dtype type,
+                              size_t w_row_bytes, int n, float* y, size_t ldy, bool accumulate) {
+#if ILLM_HAVE_BLAS
+  // More rows than the skinny product takes (a prefill): each panel of weight rows widened to fp32 once, then one
+  // sgemm of every row of x against it (the skinny product would widen the weights again per 128 rows).
+  if (m <= skinny_rows_max) return false;
+  constexpr int panel = 64;
+  for_each_widened_panel(pool_, panel, k, n, w, type, w_row_bytes, [&](int j0, int count, const float* rows) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, count, k, 1.0f, x, int(ldx), rows, k,
+                accumulate ? 1.0f : 0.0f, y + j0, int(ldy));
+  });
+  return true;
+#else
+  return false;
+#endif
 }
 
 void cpu_backend::gemm_typed_reference(const float* x, size_t ldx, int m, int k, const uint8_t* w, dtype type,

@@ -41,6 +41,10 @@ class cpu_backend final : public backend {
   };
   /// Cuts the jobs into items: decode jobs by block ranges, prefill jobs by (kv head, token tile),
   /// and long jobs further by block ranges (FlashDecoding) when there are too few items for the pool.
+  /// y = x * w^T for more than skinny_rows_max rows of x and 16-bit weights through OpenBLAS, each panel of weight
+  /// rows widened once; false (nothing done) in a build without BLAS or for fewer rows.
+  bool blas_halves(const float* x, size_t ldx, int m, int k, const uint8_t* w, dtype type, size_t w_row_bytes, int n,
+                   float* y, size_t ldy, bool accumulate);
   /// y = x * w^T for m <= skinny_rows_max rows through transpose_rows and gemm_skinny.
   void gemm_rows_skinny(const float* x, size_t ldx, int m, int k, const float* w, size_t ldw, int n, float* y,
                         size_t ldy, bool accumulate);
