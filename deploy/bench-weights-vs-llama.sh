@@ -8,7 +8,8 @@
 # --instances 1 --kv-type f16` against `llama-server -np C` (f16 KV too), a fresh server per file (and per C for
 # llama-server), loaded by `illm bench --url` (a closed loop of C streaming clients, 2C requests of PROMPT_TOKENS
 # random token ids and OUTPUT_TOKENS tokens out with ignore_eos; the usage counts checked whole), which engine goes
-# first alternating by round; and the ratios illm / llama.cpp. The files are cached in
+# first alternating by round; and the ratios illm / llama.cpp, then the machine (processor, SIMD, cores). The files
+# are cached in
 # ${ILLM_CACHE:-~/.cache/illm}/bench-weights (2.3 + 1.3 + 0.8 GB, written once, about a minute); illm serve keeps
 # each file's placement profile in its profile cache after its first start. About 20 minutes a round.
 # Usage: [ROUNDS=3] [THREADS=2] [SHAPE=llama3.2-1b] [PROMPT_TOKENS=16] [OUTPUT_TOKENS=32]
