@@ -10,6 +10,13 @@
 
 namespace illm::gpu {
 
+/// The 16 bits stored at p (a scale or weight of a stored tensor, unaligned).
+inline uint16_t read_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
 /// The bits of a float.
 inline uint32_t float_bits(float f) {
   uint32_t u;

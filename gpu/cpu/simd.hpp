@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX512F__)
+#if defined(__AVX__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
+
+#include "gpu/half.hpp"
 
 namespace illm::gpu::cpu {
 
@@ -93,5 +95,23 @@ inline f32x16 exp16(f32x16 x) {
   const f32x16 result = p * scale;
   return x < lo ? f32x16{} : result;
 }
+
+/// The f16 stored at p as a float: one instruction with F16C (a block's scale is read once per 32 weights).
+inline float read_half(const uint8_t* p) {
+#if defined(__F16C__)
+  return _cvtsh_ss(read_u16(p));
+#else
+  return f16_to_float(read_u16(p));
+#endif
+}
+
+#if defined(__AVX__)
+/// The sum of an AVX register's 8 floats.
+inline float sum8(__m256 v) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+#endif
 
 }  // namespace illm::gpu::cpu

@@ -55,21 +55,6 @@ void quantized_rows::dequantize(int i, float* out) const {
 
 namespace {
 
-uint16_t read_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
-/// The f16 scale at p as a float: one instruction with F16C (a block's scale is read once per 32 weights).
-inline float read_half(const uint8_t* p) {
-#if defined(__F16C__)
-  return _cvtsh_ss(read_u16(p));
-#else
-  return f16_to_float(read_u16(p));
-#endif
-}
-
 /// A block-type weight row laid out for the integer products. Value e is
 ///   block_scale[e / block] * lane_scale(e) * (level[e] - offset) (- a min, for q4_k),
 /// and every term that is not level[e] times something per 16 values is folded into `offsets`: the row's dot with
@@ -214,12 +199,6 @@ inline __m256i add_scaled(__m256i acc, __m256i pairs, __m256i scales) {
 #else
   return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, scales));
 #endif
-}
-
-inline float sum8(__m256 v) {
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
 
 /// The integer part of one weight row against R activation rows: out[r] = sum_b block_scale * xscale_r * ints.
@@ -476,46 +455,6 @@ int fused_rows(dtype, const uint8_t*, size_t, int, int, const quantized_rows&, i
 
 #endif
 
-#if defined(__AVX2__) && defined(__F16C__)
-
-/// 8 values of a 16-bit weight row widened to fp32.
-inline __m256 widen8(dtype type, const uint8_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  if (type == dtype::f16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-/// M rows of x against weight rows [j0, j1) of f16 or bf16, widened in registers (the decode path).
-template <int M>
-void halves_rows(const float* x, size_t ldx, int k, dtype type, const uint8_t* w, size_t w_row_bytes, int j0, int j1,
-                 float* y, size_t ldy, bool accumulate) {
-  for (int j = j0; j < j1; ++j) {
-    const uint8_t* row = w + size_t(j) * w_row_bytes;
-    __m256 even[M], odd[M];
-    for (int i = 0; i < M; ++i) even[i] = odd[i] = _mm256_setzero_ps();
-    int d = 0;
-    for (; d + 16 <= k; d += 16) {
-      const __m256 w0 = widen8(type, row + 2 * d), w1 = widen8(type, row + 2 * d + 16);
-      for (int i = 0; i < M; ++i) {
-        even[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + size_t(i) * ldx + d), even[i]);
-        odd[i] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + size_t(i) * ldx + d + 8), odd[i]);
-      }
-    }
-    float tail[M] = {};
-    for (; d < k; ++d) {
-      float v;
-      widen(type, row + 2 * d, 1, &v);
-      for (int i = 0; i < M; ++i) tail[i] += v * x[size_t(i) * ldx + d];
-    }
-    for (int i = 0; i < M; ++i) {
-      float& out = y[size_t(i) * ldy + j];
-      out = (accumulate ? out : 0.0f) + sum8(_mm256_add_ps(even[i], odd[i])) + tail[i];
-    }
-  }
-}
-
-#endif
-
 /// Rows of activations read against each unpacked weight row before the next: enough to reuse the unpacking,
 /// few enough to stay in the core's cache.
 constexpr int rows_per_pass = 64;
@@ -572,47 +511,6 @@ void gemm_blocks(const quantized_rows& x, int m, dtype type, const uint8_t* w, s
         }
       }
     }
-  }
-}
-
-void widen(dtype type, const uint8_t* src, int n, float* out) {
-  if (type == dtype::f32) {
-    std::memcpy(out, src, sizeof(float) * size_t(n));
-  } else if (type == dtype::bf16) {
-    for (int i = 0; i < n; ++i) {
-      const uint32_t bits = uint32_t(read_u16(src + 2 * i)) << 16;
-      std::memcpy(out + i, &bits, 4);
-    }
-  } else {
-    int i = 0;
-#if defined(__F16C__)
-    for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))));
-#endif
-    for (; i < n; ++i) out[i] = read_half(src + 2 * i);
-  }
-}
-
-void gemm_halves(const float* x, size_t ldx, int m, int k, dtype type, const uint8_t* w, size_t w_row_bytes, int j0,
-                 int j1, float* y, size_t ldy, bool accumulate) {
-#if defined(__AVX2__) && defined(__F16C__)
-  for (int i = 0; i < m; i += 4) {
-    const float* xi = x + size_t(i) * ldx;
-    float* yi = y + size_t(i) * ldy;
-    switch (std::min(4, m - i)) {
-      case 1: halves_rows<1>(xi, ldx, k, type, w, w_row_bytes, j0, j1, yi, ldy, accumulate); break;
-      case 2: halves_rows<2>(xi, ldx, k, type, w, w_row_bytes, j0, j1, yi, ldy, accumulate); break;
-      case 3: halves_rows<3>(xi, ldx, k, type, w, w_row_bytes, j0, j1, yi, ldy, accumulate); break;
-      default: halves_rows<4>(xi, ldx, k, type, w, w_row_bytes, j0, j1, yi, ldy, accumulate); break;
-    }
-  }
-  return;
-#endif
-  thread_local std::vector<float> row;
-  row.resize(size_t(k));
-  for (int j = j0; j < j1; ++j) {
-    widen(type, w + size_t(j) * w_row_bytes, k, row.data());
-    gemv(x, ldx, m, k, row.data(), size_t(k), 0, 1, y + j, ldy, accumulate);
   }
 }
 

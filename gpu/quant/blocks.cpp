@@ -10,12 +10,6 @@ namespace illm::gpu {
 
 namespace {
 
-uint16_t read_u16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
 void write_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
 
 int nearest(float x) { return int(std::lrintf(x)); }
