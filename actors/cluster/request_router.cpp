@@ -125,7 +125,6 @@ void request_table::spawn(caf::actor_system& sys, request_id id, const generate_
     {
       std::lock_guard lock(mutex_);
       requests_.erase(id);
-      sent_.erase(id);
     }
     if (on_finished) on_finished(f);
   };
@@ -133,35 +132,34 @@ void request_table::spawn(caf::actor_system& sys, request_id id, const generate_
   std::lock_guard lock(mutex_);
   caf::actor request = spawn_request(sys, std::move(r), std::move(target), std::move(callbacks), resume_elsewhere_);
   if (latest_ && latest_->newer_than(chosen_from)) caf::anon_send(request, *latest_);
-  requests_[id] = std::move(request);
-  sent_[id] = {target_id, admission::blocks_needed(params.prompt.size(), params.max_tokens)};
+  requests_[id] = {std::move(request), target_id, admission::blocks_needed(params.prompt.size(), params.max_tokens)};
 }
 
 void request_table::cancel(request_id id) {
   std::lock_guard lock(mutex_);
-  if (auto it = requests_.find(id); it != requests_.end()) caf::anon_send(it->second, cancel_request{id});
+  if (auto it = requests_.find(id); it != requests_.end()) caf::anon_send(it->second.actor, cancel_request{id});
 }
 
 void request_table::cancel_all() {
   std::lock_guard lock(mutex_);
-  for (auto& [id, r] : requests_) caf::anon_send(r, cancel_request{id});
+  for (auto& [id, r] : requests_) caf::anon_send(r.actor, cancel_request{id});
 }
 
 void request_table::exit_all() {
   std::lock_guard lock(mutex_);
-  for (auto& [id, r] : requests_) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
+  for (auto& [id, r] : requests_) caf::anon_send_exit(r.actor, caf::exit_reason::user_shutdown);
 }
 
 void request_table::tell_view(const cluster_view& view) {
   std::lock_guard lock(mutex_);
   if (!latest_ || view.newer_than(*latest_)) latest_ = view;
-  for (auto& [id, r] : requests_) caf::anon_send(r, view);
+  for (auto& [id, r] : requests_) caf::anon_send(r.actor, view);
 }
 
 routed_blocks request_table::routed() {
   std::lock_guard lock(mutex_);
   routed_blocks out;
-  for (const auto& [id, sent] : sent_) out[sent.first] += sent.second;
+  for (const auto& [id, r] : requests_) out[r.instance] += r.blocks;
   return out;
 }
 

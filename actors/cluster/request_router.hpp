@@ -98,8 +98,13 @@ class request_table {
  private:
   bool resume_elsewhere_;
   std::mutex mutex_;
-  std::map<request_id, caf::actor> requests_;
-  std::map<request_id, std::pair<instance_id, uint32_t>> sent_;  ///< each request's instance and blocks
+  /// A request in flight: its actor, and the instance it was sent to with the blocks it needs there.
+  struct in_flight {
+    caf::actor actor;
+    instance_id instance = 0;
+    uint32_t blocks = 0;
+  };
+  std::map<request_id, in_flight> requests_;
   std::optional<cluster_view> latest_;  ///< the newest view told
 };
 

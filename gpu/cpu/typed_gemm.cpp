@@ -371,24 +371,6 @@ void fused_q6_k(const uint8_t* row, int k, const activation_rows<R>& x, float* o
   for (int r = 0; r < R; ++r) out[r] = sum8(_mm256_sub_ps(total[r], offsets[r]));
 }
 
-/// A q8_0 row against R activation rows.
-template <int R>
-void fused_q8_0(const uint8_t* row, int k, const activation_rows<R>& x, float* out) {
-  __m256 total[R];
-  for (int r = 0; r < R; ++r) total[r] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int b = 0; b < k / 32; ++b) {
-    const uint8_t* blk = row + size_t(b) * 34;
-    const float d = read_half(blk);
-    const __m256i w = load32(blk + 2);
-    for (int r = 0; r < R; ++r) {
-      const __m256i p = _mm256_madd_epi16(pair_products<true>(w, load32(x.q[r] + 32 * b)), ones);
-      total[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * x.scale[r][b]), total[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) out[r] = sum8(total[r]);
-}
-
 /// The 32-bit sums of 4 adjacent products of the int8 levels w and x, from |w| and x with w's signs.
 inline __m256i products_of_signed(__m256i w_abs, __m256i x_signed) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -400,31 +382,33 @@ inline __m256i products_of_signed(__m256i w_abs, __m256i x_signed) {
 #endif
 }
 
-/// Two q8_0 rows against R activation rows: each activation vector loaded once for both (a tile of 2 x R sums).
-template <int R>
-void fused_q8_0_pair(const uint8_t* row0, const uint8_t* row1, int k, const activation_rows<R>& x, float* out0,
-                     float* out1) {
-  __m256 total0[R], total1[R];
-  for (int r = 0; r < R; ++r) total0[r] = total1[r] = _mm256_setzero_ps();
+/// W q8_0 rows (rows[0 .. W), row_bytes apart) against R activation rows: each activation vector loaded once for all
+/// W (a tile of W x R sums); row c's sums in out[4 c .. 4 c + R).
+template <int W, int R>
+void fused_q8_0(const uint8_t* row, size_t row_bytes, int k, const activation_rows<R>& x, float* out) {
+  __m256 total[W][R];
+  for (int c = 0; c < W; ++c)
+    for (int r = 0; r < R; ++r) total[c][r] = _mm256_setzero_ps();
   for (int b = 0; b < k / 32; ++b) {
-    const uint8_t* blk0 = row0 + size_t(b) * 34;
-    const uint8_t* blk1 = row1 + size_t(b) * 34;
-    const float d0 = read_half(blk0), d1 = read_half(blk1);
-    const __m256i w0 = load32(blk0 + 2), w1 = load32(blk1 + 2);
-    const __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
+    float d[W];
+    __m256i w[W], w_abs[W];
+    for (int c = 0; c < W; ++c) {
+      const uint8_t* blk = row + size_t(c) * row_bytes + size_t(b) * 34;
+      d[c] = read_half(blk);
+      w[c] = load32(blk + 2);
+      w_abs[c] = _mm256_sign_epi8(w[c], w[c]);
+    }
     for (int r = 0; r < R; ++r) {
       const __m256i xv = load32(x.q[r] + 32 * b);
       const float xs = x.scale[r][b];
-      const __m256i p0 = products_of_signed(a0, _mm256_sign_epi8(xv, w0));
-      const __m256i p1 = products_of_signed(a1, _mm256_sign_epi8(xv, w1));
-      total0[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d0 * xs), total0[r]);
-      total1[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d1 * xs), total1[r]);
+      for (int c = 0; c < W; ++c) {
+        const __m256i p = products_of_signed(w_abs[c], _mm256_sign_epi8(xv, w[c]));
+        total[c][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d[c] * xs), total[c][r]);
+      }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    out0[r] = sum8(total0[r]);
-    out1[r] = sum8(total1[r]);
-  }
+  for (int c = 0; c < W; ++c)
+    for (int r = 0; r < R; ++r) out[4 * c + r] = sum8(total[c][r]);
 }
 
 /// Whether the decode path has a fused kernel for `type`.
@@ -438,12 +422,12 @@ int fused_rows(dtype type, const uint8_t* w, size_t w_row_bytes, int j, int j_en
   const activation_rows<R> rows(x, i);
   const uint8_t* row = w + size_t(j) * w_row_bytes;
   if (type == dtype::q8_0 && j + 1 < j_end) {
-    fused_q8_0_pair<R>(row, row + w_row_bytes, x.k, rows, out, out + 4);
+    fused_q8_0<2, R>(row, w_row_bytes, x.k, rows, out);
     return 2;
   }
   if (type == dtype::q4_k) fused_q4_k<R>(row, x.k, rows, out);
   else if (type == dtype::q6_k) fused_q6_k<R>(row, x.k, rows, out);
-  else fused_q8_0<R>(row, x.k, rows, out);
+  else fused_q8_0<1, R>(row, w_row_bytes, x.k, rows, out);
   return 1;
 }
 
