@@ -58,9 +58,9 @@ rows, ctx, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 print(f"perplexity of stories15M on tests/data/simple_stories.txt, chunks of {ctx} tokens (second halves scored)")
 print(f"{'file':<24} {'illm':>9} {'llama.cpp':>10} {'illm/llama':>11}  illm's matrices")
 # What the tests allow: the F32 products of the two engines differ by rounding alone; a quantized file's figure moves
-# by a tenth of a percent or more with any difference of rounding in the activations' 8-bit levels, and Q6_K's by
-# more (docs/models.md says what was measured).
-tolerance = {"F32": 0.001, "Q8_0": 0.002, "Q5_0": 0.002, "Q4_K_M": 0.002, "Q6_K": 0.005}
+# by a tenth of a percent or more with any difference of rounding in the activations' 8-bit levels, and Q5_0's and
+# Q6_K's by more (docs/models.md says what was measured).
+tolerance = {"F32": 0.001, "Q8_0": 0.002, "Q5_0": 0.004, "Q4_K_M": 0.002, "Q6_K": 0.005}
 files = {}
 for line in open(rows):
     name, ours, theirs, chunks, types, running = line.split()

@@ -10,6 +10,7 @@
 
 #include "gpu/cpu/kernels.hpp"
 #include "gpu/cpu/simd.hpp"
+#include "gpu/cpu/tiled_gemm.hpp"
 #include "gpu/half.hpp"
 #include "gpu/quant/blocks.hpp"
 
@@ -21,6 +22,7 @@ void quantized_rows::resize(int m, int k_, int block_) {
   q.resize(size_t(m) * size_t(k));
   scale.resize(size_t(m) * size_t(k / block));
   sums.resize(size_t(m) * size_t(k / 16));
+  level_sums.resize(size_t(m) * size_t(k / 16));
 }
 
 void quantized_rows::quantize(const float* x, size_t ldx, int i0, int i1) {
@@ -39,10 +41,12 @@ void quantized_rows::quantize(const float* x, size_t ldx, int i0, int i1) {
       for (int e = 0; e < block; ++e) qi[b * block + e] = int8_t(std::lrintf(v[e] * inverse));
     }
     float* sum = sums.data() + size_t(i) * size_t(k / 16);
+    int32_t* level_sum = level_sums.data() + size_t(i) * size_t(k / 16);
     for (int g = 0; g < k / 16; ++g) {
       int total = 0;
       for (int e = 0; e < 16; ++e) total += qi[16 * g + e];
       sum[g] = float(total) * si[16 * g / block];
+      level_sum[g] = total;
     }
   }
 }
@@ -451,6 +455,7 @@ constexpr int fused_panel_rows = 32;
 
 void gemm_blocks(const quantized_rows& x, int m, dtype type, const uint8_t* w, size_t w_row_bytes, int j0, int j1,
                  float* y, size_t ldy, bool accumulate) {
+  if (tiled_kernel_pays(type, m)) return gemm_tiled(x, m, type, w, w_row_bytes, j0, j1, y, ldy, accumulate);
   if (has_fused(type)) {
     // Each weight row decoded in registers for 4 rows of x at a time. Batches: the weight rows in panels that stay
     // in L2, each group of 4 rows of x (in L1) read against the whole panel before the next group.

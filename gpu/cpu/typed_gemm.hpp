@@ -5,6 +5,7 @@
 // one fp32 scale each. With AVX2, q8_0, q4_k and q6_k rows are decoded in registers, each against 4 activation rows
 // at a time (q8_0 two weight rows at a time); q5_0, and every type without AVX2, has each weight row unpacked once
 // per call into unsigned levels with 16-bit sub-block scales, one kernel for every block type (typed_gemm.cpp).
+// Batches of more rows, where tiled_kernel_pays, go to the register tiles of tiled_gemm.hpp.
 // 16-bit weights are widened to fp32 a row at a time (half_gemm.cpp).
 
 #include <cstddef>
@@ -22,6 +23,7 @@ struct quantized_rows {
   std::vector<int8_t> q;     ///< [rows][k]
   std::vector<float> scale;  ///< [rows][k / block]: max |x| / 127 of the block (fp16-rounded for blocks of 32)
   std::vector<float> sums;   ///< [rows][k / 16]: the sum of each 16 values of q, times their scale
+  std::vector<int32_t> level_sums;  ///< [rows][k / 16]: the sum of each 16 values of q
   /// Sizes the arrays for m rows of k values in blocks of `block`.
   void resize(int m, int k, int block);
   /// Quantizes rows [i0, i1) of x (rows ldx apart).

@@ -84,7 +84,7 @@ TEST_CASE("products with block-type weights match fp64 over the values they read
     gpu::quantize(type, uniform_vector(size_t(n) * k, 7).data(), size_t(n) * k, w.data());
     std::vector<float> wf(size_t(n) * k), xf(k);
     gpu::dequantize(type, w.data(), size_t(n) * k, wf.data());
-    for (int m : {1, 2, 3, 4, 5, 8, 17, 64, 65}) {
+    for (int m : {1, 2, 3, 4, 5, 6, 7, 8, 16, 17, 18, 19, 64, 65}) {
       const auto x = uniform_vector(size_t(m) * k, 11 + m);
       quantized_rows xq;
       xq.resize(m, k, int(gpu::block_elements(type)));

@@ -1,0 +1,331 @@
+#include "gpu/cpu/tiled_gemm.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "gpu/cpu/simd.hpp"
+#include "gpu/quant/blocks.hpp"
+
+namespace illm::gpu::cpu {
+
+#if defined(__AVX2__)
+
+namespace {
+
+/// Weight rows side by side in a tile: one 32-bit lane each.
+constexpr int tile_rows = 8;
+/// Tiles interleaved per panel: 32 rows, read against every row of x before the next panel.
+constexpr int panel_tiles = 4;
+
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+constexpr bool has_vnni = true;
+#else
+constexpr bool has_vnni = false;
+#endif
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+/// The 8 x 8 transpose of 32-bit words: out[g] holds word g of in[0..8).
+inline void transpose_words(const __m256i in[8], __m256i out[8]) {
+  __m256i t[8], u[8];
+  for (int p = 0; p < 4; ++p) {
+    t[2 * p] = _mm256_unpacklo_epi32(in[2 * p], in[2 * p + 1]);      // words 0 1 | 4 5 of the pair
+    t[2 * p + 1] = _mm256_unpackhi_epi32(in[2 * p], in[2 * p + 1]);  // words 2 3 | 6 7
+  }
+  for (int h = 0; h < 2; ++h) {  // rows 0-3, then 4-7
+    __m256i* o = u + 4 * h;
+    const __m256i* s = t + 4 * h;
+    o[0] = _mm256_unpacklo_epi64(s[0], s[2]);  // word 0 | 4 of four rows
+    o[1] = _mm256_unpackhi_epi64(s[0], s[2]);  // 1 | 5
+    o[2] = _mm256_unpacklo_epi64(s[1], s[3]);  // 2 | 6
+    o[3] = _mm256_unpackhi_epi64(s[1], s[3]);  // 3 | 7
+  }
+  for (int g = 0; g < 4; ++g) {
+    out[g] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x20);
+    out[g + 4] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x31);
+  }
+}
+
+/// How a block type's rows are laid in a tile. Every type is read as groups of `group` values, each with one scale
+/// per row, and levels that are unsigned (but for q8_0 without VNNI: signed, multiplied with the sign trick) less an
+/// offset: an integer one, taken off in integers (q8_0's 128 with VNNI, where its levels are stored plus 128; q5_0's
+/// 16; q6_k's 32), or q4_k's per-row min. A row's dot with activations x (block scale xs) is
+///   sum over groups of  scale * xs * sum_e (level_e - offset) * q_e  -  min * xs * sum_e q_e.
+struct layout {
+  int group = 32;              ///< values per scale: 32, or 16 (q6_k)
+  bool signed_levels = false;  ///< levels as stored (q8_0 without VNNI)
+  int offset = 0;              ///< the integer offset of every level
+  bool mins = false;           ///< a per-row, per-group min to take off (q4_k)
+};
+
+constexpr layout layout_of(dtype type) {
+  switch (type) {
+    case dtype::q8_0: return {32, !has_vnni, has_vnni ? 128 : 0, false};
+    case dtype::q5_0: return {32, false, 16, false};
+    case dtype::q6_k: return {16, false, 32, false};
+    default: return {32, false, 0, true};
+  }
+}
+
+/// A panel of block-type rows interleaved. For tile t and span s (values 32 s .. 32 s + 31 of each row): 8 vectors of
+/// 32 bytes at levels[(t * spans + s) * 256], vector g holding levels 4g .. 4g + 3 of the span of row r in bytes
+/// 4r .. 4r + 3; for each group of the span, 8 scales and 8 mins (one per row) at [(t * groups + group) * 8].
+struct panel {
+  int spans = 0, groups = 0;
+  std::vector<uint8_t> levels;
+  std::vector<float> scales, mins;
+
+  void resize(int k, int group) {
+    spans = k / 32;
+    groups = k / group;
+    levels.resize(size_t(panel_tiles) * size_t(spans) * 256);
+    scales.resize(size_t(panel_tiles) * size_t(groups) * tile_rows);
+    mins.resize(scales.size());
+  }
+};
+
+/// A row's levels of span s (values 32 s .. 32 s + 31), unsigned (q8_0: signed, or plus 128 with VNNI).
+__m256i levels_q8_0(const uint8_t* row, int s) {
+  const __m256i v = load32(row + size_t(s) * 34 + 2);
+  return has_vnni ? _mm256_xor_si256(v, _mm256_set1_epi8(int8_t(-128))) : v;
+}
+
+__m256i levels_q5_0(const uint8_t* row, int s) {
+  const uint8_t* blk = row + size_t(s) * 22;
+  uint32_t qh;
+  std::memcpy(&qh, blk + 2, 4);
+  alignas(32) uint8_t levels[32];
+  for (int j = 0; j < 16; ++j) {
+    levels[j] = uint8_t((blk[6 + j] & 0x0f) | (((qh >> j) & 1u) << 4));
+    levels[j + 16] = uint8_t((blk[6 + j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+  }
+  return load32(levels);
+}
+
+__m256i levels_q4_k(const uint8_t* row, int s) {
+  const int j = s % 8;  // the sub-block: low nibbles of chunk j / 2 for even j, high for odd
+  const __m256i v = load32(row + size_t(s / 8) * 144 + 16 + 32 * (j / 2));
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  return j % 2 == 0 ? _mm256_and_si256(v, nibble) : _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+}
+
+__m256i levels_q6_k(const uint8_t* row, int s) {
+  const uint8_t* blk = row + size_t(s / 8) * 210;
+  const int n = (s % 8) / 4, t = s % 4;  // the half of the block and the span within it
+  const __m256i low = load32(blk + 64 * n + 32 * (t % 2)), high = load32(blk + 128 + 32 * n);
+  const __m256i nibble = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi8(0x30);
+  // Spans 0-3 of a half: low nibbles of ql[0..32), of ql[32..64), then their high nibbles; qh bits 2t, 2t + 1.
+  const __m256i l = t < 2 ? _mm256_and_si256(low, nibble) : _mm256_and_si256(_mm256_srli_epi16(low, 4), nibble);
+  const __m256i shifted = t == 0 ? _mm256_slli_epi16(high, 4)
+                          : t == 1 ? _mm256_slli_epi16(high, 2)
+                          : t == 2 ? high
+                                   : _mm256_srli_epi16(high, 2);
+  return _mm256_or_si256(l, _mm256_and_si256(shifted, top));
+}
+
+__m256i span_levels(dtype type, const uint8_t* row, int s) {
+  switch (type) {
+    case dtype::q8_0: return levels_q8_0(row, s);
+    case dtype::q5_0: return levels_q5_0(row, s);
+    case dtype::q4_k: return levels_q4_k(row, s);
+    default: return levels_q6_k(row, s);
+  }
+}
+
+/// Row r's scale and min of every group into the tile's arrays (group g's at [g * tile_rows + r]).
+void group_scales(dtype type, const uint8_t* row, int k, int r, float* scales, float* mins) {
+  const auto put = [&](int g, float scale, float min) {
+    scales[size_t(g) * tile_rows + size_t(r)] = scale;
+    mins[size_t(g) * tile_rows + size_t(r)] = min;
+  };
+  if (type == dtype::q8_0 || type == dtype::q5_0) {
+    const size_t bytes = type == dtype::q8_0 ? 34 : 22;
+    for (int b = 0; b < k / 32; ++b) put(b, read_half(row + size_t(b) * bytes), 0.0f);
+  } else if (type == dtype::q4_k) {
+    for (int b = 0; b < k / 256; ++b) {
+      const uint8_t* blk = row + size_t(b) * 144;
+      const float d = read_half(blk), dmin = read_half(blk + 2);
+      for (int j = 0; j < 8; ++j) {
+        int scale, min;
+        q4_k_scale_min(j, blk + 4, scale, min);
+        put(8 * b + j, d * float(scale), dmin * float(min));
+      }
+    }
+  } else {
+    for (int b = 0; b < k / 256; ++b) {
+      const uint8_t* blk = row + size_t(b) * 210;
+      const float d = read_half(blk + 208);
+      const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+      for (int g = 0; g < 16; ++g) put(16 * b + g, d * float(sc[g]), 0.0f);
+    }
+  }
+}
+
+/// Interleaves `rows` <= 8 rows of `type` (row_bytes apart) into tile t of the panel; missing rows are zero.
+void interleave(dtype type, const uint8_t* w, size_t row_bytes, int rows, int t, panel& p, int k) {
+  float* scales = p.scales.data() + size_t(t) * size_t(p.groups) * tile_rows;
+  float* mins = p.mins.data() + size_t(t) * size_t(p.groups) * tile_rows;
+  for (int r = 0; r < tile_rows; ++r)
+    if (r < rows) group_scales(type, w + size_t(r) * row_bytes, k, r, scales, mins);
+    else
+      for (int g = 0; g < p.groups; ++g) scales[size_t(g) * tile_rows + size_t(r)] = mins[size_t(g) * tile_rows + size_t(r)] = 0.0f;
+  for (int s = 0; s < p.spans; ++s) {
+    __m256i in[8], out[8];
+    for (int r = 0; r < tile_rows; ++r)
+      in[r] = r < rows ? span_levels(type, w + size_t(r) * row_bytes, s) : _mm256_setzero_si256();
+    transpose_words(in, out);
+    uint8_t* levels = p.levels.data() + (size_t(t) * size_t(p.spans) + size_t(s)) * 256;
+    for (int g = 0; g < 8; ++g) _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 32 * g), out[g]);
+  }
+}
+
+/// acc + the 8 lanes' sums of 4 products each: levels times 4 broadcast activations.
+template <bool Signed>
+inline __m256i dot_words(__m256i acc, __m256i levels, int32_t activations) {
+  const __m256i x = _mm256_set1_epi32(activations);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(acc, levels, x);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(acc, levels, x);
+#else
+  const __m256i products = Signed ? _mm256_maddubs_epi16(_mm256_sign_epi8(levels, levels), _mm256_sign_epi8(x, levels))
+                                  : _mm256_maddubs_epi16(levels, x);
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(products, _mm256_set1_epi16(1)));
+#endif
+}
+
+inline int32_t word_at(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+/// total + one group's integer sums scaled, less its mins times the activations' sum over the group.
+template <bool Mins>
+inline __m256 add_group(__m256 total, __m256i sums, const float* scales, const float* mins, float xs, float xsum) {
+  total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(_mm256_loadu_ps(scales), _mm256_set1_ps(xs)), total);
+  if constexpr (Mins) total = _mm256_fnmadd_ps(_mm256_loadu_ps(mins), _mm256_set1_ps(xsum), total);
+  return total;
+}
+
+/// Tile t of the panel against R activation rows from row i: row r's 8 sums in out[r].
+template <layout L, int R>
+void tile_product(const panel& p, int t, const quantized_rows& x, int i, __m256 out[R]) {
+  const int8_t* xq[R];
+  const float *xs[R], *xsums[R];
+  const int32_t* xlevel_sums[R];
+  for (int r = 0; r < R; ++r) {
+    xq[r] = x.q.data() + size_t(i + r) * size_t(x.k);
+    xs[r] = x.scale.data() + size_t(i + r) * size_t(x.k / x.block);
+    xsums[r] = x.sums.data() + size_t(i + r) * size_t(x.k / 16);
+    xlevel_sums[r] = x.level_sums.data() + size_t(i + r) * size_t(x.k / 16);
+    out[r] = _mm256_setzero_ps();
+  }
+  constexpr int groups_per_span = 32 / L.group;
+  for (int s = 0; s < p.spans; ++s) {
+    const uint8_t* levels = p.levels.data() + (size_t(t) * size_t(p.spans) + size_t(s)) * 256;
+    // Values 0-15 and 16-31 of the span in two accumulators per row (2 R sums in flight; with group 16, one group
+    // each), which start from -offset times their activations' sum.
+    __m256i first[R], second[R];
+    for (int r = 0; r < R; ++r) {
+      const int32_t* sums = xlevel_sums[r] + 2 * s;
+      first[r] = _mm256_set1_epi32(-L.offset * (L.group == 16 ? sums[0] : sums[0] + sums[1]));
+      second[r] = _mm256_set1_epi32(L.group == 16 ? -L.offset * sums[1] : 0);
+    }
+    for (int g = 0; g < 4; ++g) {
+      const __m256i a = load32(levels + 32 * g), b = load32(levels + 32 * g + 128);
+      for (int r = 0; r < R; ++r) {
+        first[r] = dot_words<L.signed_levels>(first[r], a, word_at(xq[r] + 32 * s + 4 * g));
+        second[r] = dot_words<L.signed_levels>(second[r], b, word_at(xq[r] + 32 * s + 4 * g + 16));
+      }
+    }
+    const size_t group = size_t(t) * size_t(p.groups) + size_t(s * groups_per_span);
+    const float* scales = p.scales.data() + group * tile_rows;
+    const float* mins = p.mins.data() + group * tile_rows;
+    for (int r = 0; r < R; ++r) {
+      const float block_scale = xs[r][32 * s / x.block];
+      const float* sums16 = xsums[r] + 2 * s;
+      if constexpr (groups_per_span == 1) {
+        out[r] = add_group<L.mins>(out[r], _mm256_add_epi32(first[r], second[r]), scales, mins, block_scale,
+                                   sums16[0] + sums16[1]);
+      } else {
+        out[r] = add_group<L.mins>(out[r], first[r], scales, mins, block_scale, sums16[0]);
+        out[r] = add_group<L.mins>(out[r], second[r], scales + tile_rows, mins + tile_rows, block_scale, sums16[1]);
+      }
+    }
+  }
+}
+
+/// y[i + r][j .. j + columns) (+)= the tile's sums for activation rows i .. i + R.
+template <layout L, int R>
+void tile_rows_into(const panel& p, int t, const quantized_rows& x, int i, float* y, size_t ldy, int columns,
+                    bool accumulate) {
+  __m256 out[R];
+  tile_product<L, R>(p, t, x, i, out);
+  for (int r = 0; r < R; ++r) {
+    float sums[tile_rows];
+    _mm256_storeu_ps(sums, out[r]);
+    float* row = y + size_t(i + r) * ldy;
+    for (int c = 0; c < columns; ++c) row[c] = (accumulate ? row[c] : 0.0f) + sums[c];
+  }
+}
+
+/// The product for one type's layout: panels of 32 rows interleaved, each read against every row of x.
+template <layout L>
+void gemm_panels(const quantized_rows& x, int m, dtype type, const uint8_t* w, size_t w_row_bytes, int j0, int j1,
+                 float* y, size_t ldy, bool accumulate) {
+  thread_local panel p;
+  p.resize(x.k, L.group);
+  for (int jp = j0; jp < j1; jp += panel_tiles * tile_rows) {
+    const int tiles = std::min(panel_tiles, (j1 - jp + tile_rows - 1) / tile_rows);
+    for (int t = 0; t < tiles; ++t)
+      interleave(type, w + size_t(jp + t * tile_rows) * w_row_bytes, w_row_bytes,
+                 std::min(tile_rows, j1 - jp - t * tile_rows), t, p, x.k);
+    for (int i = 0; i < m; i += 4)
+      for (int t = 0; t < tiles; ++t) {
+        const int j = jp + t * tile_rows, columns = std::min(tile_rows, j1 - j);
+        float* yt = y + j;
+        switch (std::min(4, m - i)) {
+          case 1: tile_rows_into<L, 1>(p, t, x, i, yt, ldy, columns, accumulate); break;
+          case 2: tile_rows_into<L, 2>(p, t, x, i, yt, ldy, columns, accumulate); break;
+          case 3: tile_rows_into<L, 3>(p, t, x, i, yt, ldy, columns, accumulate); break;
+          default: tile_rows_into<L, 4>(p, t, x, i, yt, ldy, columns, accumulate); break;
+        }
+      }
+  }
+}
+
+}  // namespace
+
+bool tiled_kernel_pays(dtype type, int m) {
+  if (type == dtype::q8_0) return m > 4;
+  return (type == dtype::q5_0 || type == dtype::q4_k || type == dtype::q6_k) && m > 16;
+}
+
+void gemm_tiled(const quantized_rows& x, int m, dtype type, const uint8_t* w, size_t w_row_bytes, int j0, int j1,
+                float* y, size_t ldy, bool accumulate) {
+  switch (type) {
+    case dtype::q8_0:
+      return gemm_panels<layout_of(dtype::q8_0)>(x, m, type, w, w_row_bytes, j0, j1, y, ldy, accumulate);
+    case dtype::q5_0:
+      return gemm_panels<layout_of(dtype::q5_0)>(x, m, type, w, w_row_bytes, j0, j1, y, ldy, accumulate);
+    case dtype::q6_k:
+      return gemm_panels<layout_of(dtype::q6_k)>(x, m, type, w, w_row_bytes, j0, j1, y, ldy, accumulate);
+    default: return gemm_panels<layout_of(dtype::q4_k)>(x, m, type, w, w_row_bytes, j0, j1, y, ldy, accumulate);
+  }
+}
+
+#else
+
+bool tiled_kernel_pays(dtype, int) { return false; }
+
+void gemm_tiled(const quantized_rows&, int, dtype, const uint8_t*, size_t, int, int, float*, size_t, bool) {}
+
+#endif
+
+}  // namespace illm::gpu::cpu
