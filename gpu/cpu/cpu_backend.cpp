@@ -132,7 +132,7 @@ void cpu_backend::gemm_typed(const float* x, size_t ldx, int m, int k, const uin
     pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
       gemm_blocks(quantized_, m, type, w, w_row_bytes, int(j0), int(j1), y, ldy, accumulate);
     });
-  } else if (m <= 4) {
+  } else if (m <= 4 || (halves_in_registers && m <= skinny_rows_max)) {
     pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
       gemm_halves(x, ldx, m, k, type, w, w_row_bytes, int(j0), int(j1), y, ldy, accumulate);
     });

@@ -170,14 +170,23 @@ void group_scales(dtype type, const uint8_t* row, int k, int r, float* scales, f
 void interleave(dtype type, const uint8_t* w, size_t row_bytes, int rows, int t, panel& p, int k) {
   float* scales = p.scales.data() + size_t(t) * size_t(p.groups) * tile_rows;
   float* mins = p.mins.data() + size_t(t) * size_t(p.groups) * tile_rows;
-  for (int r = 0; r < tile_rows; ++r)
-    if (r < rows) group_scales(type, w + size_t(r) * row_bytes, k, r, scales, mins);
-    else
-      for (int g = 0; g < p.groups; ++g) scales[size_t(g) * tile_rows + size_t(r)] = mins[size_t(g) * tile_rows + size_t(r)] = 0.0f;
+  for (int r = 0; r < tile_rows; ++r) {
+    if (r < rows) {
+      group_scales(type, w + size_t(r) * row_bytes, k, r, scales, mins);
+      continue;
+    }
+    for (int g = 0; g < p.groups; ++g) scales[size_t(g) * tile_rows + size_t(r)] = 0.0f;
+    for (int g = 0; g < p.groups; ++g) mins[size_t(g) * tile_rows + size_t(r)] = 0.0f;
+  }
+  const size_t span_bytes = row_bytes / size_t(p.spans);  // about: the k-quants' scales lie among the spans
   for (int s = 0; s < p.spans; ++s) {
     __m256i in[8], out[8];
-    for (int r = 0; r < tile_rows; ++r)
+    for (int r = 0; r < tile_rows; ++r) {
+      // The next tile's rows, read cold otherwise (the hardware's prefetchers stop at page ends).
+      const uint8_t* ahead = w + size_t(r + tile_rows) * row_bytes + size_t(s) * span_bytes;
+      _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
       in[r] = r < rows ? span_levels(type, w + size_t(r) * row_bytes, s) : _mm256_setzero_si256();
+    }
     transpose_words(in, out);
     uint8_t* levels = p.levels.data() + (size_t(t) * size_t(p.spans) + size_t(s)) * 256;
     for (int g = 0; g < 8; ++g) _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 32 * g), out[g]);

@@ -6,7 +6,7 @@
 // at a time (q8_0 two weight rows at a time); q5_0, and every type without AVX2, has each weight row unpacked once
 // per call into unsigned levels with 16-bit sub-block scales, one kernel for every block type (typed_gemm.cpp).
 // Batches of more rows, where tiled_kernel_pays, go to the register tiles of tiled_gemm.hpp.
-// 16-bit weights are widened to fp32 a row at a time (half_gemm.cpp).
+// 16-bit weights are widened to fp32 in registers, in tiles of weight rows by rows of x (half_gemm.cpp).
 
 #include <cstddef>
 #include <cstdint>
@@ -37,8 +37,16 @@ struct quantized_rows {
 void gemm_blocks(const quantized_rows& x, int m, dtype type, const uint8_t* w, size_t w_row_bytes, int j0, int j1,
                  float* y, size_t ldy, bool accumulate);
 
+/// Whether gemm_halves widens the weights in registers (x86 with AVX2 and F16C), so that it serves batches too;
+/// elsewhere it widens a row at a time into memory and suits only the decode path's few rows.
+#if defined(__AVX2__) && defined(__F16C__)
+inline constexpr bool halves_in_registers = true;
+#else
+inline constexpr bool halves_in_registers = false;
+#endif
+
 /// y[i][j] (+)= dot(x_i, w_j) for x [m][k] (rows ldx apart) and weight rows [j0, j1) of f16 or bf16, the rows
-/// w_row_bytes apart: each weight row widened to fp32 once and read against every row of x.
+/// w_row_bytes apart.
 void gemm_halves(const float* x, size_t ldx, int m, int k, dtype type, const uint8_t* w, size_t w_row_bytes, int j0,
                  int j1, float* y, size_t ldy, bool accumulate);
 

@@ -77,6 +77,26 @@ TEST_CASE("the skinny product matches fp64 at 1 to 130 rows") {
   }
 }
 
+TEST_CASE("products with f16 and bf16 weights match fp64 over the weights widened, at 1 to 130 rows") {
+  for (gpu::dtype type : {gpu::dtype::f16, gpu::dtype::bf16})
+    for (const shape& s : shapes) {
+      std::vector<uint8_t> w(gpu::row_bytes(type, s.k) * s.n);
+      gpu::quantize(type, uniform_vector(size_t(s.n) * s.k, 5 + s.k).data(), size_t(s.n) * s.k, w.data());
+      std::vector<float> wf(size_t(s.n) * s.k);
+      gpu::dequantize(type, w.data(), size_t(s.n) * s.k, wf.data());
+      for (int m : {1, 2, 3, 4, 5, 7, 8, 16, 17, 64, 65, 130})
+        for (bool accumulate : {false, true}) {
+          const auto x = uniform_vector(size_t(m) * s.k, 13 + m);
+          std::vector<float> y(size_t(m) * s.n, 0.5f);
+          gemm_halves(x.data(), s.k, m, s.k, type, w.data(), gpu::row_bytes(type, s.k), s.j0, s.j1, y.data(), s.n,
+                      accumulate);
+          const double worst = worst_error(x, wf, y, m, s.k, s.n, s.j0, s.j1, accumulate);
+          CHECK_MESSAGE(worst < 1e-4, ILLM_TEST_ISA, " ", std::string(gpu::to_string(type)), " m=", m, " k=", s.k,
+                        " error ", worst);
+        }
+    }
+}
+
 TEST_CASE("products with block-type weights match fp64 over the values they read, at 1 to 65 rows") {
   const int k = 512, n = 70, j0 = 3, j1 = 69;  // two panels of 32 weight rows and a remainder; an odd start
   for (gpu::dtype type : {gpu::dtype::q8_0, gpu::dtype::q5_0, gpu::dtype::q4_k, gpu::dtype::q6_k}) {
