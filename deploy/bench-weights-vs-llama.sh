@@ -76,7 +76,10 @@ serve_file() {  # engine file round name
   fi
   for c in 16 64; do
     port=$(free_port)
-    llama_run llama-server -m "$file" --host 127.0.0.1 --port "$port" -t "$threads" -tb "$threads" -np "$c" \
+    # The binary itself in the background (not through llama_run, a function: $! would be the subshell running it,
+    # and stopping that left the server running).
+    LD_LIBRARY_PATH="$llama/build/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$llama/build/bin/llama-server" -m "$file" \
+      --host 127.0.0.1 --port "$port" -t "$threads" -tb "$threads" -np "$c" \
       -c $((c * (prompt_tokens + output_tokens + 16))) --no-webui >"$work/server.log" 2>&1 &
     server=$!
     wait_healthy "$port" "$work/server.log"
