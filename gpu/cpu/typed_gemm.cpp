@@ -25,6 +25,40 @@ void quantized_rows::resize(int m, int k_, int block_) {
   level_sums.resize(size_t(m) * size_t(k / 16));
 }
 
+namespace {
+
+/// The largest |v[e]| of n values (n a multiple of 8).
+float max_abs(const float* v, int n) {
+  float amax = 0.0f;
+#if defined(__AVX2__)
+  __m256 m = _mm256_setzero_ps();
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int e = 0; e < n; e += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(v + e), magnitude));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  for (float lane : lanes) amax = std::max(amax, lane);
+#else
+  for (int e = 0; e < n; ++e) amax = std::max(amax, std::fabs(v[e]));
+#endif
+  return amax;
+}
+
+/// out[e] = v[e] * inverse rounded to the nearest level, ties to even (n a multiple of 8; |levels| <= 127).
+void round_levels(const float* v, int n, float inverse, int8_t* out) {
+  int e = 0;
+#if defined(__AVX2__)
+  // cvtps rounds as the processor's mode says: to nearest even, as lrintf does.
+  for (; e < n; e += 8) {
+    const __m256i words = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + e), _mm256_set1_ps(inverse)));
+    const __m128i halves = _mm_packs_epi32(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + e), _mm_packs_epi16(halves, halves));
+  }
+#endif
+  for (; e < n; ++e) out[e] = int8_t(std::lrintf(v[e] * inverse));
+}
+
+}  // namespace
+
 void quantized_rows::quantize(const float* x, size_t ldx, int i0, int i1) {
   for (int i = i0; i < i1; ++i) {
     const float* row = x + size_t(i) * ldx;
@@ -32,13 +66,12 @@ void quantized_rows::quantize(const float* x, size_t ldx, int i0, int i1) {
     float* si = scale.data() + size_t(i) * size_t(k / block);
     for (int b = 0; b < k / block; ++b) {
       const float* v = row + b * block;
-      float amax = 0.0f;
-      for (int e = 0; e < block; ++e) amax = std::max(amax, std::fabs(v[e]));
+      const float amax = max_abs(v, block);
       // As GGML quantizes activations (block_q8_0 for 32-element weight blocks, block_q8_K for 256): levels rounded
       // to nearest even from the exact scale, which a 32-element block keeps as an fp16 number.
       const float s = amax / 127.0f, inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
       si[b] = block == 32 ? f16_to_float(float_to_f16(s)) : s;
-      for (int e = 0; e < block; ++e) qi[b * block + e] = int8_t(std::lrintf(v[e] * inverse));
+      round_levels(v, block, inverse, qi + b * block);
     }
     float* sum = sums.data() + size_t(i) * size_t(k / 16);
     int32_t* level_sum = level_sums.data() + size_t(i) * size_t(k / 16);
