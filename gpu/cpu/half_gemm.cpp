@@ -64,7 +64,7 @@ void halves_tile(const float* x, size_t ldx, int k, const uint8_t* w, size_t w_r
     for (int c = 0; c < W; ++c) {
       // The next tile's rows, a tile ahead: each row is a page of its own at k = 2048, which the hardware's
       // prefetchers (they stop at page ends) would start cold.
-      if (d % 32 == 0) _mm_prefetch(reinterpret_cast<const char*>(rows[c] + 2 * d + W * w_row_bytes), _MM_HINT_T0);
+      if (d % 32 == 0) prefetch_lines(rows[c] + 2 * d + W * w_row_bytes, 1);
       wv[c] = widen_vec<Bf16>(rows[c] + 2 * d);
     }
     for (int i = 0; i < M; ++i) {

@@ -106,6 +106,16 @@ inline float read_half(const uint8_t* p) {
 }
 
 #if defined(__AVX__)
+/// 32 bytes at p, unaligned.
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+/// Asks for the cache lines of the `bytes` at p: the weight rows after the ones being read, whose first lines the
+/// hardware's prefetchers (which stop at page ends) would otherwise fetch cold, row after row (the decode path is
+/// bound by the memory's read rate).
+inline void prefetch_lines(const void* p, int bytes) {
+  for (int off = 0; off < bytes; off += 64) _mm_prefetch(static_cast<const char*>(p) + off, _MM_HINT_T0);
+}
+
 /// The sum of an AVX register's 8 floats.
 inline float sum8(__m256 v) {
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

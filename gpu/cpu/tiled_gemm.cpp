@@ -28,8 +28,6 @@ constexpr bool has_vnni = true;
 constexpr bool has_vnni = false;
 #endif
 
-inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-
 /// The 8 x 8 transpose of 32-bit words: out[g] holds word g of in[0..8).
 inline void transpose_words(const __m256i in[8], __m256i out[8]) {
   __m256i t[8], u[8];
@@ -183,8 +181,7 @@ void interleave(dtype type, const uint8_t* w, size_t row_bytes, int rows, int t,
     __m256i in[8], out[8];
     for (int r = 0; r < tile_rows; ++r) {
       // The next tile's rows, read cold otherwise (the hardware's prefetchers stop at page ends).
-      const uint8_t* ahead = w + size_t(r + tile_rows) * row_bytes + size_t(s) * span_bytes;
-      _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+      prefetch_lines(w + size_t(r + tile_rows) * row_bytes + size_t(s) * span_bytes, 1);
       in[r] = r < rows ? span_levels(type, w + size_t(r) * row_bytes, s) : _mm256_setzero_si256();
     }
     transpose_words(in, out);

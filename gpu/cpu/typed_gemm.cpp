@@ -299,13 +299,6 @@ void dot_rows(const unpacked_row& w, const quantized_rows& x, int i, float* out)
 
 #if defined(__AVX2__)
 
-/// Asks for the cache lines of `bytes` at p: the weight rows after the ones being read, whose first lines the
-/// hardware's prefetchers (which stop at page ends) would otherwise fetch cold, row after row (the decode path is
-/// bound by the memory's read rate).
-inline void prefetch_next_row(const uint8_t* p, int bytes) {
-  for (int off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
-}
-
 /// Where a fused kernel reads R activation rows from row i on.
 template <int R>
 struct activation_rows {
@@ -326,8 +319,6 @@ inline __m256i two_scales(int a, int b) {
   return _mm256_set_m128i(_mm_set1_epi16(int16_t(b)), _mm_set1_epi16(int16_t(a)));
 }
 
-inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-
 /// A q4_k row against R activation rows, its nibbles decoded in registers (the decode path: no unpacked copy).
 /// The 8 sums of 32 activations from the 16 sums of 16 at p, in order.
 inline __m256 sums_of_32(const float* p) {
@@ -342,7 +333,7 @@ void fused_q4_k(const uint8_t* row, size_t row_bytes, int k, const activation_ro
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   for (int b = 0; b < k / 256; ++b) {
     const uint8_t* blk = row + size_t(b) * 144;
-    prefetch_next_row(blk + row_bytes, 144);
+    prefetch_lines(blk + row_bytes, 144);
     const float d = read_half(blk), dmin = read_half(blk + 2);
     // The 6-bit scales and mins, four at a time in 32-bit words: sub-blocks 0-3 keep their low 6 bits in bytes
     // 0-3 (scales) and 4-7 (mins); 4-7 have their low 4 bits in bytes 8-11 and their top 2 in the spare bits.
@@ -383,7 +374,7 @@ void fused_q6_k(const uint8_t* row, size_t row_bytes, int k, const activation_ro
   const __m256i nibble = _mm256_set1_epi8(0x0f), high = _mm256_set1_epi8(0x30);
   for (int b = 0; b < k / 256; ++b) {
     const uint8_t* blk = row + size_t(b) * 210;
-    prefetch_next_row(blk + row_bytes, 210);
+    prefetch_lines(blk + row_bytes, 210);
     const float d = read_half(blk + 208);
     const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
     __m256i acc[R];
@@ -440,7 +431,7 @@ void fused_q8_0(const uint8_t* row, size_t row_bytes, int k, const activation_ro
     __m256i w[W], w_abs[W];
     for (int c = 0; c < W; ++c) {
       const uint8_t* blk = row + size_t(c) * row_bytes + size_t(b) * 34;
-      if (b % 2 == 0) prefetch_next_row(blk + W * row_bytes, 68);
+      if (b % 2 == 0) prefetch_lines(blk + W * row_bytes, 68);
       d[c] = read_half(blk);
       w[c] = load32(blk + 2);
       w_abs[c] = _mm256_sign_epi8(w[c], w[c]);
