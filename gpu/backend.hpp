@@ -182,6 +182,14 @@ class backend {
   virtual status gemm(const float* x, size_t ldx, int m, int k, const void* w, dtype w_type, size_t ldw, int n,
                       float* y, size_t ldy, bool accumulate) = 0;
 
+  /// The same with w stored in tiles of 8 rows (gpu/quant/tiles.hpp; n a multiple of 8, rows k long): for the
+  /// backends that read their weights in host memory; the others refuse.
+  virtual status gemm_tiles(const float* x, size_t ldx, int m, int k, const void* w, dtype w_type, int n, float* y,
+                            size_t ldy, bool accumulate) {
+    (void)x, (void)ldx, (void)m, (void)k, (void)w, (void)n, (void)y, (void)ldy, (void)accumulate;
+    return {status_code::unsupported, "the " + name() + " backend reads no " + to_string(w_type) + " tiles"};
+  }
+
   /// y = x / rms(x) * weight per row. x [m][n] rows ldx apart; weight [n]; y [m][n] rows ldy apart.
   virtual status rmsnorm(const float* x, size_t ldx, const float* weight, int m, int n, float eps, float* y,
                          size_t ldy) = 0;

@@ -38,8 +38,8 @@ result<packed_matrix> device_weights::matrix(std::initializer_list<std::pair<con
                                  to_string(m->type))};
     const size_t bytes = size_t(rows) * row_bytes(m->type, size_t(cols));
     matrix_part* last = packed.n_parts > 0 ? &packed.parts[size_t(packed.n_parts - 1)] : nullptr;
-    if (last && last->type == m->type && end == m->data) last->rows += rows;
-    else packed.parts[size_t(packed.n_parts++)] = {m->data, m->type, rows};
+    if (last && last->type == m->type && last->tiled == m->tiled && end == m->data) last->rows += rows;
+    else packed.parts[size_t(packed.n_parts++)] = {m->data, m->type, rows, m->tiled};
     end = m->data + bytes;
   }
   if (device_->host_memory()) return packed;

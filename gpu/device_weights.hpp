@@ -20,6 +20,7 @@ struct matrix_part {
   const void* data = nullptr;
   dtype type = dtype::f32;
   int rows = 0;
+  bool tiled = false;  ///< stored in tiles of 8 rows (gpu/quant/tiles.hpp): read through backend::gemm_tiles
 };
 
 /// A projection [rows][cols] as up to three row ranges, each of its own type (one where the parts share a type: a

@@ -426,7 +426,9 @@ status engine::project(const float* x, size_t ldx, int m, int k, const packed_ma
   int row = 0;
   for (int i = 0; i < w.n_parts; ++i) {
     const matrix_part& p = w.parts[size_t(i)];
-    ILLM_RETURN_IF_ERROR(device_->gemm(x, ldx, m, k, p.data, p.type, size_t(k), p.rows, y + row, ldy, accumulate));
+    ILLM_RETURN_IF_ERROR(p.tiled ? device_->gemm_tiles(x, ldx, m, k, p.data, p.type, p.rows, y + row, ldy, accumulate)
+                                 : device_->gemm(x, ldx, m, k, p.data, p.type, size_t(k), p.rows, y + row, ldy,
+                                                 accumulate));
     row += p.rows;
   }
   return status::ok();

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "gpu/checkpoint.hpp"
+#include "gpu/cpu/tiled_gemm.hpp"
 #if ILLM_MODEL_FORMATS
 #include <fstream>
 #include <sstream>
@@ -55,6 +56,12 @@ result<model_paths> resolve_model(const std::string& name_or_path) {
 }
 
 namespace {
+
+/// Weights as the engines read them: block-type matrices stored in tiles where this build's cpu kernels read tiles.
+std::shared_ptr<const model_weights> served_weights(model_weights weights) {
+  if (cpu::stored_tiles_pay()) weights.store_in_tiles();
+  return std::make_shared<const model_weights>(std::move(weights));
+}
 
 #if ILLM_MODEL_FORMATS
 /// The whole of a text file, or an io_error naming it.
@@ -127,7 +134,7 @@ result<loaded_model> load_gguf_file(const fs::path& path, const load_options& op
   if (!weights.is_ok()) return weights.error();
   loaded_model m;
   m.name = path.filename().string();
-  m.weights = std::make_shared<const model_weights>(std::move(weights).value());
+  m.weights = served_weights(std::move(weights).value());
   m.vocab = std::move(vocab).value();
   m.end_ids = model->eos_ids;
   m.max_model_len = model->config.max_seq;
@@ -161,7 +168,7 @@ result<loaded_model> load_hf_folder(const fs::path& folder, const load_options& 
   loaded_model m;
   const fs::path normal = folder.lexically_normal();
   m.name = (normal.has_filename() ? normal.filename() : normal.parent_path().filename()).string();
-  m.weights = std::make_shared<const model_weights>(std::move(weights).value());
+  m.weights = served_weights(std::move(weights).value());
   m.end_ids = model->eos_ids;
   for (int32_t id : vocab.value()->end_ids())
     if (std::find(m.end_ids.begin(), m.end_ids.end(), id) == m.end_ids.end()) m.end_ids.push_back(id);
@@ -218,7 +225,7 @@ result<loaded_model> load_model(const std::string& name_or_path, const load_opti
   if (!vocab.is_ok()) return vocab.error();
   loaded_model m;
   m.name = fs::path(paths->checkpoint).stem().string();
-  m.weights = std::make_shared<const model_weights>(std::move(weights).value());
+  m.weights = served_weights(std::move(weights).value());
   m.vocab = std::make_shared<const llama2c_tokenizer>(std::move(vocab).value());
   m.end_ids = {token_bos, token_eos};
   m.max_model_len = 0;  // llama2.c's seq_len is the training context only: longer requests are served

@@ -32,11 +32,7 @@ namespace {
 /// The model's part of model_identity: its shape, its matrices' types and a sample of its weights.
 std::string weights_identity(const model_weights& weights) {
   const model_config& c = weights.config();
-  // One byte in every 4096 of the weights: two checkpoints of one shape differ there, and reading it is cheap.
-  std::string sampled;
-  const uint8_t* data = weights.data();
-  for (uint64_t at = 0; at < weights.bytes(); at += 4096) sampled.push_back(char(data[at]));
-  const block_key sample = root_key(sampled, "weights");
+  const block_key sample = root_key(weights.sampled_bytes(), "weights");
   return text::format("dim {} hidden {} layers {} heads {}/{} head {} vocab {} rope {} eps {} bias {} qk_norm {} "
                       "scaling {} {} types [{}] weights {} {} {} {}",
                       c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim(), c.vocab_size,

@@ -1,10 +1,13 @@
 #include "gpu/weights.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "gpu/quant/blocks.hpp"
+#include "gpu/quant/tiles.hpp"
 #include "gpu/text.hpp"
 
 namespace illm::gpu {
@@ -101,7 +104,8 @@ std::vector<tensor_view> model_weights::tensors() const {
   auto matrices = [&](const char* kind, weight_matrix layer_weights::*member, uint64_t rows, uint64_t cols) {
     for (int l = 0; l < c.n_layers; ++l) {
       const weight_matrix& m = layers_[size_t(l)].*member;
-      out.push_back({text::format("layers.{}.{}", l, kind), m.data, m.type, rows * cols, cols, tensor_role::matrix});
+      out.push_back(
+          {text::format("layers.{}.{}", l, kind), m.data, m.type, rows * cols, cols, tensor_role::matrix, m.tiled});
     }
   };
   auto vectors = [&](const char* kind, float* layer_weights::*member, uint64_t size, tensor_role role) {
@@ -122,7 +126,7 @@ std::vector<tensor_view> model_weights::tensors() const {
   matrices("w3", &layer_weights::w3, h, d);
   out.push_back({"rms_final", reinterpret_cast<uint8_t*>(rms_final_), dtype::f32, d, 1, tensor_role::norm});
   if (!shared_classifier_)
-    out.push_back({"classifier", classifier_.data, classifier_.type, vocab * d, d, tensor_role::matrix});
+    out.push_back({"classifier", classifier_.data, classifier_.type, vocab * d, d, tensor_role::matrix, classifier_.tiled});
   if (c.qkv_bias) {
     vectors("bq", &layer_weights::bq, q, tensor_role::bias);
     vectors("bk", &layer_weights::bk, kv, tensor_role::bias);
@@ -133,6 +137,42 @@ std::vector<tensor_view> model_weights::tensors() const {
     vectors("k_norm", &layer_weights::k_norm, hd, tensor_role::norm);
   }
   return out;
+}
+
+void model_weights::store_in_tiles() {
+  sampled_before_tiles_ = sampled_bytes();
+  const model_config& c = config_;
+  const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
+  struct matrix {
+    weight_matrix* m;
+    uint64_t rows, cols;
+  };
+  std::vector<matrix> todo;
+  const auto add = [&](weight_matrix& m, uint64_t rows, uint64_t cols) {
+    if (!m.tiled && has_tile_layout(m.type) && rows % rows_per_tile == 0) todo.push_back({&m, rows, cols});
+  };
+  for (layer_weights& l : layers_) {
+    add(l.wq, q, d), add(l.wk, kv, d), add(l.wv, kv, d), add(l.wo, d, q);
+    add(l.w1, h, d), add(l.w3, h, d), add(l.w2, d, h);
+  }
+  if (!shared_classifier_) add(classifier_, uint64_t(c.vocab_size), d);
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    for (size_t i = next++; i < todo.size(); i = next++) tile_rows_in_place(todo[i].m->type, todo[i].m->data,
+                                                                            todo[i].rows, todo[i].cols);
+  };
+  std::vector<std::thread> threads(std::max(1u, std::thread::hardware_concurrency()) - 1);
+  for (std::thread& t : threads) t = std::thread(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  for (const matrix& m : todo) m.m->tiled = true;
+}
+
+std::string model_weights::sampled_bytes() const {
+  if (!sampled_before_tiles_.empty()) return sampled_before_tiles_;
+  std::string sampled;
+  for (uint64_t at = 0; at < bytes_; at += 4096) sampled.push_back(char(storage_.get()[at]));
+  return sampled;
 }
 
 matrix_types model_weights::types() const {
@@ -204,16 +244,24 @@ result<model_weights> convert_weights(const model_weights& weights, dtype wanted
   if (!converted.is_ok()) return converted.error();
   const std::vector<tensor_view> from = weights.tensors(), to = converted->tensors();
   std::vector<float> row;
+  std::vector<uint8_t> file_row;
   for (size_t i = 0; i < from.size(); ++i) {
     const tensor_view &a = from[i], &b = to[i];
-    if (a.type == b.type) {
+    if (a.type == b.type && !a.tiled) {
       std::memcpy(b.data, a.data, a.bytes());
       continue;
     }
     row.resize(a.cols);
     const size_t in_row = row_bytes(a.type, a.cols), out_row = row_bytes(b.type, b.cols);
+    file_row.resize(in_row);
     for (uint64_t r = 0; r < a.size / a.cols; ++r) {
-      dequantize(a.type, a.data + r * in_row, a.cols, row.data());
+      const uint8_t* in = a.data + r * in_row;
+      if (a.tiled) untile_row(a.type, a.data, a.cols, r, file_row.data()), in = file_row.data();
+      if (a.type == b.type) {
+        std::memcpy(b.data + r * out_row, in, out_row);
+        continue;
+      }
+      dequantize(a.type, in, a.cols, row.data());
       quantize(b.type, row.data(), b.cols, b.data + r * out_row);
     }
   }

@@ -22,6 +22,7 @@ namespace illm::gpu {
 struct weight_matrix {
   uint8_t* data = nullptr;
   dtype type = dtype::f32;
+  bool tiled = false;  ///< rows stored in tiles of 8 (gpu/quant/tiles.hpp), not one after another
   /// The data as floats when the type is f32, else nullptr.
   float* f32() const { return type == dtype::f32 ? reinterpret_cast<float*>(data) : nullptr; }
 };
@@ -57,6 +58,7 @@ struct tensor_view {
   uint64_t size = 0;    ///< elements
   uint64_t cols = 1;    ///< row length: the input width of a matrix, 1 for a vector
   tensor_role role = tensor_role::matrix;
+  bool tiled = false;  ///< a matrix stored in tiles of 8 rows (gpu/quant/tiles.hpp)
   /// The data as floats when the type is f32, else nullptr.
   float* f32() const { return type == dtype::f32 ? reinterpret_cast<float*>(data) : nullptr; }
   /// Bytes the tensor takes.
@@ -90,6 +92,14 @@ class model_weights {
   /// How many matrices each type holds, for logs: "q4_k 113, q6_k 16".
   std::string describe_types() const;
 
+  /// Stores the matrices that products read (each layer's, and a classifier of its own; not the embedding table) in
+  /// tiles where their type has a tile layout and their rows fill whole tiles, on every core: the layout the cpu's
+  /// register-tiled kernels read. Only bytes move; sampled_bytes keeps answering for the layout as loaded.
+  void store_in_tiles();
+  /// One byte in every 4096 of the buffer as loaded (before store_in_tiles): two checkpoints of one shape differ
+  /// there, and reading it is cheap.
+  std::string sampled_bytes() const;
+
   /// The whole buffer, and its bytes.
   const uint8_t* data() const { return storage_.get(); }
   uint64_t bytes() const { return bytes_; }
@@ -99,6 +109,7 @@ class model_weights {
   bool shared_classifier_ = true;
   host_array<uint8_t> storage_;
   uint64_t bytes_ = 0;
+  std::string sampled_before_tiles_;  // sampled_bytes() when store_in_tiles ran
   weight_matrix token_embedding_;
   float* rms_final_ = nullptr;
   weight_matrix classifier_;

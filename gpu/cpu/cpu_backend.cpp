@@ -8,10 +8,12 @@
 #include <cblas.h>
 #endif
 
+#include "gpu/cpu/tiled_gemm.hpp"
 #include "gpu/cpu/typed_gemm.hpp"
 #include "gpu/half.hpp"
 #include "gpu/host_memory.hpp"
 #include "gpu/quant/blocks.hpp"
+#include "gpu/quant/tiles.hpp"
 #include "gpu/sampler.hpp"
 #include "gpu/text.hpp"
 
@@ -122,6 +124,31 @@ status cpu_backend::gemm(const float* x, size_t ldx, int m, int k, const void* w
   return status::ok();
 }
 
+status cpu_backend::gemm_tiles(const float* x, size_t ldx, int m, int k, const void* w_raw, dtype w_type, int n,
+                               float* y, size_t ldy, bool accumulate) {
+  if (!has_tile_layout(w_type) || n % rows_per_tile != 0 || k % int(block_elements(w_type)) != 0)
+    return {status_code::invalid_argument, text::format("no {} tiles of {} rows of {}", to_string(w_type), n, k)};
+  const auto* w = static_cast<const uint8_t*>(w_raw);
+  const size_t bytes = row_bytes(w_type, size_t(k));
+  if (mode_ == cpu_mode::reference) {
+    // Each row put back in the file's layout, then read as gemm_typed_reference reads it.
+    const std::vector<float> xs = activations_as_read(x, ldx, m, k, w_type);
+    reference_rows(xs, m, k, n, y, ldy, accumulate, [&](int64_t j, std::vector<float>& row) {
+      thread_local std::vector<uint8_t> file_row;
+      file_row.resize(bytes);
+      untile_row(w_type, w, size_t(k), size_t(j), file_row.data());
+      dequantize(w_type, file_row.data(), size_t(k), row.data());
+    });
+    return status::ok();
+  }
+  quantized_.resize(m, k, int(block_elements(w_type)));
+  over_rows(pool_, m, int64_t(m) * k, [&](int64_t i0, int64_t i1) { quantized_.quantize(x, ldx, int(i0), int(i1)); });
+  pool_.parallel_for(n / rows_per_tile, [&](int64_t t0, int64_t t1) {
+    gemm_stored_tiles(quantized_, m, w_type, w, bytes, int(t0), int(t1), y, ldy, accumulate);
+  });
+  return status::ok();
+}
+
 void cpu_backend::gemm_typed(const float* x, size_t ldx, int m, int k, const uint8_t* w, dtype type, size_t w_row_bytes,
                              int n, float* y, size_t ldy, bool accumulate) {
   if (mode_ == cpu_mode::reference) {
@@ -171,10 +198,8 @@ bool cpu_backend::blas_halves(const float* x, size_t ldx, int m, int k, const ui
 #endif
 }
 
-void cpu_backend::gemm_typed_reference(const float* x, size_t ldx, int m, int k, const uint8_t* w, dtype type,
-                                       size_t w_row_bytes, int n, float* y, size_t ldy, bool accumulate) {
-  // Plain loops over the weights read back to fp32 and, for a block type, the activations as the integer products
-  // see them (quantized to 8 bits in the weights' blocks).
+std::vector<float> cpu_backend::activations_as_read(const float* x, size_t ldx, int m, int k, dtype type) {
+  // For a block type: quantized to 8 bits in the weights' blocks, as the integer products see them.
   std::vector<float> xs(size_t(m) * size_t(k));
   if (is_block_type(type)) {
     quantized_.resize(m, k, int(block_elements(type)));
@@ -183,12 +208,14 @@ void cpu_backend::gemm_typed_reference(const float* x, size_t ldx, int m, int k,
   } else {
     for (int i = 0; i < m; ++i) std::memcpy(xs.data() + size_t(i) * k, x + size_t(i) * ldx, sizeof(float) * size_t(k));
   }
-  pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
-    std::vector<float> row(static_cast<size_t>(k));
-    for (int64_t j = j0; j < j1; ++j) {
-      dequantize(type, w + size_t(j) * w_row_bytes, size_t(k), row.data());
-      gemm_reference(xs.data(), size_t(k), m, k, row.data(), size_t(k), 0, 1, y + j, ldy, accumulate);
-    }
+  return xs;
+}
+
+void cpu_backend::gemm_typed_reference(const float* x, size_t ldx, int m, int k, const uint8_t* w, dtype type,
+                                       size_t w_row_bytes, int n, float* y, size_t ldy, bool accumulate) {
+  const std::vector<float> xs = activations_as_read(x, ldx, m, k, type);
+  reference_rows(xs, m, k, n, y, ldy, accumulate, [&](int64_t j, std::vector<float>& row) {
+    dequantize(type, w + size_t(j) * w_row_bytes, size_t(k), row.data());
   });
 }
 

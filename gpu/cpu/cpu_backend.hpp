@@ -33,6 +33,8 @@ class cpu_backend final : public backend {
 
   bool computes_with(dtype) const override { return true; }
   ILLM_BACKEND_KERNELS;
+  status gemm_tiles(const float* x, size_t ldx, int m, int k, const void* w, dtype w_type, int n, float* y,
+                    size_t ldy, bool accumulate) override;
 
  private:
   /// One unit of attention work: a job's decode rows or one prefill tile, over a range of its blocks.
@@ -51,6 +53,20 @@ class cpu_backend final : public backend {
   /// y = x * w^T with weights of a type other than f32 (w's rows w_row_bytes apart).
   void gemm_typed(const float* x, size_t ldx, int m, int k, const uint8_t* w, dtype type, size_t w_row_bytes, int n,
                   float* y, size_t ldy, bool accumulate);
+  /// x [m][k] (rows ldx apart) as a product with weights of `type` reads it: for a block type, quantized to 8 bits.
+  std::vector<float> activations_as_read(const float* x, size_t ldx, int m, int k, dtype type);
+  /// y (+)= xs * w^T by plain loops over weight rows [0, n), each read back to fp32 by row_of(j, k floats).
+  template <typename RowOf>
+  void reference_rows(const std::vector<float>& xs, int m, int k, int n, float* y, size_t ldy, bool accumulate,
+                      RowOf&& row_of) {
+    pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
+      std::vector<float> row(static_cast<size_t>(k));
+      for (int64_t j = j0; j < j1; ++j) {
+        row_of(j, row);
+        gemm_reference(xs.data(), size_t(k), m, k, row.data(), size_t(k), 0, 1, y + j, ldy, accumulate);
+      }
+    });
+  }
   /// The same through plain loops (reference mode).
   void gemm_typed_reference(const float* x, size_t ldx, int m, int k, const uint8_t* w, dtype type,
                             size_t w_row_bytes, int n, float* y, size_t ldy, bool accumulate);

@@ -10,6 +10,7 @@
 
 #include "gpu/cpu/simd.hpp"
 #include "gpu/quant/blocks.hpp"
+#include "gpu/quant/tiles.hpp"
 
 namespace illm::gpu::cpu {
 
@@ -18,7 +19,7 @@ namespace illm::gpu::cpu {
 namespace {
 
 /// Weight rows side by side in a tile: one 32-bit lane each.
-constexpr int tile_rows = 8;
+constexpr int tile_rows = rows_per_tile;
 /// Tiles interleaved per panel: 32 rows, read against every row of x before the next panel.
 constexpr int panel_tiles = 4;
 
@@ -213,15 +214,79 @@ inline int32_t word_at(const int8_t* p) {
 
 /// total + one group's integer sums scaled, less its mins times the activations' sum over the group.
 template <bool Mins>
-inline __m256 add_group(__m256 total, __m256i sums, const float* scales, const float* mins, float xs, float xsum) {
-  total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(_mm256_loadu_ps(scales), _mm256_set1_ps(xs)), total);
-  if constexpr (Mins) total = _mm256_fnmadd_ps(_mm256_loadu_ps(mins), _mm256_set1_ps(xsum), total);
+inline __m256 add_group(__m256 total, __m256i sums, __m256 scales, __m256 mins, float xs, float xsum) {
+  total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(scales, _mm256_set1_ps(xs)), total);
+  if constexpr (Mins) total = _mm256_fnmadd_ps(mins, _mm256_set1_ps(xsum), total);
   return total;
 }
 
-/// Tile t of the panel against R activation rows from row i: row r's 8 sums in out[r].
-template <layout L, int R>
-void tile_product(const panel& p, int t, const quantized_rows& x, int i, __m256 out[R]) {
+/// Tile t of a panel interleaved per call.
+struct panel_tile {
+  const panel& p;
+  int t;
+  int spans() const { return p.spans; }
+  /// Word g (values 4g .. 4g + 3 of the 8 rows) of span s.
+  __m256i level(int s, int g) const {
+    return load32(p.levels.data() + (size_t(t) * size_t(p.spans) + size_t(s)) * 256 + 32 * size_t(g));
+  }
+  /// The 8 rows' scales and mins of a group.
+  __m256 scale(int group) const { return _mm256_loadu_ps(p.scales.data() + index(group)); }
+  __m256 min(int group) const { return _mm256_loadu_ps(p.mins.data() + index(group)); }
+  size_t index(int group) const { return (size_t(t) * size_t(p.groups) + size_t(group)) * tile_rows; }
+};
+
+/// A q8_0 tile as stored (gpu/quant/tiles.hpp): 272 bytes per block of 32 columns.
+struct stored_q8_0_tile {
+  static constexpr bool expands = false;
+  const uint8_t* base;
+  int blocks;
+  int spans() const { return blocks; }
+  /// Stored plus 128: as they are with VNNI (layout_of's offset), signed again for the sign trick without.
+  __m256i level(int s, int g) const {
+    const __m256i v = load32(base + size_t(s) * 272 + 16 + 32 * size_t(g));
+    return has_vnni ? v : _mm256_xor_si256(v, _mm256_set1_epi8(int8_t(-128)));
+  }
+  __m256 scale(int group) const {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + size_t(group) * 272)));
+  }
+  __m256 min(int) const { return _mm256_setzero_ps(); }
+};
+
+/// A q4_k tile as stored: 1152 bytes per super-block of 256 columns; span s is sub-block s % 8 of super-block s / 8.
+struct stored_q4_k_tile {
+  static constexpr bool expands = true;
+  const uint8_t* base;
+  int blocks;
+  int spans() const { return blocks * 8; }
+  const uint8_t* super(int s) const { return base + size_t(s / 8) * 1152; }
+  __m256i level(int s, int g) const {
+    const int j = s % 8;  // low nibbles of chunk j / 2 for even j, high for odd
+    const __m256i v = load32(super(s) + 128 + 256 * (j / 2) + 32 * g), nibble = _mm256_set1_epi8(0x0f);
+    return j % 2 == 0 ? _mm256_and_si256(v, nibble) : _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+  }
+  /// Sub-block j's 6-bit scales (High = 0) or mins (High = 2) of the 8 rows, times d or dmin.
+  template <int High>
+  __m256 sixbit(int s) const {
+    const uint8_t* sb = super(s);
+    const int j = s % 8;
+    const __m256i low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sb + 32 + 8 * j)));
+    int32_t word;
+    std::memcpy(&word, sb + 96 + 4 * j, 4);
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    const __m256i high = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(word), _mm256_add_epi32(shifts,
+                                          _mm256_set1_epi32(High))), _mm256_set1_epi32(3));
+    const __m256i nibble = High == 0 ? _mm256_and_si256(low, _mm256_set1_epi32(15)) : _mm256_srli_epi32(low, 4);
+    const __m256i six = _mm256_or_si256(nibble, _mm256_slli_epi32(high, 4));
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sb + (High == 0 ? 0 : 16))));
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(six));
+  }
+  __m256 scale(int s) const { return sixbit<0>(s); }
+  __m256 min(int s) const { return sixbit<2>(s); }
+};
+
+/// A tile against R activation rows from row i: row r's 8 sums in out[r].
+template <layout L, int R, class Tile>
+void tile_product(const Tile& tile, const quantized_rows& x, int i, __m256 out[R]) {
   const int8_t* xq[R];
   const float *xs[R], *xsums[R];
   const int32_t* xlevel_sums[R];
@@ -233,8 +298,8 @@ void tile_product(const panel& p, int t, const quantized_rows& x, int i, __m256 
     out[r] = _mm256_setzero_ps();
   }
   constexpr int groups_per_span = 32 / L.group;
-  for (int s = 0; s < p.spans; ++s) {
-    const uint8_t* levels = p.levels.data() + (size_t(t) * size_t(p.spans) + size_t(s)) * 256;
+  const int spans = tile.spans();
+  for (int s = 0; s < spans; ++s) {
     // Values 0-15 and 16-31 of the span in two accumulators per row (2 R sums in flight; with group 16, one group
     // each), which start from -offset times their activations' sum.
     __m256i first[R], second[R];
@@ -244,15 +309,14 @@ void tile_product(const panel& p, int t, const quantized_rows& x, int i, __m256 
       second[r] = _mm256_set1_epi32(L.group == 16 ? -L.offset * sums[1] : 0);
     }
     for (int g = 0; g < 4; ++g) {
-      const __m256i a = load32(levels + 32 * g), b = load32(levels + 32 * g + 128);
+      const __m256i a = tile.level(s, g), b = tile.level(s, g + 4);
       for (int r = 0; r < R; ++r) {
         first[r] = dot_words<L.signed_levels>(first[r], a, word_at(xq[r] + 32 * s + 4 * g));
         second[r] = dot_words<L.signed_levels>(second[r], b, word_at(xq[r] + 32 * s + 4 * g + 16));
       }
     }
-    const size_t group = size_t(t) * size_t(p.groups) + size_t(s * groups_per_span);
-    const float* scales = p.scales.data() + group * tile_rows;
-    const float* mins = p.mins.data() + group * tile_rows;
+    const int group = s * groups_per_span;
+    const __m256 scales = tile.scale(group), mins = L.mins ? tile.min(group) : _mm256_setzero_ps();
     for (int r = 0; r < R; ++r) {
       const float block_scale = xs[r][32 * s / x.block];
       const float* sums16 = xsums[r] + 2 * s;
@@ -261,23 +325,36 @@ void tile_product(const panel& p, int t, const quantized_rows& x, int i, __m256 
                                    sums16[0] + sums16[1]);
       } else {
         out[r] = add_group<L.mins>(out[r], first[r], scales, mins, block_scale, sums16[0]);
-        out[r] = add_group<L.mins>(out[r], second[r], scales + tile_rows, mins + tile_rows, block_scale, sums16[1]);
+        out[r] = add_group<L.mins>(out[r], second[r], tile.scale(group + 1), tile.min(group + 1), block_scale,
+                                   sums16[1]);
       }
     }
   }
 }
 
 /// y[i + r][j .. j + columns) (+)= the tile's sums for activation rows i .. i + R.
-template <layout L, int R>
-void tile_rows_into(const panel& p, int t, const quantized_rows& x, int i, float* y, size_t ldy, int columns,
+template <layout L, int R, class Tile>
+void tile_rows_into(const Tile& tile, const quantized_rows& x, int i, float* y, size_t ldy, int columns,
                     bool accumulate) {
   __m256 out[R];
-  tile_product<L, R>(p, t, x, i, out);
+  tile_product<L, R>(tile, x, i, out);
   for (int r = 0; r < R; ++r) {
     float sums[tile_rows];
     _mm256_storeu_ps(sums, out[r]);
     float* row = y + size_t(i + r) * ldy;
     for (int c = 0; c < columns; ++c) row[c] = (accumulate ? row[c] : 0.0f) + sums[c];
+  }
+}
+
+/// tile_rows_into for the next 4 (or the last 1-3) of m activation rows from row i.
+template <layout L, class Tile>
+void tile_rows_of(const Tile& tile, const quantized_rows& x, int i, int m, float* y, size_t ldy, int columns,
+                  bool accumulate) {
+  switch (std::min(4, m - i)) {
+    case 1: return tile_rows_into<L, 1>(tile, x, i, y, ldy, columns, accumulate);
+    case 2: return tile_rows_into<L, 2>(tile, x, i, y, ldy, columns, accumulate);
+    case 3: return tile_rows_into<L, 3>(tile, x, i, y, ldy, columns, accumulate);
+    default: return tile_rows_into<L, 4>(tile, x, i, y, ldy, columns, accumulate);
   }
 }
 
@@ -295,18 +372,50 @@ void gemm_panels(const quantized_rows& x, int m, dtype type, const uint8_t* w, s
     for (int i = 0; i < m; i += 4)
       for (int t = 0; t < tiles; ++t) {
         const int j = jp + t * tile_rows, columns = std::min(tile_rows, j1 - j);
-        float* yt = y + j;
-        switch (std::min(4, m - i)) {
-          case 1: tile_rows_into<L, 1>(p, t, x, i, yt, ldy, columns, accumulate); break;
-          case 2: tile_rows_into<L, 2>(p, t, x, i, yt, ldy, columns, accumulate); break;
-          case 3: tile_rows_into<L, 3>(p, t, x, i, yt, ldy, columns, accumulate); break;
-          default: tile_rows_into<L, 4>(p, t, x, i, yt, ldy, columns, accumulate); break;
-        }
+        tile_rows_of<L>(panel_tile{p, t}, x, i, m, y + j, ldy, columns, accumulate);
+      }
+  }
+}
+
+/// A stored tile's levels and scales written into tile t of a panel, in the form the panel's readers take.
+template <class Tile>
+void expand(const Tile& tile, panel& p, int t) {
+  for (int s = 0; s < p.spans; ++s) {
+    uint8_t* levels = p.levels.data() + (size_t(t) * size_t(p.spans) + size_t(s)) * 256;
+    for (int g = 0; g < 8; ++g) _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 32 * g), tile.level(s, g));
+  }
+  const panel_tile into{p, t};
+  for (int group = 0; group < p.groups; ++group) {
+    _mm256_storeu_ps(p.scales.data() + into.index(group), tile.scale(group));
+    _mm256_storeu_ps(p.mins.data() + into.index(group), tile.min(group));
+  }
+}
+
+/// The product with a matrix stored in tiles: panels of 4 tiles (in L2), each read against every 4 rows of x. Tiles
+/// whose levels take work to read (q4_k's nibbles, its 6-bit scales) are expanded once per call into a panel when
+/// more than 4 rows will read them.
+template <layout L, class Tile>
+void gemm_stored(const quantized_rows& x, int m, const uint8_t* w, size_t tile_bytes, int blocks, int t0, int t1,
+                 float* y, size_t ldy, bool accumulate) {
+  const bool expanded = Tile::expands && m > 16;
+  thread_local panel p;
+  if (expanded) p.resize(x.k, L.group);
+  for (int tp = t0; tp < t1; tp += panel_tiles) {
+    const int tp_end = std::min(t1, tp + panel_tiles);
+    if (expanded)
+      for (int t = tp; t < tp_end; ++t) expand(Tile{w + size_t(t) * tile_bytes, blocks}, p, t - tp);
+    for (int i = 0; i < m; i += 4)
+      for (int t = tp; t < tp_end; ++t) {
+        float* yt = y + size_t(t) * tile_rows;
+        if (expanded) tile_rows_of<L>(panel_tile{p, t - tp}, x, i, m, yt, ldy, tile_rows, accumulate);
+        else tile_rows_of<L>(Tile{w + size_t(t) * tile_bytes, blocks}, x, i, m, yt, ldy, tile_rows, accumulate);
       }
   }
 }
 
 }  // namespace
+
+bool stored_tiles_pay() { return true; }
 
 bool tiled_kernel_pays(dtype type, int m) {
   if (type == dtype::q8_0) return m > 4;
@@ -326,9 +435,33 @@ void gemm_tiled(const quantized_rows& x, int m, dtype type, const uint8_t* w, si
   }
 }
 
+void gemm_stored_tiles(const quantized_rows& x, int m, dtype type, const uint8_t* w, size_t w_row_bytes, int t0,
+                       int t1, float* y, size_t ldy, bool accumulate) {
+  const size_t tile_bytes = w_row_bytes * tile_rows;
+  const int blocks = int(size_t(x.k) / block_elements(type));
+  if (type == dtype::q8_0)
+    return gemm_stored<layout_of(dtype::q8_0), stored_q8_0_tile>(x, m, w, tile_bytes, blocks, t0, t1, y, ldy,
+                                                                 accumulate);
+  gemm_stored<layout_of(dtype::q4_k), stored_q4_k_tile>(x, m, w, tile_bytes, blocks, t0, t1, y, ldy, accumulate);
+}
+
 #else
 
+bool stored_tiles_pay() { return false; }
+
 bool tiled_kernel_pays(dtype, int) { return false; }
+
+void gemm_stored_tiles(const quantized_rows& x, int m, dtype type, const uint8_t* w, size_t w_row_bytes, int t0,
+                       int t1, float* y, size_t ldy, bool accumulate) {
+  // No tiled kernels in this build: each tile's rows back in the file's layout, then the row kernels.
+  thread_local std::vector<uint8_t> rows;
+  rows.resize(w_row_bytes * rows_per_tile);
+  for (int t = t0; t < t1; ++t) {
+    for (int r = 0; r < rows_per_tile; ++r)
+      untile_row(type, w, size_t(x.k), size_t(t) * rows_per_tile + size_t(r), rows.data() + size_t(r) * w_row_bytes);
+    gemm_blocks(x, m, type, rows.data(), w_row_bytes, 0, rows_per_tile, y + size_t(t) * rows_per_tile, ldy, accumulate);
+  }
+}
 
 void gemm_tiled(const quantized_rows&, int, dtype, const uint8_t*, size_t, int, int, float*, size_t, bool) {}
 

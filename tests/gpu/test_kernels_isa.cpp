@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "gpu/cpu/kernels.hpp"
+#include "gpu/cpu/tiled_gemm.hpp"
 #include "gpu/cpu/typed_gemm.hpp"
 #include "gpu/quant/blocks.hpp"
+#include "gpu/quant/tiles.hpp"
 
 using namespace illm::gpu::cpu;
 namespace gpu = illm::gpu;
@@ -122,6 +124,36 @@ TEST_CASE("products with block-type weights match fp64 over the values they read
         }
       }
       CHECK_MESSAGE(worst < 2e-3, ILLM_TEST_ISA, " ", std::string(gpu::to_string(type)), " m=", m, " error ", worst);
+    }
+  }
+}
+
+TEST_CASE("products with q8_0 and q4_k weights stored in tiles equal the file layout's, at 1 to 130 rows") {
+  const int k = 512, n = 72;  // nine tiles: two panels of four and one more
+  for (gpu::dtype type : {gpu::dtype::q8_0, gpu::dtype::q4_k}) {
+    const size_t bytes = gpu::row_bytes(type, k);
+    std::vector<uint8_t> w(bytes * n);
+    gpu::quantize(type, uniform_vector(size_t(n) * k, 9).data(), size_t(n) * k, w.data());
+    std::vector<uint8_t> tiled = w, row(bytes);
+    gpu::tile_rows_in_place(type, tiled.data(), n, k);
+    CHECK(tiled != w);
+    for (int j = 0; j < n; ++j) {  // every byte back where the file had it
+      gpu::untile_row(type, tiled.data(), k, size_t(j), row.data());
+      CHECK_MESSAGE(std::equal(row.begin(), row.end(), w.begin() + std::ptrdiff_t(j * bytes)), "row ", j);
+    }
+    for (int m : {1, 2, 3, 4, 5, 8, 16, 17, 19, 64, 65, 130}) {
+      const auto x = uniform_vector(size_t(m) * k, 21 + m);
+      quantized_rows xq;
+      xq.resize(m, k, int(gpu::block_elements(type)));
+      xq.quantize(x.data(), k, 0, m);
+      std::vector<float> want(size_t(m) * n, 0.5f), got = want;
+      // The file layout's kernels (rows one at a time) and the tiles' (tiles 1 .. 8 of 9, so that neither end
+      // is assumed), both accumulating.
+      gemm_blocks(xq, m, type, w.data(), bytes, 8, n - 8, want.data(), n, true);
+      gemm_stored_tiles(xq, m, type, tiled.data(), bytes, 1, n / 8 - 1, got.data(), n, true);
+      double worst = 0;
+      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::abs(want[i] - got[i])));
+      CHECK_MESSAGE(worst < 1e-3, ILLM_TEST_ISA, " ", std::string(gpu::to_string(type)), " m=", m, " error ", worst);
     }
   }
 }
