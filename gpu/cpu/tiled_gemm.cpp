@@ -1,6 +1,7 @@
 #include "gpu/cpu/tiled_gemm.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -76,13 +77,20 @@ constexpr layout layout_of(dtype type) {
 /// 4r .. 4r + 3; for each group of the span, 8 scales and 8 mins (one per row) at [(t * groups + group) * 8].
 struct panel {
   int spans = 0, groups = 0;
-  std::vector<uint8_t> levels;
+  std::vector<uint8_t> storage;  // the levels, from its first 32-byte boundary (a vector load never splits a line)
   std::vector<float> scales, mins;
+
+  /// The levels of span s of tile t.
+  uint8_t* levels(int t, int s) {
+    const auto at = reinterpret_cast<uintptr_t>(storage.data());
+    return storage.data() + ((32 - at % 32) % 32) + (size_t(t) * size_t(spans) + size_t(s)) * 256;
+  }
+  const uint8_t* levels(int t, int s) const { return const_cast<panel*>(this)->levels(t, s); }
 
   void resize(int k, int group) {
     spans = k / 32;
     groups = k / group;
-    levels.resize(size_t(panel_tiles) * size_t(spans) * 256);
+    storage.resize(size_t(panel_tiles) * size_t(spans) * 256 + 32);
     scales.resize(size_t(panel_tiles) * size_t(groups) * tile_rows);
     mins.resize(scales.size());
   }
@@ -186,7 +194,7 @@ void interleave(dtype type, const uint8_t* w, size_t row_bytes, int rows, int t,
       in[r] = r < rows ? span_levels(type, w + size_t(r) * row_bytes, s) : _mm256_setzero_si256();
     }
     transpose_words(in, out);
-    uint8_t* levels = p.levels.data() + (size_t(t) * size_t(p.spans) + size_t(s)) * 256;
+    uint8_t* levels = p.levels(t, s);
     for (int g = 0; g < 8; ++g) _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 32 * g), out[g]);
   }
 }
@@ -227,17 +235,32 @@ struct panel_tile {
   int spans() const { return p.spans; }
   /// Word g (values 4g .. 4g + 3 of the 8 rows) of span s.
   __m256i level(int s, int g) const {
-    return load32(p.levels.data() + (size_t(t) * size_t(p.spans) + size_t(s)) * 256 + 32 * size_t(g));
+    return load32(p.levels(t, s) + 32 * size_t(g));
   }
   /// The 8 rows' scales and mins of a group.
   __m256 scale(int group) const { return _mm256_loadu_ps(p.scales.data() + index(group)); }
   __m256 min(int group) const { return _mm256_loadu_ps(p.mins.data() + index(group)); }
   size_t index(int group) const { return (size_t(t) * size_t(p.groups) + size_t(group)) * tile_rows; }
+  void prefetch(int) const {}  // in L2 already
 };
+
+/// How far ahead of its reads a product with stored tiles asks for their cache lines: the hardware's prefetchers
+/// stop at each 4 KiB page.
+constexpr size_t stored_prefetch_distance = 4096;
+
+/// Asks for the cache lines a stored tile's span s will be read from stored_prefetch_distance bytes on (at the
+/// tile's average bytes per span: its blocks are read in order).
+template <class Tile>
+inline void prefetch_ahead(const Tile& tile, int s) {
+  prefetch_lines(tile.base + size_t(s) * Tile::span_bytes + stored_prefetch_distance, int(Tile::span_bytes));
+}
 
 /// A q8_0 tile as stored (gpu/quant/tiles.hpp): 272 bytes per block of 32 columns.
 struct stored_q8_0_tile {
-  static constexpr bool expands = false;
+  /// Up to how many rows of x a product reads the tile where it lies (more: expanded into a panel first). q8_0's
+  /// levels are read as stored, but its blocks of 272 bytes put every other vector across two cache lines.
+  static constexpr int read_in_place_rows = 64;
+  static constexpr size_t span_bytes = 272;
   const uint8_t* base;
   int blocks;
   int spans() const { return blocks; }
@@ -250,11 +273,13 @@ struct stored_q8_0_tile {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + size_t(group) * 272)));
   }
   __m256 min(int) const { return _mm256_setzero_ps(); }
+  void prefetch(int s) const { prefetch_ahead(*this, s); }
 };
 
 /// A q4_k tile as stored: 1152 bytes per super-block of 256 columns; span s is sub-block s % 8 of super-block s / 8.
 struct stored_q4_k_tile {
-  static constexpr bool expands = true;
+  static constexpr int read_in_place_rows = 16;
+  static constexpr size_t span_bytes = 144;
   const uint8_t* base;
   int blocks;
   int spans() const { return blocks * 8; }
@@ -282,6 +307,7 @@ struct stored_q4_k_tile {
   }
   __m256 scale(int s) const { return sixbit<0>(s); }
   __m256 min(int s) const { return sixbit<2>(s); }
+  void prefetch(int s) const { prefetch_ahead(*this, s); }
 };
 
 /// A tile against R activation rows from row i: row r's 8 sums in out[r].
@@ -300,6 +326,7 @@ void tile_product(const Tile& tile, const quantized_rows& x, int i, __m256 out[R
   constexpr int groups_per_span = 32 / L.group;
   const int spans = tile.spans();
   for (int s = 0; s < spans; ++s) {
+    tile.prefetch(s);
     // Values 0-15 and 16-31 of the span in two accumulators per row (2 R sums in flight; with group 16, one group
     // each), which start from -offset times their activations' sum.
     __m256i first[R], second[R];
@@ -381,7 +408,7 @@ void gemm_panels(const quantized_rows& x, int m, dtype type, const uint8_t* w, s
 template <class Tile>
 void expand(const Tile& tile, panel& p, int t) {
   for (int s = 0; s < p.spans; ++s) {
-    uint8_t* levels = p.levels.data() + (size_t(t) * size_t(p.spans) + size_t(s)) * 256;
+    uint8_t* levels = p.levels(t, s);
     for (int g = 0; g < 8; ++g) _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 32 * g), tile.level(s, g));
   }
   const panel_tile into{p, t};
@@ -397,7 +424,7 @@ void expand(const Tile& tile, panel& p, int t) {
 template <layout L, class Tile>
 void gemm_stored(const quantized_rows& x, int m, const uint8_t* w, size_t tile_bytes, int blocks, int t0, int t1,
                  float* y, size_t ldy, bool accumulate) {
-  const bool expanded = Tile::expands && m > 16;
+  const bool expanded = m > Tile::read_in_place_rows;
   thread_local panel p;
   if (expanded) p.resize(x.k, L.group);
   for (int tp = t0; tp < t1; tp += panel_tiles) {
@@ -439,10 +466,14 @@ void gemm_stored_tiles(const quantized_rows& x, int m, dtype type, const uint8_t
                        int t1, float* y, size_t ldy, bool accumulate) {
   const size_t tile_bytes = w_row_bytes * tile_rows;
   const int blocks = int(size_t(x.k) / block_elements(type));
-  if (type == dtype::q8_0)
-    return gemm_stored<layout_of(dtype::q8_0), stored_q8_0_tile>(x, m, w, tile_bytes, blocks, t0, t1, y, ldy,
-                                                                 accumulate);
-  gemm_stored<layout_of(dtype::q4_k), stored_q4_k_tile>(x, m, w, tile_bytes, blocks, t0, t1, y, ldy, accumulate);
+  switch (type) {
+    case dtype::q8_0:
+      return gemm_stored<layout_of(dtype::q8_0), stored_q8_0_tile>(x, m, w, tile_bytes, blocks, t0, t1, y, ldy,
+                                                                   accumulate);
+    default:
+      return gemm_stored<layout_of(dtype::q4_k), stored_q4_k_tile>(x, m, w, tile_bytes, blocks, t0, t1, y, ldy,
+                                                                   accumulate);
+  }
 }
 
 #else

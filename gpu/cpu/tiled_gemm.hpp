@@ -6,11 +6,11 @@
 // of typed_gemm.cpp reduce 8 lanes and scale once per row, block and activation row). u8 x s8 products with
 // vpdpbusd where the processor has AVX-VNNI or AVX-512 VNNI, maddubs + madd with AVX2. Weight rows are interleaved
 // per call, a panel of 32 rows at a time into a per-thread buffer that stays in L2, and read against every row of x;
-// q8_0 and q4_k matrices are stored in tiles at load (gpu/quant/tiles.hpp) and read where they lie at every batch
-// size (q4_k's nibbles and 6-bit scales expanded into a panel per call above 16 rows, where 4-row groups would
-// otherwise unpack them again and again). Measured against the file layout's kernels on a 2048 x 32768 matrix,
-// 2 threads of an AVX-512 VNNI Xeon: q8_0 at 1 / 4 / 16 / 64 / 512 rows 0.99 / 1.55 / 1.25 / 1.10 / 1.05x, q4_k
-// 1.03 / 1.16 / 1.12 / 1.17 / 1.08x.
+// q8_0 and q4_k matrices are stored in tiles at load (gpu/quant/tiles.hpp) and read where they lie (q8_0 up to 64
+// rows of x, q4_k up to 16; above that expanded once per call into a panel that every 4-row group reads, where they
+// would otherwise split cache lines or unpack nibbles and 6-bit scales again and again), asking for their cache
+// lines 4 KiB ahead. Against the file layout's kernels, 2 threads of an AVX-512 VNNI Xeon, 1 / 16 / 64 / 512 rows
+// of x: q8_0 4096 x 14336 1.23 / 1.71 / 1.49 / 1.05x, q4_k 1.00 / 1.30 / 1.14 / 1.05x.
 
 #include <cstddef>
 #include <cstdint>

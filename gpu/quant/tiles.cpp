@@ -12,19 +12,30 @@ namespace {
 constexpr size_t q8_0_levels = 16;   // where a q8_0 tile block's words start
 constexpr size_t q4_k_nibbles = 128;  // where a q4_k tile block's chunks start
 
+/// Row r's 32 bytes `in` into the 256 bytes of an interleaved chunk (word g, bytes 4g..4g+3, at 32g + 4r), each byte
+/// xor `flip`.
+void put_words(const uint8_t* in, int r, uint8_t* chunk, uint8_t flip = 0) {
+  for (int g = 0; g < 8; ++g)
+    for (int e = 0; e < 4; ++e) chunk[32 * g + 4 * r + e] = in[4 * g + e] ^ flip;
+}
+
+/// The inverse: row r's 32 bytes of an interleaved chunk into `out`.
+void get_words(const uint8_t* chunk, int r, uint8_t* out, uint8_t flip = 0) {
+  for (int g = 0; g < 8; ++g)
+    for (int e = 0; e < 4; ++e) out[4 * g + e] = chunk[32 * g + 4 * r + e] ^ flip;
+}
+
 /// The 8 rows' blocks `rows[r]` of q8_0 as one tile block.
 void tile_q8_0(const uint8_t* const rows[rows_per_tile], uint8_t* out) {
   for (int r = 0; r < rows_per_tile; ++r) {
     std::memcpy(out + 2 * r, rows[r], 2);
-    for (int g = 0; g < 8; ++g)
-      for (int e = 0; e < 4; ++e) out[q8_0_levels + 32 * g + 4 * r + e] = rows[r][2 + 4 * g + e] ^ 0x80;
+    put_words(rows[r] + 2, r, out + q8_0_levels, 0x80);
   }
 }
 
 void untile_q8_0(const uint8_t* tile, int r, uint8_t* out) {
   std::memcpy(out, tile + 2 * r, 2);
-  for (int g = 0; g < 8; ++g)
-    for (int e = 0; e < 4; ++e) out[2 + 4 * g + e] = tile[q8_0_levels + 32 * g + 4 * r + e] ^ 0x80;
+  get_words(tile + q8_0_levels, r, out + 2, 0x80);
 }
 
 uint32_t read_word(const uint8_t* p) {
@@ -44,9 +55,7 @@ void tile_q4_k(const uint8_t* const rows[rows_per_tile], uint8_t* out) {
       out[32 + 8 * j + r] = uint8_t((scale & 15) | ((min & 15) << 4));
       high[j] |= uint32_t((scale >> 4) | ((min >> 4) << 2)) << (4 * r);
     }
-    for (int c = 0; c < 4; ++c)
-      for (int g = 0; g < 8; ++g)
-        std::memcpy(out + q4_k_nibbles + 256 * c + 32 * g + 4 * r, rows[r] + 16 + 32 * c + 4 * g, 4);
+    for (int c = 0; c < 4; ++c) put_words(rows[r] + 16 + 32 * c, r, out + q4_k_nibbles + 256 * c);
   }
   std::memcpy(out + 96, high, sizeof high);
 }
@@ -67,9 +76,17 @@ void untile_q4_k(const uint8_t* tile, int r, uint8_t* out) {
     s[j + 4] = uint8_t((min[j] & 63) | ((min[j + 4] >> 4) << 6));
     s[j + 8] = uint8_t((scale[j + 4] & 15) | ((min[j + 4] & 15) << 4));
   }
-  for (int c = 0; c < 4; ++c)
-    for (int g = 0; g < 8; ++g)
-      std::memcpy(out + 16 + 32 * c + 4 * g, tile + q4_k_nibbles + 256 * c + 32 * g + 4 * r, 4);
+  for (int c = 0; c < 4; ++c) get_words(tile + q4_k_nibbles + 256 * c, r, out + 16 + 32 * c);
+}
+
+void tile_block(dtype type, const uint8_t* const rows[rows_per_tile], uint8_t* out) {
+  if (type == dtype::q8_0) tile_q8_0(rows, out);
+  else tile_q4_k(rows, out);
+}
+
+void untile_block(dtype type, const uint8_t* tile, int r, uint8_t* out) {
+  if (type == dtype::q8_0) untile_q8_0(tile, r, out);
+  else untile_q4_k(tile, r, out);
 }
 
 }  // namespace
@@ -83,9 +100,7 @@ void tile_rows_in_place(dtype type, uint8_t* data, size_t rows, size_t cols) {
     for (size_t b = 0; b < blocks; ++b) {
       const uint8_t* row_blocks[rows_per_tile];
       for (int r = 0; r < rows_per_tile; ++r) row_blocks[r] = file.data() + size_t(r) * bytes + b * block;
-      uint8_t* out = tile + b * block * rows_per_tile;
-      if (type == dtype::q8_0) tile_q8_0(row_blocks, out);
-      else tile_q4_k(row_blocks, out);
+      tile_block(type, row_blocks, tile + b * block * rows_per_tile);
     }
   }
 }
@@ -94,9 +109,7 @@ void untile_row(dtype type, const uint8_t* tiled, size_t cols, size_t r, uint8_t
   const size_t bytes = row_bytes(type, cols), block = block_bytes(type), blocks = cols / block_elements(type);
   const uint8_t* tile = tiled + r / rows_per_tile * rows_per_tile * bytes;
   for (size_t b = 0; b < blocks; ++b) {
-    const uint8_t* in = tile + b * block * rows_per_tile;
-    if (type == dtype::q8_0) untile_q8_0(in, int(r % rows_per_tile), out + b * block);
-    else untile_q4_k(in, int(r % rows_per_tile), out + b * block);
+    untile_block(type, tile + b * block * rows_per_tile, int(r % rows_per_tile), out + b * block);
   }
 }
 

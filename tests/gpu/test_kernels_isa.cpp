@@ -128,7 +128,7 @@ TEST_CASE("products with block-type weights match fp64 over the values they read
   }
 }
 
-TEST_CASE("products with q8_0 and q4_k weights stored in tiles equal the file layout's, at 1 to 130 rows") {
+TEST_CASE("products with weights stored in tiles equal the file layout's, at 1 to 130 rows") {
   const int k = 512, n = 72;  // nine tiles: two panels of four and one more
   for (gpu::dtype type : {gpu::dtype::q8_0, gpu::dtype::q4_k}) {
     const size_t bytes = gpu::row_bytes(type, k);
