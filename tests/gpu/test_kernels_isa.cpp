@@ -128,7 +128,7 @@ TEST_CASE("products with block-type weights match fp64 over the values they read
   }
 }
 
-TEST_CASE("products with weights stored in tiles equal the file layout's, at 1 to 130 rows") {
+TEST_CASE("products with weights stored in tiles equal the file layout's, at 1 to 512 rows") {
   const int k = 512, n = 72;  // nine tiles: two panels of four and one more
   for (gpu::dtype type : {gpu::dtype::q8_0, gpu::dtype::q4_k}) {
     const size_t bytes = gpu::row_bytes(type, k);
@@ -141,7 +141,7 @@ TEST_CASE("products with weights stored in tiles equal the file layout's, at 1 t
       gpu::untile_row(type, tiled.data(), k, size_t(j), row.data());
       CHECK_MESSAGE(std::equal(row.begin(), row.end(), w.begin() + std::ptrdiff_t(j * bytes)), "row ", j);
     }
-    for (int m : {1, 2, 3, 4, 5, 8, 16, 17, 19, 64, 65, 130}) {
+    for (int m : {1, 2, 3, 4, 5, 8, 16, 17, 19, 64, 65, 130, 512}) {
       const auto x = uniform_vector(size_t(m) * k, 21 + m);
       quantized_rows xq;
       xq.resize(m, k, int(gpu::block_elements(type)));
