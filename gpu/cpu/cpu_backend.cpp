@@ -124,6 +124,11 @@ status cpu_backend::gemm(const float* x, size_t ldx, int m, int k, const void* w
   return status::ok();
 }
 
+void cpu_backend::quantize_activations(const float* x, size_t ldx, int m, int k, dtype type) {
+  quantized_.resize(m, k, int(block_elements(type)));
+  over_rows(pool_, m, int64_t(m) * k, [&](int64_t i0, int64_t i1) { quantized_.quantize(x, ldx, int(i0), int(i1)); });
+}
+
 status cpu_backend::gemm_tiles(const float* x, size_t ldx, int m, int k, const void* w_raw, dtype w_type, int n,
                                float* y, size_t ldy, bool accumulate) {
   if (!has_tile_layout(w_type) || n % rows_per_tile != 0 || k % int(block_elements(w_type)) != 0)
@@ -141,8 +146,7 @@ status cpu_backend::gemm_tiles(const float* x, size_t ldx, int m, int k, const v
     });
     return status::ok();
   }
-  quantized_.resize(m, k, int(block_elements(w_type)));
-  over_rows(pool_, m, int64_t(m) * k, [&](int64_t i0, int64_t i1) { quantized_.quantize(x, ldx, int(i0), int(i1)); });
+  quantize_activations(x, ldx, m, k, w_type);
   pool_.parallel_for(n / rows_per_tile, [&](int64_t t0, int64_t t1) {
     gemm_stored_tiles(quantized_, m, w_type, w, bytes, int(t0), int(t1), y, ldy, accumulate);
   });
@@ -154,8 +158,7 @@ void cpu_backend::gemm_typed(const float* x, size_t ldx, int m, int k, const uin
   if (mode_ == cpu_mode::reference) {
     gemm_typed_reference(x, ldx, m, k, w, type, w_row_bytes, n, y, ldy, accumulate);
   } else if (is_block_type(type)) {
-    quantized_.resize(m, k, int(block_elements(type)));
-    over_rows(pool_, m, int64_t(m) * k, [&](int64_t i0, int64_t i1) { quantized_.quantize(x, ldx, int(i0), int(i1)); });
+    quantize_activations(x, ldx, m, k, type);
     pool_.parallel_for(n, [&](int64_t j0, int64_t j1) {
       gemm_blocks(quantized_, m, type, w, w_row_bytes, int(j0), int(j1), y, ldy, accumulate);
     });

@@ -53,6 +53,8 @@ class cpu_backend final : public backend {
   /// y = x * w^T with weights of a type other than f32 (w's rows w_row_bytes apart).
   void gemm_typed(const float* x, size_t ldx, int m, int k, const uint8_t* w, dtype type, size_t w_row_bytes, int n,
                   float* y, size_t ldy, bool accumulate);
+  /// x [m][k] (rows ldx apart) quantized into quantized_ in the blocks of block type `type`, split over the pool.
+  void quantize_activations(const float* x, size_t ldx, int m, int k, dtype type);
   /// x [m][k] (rows ldx apart) as a product with weights of `type` reads it: for a block type, quantized to 8 bits.
   std::vector<float> activations_as_read(const float* x, size_t ldx, int m, int k, dtype type);
   /// y (+)= xs * w^T by plain loops over weight rows [0, n), each read back to fp32 by row_of(j, k floats).

@@ -81,11 +81,12 @@ struct panel {
   std::vector<float> scales, mins;
 
   /// The levels of span s of tile t.
-  uint8_t* levels(int t, int s) {
+  uint8_t* levels(int t, int s) { return storage.data() + level_offset(t, s); }
+  const uint8_t* levels(int t, int s) const { return storage.data() + level_offset(t, s); }
+  size_t level_offset(int t, int s) const {
     const auto at = reinterpret_cast<uintptr_t>(storage.data());
-    return storage.data() + ((32 - at % 32) % 32) + (size_t(t) * size_t(spans) + size_t(s)) * 256;
+    return (32 - at % 32) % 32 + (size_t(t) * size_t(spans) + size_t(s)) * 256;
   }
-  const uint8_t* levels(int t, int s) const { return const_cast<panel*>(this)->levels(t, s); }
 
   void resize(int k, int group) {
     spans = k / 32;
