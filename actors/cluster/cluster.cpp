@@ -216,11 +216,13 @@ prefix_hits cluster::cached_prefix(const generate_params& params) {
 
 request_id cluster::submit(const generate_params& params, request_callbacks callbacks, const cluster_view& view) {
   const request_id id = next_request_++;
-  request_route route = route_request(*system_, gmanager(), view, params, requests_.routed());
+  std::optional<prefix_holders> prefix = look_up_prefix(*system_, gmanager(), view, params);
   instance_node* first = nodes().front();
-  serving_instance target = route.target ? serving_instance{route.target->instance, route.target->inst_id}
-                                         : serving_instance{first->instance(), first->id()};
-  requests_.spawn(*system_, id, params, std::move(target), std::move(callbacks), view, std::move(route.prefix));
+  auto choose = [&](const routed_blocks& routed) {
+    const instance_view* target = route_request(view, params, prefix, routed);
+    return target ? serving_instance{target->instance, target->inst_id} : serving_instance{first->instance(), first->id()};
+  };
+  requests_.spawn(*system_, id, params, choose, std::move(callbacks), view, prefix);
   return id;
 }
 

@@ -221,16 +221,17 @@ std::vector<move_report> remote_cluster::moves_of(request_id id) {
 request_id remote_cluster::submit(const generate_params& params, request_callbacks callbacks,
                                   const cluster_view& view) {
   const request_id id = next_request_++;
-  request_route route =
-      stopped_ ? request_route{} : route_request(*system_, gmanager(), view, params, requests_.routed());
-  const instance_view* target = route.target;
-  if (!target) {
+  if (stopped_ || !most_free_instance(view)) {
     const char* why = stopped_ ? "the front end is stopping" : "the cluster has no instance that takes requests";
     if (callbacks.on_finished) callbacks.on_finished({id, "error", why, 0, {}});
     return id;
   }
-  requests_.spawn(*system_, id, params, {target->instance, target->inst_id}, std::move(callbacks), view,
-                  std::move(route.prefix));
+  std::optional<prefix_holders> prefix = look_up_prefix(*system_, gmanager(), view, params);
+  auto choose = [&](const routed_blocks& routed) {
+    const instance_view* target = route_request(view, params, prefix, routed);
+    return serving_instance{target->instance, target->inst_id};
+  };
+  requests_.spawn(*system_, id, params, choose, std::move(callbacks), view, prefix);
   return id;
 }
 

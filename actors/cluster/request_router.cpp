@@ -91,15 +91,12 @@ prefix_hits cached_prefix_of(caf::actor_system& sys, const gmanager_actor& gm, c
   return hits_of(look_up_prefix(sys, gm, view, p));
 }
 
-request_route route_request(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
-                            const generate_params& p, const routed_blocks& routed) {
-  request_route route;
-  route.prefix = look_up_prefix(sys, gm, view, p);
+const instance_view* route_request(const cluster_view& view, const generate_params& p,
+                                   const std::optional<prefix_holders>& prefix, const routed_blocks& routed) {
   uint32_t covered = 0;
-  if (route.prefix)
-    for (const auto& run : route.prefix->cover) covered += run.count;
-  route.target = cheapest_instance(view, cacheable_blocks(p), hits_of(route.prefix), covered, routed);
-  return route;
+  if (prefix)
+    for (const auto& run : prefix->cover) covered += run.count;
+  return cheapest_instance(view, cacheable_blocks(p), hits_of(prefix), covered, routed);
 }
 
 serving_capacity capacity_of(const cluster_view& view) {
@@ -113,7 +110,7 @@ serving_capacity capacity_of(const cluster_view& view) {
 }
 
 void request_table::spawn(caf::actor_system& sys, request_id id, const generate_params& params,
-                          serving_instance target, request_callbacks callbacks, const cluster_view& chosen_from,
+                          const target_chooser& choose, request_callbacks callbacks, const cluster_view& chosen_from,
                           std::optional<prefix_holders> prefix) {
   generate_request r{id, params, {}};
   if (prefix) {
@@ -128,8 +125,9 @@ void request_table::spawn(caf::actor_system& sys, request_id id, const generate_
     }
     if (on_finished) on_finished(f);
   };
-  const instance_id target_id = target.id;
   std::lock_guard lock(mutex_);
+  serving_instance target = choose(routed_locked());
+  const instance_id target_id = target.id;
   caf::actor request = spawn_request(sys, std::move(r), std::move(target), std::move(callbacks), resume_elsewhere_);
   if (latest_ && latest_->newer_than(chosen_from)) caf::anon_send(request, *latest_);
   requests_[id] = {std::move(request), target_id, admission::blocks_needed(params.prompt.size(), params.max_tokens)};
@@ -156,8 +154,7 @@ void request_table::tell_view(const cluster_view& view) {
   for (auto& [id, r] : requests_) caf::anon_send(r.actor, view);
 }
 
-routed_blocks request_table::routed() {
-  std::lock_guard lock(mutex_);
+routed_blocks request_table::routed_locked() const {
   routed_blocks out;
   for (const auto& [id, r] : requests_) out[r.instance] += r.blocks;
   return out;

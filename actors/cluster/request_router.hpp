@@ -4,6 +4,7 @@
 // view where they cost least (route_request: its load and the prompt it would compute there, which the prefix
 // caches may hold); their tokens come back through request actors of the caller's process.
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -51,14 +52,13 @@ std::optional<prefix_holders> look_up_prefix(caf::actor_system& sys, const gmana
 prefix_hits cached_prefix_of(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
                              const generate_params& p);
 
-/// Where a new request goes, and what the index said of its prompt (passed on with it: its instance reads the
-/// runs named without asking again).
-struct request_route {
-  const instance_view* target = nullptr;  ///< the cheapest instance for its cached prefix (null: the view has none)
-  std::optional<prefix_holders> prefix;
-};
-request_route route_request(caf::actor_system& sys, const gmanager_actor& gm, const cluster_view& view,
-                            const generate_params& p, const routed_blocks& routed);
+/// Where a new request goes: the cheapest instance of `view` (cheapest_instance) for what the index said of its
+/// prompt (`prefix`) and the blocks the router has sent each instance; null when the view has none.
+const instance_view* route_request(const cluster_view& view, const generate_params& p,
+                                   const std::optional<prefix_holders>& prefix, const routed_blocks& routed);
+
+/// Picks where a request goes from the blocks a router has sent each instance.
+using target_chooser = std::function<serving_instance(const routed_blocks&)>;
 
 /// The instances of a view that take new requests, and the tokens of KV their pools hold in all.
 struct serving_capacity {
@@ -77,9 +77,12 @@ class request_table {
  public:
   /// With `resume_elsewhere`, a request whose instance left the cluster goes on on another one.
   explicit request_table(bool resume_elsewhere = false) : resume_elsewhere_(resume_elsewhere) {}
-  /// Spawns the request actor of `id`, which submits it to `target`, picked from `chosen_from`. A view told
-  /// before that is newer than `chosen_from` is told to it too (its target may have died meanwhile).
-  void spawn(caf::actor_system& sys, request_id id, const generate_params& params, serving_instance target,
+  /// Spawns the request actor of `id`, which submits it to the instance `choose` picks from `chosen_from` and the
+  /// blocks this table's requests were sent, and records it, under one lock: submits that race each see those
+  /// before them (a burst spreads over the instances). A view told before that is newer than `chosen_from` is told
+  /// to it too (its target may have died meanwhile). `prefix` (what the index said of its prompt) goes with it: its
+  /// instance reads the runs named without asking again.
+  void spawn(caf::actor_system& sys, request_id id, const generate_params& params, const target_chooser& choose,
              request_callbacks callbacks, const cluster_view& chosen_from, std::optional<prefix_holders> prefix = {});
   void cancel(request_id id);
   void cancel_all();
@@ -90,8 +93,6 @@ class request_table {
   void tell_view(const cluster_view& view);
   /// Requests still in flight.
   size_t size();
-  /// The blocks of the requests in flight, by the instance each was sent to.
-  routed_blocks routed();
   /// Drops every handle (after the actors are done).
   void clear();
 
@@ -105,6 +106,8 @@ class request_table {
     uint32_t blocks = 0;
   };
   std::map<request_id, in_flight> requests_;
+  /// The blocks of the requests in flight, by the instance each was sent to (the caller holds mutex_).
+  routed_blocks routed_locked() const;
   std::optional<cluster_view> latest_;  ///< the newest view told
 };
 

@@ -40,7 +40,8 @@ def closed_loop(csv_path):
 def burst_on_two_instances():
     """24 clients at once on two instances that run 2 requests each: the queues fill, and each instance owns at
     least a quarter of the requests (the router sees the work queued at each, and what it sent since the last
-    heartbeat); neither queue ever holds more than 16 (before, all 24 went to one: 22 waiting, the other idle)."""
+    heartbeat, and handler threads that route at once each see the ones routed before them); neither queue ever holds
+    more than 16 (before, all 24 went to one: 22 waiting, the other idle)."""
     samples, owners, done = [], {}, threading.Event()
     with Server(ILLM, "--instances", "2", "--max-batch-seqs", "2") as s:
         def poll():
