@@ -223,6 +223,11 @@ class backend {
   virtual status gather_rows(const float* src, size_t ld_src, const int32_t* rows, int n, int width, float* dst,
                              size_t ld_dst) = 0;
 
+  /// dst[i] += sum over j < k of weights[i * k + j] * src[slots[i * k + j]]: each row's k experts' outputs, weighed,
+  /// added into it. src rows ld_src apart; slots, weights [m][k]; dst [m][width] rows ld_dst apart.
+  virtual status add_weighted_rows(const float* src, size_t ld_src, const int32_t* slots, const float* weights, int m, int k,
+                              int width, float* dst, size_t ld_dst) = 0;
+
   /// Writes K and V of m tokens into their slots. k, v [m][n_kv_heads][head_dim] rows ld apart;
   /// slots [m]: block * 16 + offset within the block.
   virtual status store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,
@@ -298,6 +303,8 @@ inline device_ptr make_device_buffer(backend& device, size_t bytes) {
       override;                                                                                                    \
   status gather_rows(const float* src, size_t ld_src, const int32_t* rows, int n, int width, float* dst,           \
                      size_t ld_dst) override;                                                                      \
+  status add_weighted_rows(const float* src, size_t ld_src, const int32_t* slots, const float* weights, int m, int k,   \
+                      int width, float* dst, size_t ld_dst) override;                                              \
   status store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,                  \
                   const kv_layer_view& dst, const uint32_t* slots) override;                                       \
   status micro_attention_batch(const attention_shape& shape, const kv_layer_view& kv,                              \

@@ -87,9 +87,10 @@ result<model_weights> load_llama2c(const std::string& path) {
 
 status write_llama2c(const model_weights& weights, const std::string& path) {
   const model_config& c = weights.config();
-  if (c.head_size > 0 || c.qkv_bias || c.qk_norm || c.rope_scaling.scaling != rope_scaling_kind::none)
-    return {status_code::unsupported, "the llama2.c format has no head width of its own, biases, head norms or "
-                                      "RoPE scaling"};
+  if (c.head_size > 0 || c.qkv_bias || c.qk_norm || c.rope_scaling.scaling != rope_scaling_kind::none ||
+      c.has_experts())
+    return {status_code::unsupported, "the llama2.c format has no head width of its own, biases, head norms, "
+                                      "RoPE scaling or experts"};
   for (const tensor_view& t : weights.tensors())
     if (t.type != dtype::f32)
       return {status_code::unsupported, text::format("the llama2.c format holds fp32 weights; {} is {}", t.name,

@@ -52,9 +52,48 @@ result<packed_matrix> device_weights::matrix(std::initializer_list<std::pair<con
   return packed;
 }
 
+namespace {
+
+/// Rows [first, first + rows) of `m`, whose rows are `cols` long (a tile holds 8 whole rows: `first` is a multiple of 8
+/// where `m` is tiled).
+weight_matrix rows_from(const weight_matrix& m, uint64_t first, int cols) {
+  weight_matrix r = m;
+  r.data += first * row_bytes(m.type, size_t(cols));
+  return r;
+}
+
+}  // namespace
+
+status device_weights::place_feed_forward(const layer_weights& w, layer& t) {
+  const model_config& c = config();
+  const int d = c.dim, h = c.hidden_dim, sh = c.shared_hidden_dim;
+  const auto place = [&](packed_matrix& to, std::initializer_list<std::pair<const weight_matrix*, int>> parts, int cols) {
+    auto placed = matrix(parts, cols);
+    if (placed.is_ok()) to = placed.value();
+    return placed.is_ok() ? status::ok() : placed.error();
+  };
+  if (!c.has_experts()) {
+    ILLM_RETURN_IF_ERROR(place(t.w13, {{&w.w1, h}, {&w.w3, h}}, d));
+    return place(t.w2, {{&w.w2, d}}, h);
+  }
+  ILLM_RETURN_IF_ERROR(place(t.router, {{&w.router, c.n_experts}}, d));
+  t.expert_w13.resize(size_t(c.n_experts));
+  t.expert_w2.resize(size_t(c.n_experts));
+  for (int e = 0; e < c.n_experts; ++e) {
+    const weight_matrix gate = rows_from(w.w1, uint64_t(e) * h, d), up = rows_from(w.w3, uint64_t(e) * h, d);
+    const weight_matrix down = rows_from(w.w2, uint64_t(e) * d, h);
+    ILLM_RETURN_IF_ERROR(place(t.expert_w13[size_t(e)], {{&gate, h}, {&up, h}}, d));
+    ILLM_RETURN_IF_ERROR(place(t.expert_w2[size_t(e)], {{&down, d}}, h));
+  }
+  if (sh == 0) return status::ok();
+  ILLM_RETURN_IF_ERROR(place(t.shared_w13, {{&w.shared_w1, sh}, {&w.shared_w3, sh}}, d));
+  ILLM_RETURN_IF_ERROR(place(t.shared_w2, {{&w.shared_w2, d}}, sh));
+  return place(t.shared_gate, {{&w.shared_gate, 1}}, d);
+}
+
 status device_weights::place_all() {
   const model_config& c = config();
-  const int d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim, vocab = c.vocab_size, hd = c.head_dim();
+  const int d = c.dim, q = c.q_dim(), kv = c.kv_dim(), vocab = c.vocab_size, hd = c.head_dim();
   const auto failed = [&](const std::string& what) {
     return status{status_code::out_of_memory, text::format("cannot place {} on {}", what, device_->name())};
   };
@@ -63,14 +102,11 @@ status device_weights::place_all() {
     layer t;
     auto wqkv = matrix({{&w.wq, q}, {&w.wk, kv}, {&w.wv, kv}}, d);
     auto wo = matrix({{&w.wo, d}}, q);
-    auto w13 = matrix({{&w.w1, h}, {&w.w3, h}}, d);
-    auto w2 = matrix({{&w.w2, d}}, h);
-    for (auto* r : {&wqkv, &wo, &w13, &w2})
+    for (auto* r : {&wqkv, &wo})
       if (!r->is_ok()) return r->error();
     t.wqkv = wqkv.value();
     t.wo = wo.value();
-    t.w13 = w13.value();
-    t.w2 = w2.value();
+    ILLM_RETURN_IF_ERROR(place_feed_forward(w, t));
     t.rms_att = tensor(w.rms_att, size_t(d));
     t.rms_ffn = tensor(w.rms_ffn, size_t(d));
     // model_weights keeps bq, bk and bv side by side.

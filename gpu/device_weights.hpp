@@ -45,8 +45,14 @@ class device_weights {
     const float* k_norm = nullptr;
     packed_matrix wo;  ///< [dim][q_dim]
     const float* rms_ffn = nullptr;
-    packed_matrix w13;  ///< [2 hidden][dim]: w1 (gate) rows, then w3 (up) rows
+    packed_matrix w13;  ///< [2 hidden][dim]: w1 (gate) rows, then w3 (up) rows (a dense feed-forward)
     packed_matrix w2;
+    packed_matrix router;                   ///< [n_experts][dim] where the layers have experts
+    std::vector<packed_matrix> expert_w13;  ///< per expert [2 hidden][dim]: its gate rows, then its up rows
+    std::vector<packed_matrix> expert_w2;   ///< per expert [dim][hidden]
+    packed_matrix shared_w13;               ///< [2 shared_hidden][dim] where the model has a shared expert
+    packed_matrix shared_w2;                ///< [dim][shared_hidden]
+    packed_matrix shared_gate;              ///< [1][dim]
   };
 
   /// Uploads (or, on a host-memory backend, points at) `weights` through `device`, which the placement keeps
@@ -69,6 +75,8 @@ class device_weights {
   /// The parts (host matrices of `rows` rows each) as one packed matrix: on a host-memory backend the host memory
   /// itself, adjacent parts of one type merged; elsewhere uploaded, adjacent parts of one type as one buffer.
   result<packed_matrix> matrix(std::initializer_list<std::pair<const weight_matrix*, int>> parts, int cols);
+  /// The feed-forward of host layer `w` into `t`: dense, or the router, each expert and the shared expert.
+  status place_feed_forward(const layer_weights& w, layer& t);
   const void* keep(device_ptr buffer, const void* host, size_t bytes);
 
   std::shared_ptr<const model_weights> host_;

@@ -56,7 +56,7 @@ status engine::allocate_buffers() {
   logits_ = buffer((s + size_t(std::max(options_.max_scored_tokens, 0))) * vocab);
   if (!x_ || !xb_ || !qkv_ || !att_ || !h13_ || !hb_ || !rope_ || !logits_)
     return {status_code::out_of_memory, text::format("cannot allocate the engine's buffers on {}", device_->name())};
-  return status::ok();
+  return c.has_experts() ? allocate_expert_buffers() : status::ok();
 }
 
 bool engine::long_enough_for_lanes(int overlap_min_tokens, int64_t tokens) {
@@ -480,12 +480,21 @@ status engine::layer_back(int layer, int lane, attention_router* router) {
   const model_config& c = config();
   const device_weights::layer& w = weights_->at(layer);
   const lane_span& span = lanes_[size_t(lane)];
-  const size_t d = c.dim, q = c.q_dim(), h = c.hidden_dim, r0 = size_t(span.r0);
+  const size_t d = c.dim, q = c.q_dim(), r0 = size_t(span.r0);
   const int m = span.r1 - span.r0;
-  float *x = x_ + r0 * d, *xb = xb_ + r0 * d, *h13 = h13_ + r0 * 2 * h, *hb = hb_ + r0 * h;
+  float *x = x_ + r0 * d, *xb = xb_ + r0 * d;
   ILLM_RETURN_IF_ERROR(end_attention(lane, router));
   ILLM_RETURN_IF_ERROR(project(att_ + r0 * q, q, m, int(q), w.wo, x, d, true));
   ILLM_RETURN_IF_ERROR(device_->rmsnorm(x, d, w.rms_ffn, m, c.dim, c.norm_eps, xb, d));
+  return feed_forward(w, r0, m);
+}
+
+status engine::feed_forward(const device_weights::layer& w, size_t r0, int m) {
+  const model_config& c = config();
+  const size_t d = c.dim, h = c.hidden_dim;
+  float *x = x_ + r0 * d, *xb = xb_ + r0 * d;
+  if (c.has_experts()) return experts_forward(w, xb, x, m);
+  float *h13 = h13_ + r0 * 2 * h, *hb = hb_ + r0 * h;
   ILLM_RETURN_IF_ERROR(project(xb, d, m, c.dim, w.w13, h13, 2 * h, false));
   ILLM_RETURN_IF_ERROR(device_->silu_mul(h13, h13 + h, 2 * h, m, int(h), hb, h));
   return project(hb, h, m, int(h), w.w2, x, d, true);

@@ -12,6 +12,7 @@
 #include "gpu/attention_router.hpp"
 #include "gpu/backend.hpp"
 #include "gpu/device_weights.hpp"
+#include "gpu/expert_routing.hpp"
 #include "gpu/kv_pool.hpp"
 #include "gpu/sampler.hpp"
 #include "gpu/weights.hpp"
@@ -161,6 +162,21 @@ class engine {
   /// written up to that layer.
   status mark_foreign_written(int layer, int lane, const kv_pools& pools);
   status classify();
+  /// The feed-forward of rows [r0, r0 + m): xb (normed) in, its output added into x.
+  status feed_forward(const device_weights::layer& w, size_t r0, int m);
+  // The mixture of experts (engine_experts.cpp).
+  /// The experts' buffers, [max_batch_tokens * n_experts_used] rows each, and the routing's staging.
+  status allocate_expert_buffers();
+  /// Each row's experts by the router; each expert's rows as one product; their outputs weighed into x; then the
+  /// shared expert, gated.
+  status experts_forward(const device_weights::layer& w, const float* xb, float* x, int m);
+  status shared_expert_forward(const device_weights::layer& w, const float* xb, float* x, int m);
+  /// `floats` floats at `device_src` as the host reads them: the memory itself on a host-memory backend, else a copy
+  /// in `host`.
+  result<const float*> read_on_host(const float* device_src, size_t floats, std::vector<float>& host);
+  /// `bytes` of host memory where the backend reads them: the memory itself on a host-memory backend, else a copy at
+  /// byte `offset` of the experts' staging buffer.
+  result<const void*> stage_for_device(const void* host, size_t bytes, size_t offset);
 
   std::shared_ptr<const device_weights> weights_;
   backend* device_ = nullptr;
@@ -197,6 +213,14 @@ class engine {
   std::array<std::vector<remote_attention_job>, attention_router::lanes> jobs_;
   std::vector<attention_job> local_jobs_;
   step_stats stats_;
+  // The mixture of experts: per slot (a token's expert) its input, gate and up, SwiGLU and output; router logits.
+  float *expert_x_ = nullptr, *expert_h13_ = nullptr, *expert_h_ = nullptr, *expert_y_ = nullptr;
+  float *router_logits_ = nullptr, *shared_h13_ = nullptr, *shared_h_ = nullptr;
+  device_ptr expert_staging_;  // the routing's index arrays and weights, on a device backend
+  std::vector<float> router_host_;
+  expert_routing routing_;
+  std::vector<int32_t> shared_rows_;   // 0, 1, ...: each row its own shared expert's slot
+  std::vector<float> shared_weight_;   // per row: the sigmoid of its shared expert gate
 };
 
 }  // namespace illm::gpu

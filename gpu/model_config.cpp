@@ -10,7 +10,9 @@ namespace illm::gpu {
 
 uint64_t model_config::parameter_count(bool shared_classifier) const {
   const uint64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim(), v = vocab_size;
-  const uint64_t per_layer = 2 * d + d * q * 2 + 2 * d * kv + 3 * d * h + (qkv_bias ? q + 2 * kv : 0) +
+  const uint64_t e = uint64_t(n_experts), sh = uint64_t(shared_hidden_dim);
+  const uint64_t ffn = has_experts() ? e * d + e * 3 * d * h + (sh > 0 ? 3 * d * sh + d : 0) : 3 * d * h;
+  const uint64_t per_layer = 2 * d + d * q * 2 + 2 * d * kv + ffn + (qkv_bias ? q + 2 * kv : 0) +
                              (qk_norm ? 2 * uint64_t(head_dim()) : 0);
   return v * d + n_layers * per_layer + d + (shared_classifier ? 0 : v * d);
 }
@@ -32,6 +34,14 @@ status model_config::validate() const {
       head_dim() > 512 || n_heads > 1024)
     return bad(text::format("implausible shape (dim {}, hidden_dim {}, n_layers {}, vocab_size {})", dim,
                            hidden_dim, n_layers, vocab_size));
+  if (n_experts < 0 || n_experts > 1024 || shared_hidden_dim < 0 || shared_hidden_dim > (1 << 18))
+    return bad(text::format("implausible experts ({} experts, shared expert width {})", n_experts, shared_hidden_dim));
+  if (has_experts() && (n_experts_used < 1 || n_experts_used > n_experts))
+    return bad(text::format("{} experts used of {}: not between 1 and the experts", n_experts_used, n_experts));
+  if (!has_experts() && (n_experts_used != 0 || shared_hidden_dim != 0))
+    return bad("experts used, or a shared expert, without routed experts");
+  if (uint64_t(ffn_rows()) > (uint64_t(1) << 26))
+    return bad(text::format("{} experts of width {}: more rows than a layer holds", n_experts, hidden_dim));
   if (!(rope_theta > 0.0f) || !(norm_eps > 0.0f))
     return bad("rope_theta and norm_eps must be positive");
   const rope_frequencies& r = rope_scaling;
@@ -57,8 +67,8 @@ struct named_config {
   model_config config;
 };
 
-// dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, max_seq, rope_theta, norm_eps
-constexpr std::array<named_config, 7> presets{{
+// dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, max_seq, rope_theta, norm_eps (and, named, the options)
+constexpr std::array<named_config, 9> presets{{
     {"stories15m", {288, 768, 6, 6, 6, 32000, 256, 10000.0f, 1e-5f}},
     {"llama2-7b", {4096, 11008, 32, 32, 32, 32000, 4096, 10000.0f, 1e-5f}},
     {"llama2-13b", {5120, 13824, 40, 40, 40, 32000, 4096, 10000.0f, 1e-5f}},
@@ -66,6 +76,12 @@ constexpr std::array<named_config, 7> presets{{
     {"llama3-8b", {4096, 14336, 32, 32, 8, 128256, 8192, 500000.0f, 1e-5f}},
     {"tiny", {64, 160, 2, 4, 4, 512, 128, 10000.0f, 1e-5f}},
     {"tiny-gqa", {128, 256, 3, 8, 2, 1000, 128, 10000.0f, 1e-5f}},
+    {"mixtral-8x7b", {.dim = 4096, .hidden_dim = 14336, .n_layers = 32, .n_heads = 32, .n_kv_heads = 8,
+                      .vocab_size = 32000, .max_seq = 32768, .rope_theta = 1e6f, .norm_eps = 1e-5f, .n_experts = 8,
+                      .n_experts_used = 2}},
+    {"qwen3-30b-a3b", {.dim = 2048, .hidden_dim = 768, .n_layers = 48, .n_heads = 32, .n_kv_heads = 4,
+                       .vocab_size = 151936, .max_seq = 40960, .rope_theta = 1e6f, .norm_eps = 1e-6f, .head_size = 128,
+                       .qk_norm = true, .n_experts = 128, .n_experts_used = 8}},
 }};
 
 }  // namespace

@@ -1,7 +1,8 @@
 #pragma once
 // The shape of a LLaMA-architecture model (with grouped-query attention), and named presets. The family's
 // variants are options of it: a head width apart from dim / n_heads, biases on q, k and v (Qwen2), RMSNorm of
-// each query and key head before RoPE (Qwen3), scaled RoPE frequencies (Llama 3.1).
+// each query and key head before RoPE (Qwen3), scaled RoPE frequencies (Llama 3.1), and a feed-forward of routed
+// experts (Mixtral, Qwen2-MoE, Qwen3-MoE) with a shared expert (Qwen2-MoE).
 
 #include <cstdint>
 #include <string>
@@ -16,7 +17,7 @@ namespace illm::gpu {
 /// Shape and constants of a LLaMA-architecture decoder.
 struct model_config {
   int dim = 0;         ///< residual width
-  int hidden_dim = 0;  ///< SwiGLU inner width
+  int hidden_dim = 0;  ///< SwiGLU inner width (of each expert where the layers have experts)
   int n_layers = 0;
   int n_heads = 0;     ///< query heads
   int n_kv_heads = 0;  ///< key/value heads; n_heads is a multiple of it (GQA)
@@ -29,6 +30,15 @@ struct model_config {
   bool qk_norm = false;   ///< each query and key head is RMS-normalised (weights [head_dim]) before RoPE
   /// RoPE scaling; its theta is rope_theta (rope() gives the whole).
   rope_frequencies rope_scaling{};
+  /// Routed experts of each layer's feed-forward (0: one dense SwiGLU). A token's router logits (a product with the
+  /// router [n_experts][dim]) pick the n_experts_used largest; their softmax probabilities weigh the experts' outputs.
+  int n_experts = 0;
+  int n_experts_used = 0;  ///< experts each token runs (top-k)
+  /// The chosen experts' weights divided by their sum (Mixtral's softmax over the k; Qwen's norm_topk_prob).
+  bool norm_topk = true;
+  /// Width of a shared expert every token runs beside the routed ones, its output scaled by the sigmoid of a
+  /// product with a gate vector [dim] (Qwen2-MoE; 0: none).
+  int shared_hidden_dim = 0;
 
   int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
   /// Width of the queries (and of the attention output): n_heads * head_dim.
@@ -40,6 +50,10 @@ struct model_config {
     r.theta = rope_theta;
     return r;
   }
+  /// Whether each layer's feed-forward is a mixture of experts.
+  bool has_experts() const { return n_experts > 0; }
+  /// Rows of the stacked w1 and w3 (every expert's, one after another): hidden_dim times the experts (or 1).
+  int ffn_rows() const { return hidden_dim * (has_experts() ? n_experts : 1); }
   /// Query heads that share one key/value head.
   int gqa_group() const { return n_heads / n_kv_heads; }
   /// Number of weights, classifier counted when it is separate from the embedding.

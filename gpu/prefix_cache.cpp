@@ -38,7 +38,10 @@ std::string weights_identity(const model_weights& weights) {
                       c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim(), c.vocab_size,
                       c.rope_theta, c.norm_eps, c.qkv_bias, c.qk_norm, int(c.rope_scaling.scaling),
                       c.rope_scaling.factor, weights.describe_types(), sample.words[0], sample.words[1],
-                      sample.words[2], sample.words[3]);
+                      sample.words[2], sample.words[3]) +
+         (c.has_experts() ? text::format(" experts {}/{} norm {} shared {}", c.n_experts_used, c.n_experts,
+                                         c.norm_topk, c.shared_hidden_dim)
+                          : std::string());
 }
 
 }  // namespace

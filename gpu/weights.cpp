@@ -12,6 +12,34 @@
 
 namespace illm::gpu {
 
+std::vector<layer_tensor_kind> layer_tensor_kinds(const model_config& c) {
+  const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
+  const uint64_t e = uint64_t(c.n_experts), sh = uint64_t(c.shared_hidden_dim), stacked = c.has_experts() ? e : 1;
+  using L = layer_weights;
+  const auto vector = [](const char* name, uint64_t n, tensor_role role, float* L::*member) {
+    return layer_tensor_kind{name, n, 1, role, member, nullptr, 0};
+  };
+  const auto matrix = [](const char* name, uint64_t rows, uint64_t cols, weight_matrix L::*member, uint64_t experts = 0) {
+    return layer_tensor_kind{name, rows, cols, tensor_role::matrix, nullptr, member, experts};
+  };
+  std::vector<layer_tensor_kind> k = {vector("rms_att", d, tensor_role::norm, &L::rms_att), matrix("wq", q, d, &L::wq),
+                                      matrix("wk", kv, d, &L::wk), matrix("wv", kv, d, &L::wv)};
+  if (c.qkv_bias)
+    k.insert(k.end(), {vector("bq", q, tensor_role::bias, &L::bq), vector("bk", kv, tensor_role::bias, &L::bk),
+                       vector("bv", kv, tensor_role::bias, &L::bv)});
+  if (c.qk_norm)
+    k.insert(k.end(), {vector("q_norm", hd, tensor_role::norm, &L::q_norm), vector("k_norm", hd, tensor_role::norm, &L::k_norm)});
+  k.insert(k.end(), {matrix("wo", d, q, &L::wo), vector("rms_ffn", d, tensor_role::norm, &L::rms_ffn)});
+  if (c.has_experts()) k.push_back(matrix("router", e, d, &L::router));
+  const uint64_t experts = c.has_experts() ? e : 0;
+  k.insert(k.end(), {matrix("w1", stacked * h, d, &L::w1, experts), matrix("w3", stacked * h, d, &L::w3, experts),
+                     matrix("w2", stacked * d, h, &L::w2, experts)});
+  if (sh > 0)
+    k.insert(k.end(), {matrix("shared_w1", sh, d, &L::shared_w1), matrix("shared_w3", sh, d, &L::shared_w3),
+                       matrix("shared_w2", d, sh, &L::shared_w2), matrix("shared_gate", 1, d, &L::shared_gate)});
+  return k;
+}
+
 namespace {
 
 /// One tensor of the layout: its name, shape and role, and where its pointer goes.
@@ -23,34 +51,19 @@ struct slot {
   weight_matrix* matrix = nullptr;  // matrices
 };
 
-/// The layout in storage order: embedding; per layer rms_att, wq wk wv, bq bk bv, q_norm, k_norm, wo, rms_ffn, w1
-/// w3, w2; final norm; classifier. Absent options and a shared classifier are left out.
+/// The layout in storage order: embedding; each layer's tensors (layer_tensor_kinds); final norm; classifier (left
+/// out when shared).
 std::vector<slot> layout(const model_config& c, bool shared_classifier, weight_matrix& embedding, float*& rms_final,
                          weight_matrix& classifier, std::vector<layer_weights>& layers) {
-  const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
+  const uint64_t d = c.dim;
   std::vector<slot> s;
   s.push_back({"token_embedding", uint64_t(c.vocab_size), d, tensor_role::embedding, nullptr, &embedding});
+  const std::vector<layer_tensor_kind> kinds = layer_tensor_kinds(c);
   for (int l = 0; l < c.n_layers; ++l) {
     layer_weights& t = layers[size_t(l)];
-    const auto name = [l](const char* kind) { return text::format("layers.{}.{}", l, kind); };
-    s.push_back({name("rms_att"), d, 1, tensor_role::norm, &t.rms_att});
-    s.push_back({name("wq"), q, d, tensor_role::matrix, nullptr, &t.wq});
-    s.push_back({name("wk"), kv, d, tensor_role::matrix, nullptr, &t.wk});
-    s.push_back({name("wv"), kv, d, tensor_role::matrix, nullptr, &t.wv});
-    if (c.qkv_bias) {
-      s.push_back({name("bq"), q, 1, tensor_role::bias, &t.bq});
-      s.push_back({name("bk"), kv, 1, tensor_role::bias, &t.bk});
-      s.push_back({name("bv"), kv, 1, tensor_role::bias, &t.bv});
-    }
-    if (c.qk_norm) {
-      s.push_back({name("q_norm"), hd, 1, tensor_role::norm, &t.q_norm});
-      s.push_back({name("k_norm"), hd, 1, tensor_role::norm, &t.k_norm});
-    }
-    s.push_back({name("wo"), d, q, tensor_role::matrix, nullptr, &t.wo});
-    s.push_back({name("rms_ffn"), d, 1, tensor_role::norm, &t.rms_ffn});
-    s.push_back({name("w1"), h, d, tensor_role::matrix, nullptr, &t.w1});
-    s.push_back({name("w3"), h, d, tensor_role::matrix, nullptr, &t.w3});
-    s.push_back({name("w2"), d, h, tensor_role::matrix, nullptr, &t.w2});
+    for (const layer_tensor_kind& k : kinds)
+      s.push_back({text::format("layers.{}.{}", l, k.name), k.rows, k.cols, k.role, k.vector ? &(t.*k.vector) : nullptr,
+                   k.matrix ? &(t.*k.matrix) : nullptr});
   }
   s.push_back({"rms_final", d, 1, tensor_role::norm, &rms_final});
   if (!shared_classifier) s.push_back({"classifier", uint64_t(c.vocab_size), d, tensor_role::matrix, nullptr, &classifier});
@@ -99,63 +112,54 @@ result<model_weights> model_weights::allocate(const model_config& config, bool s
 
 std::vector<tensor_view> model_weights::tensors() const {
   const model_config& c = config_;
-  const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
   std::vector<tensor_view> out;
-  auto matrices = [&](const char* kind, weight_matrix layer_weights::*member, uint64_t rows, uint64_t cols) {
+  const auto stack = [&](const layer_tensor_kind& k) {
     for (int l = 0; l < c.n_layers; ++l) {
-      const weight_matrix& m = layers_[size_t(l)].*member;
-      out.push_back(
-          {text::format("layers.{}.{}", l, kind), m.data, m.type, rows * cols, cols, tensor_role::matrix, m.tiled});
+      const layer_weights& t = layers_[size_t(l)];
+      const std::string name = text::format("layers.{}.{}", l, k.name);
+      if (k.matrix) {
+        const weight_matrix& m = t.*k.matrix;
+        out.push_back({name, m.data, m.type, k.rows * k.cols, k.cols, k.role, m.tiled});
+      } else {
+        out.push_back({name, reinterpret_cast<uint8_t*>(t.*k.vector), dtype::f32, k.rows, 1, k.role});
+      }
     }
   };
-  auto vectors = [&](const char* kind, float* layer_weights::*member, uint64_t size, tensor_role role) {
-    for (int l = 0; l < c.n_layers; ++l)
-      out.push_back({text::format("layers.{}.{}", l, kind), reinterpret_cast<uint8_t*>(layers_[size_t(l)].*member),
-                     dtype::f32, size, 1, role});
+  // llama2.c's stacks first, in its order; then the options' in storage order.
+  static const std::vector<std::string> llama2c = {"rms_att", "wq", "wk", "wv", "wo", "rms_ffn", "w1", "w2", "w3"};
+  const std::vector<layer_tensor_kind> kinds = layer_tensor_kinds(c);
+  const auto kind = [&](const std::string& name) {
+    return *std::find_if(kinds.begin(), kinds.end(), [&](const layer_tensor_kind& k) { return name == k.name; });
   };
-  const uint64_t vocab = uint64_t(c.vocab_size);
+  const uint64_t vocab = uint64_t(c.vocab_size), d = uint64_t(c.dim);
   out.push_back({"token_embedding", token_embedding_.data, token_embedding_.type, vocab * d, d, tensor_role::embedding});
-  vectors("rms_att", &layer_weights::rms_att, d, tensor_role::norm);
-  matrices("wq", &layer_weights::wq, q, d);
-  matrices("wk", &layer_weights::wk, kv, d);
-  matrices("wv", &layer_weights::wv, kv, d);
-  matrices("wo", &layer_weights::wo, d, q);
-  vectors("rms_ffn", &layer_weights::rms_ffn, d, tensor_role::norm);
-  matrices("w1", &layer_weights::w1, h, d);
-  matrices("w2", &layer_weights::w2, d, h);
-  matrices("w3", &layer_weights::w3, h, d);
+  for (const std::string& name : llama2c) stack(kind(name));
   out.push_back({"rms_final", reinterpret_cast<uint8_t*>(rms_final_), dtype::f32, d, 1, tensor_role::norm});
   if (!shared_classifier_)
     out.push_back({"classifier", classifier_.data, classifier_.type, vocab * d, d, tensor_role::matrix, classifier_.tiled});
-  if (c.qkv_bias) {
-    vectors("bq", &layer_weights::bq, q, tensor_role::bias);
-    vectors("bk", &layer_weights::bk, kv, tensor_role::bias);
-    vectors("bv", &layer_weights::bv, kv, tensor_role::bias);
-  }
-  if (c.qk_norm) {
-    vectors("q_norm", &layer_weights::q_norm, hd, tensor_role::norm);
-    vectors("k_norm", &layer_weights::k_norm, hd, tensor_role::norm);
-  }
+  for (const layer_tensor_kind& k : kinds)
+    if (std::find(llama2c.begin(), llama2c.end(), k.name) == llama2c.end()) stack(k);
   return out;
 }
 
 void model_weights::store_in_tiles() {
   sampled_before_tiles_ = sampled_bytes();
   const model_config& c = config_;
-  const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
   struct matrix {
     weight_matrix* m;
     uint64_t rows, cols;
   };
   std::vector<matrix> todo;
-  const auto add = [&](weight_matrix& m, uint64_t rows, uint64_t cols) {
-    if (!m.tiled && has_tile_layout(m.type) && rows % rows_per_tile == 0) todo.push_back({&m, rows, cols});
+  // An expert's rows fill whole tiles, so that no tile holds two experts' rows.
+  const auto add = [&](weight_matrix& m, uint64_t rows, uint64_t cols, uint64_t experts) {
+    if (!m.tiled && has_tile_layout(m.type) && (rows / std::max<uint64_t>(experts, 1)) % rows_per_tile == 0)
+      todo.push_back({&m, rows, cols});
   };
-  for (layer_weights& l : layers_) {
-    add(l.wq, q, d), add(l.wk, kv, d), add(l.wv, kv, d), add(l.wo, d, q);
-    add(l.w1, h, d), add(l.w3, h, d), add(l.w2, d, h);
-  }
-  if (!shared_classifier_) add(classifier_, uint64_t(c.vocab_size), d);
+  const std::vector<layer_tensor_kind> kinds = layer_tensor_kinds(c);
+  for (layer_weights& l : layers_)
+    for (const layer_tensor_kind& k : kinds)
+      if (k.matrix) add(l.*k.matrix, k.rows, k.cols, k.experts);
+  if (!shared_classifier_) add(classifier_, uint64_t(c.vocab_size), uint64_t(c.dim), 0);
   std::atomic<size_t> next{0};
   const auto work = [&] {
     for (size_t i = next++; i < todo.size(); i = next++) tile_rows_in_place(todo[i].m->type, todo[i].m->data,

@@ -42,13 +42,34 @@ struct layer_weights {
   float* k_norm = nullptr;   ///< [head_dim] when qk_norm
   weight_matrix wo;          ///< [dim][q_dim]
   float* rms_ffn = nullptr;  ///< [dim]
-  weight_matrix w1;          ///< [hidden_dim][dim] (gate)
-  weight_matrix w3;          ///< [hidden_dim][dim] (up)
-  weight_matrix w2;          ///< [dim][hidden_dim] (down)
+  weight_matrix w1;          ///< [hidden_dim][dim] (gate); with experts, every expert's in turn [n_experts * hidden_dim]
+  weight_matrix w3;          ///< [hidden_dim][dim] (up); stacked as w1
+  weight_matrix w2;          ///< [dim][hidden_dim] (down); with experts [n_experts * dim][hidden_dim]
+  weight_matrix router;      ///< [n_experts][dim] with experts: each token's logit of each expert
+  weight_matrix shared_w1;   ///< [shared_hidden_dim][dim]: the shared expert's gate, then its up and down
+  weight_matrix shared_w3;   ///< [shared_hidden_dim][dim]
+  weight_matrix shared_w2;   ///< [dim][shared_hidden_dim]
+  weight_matrix shared_gate;  ///< [1][dim]: the shared expert's output is scaled by sigmoid(x . shared_gate)
 };
 
 /// What a tensor is, for initialisation.
 enum class tensor_role : uint8_t { matrix, norm, bias, embedding };
+
+/// One tensor every layer of a model has: its name in model_weights ("wq": "layers.3.wq"), its shape, its role and
+/// the member of layer_weights it fills.
+struct layer_tensor_kind {
+  const char* name = "";
+  uint64_t rows = 0, cols = 1;  ///< cols 1: a vector
+  tensor_role role = tensor_role::matrix;
+  float* layer_weights::*vector = nullptr;          ///< norms and biases (fp32)
+  weight_matrix layer_weights::*matrix = nullptr;  ///< matrices
+  uint64_t experts = 0;  ///< a stack of this many experts' matrices of rows / experts rows each (0: one matrix)
+};
+
+/// The tensors of each layer of `config`, in the order they are stored: rms_att, wq wk wv, bq bk bv, q_norm k_norm,
+/// wo, rms_ffn, router, w1 w3 w2, shared_w1 shared_w3 shared_w2 shared_gate (absent options left out). The one list
+/// that allocation, tensors(), store_in_tiles and the loaders' destinations read.
+std::vector<layer_tensor_kind> layer_tensor_kinds(const model_config& config);
 
 /// One named tensor inside model_weights' buffer.
 struct tensor_view {
@@ -85,7 +106,8 @@ class model_weights {
   const layer_weights& layer(int l) const { return layers_[l]; }
 
   /// Every tensor in llama2.c's checkpoint order (embedding, per-kind layer stacks, final norm, the classifier
-  /// only when it is separate), then the stacks of the options (bq, bk, bv; q_norm, k_norm) when present.
+  /// only when it is separate), then the stacks of the options (bq, bk, bv; q_norm, k_norm; the experts' tensors)
+  /// when present.
   std::vector<tensor_view> tensors() const;
   /// The types of this model's matrices, by name.
   matrix_types types() const;

@@ -244,18 +244,45 @@ tp_split split_over(const gpu::model_config& c, int n) {
   return {busiest(c.n_heads), busiest(c.n_kv_heads), busiest(c.hidden_dim)};
 }
 
-/// Parameters of one layer, in all and on the busiest GPU of the split.
+/// Parameters of one layer, in all and on the busiest GPU of the split (of a mixture of experts, every expert's).
 std::pair<double, double> layer_params(const gpu::model_config& c, const tp_split& s) {
-  const double d = c.dim, kv = c.kv_dim(), h = c.hidden_dim;
-  return {2 * d * d + 2 * d * kv + 3 * d * h,
-          2 * d * d * s.q_share + 2 * d * kv * s.kv_share + 3 * d * h * s.mlp_share};
+  const double d = c.dim, kv = c.kv_dim(), h = c.ffn_rows(), shared = 3.0 * d * c.shared_hidden_dim + d * c.n_experts;
+  return {2 * d * d + 2 * d * kv + 3 * d * h + shared,
+          2 * d * d * s.q_share + 2 * d * kv * s.kv_share + (3 * d * h + shared) * s.mlp_share};
+}
+
+}  // namespace
+
+double experts_touched(const gpu::model_config& c, double beta) {
+  const double e = c.n_experts, k = c.n_experts_used;
+  return e > 0 ? e * (1.0 - std::pow(1.0 - k / e, beta)) : 0.0;
+}
+
+namespace {
+
+/// One layer's weights as a step of `beta` tokens uses them on the busiest GPU of the split: those each token
+/// multiplies, and those the step reads (of a mixture of experts, only the experts its tokens chose).
+struct layer_use {
+  double per_token = 0;
+  double read = 0;
+};
+
+layer_use use_of_layer(const gpu::model_config& c, double beta, const tp_split& s) {
+  if (!c.has_experts()) {
+    const double params = layer_params(c, s).second;
+    return {params, params};
+  }
+  const double d = c.dim, kv = c.kv_dim(), expert = 3.0 * d * c.hidden_dim * s.mlp_share;
+  const double always = 2 * d * d * s.q_share + 2 * d * kv * s.kv_share +
+                        (3.0 * d * c.shared_hidden_dim + d * c.n_experts) * s.mlp_share;
+  return {always + c.n_experts_used * expert, always + experts_touched(c, beta) * expert};
 }
 
 /// Non-attention time of one layer for `beta` tokens on the busiest GPU of the split.
 double roofline_dense(const gpu_spec& g, const gpu::model_config& c, double beta, const tp_split& split) {
-  const double params = layer_params(c, split).second;
-  const double compute = 2 * params * beta / (g.flops * compute_efficiency);
-  const double memory = 2 * params / (g.hbm_bytes_per_s * memory_efficiency);
+  const layer_use use = use_of_layer(c, beta, split);
+  const double compute = 2 * use.per_token * beta / (g.flops * compute_efficiency);
+  const double memory = 2 * use.read / (g.hbm_bytes_per_s * memory_efficiency);
   return std::max(compute, memory) + kernel_launch_s;
 }
 

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpu/model_config.hpp"
 #include "gpu/status.hpp"
 
 namespace illm::actors::placement {
@@ -109,10 +110,16 @@ gpu::result<profile> profile_from_json(const std::string& text);
 /// A profile read from a file; an unreadable or malformed file is an error naming it.
 gpu::result<profile> profile_from_file(const std::string& path);
 
+/// Experts a step of `beta` tokens reads in each layer of model `c`: each token picks k of the E, so E (1 - (1 -
+/// k/E)^beta) on average (for Qwen3-30B-A3B, 128 experts, 8 a token: 64% of them at 16 tokens, 98% at 64); 0 for
+/// a dense model.
+double experts_touched(const gpu::model_config& c, double beta);
+
 /// GPUs with a built-in roofline: a100-80g, h100, h200.
 std::vector<std::string> builtin_gpus();
-/// The roofline profile of `model` (llama2-7b, llama2-13b, llama2-70b, llama3-8b) on `gpu`, fp16 weights
-/// and KV; an instance spans as many GPUs as its weights need.
+/// The roofline profile of `model` (llama2-7b, llama2-13b, llama2-70b, llama3-8b, mixtral-8x7b, qwen3-30b-a3b) on
+/// `gpu`, fp16 weights and KV; an instance spans as many GPUs as its weights need. A step of a mixture of experts
+/// multiplies each token's k experts and reads the experts its tokens chose (experts_touched).
 gpu::result<profile> roofline_profile(std::string_view gpu, std::string_view model);
 /// One instance over `gpus` GPUs of `gpu` by tensor parallelism (static-single): the non-attention work
 /// is split, with two all-reduces per layer over NVLink inside a node and the network between nodes.

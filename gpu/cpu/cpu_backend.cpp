@@ -296,6 +296,19 @@ status cpu_backend::gather_rows(const float* src, size_t ld_src, const int32_t* 
   return status::ok();
 }
 
+status cpu_backend::add_weighted_rows(const float* src, size_t ld_src, const int32_t* slots, const float* weights, int m,
+                                 int k, int width, float* dst, size_t ld_dst) {
+  for (int i = 0; i < m; ++i) {
+    float* out = dst + size_t(i) * ld_dst;
+    for (int j = 0; j < k; ++j) {
+      const float w = weights[size_t(i) * size_t(k) + size_t(j)];
+      const float* in = src + size_t(slots[size_t(i) * size_t(k) + size_t(j)]) * ld_src;
+      for (int c = 0; c < width; ++c) out[c] += w * in[c];
+    }
+  }
+  return status::ok();
+}
+
 status cpu_backend::store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,
                              const kv_layer_view& dst, const uint32_t* slots) {
   if (is_block_type(dst.type))

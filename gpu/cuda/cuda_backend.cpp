@@ -346,6 +346,14 @@ status cuda_backend::gather_rows(const float* src, size_t ld_src, const int32_t*
   return check(cuda::gather_rows(src, ld_src, rows, n, width, dst, ld_dst, stream_), "gather_rows");
 }
 
+status cuda_backend::add_weighted_rows(const float* src, size_t ld_src, const int32_t* slots, const float* weights, int m,
+                                  int k, int width, float* dst, size_t ld_dst) {
+  ILLM_RETURN_IF_ERROR(bind());
+  ILLM_RETURN_IF_ERROR(device_pointers({{src, "add_weighted_rows source"}, {slots, "add_weighted_rows slots"},
+                                        {weights, "add_weighted_rows weights"}, {dst, "add_weighted_rows destination"}}));
+  return check(cuda::add_weighted_rows(src, ld_src, slots, weights, m, k, width, dst, ld_dst, stream_), "add_weighted_rows");
+}
+
 status cuda_backend::store_kv(const float* k, const float* v, size_t ld, int m, int n_kv_heads, int head_dim,
                               const kv_layer_view& dst, const uint32_t* slots) {
   ILLM_RETURN_IF_ERROR(bind());

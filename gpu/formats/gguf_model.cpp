@@ -94,12 +94,55 @@ status read_pair_factors(const gguf_file& f, const stored_tensor& t, model_confi
 /// GGUF's names of the model's tensors. llama's q and k rows pair adjacent elements already (llama.cpp's converter
 /// reorders them); qwen's do not.
 tensor_naming gguf_naming(const gguf_model& m) {
+  const bool experts = m.config.has_experts();
   return {"token_embd.weight", "output_norm.weight", "output.weight", "blk.",
           {{"rms_att", "attn_norm.weight"}, {"wq", "attn_q.weight"}, {"wk", "attn_k.weight"}, {"wv", "attn_v.weight"},
-           {"wo", "attn_output.weight"}, {"rms_ffn", "ffn_norm.weight"}, {"w1", "ffn_gate.weight"},
-           {"w3", "ffn_up.weight"}, {"w2", "ffn_down.weight"}, {"bq", "attn_q.bias"}, {"bk", "attn_k.bias"},
-           {"bv", "attn_v.bias"}, {"q_norm", "attn_q_norm.weight"}, {"k_norm", "attn_k_norm.weight"}},
+           {"wo", "attn_output.weight"}, {"rms_ffn", "ffn_norm.weight"},
+           {"w1", experts ? "ffn_gate_exps.weight" : "ffn_gate.weight"},
+           {"w3", experts ? "ffn_up_exps.weight" : "ffn_up.weight"},
+           {"w2", experts ? "ffn_down_exps.weight" : "ffn_down.weight"}, {"router", "ffn_gate_inp.weight"},
+           {"shared_w1", "ffn_gate_shexp.weight"}, {"shared_w3", "ffn_up_shexp.weight"},
+           {"shared_w2", "ffn_down_shexp.weight"}, {"shared_gate", "ffn_gate_inp_shexp.weight"},
+           {"bq", "attn_q.bias"}, {"bk", "attn_k.bias"}, {"bv", "attn_v.bias"}, {"q_norm", "attn_q_norm.weight"},
+           {"k_norm", "attn_k_norm.weight"}},
           m.architecture != "llama"};
+}
+
+/// The architectures read, and what sets each apart.
+struct gguf_architecture {
+  const char* name;
+  bool qkv_bias, qk_norm;
+  bool experts;     ///< its layers' feed-forward is routed experts (llama: when the file says it has experts)
+  bool norm_topk;   ///< the chosen experts' weights are renormalised (unless {arch}.expert_weights_norm says)
+};
+
+constexpr gguf_architecture gguf_architectures[] = {
+    {"llama", false, false, false, true},   {"qwen2", true, false, false, false}, {"qwen3", false, true, false, false},
+    {"qwen2moe", true, false, true, false}, {"qwen3moe", false, true, true, true},
+};
+
+/// The experts of {arch}.expert_* into `c`: their count, how many a token uses, their width (the dense width where
+/// the file gives none, as Mixtral's), and the shared expert's width.
+status read_experts(const gguf_file& f, const std::string& arch, const gguf_architecture& a, model_config& c) {
+  auto count = integer(f, arch + ".expert_count", 0, 1024, 0);
+  if (!count.is_ok()) return count.error();
+  if (count.value() == 0) return a.experts ? bad_key(f, arch + ".expert_count", "missing or 0") : status::ok();
+  c.n_experts = int(count.value());
+  auto used = integer(f, arch + ".expert_used_count", 1, c.n_experts);
+  auto width = integer(f, arch + ".expert_feed_forward_length", 1, 1 << 18, c.hidden_dim);
+  auto shared = integer(f, arch + ".expert_shared_feed_forward_length", 0, 1 << 18, 0);
+  for (auto* v : {&used, &width, &shared})
+    if (!v->is_ok()) return v->error();
+  c.n_experts_used = int(used.value());
+  c.hidden_dim = int(width.value());
+  c.shared_hidden_dim = int(shared.value());
+  c.norm_topk = a.norm_topk;
+  const json& m = f.metadata();
+  if (const std::string key = arch + ".expert_weights_norm"; m.contains(key)) {
+    if (!m[key].is_boolean()) return bad_key(f, key, m[key].dump() + " is not true or false");
+    c.norm_topk = m[key].get<bool>();
+  }
+  return status::ok();
 }
 
 /// The regex of a byte-level vocabulary's pre-tokenizer, by tokenizer.ggml.pre.
@@ -192,11 +235,15 @@ result<std::shared_ptr<const tokenizer>> sentencepiece(const gguf_file& f, const
 result<gguf_model> read_gguf_model(const gguf_file& f) {
   gguf_model m;
   m.architecture = text_of(f, "general.architecture");
-  if (m.architecture != "llama" && m.architecture != "qwen2" && m.architecture != "qwen3")
-    return bad_key(f, "general.architecture", "'" + m.architecture + "' is not supported (llama, qwen2, qwen3)");
+  const auto arch = std::find_if(std::begin(gguf_architectures), std::end(gguf_architectures),
+                                 [&](const gguf_architecture& a) { return m.architecture == a.name; });
+  if (arch == std::end(gguf_architectures))
+    return bad_key(f, "general.architecture",
+                   "'" + m.architecture + "' is not supported (llama, qwen2, qwen3, qwen2moe, qwen3moe)");
   ILLM_RETURN_IF_ERROR(read_shape(f, m.architecture, m.config));
-  m.config.qkv_bias = m.architecture == "qwen2";
-  m.config.qk_norm = m.architecture == "qwen3";
+  ILLM_RETURN_IF_ERROR(read_experts(f, m.architecture, *arch, m.config));
+  m.config.qkv_bias = arch->qkv_bias;
+  m.config.qk_norm = arch->qk_norm;
   if (const stored_tensor* factors = f.find("rope_freqs.weight")) ILLM_RETURN_IF_ERROR(read_pair_factors(f, *factors, m.config));
   const json& meta = f.metadata();
   const json tokens = meta.value("tokenizer.ggml.tokens", json());

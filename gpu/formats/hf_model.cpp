@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -101,6 +102,12 @@ class field_reader {
     }
     return out;
   }
+  /// The list under `key`; null when absent or null.
+  const json* list(const char* key) {
+    const json* v = find(key);
+    if (v && !v->is_array()) return fail(key, text::format("{} is not a list", v->dump()), nullptr);
+    return v;
+  }
   /// The object under `key`; null when absent or null.
   const json* object(const char* key) {
     const json* v = find(key);
@@ -135,17 +142,40 @@ class field_reader {
   status error_ = status::ok();
 };
 
+/// How an architecture's experts are named in its config.json and checkpoint.
+enum class expert_style : uint8_t { none, mixtral, qwen };
+
 struct architecture {
   const char* name;
   bool qkv_bias, qk_norm;
+  expert_style experts = expert_style::none;
 };
 
-constexpr std::array<architecture, 4> architectures{{
+constexpr std::array<architecture, 7> architectures{{
     {"LlamaForCausalLM", false, false},
     {"MistralForCausalLM", false, false},
     {"Qwen2ForCausalLM", true, false},
     {"Qwen3ForCausalLM", false, true},
+    {"MixtralForCausalLM", false, false, expert_style::mixtral},
+    {"Qwen2MoeForCausalLM", true, false, expert_style::qwen},
+    {"Qwen3MoeForCausalLM", false, true, expert_style::qwen},
 }};
+
+/// The experts of config.json into `c`: Mixtral's num_local_experts of intermediate_size, softmax over the chosen;
+/// Qwen's num_experts of moe_intermediate_size, norm_topk_prob, a shared expert, every layer sparse.
+void read_experts(field_reader& r, expert_style style, model_config& c) {
+  if (style == expert_style::none) return;
+  c.n_experts = r.integer(style == expert_style::mixtral ? "num_local_experts" : "num_experts", 1, 1024);
+  c.n_experts_used = r.integer("num_experts_per_tok", 1, std::max(1, c.n_experts));
+  if (style == expert_style::mixtral) return;
+  c.hidden_dim = r.integer("moe_intermediate_size", 1, 1 << 18);
+  c.norm_topk = r.boolean("norm_topk_prob", false);
+  c.shared_hidden_dim = r.integer("shared_expert_intermediate_size", 0, 1 << 18, 0);
+  if (r.integer("decoder_sparse_step", 1, 1024, 1) != 1)
+    r.fail("decoder_sparse_step", "not 1: dense layers between sparse ones are not supported", 0);
+  if (const json* dense = r.list("mlp_only_layers"); dense && !dense->empty())
+    r.fail("mlp_only_layers", "dense layers among sparse ones are not supported", 0);
+}
 
 /// rope_scaling (or rope_parameters) of config.json into `c`.
 void read_rope_scaling(field_reader& top, const std::string& file, model_config& c) {
@@ -217,7 +247,8 @@ result<hf_model> read_hf_config(const std::string& folder) {
   if (arch == architectures.end())
     return bad_field(config_path.string(), "architectures",
                      text::format("{} is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                                  "Qwen3ForCausalLM)", m.architecture));
+                                  "Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM)",
+                                  m.architecture));
   model_config& c = m.config;
   c.dim = r.integer("hidden_size", 1, 1 << 16);
   c.hidden_dim = r.integer("intermediate_size", 1, 1 << 18);
@@ -232,14 +263,16 @@ result<hf_model> read_hf_config(const std::string& folder) {
   if (head_dim > 0 && (c.n_heads <= 0 || head_dim != c.dim / c.n_heads || c.dim % c.n_heads != 0)) c.head_size = head_dim;
   c.qkv_bias = arch->qkv_bias;
   c.qk_norm = arch->qk_norm;
+  read_experts(r, arch->experts, c);
   m.tied_embeddings = r.boolean("tie_word_embeddings", false);
   if (const std::string act = r.string("hidden_act", std::string("silu")); act != "silu")
     r.fail("hidden_act", text::format("'{}' is not supported (silu)", act), 0);
   refuse_when_set(r, "attention_bias", "biases on every attention projection, o_proj's included, are not supported");
   refuse_when_set(r, "mlp_bias", "biases on the feed-forward projections are not supported");
   read_rope_scaling(r, config_path.string(), c);
-  if (m.architecture == "MistralForCausalLM") bound_by_window(r, "sliding_window", m);
-  if (m.architecture == "Qwen2ForCausalLM" && r.boolean("use_sliding_window", false))
+  if (m.architecture == "MistralForCausalLM" || m.architecture == "MixtralForCausalLM")
+    bound_by_window(r, "sliding_window", m);
+  if (m.architecture.starts_with("Qwen") && r.boolean("use_sliding_window", false))
     bound_by_window(r, "sliding_window", m);
   m.eos_ids = r.ids("eos_token_id");
   if (auto bos = r.ids("bos_token_id"); bos.size() == 1) m.bos_id = bos[0];
@@ -273,16 +306,27 @@ result<hf_model> read_hf_config(const std::string& folder) {
 
 namespace {
 
-/// Hugging Face's names of a LLaMA-family model's tensors.
-tensor_naming hf_naming() {
-  return {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers.",
-          {{"rms_att", "input_layernorm.weight"}, {"wq", "self_attn.q_proj.weight"}, {"wk", "self_attn.k_proj.weight"},
-           {"wv", "self_attn.v_proj.weight"}, {"wo", "self_attn.o_proj.weight"},
-           {"rms_ffn", "post_attention_layernorm.weight"}, {"w1", "mlp.gate_proj.weight"},
-           {"w3", "mlp.up_proj.weight"}, {"w2", "mlp.down_proj.weight"}, {"bq", "self_attn.q_proj.bias"},
-           {"bk", "self_attn.k_proj.bias"}, {"bv", "self_attn.v_proj.bias"}, {"q_norm", "self_attn.q_norm.weight"},
-           {"k_norm", "self_attn.k_norm.weight"}},
-          true};
+/// Hugging Face's names of a LLaMA-family model's tensors (of the experts, one tensor per expert).
+tensor_naming hf_naming(const hf_model& m) {
+  tensor_naming n{"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers.",
+                  {{"rms_att", "input_layernorm.weight"}, {"wq", "self_attn.q_proj.weight"},
+                   {"wk", "self_attn.k_proj.weight"}, {"wv", "self_attn.v_proj.weight"},
+                   {"wo", "self_attn.o_proj.weight"}, {"rms_ffn", "post_attention_layernorm.weight"},
+                   {"w1", "mlp.gate_proj.weight"}, {"w3", "mlp.up_proj.weight"}, {"w2", "mlp.down_proj.weight"},
+                   {"bq", "self_attn.q_proj.bias"}, {"bk", "self_attn.k_proj.bias"}, {"bv", "self_attn.v_proj.bias"},
+                   {"q_norm", "self_attn.q_norm.weight"}, {"k_norm", "self_attn.k_norm.weight"}},
+                  true};
+  if (!m.config.has_experts()) return n;
+  const bool mixtral = m.architecture == "MixtralForCausalLM";
+  const std::string moe = mixtral ? "block_sparse_moe." : "mlp.";
+  n.suffix["router"] = moe + "gate.weight";
+  for (auto [kind, qwen_name, mixtral_name] : {std::tuple{"w1", "gate_proj", "w1"}, std::tuple{"w3", "up_proj", "w3"},
+                                               std::tuple{"w2", "down_proj", "w2"}}) {
+    n.suffix[kind] = moe + "experts.{e}." + (mixtral ? mixtral_name : qwen_name) + ".weight";
+    n.suffix[std::string("shared_") + kind] = std::string("mlp.shared_expert.") + qwen_name + ".weight";
+  }
+  n.suffix["shared_gate"] = "mlp.shared_expert_gate.weight";
+  return n;
 }
 
 /// Tensors a checkpoint may carry that the model does not use: RoPE tables some exports keep, and the classifier
@@ -309,7 +353,7 @@ result<model_weights> load_hf_weights(const std::string& folder, const hf_model&
   if (!file.is_ok()) return file.error();
   auto checkpoint = safetensors_checkpoint::open(file.value());
   if (!checkpoint.is_ok()) return checkpoint.error();
-  const std::vector<tensor_destination> sources = destinations_of(m.config, m.tied_embeddings, hf_naming());
+  const std::vector<tensor_destination> sources = destinations_of(m.config, m.tied_embeddings, hf_naming(m));
   auto allocated = model_weights::allocate(m.config, m.tied_embeddings,
                                            matrix_types_of(sources, checkpoint->tensors(), weight_type));
   if (!allocated.is_ok()) return allocated.error();

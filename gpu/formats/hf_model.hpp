@@ -2,7 +2,8 @@
 // Hugging Face model folders: config.json (the architecture and its shape), generation_config.json (end ids and
 // sampling defaults) and the weights in safetensors (model.safetensors, or shards that
 // model.safetensors.index.json lists). Architectures: LlamaForCausalLM (Llama 2, 3, 3.1, 3.2), MistralForCausalLM,
-// Qwen2ForCausalLM (q/k/v biases) and Qwen3ForCausalLM (q/k head norms, a head width of its own). Every field is
+// Qwen2ForCausalLM (q/k/v biases) and Qwen3ForCausalLM (q/k head norms, a head width of its own), and their mixtures
+// of experts: MixtralForCausalLM, Qwen2MoeForCausalLM (a gated shared expert) and Qwen3MoeForCausalLM. Every field is
 // checked: a shape, rope type or option this engine does not compute is refused naming the file and the field.
 
 #include <cstdint>

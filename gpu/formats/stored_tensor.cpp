@@ -91,9 +91,15 @@ status convert(const stored_tensor& t, const tensor_view& v) {
   return status::ok();
 }
 
+/// A shape with its outer dimensions of 1 left out: a matrix [1][n] and a vector [n] hold the same values.
+std::vector<uint64_t> without_leading_ones(std::vector<uint64_t> shape) {
+  while (shape.size() > 1 && shape.front() == 1) shape.erase(shape.begin());
+  return shape;
+}
+
 status fill(const tensor_destination& d, const stored_tensor& t, const tensor_view& v, uint64_t head_dim,
             const std::string& model) {
-  if (t.shape != d.shape)
+  if (without_leading_ones(t.shape) != without_leading_ones(d.shape))
     return {status_code::corrupt_model, text::format("{}: tensor {} has shape [{}], {} has [{}]", t.file->path(), t.name,
                                                      text::join(t.shape, ", "), model, text::join(d.shape, ", "))};
   ILLM_RETURN_IF_ERROR(t.type == v.type ? copy_as_stored(t, v) : convert(t, v));
@@ -102,30 +108,48 @@ status fill(const tensor_destination& d, const stored_tensor& t, const tensor_vi
   return status::ok();
 }
 
+/// The rows of `v` a destination fills: from its first row on, as many as its shape holds.
+tensor_view rows_of(tensor_view v, const tensor_destination& d) {
+  uint64_t elements = 1;
+  for (uint64_t n : d.shape) elements *= n;
+  v.data += row_bytes(v.type, size_t(v.cols)) * d.first_row;
+  v.size = elements;
+  return v;
+}
+
 }  // namespace
 
 std::vector<tensor_destination> destinations_of(const model_config& c, bool tied, const tensor_naming& naming) {
-  const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
-  const uint64_t q_heads = naming.rope_halves ? uint64_t(c.n_heads) : 0;
-  const uint64_t k_heads = naming.rope_halves ? uint64_t(c.n_kv_heads) : 0, norm_heads = naming.rope_halves ? 1 : 0;
+  const uint64_t d = c.dim;
+  const auto rope_heads = [&](const std::string& kind) -> uint64_t {
+    if (!naming.rope_halves) return 0;
+    if (kind == "wq" || kind == "bq") return uint64_t(c.n_heads);
+    if (kind == "wk" || kind == "bk") return uint64_t(c.n_kv_heads);
+    return kind == "q_norm" || kind == "k_norm" ? 1 : 0;
+  };
   std::vector<tensor_destination> s;
   s.push_back({naming.embedding, {uint64_t(c.vocab_size), d}, "token_embedding"});
   s.push_back({naming.final_norm, {d}, "rms_final"});
   if (!tied) s.push_back({naming.classifier, {uint64_t(c.vocab_size), d}, "classifier"});
-  struct kind {
-    const char* name;
-    std::vector<uint64_t> shape;
-    uint64_t rope_heads;
-  };
-  std::vector<kind> kinds = {{"rms_att", {d}, 0}, {"wq", {q, d}, q_heads}, {"wk", {kv, d}, k_heads},
-                             {"wv", {kv, d}, 0},  {"wo", {d, q}, 0},        {"rms_ffn", {d}, 0},
-                             {"w1", {h, d}, 0},   {"w3", {h, d}, 0},        {"w2", {d, h}, 0}};
-  if (c.qkv_bias) kinds.insert(kinds.end(), {{"bq", {q}, q_heads}, {"bk", {kv}, k_heads}, {"bv", {kv}, 0}});
-  if (c.qk_norm) kinds.insert(kinds.end(), {{"q_norm", {hd}, norm_heads}, {"k_norm", {hd}, norm_heads}});
+  const std::vector<layer_tensor_kind> kinds = layer_tensor_kinds(c);
   for (int l = 0; l < c.n_layers; ++l)
-    for (const kind& k : kinds)
-      s.push_back({naming.layer_prefix + std::to_string(l) + "." + naming.suffix.at(k.name), k.shape,
-                   text::format("layers.{}.{}", l, k.name), k.rope_heads});
+    for (const layer_tensor_kind& k : kinds) {
+      const std::string prefix = naming.layer_prefix + std::to_string(l) + ".", suffix = naming.suffix.at(k.name);
+      const std::string target = text::format("layers.{}.{}", l, k.name);
+      const size_t per_expert = suffix.find("{e}");
+      if (k.experts == 0) {
+        std::vector<uint64_t> shape = k.matrix ? std::vector<uint64_t>{k.rows, k.cols} : std::vector<uint64_t>{k.rows};
+        s.push_back({prefix + suffix, std::move(shape), target, rope_heads(k.name)});
+      } else if (per_expert == std::string::npos) {
+        s.push_back({prefix + suffix, {k.experts, k.rows / k.experts, k.cols}, target});
+      } else {
+        for (uint64_t e = 0; e < k.experts; ++e) {
+          std::string name = suffix;
+          name.replace(per_expert, 3, std::to_string(e));
+          s.push_back({prefix + name, {k.rows / k.experts, k.cols}, target, 0, e * (k.rows / k.experts)});
+        }
+      }
+    }
   return s;
 }
 
@@ -149,7 +173,7 @@ status fill_tensors(model_weights& weights, const std::vector<tensor_destination
     const auto v = views.find(d.target);
     if (v == views.end())
       return {status_code::internal, text::format("{}: tensor {} goes to {}, which the model lacks", file, d.name, d.target)};
-    ILLM_RETURN_IF_ERROR(fill(d, *t, v->second, head_dim, model));
+    ILLM_RETURN_IF_ERROR(fill(d, *t, rows_of(v->second, d), head_dim, model));
   }
   for (const stored_tensor& t : tensors)
     if (!ignorable(t.name) &&

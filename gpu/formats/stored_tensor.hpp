@@ -44,17 +44,19 @@ const stored_tensor* find_by_name(const std::vector<stored_tensor>& sorted, std:
 status read_floats(const stored_tensor& t, uint64_t first, uint64_t n, float* out);
 
 /// Where a file's tensor goes: its name in the file, the shape the model needs (outermost first), the tensor of
-/// model_weights it fills ("layers.3.wq"), and the heads of head_dim rows to reorder for RoPE when its rows pair i
-/// with i + head_dim / 2.
+/// model_weights it fills ("layers.3.wq") from row `first_row` on (one expert's rows of a stack), and the heads of
+/// head_dim rows to reorder for RoPE when its rows pair i with i + head_dim / 2.
 struct tensor_destination {
   std::string name;
   std::vector<uint64_t> shape;
   std::string target;
   uint64_t rope_heads = 0;
+  uint64_t first_row = 0;
 };
 
 /// How a file format names a model's tensors: those outside the layers, and the name in layer l of each kind
-/// (rms_att, wq, wk, wv, wo, rms_ffn, w1, w3, w2; bq, bk, bv; q_norm, k_norm): layer_prefix, l, ".", its suffix.
+/// (layer_tensor_kinds: rms_att, wq, ...): layer_prefix, l, ".", its suffix. A stack of experts' matrices is one
+/// tensor [experts][rows][cols], or, where its suffix holds "{e}", one tensor per expert e.
 struct tensor_naming {
   std::string embedding, final_norm, classifier;
   std::string layer_prefix;

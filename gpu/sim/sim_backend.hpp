@@ -42,6 +42,9 @@ class sim_backend final : public backend {
   status gather_rows(const float*, size_t, const int32_t*, int, int, float*, size_t) override {
     return none("gather_rows");
   }
+  status add_weighted_rows(const float*, size_t, const int32_t*, const float*, int, int, int, float*, size_t) override {
+    return none("add_weighted_rows");
+  }
   status store_kv(const float*, const float*, size_t, int, int, int, const kv_layer_view&, const uint32_t*) override {
     return none("store_kv");
   }

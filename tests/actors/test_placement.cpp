@@ -211,6 +211,21 @@ TEST_SUITE("actors") {
     CHECK_FALSE(roofline_profile("tpu-v9", "llama2-7b").is_ok());
   }
 
+  TEST_CASE("a mixture of experts' step reads the experts its tokens chose, not all of them") {
+    const illm::gpu::model_config qwen = illm::gpu::preset_config("qwen3-30b-a3b").value();
+    CHECK(experts_touched(qwen, 1) == doctest::Approx(8));
+    CHECK(experts_touched(qwen, 16) / 128 == doctest::Approx(0.64).epsilon(0.01));
+    CHECK(experts_touched(qwen, 64) / 128 == doctest::Approx(0.98).epsilon(0.01));
+    CHECK(experts_touched(illm::gpu::preset_config("llama2-7b").value(), 64) == 0);
+    auto moe = roofline_profile("h100", "qwen3-30b-a3b");
+    REQUIRE(moe.is_ok());
+    // Decode reads 8 of 128 experts a token: batch 64 reads nearly all of them, about twelve times the experts'
+    // bytes (beside the launches and all-reduces, which do not grow); a dense model's step reads the same at both.
+    CHECK(dense_time(moe.value(), 64) > 3 * dense_time(moe.value(), 1));
+    auto dense = roofline_profile("h100", "llama2-13b");
+    CHECK(dense_time(dense.value(), 64) < 1.2 * dense_time(dense.value(), 1));
+  }
+
   TEST_CASE("the dense knee: the smallest power-of-two batch within a tolerance of the cheapest token") {
     profile p = toy();
     p.dense_s = {{1, 1e-3}, {3, 2e-3}, {64, 32.5e-3}};  // 0.5 ms a token from 1 on, and 0.5 ms fixed

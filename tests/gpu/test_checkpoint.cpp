@@ -104,6 +104,9 @@ TEST_SUITE("gpu") {
     CHECK(gpu::preset_config("llama3-8b")->vocab_size == 128256);
     CHECK(gpu::preset_config("llama2-13b")->dim == 5120);
     CHECK(gpu::preset_config("llama2-7b")->parameter_count(false) == 6738415616ull);
+    // Mixtures of experts count every expert and the routers, as their model cards do.
+    CHECK(gpu::preset_config("mixtral-8x7b")->parameter_count(false) == 46702792704ull);
+    CHECK(gpu::preset_config("qwen3-30b-a3b")->parameter_count(false) == 30532122624ull);
     CHECK_FALSE(gpu::preset_config("gpt-5").is_ok());
     CHECK(gpu::preset_config("Stories15M")->dim == 288);  // names as models spell them: case does not matter
     CHECK_FALSE(gpu::preset_config("llama2-7").is_ok());

@@ -190,11 +190,20 @@ TEST_SUITE("gpu") {
             {"model-00002-of-00002.safetensors", "cannot open"});
     refused("llama31-bf16", [](const fs::path& f) { fs::resize_file(f / "model.safetensors", 5000); },
             {"model.safetensors", "past the data"});
+    refused("mixtral-bf16", [](const fs::path& f) { edit_config(f, [](json& c) { c["num_local_experts"] = 6; }); },
+            {"model.layers.0.block_sparse_moe.gate.weight", "[8, 64]", "[6, 64]"});
+    refused("qwen3moe-bf16", [](const fs::path& f) { edit_config(f, [](json& c) { c["num_experts_per_tok"] = 9; }); },
+            {"config.json", "num_experts_per_tok", "not a whole number in [1, 8]"});
+    refused("qwen2moe-bf16", [](const fs::path& f) { edit_config(f, [](json& c) { c["mlp_only_layers"] = {1}; }); },
+            {"config.json", "mlp_only_layers", "dense layers"});
+    refused("qwen3moe-bf16", [](const fs::path& f) { edit_config(f, [](json& c) { c["num_experts"] = 10; }); },
+            {"[8, 64]", "[10, 64]"});
   }
 
   TEST_CASE("bad GGUF files are refused naming the file and what is wrong") {
-    const auto gguf_error = [](const std::function<void(std::string&)>& spoil) {
-      std::ifstream in(tiny_models() / "qwen3-q8_0-gguf.gguf", std::ios::binary);
+    std::string source = "qwen3-q8_0-gguf.gguf";
+    const auto gguf_error = [&](const std::function<void(std::string&)>& spoil) {
+      std::ifstream in(tiny_models() / source, std::ios::binary);
       std::string bytes((std::istreambuf_iterator<char>(in)), {});
       spoil(bytes);
       const fs::path path = tiny_models() / "broken.gguf";
@@ -224,6 +233,21 @@ TEST_SUITE("gpu") {
     refused([&](std::string& s) { replace(s, "qwen3", "gpt-j"); }, {"general.architecture", "gpt-j"});
     refused([&](std::string& s) { replace(s, "blk.1.ffn_up.weight", "blk.1.ffn_XX.weight"); },
             {"no tensor blk.1.ffn_up.weight"});
+    // A mixture of experts: an expert count the tensors disagree with (the router's shape says so first), a count of
+    // experts used above it, a stack of experts missing.
+    source = "qwen3moe-bf16-gguf.gguf";
+    CHECK(gguf_error([](std::string&) {}).empty());
+    const auto set_count = [](std::string& s, const std::string& key, char value) {
+      const size_t at = s.find(key);
+      REQUIRE(at != std::string::npos);
+      s[at + key.size() + 4] = value;  // after the key: the value's type (uint32), then the value
+    };
+    refused([&](std::string& s) { set_count(s, "qwen3moe.expert_count", 6); },
+            {"blk.0.ffn_gate_inp.weight", "[8, 64]", "[6, 64]"});
+    refused([&](std::string& s) { set_count(s, "qwen3moe.expert_used_count", 9); },
+            {"qwen3moe.expert_used_count", "9 is not a whole number in [1, 8]"});
+    refused([&](std::string& s) { replace(s, "blk.1.ffn_down_exps.weight", "blk.1.ffn_down_expX.weight"); },
+            {"no tensor blk.1.ffn_down_exps.weight"});
   }
 }
 

@@ -149,6 +149,17 @@ logit_gap logit_difference(const test::greedy_run& a, const test::greedy_run& b)
 
 const std::vector<int32_t> prompt = {1, 17, 200, 42, 99, 5, 77, 123, 256, 289, 11, 12, 13, 14, 15, 16, 17, 18, 19};
 
+/// A small mixture of experts (4 experts, 2 a token, a shared expert) whose rows are whole super-blocks, in `type`;
+/// its matrices stored in tiles where `tiles`.
+std::shared_ptr<const gpu::model_weights> experts_model(gpu::dtype type, bool tiles) {
+  const gpu::model_config c{.dim = 256, .hidden_dim = 256, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                            .vocab_size = 300, .max_seq = 256, .n_experts = 4, .n_experts_used = 2,
+                            .norm_topk = false, .shared_hidden_dim = 256};
+  auto w = gpu::convert_weights(gpu::synthetic_weights(c, 5, false).value(), type).value();
+  if (tiles) w.store_in_tiles();
+  return std::make_shared<const gpu::model_weights>(std::move(w));
+}
+
 }  // namespace
 
 TEST_SUITE("gpu") {
@@ -204,6 +215,32 @@ TEST_SUITE("gpu") {
         // The reference reads each row back in the file's layout: the same sums. The fast kernels add in another
         // order (tiles at every batch size, where the file layout reads rows one at a time below 5 rows).
         CHECK(gap.worst <= (device ? 0.0 : 0.1));
+        CHECK(gap.worst_nmse <= 1e-3);
+      }
+    }
+  }
+
+  TEST_CASE("a mixture of experts in block types, in rows or tiles, gives the reference backend's ids and logits") {
+    gpu::cpu::cpu_backend reference(2, gpu::cpu::cpu_mode::reference);
+    for (gpu::dtype type : {gpu::dtype::q8_0, gpu::dtype::q4_k}) {
+      const auto rows = experts_model(type, false), tiles = experts_model(type, true);
+      CHECK(tiles->layer(1).w2.tiled);  // each expert's rows whole tiles of the stack
+      test::greedy_options o;
+      o.keep_logits = true;
+      o.pools = 3;
+      o.chunk = 5;
+      o.device = &reference;
+      const auto slow = test::run_greedy(rows, prompt, 12, o);
+      // The reference reads each expert's tiles back in the file's layout: the same sums to the bit.
+      const logit_gap exact = logit_difference(test::run_greedy(tiles, prompt, 12, o), slow);
+      CHECK(exact.worst == 0.0);
+      o.device = nullptr;
+      for (const auto& weights : {rows, tiles}) {
+        const auto fast = test::run_greedy(weights, prompt, 12, o);
+        const logit_gap gap = logit_difference(fast, slow);
+        MESSAGE(std::string(gpu::to_string(type)), std::string(weights == tiles ? " tiles" : " rows"), ": experts' logits within ",
+                gap.worst, " of the reference backend's (NMSE ", gap.worst_nmse, ")");
+        CHECK(fast.ids == slow.ids);
         CHECK(gap.worst_nmse <= 1e-3);
       }
     }

@@ -19,6 +19,8 @@ import sys
 
 import numpy as np
 
+import tiny_experts
+
 VOCAB = 320
 
 
@@ -162,12 +164,18 @@ def write_gguf(path, arch, cfg, weights, dtype):
           ("tokenizer.ggml.eos_token_id", 259), ("tokenizer.ggml.add_bos_token", False)]
     if "head_dim" in cfg:
         kv += [(f"{arch}.attention.key_length", cfg["head_dim"]), (f"{arch}.attention.value_length", cfg["head_dim"])]
+    if tiny_experts.style(cfg):
+        kv += tiny_experts.gguf_metadata(cfg, arch)
+    groups, grouped = tiny_experts.gguf_groups(cfg, weights) if tiny_experts.style(cfg) else ([], set())
+    groups += [(gguf_name(name), [name], False) for name in weights if name not in grouped]
     held, infos, blobs, offset = {}, [], [], 0
-    for name, a in sorted(weights.items()):
+    for gguf, members, vector in sorted(groups):
+        a = np.stack([weights[n] for n in members]) if len(members) > 1 else weights[members[0]]
+        a = a.reshape(-1) if vector else a
         stored_a = a
-        if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
-            stored_a = llama_permute(a, heads if "q_proj" in name else kv_heads)
-        matrix = a.ndim == 2
+        if arch == "llama" and gguf.endswith(("attn_q.weight", "attn_k.weight")):
+            stored_a = llama_permute(a, heads if "attn_q" in gguf else kv_heads)
+        matrix = a.ndim >= 2
         if dtype == "Q8_0" and matrix:
             data, values, ggml = *quantize_q8_0(stored_a), 8
         else:
@@ -175,11 +183,12 @@ def write_gguf(path, arch, cfg, weights, dtype):
             data, values = stored(stored_a, kind)
             ggml = {"F32": 0, "F16": 1, "BF16": 30}[kind]
         values = values.reshape(a.shape)
-        if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):  # back to the HF layout
-            n_heads = heads if "q_proj" in name else kv_heads
+        if arch == "llama" and gguf.endswith(("attn_q.weight", "attn_k.weight")):  # back to the HF layout
+            n_heads = heads if "attn_q" in gguf else kv_heads
             values = values.reshape(n_heads, values.shape[0] // n_heads // 2, 2, -1).swapaxes(1, 2).reshape(a.shape)
-        held[name] = values
-        infos.append((gguf_name(name), list(reversed(a.shape)), ggml, offset))
+        for i, name in enumerate(members):
+            held[name] = (values[i] if len(members) > 1 else values).reshape(weights[name].shape)
+        infos.append((gguf, list(reversed(a.shape)), ggml, offset))
         blobs.append(data + b"\0" * (-len(data) % 32))
         offset += len(blobs[-1])
     scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
@@ -211,6 +220,9 @@ GGUF_MODELS = [
     ("llama-q8_0-gguf", "llama2-f32-sharded", "llama", "Q8_0"),
     ("qwen2-bf16-gguf", "qwen2-bf16", "qwen2", "BF16"),
     ("qwen3-q8_0-gguf", "qwen3-bf16", "qwen3", "Q8_0"),
+    ("mixtral-bf16-gguf", "mixtral-bf16", "llama", "BF16"),
+    ("qwen2moe-f32-gguf", "qwen2moe-bf16", "qwen2moe", "F32"),
+    ("qwen3moe-bf16-gguf", "qwen3moe-bf16", "qwen3moe", "BF16"),
 ]
 
 
@@ -244,15 +256,18 @@ def make_weights(cfg, rng):
         w[p + "self_attn.v_proj.weight"] = matrix(kv * hd, d)
         # The layers' outputs outweigh the embedding in the residual, so a tied classifier does not echo its input.
         w[p + "self_attn.o_proj.weight"] = matrix(d, heads * hd, 3.0)
-        w[p + "mlp.gate_proj.weight"] = matrix(h, d)
-        w[p + "mlp.up_proj.weight"] = matrix(h, d)
-        w[p + "mlp.down_proj.weight"] = matrix(d, h, 3.0)
+        if not tiny_experts.style(cfg):
+            w[p + "mlp.gate_proj.weight"] = matrix(h, d)
+            w[p + "mlp.up_proj.weight"] = matrix(h, d)
+            w[p + "mlp.down_proj.weight"] = matrix(d, h, 3.0)
         if qwen2:
             for x, n in (("q", heads * hd), ("k", kv * hd), ("v", kv * hd)):
                 w[p + f"self_attn.{x}_proj.bias"] = 0.2 * rng.normal(size=n)
         if qwen3:
             w[p + "self_attn.q_norm.weight"] = norm(hd)
             w[p + "self_attn.k_norm.weight"] = norm(hd)
+    if tiny_experts.style(cfg):
+        tiny_experts.make_expert_weights(cfg, rng, matrix, w)
     return w
 
 
@@ -281,6 +296,23 @@ MODELS = [
                                sliding_window=32768, rope_theta=1000000.0, rms_norm_eps=1e-6), "BF16", 2),
     ("qwen3-bf16", base_config("Qwen3ForCausalLM", head_dim=32, rope_theta=1000000.0, rms_norm_eps=1e-6), "BF16", 1),
 ]
+
+# Mixtures of experts, seeded apart from the dense models (2000 + their index, tried again until ROUTER_MARGIN holds).
+EXPERT_MODELS = [
+    ("mixtral-bf16", base_config("MixtralForCausalLM", intermediate_size=32, num_local_experts=8, num_experts_per_tok=2,
+                                 sliding_window=None, rope_theta=1000000.0), "BF16", 1),
+    ("qwen2moe-bf16", base_config("Qwen2MoeForCausalLM", moe_intermediate_size=32, num_experts=8, num_experts_per_tok=4,
+                                  shared_expert_intermediate_size=64, norm_topk_prob=False, decoder_sparse_step=1,
+                                  mlp_only_layers=[], use_sliding_window=False, rope_theta=1000000.0,
+                                  rms_norm_eps=1e-6), "BF16", 2),
+    ("qwen3moe-bf16", base_config("Qwen3MoeForCausalLM", head_dim=32, moe_intermediate_size=32, num_experts=8,
+                                  num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+                                  mlp_only_layers=[], rope_theta=1000000.0, rms_norm_eps=1e-6), "BF16", 1),
+]
+
+# The least gap between a token's k-th and (k+1)-th router logits a mixture of experts' reference run may have: the
+# engine's logits of 16-bit and fp32 weights differ from float64's by far less, so no expert flips between them.
+ROUTER_MARGIN = 0.02
 
 
 # ---- The reference: transformers' modeling code in float64 ----------------------------------------------------
@@ -321,9 +353,10 @@ def quantized_activations(x, block):
     return (q * (amax / np.float32(127))).astype(np.float64).reshape(x.shape)
 
 
-def forward(cfg, w, ids, block=0):
+def forward(cfg, w, ids, block=0, margins=None):
     """Logits [len(ids)][vocab] of the whole sequence; with `block`, every product's activations quantized in blocks
-    of that many values first (the engine's products with block-type weights)."""
+    of that many values first (the engine's products with block-type weights). A mixture of experts appends its
+    router margins to `margins`."""
     def mm(x, m):
         return (quantized_activations(x, block) if block else x) @ m.T
 
@@ -358,6 +391,9 @@ def forward(cfg, w, ids, block=0):
         o = np.einsum("hqk,khd->qhd", scores, v).reshape(n, heads * hd)
         x = x + mm(o, w[p + "self_attn.o_proj.weight"])
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        if tiny_experts.style(cfg):
+            x = x + tiny_experts.feed_forward(cfg, w, l, h, mm, [] if margins is None else margins)
+            continue
         gate = mm(h, w[p + "mlp.gate_proj.weight"])
         up = mm(h, w[p + "mlp.up_proj.weight"])
         x = x + mm(gate / (1 + np.exp(-gate)) * up, w[p + "mlp.down_proj.weight"])
@@ -379,13 +415,29 @@ def prompt_logprobs(cfg, w, prompt):
     return out, float(np.mean(spread))
 
 
-def greedy(cfg, w, prompt, n_new, block=0):
+def greedy(cfg, w, prompt, n_new, block=0, margins=None):
     ids, logits = list(prompt), []
     for _ in range(n_new):
-        last = forward(cfg, w, ids, block)[-1]
+        last = forward(cfg, w, ids, block, margins)[-1]
         logits.append(last)
         ids.append(int(np.argmax(last)))
     return ids[len(prompt):], logits
+
+
+def seeded_weights(cfg, dtype, seed):
+    """(weights, prompt) of a model drawn from `seed`; for a mixture of experts, from the first of seed, seed + 7919,
+    ... whose reference run on the values `dtype` stores keeps every token's router margin at least ROUTER_MARGIN."""
+    for attempt in range(200):
+        rng = np.random.default_rng(seed + 7919 * attempt)
+        weights = make_weights(cfg, rng)
+        prompt = [int(t) for t in rng.integers(3, cfg["vocab_size"], size=11)]
+        if not tiny_experts.style(cfg):
+            return weights, prompt
+        margins = []
+        greedy(cfg, {n: stored(a, dtype)[1].reshape(a.shape) for n, a in weights.items()}, prompt, 16, 0, margins)
+        if min(margins) >= ROUTER_MARGIN:
+            return weights, prompt
+    sys.exit(f"{cfg['architectures'][0]}: no seed keeps the router margins above {ROUTER_MARGIN}")
 
 
 def main():
@@ -396,12 +448,13 @@ def main():
     if len(sys.argv) == 3:
         models.append(("llama31-chat", dict(MODELS[0][1], vocab_size=128256, bos_token_id=128000,
                                             eos_token_id=[128001, 128008, 128009]), "BF16", 1))
+    seeds = [1000 + i for i in range(len(models))] + [2000 + i for i in range(len(EXPERT_MODELS))]
     manifest, held = [], {}
-    for i, (name, cfg, dtype, shards) in enumerate(models):
+    for (name, cfg, dtype, shards), seed in zip(models + EXPERT_MODELS, seeds):
         folder = os.path.join(out, name)
         os.makedirs(folder, exist_ok=True)
-        rng = np.random.default_rng(1000 + i)
-        weights = write_checkpoint(folder, make_weights(cfg, rng), dtype, shards)
+        drawn, prompt = seeded_weights(cfg, dtype, seed)
+        weights = write_checkpoint(folder, drawn, dtype, shards)
         cfg = dict(cfg, torch_dtype={"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[dtype])
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
@@ -413,7 +466,6 @@ def main():
         if name == "llama31-chat":
             for file in ("tokenizer.json", "tokenizer_config.json"):
                 shutil.copy(os.path.join(sys.argv[2], file), os.path.join(folder, file))
-        prompt = [int(t) for t in rng.integers(3, cfg["vocab_size"], size=11)]
         ids, logits = greedy(cfg, weights, prompt, 16)
         spread = float(np.mean([np.std(row) for row in logits]))
         manifest.append({"name": name, "path": name, "format": "hf", "dtype": dtype, "prompt": prompt, "ids": ids,
