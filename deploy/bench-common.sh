@@ -38,3 +38,17 @@ machine_line() {
   done
   echo "machine: ${model:-unknown processor}; SIMD: ${simd[*]:-none beyond SSE}; $(nproc) cores"
 }
+
+# For a script that runs illm against llama.cpp on the same files: build/illm must exist ($illm), llama.cpp is built
+# once (deploy/llama-cpp.sh: llama_run), $dir is the cache folder SUBDIR for the model files and $py a python3 with
+# numpy (Debian's python3-numpy).
+against_llama() {  # subdir
+  illm=build/illm
+  [ -x "$illm" ] || { echo "$bench_name: build $illm first" >&2; exit 2; }
+  who=$bench_name
+  source deploy/llama-cpp.sh
+  build_llama
+  dir="$cache/$1"
+  mkdir -p "$dir"
+  py=$(command -v /usr/bin/python3 || command -v python3)
+}

@@ -21,16 +21,9 @@ threads="${THREADS:-2}"
 shape="${SHAPE:-llama3.2-1b}"
 prompt_tokens="${PROMPT_TOKENS:-16}"
 output_tokens="${OUTPUT_TOKENS:-32}"
-illm=build/illm
-[ -x "$illm" ] || { echo "bench-weights-vs-llama: build $illm first" >&2; exit 2; }
 source deploy/bench-common.sh bench-weights-vs-llama
-who=bench-weights-vs-llama
-source deploy/llama-cpp.sh
-build_llama
-dir="$cache/bench-weights"
-mkdir -p "$dir"
+against_llama bench-weights
 f16="$dir/$shape-F16.gguf"
-py=$(command -v /usr/bin/python3 || command -v python3)  # numpy: Debian's python3-numpy
 [ -s "$f16" ] || "$py" deploy/random-gguf-model.py "$shape" "$f16"
 files=(F16 Q8_0 Q4_K_M)
 for q in Q8_0 Q4_K_M; do
@@ -98,14 +91,11 @@ for round in $(seq "$rounds"); do
     llama_run llama-batched-bench -m "$file" -t "$threads" -tb "$threads" -c 8192 -b 2048 -ub 512 -npp 8 -ntg 32 \
       -npl 16,64 --output-format jsonl 2>/dev/null | grep '^{' >"$work/bb.jsonl"
     python3 - "$work/illm.json" "$work/lb.json" "$work/bb.jsonl" "$round" "$name" "$(stat -c %s "$file")" <<'PY' >>"$results"
-import json, sys
+import sys
+sys.path.insert(0, "deploy")
+from bench_figures import engine_figures
 illm, lb, bb, round_, name, file_bytes = sys.argv[1:7]
-r = json.load(open(illm))
-decode = {d["batch"]: d["tokens_per_second"] for d in r["decode"]}
-bench = json.load(open(lb))
-batched = {x["pl"]: x["speed_tg"] for x in map(json.loads, open(bb))}
-tg = next(x["avg_ts"] for x in bench if x["n_gen"] > 0)
-pp = next(x["avg_ts"] for x in bench if x["n_prompt"] > 0)
+r, decode, tg, pp, batched = engine_figures(illm, lb, bb)
 memory = r["memory"]["bytes_per_second"]
 rows = [("decode_b1", decode[1], tg), ("decode_b16", decode[16], batched[16]), ("decode_b64", decode[64], batched[64]),
         ("prefill512", r["prefill"]["tokens_per_second"], pp),

@@ -31,6 +31,19 @@ def byte_tokens(vocab):
         [f"<|t{i}|>" for i in range(258, vocab)]
 
 
+def gguf_header(meta, tensors):
+    """The GGUF header of `meta` (key, value) and `tensors` (name, shape outermost first, ggml type, bytes) laid out
+    one after another, each 32-byte aligned; padded to 32 bytes."""
+    header = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(meta)) + b"".join(gguf_kv(k, v) for k, v in meta)
+    offset = 0
+    for name, shape, kind, size in tensors:
+        b = name.encode()
+        header += struct.pack("<Q", len(b)) + b + struct.pack("<I", len(shape))
+        header += b"".join(struct.pack("<Q", n) for n in reversed(shape)) + struct.pack("<IQ", kind, offset)
+        offset += size + (-size % 32)
+    return header + b"\0" * (-len(header) % 32)
+
+
 def main():
     if len(sys.argv) != 3 or sys.argv[1] not in random_hf_model.SHAPES:
         sys.exit(f"usage: random-gguf-model.py {{{','.join(random_hf_model.SHAPES)}}} OUT.gguf")
@@ -58,18 +71,11 @@ def main():
     tensors.append(("output_norm.weight", (d,)))
     if not s["tied"]:
         tensors.append(("output.weight", (vocab, d)))
-    infos, offset = [], 0
+    infos = []
     for name, shape in tensors:
         kind = 1 if len(shape) == 2 else 0  # F16 matrices, F32 norms
-        size = int(np.prod(shape)) * (2 if kind == 1 else 4)
-        infos.append((name, shape, kind, offset))
-        offset += size + (-size % 32)
-    header = b"GGUF" + struct.pack("<IQQ", 3, len(infos), len(meta)) + b"".join(gguf_kv(k, v) for k, v in meta)
-    for name, shape, kind, off in infos:
-        b = name.encode()
-        header += struct.pack("<Q", len(b)) + b + struct.pack("<I", len(shape))
-        header += b"".join(struct.pack("<Q", n) for n in reversed(shape)) + struct.pack("<IQ", kind, off)
-    header += b"\0" * (-len(header) % 32)
+        infos.append((name, shape, kind, int(np.prod(shape)) * (2 if kind == 1 else 4)))
+    header = gguf_header(meta, infos)
     rng = np.random.default_rng(2024)
     with open(sys.argv[2], "wb") as out:
         out.write(header)
