@@ -36,16 +36,19 @@ kv_layout engine::pool_layout() const {
   return {c.n_layers, c.n_kv_heads, c.head_dim(), options_.kv_type};
 }
 
+float* engine::owned_floats(size_t floats) {
+  if (floats == 0) return nullptr;
+  device_ptr p = make_device_buffer(*device_, floats * sizeof(float));
+  if (!p) return nullptr;
+  owned_.push_back(std::move(p));
+  return static_cast<float*>(owned_.back().get());
+}
+
 status engine::allocate_buffers() {
   const model_config& c = config();
   const size_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), h = c.hidden_dim, vocab = c.vocab_size;
   const size_t m = size_t(options_.max_batch_tokens), s = size_t(options_.max_batch_seqs);
-  auto buffer = [this](size_t floats) -> float* {
-    device_ptr p = make_device_buffer(*device_, floats * sizeof(float));
-    if (!p) return nullptr;
-    owned_.push_back(std::move(p));
-    return static_cast<float*>(owned_.back().get());
-  };
+  auto buffer = [this](size_t floats) { return owned_floats(floats); };
   x_ = buffer(m * d);
   xb_ = buffer(m * d);
   qkv_ = buffer(m * (q + 2 * kv));

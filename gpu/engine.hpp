@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -134,6 +135,8 @@ class engine {
   engine() = default;
   /// The activation buffers, sized by the options.
   status allocate_buffers();
+  /// A device buffer of `floats` floats the engine owns (null when there is not enough memory, or for 0 floats).
+  float* owned_floats(size_t floats);
   /// Points the step's index arrays at device memory: one upload, or the host vectors themselves.
   status stage_indices();
   /// Remote attention on a device backend: the queries of a lane's entries with remote blocks, downloaded.
@@ -171,6 +174,8 @@ class engine {
   /// shared expert, gated.
   status experts_forward(const device_weights::layer& w, const float* xb, float* x, int m);
   status shared_expert_forward(const device_weights::layer& w, const float* xb, float* x, int m);
+  /// Runs `project_rows(e, first, n)` for each expert e that the routing gave rows (its slots [first, first + n)).
+  status for_each_chosen_expert(const std::function<status(int expert, size_t first, int n)>& project_rows);
   /// `floats` floats at `device_src` as the host reads them: the memory itself on a host-memory backend, else a copy
   /// in `host`.
   result<const float*> read_on_host(const float* device_src, size_t floats, std::vector<float>& host);

@@ -2,7 +2,6 @@
 // (expert_routing), the tokens' rows gathered by expert so that each chosen expert multiplies its rows as one
 // product (an expert no token chose is never read), and each token's experts' outputs weighed into its residual.
 #include <cmath>
-#include <cstring>
 
 #include "gpu/engine.hpp"
 #include "gpu/text.hpp"
@@ -21,13 +20,7 @@ status engine::allocate_expert_buffers() {
   const model_config& c = config();
   const size_t rows = size_t(options_.max_batch_tokens), slots = rows * size_t(c.n_experts_used);
   const size_t d = c.dim, h = c.hidden_dim, sh = c.shared_hidden_dim;
-  auto buffer = [this](size_t floats) -> float* {
-    if (floats == 0) return nullptr;
-    device_ptr p = make_device_buffer(*device_, floats * sizeof(float));
-    if (!p) return nullptr;
-    owned_.push_back(std::move(p));
-    return static_cast<float*>(owned_.back().get());
-  };
+  auto buffer = [this](size_t floats) { return owned_floats(floats); };
   expert_x_ = buffer(slots * d);
   expert_h13_ = buffer(slots * 2 * h);
   expert_h_ = buffer(slots * h);
@@ -56,6 +49,14 @@ result<const void*> engine::stage_for_device(const void* host, size_t bytes, siz
   return static_cast<const void*>(at);
 }
 
+status engine::for_each_chosen_expert(const std::function<status(int, size_t, int)>& project_rows) {
+  for (size_t e = 0; e + 1 < routing_.first.size(); ++e) {
+    const int first = routing_.first[e], n = routing_.first[e + 1] - first;
+    if (n > 0) ILLM_RETURN_IF_ERROR(project_rows(int(e), size_t(first), n));
+  }
+  return status::ok();
+}
+
 status engine::experts_forward(const device_weights::layer& w, const float* xb, float* x, int m) {
   const model_config& c = config();
   const int d = c.dim, h = c.hidden_dim, k = c.n_experts_used;
@@ -71,19 +72,15 @@ status engine::experts_forward(const device_weights::layer& w, const float* xb, 
     if (!staged->is_ok()) return staged->error();
   const auto* rows = static_cast<const int32_t*>(source.value());
   ILLM_RETURN_IF_ERROR(device_->gather_rows(xb, size_t(d), rows, int(slots), d, expert_x_, size_t(d)));
-  for (int e = 0; e < c.n_experts; ++e) {
-    const int first = routing_.first[size_t(e)], n = routing_.first[size_t(e) + 1] - first;
-    if (n > 0)
-      ILLM_RETURN_IF_ERROR(project(expert_x_ + size_t(first) * d, size_t(d), n, d, w.expert_w13[size_t(e)],
-                                   expert_h13_ + size_t(first) * 2 * h, 2 * size_t(h), false));
-  }
+  ILLM_RETURN_IF_ERROR(for_each_chosen_expert([&](int e, size_t first, int n) {
+    return project(expert_x_ + first * d, size_t(d), n, d, w.expert_w13[size_t(e)], expert_h13_ + first * 2 * h,
+                   2 * size_t(h), false);
+  }));
   ILLM_RETURN_IF_ERROR(device_->silu_mul(expert_h13_, expert_h13_ + h, 2 * size_t(h), int(slots), h, expert_h_, size_t(h)));
-  for (int e = 0; e < c.n_experts; ++e) {
-    const int first = routing_.first[size_t(e)], n = routing_.first[size_t(e) + 1] - first;
-    if (n > 0)
-      ILLM_RETURN_IF_ERROR(project(expert_h_ + size_t(first) * h, size_t(h), n, h, w.expert_w2[size_t(e)],
-                                   expert_y_ + size_t(first) * d, size_t(d), false));
-  }
+  ILLM_RETURN_IF_ERROR(for_each_chosen_expert([&](int e, size_t first, int n) {
+    return project(expert_h_ + first * h, size_t(h), n, h, w.expert_w2[size_t(e)], expert_y_ + first * d, size_t(d),
+                   false);
+  }));
   ILLM_RETURN_IF_ERROR(device_->add_weighted_rows(expert_y_, size_t(d), static_cast<const int32_t*>(slot.value()),
                                              static_cast<const float*>(weight.value()), m, k, d, x, size_t(d)));
   return c.shared_hidden_dim > 0 ? shared_expert_forward(w, xb, x, m) : status::ok();
