@@ -51,7 +51,7 @@ void attend_blocks(const attention_server_config& c, const attend& a, const std:
   p.m.resize(rows);
   p.e.resize(rows);
   p.ma.resize(rows * c.shape.head_dim);
-  const gpu::status s = c.kernels->run(c.shape, c.pool->layer_view(a.layer),
+  const gpu::status s = c.kernels->run(c.shape.at_layer(a.layer), c.pool->layer_view(a.layer),
                                        {a.q.data(), row, a.q_pos.data(), a.n_q, physical, first_token, p.m.data(),
                                         p.e.data(), p.ma.data()});
   p.ok = s.is_ok();

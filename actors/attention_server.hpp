@@ -33,7 +33,7 @@ struct attention_server_config {
   std::shared_ptr<gpu::kv_pool> pool;
   std::shared_ptr<hosted_blocks> hosted;  ///< what the rManager keeps here for whom
   std::shared_ptr<gpu::backend> device;   ///< its own, not the worker's
-  gpu::attention_shape shape;
+  gpu::attention_shape shape;  ///< the model's (at_layer gives a layer's call)
   int n_layers = 0;
   std::shared_ptr<transport::data_plane> plane;
   std::chrono::milliseconds wait_limit{60000};  ///< how long a chunk's attend waits for its blocks

@@ -13,7 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "gpu/attention_shape.hpp"
 #include "gpu/dtype.hpp"
+#include "gpu/gated_activation.hpp"
 #include "gpu/host_memory.hpp"
 #include "gpu/rope_frequencies.hpp"
 #include "gpu/status.hpp"
@@ -35,15 +37,10 @@ struct kv_layer_view {
   size_t head_stride = 0;   ///< elements between two heads' runs
 };
 
-/// Head counts of an attention call; the softmax scale is 1/sqrt(head_dim).
-struct attention_shape {
-  int n_heads = 0;     ///< query heads
-  int n_kv_heads = 0;  ///< key/value heads, dividing n_heads
-  int head_dim = 0;
-};
 
 /// One MicroAttention: the partial attention of n_q query tokens over some blocks of a pool.
-/// q [n_q][n_heads][head_dim] rows q_ld apart; q_pos [n_q]: a query sees keys at positions <= its own.
+/// q [n_q][n_heads][head_dim] rows q_ld apart; q_pos [n_q]: a query sees keys at positions <= its own (and, with
+/// a window, > its own - window).
 /// blocks [n_blocks]: physical ids in the pool; block_pos [n_blocks]: position of each block's first token.
 /// Out: m, e [n_q][n_heads] (max score, exp-sum; -inf and 0 when no key is seen);
 /// ma [n_q][n_heads][head_dim] (exp-weighted sum of V, not normalised).
@@ -202,8 +199,8 @@ class backend {
   /// x[i][j] += bias[j]. x [m][n] rows ld apart; bias [n].
   virtual status add_bias(float* x, size_t ld, int m, int n, const float* bias) = 0;
 
-  /// cos and sin of pos * freq.inverse(i, head_dim) per token and pair i, computed in fp64 so that every
-  /// position, far beyond the training context, is exact. pos [m]; table [m][head_dim / 2][2: cos, sin].
+  /// cos and sin of pos * freq.inverse(i, head_dim) per token and pair i, times freq.magnitude(), computed in fp64
+  /// so that every position, far beyond the training context, is exact. pos [m]; table [m][head_dim / 2][2: cos, sin].
   virtual status rope_table(const int32_t* pos, int m, int head_dim, const rope_frequencies& freq,
                             float* table) = 0;
 
@@ -211,9 +208,10 @@ class backend {
   /// x [m][n_heads][head_dim] rows ld apart; table [m][head_dim / 2][2] from rope_table.
   virtual status rope(float* x, size_t ld, int m, int n_heads, int head_dim, const float* table) = 0;
 
-  /// out = silu(gate) * up. gate, up [m][n] rows ld_in apart; out [m][n] rows ld_out apart.
-  virtual status silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out,
-                          size_t ld_out) = 0;
+  /// out = act(gate, up) elementwise (plain: silu(gate) * up). gate, up [m][n] rows ld_in apart; out [m][n] rows
+  /// ld_out apart.
+  virtual status silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out, size_t ld_out,
+                          const gated_activation& act) = 0;
 
   /// out[i] = table[tokens[i]] in fp32. tokens [m]; table [vocab][dim] of type `type`; out [m][dim] rows ld_out apart.
   virtual status embed(const int32_t* tokens, int m, const void* table, dtype type, int dim, float* out,
@@ -248,9 +246,10 @@ class backend {
 
   /// Merges n_parts partials into the attention output.
   /// m, e [n_parts][n_rows]; ma [n_parts][n_rows][head_dim] with n_rows = n_q * n_heads;
-  /// out [n_q][n_heads][head_dim] rows out_ld apart.
+  /// out [n_q][n_heads][head_dim] rows out_ld apart; sinks [n_heads] or null: head h's learned logit, which joins
+  /// the softmax's denominator (exp(sink - max) added to the exp-sum) and adds no value.
   virtual status merge(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads,
-                       int head_dim, float* out, size_t out_ld) = 0;
+                       int head_dim, float* out, size_t out_ld, const float* sinks) = 0;
 
   /// Picks one token per row. logits [n][vocab] rows ld apart; params [n]; rng [n] (host memory,
   /// advanced in place); out [n] (host memory).
@@ -297,8 +296,8 @@ inline device_ptr make_device_buffer(backend& device, size_t bytes) {
   status add_bias(float* x, size_t ld, int m, int n, const float* bias) override;                                  \
   status rope_table(const int32_t* pos, int m, int head_dim, const rope_frequencies& freq, float* table) override; \
   status rope(float* x, size_t ld, int m, int n_heads, int head_dim, const float* table) override;                 \
-  status silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out, size_t ld_out)       \
-      override;                                                                                                    \
+  status silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out, size_t ld_out,      \
+                  const gated_activation& act) override;                                                           \
   status embed(const int32_t* tokens, int m, const void* table, dtype type, int dim, float* out, size_t ld_out)    \
       override;                                                                                                    \
   status gather_rows(const float* src, size_t ld_src, const int32_t* rows, int n, int width, float* dst,           \
@@ -310,6 +309,6 @@ inline device_ptr make_device_buffer(backend& device, size_t bytes) {
   status micro_attention_batch(const attention_shape& shape, const kv_layer_view& kv,                              \
                                std::span<const attention_job> jobs) override;                                      \
   status merge(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads, int head_dim,   \
-               float* out, size_t out_ld) override;                                                                \
+               float* out, size_t out_ld, const float* sinks) override;                                            \
   status sample(const float* logits, size_t ld, int n, int vocab, const sampling_params* params, uint64_t* rng,    \
                 int32_t* out) override

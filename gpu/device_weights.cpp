@@ -23,7 +23,7 @@ const void* device_weights::keep(device_ptr buffer, const void* host, size_t byt
 }
 
 const float* device_weights::tensor(const float* host, size_t n) {
-  if (device_->host_memory()) return host;
+  if (device_->host_memory() || !host) return host;
   return static_cast<const float*>(keep(make_device_buffer(*device_, n * sizeof(float)), host, n * sizeof(float)));
 }
 
@@ -77,6 +77,15 @@ status device_weights::place_feed_forward(const layer_weights& w, layer& t) {
     return place(t.w2, {{&w.w2, d}}, h);
   }
   ILLM_RETURN_IF_ERROR(place(t.router, {{&w.router, c.n_experts}}, d));
+  if (c.expert_bias) {
+    const size_t e = size_t(c.n_experts);
+    t.router_bias = tensor(w.router_bias, e);
+    t.expert_b1 = tensor(w.b1, e * size_t(h));
+    t.expert_b3 = tensor(w.b3, e * size_t(h));
+    t.expert_b2 = tensor(w.b2, e * size_t(d));
+    if (!t.router_bias || !t.expert_b1 || !t.expert_b3 || !t.expert_b2)
+      return status{status_code::out_of_memory, text::format("cannot place the experts' biases on {}", device_->name())};
+  }
   t.expert_w13.resize(size_t(c.n_experts));
   t.expert_w2.resize(size_t(c.n_experts));
   for (int e = 0; e < c.n_experts; ++e) {
@@ -115,7 +124,10 @@ status device_weights::place_all() {
       t.q_norm = tensor(w.q_norm, size_t(hd));
       t.k_norm = tensor(w.k_norm, size_t(hd));
     }
-    if (!t.rms_att || !t.rms_ffn || (c.qkv_bias && !t.bqkv) || (c.qk_norm && (!t.q_norm || !t.k_norm)))
+    t.bo = tensor(w.bo, size_t(d));
+    t.sinks = tensor(w.sinks, size_t(c.n_heads));
+    if (!t.rms_att || !t.rms_ffn || (c.qkv_bias && !t.bqkv) || (c.qk_norm && (!t.q_norm || !t.k_norm)) ||
+        (c.o_bias && !t.bo) || (c.attention_sinks && !t.sinks))
       return failed(text::format("layer {}", l));
     layers_.push_back(t);
   }

@@ -44,10 +44,16 @@ class device_weights {
     const float* q_norm = nullptr;  ///< [head_dim] when the model normalises query and key heads
     const float* k_norm = nullptr;
     packed_matrix wo;  ///< [dim][q_dim]
+    const float* bo = nullptr;     ///< [dim] where the output projection has a bias
+    const float* sinks = nullptr;  ///< [n_heads] where the model has attention sinks
     const float* rms_ffn = nullptr;
     packed_matrix w13;  ///< [2 hidden][dim]: w1 (gate) rows, then w3 (up) rows (a dense feed-forward)
     packed_matrix w2;
     packed_matrix router;                   ///< [n_experts][dim] where the layers have experts
+    const float* router_bias = nullptr;     ///< [n_experts] where the router and the experts have biases
+    const float* expert_b1 = nullptr;       ///< [n_experts][hidden]: each expert's gate bias
+    const float* expert_b3 = nullptr;       ///< [n_experts][hidden]: its up bias
+    const float* expert_b2 = nullptr;       ///< [n_experts][dim]: its down bias
     std::vector<packed_matrix> expert_w13;  ///< per expert [2 hidden][dim]: its gate rows, then its up rows
     std::vector<packed_matrix> expert_w2;   ///< per expert [dim][hidden]
     packed_matrix shared_w13;               ///< [2 shared_hidden][dim] where the model has a shared expert
@@ -71,6 +77,7 @@ class device_weights {
  private:
   device_weights() = default;
   status place_all();
+  /// The fp32 vector `host` of n values on the device (on a host-memory backend, itself); null for null.
   const float* tensor(const float* host, size_t n);
   /// The parts (host matrices of `rows` rows each) as one packed matrix: on a host-memory backend the host memory
   /// itself, adjacent parts of one type merged; elsewhere uploaded, adjacent parts of one type as one buffer.

@@ -14,6 +14,7 @@ const char* to_string(dtype t) {
     case dtype::q5_0: return "q5_0";
     case dtype::q4_k: return "q4_k";
     case dtype::q6_k: return "q6_k";
+    case dtype::mxfp4: return "mxfp4";
   }
   return "unknown";
 }
@@ -27,6 +28,7 @@ const char* file_name(dtype t) {
     case dtype::q5_0: return "Q5_0";
     case dtype::q4_k: return "Q4_K";
     case dtype::q6_k: return "Q6_K";
+    case dtype::mxfp4: return "MXFP4";
   }
   return "UNKNOWN";
 }

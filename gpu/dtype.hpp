@@ -1,7 +1,7 @@
 #pragma once
 // Element types of weights and KV blocks: one value per element (f32, f16, bf16), or blocks of values that share
-// scales, with GGUF's block layouts (q8_0, q5_0: 32 elements; q4_k, q6_k: super-blocks of 256). gpu/quant/blocks.hpp
-// reads and writes the blocks.
+// scales, with GGUF's block layouts (q8_0, q5_0, mxfp4: 32 elements; q4_k, q6_k: super-blocks of 256).
+// gpu/quant/blocks.hpp reads and writes the blocks.
 
 #include <cstddef>
 #include <cstdint>
@@ -11,17 +11,18 @@
 namespace illm::gpu {
 
 /// Element types of weights and KV blocks.
-enum class dtype : uint8_t { f32, f16, bf16, q8_0, q5_0, q4_k, q6_k };
+enum class dtype : uint8_t { f32, f16, bf16, q8_0, q5_0, q4_k, q6_k, mxfp4 };
 
 /// Every type, in the enum's order.
 inline constexpr dtype all_dtypes[] = {dtype::f32, dtype::f16, dtype::bf16, dtype::q8_0, dtype::q5_0, dtype::q4_k,
-                                       dtype::q6_k};
+                                       dtype::q6_k, dtype::mxfp4};
 
 /// Elements per block: 1 for the element types, 32 or 256 for the block types.
 constexpr uint32_t block_elements(dtype t) {
   switch (t) {
     case dtype::q8_0:
-    case dtype::q5_0: return 32;
+    case dtype::q5_0:
+    case dtype::mxfp4: return 32;
     case dtype::q4_k:
     case dtype::q6_k: return 256;
     default: return 1;
@@ -38,6 +39,7 @@ constexpr uint32_t block_bytes(dtype t) {
     case dtype::q5_0: return 22;   // f16 d, the 32 high bits, 16 bytes of low nibbles
     case dtype::q4_k: return 144;  // f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
     case dtype::q6_k: return 210;  // 128 bytes of low nibbles, 64 of high bit pairs, int8 scales[16], f16 d
+    case dtype::mxfp4: return 17;  // an E8M0 exponent, 16 bytes of 4-bit E2M1 values
   }
   return 0;
 }

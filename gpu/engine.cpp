@@ -319,11 +319,11 @@ status engine::begin_attention(int layer, int lane, const kv_pools& pools, atten
                            ma});
   }
   if (local_jobs_.empty()) return status::ok();
-  const attention_shape shape{c.n_heads, c.n_kv_heads, c.head_dim()};
-  return device_->micro_attention_batch(shape, pools.by_id[pools.local]->layer_view(layer), local_jobs_);
+  return device_->micro_attention_batch(c.attention().at_layer(layer), pools.by_id[pools.local]->layer_view(layer),
+                                        local_jobs_);
 }
 
-status engine::end_attention(int lane, attention_router* router) {
+status engine::end_attention(int lane, const float* sinks, attention_router* router) {
   const model_config& c = config();
   float* partials = static_cast<float*>(partials_.get());
   const lane_span& span = lanes_[size_t(lane)];
@@ -334,7 +334,8 @@ status engine::end_attention(int lane, attention_router* router) {
   for (size_t i = span.e0; i < span.e1; ++i) {
     auto [m, e, ma] = partials_of(partials, i, 0);
     ILLM_RETURN_IF_ERROR(device_->merge(m, e, ma, int(plans_[i].groups.size()), entries_[i].n_tokens, c.n_heads,
-                                        c.head_dim(), att_ + size_t(plans_[i].row0) * c.q_dim(), size_t(c.q_dim())));
+                                        c.head_dim(), att_ + size_t(plans_[i].row0) * c.q_dim(), size_t(c.q_dim()),
+                                        sinks));
   }
   stats_.remote_jobs += jobs_[size_t(lane)].size();
   return status::ok();
@@ -486,8 +487,9 @@ status engine::layer_back(int layer, int lane, attention_router* router) {
   const size_t d = c.dim, q = c.q_dim(), r0 = size_t(span.r0);
   const int m = span.r1 - span.r0;
   float *x = x_ + r0 * d, *xb = xb_ + r0 * d;
-  ILLM_RETURN_IF_ERROR(end_attention(lane, router));
+  ILLM_RETURN_IF_ERROR(end_attention(lane, w.sinks, router));
   ILLM_RETURN_IF_ERROR(project(att_ + r0 * q, q, m, int(q), w.wo, x, d, true));
+  if (w.bo) ILLM_RETURN_IF_ERROR(device_->add_bias(x, d, m, c.dim, w.bo));
   ILLM_RETURN_IF_ERROR(device_->rmsnorm(x, d, w.rms_ffn, m, c.dim, c.norm_eps, xb, d));
   return feed_forward(w, r0, m);
 }
@@ -499,7 +501,7 @@ status engine::feed_forward(const device_weights::layer& w, size_t r0, int m) {
   if (c.has_experts()) return experts_forward(w, xb, x, m);
   float *h13 = h13_ + r0 * 2 * h, *hb = hb_ + r0 * h;
   ILLM_RETURN_IF_ERROR(project(xb, d, m, c.dim, w.w13, h13, 2 * h, false));
-  ILLM_RETURN_IF_ERROR(device_->silu_mul(h13, h13 + h, 2 * h, m, int(h), hb, h));
+  ILLM_RETURN_IF_ERROR(device_->silu_mul(h13, h13 + h, 2 * h, m, int(h), hb, h, c.activation));
   return project(hb, h, m, int(h), w.w2, x, d, true);
 }
 

@@ -157,7 +157,9 @@ class engine {
   /// The rest of a lane's layer: the partials merged, output projection and feed-forward.
   status layer_back(int layer, int lane, attention_router* router);
   status begin_attention(int layer, int lane, const kv_pools& pools, attention_router* router);
-  status end_attention(int lane, attention_router* router);
+  /// The lane's partials merged into its attention output, each head's sink logit (where the model has them)
+  /// in its softmax's denominator.
+  status end_attention(int lane, const float* sinks, attention_router* router);
   /// The m, e and ma partials of entry i, group g, in `base` (the device buffer or its host copy).
   std::array<float*, 3> partials_of(float* base, size_t i, size_t g) const;
   status store_new_kv(int layer, const lane_span& lane, const kv_pools& pools);

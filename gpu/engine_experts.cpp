@@ -62,6 +62,8 @@ status engine::experts_forward(const device_weights::layer& w, const float* xb, 
   const int d = c.dim, h = c.hidden_dim, k = c.n_experts_used;
   const size_t slots = size_t(m) * size_t(k);
   ILLM_RETURN_IF_ERROR(project(xb, size_t(d), m, d, w.router, router_logits_, size_t(c.n_experts), false));
+  if (w.router_bias)
+    ILLM_RETURN_IF_ERROR(device_->add_bias(router_logits_, size_t(c.n_experts), m, c.n_experts, w.router_bias));
   auto logits = read_on_host(router_logits_, size_t(m) * size_t(c.n_experts), router_host_);
   if (!logits.is_ok()) return logits.error();
   route_tokens(logits.value(), m, c.n_experts, k, c.norm_topk, routing_);
@@ -73,13 +75,18 @@ status engine::experts_forward(const device_weights::layer& w, const float* xb, 
   const auto* rows = static_cast<const int32_t*>(source.value());
   ILLM_RETURN_IF_ERROR(device_->gather_rows(xb, size_t(d), rows, int(slots), d, expert_x_, size_t(d)));
   ILLM_RETURN_IF_ERROR(for_each_chosen_expert([&](int e, size_t first, int n) {
-    return project(expert_x_ + first * d, size_t(d), n, d, w.expert_w13[size_t(e)], expert_h13_ + first * 2 * h,
-                   2 * size_t(h), false);
+    float* h13 = expert_h13_ + first * 2 * h;
+    ILLM_RETURN_IF_ERROR(project(expert_x_ + first * d, size_t(d), n, d, w.expert_w13[size_t(e)], h13, 2 * size_t(h), false));
+    if (!w.expert_b1) return status::ok();
+    ILLM_RETURN_IF_ERROR(device_->add_bias(h13, 2 * size_t(h), n, h, w.expert_b1 + size_t(e) * h));
+    return device_->add_bias(h13 + h, 2 * size_t(h), n, h, w.expert_b3 + size_t(e) * h);
   }));
-  ILLM_RETURN_IF_ERROR(device_->silu_mul(expert_h13_, expert_h13_ + h, 2 * size_t(h), int(slots), h, expert_h_, size_t(h)));
+  ILLM_RETURN_IF_ERROR(device_->silu_mul(expert_h13_, expert_h13_ + h, 2 * size_t(h), int(slots), h, expert_h_, size_t(h),
+                                         c.activation));
   ILLM_RETURN_IF_ERROR(for_each_chosen_expert([&](int e, size_t first, int n) {
-    return project(expert_h_ + first * h, size_t(h), n, h, w.expert_w2[size_t(e)], expert_y_ + first * d, size_t(d),
-                   false);
+    float* y = expert_y_ + first * d;
+    ILLM_RETURN_IF_ERROR(project(expert_h_ + first * h, size_t(h), n, h, w.expert_w2[size_t(e)], y, size_t(d), false));
+    return w.expert_b2 ? device_->add_bias(y, size_t(d), n, d, w.expert_b2 + size_t(e) * d) : status::ok();
   }));
   ILLM_RETURN_IF_ERROR(device_->add_weighted_rows(expert_y_, size_t(d), static_cast<const int32_t*>(slot.value()),
                                              static_cast<const float*>(weight.value()), m, k, d, x, size_t(d)));
@@ -105,7 +112,7 @@ status engine::shared_expert_forward(const device_weights::layer& w, const float
   for (auto* staged : {&rows, &weight})
     if (!staged->is_ok()) return staged->error();
   ILLM_RETURN_IF_ERROR(project(xb, size_t(d), m, d, w.shared_w13, shared_h13_, 2 * size_t(sh), false));
-  ILLM_RETURN_IF_ERROR(device_->silu_mul(shared_h13_, shared_h13_ + sh, 2 * size_t(sh), m, sh, shared_h_, size_t(sh)));
+  ILLM_RETURN_IF_ERROR(device_->silu_mul(shared_h13_, shared_h13_ + sh, 2 * size_t(sh), m, sh, shared_h_, size_t(sh), {}));
   ILLM_RETURN_IF_ERROR(project(shared_h_, size_t(sh), m, sh, w.shared_w2, expert_y_, size_t(d), false));
   return device_->add_weighted_rows(expert_y_, size_t(d), static_cast<const int32_t*>(rows.value()),
                                static_cast<const float*>(weight.value()), m, 1, d, x, size_t(d));

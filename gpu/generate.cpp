@@ -63,7 +63,7 @@ result<generate_result> generate(const loaded_model& model, backend& device, con
   }
   for (auto& p : pools) view.by_id.push_back(&p);
   spread_block_source source(view.by_id, options.seed);
-  pool_router router(device, view, {c.n_heads, c.n_kv_heads, c.head_dim()});
+  pool_router router(device, view, c.attention());
   batcher runner(eng, source, {options.max_batch_tokens, 1});
 
   auto seq = std::make_shared<sequence>();

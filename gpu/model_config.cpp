@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cmath>
 
 #include "gpu/text.hpp"
 
@@ -12,8 +13,9 @@ uint64_t model_config::parameter_count(bool shared_classifier) const {
   const uint64_t d = dim, h = hidden_dim, q = q_dim(), kv = kv_dim(), v = vocab_size;
   const uint64_t e = uint64_t(n_experts), sh = uint64_t(shared_hidden_dim);
   const uint64_t ffn = has_experts() ? e * d + e * 3 * d * h + (sh > 0 ? 3 * d * sh + d : 0) : 3 * d * h;
-  const uint64_t per_layer = 2 * d + d * q * 2 + 2 * d * kv + ffn + (qkv_bias ? q + 2 * kv : 0) +
-                             (qk_norm ? 2 * uint64_t(head_dim()) : 0);
+  const uint64_t biases = (qkv_bias ? q + 2 * kv : 0) + (o_bias ? d : 0) + (expert_bias ? e + e * (2 * h + d) : 0) +
+                         (attention_sinks ? uint64_t(n_heads) : 0);
+  const uint64_t per_layer = 2 * d + d * q * 2 + 2 * d * kv + ffn + biases + (qk_norm ? 2 * uint64_t(head_dim()) : 0);
   return v * d + n_layers * per_layer + d + (shared_classifier ? 0 : v * d);
 }
 
@@ -42,6 +44,13 @@ status model_config::validate() const {
     return bad("experts used, or a shared expert, without routed experts");
   if (uint64_t(ffn_rows()) > (uint64_t(1) << 26))
     return bad(text::format("{} experts of width {}: more rows than a layer holds", n_experts, hidden_dim));
+  if (expert_bias && !has_experts()) return bad("expert biases without routed experts");
+  if (sliding_window < 0 || sliding_period < 0)
+    return bad(text::format("negative sliding window ({}) or period ({})", sliding_window, sliding_period));
+  const gated_activation& a = activation;
+  if (!(a.alpha > 0.0f && a.alpha < 100.0f) || !(a.limit >= 0.0f) || !std::isfinite(a.up_shift))
+    return bad(text::format("the gate's alpha {} must be in (0, 100), its limit {} not negative, its shift {} finite",
+                            a.alpha, a.limit, a.up_shift));
   if (!(rope_theta > 0.0f) || !(norm_eps > 0.0f))
     return bad("rope_theta and norm_eps must be positive");
   const rope_frequencies& r = rope_scaling;
@@ -52,6 +61,11 @@ status model_config::validate() const {
     for (int i = 0; i < head_dim() / 2; ++i)
       if (!(r.pair_divisors[i] > 0.0f))
         return bad(text::format("RoPE frequency factor {} of pair {} is not positive", r.pair_divisors[i], i));
+  if (r.scaling == rope_scaling_kind::yarn &&
+      !(r.factor >= 1.0f && r.factor < 1e6f && r.original_positions > 0 && r.beta_fast > r.beta_slow && r.beta_slow > 0.0f))
+    return bad(text::format("yarn rope scaling needs a factor in [1, 1e6) ({}), a positive original context ({}) and "
+                            "beta_fast ({}) > beta_slow ({}) > 0",
+                            r.factor, r.original_positions, r.beta_fast, r.beta_slow));
   if (r.scaling == rope_scaling_kind::llama3 &&
       !(r.low_freq_factor > 0.0f && r.high_freq_factor > r.low_freq_factor && r.original_positions > 0))
     return bad(text::format("llama3 rope scaling needs 0 < low_freq_factor ({}) < high_freq_factor ({}) and a "

@@ -2,13 +2,17 @@
 // The shape of a LLaMA-architecture model (with grouped-query attention), and named presets. The family's
 // variants are options of it: a head width apart from dim / n_heads, biases on q, k and v (Qwen2), RMSNorm of
 // each query and key head before RoPE (Qwen3), scaled RoPE frequencies (Llama 3.1), and a feed-forward of routed
-// experts (Mixtral, Qwen2-MoE, Qwen3-MoE) with a shared expert (Qwen2-MoE).
+// experts (Mixtral, Qwen2-MoE, Qwen3-MoE) with a shared expert (Qwen2-MoE); gpt-oss adds sliding-window layers,
+// a learned sink logit per head, YaRN, biases on the output projection, the router and the experts, and a clamped
+// SwiGLU.
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "gpu/attention_shape.hpp"
+#include "gpu/gated_activation.hpp"
 #include "gpu/rope_frequencies.hpp"
 #include "gpu/status.hpp"
 
@@ -39,6 +43,12 @@ struct model_config {
   /// Width of a shared expert every token runs beside the routed ones, its output scaled by the sigmoid of a
   /// product with a gate vector [dim] (Qwen2-MoE; 0: none).
   int shared_hidden_dim = 0;
+  int sliding_window = 0;        ///< keys a query of a sliding layer sees, itself included (0: no layer slides)
+  int sliding_period = 0;        ///< which layers slide (attention_shape::slides)
+  bool attention_sinks = false;  ///< a learned logit per query head joins each softmax's denominator
+  bool o_bias = false;           ///< the output projection adds a bias
+  bool expert_bias = false;      ///< the router and each expert's three projections add biases
+  gated_activation activation{};  ///< the feed-forward's gate (plain SwiGLU unless the model says otherwise)
 
   int head_dim() const { return head_size > 0 ? head_size : dim / n_heads; }
   /// Width of the queries (and of the attention output): n_heads * head_dim.
@@ -49,6 +59,10 @@ struct model_config {
     rope_frequencies r = rope_scaling;
     r.theta = rope_theta;
     return r;
+  }
+  /// The attention's heads and sliding pattern (at_layer gives one layer's call).
+  attention_shape attention() const {
+    return {n_heads, n_kv_heads, head_dim(), 0, sliding_window, sliding_period};
   }
   /// Whether each layer's feed-forward is a mixture of experts.
   bool has_experts() const { return n_experts > 0; }

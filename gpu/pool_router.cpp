@@ -12,7 +12,7 @@ status pool_router::begin(int, std::span<const remote_attention_job> jobs) {
     if (job.holder >= pools_.by_id.size() || !pools_.by_id[job.holder])
       return {status_code::invalid_argument, text::format("no pool {} to attend", job.holder)};
     const kv_layer_view view = pools_.by_id[job.holder]->layer_view(job.layer);
-    ILLM_RETURN_IF_ERROR(staged_.run(shape_, view, {job.q, job.q_ld, job.q_pos, job.n_q, job.blocks, job.block_pos,
+    ILLM_RETURN_IF_ERROR(staged_.run(shape_.at_layer(job.layer), view, {job.q, job.q_ld, job.q_pos, job.n_q, job.blocks, job.block_pos,
                                                      job.m, job.e, job.ma}));
     const uint64_t rows = uint64_t(job.n_q) * shape_.n_heads;
     query_bytes_ += rows * shape_.head_dim * sizeof(float) + job.n_q * sizeof(int32_t);

@@ -16,8 +16,8 @@ std::vector<layer_tensor_kind> layer_tensor_kinds(const model_config& c) {
   const uint64_t d = c.dim, h = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim(), hd = c.head_dim();
   const uint64_t e = uint64_t(c.n_experts), sh = uint64_t(c.shared_hidden_dim), stacked = c.has_experts() ? e : 1;
   using L = layer_weights;
-  const auto vector = [](const char* name, uint64_t n, tensor_role role, float* L::*member) {
-    return layer_tensor_kind{name, n, 1, role, member, nullptr, 0};
+  const auto vector = [](const char* name, uint64_t n, tensor_role role, float* L::*member, uint64_t experts = 0) {
+    return layer_tensor_kind{name, n, 1, role, member, nullptr, experts};
   };
   const auto matrix = [](const char* name, uint64_t rows, uint64_t cols, weight_matrix L::*member, uint64_t experts = 0) {
     return layer_tensor_kind{name, rows, cols, tensor_role::matrix, nullptr, member, experts};
@@ -29,11 +29,18 @@ std::vector<layer_tensor_kind> layer_tensor_kinds(const model_config& c) {
                        vector("bv", kv, tensor_role::bias, &L::bv)});
   if (c.qk_norm)
     k.insert(k.end(), {vector("q_norm", hd, tensor_role::norm, &L::q_norm), vector("k_norm", hd, tensor_role::norm, &L::k_norm)});
-  k.insert(k.end(), {matrix("wo", d, q, &L::wo), vector("rms_ffn", d, tensor_role::norm, &L::rms_ffn)});
+  k.push_back(matrix("wo", d, q, &L::wo));
+  if (c.o_bias) k.push_back(vector("bo", d, tensor_role::bias, &L::bo));
+  if (c.attention_sinks) k.push_back(vector("sinks", uint64_t(c.n_heads), tensor_role::bias, &L::sinks));
+  k.push_back(vector("rms_ffn", d, tensor_role::norm, &L::rms_ffn));
   if (c.has_experts()) k.push_back(matrix("router", e, d, &L::router));
+  if (c.expert_bias) k.push_back(vector("router_bias", e, tensor_role::bias, &L::router_bias));
   const uint64_t experts = c.has_experts() ? e : 0;
   k.insert(k.end(), {matrix("w1", stacked * h, d, &L::w1, experts), matrix("w3", stacked * h, d, &L::w3, experts),
                      matrix("w2", stacked * d, h, &L::w2, experts)});
+  if (c.expert_bias)
+    k.insert(k.end(), {vector("b1", e * h, tensor_role::bias, &L::b1, e), vector("b3", e * h, tensor_role::bias, &L::b3, e),
+                       vector("b2", e * d, tensor_role::bias, &L::b2, e)});
   if (sh > 0)
     k.insert(k.end(), {matrix("shared_w1", sh, d, &L::shared_w1), matrix("shared_w3", sh, d, &L::shared_w3),
                        matrix("shared_w2", d, sh, &L::shared_w2), matrix("shared_gate", 1, d, &L::shared_gate)});

@@ -41,11 +41,17 @@ struct layer_weights {
   float* q_norm = nullptr;   ///< [head_dim] when qk_norm
   float* k_norm = nullptr;   ///< [head_dim] when qk_norm
   weight_matrix wo;          ///< [dim][q_dim]
+  float* bo = nullptr;       ///< [dim] when o_bias
+  float* sinks = nullptr;    ///< [n_heads] when attention_sinks: each head's logit in its softmax's denominator
   float* rms_ffn = nullptr;  ///< [dim]
   weight_matrix w1;          ///< [hidden_dim][dim] (gate); with experts, every expert's in turn [n_experts * hidden_dim]
   weight_matrix w3;          ///< [hidden_dim][dim] (up); stacked as w1
   weight_matrix w2;          ///< [dim][hidden_dim] (down); with experts [n_experts * dim][hidden_dim]
   weight_matrix router;      ///< [n_experts][dim] with experts: each token's logit of each expert
+  float* router_bias = nullptr;  ///< [n_experts] when expert_bias
+  float* b1 = nullptr;           ///< [n_experts * hidden_dim] when expert_bias: each expert's gate bias in turn
+  float* b3 = nullptr;           ///< [n_experts * hidden_dim]: the up biases
+  float* b2 = nullptr;           ///< [n_experts * dim]: the down biases
   weight_matrix shared_w1;   ///< [shared_hidden_dim][dim]: the shared expert's gate, then its up and down
   weight_matrix shared_w3;   ///< [shared_hidden_dim][dim]
   weight_matrix shared_w2;   ///< [dim][shared_hidden_dim]
@@ -63,11 +69,12 @@ struct layer_tensor_kind {
   tensor_role role = tensor_role::matrix;
   float* layer_weights::*vector = nullptr;          ///< norms and biases (fp32)
   weight_matrix layer_weights::*matrix = nullptr;  ///< matrices
-  uint64_t experts = 0;  ///< a stack of this many experts' matrices of rows / experts rows each (0: one matrix)
+  uint64_t experts = 0;  ///< a stack of this many experts' matrices (or vectors) of rows / experts rows each (0: one)
 };
 
 /// The tensors of each layer of `config`, in the order they are stored: rms_att, wq wk wv, bq bk bv, q_norm k_norm,
-/// wo, rms_ffn, router, w1 w3 w2, shared_w1 shared_w3 shared_w2 shared_gate (absent options left out). The one list
+/// wo, bo, sinks, rms_ffn, router, router_bias, w1 w3 w2, b1 b3 b2, shared_w1 shared_w3 shared_w2 shared_gate
+/// (absent options left out). The one list
 /// that allocation, tensors(), store_in_tiles and the loaders' destinations read.
 std::vector<layer_tensor_kind> layer_tensor_kinds(const model_config& config);
 

@@ -16,7 +16,7 @@ class App;
 namespace illm::cli {
 
 /// The types --weight-type takes.
-inline constexpr const char* weight_type_choices = "f32, f16, bf16, q8_0, q6_k, q5_0 or q4_k";
+inline constexpr const char* weight_type_choices = "f32, f16, bf16, q8_0, q6_k, q5_0, q4_k or mxfp4";
 
 /// Adds `--weight-type TYPE` to `cmd`, read into `value`; a name that is no weight type is refused by CLI11.
 void add_weight_type_flag(CLI::App& cmd, std::string& value);

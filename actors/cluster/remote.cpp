@@ -83,7 +83,7 @@ gpu::result<std::unique_ptr<instance_node>> instance_node::start(caf::actor_syst
   n->plane = std::move(plane);
   n->events = options.events ? options.events : std::make_shared<event_log>();
   const gpu::model_config& mc = weights->config();
-  const gpu::attention_shape shape{mc.n_heads, mc.n_kv_heads, mc.head_dim()};
+  const gpu::attention_shape shape = mc.attention();
   const int threads = options.instance.threads_per_instance > 0 ? options.instance.threads_per_instance : std::max(1, int(std::thread::hardware_concurrency()));
   const std::optional<std::string> named = instance_backend_name(options.instance, options.id);
   if (!named)

@@ -241,7 +241,7 @@ status measure_model(const bench_engine_options& options, cpu::cpu_backend& devi
 status measure_attention(const bench_engine_options& options, cpu::cpu_backend& device, bench_engine_result& out) {
   auto config = preset_config(attention_preset);
   if (!config.is_ok()) return config.error();
-  const attention_shape shape{config->n_heads, config->n_kv_heads, config->head_dim()};
+  const attention_shape shape = config->attention();
   out.attention_model = attention_preset;
   out.n_heads = shape.n_heads;
   out.n_kv_heads = shape.n_kv_heads;

@@ -173,7 +173,7 @@ class spread_bench {
       ILLM_RETURN_IF_ERROR(router.finish(0));
       bytes += router.query_bytes() + router.partial_bytes() - before;
       return device_.merge(parts.m.data(), parts.e.data(), parts.ma.data(), int(pools_.size()), 1, shape_.n_heads,
-                           shape_.head_dim, out.data(), out.size());
+                           shape_.head_dim, out.data(), out.size(), nullptr);
     });
   }
 
@@ -210,7 +210,7 @@ class spread_bench {
                                                    owner.layer_view(0), blocks.data(), block_pos.data(),
                                                    int(blocks.size()), parts.m_of(0), parts.e_of(0), parts.ma_of(0)));
       return device_.merge(parts.m.data(), parts.e.data(), parts.ma.data(), 1, 1, shape_.n_heads, shape_.head_dim,
-                           out.data(), out.size());
+                           out.data(), out.size(), nullptr);
     });
     for (uint32_t b : copies) ILLM_RETURN_IF_ERROR(owner.release(b));
     return timed;
@@ -299,7 +299,7 @@ class head_split_bench {
                                                      view, blocks[g].data(), block_pos.data(), int(block_pos.size()),
                                                      parts.m_of(0), parts.e_of(0), parts.ma_of(0)));
         ILLM_RETURN_IF_ERROR(device_.merge(parts.m.data(), parts.e.data(), parts.ma.data(), 1, 1, q_heads, hd,
-                                           out.data() + q0, out.size()));
+                                           out.data() + q0, out.size(), nullptr));
       }
       return status::ok();
     });

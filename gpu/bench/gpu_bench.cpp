@@ -151,7 +151,7 @@ status measure_shape(cuda_backend& dev, const gpu_bench_options& o, const std::s
                      std::vector<int> contexts, gpu_bench_result& out) {
   auto config = preset_config(preset);
   if (!config.is_ok()) return config.error();
-  const attention_shape shape{config->n_heads, config->n_kv_heads, config->head_dim()};
+  const attention_shape shape = config->attention();
   const kv_layout layout{1, shape.n_kv_heads, shape.head_dim, dtype::f16};
   size_t free_bytes = 0, total_bytes = 0;
   ILLM_RETURN_IF_ERROR(check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
@@ -375,7 +375,7 @@ class dist_bench {
                                                 part(p, 2)));
     }
     return dev_.merge(part(0, 0), part(0, 1), part(0, 2), dist_pool_count, 1, shape_.n_heads, shape_.head_dim, out(),
-                      size_t(shape_.n_heads) * shape_.head_dim);
+                      size_t(shape_.n_heads) * shape_.head_dim, nullptr);
   }
 
   status heads_step() {
@@ -389,7 +389,7 @@ class dist_bench {
                                                 words<uint32_t>(head_ids_), words<int32_t>(head_pos_), int(n_),
                                                 part(g, 0), part(g, 1), part(g, 2)));
       ILLM_RETURN_IF_ERROR(dev_.merge(part(g, 0), part(g, 1), part(g, 2), 1, 1, part_shape.n_heads, shape_.head_dim,
-                                      out() + g * q_cols, size_t(shape_.n_heads) * shape_.head_dim));
+                                      out() + g * q_cols, size_t(shape_.n_heads) * shape_.head_dim, nullptr));
     }
     return status::ok();
   }
@@ -405,7 +405,7 @@ class dist_bench {
                                               owner.layer_view(0), words<uint32_t>(moved_ids_),
                                               words<int32_t>(moved_pos_), int(n_), part(0, 0), part(0, 1), part(0, 2)));
     return dev_.merge(part(0, 0), part(0, 1), part(0, 2), 1, 1, shape_.n_heads, shape_.head_dim, out(),
-                      size_t(shape_.n_heads) * shape_.head_dim);
+                      size_t(shape_.n_heads) * shape_.head_dim, nullptr);
   }
 
   status read_output(std::vector<float>& host) {
@@ -444,7 +444,7 @@ status measure_dist(cuda_backend& dev, const gpu_bench_options& o, gpu_bench_res
   if (!config.is_ok()) return config.error();
   out.dist_shape = preset;
   out.pools = dist_pool_count;
-  const attention_shape shape{config->n_heads, config->n_kv_heads, config->head_dim()};
+  const attention_shape shape = config->attention();
   if (shape.n_kv_heads % dist_pool_count != 0)
     return {status_code::invalid_argument, text::format("{} kv heads do not split over {} pools", shape.n_kv_heads,
                                                         dist_pool_count)};

@@ -220,7 +220,7 @@ status measure_runtime(cuda_backend& dev, engine& eng, const gpu_bench_options& 
   if (!alone.is_ok()) return alone.error();
   f.one_pool = std::move(alone).value();
   const model_config& c = eng.config();
-  pool_router router(dev, spread_view, {c.n_heads, c.n_kv_heads, c.head_dim()});
+  pool_router router(dev, spread_view, c.attention());
   auto spread = run_request(eng, spread_view, &router, spread_table.value(), tail_tokens, shape);
   if (!spread.is_ok()) return spread.error();
   f.spread = std::move(spread).value();

@@ -16,6 +16,17 @@ constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 /// Blocks accumulated before a chunk is folded into the running total.
 constexpr int chunk_blocks = 32;
 
+/// Whether a key at position `key` is older than the window of a query at `query` (never without a window).
+bool before_window(const attention_shape& shape, int key, int query) {
+  return shape.window > 0 && key <= query - shape.window;
+}
+
+/// The first key of the block starting at pos0 that the window of a query at `query` reaches (0 without a window;
+/// kv_block_tokens or more when none does).
+int first_in_window(const attention_shape& shape, int pos0, int query) {
+  return shape.window > 0 ? std::max(0, query - shape.window + 1 - pos0) : 0;
+}
+
 /// Reads the K or V runs of a pool layer as fp32: in place in an f32 pool; widened into a buffer of the reader's own
 /// in a 16-bit pool (which the pointer read last points into until the next read).
 class run_reader {
@@ -169,24 +180,26 @@ struct row_map {
 void accumulate_blocks(const attention_args& a, int t0, int t1, int b0, int b1, tile_state& st) {
   const int group = a.shape.n_heads / a.shape.n_kv_heads, hd = st.hd;
   const float scale = 1.0f / std::sqrt(float(hd));
-  int max_pos = 0;
-  for (int t = t0; t < t1; ++t) max_pos = std::max(max_pos, a.q_pos[t]);
+  int max_pos = 0, min_pos = std::numeric_limits<int>::max();
+  for (int t = t0; t < t1; ++t) max_pos = std::max(max_pos, a.q_pos[t]), min_pos = std::min(min_pos, a.q_pos[t]);
   float* weights = st.row_weights;  // [rows][16]: this block's exp(score - max) per row
   run_reader keys(a.kv, hd), values(a.kv, hd);
   for (int c0 = b0; c0 < b1; c0 += chunk_blocks) {
     st.start_chunk();
     for (int b = c0; b < std::min(b1, c0 + chunk_blocks); ++b) {
       const int32_t pos0 = a.block_pos[b];
-      if (pos0 > max_pos) continue;
+      if (pos0 > max_pos || before_window(a.shape, pos0 + kv_block_tokens - 1, min_pos)) continue;
       for (int kv_head = 0; kv_head < a.shape.n_kv_heads; ++kv_head) {
         const float* k = keys.read(a.blocks[b], a.kv.k_offset, kv_head);
         for (int t = t0; t < t1; ++t)
           for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
             const int r = (t - t0) * a.shape.n_heads + h;
-            const int n_valid = std::min(kv_block_tokens, a.q_pos[t] - pos0 + 1);
+            const int first = first_in_window(a.shape, pos0, a.q_pos[t]);
+            const int n_valid = first < kv_block_tokens ? std::min(kv_block_tokens, a.q_pos[t] - pos0 + 1) : 0;
             float scores[lanes];
             std::fill(scores, scores + lanes, neg_inf);
             if (n_valid > 0) key_dots(a.q + size_t(t) * a.q_ld + size_t(h) * hd, k, n_valid, hd, scale, scores);
+            std::fill(scores, scores + std::min(first, lanes), neg_inf);  // keys before the window
             const f32x16 s = load16(scores);
             const float top = n_valid > 0 ? std::max(st.chunk_m[r], reduce_max(s)) : st.chunk_m[r];
             st.row_correction[r] = st.chunk_e[r] == 0.0f ? 0.0f : std::exp(st.chunk_m[r] - top);
@@ -218,15 +231,18 @@ void accumulate_lanes(const attention_args& a, const row_map& map, int b0, int b
   const int hd = st.hd;
   const float scale = 1.0f / std::sqrt(float(hd));
   int32_t row_pos_array[lanes];
-  int max_pos = 0;
+  int max_pos = 0, min_pos = std::numeric_limits<int>::max();
   for (int r = 0; r < lanes; ++r) {
     row_pos_array[r] = r < st.rows ? a.q_pos[map.token(r)] : -1;  // padding lanes see no key
     max_pos = std::max(max_pos, row_pos_array[r]);
+    if (r < st.rows) min_pos = std::min(min_pos, row_pos_array[r]);
     const float* q = r < st.rows ? a.q + size_t(map.token(r)) * a.q_ld + size_t(map.head(r)) * hd : nullptr;
     for (int d = 0; d < hd; ++d) st.q_t[size_t(d) * lanes + r] = q ? q[d] * scale : 0.0f;
   }
   i32x16 row_pos;
   std::memcpy(&row_pos, row_pos_array, sizeof row_pos);
+  // Positions are below 2^30: without a window every earlier key is within this one.
+  const int window = a.shape.window > 0 ? a.shape.window : 1 << 30;
   run_reader keys(a.kv, hd), values(a.kv, hd);
 
   for (int c0 = b0; c0 < b1; c0 += chunk_blocks) {
@@ -234,7 +250,7 @@ void accumulate_lanes(const attention_args& a, const row_map& map, int b0, int b
     f32x16 chunk_m = load16(st.chunk_m), chunk_e = load16(st.chunk_e);
     for (int b = c0; b < std::min(b1, c0 + chunk_blocks); ++b) {
       const int32_t pos0 = a.block_pos[b];
-      if (pos0 > max_pos) continue;
+      if (pos0 > max_pos || before_window(a.shape, pos0 + kv_block_tokens - 1, min_pos)) continue;
       const float* k = keys.read(a.blocks[b], a.kv.k_offset, map.kv_head);
       const float* v = values.read(a.blocks[b], a.kv.v_offset, map.kv_head);
       const int n_keys = std::min(kv_block_tokens, max_pos - pos0 + 1);
@@ -256,7 +272,8 @@ void accumulate_lanes(const attention_args& a, const row_map& map, int b0, int b
       }
       f32x16 block_max = splat16(neg_inf);
       for (int t = 0; t < n_keys; ++t) {
-        scores[t] = row_pos >= pos0 + t ? scores[t] : splat16(neg_inf);  // causal mask per lane
+        // Causal mask per lane, and the window's: a key older than `window` positions.
+        scores[t] = (row_pos >= pos0 + t) & (row_pos < pos0 + t + window) ? scores[t] : splat16(neg_inf);
         block_max = max16(block_max, scores[t]);
       }
       const f32x16 top = max16(chunk_m, block_max);
@@ -315,7 +332,8 @@ void attend_reference(const attention_args& a, int kv_head, int t0, int t1, cons
       scores.clear();
       values.clear();
       for (int b = 0; b < a.n_blocks; ++b)
-        for (int i = 0; i < kv_block_tokens && a.block_pos[b] + i <= a.q_pos[t]; ++i) {
+        for (int i = first_in_window(a.shape, a.block_pos[b], a.q_pos[t]);
+             i < kv_block_tokens && a.block_pos[b] + i <= a.q_pos[t]; ++i) {
           const float* k = keys.read(a.blocks[b], a.kv.k_offset, kv_head) + size_t(i) * hd;
           float s = 0;
           for (int d = 0; d < hd; ++d) s += q[d] * k[d];
@@ -340,9 +358,10 @@ void attend_reference(const attention_args& a, int kv_head, int t0, int t1, cons
 
 namespace {
 
-/// The largest m over parts for one row, and each part's weight exp(m_p - top) (0 for empty parts).
-inline float part_weights(const float* m, const float* e, int n_parts, int n_rows, int r, float* weights) {
-  float top = neg_inf;
+/// The largest m over parts for one row (and `floor`), and each part's weight exp(m_p - top) (0 for empty parts).
+inline float part_weights(const float* m, const float* e, int n_parts, int n_rows, int r, float* weights,
+                          float floor = neg_inf) {
+  float top = floor;
   for (int p = 0; p < n_parts; ++p)
     if (e[size_t(p) * n_rows + r] != 0.0f) top = std::max(top, m[size_t(p) * n_rows + r]);
   for (int p = 0; p < n_parts; ++p) {
@@ -355,11 +374,12 @@ inline float part_weights(const float* m, const float* e, int n_parts, int n_row
 }  // namespace
 
 void merge_rows(const float* m, const float* e, const float* ma, int n_parts, int n_rows, int n_heads, int head_dim,
-                int r0, int r1, float* out, size_t out_ld) {
+                int r0, int r1, float* out, size_t out_ld, const float* sinks) {
   std::vector<float> weights(static_cast<size_t>(n_parts));
   for (int r = r0; r < r1; ++r) {
-    part_weights(m, e, n_parts, n_rows, r, weights.data());
-    float total = 0;
+    const float sink = sinks ? sinks[r % n_heads] : neg_inf;
+    const float top = part_weights(m, e, n_parts, n_rows, r, weights.data(), sink);
+    float total = sinks ? std::exp(sink - top) : 0.0f;  // the sink weighs in the denominator only
     for (int p = 0; p < n_parts; ++p) total += e[size_t(p) * n_rows + r] * weights[p];
     float* o = out + size_t(r / n_heads) * out_ld + size_t(r % n_heads) * head_dim;
     std::fill(o, o + head_dim, 0.0f);

@@ -57,9 +57,9 @@ void attend_blocks(const attention_args& a, int t0, int t1, int b0, int b1, cons
 void attend_reference(const attention_args& a, int kv_head, int t0, int t1, const partial_out& out);
 
 /// Rows [r0, r1) (row = token * n_heads + head) of merging n_parts partials, layout as backend::merge:
-/// the normalised attention output, token rows out_ld apart.
+/// the normalised attention output, token rows out_ld apart; sinks [n_heads] or null (backend::merge).
 void merge_rows(const float* m, const float* e, const float* ma, int n_parts, int n_rows, int n_heads, int head_dim,
-                int r0, int r1, float* out, size_t out_ld);
+                int r0, int r1, float* out, size_t out_ld, const float* sinks);
 
 /// Rows [r0, r1) of merging n_parts partials into one partial (m, e, ma), not normalised.
 void combine_rows(const float* m, const float* e, const float* ma, int n_parts, int n_rows, int head_dim, int r0,

@@ -273,10 +273,15 @@ status cpu_backend::rope(float* x, size_t ld, int m, int n_heads, int head_dim, 
 }
 
 status cpu_backend::silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out,
-                             size_t ld_out) {
+                             size_t ld_out, const gated_activation& act) {
   over_rows(pool_, m, int64_t(m) * n, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i)
-      silu_mul_row(gate + size_t(i) * ld_in, up + size_t(i) * ld_in, n, out + size_t(i) * ld_out);
+    for (int64_t i = i0; i < i1; ++i) {
+      const float *g = gate + size_t(i) * ld_in, *u = up + size_t(i) * ld_in;
+      float* o = out + size_t(i) * ld_out;
+      if (act.plain()) silu_mul_row(g, u, n, o);
+      else
+        for (int j = 0; j < n; ++j) o[j] = act(g[j], u[j]);
+    }
   });
   return status::ok();
 }
@@ -423,10 +428,10 @@ status cpu_backend::micro_attention_batch(const attention_shape& shape, const kv
 }
 
 status cpu_backend::merge(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads,
-                          int head_dim, float* out, size_t out_ld) {
+                          int head_dim, float* out, size_t out_ld, const float* sinks) {
   const int rows = n_q * n_heads;
   over_rows(pool_, rows, int64_t(rows) * n_parts * head_dim, [&](int64_t r0, int64_t r1) {
-    merge_rows(m, e, ma, n_parts, rows, n_heads, head_dim, int(r0), int(r1), out, out_ld);
+    merge_rows(m, e, ma, n_parts, rows, n_heads, head_dim, int(r0), int(r1), out, out_ld, sinks);
   });
   return status::ok();
 }

@@ -202,10 +202,11 @@ void rmsnorm_row(const float* x, const float* weight, int n, float eps, float* y
 }
 
 void rope_table_row(int32_t pos, int head_dim, const rope_frequencies& freq, float* table) {
+  const double magnitude = freq.magnitude();
   for (int i = 0; i < head_dim / 2; ++i) {
     const double angle = double(pos) * freq.inverse(i, head_dim);
-    table[2 * i] = float(std::cos(angle));
-    table[2 * i + 1] = float(std::sin(angle));
+    table[2 * i] = float(magnitude * std::cos(angle));
+    table[2 * i + 1] = float(magnitude * std::sin(angle));
   }
 }
 

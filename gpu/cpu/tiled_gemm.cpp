@@ -67,6 +67,7 @@ constexpr layout layout_of(dtype type) {
   switch (type) {
     case dtype::q8_0: return {32, !has_vnni, has_vnni ? 128 : 0, false};
     case dtype::q5_0: return {32, false, 16, false};
+    case dtype::mxfp4: return {32, false, 12, false};
     case dtype::q6_k: return {16, false, 32, false};
     default: return {32, false, 0, true};
   }
@@ -115,6 +116,16 @@ __m256i levels_q5_0(const uint8_t* row, int s) {
   return load32(levels);
 }
 
+__m256i levels_mxfp4(const uint8_t* row, int s) {
+  // The signed levels plus 12: unsigned, 0 .. 24.
+  alignas(16) int8_t shifted[16];
+  for (int c = 0; c < 16; ++c) shifted[c] = int8_t(mxfp4_levels[c] + 12);
+  const uint8_t* blk = row + size_t(s) * 17;
+  const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1)), nibble = _mm_set1_epi8(0x0f);
+  const __m256i split = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(codes, 4), nibble), _mm_and_si128(codes, nibble));
+  return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(shifted))), split);
+}
+
 __m256i levels_q4_k(const uint8_t* row, int s) {
   const int j = s % 8;  // the sub-block: low nibbles of chunk j / 2 for even j, high for odd
   const __m256i v = load32(row + size_t(s / 8) * 144 + 16 + 32 * (j / 2));
@@ -140,6 +151,7 @@ __m256i span_levels(dtype type, const uint8_t* row, int s) {
   switch (type) {
     case dtype::q8_0: return levels_q8_0(row, s);
     case dtype::q5_0: return levels_q5_0(row, s);
+    case dtype::mxfp4: return levels_mxfp4(row, s);
     case dtype::q4_k: return levels_q4_k(row, s);
     default: return levels_q6_k(row, s);
   }
@@ -154,6 +166,8 @@ void group_scales(dtype type, const uint8_t* row, int k, int r, float* scales, f
   if (type == dtype::q8_0 || type == dtype::q5_0) {
     const size_t bytes = type == dtype::q8_0 ? 34 : 22;
     for (int b = 0; b < k / 32; ++b) put(b, read_half(row + size_t(b) * bytes), 0.0f);
+  } else if (type == dtype::mxfp4) {
+    for (int b = 0; b < k / 32; ++b) put(b, mxfp4_scale(row[size_t(b) * 17]), 0.0f);
   } else if (type == dtype::q4_k) {
     for (int b = 0; b < k / 256; ++b) {
       const uint8_t* blk = row + size_t(b) * 144;
@@ -446,7 +460,7 @@ void gemm_stored(const quantized_rows& x, int m, const uint8_t* w, size_t tile_b
 bool stored_tiles_pay() { return true; }
 
 bool tiled_kernel_pays(dtype type, int m) {
-  if (type == dtype::q8_0) return m > 4;
+  if (type == dtype::q8_0 || type == dtype::mxfp4) return m > 4;
   return (type == dtype::q5_0 || type == dtype::q4_k || type == dtype::q6_k) && m > 16;
 }
 
@@ -457,6 +471,8 @@ void gemm_tiled(const quantized_rows& x, int m, dtype type, const uint8_t* w, si
       return gemm_panels<layout_of(dtype::q8_0)>(x, m, type, w, w_row_bytes, j0, j1, y, ldy, accumulate);
     case dtype::q5_0:
       return gemm_panels<layout_of(dtype::q5_0)>(x, m, type, w, w_row_bytes, j0, j1, y, ldy, accumulate);
+    case dtype::mxfp4:
+      return gemm_panels<layout_of(dtype::mxfp4)>(x, m, type, w, w_row_bytes, j0, j1, y, ldy, accumulate);
     case dtype::q6_k:
       return gemm_panels<layout_of(dtype::q6_k)>(x, m, type, w, w_row_bytes, j0, j1, y, ldy, accumulate);
     default: return gemm_panels<layout_of(dtype::q4_k)>(x, m, type, w, w_row_bytes, j0, j1, y, ldy, accumulate);

@@ -199,6 +199,21 @@ void unpack_q6_k(const uint8_t* row, int k, unpacked_row& u) {
   }
 }
 
+void unpack_mxfp4(const uint8_t* row, int k, unpacked_row& u) {
+  u.signed_levels = true;
+  u.has_offsets = false;
+  for (int b = 0; b < k / 32; ++b) {
+    const uint8_t* blk = row + size_t(b) * 17;
+    u.block_scales[size_t(b)] = mxfp4_scale(blk[0]);
+    auto* out = reinterpret_cast<int8_t*>(u.levels.data() + 32 * b);
+    for (int j = 0; j < 16; ++j) {
+      out[j] = mxfp4_levels[blk[1 + j] & 0x0f];
+      out[j + 16] = mxfp4_levels[blk[1 + j] >> 4];
+    }
+  }
+  std::fill(u.lane_scales.begin(), u.lane_scales.end(), int16_t(1));
+}
+
 void unpack(dtype type, const uint8_t* row, int k, unpacked_row& u) {
   u.resize(k, int(block_elements(type)));
   switch (type) {
@@ -206,6 +221,7 @@ void unpack(dtype type, const uint8_t* row, int k, unpacked_row& u) {
     case dtype::q5_0: return unpack_q5_0(row, k, u);
     case dtype::q4_k: return unpack_q4_k(row, k, u);
     case dtype::q6_k: return unpack_q6_k(row, k, u);
+    case dtype::mxfp4: return unpack_mxfp4(row, k, u);
     default: return;
   }
 }
@@ -419,10 +435,29 @@ inline __m256i products_of_signed(__m256i w_abs, __m256i x_signed) {
 #endif
 }
 
-/// W q8_0 rows (rows[0 .. W), row_bytes apart) against R activation rows: each activation vector loaded once for all
-/// W (a tile of W x R sums); row c's sums in out[4 c .. 4 c + R).
-template <int W, int R>
-void fused_q8_0(const uint8_t* row, size_t row_bytes, int k, const activation_rows<R>& x, float* out) {
+/// Block b of a row of 32-element blocks whose levels are signed bytes (q8_0, mxfp4): its scale and its 32 levels.
+template <dtype T>
+inline __m256i signed_block(const uint8_t* row, int b, float& d) {
+  if constexpr (T == dtype::q8_0) {
+    const uint8_t* blk = row + size_t(b) * 34;
+    d = read_half(blk);
+    return load32(blk + 2);
+  } else {
+    const uint8_t* blk = row + size_t(b) * 17;
+    d = mxfp4_scale(blk[0]);
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1));
+    const __m128i nibble = _mm_set1_epi8(0x0f);
+    const __m256i split = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(codes, 4), nibble), _mm_and_si128(codes, nibble));
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mxfp4_levels)));
+    return _mm256_shuffle_epi8(table, split);
+  }
+}
+
+/// W rows of type T (q8_0 or mxfp4: signed levels in blocks of 32; rows[0 .. W), row_bytes apart) against R
+/// activation rows: each activation vector loaded once for all W (a tile of W x R sums); row c's sums in
+/// out[4 c .. 4 c + R).
+template <dtype T, int W, int R>
+void fused_signed_blocks(const uint8_t* row, size_t row_bytes, int k, const activation_rows<R>& x, float* out) {
   __m256 total[W][R];
   for (int c = 0; c < W; ++c)
     for (int r = 0; r < R; ++r) total[c][r] = _mm256_setzero_ps();
@@ -430,10 +465,8 @@ void fused_q8_0(const uint8_t* row, size_t row_bytes, int k, const activation_ro
     float d[W];
     __m256i w[W], w_abs[W];
     for (int c = 0; c < W; ++c) {
-      const uint8_t* blk = row + size_t(c) * row_bytes + size_t(b) * 34;
-      if (b % 2 == 0) prefetch_lines(blk + W * row_bytes, 68);
-      d[c] = read_half(blk);
-      w[c] = load32(blk + 2);
+      if (b % 2 == 0) prefetch_lines(row + size_t(c + W) * row_bytes + size_t(b) * block_bytes(T), 2 * block_bytes(T));
+      w[c] = signed_block<T>(row + size_t(c) * row_bytes, b, d[c]);
       w_abs[c] = _mm256_sign_epi8(w[c], w[c]);
     }
     for (int r = 0; r < R; ++r) {
@@ -450,7 +483,9 @@ void fused_q8_0(const uint8_t* row, size_t row_bytes, int k, const activation_ro
 }
 
 /// Whether the decode path has a fused kernel for `type`.
-constexpr bool has_fused(dtype type) { return type == dtype::q4_k || type == dtype::q6_k || type == dtype::q8_0; }
+constexpr bool has_fused(dtype type) {
+  return type == dtype::q4_k || type == dtype::q6_k || type == dtype::q8_0 || type == dtype::mxfp4;
+}
 
 /// Weight rows [j, j + 2) (a pair where the type has a kernel for two; else row j alone) against R rows of x from
 /// row i: their sums in out[0 .. R) and out[4 .. 4 + R); returns the weight rows done.
@@ -459,14 +494,14 @@ int fused_rows(dtype type, const uint8_t* w, size_t w_row_bytes, int j, int j_en
                float* out) {
   const activation_rows<R> rows(x, i);
   const uint8_t* row = w + size_t(j) * w_row_bytes;
-  if (type == dtype::q8_0 && j + 1 < j_end) {
-    fused_q8_0<2, R>(row, w_row_bytes, x.k, rows, out);
-    return 2;
-  }
-  if (type == dtype::q4_k) fused_q4_k<R>(row, w_row_bytes, x.k, rows, out);
+  const bool pair = j + 1 < j_end;
+  if (type == dtype::q8_0 && pair) fused_signed_blocks<dtype::q8_0, 2, R>(row, w_row_bytes, x.k, rows, out);
+  else if (type == dtype::mxfp4 && pair) fused_signed_blocks<dtype::mxfp4, 2, R>(row, w_row_bytes, x.k, rows, out);
+  else if (type == dtype::q4_k) fused_q4_k<R>(row, w_row_bytes, x.k, rows, out);
   else if (type == dtype::q6_k) fused_q6_k<R>(row, w_row_bytes, x.k, rows, out);
-  else fused_q8_0<1, R>(row, w_row_bytes, x.k, rows, out);
-  return 1;
+  else if (type == dtype::mxfp4) fused_signed_blocks<dtype::mxfp4, 1, R>(row, w_row_bytes, x.k, rows, out);
+  else fused_signed_blocks<dtype::q8_0, 1, R>(row, w_row_bytes, x.k, rows, out);
+  return (type == dtype::q8_0 || type == dtype::mxfp4) && pair ? 2 : 1;
 }
 
 #else

@@ -1,10 +1,10 @@
 #pragma once
 // Products with weights stored in 16-bit and block types (gpu/dtype.hpp), single-threaded on slices of weight rows
 // (cpu_backend splits the work). Block-type weights are multiplied in integers, as llama.cpp does: the activations
-// are quantized to int8 in blocks of the weights' block size (32 for q8_0 and q5_0, 256 for q4_k and q6_k) with
-// one fp32 scale each. With AVX2, q8_0, q4_k and q6_k rows are decoded in registers, each against 4 activation rows
-// at a time (q8_0 two weight rows at a time); q5_0, and every type without AVX2, has each weight row unpacked once
-// per call into unsigned levels with 16-bit sub-block scales, one kernel for every block type (typed_gemm.cpp).
+// are quantized to int8 in blocks of the weights' block size (32 for q8_0, q5_0 and mxfp4, 256 for q4_k and q6_k)
+// with one fp32 scale each. With AVX2, q8_0, mxfp4, q4_k and q6_k rows are decoded in registers, each against 4
+// activation rows at a time (q8_0 and mxfp4 two weight rows at a time); q5_0, and every type without AVX2, has each
+// weight row unpacked once per call into levels with 16-bit sub-block scales, one kernel for every block type.
 // Batches of more rows, where tiled_kernel_pays, go to the register tiles of tiled_gemm.hpp.
 // 16-bit weights are widened to fp32 in registers, in tiles of weight rows by rows of x (half_gemm.cpp).
 

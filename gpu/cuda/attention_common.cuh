@@ -27,6 +27,11 @@ __device__ __forceinline__ int find_job(const attention_launch& a, int item) {
   return lo;
 }
 
+/// Whether a query at position `query` sees the key at `key`: not after it, and within the window if any.
+__device__ __forceinline__ bool sees(const attention_launch& a, int key, int query) {
+  return key <= query && (a.window == 0 || key > query - a.window);
+}
+
 /// Starts copying block `block`'s K then V run of `kv_head` (16 x head_dim elements each) into
 /// `stage` [2][16][head_dim], 16 bytes per copy, spread over the block's threads.
 template <class T>

@@ -52,6 +52,7 @@ struct attention_launch {
                                   ///< b * block_stride + k_offset + h * head_stride elements, V at v_offset
   uint64_t block_stride = 0, k_offset = 0, v_offset = 0, head_stride = 0;
   int32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int32_t window = 0;  ///< a query sees keys newer than its position - window (0: every earlier key)
   int32_t n_jobs = 0;
   int32_t n_items = 0;     ///< grid x: sum over jobs of n_tiles * n_splits
   float scale_log2 = 0;    ///< log2(e) / sqrt(head_dim): scores come out in base-2 units

@@ -323,10 +323,10 @@ status cuda_backend::rope(float* x, size_t ld, int m, int n_heads, int head_dim,
 }
 
 status cuda_backend::silu_mul(const float* gate, const float* up, size_t ld_in, int m, int n, float* out,
-                              size_t ld_out) {
+                              size_t ld_out, const gated_activation& act) {
   ILLM_RETURN_IF_ERROR(bind());
   ILLM_RETURN_IF_ERROR(device_pointers({{gate, "silu_mul gate"}, {up, "silu_mul up"}, {out, "silu_mul out"}}));
-  return check(cuda::silu_mul(gate, up, ld_in, m, n, out, ld_out, stream_), "silu_mul");
+  return check(cuda::silu_mul(gate, up, ld_in, m, n, out, ld_out, act, stream_), "silu_mul");
 }
 
 status cuda_backend::embed(const int32_t* tokens, int m, const void* table, dtype type, int dim, float* out,
@@ -363,10 +363,11 @@ status cuda_backend::store_kv(const float* k, const float* v, size_t ld, int m, 
 }
 
 status cuda_backend::merge(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads,
-                           int head_dim, float* out, size_t out_ld) {
+                           int head_dim, float* out, size_t out_ld, const float* sinks) {
   ILLM_RETURN_IF_ERROR(bind());
   ILLM_RETURN_IF_ERROR(device_pointers({{m, "merge m"}, {e, "merge e"}, {ma, "merge ma"}, {out, "merge out"}}));
-  return check(merge_partials(m, e, ma, n_parts, n_q, n_heads, head_dim, out, out_ld, stream_), "merge");
+  if (sinks) ILLM_RETURN_IF_ERROR(device_pointer(sinks, "merge sinks"));
+  return check(merge_partials(m, e, ma, n_parts, n_q, n_heads, head_dim, out, out_ld, sinks, stream_), "merge");
 }
 
 status cuda_backend::sample(const float* logits, size_t ld, int n, int vocab, const sampling_params* params,
@@ -441,6 +442,7 @@ status cuda_backend::attend(const attention_shape& shape, const kv_layer_view& k
   a.n_heads = shape.n_heads;
   a.n_kv_heads = shape.n_kv_heads;
   a.head_dim = shape.head_dim;
+  a.window = shape.window;
   a.n_jobs = int(ids.size());
   a.scale_log2 = float(1.4426950408889634 / std::sqrt(double(shape.head_dim)));
   const int group = shape.n_heads / shape.n_kv_heads;

@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(threads, Rows <= 4 ? 4 : 1) decode_kernel(cons
     acc_s[i] = 0.0f;
   }
   if (tid < Rows) pos_s[tid] = tid < rows ? job.q_pos[tid / group] : -1;
-  int max_pos = -1;
-  for (int t = 0; t < job.n_q; ++t) max_pos = imax(max_pos, job.q_pos[t]);
+  int max_pos = -1, min_pos = 0x7fffffff;
+  for (int t = 0; t < job.n_q; ++t) max_pos = imax(max_pos, job.q_pos[t]), min_pos = imin(min_pos, job.q_pos[t]);
   __syncthreads();
 
   float m_run[Rows], e_run[Rows], acc[Rows][Slots][VecV];
@@ -108,7 +108,8 @@ __global__ void __launch_bounds__(threads, Rows <= 4 ? 4 : 1) decode_kernel(cons
 
   for (int b = b0 + warp; b < b1; b += warps) {
     const int pos0 = job.block_pos[b];
-    if (pos0 > max_pos) continue;  // no query of this job sees the block
+    // No query of the job sees the block: after them all, or older than the earliest one's window.
+    if (pos0 > max_pos || (a.window > 0 && pos0 + 15 <= min_pos - a.window)) continue;
     const T* head = static_cast<const T*>(a.kv_base) + size_t(job.blocks[b]) * a.block_stride +
                     size_t(kv_head) * a.head_stride;
     const T* ks = head + a.k_offset + size_t(token) * hd;
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(threads, Rows <= 4 ? 4 : 1) decode_kernel(cons
     for (int r = 0; r < Rows; ++r) {
       if (r >= rows) break;
       float s = dot[r] + __shfl_xor_sync(full_mask, dot[r], 1);
-      s = pos0 + token <= pos_s[r] ? s : -INFINITY;
+      s = sees(a, pos0 + token, pos_s[r]) ? s : -INFINITY;
       const float m_new = fmaxf(m_run[r], token_max(s));
       const float p = s == -INFINITY ? 0.0f : exp2f(s - m_new);
       const float corr = m_run[r] == -INFINITY ? 0.0f : exp2f(m_run[r] - m_new);

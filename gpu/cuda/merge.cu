@@ -19,16 +19,17 @@ static_assert(32 * columns_per_lane >= head_dim_max, "a warp covers every column
 
 /// Folds row `row` of n_parts partials (row r of part p at p * n_rows + r): out_row gets the sum of each
 /// part's ma weighted by exp(m - top), divided by the total weight when normalising; top and total
-/// (the largest m and the sum of e * exp(m - top)) come back through the references.
+/// (the largest m and the sum of e * exp(m - top)) come back through the references. A finite `sink` is one
+/// more logit with no value: it joins top and adds exp(sink - top) to the total.
 __device__ __forceinline__ void fold_row(const float* m, const float* e, const float* ma, int n_parts, int n_rows,
                                          int row, int head_dim, bool normalise, float* out_row, float& top,
-                                         float& total) {
+                                         float& total, float sink = -INFINITY) {
   const int lane = int(threadIdx.x) & 31;
-  float my_top = -INFINITY;
+  float my_top = sink;
   for (int p = lane; p < n_parts; p += 32)
     if (e[size_t(p) * n_rows + row] != 0.0f) my_top = fmaxf(my_top, m[size_t(p) * n_rows + row]);
   top = group_max(my_top);
-  float my_total = 0.0f;
+  float my_total = lane == 0 && sink != -INFINITY ? expf(sink - top) : 0.0f;
   for (int p = lane; p < n_parts; p += 32) {
     const size_t i = size_t(p) * n_rows + row;
     if (e[i] != 0.0f) my_total += e[i] * expf(m[i] - top);
@@ -63,12 +64,13 @@ __device__ __forceinline__ void fold_row(const float* m, const float* e, const f
 
 __global__ void __launch_bounds__(threads) merge_kernel(const float* m, const float* e, const float* ma, int n_parts,
                                                         int n_rows, int n_heads, int head_dim, float* out,
-                                                        size_t out_ld) {
+                                                        size_t out_ld, const float* sinks) {
   const int row = int(blockIdx.x) * rows_per_block + int(threadIdx.x >> 5);
   if (row >= n_rows) return;
   float top, total;
   float* out_row = out + size_t(row / n_heads) * out_ld + size_t(row % n_heads) * head_dim;
-  fold_row(m, e, ma, n_parts, n_rows, row, head_dim, true, out_row, top, total);
+  fold_row(m, e, ma, n_parts, n_rows, row, head_dim, true, out_row, top, total,
+           sinks ? sinks[row % n_heads] : -INFINITY);
 }
 
 __global__ void __launch_bounds__(threads) combine_kernel(const __grid_constant__ attention_launch a) {
@@ -91,11 +93,11 @@ __global__ void __launch_bounds__(threads) combine_kernel(const __grid_constant_
 }  // namespace
 
 cudaError_t merge_partials(const float* m, const float* e, const float* ma, int n_parts, int n_q, int n_heads,
-                           int head_dim, float* out, size_t out_ld, cudaStream_t stream) {
+                           int head_dim, float* out, size_t out_ld, const float* sinks, cudaStream_t stream) {
   if (head_dim > 32 * columns_per_lane) return cudaErrorInvalidValue;
   const int n_rows = n_q * n_heads;
   return launch(merge_kernel, dim3(unsigned((n_rows + rows_per_block - 1) / rows_per_block)), dim3(threads), 0,
-                stream, m, e, ma, n_parts, n_rows, n_heads, head_dim, out, out_ld);
+                stream, m, e, ma, n_parts, n_rows, n_heads, head_dim, out, out_ld, sinks);
 }
 
 cudaError_t combine_splits(const attention_launch& launch_table, int max_rows, cudaStream_t stream) {

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(threads) prefill_kernel(const __grid_constant_
         if (d < hd) dot += q[c] * to_float(ks[size_t(t) * hd + d]);
       }
       dot = group_sum<Tpr>(dot);
-      s[t] = pos0 + t <= my_pos ? dot : -INFINITY;
+      s[t] = sees(a, pos0 + t, my_pos) ? dot : -INFINITY;
       block_max = fmaxf(block_max, s[t]);
     }
     const float m_new = fmaxf(m_run, block_max);

@@ -20,8 +20,9 @@ __global__ void __launch_bounds__(threads) rope_table_kernel(const int32_t* pos,
   const double angle = double(pos[token]) * freq.inverse(pair, head_dim);
   double s, c;
   sincos(angle, &s, &c);
-  table[2 * i] = float(c);
-  table[2 * i + 1] = float(s);
+  const double magnitude = freq.magnitude();
+  table[2 * i] = float(magnitude * c);
+  table[2 * i + 1] = float(magnitude * s);
 }
 
 __global__ void __launch_bounds__(threads) rope_kernel(float* x, size_t ld, int m, int n_heads, int head_dim,

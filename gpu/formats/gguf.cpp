@@ -92,6 +92,7 @@ std::optional<dtype> type_of(uint32_t ggml_type) {
     case 12: return dtype::q4_k;
     case 14: return dtype::q6_k;
     case 30: return dtype::bf16;
+    case 39: return dtype::mxfp4;
     default: return std::nullopt;
   }
 }

@@ -137,16 +137,23 @@ std::vector<tensor_destination> destinations_of(const model_config& c, bool tied
       const std::string prefix = naming.layer_prefix + std::to_string(l) + ".", suffix = naming.suffix.at(k.name);
       const std::string target = text::format("layers.{}.{}", l, k.name);
       const size_t per_expert = suffix.find("{e}");
+      // A matrix [rows][cols], a vector [rows]; a stack of experts' has [experts] in front (or one per expert).
+      const auto shape_of = [&](uint64_t experts, uint64_t rows) {
+        std::vector<uint64_t> shape;
+        if (experts > 0) shape.push_back(experts);
+        shape.push_back(rows);
+        if (k.matrix) shape.push_back(k.cols);
+        return shape;
+      };
       if (k.experts == 0) {
-        std::vector<uint64_t> shape = k.matrix ? std::vector<uint64_t>{k.rows, k.cols} : std::vector<uint64_t>{k.rows};
-        s.push_back({prefix + suffix, std::move(shape), target, rope_heads(k.name)});
+        s.push_back({prefix + suffix, shape_of(0, k.rows), target, rope_heads(k.name)});
       } else if (per_expert == std::string::npos) {
-        s.push_back({prefix + suffix, {k.experts, k.rows / k.experts, k.cols}, target});
+        s.push_back({prefix + suffix, shape_of(k.experts, k.rows / k.experts), target});
       } else {
         for (uint64_t e = 0; e < k.experts; ++e) {
           std::string name = suffix;
           name.replace(per_expert, 3, std::to_string(e));
-          s.push_back({prefix + name, {k.rows / k.experts, k.cols}, target, 0, e * (k.rows / k.experts)});
+          s.push_back({prefix + name, shape_of(0, k.rows / k.experts), target, 0, e * (k.rows / k.experts)});
         }
       }
     }

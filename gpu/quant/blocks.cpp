@@ -65,9 +65,41 @@ void write_q5_0(const float* x, uint8_t* b) {
   std::memcpy(b + 2, &qh, 4);
 }
 
+// --- mxfp4 ---
+
+void read_mxfp4(const uint8_t* b, float* y) {
+  const float d = mxfp4_scale(b[0]);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * float(mxfp4_levels[b[1 + j] & 0x0f]);
+    y[j + 16] = d * float(mxfp4_levels[b[1 + j] >> 4]);
+  }
+}
+
+/// The code of the level nearest x / d (of equal distances the first code, as gguf-py's argmin takes).
+int nearest_mxfp4_code(float x, float d) {
+  int best = 0;
+  float best_error = std::fabs(x);
+  for (int code = 1; code < 16; ++code) {
+    const float error = std::fabs(d * float(mxfp4_levels[code]) - x);
+    if (error < best_error) best = code, best_error = error;
+  }
+  return best;
+}
+
+void write_mxfp4(const float* x, uint8_t* b) {
+  // As gguf-py quantizes: the exponent puts the block's largest magnitude among the top levels (floor(log2) - 2).
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const int exponent = amax > 0.0f ? std::clamp(int(std::floor(std::log2(amax))) - 2 + 127, 0, 254) : 0;
+  b[0] = uint8_t(exponent);
+  const float d = mxfp4_scale(b[0]);
+  for (int j = 0; j < 16; ++j) b[1 + j] = uint8_t(nearest_mxfp4_code(x[j], d) | (nearest_mxfp4_code(x[j + 16], d) << 4));
+}
+
 // --- q4_k ---
 
 }  // namespace
+
 
 void q4_k_scale_min(int j, const uint8_t* s, int& scale, int& min) {
   if (j < 4) {
@@ -201,6 +233,7 @@ block_reader reader_of(dtype t) {
     case dtype::q5_0: return read_q5_0;
     case dtype::q4_k: return read_q4_k;
     case dtype::q6_k: return read_q6_k;
+    case dtype::mxfp4: return read_mxfp4;
     default: return nullptr;
   }
 }
@@ -211,6 +244,7 @@ block_writer writer_of(dtype t) {
     case dtype::q5_0: return write_q5_0;
     case dtype::q4_k: return write_q4_k;
     case dtype::q6_k: return write_q6_k;
+    case dtype::mxfp4: return write_mxfp4;
     default: return nullptr;
   }
 }

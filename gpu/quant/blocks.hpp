@@ -10,7 +10,11 @@
 //         then their high nibbles
 //   q6_k  256 elements: uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d   sixteen sub-blocks of 16 with an int8
 //         scale each: x = d * scale * (q - 32), q = 6 bits (low nibble in ql, two high bits in qh)
+//   mxfp4 32 elements: uint8 e; uint8 qs[16]                    x = 2^(e - 128) * level[q], q = 4 bits: low nibble of
+//         qs[j] (elements j < 16) or its high nibble (j + 16); level = twice the E2M1 value (OCP microscaling); e = 255
+//         is not a number
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -18,6 +22,16 @@
 #include "gpu/dtype.hpp"
 
 namespace illm::gpu {
+
+/// Twice the E2M1 values of MXFP4's 4-bit codes (integers, so that products with int8 activations stay exact).
+inline constexpr int8_t mxfp4_levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/// The scale of an MXFP4 block of exponent e: 2^(e - 128), half the E8M0 value, matching mxfp4_levels; NaN for 255.
+inline float mxfp4_scale(uint8_t e) {
+  // 2^-128 and 2^-127 are subnormal (a mantissa bit); above, the exponent field is e - 1; 255 sets every bit.
+  const uint32_t bits = e == 255 ? 0x7fc00000u : e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23;
+  return std::bit_cast<float>(bits);
+}
 
 /// Reads n elements of type t (n a multiple of block_elements(t)) into fp32.
 void dequantize(dtype t, const void* src, size_t n, float* out);

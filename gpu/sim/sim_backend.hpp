@@ -37,7 +37,9 @@ class sim_backend final : public backend {
     return none("rope_table");
   }
   status rope(float*, size_t, int, int, int, const float*) override { return none("rope"); }
-  status silu_mul(const float*, const float*, size_t, int, int, float*, size_t) override { return none("silu_mul"); }
+  status silu_mul(const float*, const float*, size_t, int, int, float*, size_t, const gated_activation&) override {
+    return none("silu_mul");
+  }
   status embed(const int32_t*, int, const void*, dtype, int, float*, size_t) override { return none("embed"); }
   status gather_rows(const float*, size_t, const int32_t*, int, int, float*, size_t) override {
     return none("gather_rows");
@@ -51,7 +53,7 @@ class sim_backend final : public backend {
   status micro_attention_batch(const attention_shape&, const kv_layer_view&, std::span<const attention_job>) override {
     return none("micro_attention");
   }
-  status merge(const float*, const float*, const float*, int, int, int, int, float*, size_t) override {
+  status merge(const float*, const float*, const float*, int, int, int, int, float*, size_t, const float*) override {
     return none("merge");
   }
   status sample(const float*, size_t, int, int, const sampling_params*, uint64_t*, int32_t*) override {

@@ -47,7 +47,7 @@ greedy_run run_greedy(std::shared_ptr<const gpu::model_weights> weights, const s
   for (int p = 0; p < options.pools; ++p) pools.push_back(std::move(gpu::kv_pool::create(device, eng.pool_layout(), blocks).value()));
   for (auto& p : pools) view.by_id.push_back(&p);
   gpu::spread_block_source source(view.by_id, options.seed);
-  gpu::pool_router inner(device, view, {c.n_heads, c.n_kv_heads, c.head_dim()});
+  gpu::pool_router inner(device, view, c.attention());
   std::unique_ptr<gpu::attention_router> decorated = options.decorate ? options.decorate(inner) : nullptr;
   gpu::attention_router* router = decorated ? decorated.get() : &inner;
 

@@ -1,6 +1,8 @@
 // DistAttention is exact: MicroAttention over random partitions of a request's blocks (empty parts and
 // a partial last block included), merged, equals an fp64 softmax over the whole context, per head
-// within max|out - ref| / max|ref| <= 1e-5, for head_dim 32..128, GQA 1..8, contexts 1 to 100K.
+// within max|out - ref| / max|ref| <= 1e-5, for head_dim 32..128, GQA 1..8, contexts 1 to 100K; with a sliding
+// window (a query sees its last `window` positions) and sink logits (one per head, in the denominator only).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -15,7 +17,9 @@ namespace {
 
 struct attention_case {
   int head_dim, group, n_kv_heads, context, n_q, n_pools;
-  float q_scale;  // larger: peakier softmax
+  float q_scale;    // larger: peakier softmax
+  int window = 0;   // keys a query sees, itself included (0: all before it)
+  bool sinks = false;
 };
 
 /// Runs one case on `device`: returns the worst per-head error against fp64.
@@ -60,13 +64,17 @@ double worst_head_error(gpu::backend& device, const attention_case& c, uint32_t 
 
   const size_t rows = size_t(c.n_q) * n_heads;
   std::vector<float> m(c.n_pools * rows), e(c.n_pools * rows), ma(c.n_pools * rows * hd), out(rows * hd);
+  std::vector<float> sinks(static_cast<size_t>(n_heads));
+  for (auto& x : sinks) x = 3.0f * u(rng);
+  const gpu::attention_shape shape{n_heads, c.n_kv_heads, hd, c.window};
   for (int p = 0; p < c.n_pools; ++p)
     REQUIRE(device
-                .micro_attention({n_heads, c.n_kv_heads, hd}, q.data(), size_t(n_heads) * hd, q_pos.data(), c.n_q,
+                .micro_attention(shape, q.data(), size_t(n_heads) * hd, q_pos.data(), c.n_q,
                                  pools[p].layer_view(0), blocks[p].data(), block_pos[p].data(), int(blocks[p].size()),
                                  m.data() + p * rows, e.data() + p * rows, ma.data() + p * rows * hd)
                 .is_ok());
-  REQUIRE(device.merge(m.data(), e.data(), ma.data(), c.n_pools, c.n_q, n_heads, hd, out.data(), size_t(n_heads) * hd)
+  REQUIRE(device.merge(m.data(), e.data(), ma.data(), c.n_pools, c.n_q, n_heads, hd, out.data(), size_t(n_heads) * hd,
+                       c.sinks ? sinks.data() : nullptr)
               .is_ok());
 
   double worst = 0;
@@ -76,16 +84,17 @@ double worst_head_error(gpu::backend& device, const attention_case& c, uint32_t 
       const int kvh = h / c.group;
       const float* qh = q.data() + (size_t(t) * n_heads + h) * hd;
       scores.assign(size_t(q_pos[t]) + 1, 0.0);
-      double top = -INFINITY;
-      for (int i = 0; i <= q_pos[t]; ++i) {
+      const int first = c.window > 0 ? std::max(0, q_pos[t] - c.window + 1) : 0;
+      double top = c.sinks ? double(sinks[size_t(h)]) : -INFINITY;
+      for (int i = first; i <= q_pos[t]; ++i) {
         double s = 0;
         for (int d = 0; d < hd; ++d) s += double(qh[d]) * k[(size_t(i) * c.n_kv_heads + kvh) * hd + d];
         scores[i] = s / std::sqrt(double(hd));
         top = std::max(top, scores[i]);
       }
-      double total = 0;
+      double total = c.sinks ? std::exp(double(sinks[size_t(h)]) - top) : 0.0;
       std::fill(ref.begin(), ref.end(), 0.0);
-      for (int i = 0; i <= q_pos[t]; ++i) {
+      for (int i = first; i <= q_pos[t]; ++i) {
         const double p = std::exp(scores[i] - top);
         total += p;
         for (int d = 0; d < hd; ++d) ref[d] += p * v[(size_t(i) * c.n_kv_heads + kvh) * hd + d];
@@ -101,16 +110,24 @@ double worst_head_error(gpu::backend& device, const attention_case& c, uint32_t 
   return worst;
 }
 
-void check_cases(gpu::backend& device, const std::vector<int>& contexts, int max_kv_heads, uint32_t seed) {
+/// Random cases of each context and GQA group; with `windows`, the cases of even groups slide (windows of 1 to 200
+/// positions) and have sinks.
+void check_cases(gpu::backend& device, const std::vector<int>& contexts, int max_kv_heads, uint32_t seed,
+                 bool windows = false) {
   std::mt19937 rng(seed);
   for (int context : contexts)
     for (int group : {1, 2, 4, 8}) {
-      const attention_case c{32 + 2 * int(rng() % 49), group, 1 + int(rng() % uint32_t(max_kv_heads)), context,
-                             context > 5000 ? 1 + int(rng() % 2) : 1 + int(rng() % uint32_t(std::min(context, 37))),
-                             1 + int(rng() % 5), rng() % 2 ? 1.0f : 6.0f};
+      attention_case c{32 + 2 * int(rng() % 49), group, 1 + int(rng() % uint32_t(max_kv_heads)), context,
+                       context > 5000 ? 1 + int(rng() % 2) : 1 + int(rng() % uint32_t(std::min(context, 37))),
+                       1 + int(rng() % 5), rng() % 2 ? 1.0f : 6.0f};
+      if (windows && group % 2 == 0) {
+        c.window = 1 + int(rng() % 200);
+        c.sinks = true;
+      }
       const double err = worst_head_error(device, c, rng());
       CHECK_MESSAGE(err <= 1e-5, "head_dim ", c.head_dim, " group ", group, " kv heads ", c.n_kv_heads, " context ",
-                    context, " queries ", c.n_q, " pools ", c.n_pools, " error ", err);
+                    context, " queries ", c.n_q, " pools ", c.n_pools, " window ", c.window, " sinks ", c.sinks,
+                    " error ", err);
     }
 }
 
@@ -119,6 +136,12 @@ void check_cases(gpu::backend& device, const std::vector<int>& contexts, int max
 TEST_SUITE("gpu") {
   TEST_CASE("distributed attention matches fp64 on short contexts") {
     check_cases(test::cpu_device(), {1, 2, 15, 16, 17, 33, 250, 1000}, 3, 1);
+  }
+
+  TEST_CASE("sliding windows and sink logits match fp64, on both cpu backends") {
+    gpu::cpu::cpu_backend reference(2, gpu::cpu::cpu_mode::reference);
+    for (gpu::backend* device : {&test::cpu_device(), static_cast<gpu::backend*>(&reference)})
+      check_cases(*device, {1, 17, 130, 300, 1000}, 3, 4, true);
   }
 
   TEST_CASE("distributed attention matches fp64 on long contexts") {
@@ -134,10 +157,10 @@ TEST_SUITE("gpu") {
     gpu::backend& device = test::cpu_device();
     const float inf = std::numeric_limits<float>::infinity();
     std::vector<float> m = {-inf, 0.5f}, e = {0.0f, 2.0f}, ma = {9, 9, 1, 3}, out(2);
-    REQUIRE(device.merge(m.data(), e.data(), ma.data(), 2, 1, 1, 2, out.data(), 2).is_ok());
+    REQUIRE(device.merge(m.data(), e.data(), ma.data(), 2, 1, 1, 2, out.data(), 2, nullptr).is_ok());
     CHECK(out[0] == doctest::Approx(0.5));
     CHECK(out[1] == doctest::Approx(1.5));
-    REQUIRE(device.merge(m.data(), e.data(), ma.data(), 1, 1, 1, 2, out.data(), 2).is_ok());
+    REQUIRE(device.merge(m.data(), e.data(), ma.data(), 1, 1, 1, 2, out.data(), 2, nullptr).is_ok());
     CHECK(out[0] == 0.0f);
     CHECK(out[1] == 0.0f);
   }

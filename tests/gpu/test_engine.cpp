@@ -224,8 +224,7 @@ struct three_pool_rig {
 
   /// The remote attention shape of the real model.
   gpu::attention_shape shape() const {
-    const auto& c = test::real_model().weights->config();
-    return {c.n_heads, c.n_kv_heads, c.head_dim()};
+    return test::real_model().weights->config().attention();
   }
 
   std::unique_ptr<gpu::engine> eng;
@@ -254,7 +253,7 @@ TEST_SUITE("gpu") {
     for (int p = 0; p < 3; ++p) pools.push_back(gpu::kv_pool::create(device, eng->pool_layout(), 64).value());
     const std::vector<gpu::kv_pool*> by_id{&pools[0], &pools[1], &pools[2]};
     const gpu::kv_pools all{by_id, 0};
-    gpu::pool_router router(device, all, {c.n_heads, c.n_kv_heads, c.head_dim()});
+    gpu::pool_router router(device, all, c.attention());
     one_pool_source source(pools[0], 0);
     gpu::batcher owner(*eng, source, {128, 4});
     auto seq = std::make_shared<gpu::sequence>();
@@ -451,7 +450,7 @@ TEST_SUITE("gpu") {
         seqs[i].table.push_back(source.allocate(seqs[i], uint32_t(seqs[i].table.size())).value());
       batch.push_back({seqs[i].id, seqs[i].tokens.data(), int(seqs[i].tokens.size()), 0, &seqs[i].table, true});
     }
-    gpu::pool_router inner(device, view, {c.n_heads, c.n_kv_heads, c.head_dim()});
+    gpu::pool_router inner(device, view, c.attention());
     std::vector<std::vector<float>> logits[2];
     lane_rounds rounds[2] = {};
     for (int overlap : {1, 0}) {  // two lanes first: the pools hold no KV of an earlier run

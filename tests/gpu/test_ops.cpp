@@ -1,5 +1,6 @@
 // The cpu kernels against plain fp64 arithmetic: products (decode and batched shapes), RMSNorm,
 // RoPE at positions far beyond training, SwiGLU, and the sampler's determinism and distribution.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -58,11 +59,22 @@ TEST_SUITE("gpu") {
         CHECK(std::abs(y[size_t(i) * n + d] - x[size_t(i) * n + d] * inv * w[d]) < 1e-5);
     }
     const auto up = uniform_vector(size_t(m) * n, 7, 2.0f);
-    REQUIRE(device.silu_mul(x.data(), up.data(), n, m, n, y.data(), n).is_ok());
+    REQUIRE(device.silu_mul(x.data(), up.data(), n, m, n, y.data(), n, {}).is_ok());
     for (size_t i = 0; i < x.size(); ++i) {
       const double g = x[i], ref = g / (1.0 + std::exp(-g)) * up[i];
       CHECK(std::abs(y[i] - ref) < 1e-5 * std::max(1.0, std::abs(ref)));
     }
+    // gpt-oss's: the gate clamped above at 7, the up value to [-7, 7] and shifted by 1, the sigmoid's slope 1.702.
+    const auto wide_gate = uniform_vector(size_t(m) * n, 8, 12.0f), wide_up = uniform_vector(size_t(m) * n, 9, 12.0f);
+    REQUIRE(device.silu_mul(wide_gate.data(), wide_up.data(), n, m, n, y.data(), n, {1.702f, 7.0f, 1.0f}).is_ok());
+    int clamped = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double g = std::min(double(wide_gate[i]), 7.0), u = std::clamp(double(wide_up[i]), -7.0, 7.0);
+      const double ref = g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
+      clamped += std::abs(wide_up[i]) > 7.0f;
+      CHECK(std::abs(y[i] - ref) < 1e-5 * std::max(1.0, std::abs(ref)));
+    }
+    CHECK(clamped > 0);
   }
 
   TEST_CASE("rope is exact far beyond the training context") {

@@ -41,7 +41,7 @@ TEST_SUITE("gpu") {
     for (auto [type, bound] : {std::pair{gpu::dtype::f32, 0.0}, std::pair{gpu::dtype::bf16, 4e-3},
                                std::pair{gpu::dtype::f16, 5e-4}, std::pair{gpu::dtype::q8_0, 1e-2},
                                std::pair{gpu::dtype::q6_k, 3e-2}, std::pair{gpu::dtype::q5_0, 6e-2},
-                               std::pair{gpu::dtype::q4_k, 1.2e-1}}) {
+                               std::pair{gpu::dtype::q4_k, 1.2e-1}, std::pair{gpu::dtype::mxfp4, 1.6e-1}}) {
       std::vector<float> back(values.size());
       gpu::dequantize(type, stored(type, values).data(), values.size(), back.data());
       double error = 0, norm = 0;
@@ -56,6 +56,31 @@ TEST_SUITE("gpu") {
       CHECK(gpu::parse_dtype(gpu::file_name(type)) == type);
       CHECK_FALSE(gpu::first_non_finite(type, stored(type, values).data(), values.size()));
     }
+  }
+
+  TEST_CASE("MXFP4 blocks are written and read as llama.cpp's gguf-py writes and reads them") {
+    // tests/data/mxfp4_gguf_py.json: gguf-py's quantize and dequantize (tests/models/mxfp4_vectors.py).
+    std::ifstream in(std::string(ILLM_TEST_DATA_DIR) + "/mxfp4_gguf_py.json");
+    REQUIRE(in);
+    const auto cases = nlohmann::json::parse(in);
+    REQUIRE(cases.size() == 4);
+    for (const auto& c : cases) {
+      const auto hex = c["blocks"].get<std::string>();
+      std::vector<uint8_t> blocks(hex.size() / 2);
+      for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+      const auto want = c["dequantized"].get<std::vector<float>>();
+      REQUIRE(blocks.size() == gpu::stored_bytes(gpu::dtype::mxfp4, want.size()));
+      std::vector<float> got(want.size());
+      gpu::dequantize(gpu::dtype::mxfp4, blocks.data(), want.size(), got.data());
+      CHECK_MESSAGE(got == want, c["name"].get<std::string>());
+      if (c.contains("values")) {
+        const auto values = c["values"].get<std::vector<float>>();
+        CHECK_MESSAGE(stored(gpu::dtype::mxfp4, values) == blocks, c["name"].get<std::string>());
+      }
+    }
+    std::vector<uint8_t> block(17, 0x11);
+    block[0] = 255;  // E8M0's not-a-number
+    CHECK(gpu::first_non_finite(gpu::dtype::mxfp4, block.data(), 32) == uint64_t(0));
   }
 
   TEST_CASE("a block whose scale is not finite is found") {
@@ -160,6 +185,22 @@ std::shared_ptr<const gpu::model_weights> experts_model(gpu::dtype type, bool ti
   return std::make_shared<const gpu::model_weights>(std::move(w));
 }
 
+/// A small gpt-oss-shaped model in `type`: every other layer sliding over 8 positions, sink logits, YaRN, biases on
+/// q, k, v, the output, the router and the experts, and the clamped gate.
+std::shared_ptr<const gpu::model_weights> gpt_oss_model(gpu::dtype type) {
+  gpu::model_config c{.dim = 256, .hidden_dim = 256, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                      .vocab_size = 300, .max_seq = 256, .rope_theta = 150000.0f, .qkv_bias = true,
+                      .n_experts = 4, .n_experts_used = 2, .norm_topk = true, .sliding_window = 8,
+                      .sliding_period = 2, .attention_sinks = true, .o_bias = true, .expert_bias = true,
+                      .activation = {1.702f, 7.0f, 1.0f}};
+  c.rope_scaling.scaling = gpu::rope_scaling_kind::yarn;
+  c.rope_scaling.factor = 32.0f;
+  c.rope_scaling.original_positions = 64;
+  c.rope_scaling.truncate = false;
+  auto w = gpu::convert_weights(gpu::synthetic_weights(c, 9, false).value(), type).value();
+  return std::make_shared<const gpu::model_weights>(std::move(w));
+}
+
 }  // namespace
 
 TEST_SUITE("gpu") {
@@ -243,6 +284,27 @@ TEST_SUITE("gpu") {
         CHECK(fast.ids == slow.ids);
         CHECK(gap.worst_nmse <= 1e-3);
       }
+    }
+  }
+
+  TEST_CASE("gpt-oss's layers with MXFP4 weights give the reference backend's ids and logits, over pools") {
+    // 19 prompt tokens and 12 more: the sliding layer's window (8) leaves most keys behind, across pools.
+    gpu::cpu::cpu_backend reference(2, gpu::cpu::cpu_mode::reference);
+    const auto weights = gpt_oss_model(gpu::dtype::mxfp4);
+    test::greedy_options o;
+    o.keep_logits = true;
+    o.device = &reference;
+    const auto slow = test::run_greedy(weights, prompt, 12, o);
+    o.device = nullptr;
+    for (auto [pools, chunk] : {std::pair{1, 512}, std::pair{3, 5}}) {
+      o.pools = pools;
+      o.chunk = chunk;
+      const auto fast = test::run_greedy(weights, prompt, 12, o);
+      const logit_gap gap = logit_difference(fast, slow);
+      MESSAGE(pools, " pool(s): gpt-oss-shaped logits within ", gap.worst, " of the reference backend's (NMSE ",
+              gap.worst_nmse, ")");
+      CHECK(fast.ids == slow.ids);
+      CHECK(gap.worst_nmse <= 1e-3);
     }
   }
 

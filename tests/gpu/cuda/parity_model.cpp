@@ -56,7 +56,7 @@ greedy_run run_greedy(gpu::backend& dev, std::shared_ptr<const gpu::model_weight
   }
   for (auto& p : pools) view.by_id.push_back(&p);
   gpu::spread_block_source source(view.by_id, 7);
-  gpu::pool_router router(dev, view, {c.n_heads, c.n_kv_heads, c.head_dim()});
+  gpu::pool_router router(dev, view, c.attention());
   gpu::sequence seq;
   seq.id = 1;
   seq.tokens = prompt;

@@ -122,15 +122,17 @@ ILLM_CASE("ops", "rope table and rotation, exact far beyond training positions")
   ILLM_CHECK(nmse(dx.read(), x_ref) <= exact_ops, "rope nmse {}", nmse(dx.read(), x_ref));
 }
 
-ILLM_CASE("ops", "silu_mul") {
+ILLM_CASE("ops", "silu_mul, plain and gpt-oss's (alpha, limit, up + 1)") {
   const int m = 3, n = 1001;
   const size_t ld_in = 1010, ld_out = 1003;
-  const auto gate = random_floats(size_t(m) * ld_in, 31, 6.0f), up = random_floats(size_t(m) * ld_in, 32, 2.0f);
-  std::vector<float> ref(size_t(m) * ld_out, 0.0f);
-  ILLM_REQUIRE_OK(reference().silu_mul(gate.data(), up.data(), ld_in, m, n, ref.data(), ld_out));
-  device_array<float> dg(device(), gate), du(device(), up), dout(device(), std::vector<float>(ref.size(), 0.0f));
-  ILLM_REQUIRE_OK(device().silu_mul(dg.get(), du.get(), ld_in, m, n, dout.get(), ld_out));
-  ILLM_CHECK(nmse(dout.read(), ref) <= exact_ops, "silu_mul nmse {}", nmse(dout.read(), ref));
+  const auto gate = random_floats(size_t(m) * ld_in, 31, 12.0f), up = random_floats(size_t(m) * ld_in, 32, 10.0f);
+  for (const gpu::gated_activation act : {gpu::gated_activation{}, gpu::gated_activation{1.702f, 7.0f, 1.0f}}) {
+    std::vector<float> ref(size_t(m) * ld_out, 0.0f);
+    ILLM_REQUIRE_OK(reference().silu_mul(gate.data(), up.data(), ld_in, m, n, ref.data(), ld_out, act));
+    device_array<float> dg(device(), gate), du(device(), up), dout(device(), std::vector<float>(ref.size(), 0.0f));
+    ILLM_REQUIRE_OK(device().silu_mul(dg.get(), du.get(), ld_in, m, n, dout.get(), ld_out, act));
+    ILLM_CHECK(nmse(dout.read(), ref) <= exact_ops, "silu_mul nmse {}", nmse(dout.read(), ref));
+  }
 }
 
 ILLM_CASE("ops", "embed and gather_rows copy rows exactly") {
@@ -196,10 +198,14 @@ ILLM_CASE("ops", "store_kv writes K and V in the pool's type") {
   }
 }
 
-ILLM_CASE("ops", "merge of partials, empty ones included") {
+ILLM_CASE("ops", "merge of partials, empty ones included, with and without sink logits") {
   const int n_q = 3, n_heads = 5, hd = 37, rows = n_q * n_heads;
   const size_t out_ld = size_t(n_heads) * hd + 6;
-  for (int parts : {1, 2, 5}) {
+  const auto sinks = random_floats(size_t(n_heads), 64, 4.0f);
+  device_array<float> dsinks(device(), sinks);
+  for (int parts : {1, 2, 5, -2}) {
+    const bool with_sinks = parts < 0;
+    parts = std::abs(parts);
     auto m = random_floats(size_t(parts) * rows, 61, 4.0f), e = random_floats(size_t(parts) * rows, 62),
          ma = random_floats(size_t(parts) * rows * hd, 63);
     for (float& x : e) x = std::abs(x) * 10;
@@ -209,10 +215,12 @@ ILLM_CASE("ops", "merge of partials, empty ones included") {
       std::fill(ma.begin() + r * hd, ma.begin() + (r + 1) * hd, 0.0f);
     }
     std::vector<float> ref(size_t(n_q) * out_ld, 0.0f);
-    ILLM_REQUIRE_OK(reference().merge(m.data(), e.data(), ma.data(), parts, n_q, n_heads, hd, ref.data(), out_ld));
+    ILLM_REQUIRE_OK(reference().merge(m.data(), e.data(), ma.data(), parts, n_q, n_heads, hd, ref.data(), out_ld,
+                                      with_sinks ? sinks.data() : nullptr));
     device_array<float> dm(device(), m), de(device(), e), dma(device(), ma), dout(device(), ref.size());
     ILLM_REQUIRE_OK(dout.write(std::vector<float>(ref.size(), 0.0f)));
-    ILLM_REQUIRE_OK(device().merge(dm.get(), de.get(), dma.get(), parts, n_q, n_heads, hd, dout.get(), out_ld));
+    ILLM_REQUIRE_OK(device().merge(dm.get(), de.get(), dma.get(), parts, n_q, n_heads, hd, dout.get(), out_ld,
+                                   with_sinks ? dsinks.get() : nullptr));
     ILLM_CHECK(nmse(dout.read(), ref) <= exact_ops, "{} parts: nmse {}", parts, nmse(dout.read(), ref));
   }
 }
@@ -322,11 +330,12 @@ struct attention_case {
   int n_q;
   float q_scale;
   uint64_t seed;
+  int window = 0;  // a query sees its last `window` positions (0: all)
 };
 
 std::string describe(const attention_case& c) {
-  return gpu::text::format("{} KV, head_dim {}, group {}, kv heads {}, pools {}, {} queries, contexts {}",
-                           gpu::to_string(c.type), c.head_dim, c.group, c.n_kv_heads, c.n_pools, c.n_q,
+  return gpu::text::format("{} KV, head_dim {}, group {}, kv heads {}, pools {}, {} queries, window {}, contexts {}",
+                           gpu::to_string(c.type), c.head_dim, c.group, c.n_kv_heads, c.n_pools, c.n_q, c.window,
                            gpu::text::join(c.contexts, " "));
 }
 
@@ -373,7 +382,7 @@ void run_attention_case(const attention_case& c) {
     for (float& x : d.q) x = u(rng) * c.q_scale;
     for (int t = 0; t < c.n_q; ++t) d.q_pos.push_back(ctx - c.n_q + t);
   }
-  const gpu::attention_shape shape{n_heads, c.n_kv_heads, hd};
+  const gpu::attention_shape shape{n_heads, c.n_kv_heads, hd, c.window};
   const size_t rows = size_t(c.n_q) * n_heads, parts = size_t(c.n_pools);
   // Partials per sequence, stacked over pools as merge reads them: [pools][rows] m, e; [pools][rows][hd] ma.
   std::vector<std::vector<float>> ref_m(seqs.size(), std::vector<float>(parts * rows)), ref_e = ref_m,
@@ -425,10 +434,10 @@ void run_attention_case(const attention_case& c) {
     const size_t out_ld = size_t(n_heads) * hd + 1;
     std::vector<float> ref_out(size_t(c.n_q) * out_ld, 0.0f);
     ILLM_REQUIRE_OK(reference().merge(ref_m[s].data(), ref_e[s].data(), ref_ma[s].data(), c.n_pools, c.n_q, n_heads,
-                                      hd, ref_out.data(), out_ld));
+                                      hd, ref_out.data(), out_ld, nullptr));
     device_array<float> dout(device(), std::vector<float>(ref_out.size(), 0.0f));
     ILLM_REQUIRE_OK(device().merge(dev_m[s]->get(), dev_e[s]->get(), dev_ma[s]->get(), c.n_pools, c.n_q, n_heads, hd,
-                                   dout.get(), out_ld));
+                                   dout.get(), out_ld, nullptr));
     const double eo = nmse(dout.read(), ref_out);
     ILLM_CHECK(eo <= attention, "{}; sequence {}: merged output nmse {}", describe(c), s, eo);
   }
@@ -436,13 +445,14 @@ void run_attention_case(const attention_case& c) {
 
 /// Random cases: contexts from `contexts`, queries per sequence from `queries`.
 void random_attention_cases(const std::vector<int>& contexts, const std::vector<int>& queries, int sequences,
-                            uint64_t seed, int count) {
+                            uint64_t seed, int count, bool windows = false) {
   std::mt19937_64 rng(seed);
   const int head_dims[] = {32, 50, 64, 80, 128, 256};
   for (int i = 0; i < count; ++i) {
     attention_case c{all_types[rng() % 3], head_dims[rng() % 6], 1 << (rng() % 4), 1 + int(rng() % 3),
                      1 + int(rng() % 3), {}, queries[rng() % queries.size()], rng() % 2 ? 1.0f : 6.0f, rng()};
     for (int s = 0; s < sequences; ++s) c.contexts.push_back(std::max(c.n_q, contexts[rng() % contexts.size()]));
+    if (windows) c.window = 1 + int(rng() % 150);
     run_attention_case(c);
   }
 }
@@ -453,6 +463,11 @@ ILLM_CASE("attention", "decode MicroAttention matches the reference (f32, f16, b
 
 ILLM_CASE("attention", "prefill MicroAttention matches the reference (causal chunks over cached blocks)") {
   random_attention_cases({9, 17, 40, 100, 300}, {9, 17, 37, 64}, 2, 102, test::emulated() ? 16 : 40);
+}
+
+ILLM_CASE("attention", "sliding windows match the reference, decode and prefill") {
+  random_attention_cases({1, 17, 100, 300}, {1, 3}, 2, 105, test::emulated() ? 5 : 30, true);
+  random_attention_cases({17, 100, 300}, {17, 37}, 2, 106, test::emulated() ? 5 : 30, true);
 }
 
 ILLM_CASE("attention", "sixteen rows take the decode kernel, seventeen the prefill kernel") {
