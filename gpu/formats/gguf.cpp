@@ -158,7 +158,7 @@ result<gguf_file> gguf_file::open(const std::string& path) {
     for (const tensor_entry& e : entries) {
       const auto type = type_of(e.ggml_type);
       if (!type)
-        throw r.error(text::format("tensor {} has ggml type {} (F32, F16, BF16, Q8_0, Q5_0, Q4_K and Q6_K are read)", e.name, e.ggml_type));
+        throw r.error(text::format("tensor {} has ggml type {} (F32, F16, BF16, Q8_0, Q5_0, Q4_K, Q6_K and MXFP4 are read)", e.name, e.ggml_type));
       uint64_t elements = 1;
       for (uint64_t d : e.shape) elements *= d;
       const uint64_t bytes = stored_bytes(*type, elements);

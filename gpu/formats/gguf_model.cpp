@@ -44,6 +44,27 @@ std::string text_of(const gguf_file& f, const std::string& key) {
   return m.contains(key) && m[key].is_string() ? m[key].get<std::string>() : "";
 }
 
+/// YaRN's {arch}.rope.scaling.* into `r`: the factor, the original context, beta_fast and beta_slow (32 and 1 where
+/// absent, as llama.cpp takes them). An attention factor of the file's own is refused: the engine derives it.
+status read_yarn(const gguf_file& f, const std::string& arch, rope_frequencies& r) {
+  const std::string key = arch + ".rope.scaling.";
+  if (f.metadata().contains(key + "yarn_attn_factor") || f.metadata().contains(key + "attn_factor"))
+    return bad_key(f, key + "yarn_attn_factor", "an attention factor of the file's own is not supported");
+  auto factor = positive(f, key + "factor", 1.0f);
+  auto fast = positive(f, key + "yarn_beta_fast", 32.0f);
+  auto slow = positive(f, key + "yarn_beta_slow", 1.0f);
+  auto original = integer(f, key + "original_context_length", 1, 1 << 30);
+  for (auto* v : {&factor, &fast, &slow})
+    if (!v->is_ok()) return v->error();
+  if (!original.is_ok()) return original.error();
+  r.scaling = rope_scaling_kind::yarn;
+  r.factor = factor.value();
+  r.beta_fast = fast.value();
+  r.beta_slow = slow.value();
+  r.original_positions = int(original.value());
+  return status::ok();
+}
+
 /// The shape fields of {arch}.* into `c`.
 status read_shape(const gguf_file& f, const std::string& arch, model_config& c) {
   const auto get = [&](const std::string& key, int64_t lo, int64_t hi, std::optional<int64_t> fallback, int& out) {
@@ -76,8 +97,10 @@ status read_shape(const gguf_file& f, const std::string& arch, model_config& c) 
     if (!factor.is_ok()) return factor.error();
     c.rope_scaling.scaling = rope_scaling_kind::linear;
     c.rope_scaling.factor = factor.value();
+  } else if (scaling == "yarn") {
+    return read_yarn(f, arch, c.rope_scaling);
   } else if (!scaling.empty() && scaling != "none") {
-    return bad_key(f, arch + ".rope.scaling.type", "'" + scaling + "' is not supported (none, linear)");
+    return bad_key(f, arch + ".rope.scaling.type", "'" + scaling + "' is not supported (none, linear, yarn)");
   }
   return status::ok();
 }
@@ -92,10 +115,10 @@ status read_pair_factors(const gguf_file& f, const stored_tensor& t, model_confi
 }
 
 /// GGUF's names of the model's tensors. llama's q and k rows pair adjacent elements already (llama.cpp's converter
-/// reorders them); qwen's do not.
+/// reorders them); qwen's and gpt-oss's do not.
 tensor_naming gguf_naming(const gguf_model& m) {
   const bool experts = m.config.has_experts();
-  return {"token_embd.weight", "output_norm.weight", "output.weight", "blk.",
+  tensor_naming naming{"token_embd.weight", "output_norm.weight", "output.weight", "blk.",
           {{"rms_att", "attn_norm.weight"}, {"wq", "attn_q.weight"}, {"wk", "attn_k.weight"}, {"wv", "attn_v.weight"},
            {"wo", "attn_output.weight"}, {"rms_ffn", "ffn_norm.weight"},
            {"w1", experts ? "ffn_gate_exps.weight" : "ffn_gate.weight"},
@@ -104,8 +127,12 @@ tensor_naming gguf_naming(const gguf_model& m) {
            {"shared_w1", "ffn_gate_shexp.weight"}, {"shared_w3", "ffn_up_shexp.weight"},
            {"shared_w2", "ffn_down_shexp.weight"}, {"shared_gate", "ffn_gate_inp_shexp.weight"},
            {"bq", "attn_q.bias"}, {"bk", "attn_k.bias"}, {"bv", "attn_v.bias"}, {"q_norm", "attn_q_norm.weight"},
-           {"k_norm", "attn_k_norm.weight"}},
+           {"k_norm", "attn_k_norm.weight"}, {"bo", "attn_output.bias"}, {"sinks", "attn_sinks.weight"},
+           {"router_bias", "ffn_gate_inp.bias"}, {"b1", "ffn_gate_exps.bias"}, {"b3", "ffn_up_exps.bias"},
+           {"b2", "ffn_down_exps.bias"}},
           m.architecture != "llama"};
+  if (m.architecture == "gpt-oss") naming.suffix["rms_ffn"] = "post_attention_norm.weight";
+  return naming;
 }
 
 /// The architectures read, and what sets each apart.
@@ -114,12 +141,30 @@ struct gguf_architecture {
   bool qkv_bias, qk_norm;
   bool experts;     ///< its layers' feed-forward is routed experts (llama: when the file says it has experts)
   bool norm_topk;   ///< the chosen experts' weights are renormalised (unless {arch}.expert_weights_norm says)
+  bool gpt_oss = false;  ///< sliding layers, sinks, biases on the output, router and experts, the clamped gate
 };
 
 constexpr gguf_architecture gguf_architectures[] = {
     {"llama", false, false, false, true},   {"qwen2", true, false, false, false}, {"qwen3", false, true, false, false},
-    {"qwen2moe", true, false, true, false}, {"qwen3moe", false, true, true, true},
+    {"qwen2moe", true, false, true, false}, {"qwen3moe", false, true, true, true}, {"gpt-oss", true, false, true, true, true},
 };
+
+/// gpt-oss's layers: {arch}.attention.sliding_window (required) over every layer where l % pattern < pattern - 1
+/// ({arch}.attention.sliding_window_pattern, 2 where absent), and what its graph always has (llama.cpp's
+/// openai-moe): sinks, biases, the clamped gate (alpha 1.702, limit 7, up + 1), YaRN's ends not rounded (as the
+/// model's config.json says, where llama.cpp rounds them).
+status read_gpt_oss(const gguf_file& f, const std::string& arch, model_config& c) {
+  auto window = integer(f, arch + ".attention.sliding_window", 1, 1 << 30);
+  auto pattern = integer(f, arch + ".attention.sliding_window_pattern", 0, 1024, 2);
+  if (!window.is_ok()) return window.error();
+  if (!pattern.is_ok()) return pattern.error();
+  c.sliding_window = int(window.value());
+  c.sliding_period = int(pattern.value());
+  c.attention_sinks = c.o_bias = c.expert_bias = true;
+  c.activation = {1.702f, 7.0f, 1.0f};
+  c.rope_scaling.truncate = false;
+  return status::ok();
+}
 
 /// The experts of {arch}.expert_* into `c`: their count, how many a token uses, their width (the dense width where
 /// the file gives none, as Mixtral's), and the shared expert's width.
@@ -150,6 +195,8 @@ std::optional<std::string> pre_tokenizer_regex(const std::string& pre) {
   static const std::map<std::string, std::string> known = {
       {"llama-bpe", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
       {"qwen2", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+      // o200k (gpt-4o, gpt-oss), as its tokenizer.json writes it.
+      {"gpt-4o", R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
       {"default", R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"},
   };
   const auto it = known.find(pre.empty() ? "default" : pre == "gpt2" ? "default" : pre);
@@ -162,7 +209,7 @@ result<std::shared_ptr<const tokenizer>> byte_level(const gguf_file& f, const gg
   const json& meta = f.metadata();
   const std::string pre = text_of(f, "tokenizer.ggml.pre");
   const auto regex = pre_tokenizer_regex(pre);
-  if (!regex) return bad_key(f, "tokenizer.ggml.pre", "'" + pre + "' is not supported (llama-bpe, qwen2, default)");
+  if (!regex) return bad_key(f, "tokenizer.ggml.pre", "'" + pre + "' is not supported (llama-bpe, qwen2, gpt-4o, default)");
   json vocab = json::object(), added = json::array();
   const json types = meta.value("tokenizer.ggml.token_type", json::array());
   for (size_t id = 0; id < tokens.size(); ++id) {
@@ -239,9 +286,10 @@ result<gguf_model> read_gguf_model(const gguf_file& f) {
                                  [&](const gguf_architecture& a) { return m.architecture == a.name; });
   if (arch == std::end(gguf_architectures))
     return bad_key(f, "general.architecture",
-                   "'" + m.architecture + "' is not supported (llama, qwen2, qwen3, qwen2moe, qwen3moe)");
+                   "'" + m.architecture + "' is not supported (llama, qwen2, qwen3, qwen2moe, qwen3moe, gpt-oss)");
   ILLM_RETURN_IF_ERROR(read_shape(f, m.architecture, m.config));
   ILLM_RETURN_IF_ERROR(read_experts(f, m.architecture, *arch, m.config));
+  if (arch->gpt_oss) ILLM_RETURN_IF_ERROR(read_gpt_oss(f, m.architecture, m.config));
   m.config.qkv_bias = arch->qkv_bias;
   m.config.qk_norm = arch->qk_norm;
   if (const stored_tensor* factors = f.find("rope_freqs.weight")) ILLM_RETURN_IF_ERROR(read_pair_factors(f, *factors, m.config));

@@ -143,7 +143,7 @@ class field_reader {
 };
 
 /// How an architecture's experts are named in its config.json and checkpoint.
-enum class expert_style : uint8_t { none, mixtral, qwen };
+enum class expert_style : uint8_t { none, mixtral, qwen, gpt_oss };
 
 struct architecture {
   const char* name;
@@ -151,7 +151,7 @@ struct architecture {
   expert_style experts = expert_style::none;
 };
 
-constexpr std::array<architecture, 7> architectures{{
+constexpr std::array<architecture, 8> architectures{{
     {"LlamaForCausalLM", false, false},
     {"MistralForCausalLM", false, false},
     {"Qwen2ForCausalLM", true, false},
@@ -159,15 +159,18 @@ constexpr std::array<architecture, 7> architectures{{
     {"MixtralForCausalLM", false, false, expert_style::mixtral},
     {"Qwen2MoeForCausalLM", true, false, expert_style::qwen},
     {"Qwen3MoeForCausalLM", false, true, expert_style::qwen},
+    {"GptOssForCausalLM", true, false, expert_style::gpt_oss},
 }};
 
 /// The experts of config.json into `c`: Mixtral's num_local_experts of intermediate_size, softmax over the chosen;
 /// Qwen's num_experts of moe_intermediate_size, norm_topk_prob, a shared expert, every layer sparse.
 void read_experts(field_reader& r, expert_style style, model_config& c) {
   if (style == expert_style::none) return;
-  c.n_experts = r.integer(style == expert_style::mixtral ? "num_local_experts" : "num_experts", 1, 1024);
-  c.n_experts_used = r.integer("num_experts_per_tok", 1, std::max(1, c.n_experts));
-  if (style == expert_style::mixtral) return;
+  c.n_experts = r.integer(style == expert_style::qwen ? "num_experts" : "num_local_experts", 1, 1024);
+  const int per_token = style == expert_style::gpt_oss ? r.integer("experts_per_token", 1, 1024, 0) : 0;
+  c.n_experts_used = r.integer("num_experts_per_tok", 1, std::max(1, c.n_experts),
+                               per_token > 0 ? std::optional<int>(per_token) : std::nullopt);
+  if (style != expert_style::qwen) return;
   c.hidden_dim = r.integer("moe_intermediate_size", 1, 1 << 18);
   c.norm_topk = r.boolean("norm_topk_prob", false);
   c.shared_hidden_dim = r.integer("shared_expert_intermediate_size", 0, 1 << 18, 0);
@@ -175,6 +178,19 @@ void read_experts(field_reader& r, expert_style style, model_config& c) {
     r.fail("decoder_sparse_step", "not 1: dense layers between sparse ones are not supported", 0);
   if (const json* dense = r.list("mlp_only_layers"); dense && !dense->empty())
     r.fail("mlp_only_layers", "dense layers among sparse ones are not supported", 0);
+}
+
+/// YaRN's fields of rope_scaling into `f` (its attention factor derived, as transformers does where the config
+/// gives none; one of the config's own refused).
+void read_yarn(field_reader& r, model_config& c, rope_frequencies& f) {
+  f.scaling = rope_scaling_kind::yarn;
+  f.factor = r.positive("factor", 1e6);
+  f.original_positions = r.integer("original_max_position_embeddings", 1, 1 << 30, c.max_seq);
+  f.beta_fast = r.positive("beta_fast", 1e6, 32.0f);
+  f.beta_slow = r.positive("beta_slow", 1e6, 1.0f);
+  f.truncate = r.boolean("truncate", true);
+  for (const char* own : {"attention_factor", "mscale", "mscale_all_dim"})
+    if (r.positive(own, 1e6, 0.0f) != 0.0f) r.fail(own, "set: an attention factor of the config's own is not supported", 0);
 }
 
 /// rope_scaling (or rope_parameters) of config.json into `c`.
@@ -201,10 +217,56 @@ void read_rope_scaling(field_reader& top, const std::string& file, model_config&
     f.low_freq_factor = r.positive("low_freq_factor", 1e6);
     f.high_freq_factor = r.positive("high_freq_factor", 1e6);
     f.original_positions = r.integer("original_max_position_embeddings", 1, 1 << 30);
+  } else if (kind == "yarn") {
+    read_yarn(r, c, f);
   } else {
-    r.fail("rope_type", text::format("'{}' is not supported (default, linear, llama3)", kind), 0);
+    r.fail("rope_type", text::format("'{}' is not supported (default, linear, llama3, yarn)", kind), 0);
   }
   top.take(r.error());
+}
+
+/// gpt-oss's layers: sliding_window over the layers layer_types calls "sliding_attention" (every other one from
+/// the first where it is absent, as transformers' default), which must follow the pattern l % p < p - 1 for some p
+/// (attention_shape::slides); sinks; biases on the output, the router and the experts; the gate clamped at
+/// swiglu_limit; experts in MXFP4 (quantization_config), as the released checkpoints hold them.
+void read_gpt_oss(field_reader& r, model_config& c) {
+  c.sliding_window = r.integer("sliding_window", 1, 1 << 30);
+  c.sliding_period = 2;
+  if (const json* types = r.list("layer_types")) {
+    std::vector<bool> slides;
+    for (const json& t : *types) {
+      if (t != "sliding_attention" && t != "full_attention") {
+        r.fail("layer_types", text::format("{} is not sliding_attention or full_attention", t.dump()), 0);
+        return;
+      }
+      slides.push_back(t == "sliding_attention");
+    }
+    if (int(slides.size()) != c.n_layers) {
+      r.fail("layer_types", text::format("{} types for {} layers", slides.size(), c.n_layers), 0);
+      return;
+    }
+    c.sliding_period = -1;
+    for (int p = 0; p <= c.n_layers + 1 && c.sliding_period < 0; ++p) {
+      const attention_shape shape{0, 0, 0, 0, 1, p};
+      bool all = true;
+      for (int l = 0; l < c.n_layers; ++l) all = all && shape.slides(l) == slides[size_t(l)];
+      if (all) c.sliding_period = p;
+    }
+    if (c.sliding_period < 0) {
+      r.fail("layer_types", "sliding layers in no pattern l % p < p - 1 are not supported", 0);
+      return;
+    }
+  }
+  c.attention_sinks = c.o_bias = c.expert_bias = true;
+  c.norm_topk = true;  // a softmax over the chosen experts' logits
+  c.activation = {1.702f, r.positive("swiglu_limit", 1e6, 7.0f), 1.0f};
+  const json* found = r.object("quantization_config");
+  const json quantization = found ? *found : json::object();
+  field_reader q(quantization, r.file(), "quantization_config.");
+  if (q.string("quant_method", std::string()) != "mxfp4")
+    r.fail("quantization_config", "experts not in MXFP4 (transformers' dequantized [experts][in][out] layout) are not read",
+           0);
+  r.take(q.error());
 }
 
 /// An option this engine does not compute: refused when set.
@@ -247,7 +309,8 @@ result<hf_model> read_hf_config(const std::string& folder) {
   if (arch == architectures.end())
     return bad_field(config_path.string(), "architectures",
                      text::format("{} is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                                  "Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM)",
+                                  "Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
+                                  "GptOssForCausalLM)",
                                   m.architecture));
   model_config& c = m.config;
   c.dim = r.integer("hidden_size", 1, 1 << 16);
@@ -267,7 +330,8 @@ result<hf_model> read_hf_config(const std::string& folder) {
   m.tied_embeddings = r.boolean("tie_word_embeddings", false);
   if (const std::string act = r.string("hidden_act", std::string("silu")); act != "silu")
     r.fail("hidden_act", text::format("'{}' is not supported (silu)", act), 0);
-  refuse_when_set(r, "attention_bias", "biases on every attention projection, o_proj's included, are not supported");
+  if (arch->experts == expert_style::gpt_oss) read_gpt_oss(r, c);
+  else refuse_when_set(r, "attention_bias", "biases on every attention projection, o_proj's included, are not supported");
   refuse_when_set(r, "mlp_bias", "biases on the feed-forward projections are not supported");
   read_rope_scaling(r, config_path.string(), c);
   if (m.architecture == "MistralForCausalLM" || m.architecture == "MixtralForCausalLM")
@@ -317,6 +381,16 @@ tensor_naming hf_naming(const hf_model& m) {
                    {"q_norm", "self_attn.q_norm.weight"}, {"k_norm", "self_attn.k_norm.weight"}},
                   true};
   if (!m.config.has_experts()) return n;
+  if (m.architecture == "GptOssForCausalLM") {
+    // The experts' gate and up rows interleaved in one tensor (MXFP4, from its _blocks and _scales), biases beside.
+    for (auto [kind, name] : {std::pair{"router", "mlp.router.weight"}, {"router_bias", "mlp.router.bias"},
+                              {"w1", "mlp.experts.gate_up_proj[0::2]"}, {"w3", "mlp.experts.gate_up_proj[1::2]"},
+                              {"w2", "mlp.experts.down_proj"}, {"b1", "mlp.experts.gate_up_proj_bias[0::2]"},
+                              {"b3", "mlp.experts.gate_up_proj_bias[1::2]"}, {"b2", "mlp.experts.down_proj_bias"},
+                              {"bo", "self_attn.o_proj.bias"}, {"sinks", "self_attn.sinks"}})
+      n.suffix[kind] = name;
+    return n;
+  }
   const bool mixtral = m.architecture == "MixtralForCausalLM";
   const std::string moe = mixtral ? "block_sparse_moe." : "mlp.";
   n.suffix["router"] = moe + "gate.weight";

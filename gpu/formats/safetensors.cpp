@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -33,13 +34,14 @@ std::string read_entry(const std::string& name, const json& value, uint64_t data
   if (!value.is_object()) return "its entry is not an object";
   const auto dtype = value.find("dtype"), shape = value.find("shape"), offsets = value.find("data_offsets");
   if (dtype == value.end() || !dtype->is_string()) return "no dtype";
-  const auto type = dtype_named(dtype->get<std::string>());
-  if (!type) return text::format("dtype {} is not one of F32, F16, BF16", dtype->get<std::string>());
+  const bool bytes = dtype->get<std::string>() == "U8";
+  const auto type = bytes ? std::optional<gpu::dtype>(dtype::f32) : dtype_named(dtype->get<std::string>());
+  if (!type) return text::format("dtype {} is not one of F32, F16, BF16, U8", dtype->get<std::string>());
   if (shape == value.end() || !shape->is_array() || shape->size() > 8) return "no shape (an array of at most 8 sizes)";
   if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
       !(*offsets)[1].is_number_unsigned())
     return "no data_offsets [begin, end]";
-  out = {name, *type, {}, (*offsets)[0].get<uint64_t>(), (*offsets)[1].get<uint64_t>()};
+  out = {name, *type, bytes, {}, (*offsets)[0].get<uint64_t>(), (*offsets)[1].get<uint64_t>()};
   uint64_t elements = 1;
   for (const json& d : *shape) {
     if (!d.is_number_unsigned()) return "a size of its shape is not a whole number";
@@ -50,14 +52,15 @@ std::string read_entry(const std::string& name, const json& value, uint64_t data
   }
   if (out.begin > out.end || out.end > data_bytes)
     return text::format("data_offsets [{}, {}] run past the data's {} bytes", out.begin, out.end, data_bytes);
-  if (out.end - out.begin != elements * block_bytes(*type))
+  const uint64_t element_bytes = bytes ? 1 : block_bytes(*type);
+  if (out.end - out.begin != elements * element_bytes)
     return text::format("data_offsets [{}, {}] hold {} bytes, its shape and dtype {}", out.begin, out.end,
-                        out.end - out.begin, elements * block_bytes(*type));
+                        out.end - out.begin, elements * element_bytes);
   return {};
 }
 
-/// The tensors of one mapped file.
-result<std::vector<stored_tensor>> tensors_of(const std::shared_ptr<const mapped_file>& f) {
+/// The tensors of one mapped file; its U8 tensors (halves of MXFP4 pairs) into `bytes`, typed as f32 until paired.
+result<std::vector<stored_tensor>> tensors_of(const std::shared_ptr<const mapped_file>& f, std::vector<stored_tensor>& bytes) {
   if (f->size() < 8) return corrupt_safetensors(f->path(), text::format("{} bytes: too short for a safetensors header", f->size()));
   uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = header_bytes << 8 | f->data()[i];  // little-endian
@@ -70,8 +73,45 @@ result<std::vector<stored_tensor>> tensors_of(const std::shared_ptr<const mapped
   if (!entries.is_ok()) return entries.error();
   std::vector<stored_tensor> out;
   for (safetensors_entry& e : entries.value())
-    out.push_back({std::move(e.name), e.type, std::move(e.shape), f->data() + data_at + e.begin, e.end - e.begin, f});
+    (e.bytes ? bytes : out).push_back({std::move(e.name), e.type, std::move(e.shape), f->data() + data_at + e.begin,
+                                       e.end - e.begin, f});
   return out;
+}
+
+/// `name` without `suffix`, or empty when it does not end so.
+std::string stem(const std::string& name, std::string_view suffix) {
+  return name.size() > suffix.size() && name.ends_with(suffix) ? name.substr(0, name.size() - suffix.size()) : "";
+}
+
+/// Each name_blocks [..., groups, 16] with its name_scales [..., groups] as one MXFP4 tensor `name` [..., groups * 32]
+/// into `out`; a U8 tensor of no such pair is refused.
+status pair_mxfp4(const std::vector<stored_tensor>& bytes, std::vector<stored_tensor>& out) {
+  std::map<std::string, const stored_tensor*> scales;
+  for (const stored_tensor& t : bytes)
+    if (const std::string s = stem(t.name, "_scales"); !s.empty()) scales[s] = &t;
+  std::set<std::string> used;
+  for (const stored_tensor& blocks : bytes) {
+    const std::string name = stem(blocks.name, "_blocks");
+    const auto it = scales.find(name);
+    if (name.empty() || it == scales.end()) continue;
+    const stored_tensor& s = *it->second;
+    std::vector<uint64_t> shape = blocks.shape;
+    if (shape.size() < 2 || shape.back() != 16 || std::vector<uint64_t>(shape.begin(), shape.end() - 1) != s.shape)
+      return corrupt_safetensors(blocks.file->path(),
+                                 text::format("{} [{}] and {} [{}] are no MXFP4 pair ([..., groups, 16] and [..., groups])",
+                                              blocks.name, text::join(blocks.shape, ", "), s.name,
+                                              text::join(s.shape, ", ")));
+    shape.pop_back();
+    shape.back() *= 32;
+    out.push_back({name, dtype::mxfp4, std::move(shape), blocks.data, blocks.bytes, blocks.file, s.data, s.file});
+    used.insert({blocks.name, s.name});
+  }
+  for (const stored_tensor& t : bytes)
+    if (!used.count(t.name))
+      return corrupt_safetensors(t.file->path(),
+                                 text::format("tensor {}: U8, but not half of an MXFP4 pair (name_blocks and name_scales)",
+                                              t.name));
+  return status::ok();
 }
 
 /// The shards an index names, and which shard each tensor is in.
@@ -134,20 +174,25 @@ result<safetensors_checkpoint> safetensors_checkpoint::open(const std::string& p
       if (std::find(files.begin(), files.end(), (folder / shard).string()) == files.end())
         files.push_back((folder / shard).string());
   }
+  std::vector<stored_tensor> bytes;
   for (const std::string& file : files) {
     auto f = mapped_file::open(file);
     if (!f.is_ok()) return f.error();
-    auto tensors = tensors_of(f.value());
+    auto tensors = tensors_of(f.value(), bytes);
     if (!tensors.is_ok()) return tensors.error();
     for (stored_tensor& t : tensors.value()) out.tensors_.push_back(std::move(t));
   }
-  if (const stored_tensor* twice = sort_by_name(out.tensors_))
-    return corrupt_safetensors(twice->file->path(), text::format("tensor {} is in two files", twice->name));
+  std::multimap<std::string, std::string> file_of;  // tensor name -> file name, U8 halves included
+  for (const auto* list : {&out.tensors_, &bytes})
+    for (const stored_tensor& t : *list) file_of.emplace(t.name, std::filesystem::path(t.file->path()).filename());
   for (const auto& [name, shard] : index) {
-    const stored_tensor* t = out.find(name);
-    if (!t || std::filesystem::path(t->file->path()).filename() != shard)
+    const auto [first, last] = file_of.equal_range(name);
+    if (std::none_of(first, last, [&](const auto& entry) { return entry.second == shard; }))
       return corrupt_safetensors(path, text::format("weight_map: tensor {} is not in {}", name, shard));
   }
+  ILLM_RETURN_IF_ERROR(pair_mxfp4(bytes, out.tensors_));
+  if (const stored_tensor* twice = sort_by_name(out.tensors_))
+    return corrupt_safetensors(twice->file->path(), text::format("tensor {} is in two files", twice->name));
   return out;
 }
 

@@ -4,7 +4,9 @@
 // optional "__metadata__" object of strings), then the data. A checkpoint is one file, or shards that
 // model.safetensors.index.json maps tensor names to. Every header is checked before a byte of data is trusted:
 // a file that lies (offsets past the end or overlapping, sizes that disagree with the shape, an unknown dtype,
-// a header larger than the limit) is refused with a corrupt_model status naming the file and the tensor.
+// a header larger than the limit) is refused with a corrupt_model status naming the file and the tensor. U8 tensors
+// are read only as MXFP4 pairs (transformers' form: name_blocks [..., groups, 16] of 4-bit codes and name_scales
+// [..., groups] of E8M0 exponents), each pair one MXFP4 tensor `name` of [..., groups * 32] values.
 
 #include <string>
 #include <string_view>
@@ -21,6 +23,7 @@ inline constexpr uint64_t max_safetensors_header_bytes = uint64_t(100) << 20;
 struct safetensors_entry {
   std::string name;
   dtype type = dtype::f32;
+  bool bytes = false;  ///< U8: half of an MXFP4 pair (type unused)
   std::vector<uint64_t> shape;
   uint64_t begin = 0, end = 0;
 };

@@ -28,6 +28,26 @@ status not_finite(const stored_tensor& t, uint64_t element) {
                                                    t.file ? t.file->path() : "", t.name, element)};
 }
 
+/// Blocks [first, first + n) of MXFP4 split as transformers stores it, in GGUF's layout (exponent, then value j's
+/// code in the low nibble of byte j and value j + 16's in the high one).
+void join_mxfp4_blocks(const stored_tensor& t, uint64_t first, uint64_t n, uint8_t* out) {
+  for (uint64_t b = first; b < first + n; ++b, out += 17) {
+    const uint8_t* codes = t.data + b * 16;
+    const auto code = [&](int k) { return k % 2 == 0 ? codes[k / 2] & 0x0f : codes[k / 2] >> 4; };
+    out[0] = t.scales[b];
+    for (int j = 0; j < 16; ++j) out[1 + j] = uint8_t(code(j) | (code(j + 16) << 4));
+  }
+}
+
+/// The bytes of elements [first, first + n) (whole blocks) in the layout of the file's type: where they lie, or
+/// joined into `scratch` for split MXFP4.
+const uint8_t* stored_bytes_of(const stored_tensor& t, uint64_t first, uint64_t n, std::vector<uint8_t>& scratch) {
+  if (!t.scales) return t.data + stored_bytes(t.type, first);
+  scratch.resize(stored_bytes(t.type, n));
+  join_mxfp4_blocks(t, first / 32, n / 32, scratch.data());
+  return scratch.data();
+}
+
 }  // namespace
 
 const stored_tensor* sort_by_name(std::vector<stored_tensor>& tensors) {
@@ -44,7 +64,8 @@ const stored_tensor* find_by_name(const std::vector<stored_tensor>& sorted, std:
 }
 
 status read_floats(const stored_tensor& t, uint64_t first, uint64_t n, float* out) {
-  dequantize(t.type, t.data + stored_bytes(t.type, first), size_t(n), out);
+  std::vector<uint8_t> scratch;
+  dequantize(t.type, stored_bytes_of(t, first, n, scratch), size_t(n), out);
   for (uint64_t i = 0; i < n; ++i)
     if (!std::isfinite(out[i])) return not_finite(t, first + i);
   return status::ok();
@@ -97,24 +118,66 @@ std::vector<uint64_t> without_leading_ones(std::vector<uint64_t> shape) {
   return shape;
 }
 
+/// Rows source_offset, source_offset + source_stride, ... of the tensor into the view's rows, in the view's type
+/// (split MXFP4 joined, another type converted through fp32), every value checked finite.
+status copy_rows(const stored_tensor& t, const tensor_view& v, const tensor_destination& d) {
+  const uint64_t cols = v.cols, rows = v.size / cols, out_row = row_bytes(v.type, size_t(cols));
+  std::vector<uint8_t> scratch;
+  std::vector<float> values(cols);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint64_t first = (d.source_offset + d.source_stride * r) * cols;
+    const uint8_t* row = stored_bytes_of(t, first, cols, scratch);
+    if (t.type == v.type) {
+      if (const auto bad = first_non_finite(t.type, row, cols)) return not_finite(t, first + *bad);
+      std::memcpy(v.data + r * out_row, row, out_row);
+      continue;
+    }
+    dequantize(t.type, row, size_t(cols), values.data());
+    for (uint64_t i = 0; i < cols; ++i)
+      if (!std::isfinite(values[i])) return not_finite(t, first + i);
+    quantize(v.type, values.data(), size_t(cols), v.data + r * out_row);
+  }
+  return status::ok();
+}
+
 status fill(const tensor_destination& d, const stored_tensor& t, const tensor_view& v, uint64_t head_dim,
             const std::string& model) {
   if (without_leading_ones(t.shape) != without_leading_ones(d.shape))
     return {status_code::corrupt_model, text::format("{}: tensor {} has shape [{}], {} has [{}]", t.file->path(), t.name,
                                                      text::join(t.shape, ", "), model, text::join(d.shape, ", "))};
-  ILLM_RETURN_IF_ERROR(t.type == v.type ? copy_as_stored(t, v) : convert(t, v));
+  const bool whole = d.source_stride == 1 && !t.scales;
+  ILLM_RETURN_IF_ERROR(!whole ? copy_rows(t, v, d) : t.type == v.type ? copy_as_stored(t, v) : convert(t, v));
   if (d.rope_heads > 0) interleave_rope_halves(v.data, d.rope_heads, head_dim, row_bytes(v.type, size_t(v.cols)));
-  t.file->drop(t.data, t.bytes);
+  // An interleaved tensor's pages serve two targets: they are dropped with the last (the odd rows).
+  if (d.source_offset + 1 == d.source_stride) {
+    t.file->drop(t.data, t.bytes);
+    if (t.scales) t.scales_file->drop(t.scales, t.elements() / 32);
+  }
   return status::ok();
 }
 
-/// The rows of `v` a destination fills: from its first row on, as many as its shape holds.
+/// The rows of `v` a destination fills: from its first row on, as many as its shape holds (of every source_stride-th
+/// row).
 tensor_view rows_of(tensor_view v, const tensor_destination& d) {
   uint64_t elements = 1;
   for (uint64_t n : d.shape) elements *= n;
   v.data += row_bytes(v.type, size_t(v.cols)) * d.first_row;
-  v.size = elements;
+  v.size = elements / d.source_stride;
   return v;
+}
+
+/// A naming suffix and the rows it selects: "name[o::s]" is rows o, o + s, ... of name.
+struct row_slice {
+  std::string name;
+  uint64_t offset = 0, stride = 1;
+};
+
+row_slice slice_of(const std::string& suffix) {
+  const size_t open = suffix.rfind('[');
+  if (open == std::string::npos || suffix.back() != ']') return {suffix};
+  const std::string inside = suffix.substr(open + 1, suffix.size() - open - 2);
+  const size_t colons = inside.find("::");
+  return {suffix.substr(0, open), std::stoull(inside.substr(0, colons)), std::stoull(inside.substr(colons + 2))};
 }
 
 }  // namespace
@@ -134,7 +197,8 @@ std::vector<tensor_destination> destinations_of(const model_config& c, bool tied
   const std::vector<layer_tensor_kind> kinds = layer_tensor_kinds(c);
   for (int l = 0; l < c.n_layers; ++l)
     for (const layer_tensor_kind& k : kinds) {
-      const std::string prefix = naming.layer_prefix + std::to_string(l) + ".", suffix = naming.suffix.at(k.name);
+      const row_slice slice = slice_of(naming.suffix.at(k.name));
+      const std::string prefix = naming.layer_prefix + std::to_string(l) + ".", suffix = slice.name;
       const std::string target = text::format("layers.{}.{}", l, k.name);
       const size_t per_expert = suffix.find("{e}");
       // A matrix [rows][cols], a vector [rows]; a stack of experts' has [experts] in front (or one per expert).
@@ -148,7 +212,8 @@ std::vector<tensor_destination> destinations_of(const model_config& c, bool tied
       if (k.experts == 0) {
         s.push_back({prefix + suffix, shape_of(0, k.rows), target, rope_heads(k.name)});
       } else if (per_expert == std::string::npos) {
-        s.push_back({prefix + suffix, shape_of(k.experts, k.rows / k.experts), target});
+        s.push_back({prefix + suffix, shape_of(k.experts, k.rows / k.experts * slice.stride), target, 0, 0,
+                     slice.offset, slice.stride});
       } else {
         for (uint64_t e = 0; e < k.experts; ++e) {
           std::string name = suffix;

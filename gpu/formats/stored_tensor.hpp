@@ -26,6 +26,10 @@ struct stored_tensor {
   const uint8_t* data = nullptr;      ///< in `file`'s mapping; not aligned for its type (read it with memcpy)
   uint64_t bytes = 0;
   std::shared_ptr<const mapped_file> file;  ///< keeps the mapping while the tensor is read
+  /// Set for MXFP4 split as transformers stores it (name_blocks, name_scales): `data` holds each block's 16 bytes of
+  /// codes (value 2j in the low nibble of byte j, 2j + 1 in the high one) and `scales` its exponents, one byte each.
+  const uint8_t* scales = nullptr;
+  std::shared_ptr<const mapped_file> scales_file;
   /// Elements: the product of the shape (1 for a scalar).
   uint64_t elements() const;
   /// "name [a, b] BF16", for messages.
@@ -43,20 +47,23 @@ const stored_tensor* find_by_name(const std::vector<stored_tensor>& sorted, std:
 /// naming the tensor and file at the first element that is not finite.
 status read_floats(const stored_tensor& t, uint64_t first, uint64_t n, float* out);
 
-/// Where a file's tensor goes: its name in the file, the shape the model needs (outermost first), the tensor of
-/// model_weights it fills ("layers.3.wq") from row `first_row` on (one expert's rows of a stack), and the heads of
-/// head_dim rows to reorder for RoPE when its rows pair i with i + head_dim / 2.
+/// Where a file's tensor goes: its name in the file, its shape there (outermost first), the tensor of model_weights
+/// it fills ("layers.3.wq") from row `first_row` on (one expert's rows of a stack), and the heads of head_dim rows to
+/// reorder for RoPE when its rows pair i with i + head_dim / 2. Where the file interleaves two tensors' rows (gpt-oss's
+/// gate and up), the target takes rows source_offset, source_offset + source_stride, ... of it.
 struct tensor_destination {
   std::string name;
   std::vector<uint64_t> shape;
   std::string target;
   uint64_t rope_heads = 0;
   uint64_t first_row = 0;
+  uint64_t source_offset = 0, source_stride = 1;
 };
 
 /// How a file format names a model's tensors: those outside the layers, and the name in layer l of each kind
 /// (layer_tensor_kinds: rms_att, wq, ...): layer_prefix, l, ".", its suffix. A stack of experts' matrices is one
-/// tensor [experts][rows][cols], or, where its suffix holds "{e}", one tensor per expert e.
+/// tensor [experts][rows][cols], or, where its suffix holds "{e}", one tensor per expert e. A suffix that ends in
+/// "[o::s]" names a tensor whose rows o, o + s, ... are the kind's (of each expert).
 struct tensor_naming {
   std::string embedding, final_norm, classifier;
   std::string layer_prefix;

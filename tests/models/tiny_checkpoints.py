@@ -3,7 +3,8 @@
 
 tiny_checkpoints.py OUT [LLAMA31_TOKENIZER_DIR] writes OUT/<name>/ (config.json, generation_config.json, safetensors, some sharded with
 model.safetensors.index.json) for Llama (3.1-style scaled RoPE, 2-style, 3.2-style tied), Mistral, Qwen2 (q/k/v
-biases) and Qwen3 (q/k norms, a head width of its own) in BF16, F16 and F32, and OUT/manifest.json: for each one
+biases) and Qwen3 (q/k norms, a head width of its own) in BF16, F16 and F32, the mixtures of experts (tiny_experts.py)
+and gpt-oss (tiny_gpt_oss.py: MXFP4 experts, sliding layers, sinks, YaRN), and OUT/manifest.json: for each one
 a prompt, the next 16 greedy ids and the logits of every step, computed by a float64 numpy reference that follows
 transformers' modeling code (rotate_half RoPE on the checkpoint's own q/k layout, repeat_kv, the llama3 frequency
 blend). Weights are scaled so that logits spread (std >= 1) and greedy outputs vary. Given a folder with Llama
@@ -20,6 +21,7 @@ import sys
 import numpy as np
 
 import tiny_experts
+import tiny_gpt_oss
 
 VOCAB = 320
 
@@ -60,13 +62,18 @@ def write_safetensors(path, tensors):
             f.write(b)
 
 
-def write_checkpoint(out, weights, dtype, shards):
-    """Stores `weights` (name -> float64 array) in `dtype`; returns the values as stored."""
-    as_stored, files = {}, [dict() for _ in range(shards)]
-    for i, (name, a) in enumerate(sorted(weights.items())):
-        data, values = stored(a, dtype)
-        as_stored[name] = values.reshape(a.shape)
-        files[i * shards // len(weights)][name] = (dtype, a.shape, data)
+def write_checkpoint(out, weights, dtype, shards, cfg):
+    """Stores `weights` (name -> float64 array) in `dtype` (gpt-oss's experts as MXFP4 pairs); returns the values as
+    stored."""
+    raw, covered = tiny_gpt_oss.hf_tensors(cfg, weights) if tiny_gpt_oss.is_gpt_oss(cfg) else ({}, set())
+    as_stored, files = {name: weights[name] for name in covered}, [dict() for _ in range(shards)]
+    entries = [(name, stored(a, dtype), a.shape) for name, a in weights.items() if name not in covered]
+    entries = [(name, dtype, shape, data, values) for name, (data, values), shape in entries]
+    entries += [(name, kind, shape, data, None) for name, (kind, shape, data) in raw.items()]
+    for i, (name, kind, shape, data, values) in enumerate(sorted(entries, key=lambda e: e[0])):
+        if values is not None:
+            as_stored[name] = values.reshape(shape)
+        files[i * shards // len(entries)][name] = (kind, shape, data)
     if shards == 1:
         write_safetensors(os.path.join(out, "model.safetensors"), files[0])
         return as_stored
@@ -103,7 +110,7 @@ GGUF_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weig
               "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
               "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
               "self_attn.v_proj.bias": "attn_v.bias", "self_attn.q_norm.weight": "attn_q_norm.weight",
-              "self_attn.k_norm.weight": "attn_k_norm.weight"}
+              "self_attn.k_norm.weight": "attn_k_norm.weight", "mlp.router.weight": "ffn_gate_inp.weight"}
 
 
 def gguf_name(name):
@@ -158,7 +165,8 @@ def write_gguf(path, arch, cfg, weights, dtype):
           (f"{arch}.attention.head_count_kv", kv_heads), (f"{arch}.context_length", cfg["max_position_embeddings"]),
           (f"{arch}.rope.freq_base", float(cfg["rope_theta"])),
           (f"{arch}.attention.layer_norm_rms_epsilon", float(cfg["rms_norm_eps"])),
-          ("tokenizer.ggml.model", "gpt2"), ("tokenizer.ggml.pre", "qwen2" if arch != "llama" else "llama-bpe"),
+          ("tokenizer.ggml.model", "gpt2"),
+          ("tokenizer.ggml.pre", {"llama": "llama-bpe", "gpt-oss": "gpt-4o"}.get(arch, "qwen2")),
           ("tokenizer.ggml.tokens", tokens), ("tokenizer.ggml.token_type", [1] * 258 + [3] * (vocab - 258)),
           ("tokenizer.ggml.merges", ["a b", "c d"]), ("tokenizer.ggml.bos_token_id", 258),
           ("tokenizer.ggml.eos_token_id", 259), ("tokenizer.ggml.add_bos_token", False)]
@@ -167,8 +175,16 @@ def write_gguf(path, arch, cfg, weights, dtype):
     if tiny_experts.style(cfg):
         kv += tiny_experts.gguf_metadata(cfg, arch)
     groups, grouped = tiny_experts.gguf_groups(cfg, weights) if tiny_experts.style(cfg) else ([], set())
+    raw = []
+    if tiny_gpt_oss.is_gpt_oss(cfg):
+        kv += tiny_gpt_oss.gguf_metadata(cfg, arch)
+        raw, grouped = tiny_gpt_oss.gguf_tensors(cfg, weights, lambda a: stored(a, "F32")[0])
     groups += [(gguf_name(name), [name], False) for name in weights if name not in grouped]
-    held, infos, blobs, offset = {}, [], [], 0
+    held, infos, blobs, offset = {name: weights[name] for name in grouped if name in weights}, [], [], 0
+    for name, dims, ggml, data in raw:  # written as they are: values the reference holds exactly
+        infos.append((name, dims, ggml, offset))
+        blobs.append(data + b"\0" * (-len(data) % 32))
+        offset += len(blobs[-1])
     for gguf, members, vector in sorted(groups):
         a = np.stack([weights[n] for n in members]) if len(members) > 1 else weights[members[0]]
         a = a.reshape(-1) if vector else a
@@ -223,6 +239,7 @@ GGUF_MODELS = [
     ("mixtral-bf16-gguf", "mixtral-bf16", "llama", "BF16"),
     ("qwen2moe-f32-gguf", "qwen2moe-bf16", "qwen2moe", "F32"),
     ("qwen3moe-bf16-gguf", "qwen3moe-bf16", "qwen3moe", "BF16"),
+    ("gpt-oss-mxfp4-gguf", "gpt-oss-mxfp4", "gpt-oss", "BF16"),
 ]
 
 
@@ -256,7 +273,7 @@ def make_weights(cfg, rng):
         w[p + "self_attn.v_proj.weight"] = matrix(kv * hd, d)
         # The layers' outputs outweigh the embedding in the residual, so a tied classifier does not echo its input.
         w[p + "self_attn.o_proj.weight"] = matrix(d, heads * hd, 3.0)
-        if not tiny_experts.style(cfg):
+        if not tiny_experts.style(cfg) and not tiny_gpt_oss.is_gpt_oss(cfg):
             w[p + "mlp.gate_proj.weight"] = matrix(h, d)
             w[p + "mlp.up_proj.weight"] = matrix(h, d)
             w[p + "mlp.down_proj.weight"] = matrix(d, h, 3.0)
@@ -268,6 +285,8 @@ def make_weights(cfg, rng):
             w[p + "self_attn.k_norm.weight"] = norm(hd)
     if tiny_experts.style(cfg):
         tiny_experts.make_expert_weights(cfg, rng, matrix, w)
+    if tiny_gpt_oss.is_gpt_oss(cfg):
+        tiny_gpt_oss.make_weights(cfg, rng, matrix, w)
     return w
 
 
@@ -308,6 +327,17 @@ EXPERT_MODELS = [
     ("qwen3moe-bf16", base_config("Qwen3MoeForCausalLM", head_dim=32, moe_intermediate_size=32, num_experts=8,
                                   num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
                                   mlp_only_layers=[], rope_theta=1000000.0, rms_norm_eps=1e-6), "BF16", 1),
+    # Its experts MXFP4 (the rest BF16), every other layer sliding over 8 positions, YaRN not rounded to whole pairs.
+    ("gpt-oss-mxfp4", base_config("GptOssForCausalLM", intermediate_size=32, head_dim=32, num_local_experts=8,
+                                  num_experts_per_tok=4, experts_per_token=4, sliding_window=8,
+                                  layer_types=["sliding_attention", "full_attention"], attention_bias=True,
+                                  rope_theta=150000.0, max_position_embeddings=131072, swiglu_limit=7.0,
+                                  rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                                                "beta_slow": 1.0, "original_max_position_embeddings": 4096,
+                                                "truncate": False},
+                                  quantization_config={"quant_method": "mxfp4", "modules_to_not_convert": [
+                                      "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                                      "lm_head"]}), "BF16", 2),
 ]
 
 # The least gap between a token's k-th and (k+1)-th router logits a mixture of experts' reference run may have: the
@@ -317,10 +347,37 @@ ROUTER_MARGIN = 0.02
 
 # ---- The reference: transformers' modeling code in float64 ----------------------------------------------------
 
+def yarn_frequencies(cfg, hd, inv, scaling):
+    """transformers' _compute_yarn_parameters: pairs turning more than beta_fast times over the original context kept,
+    fewer than beta_slow divided by the factor, a linear ramp between (its ends rounded out unless truncate is false)."""
+    base, factor, old = cfg["rope_theta"], scaling["factor"], scaling["original_max_position_embeddings"]
+
+    def pair(turns):
+        return hd * math.log(old / (turns * 2 * math.pi)) / (2 * math.log(base))
+    low, high = pair(scaling.get("beta_fast", 32)), pair(scaling.get("beta_slow", 1))
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, hd - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(hd // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    return inv / factor * ramp + inv * (1 - ramp)
+
+
+def rope_magnitude(cfg):
+    """What YaRN scales cos and sin by (its attention factor), else 1."""
+    scaling = cfg.get("rope_scaling") or {}
+    if scaling.get("rope_type") != "yarn":
+        return 1.0
+    return 0.1 * math.log(scaling["factor"]) + 1.0
+
+
 def inverse_frequencies(cfg, hd):
     inv = 1.0 / (cfg["rope_theta"] ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
     scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
     kind = scaling and (scaling.get("rope_type") or scaling.get("type"))
+    if kind == "yarn":
+        return yarn_frequencies(cfg, hd, inv, scaling)
     if kind == "llama3":
         factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
         old = scaling["original_max_position_embeddings"]
@@ -364,8 +421,11 @@ def forward(cfg, w, ids, block=0, margins=None):
     hd, eps, n = cfg.get("head_dim", d // heads), cfg["rms_norm_eps"], len(ids)
     freqs = np.outer(np.arange(n, dtype=np.float64), inverse_frequencies(cfg, hd))
     emb = np.concatenate([freqs, freqs], axis=-1)
-    cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
+    magnitude = rope_magnitude(cfg)
+    cos, sin = magnitude * np.cos(emb)[:, None, :], magnitude * np.sin(emb)[:, None, :]
     mask = np.triu(np.full((n, n), -np.inf), 1)
+    # A sliding layer's query sees its last sliding_window positions.
+    too_old = np.tril(np.full((n, n), -np.inf), -cfg["sliding_window"]) if tiny_gpt_oss.is_gpt_oss(cfg) else 0
     x = w["model.embed_tokens.weight"][ids]
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
@@ -386,11 +446,24 @@ def forward(cfg, w, ids, block=0, margins=None):
         k = np.repeat(k, heads // kv, axis=1)
         v = np.repeat(v, heads // kv, axis=1)
         scores = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + mask
+        if tiny_gpt_oss.sliding(cfg, l):
+            scores = scores + too_old
+        sinks = p + "self_attn.sinks" in w  # a logit per head in the denominator (gpt-oss)
+        if sinks:
+            scores = np.concatenate([scores, np.broadcast_to(w[p + "self_attn.sinks"][:, None, None], (heads, n, 1))], -1)
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         scores /= scores.sum(axis=-1, keepdims=True)
+        if sinks:
+            scores = scores[..., :-1]
         o = np.einsum("hqk,khd->qhd", scores, v).reshape(n, heads * hd)
         x = x + mm(o, w[p + "self_attn.o_proj.weight"])
+        if p + "self_attn.o_proj.bias" in w:
+            x = x + w[p + "self_attn.o_proj.bias"]
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        if tiny_gpt_oss.is_gpt_oss(cfg):  # MXFP4 experts: their products see int8 activations
+            x = x + tiny_gpt_oss.feed_forward(cfg, w, l, h, mm, lambda a, m: quantized_activations(a, 32) @ m.T,
+                                              [] if margins is None else margins)
+            continue
         if tiny_experts.style(cfg):
             x = x + tiny_experts.feed_forward(cfg, w, l, h, mm, [] if margins is None else margins)
             continue
@@ -431,13 +504,18 @@ def seeded_weights(cfg, dtype, seed):
         rng = np.random.default_rng(seed + 7919 * attempt)
         weights = make_weights(cfg, rng)
         prompt = [int(t) for t in rng.integers(3, cfg["vocab_size"], size=11)]
-        if not tiny_experts.style(cfg):
+        if not tiny_experts.style(cfg) and not tiny_gpt_oss.is_gpt_oss(cfg):
             return weights, prompt
         margins = []
         greedy(cfg, {n: stored(a, dtype)[1].reshape(a.shape) for n, a in weights.items()}, prompt, 16, 0, margins)
         if min(margins) >= ROUTER_MARGIN:
             return weights, prompt
     sys.exit(f"{cfg['architectures'][0]}: no seed keeps the router margins above {ROUTER_MARGIN}")
+
+
+def listed_dtype(cfg, dtype):
+    """The manifest's type of a model: MXFP4 where its experts are (the engine rounds their activations to 8 bits)."""
+    return "MXFP4" if tiny_gpt_oss.is_gpt_oss(cfg) else dtype
 
 
 def main():
@@ -454,7 +532,7 @@ def main():
         folder = os.path.join(out, name)
         os.makedirs(folder, exist_ok=True)
         drawn, prompt = seeded_weights(cfg, dtype, seed)
-        weights = write_checkpoint(folder, drawn, dtype, shards)
+        weights = write_checkpoint(folder, drawn, dtype, shards, cfg)
         cfg = dict(cfg, torch_dtype={"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[dtype])
         with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
@@ -468,7 +546,7 @@ def main():
                 shutil.copy(os.path.join(sys.argv[2], file), os.path.join(folder, file))
         ids, logits = greedy(cfg, weights, prompt, 16)
         spread = float(np.mean([np.std(row) for row in logits]))
-        manifest.append({"name": name, "path": name, "format": "hf", "dtype": dtype, "prompt": prompt, "ids": ids,
+        manifest.append({"name": name, "path": name, "format": "hf", "dtype": listed_dtype(cfg, dtype), "prompt": prompt, "ids": ids,
                          "logit_std": spread, "logits": [[round(float(v), 7) for v in row] for row in logits],
                          **dict(zip(("prompt_logprobs", "prompt_logprob_spread"), prompt_logprobs(cfg, weights, prompt)))})
         print(f"{name}: {dtype}, {shards} file(s), greedy {ids}, logit std {spread:.2f}")
@@ -478,7 +556,7 @@ def main():
         values = write_gguf(os.path.join(out, name + ".gguf"), arch, cfg, weights, dtype)
         ids, logits = greedy(cfg, values, prompt, 16, 32 if dtype == "Q8_0" else 0)
         spread = float(np.mean([np.std(row) for row in logits]))
-        manifest.append({"name": name, "path": name + ".gguf", "format": "gguf", "dtype": dtype, "prompt": prompt,
+        manifest.append({"name": name, "path": name + ".gguf", "format": "gguf", "dtype": listed_dtype(cfg, dtype), "prompt": prompt,
                          "ids": ids, "logit_std": spread, "logits": [[round(float(v), 7) for v in row] for row in logits]})
         print(f"{name}: GGUF {arch} {dtype}, greedy {ids}, logit std {spread:.2f}")
     with open(os.path.join(out, "manifest.json"), "w") as f:
