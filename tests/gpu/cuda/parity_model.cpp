@@ -116,6 +116,27 @@ std::shared_ptr<const gpu::model_weights> synthetic_experts() {
   return w;
 }
 
+/// tiny-gqa as gpt-oss: experts with biases behind a router with one, every other layer sliding over 8 positions,
+/// sink logits, YaRN, biases on q, k, v and the output, the clamped gate.
+std::shared_ptr<const gpu::model_weights> synthetic_gpt_oss() {
+  static auto w = [] {
+    gpu::model_config c = gpu::preset_config("tiny-gqa").value();
+    c.hidden_dim = 64;
+    c.n_experts = 6;
+    c.n_experts_used = 2;
+    c.qkv_bias = c.o_bias = c.expert_bias = c.attention_sinks = true;
+    c.sliding_window = 8;
+    c.sliding_period = 2;
+    c.activation = {1.702f, 7.0f, 1.0f};
+    c.rope_scaling.scaling = gpu::rope_scaling_kind::yarn;
+    c.rope_scaling.factor = 32.0f;
+    c.rope_scaling.original_positions = 64;
+    c.rope_scaling.truncate = false;
+    return std::make_shared<const gpu::model_weights>(gpu::synthetic_weights(c, 9).value());
+  }();
+  return w;
+}
+
 const std::vector<int32_t> gqa_prompt = {1,  17, 300, 42, 999, 5,  77, 123, 456, 789, 11, 12, 13, 14, 15, 16, 17, 18,
                                          19, 20, 21,  22, 23,  24, 25, 26,  27,  28,  29, 30, 31, 32, 33, 34, 35};
 
@@ -161,6 +182,10 @@ ILLM_CASE("model", "wide heads, biases, head norms and scaled RoPE give the cpu'
 
 ILLM_CASE("model", "a mixture of experts gives the cpu's greedy ids over pools and chunks") {
   check_over_pools(synthetic_experts());
+}
+
+ILLM_CASE("model", "gpt-oss's layers (sliding windows, sinks, YaRN, biases, the clamped gate) give the cpu's ids over pools") {
+  check_over_pools(synthetic_gpt_oss());
 }
 
 ILLM_CASE("model", "16-bit KV and weights stay close to the fp32 model") {
