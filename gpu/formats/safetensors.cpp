@@ -185,10 +185,11 @@ result<safetensors_checkpoint> safetensors_checkpoint::open(const std::string& p
   std::multimap<std::string, std::string> file_of;  // tensor name -> file name, U8 halves included
   for (const auto* list : {&out.tensors_, &bytes})
     for (const stored_tensor& t : *list) file_of.emplace(t.name, std::filesystem::path(t.file->path()).filename());
-  for (const auto& [name, shard] : index) {
-    const auto [first, last] = file_of.equal_range(name);
-    if (std::none_of(first, last, [&](const auto& entry) { return entry.second == shard; }))
-      return corrupt_safetensors(path, text::format("weight_map: tensor {} is not in {}", name, shard));
+  for (const auto& entry : index) {
+    const std::string& shard = entry.second;
+    const auto [first, last] = file_of.equal_range(entry.first);
+    if (std::none_of(first, last, [&](const auto& held) { return held.second == shard; }))
+      return corrupt_safetensors(path, text::format("weight_map: tensor {} is not in {}", entry.first, shard));
   }
   ILLM_RETURN_IF_ERROR(pair_mxfp4(bytes, out.tensors_));
   if (const stored_tensor* twice = sort_by_name(out.tensors_))
