@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 deploy/install-deps.sh
 deploy/fetch-model.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80;90" >/dev/null  # test.sh makes 90 only
 cmake --build build -j2
 
 # The port to show the calls on: the one given, else the default (passed on only when not given).

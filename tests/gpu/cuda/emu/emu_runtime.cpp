@@ -79,18 +79,23 @@ class device_arena {
     const size_t at = fit->first, left = fit->second - size;
     free_.erase(fit);
     if (left) free_[at + size] = left;
-    in_use_end_ = std::max(in_use_end_, at + size);
+    in_use_end_ = std::max(in_use_end_, whole_huge_pages(at + size));
     char* p = base_ + at;
-    set(p, size, PROT_READ | PROT_WRITE);
+    // The whole range in use opened and closed, never a part of it: an mprotect over part of a huge page splits
+    // it into 4 KiB entries (and a page first touched in a smaller mapping is never huge), which every later
+    // open and close would walk.
+    protect(PROT_READ | PROT_WRITE);
     std::memset(p, 0xff, bytes);  // NaN until written, as garbage would be
-    if (!open) set(p, size, PROT_NONE);
+    if (!open) protect(PROT_NONE);
     return p;
   }
 
-  /// Gives `bytes` at `p` back (their pages dropped: the memory is returned).
+  /// Gives `bytes` at `p` back (the huge pages wholly inside dropped: their memory is returned; dropping part
+  /// of one would split it).
   void give(void* p, size_t bytes) {
     const size_t at = size_t(static_cast<char*>(p) - base_), size = rounded(bytes);
-    madvise(p, size, MADV_DONTNEED);
+    const size_t first = whole_huge_pages(at), last = (at + size) / huge_page * huge_page;
+    if (last > first) madvise(base_ + first, last - first, MADV_DONTNEED);
     auto next = free_.lower_bound(at);
     size_t start = at, length = size;
     if (next != free_.end() && next->first == at + size) {
@@ -114,6 +119,7 @@ class device_arena {
   }
 
  private:
+  static size_t whole_huge_pages(size_t bytes) { return (bytes + huge_page - 1) / huge_page * huge_page; }
   static size_t rounded(size_t bytes) {
     const size_t page = size_t(sysconf(_SC_PAGESIZE));
     return (bytes + page - 1) / page * page;
@@ -934,6 +940,18 @@ double element(const void* base, cudaDataType_t type, size_t i) {
 
 size_t type_bytes(cudaDataType_t type) { return type == CUDA_R_32F ? 4 : 2; }
 
+/// Into `out`: `rows` rows of `k` elements of the column-major matrix at base (leading dimension ld) as floats
+/// (every f32, f16 and bf16 value is one), row r contiguous: row r's element l is base[r + l * ld] when `strided`
+/// (rows of the stored matrix), else base[l + r * ld] (its columns).
+void widen_rows(const void* base, cudaDataType_t type, int ld, int rows, int k, bool strided,
+                std::vector<float>& out) {
+  out.resize(size_t(rows) * size_t(k));
+  for (int r = 0; r < rows; ++r)
+    for (int l = 0; l < k; ++l)
+      out[size_t(r) * k + l] =
+          float(element(base, type, strided ? size_t(r) + size_t(l) * ld : size_t(l) + size_t(r) * ld));
+}
+
 /// True when the column-major rows x cols matrix at p (leading dimension ld) is device memory.
 bool device_matrix(const void* p, cudaDataType_t type, int rows, int cols, int ld) {
   if (rows == 0 || cols == 0) return true;
@@ -985,15 +1003,18 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
   const double a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);  // read when called
   enqueue(stream, [=] {
     access_scope scope;
+    // op(A) row i and op(B) column j widened once into contiguous rows of k floats: the same products summed in
+    // the same order as reading them in place, without a type switch and a strided read per product.
+    thread_local std::vector<float> a_rows, b_cols;  // kept by the stream's thread: no fresh pages per call
+    widen_rows(A, a_type, lda, m, k, transa == CUBLAS_OP_N, a_rows);
+    widen_rows(B, b_type, ldb, n, k, transb != CUBLAS_OP_N, b_cols);
     auto* c = static_cast<float*>(C);
     for (int j = 0; j < n; ++j)
       for (int i = 0; i < m; ++i) {
+        const float* ar = a_rows.data() + size_t(i) * k;
+        const float* bc = b_cols.data() + size_t(j) * k;
         double sum = 0;
-        for (int l = 0; l < k; ++l) {
-          const size_t ai = transa == CUBLAS_OP_N ? size_t(i) + size_t(l) * lda : size_t(l) + size_t(i) * lda;
-          const size_t bi = transb == CUBLAS_OP_N ? size_t(l) + size_t(j) * ldb : size_t(j) + size_t(l) * ldb;
-          sum += element(A, a_type, ai) * element(B, b_type, bi);
-        }
+        for (int l = 0; l < k; ++l) sum += double(ar[l]) * double(bc[l]);
         float& out = c[size_t(i) + size_t(j) * ldc];
         out = float(a * sum + (b == 0 ? 0.0 : b * out));  // beta 0: C is not read (it may hold NaN)
       }
