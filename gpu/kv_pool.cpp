@@ -239,6 +239,41 @@ uint32_t kv_pool::blocks_of(uint64_t request) const {
   return n;
 }
 
+std::vector<spare_block> kv_pool::oldest_spare(spare_user user, size_t n) const {
+  std::lock_guard lock(*mutex_);
+  std::vector<spare_block> out;
+  for (const spare_block& s : spare_queue_) {
+    if (out.size() >= n) break;
+    if (spare_[s.block] && generation_[s.block] == s.generation && spare_user_[s.block] == user) out.push_back(s);
+  }
+  return out;
+}
+
+bool kv_pool::copy_spare(const spare_block& s, std::span<std::byte> out, backend* via) const {
+  const auto still_spare = [&] {
+    std::lock_guard lock(*mutex_);
+    return s.block < total_ && spare_[s.block] && generation_[s.block] == s.generation;
+  };
+  // A reclaimed block is written only by its new owner, after the reclaim (under the lock): still spare under the
+  // same name after the copy means nobody wrote it during the copy.
+  if (out.size() != layout_.block_bytes() || !still_spare()) return false;
+  backend& reader = via ? *via : *device_;
+  if (reader.host_memory())
+    std::memcpy(out.data(), block_data(s.block), out.size());
+  else if (!reader.download(out.data(), block_data(s.block), out.size()).is_ok())
+    return false;
+  return still_spare();
+}
+
+status kv_pool::write_block(uint32_t block, std::span<const std::byte> bytes, backend* via) {
+  if (bytes.size() != layout_.block_bytes() || !is_used(block))
+    return {status_code::invalid_argument, text::format("a write of {} bytes into block {}", bytes.size(), block)};
+  backend& writer = via ? *via : *device_;
+  if (!writer.host_memory()) return writer.upload(block_data(block), bytes.data(), bytes.size());
+  std::memcpy(block_data(block), bytes.data(), bytes.size());
+  return status::ok();
+}
+
 result<uint64_t> kv_pool::checksum(const std::vector<uint32_t>& blocks, backend* via) const {
   backend& reader = via ? *via : *device_;
   const size_t bytes = layout_.block_bytes();

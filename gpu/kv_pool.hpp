@@ -99,6 +99,13 @@ class kv_pool {
   bool claim_spare(std::span<const spare_block> blocks);
   /// Frees a spare block that is still spare under that name (one reclaimed meanwhile is left alone).
   void release_spare(const spare_block& block);
+  /// The oldest `n` blocks `user` made spare that are spare now, oldest first: the next ones an allocation reclaims.
+  std::vector<spare_block> oldest_spare(spare_user user, size_t n) const;
+  /// Copies spare block `s` into host memory `out` (block_bytes()), with `via` as for checksum(): false when it is
+  /// not spare under that name before or after the copy (reclaimed meanwhile, its copy possibly torn: dropped).
+  bool copy_spare(const spare_block& s, std::span<std::byte> out, backend* via = nullptr) const;
+  /// Writes host memory `bytes` (block_bytes()) into used block `block`, with `via` as for checksum().
+  status write_block(uint32_t block, std::span<const std::byte> bytes, backend* via = nullptr);
   /// Called after an allocation reclaimed spare blocks of `user`, on the allocating thread, outside the pool's lock.
   void set_reclaim_listener(spare_user user, std::function<void(const std::vector<spare_block>&)> listener);
 

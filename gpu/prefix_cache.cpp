@@ -240,6 +240,19 @@ uint32_t prefix_cache::flush() {
   return freed;
 }
 
+std::vector<spare_entry> prefix_cache::oldest_spare(size_t n) const {
+  const std::vector<spare_block> names = pool_->oldest_spare(spare_user::prefix_cache, n);
+  std::lock_guard lock(mutex_);
+  std::vector<spare_entry> out;
+  for (const spare_block& s : names) {
+    auto key = by_block_.find(s.block);
+    if (key == by_block_.end()) continue;
+    const entry& e = entries_.at(key->second);
+    if (e.readers == 0 && e.spare_generation == s.generation) out.push_back({s, key->second, e.parent, e.tokens});
+  }
+  return out;
+}
+
 uint32_t prefix_cache::readers(uint32_t block) const {
   std::lock_guard lock(mutex_);
   if (auto gone = forgotten_.find(block); gone != forgotten_.end()) return gone->second;

@@ -50,6 +50,13 @@ struct prefix_cache_stats {
   uint64_t peer_read_blocks = 0;   ///< blocks of this cache that other pools' requests attached
 };
 
+/// A cached block no request reads, by its name in the pool and what names it in the cache.
+struct spare_entry {
+  spare_block name;
+  block_key key, parent;
+  std::array<int32_t, kv_block_tokens> tokens{};
+};
+
 /// What a cache gained and lost since its last report (what a cluster-wide index learns), or, when `full`, every
 /// key it holds: a report after one was lost, or to an index that starts empty.
 struct prefix_changes {
@@ -97,6 +104,9 @@ class prefix_cache {
   /// Empties the cache (an operator's reset): frees every cached block no request reads, and forgets the others,
   /// which are freed when their last reader ends. Returns the blocks freed now.
   uint32_t flush();
+  /// The oldest `n` cached blocks no request reads (the next ones the pool reclaims), oldest first: what a tier
+  /// below the pool writes down before they are gone.
+  std::vector<spare_entry> oldest_spare(size_t n) const;
   /// Requests reading `block` when the cache holds it (0 when it does not: the block is one request's own).
   uint32_t readers(uint32_t block) const;
   prefix_cache_stats stats() const;

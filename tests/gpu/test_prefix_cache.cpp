@@ -5,6 +5,8 @@
 
 #include "gpu/batcher.hpp"
 #include "gpu/prefix_cache.hpp"
+#include "gpu/tier/kv_tier.hpp"
+#include "gpu/tier/tier_moves.hpp"
 #include "tests/gpu/support.hpp"
 
 using namespace illm;
@@ -234,12 +236,15 @@ class cached_source final : public gpu::block_source {
     return cache_ && cache_->release(ref.block) ? gpu::status::ok() : pool_->release(ref.block);
   }
   int attach_prefix(gpu::sequence& seq) override {
-    return cache_ ? gpu::attach_cached_prefix(*cache_, root, 0, seq) : 0;
+    if (!cache_) return 0;
+    const int found = gpu::attach_cached_prefix(*cache_, root, 0, seq);
+    return found + (tier ? gpu::promote_tier_prefix(*cache_, *pool_, *tier, root, 0, 0, seq) : 0);
   }
   void blocks_computed(gpu::sequence& seq) override {
     if (cache_) gpu::offer_computed_blocks(*cache_, root, 0, seq);
   }
   gpu::block_key root = gpu::root_key("stories15M", "");
+  gpu::kv_tier* tier = nullptr;  ///< the tier below the pool, when there is one
 
  private:
   std::shared_ptr<gpu::kv_pool> pool_;
@@ -334,6 +339,49 @@ TEST_SUITE("gpu") {
 }
 
 TEST_SUITE("gpu") {
+  TEST_CASE("a tier below the pool: cached blocks written down before they are reclaimed are read back, ids unchanged") {
+    const auto golden_prompt = test::golden()["cases"][6]["prompt_token_ids"].get<std::vector<int32_t>>();  // 604
+    std::vector<int32_t> other(golden_prompt.rbegin(), golden_prompt.rend());  // no block in common
+    cached_rig plain(48, false);
+    const auto expected = plain.run({golden_prompt});
+    cached_rig rig(48, true);  // one 604-token request at a time: the next one reclaims the cached blocks
+    const uint64_t block_bytes = rig.pool->layout().block_bytes();
+    gpu::tier_spec spec;
+    spec.bytes = gpu::tier_io_align + 48 * (gpu::tier_io_align + (block_bytes + 4095) / 4096 * 4096);
+    gpu::tier_options options;
+    options.queue_depth = 64;  // every cached block queued at once (the default depth would drop some)
+    auto tier = gpu::kv_tier::open(spec, "stories15M f32", block_bytes, options, nullptr);
+    REQUIRE(tier.is_ok());
+    rig.source.tier = tier.value().get();
+    rig.run({golden_prompt});
+    const gpu::demotion_pass pass = gpu::demote_oldest_spare(*rig.cache, *rig.pool, *tier.value(), 64);
+    CHECK(pass.demoted == rig.cache->stats().cached_blocks);
+    CHECK(pass.demoted >= 37);
+    tier.value()->drain();
+    rig.run({other});  // reclaims the cached blocks of the first prompt, oldest first: its first block is gone
+    CHECK(rig.cache->stats().evicted_blocks >= 29);
+    const auto first_keys = gpu::chain_keys(gpu::scoped_root(rig.source.root, ""), golden_prompt, 1);
+    CHECK(rig.cache->match(gpu::scoped_root(rig.source.root, ""), first_keys, golden_prompt) == 0);
+    const auto again = rig.run({golden_prompt});
+    CHECK(again[0]->cached_prompt_tokens == 37 * 16);  // from the tier, where the pool lost them
+    CHECK(generated(*again[0]) == generated(*expected[0]));
+    CHECK(tier.value()->stats().read_blocks >= 30);
+    CHECK(tier.value()->stats().corrupt_blocks == 0);
+    CHECK(rig.pool->used_blocks() == 0);
+    CHECK(rig.pool->check().is_ok());
+  }
+
+  TEST_CASE("a tier read pays when it costs less than computing the block's tokens") {
+    gpu::tier_stats s;
+    const uint64_t block = 2 << 20;  // 2 MiB: an 8B model's f16 block
+    CHECK(gpu::tier_read_pays(s, block, 10e9, 1000));       // 0.2 ms against 16 ms
+    CHECK_FALSE(gpu::tier_read_pays(s, block, 100e6, 10000));  // 21 ms against 1.6 ms
+    s.read_blocks = 8;
+    s.read_bytes = 8 * block;
+    s.read_seconds = 8 * 0.05;  // measured: 50 ms a block
+    CHECK_FALSE(gpu::tier_read_pays(s, block, 10e9, 1000));  // the measured rate wins over the assumed one
+  }
+
   TEST_CASE("prefix cache namespaces: a request reads only the blocks of its own namespace") {
     const auto prompt = test::golden()["cases"][6]["prompt_token_ids"].get<std::vector<int32_t>>();  // 604 tokens
     cached_rig rig(128, true);
